@@ -1,0 +1,60 @@
+#pragma once
+
+// The service client's front door (DESIGN.md "The user's picture"): a typed
+// actor that takes call_requests, spawns one short-lived call actor per
+// request (the retry loop, shared/seeds/002) and delegates the answer to it.
+// The calls reach the network through the client's connection_pool actor.
+
+#include "actors/messages.hpp"
+#include "actors/observer.hpp"
+#include "actors/transport.hpp"
+#include "config/client_config.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace outbound {
+
+class io_runner;
+
+/// Typed interface of a service client: `call_request -> call_outcome`.
+/// Errors are values: the outcome carries a call_error instead of a result.
+/// The client stays alive while a handle to it exists; in-flight calls finish.
+using service_client_actor
+  = caf::typed_actor<caf::replies_to<call_request>::with<call_outcome>>;
+
+/// Optional parts of a client; every field has a working default.
+struct client_options {
+  /// Receives a client_event for every step of every call. [none]
+  observer_actor observer;
+  /// Replaces the connection pool (tests, custom transports). [none: a
+  /// connection_pool actor is spawned for the client]
+  transport_actor transport;
+  /// The io runner whose threads carry the pool's sockets. [the process-wide
+  /// io_runner::shared()]
+  std::shared_ptr<io_runner> io;
+  /// Seed of the jitter and request-id generator; 0 seeds from
+  /// std::random_device. [0]
+  uint64_t seed = 0;
+  /// Wall clock used to interpret an HTTP-date Retry-After. [system_clock]
+  std::function<std::chrono::system_clock::time_point()> wall_clock;
+};
+
+/// Spawns a service client in `sys`. Validates `cfg` first and throws
+/// config_error naming the bad field (nothing is spawned then); also throws
+/// config_error (field `tls.*`) when a certificate or key cannot be loaded.
+service_client_actor make_service_client(caf::actor_system& sys,
+                                         client_config cfg,
+                                         client_options opts = {});
+
+/// True for GET, HEAD and OPTIONS: the methods retried without an explicit
+/// `idempotent=true`.
+bool idempotent_by_default(const std::string& method);
+
+} // namespace outbound

@@ -1,0 +1,120 @@
+#pragma once
+
+// Message types and atoms shared by outbound's actors, in one place.
+//
+// Every type here is local-only: outbound's actors talk inside one process,
+// never over CAF's middleman. The types are therefore whitelisted with
+// CAF_ALLOW_UNSAFE_MESSAGE_TYPE instead of carrying CAF 0.17 `inspect`
+// overloads (which do not cover enums or boost::json::value); if outbound's
+// actors are ever published remotely, these get inspect overloads and a
+// type-id block.
+
+#include "protocol/errors.hpp"
+#include "protocol/http_types.hpp"
+
+#include <boost/json/value.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
+#include <caf/type_id.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+CAF_BEGIN_TYPE_ID_BLOCK(outbound, caf::first_custom_type_id)
+  CAF_ADD_ATOM(outbound, outbound, cancel_atom, "cancel")
+  CAF_ADD_ATOM(outbound, outbound, done_atom, "done")
+  CAF_ADD_ATOM(outbound, outbound, timeout_atom, "timeout")
+  CAF_ADD_ATOM(outbound, outbound, retry_atom, "retry")
+  CAF_ADD_ATOM(outbound, outbound, stats_atom, "stats")
+CAF_END_TYPE_ID_BLOCK(outbound)
+
+namespace outbound {
+
+/// One call to the service, as sent to a service_client actor.
+struct call_request {
+  /// Upper-case HTTP method. ["GET"]
+  std::string method = "GET";
+  /// Path relative to the base URL's path, starting with '/'.
+  std::string path = "/";
+  /// Serialized JSON body; sent with Content-Type application/json when
+  /// `has_body`.
+  std::string body;
+  bool has_body = false;
+  /// Query parameters, percent-encoded by the client, in this order.
+  std::vector<std::pair<std::string, std::string>> params;
+  /// Extra headers for this call (after the client's default headers).
+  header_list headers;
+  /// Retry safety: unset means GET/HEAD/OPTIONS are idempotent, others not.
+  std::optional<bool> idempotent;
+  /// x-request-id to send; empty means the client generates one.
+  std::string request_id;
+  /// request_raw semantics: definitive HTTP statuses are returned in the
+  /// outcome instead of as errors.
+  bool raw = false;
+};
+
+/// The answer to a call_request: a value or a call_error.
+struct call_outcome {
+  /// No error: `status`, `headers`, `body` are the answer.
+  bool ok = false;
+  call_error error;
+  /// HTTP status of the answering response (0 if none was seen).
+  int status = 0;
+  header_list headers;
+  /// The parsed JSON body; null for an empty body (and, in raw mode, for a
+  /// body that is not JSON).
+  boost::json::value body;
+  /// Attempts made (redials and out-of-band local retries not counted).
+  int attempts = 0;
+  std::string request_id;
+};
+
+/// Observer events (shared/seeds/002 "Observer"): what happens inside a call,
+/// as it happens. The same events drive the client's metrics.
+enum class event_kind : uint8_t {
+  /// An attempt is about to be handed to the transport.
+  sending,
+  /// An attempt failed and the call will retry after `delay_ns`.
+  retrying,
+  /// A request that provably never left is sent again on a fresh connection.
+  redialing,
+  /// A response ends the call (any status); `attempts` says how many.
+  answered,
+  /// The call ends with an error (`outcome` is the error kind).
+  failed,
+};
+
+const char* to_string(event_kind k);
+
+struct client_event {
+  event_kind kind = event_kind::sending;
+  std::string request_id;
+  std::string method;
+  /// The call's path (no query string: queries can carry secrets).
+  std::string path;
+  /// 1-based number of the attempt this event belongs to.
+  int attempt = 0;
+  /// retrying / redialing / failed: why ("status 503", "timeout", ...).
+  std::string cause;
+  /// retrying: the delay before the next attempt, in nanoseconds.
+  int64_t delay_ns = 0;
+  /// answered: the HTTP status.
+  int status = 0;
+  /// answered / failed: attempts made.
+  int attempts = 0;
+  /// failed: the error kind's name; answered: "ok" or the kind for a status.
+  std::string outcome;
+  /// answered / failed: call latency in nanoseconds (actor clock).
+  int64_t latency_ns = 0;
+};
+
+} // namespace outbound
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::http_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::exchange_result)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::call_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::call_outcome)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::client_event)

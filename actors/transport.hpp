@@ -1,0 +1,26 @@
+#pragma once
+
+// The transport port (DESIGN.md "Ports"): "send one HTTP request, answer with
+// the whole response or a transport error whose kind says what happened".
+// The connection_pool actor is the real implementation; tests script a fake.
+
+#include "actors/messages.hpp"
+
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+namespace outbound {
+
+/// Typed interface of a transport.
+///
+/// - `http_request -> exchange_result`: run one exchange. The result's
+///   `exchange_id` echoes the request's. A transport always answers (errors
+///   are values), within the request's `timeout_ns` plus scheduling slack.
+/// - `(cancel_atom, exchange_id)`: the caller gave up on the exchange (it
+///   timed out, or a hedge lost): close its connection at once, never reuse
+///   it. An answer may still arrive and is dropped by the caller.
+using transport_actor = caf::typed_actor<
+  caf::replies_to<http_request>::with<exchange_result>,
+  caf::reacts_to<cancel_atom, uint64_t>>;
+
+} // namespace outbound

@@ -1,0 +1,203 @@
+#include "config/client_config.hpp"
+
+#include "config/config_error.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+
+namespace outbound {
+
+namespace {
+
+void require_readable(const std::string& path, const std::string& field) {
+  std::ifstream in{path, std::ios::binary};
+  if (!in)
+    throw config_error(field, "cannot read file '" + path + "'");
+  char c;
+  if (!in.get(c))
+    throw config_error(field, "file '" + path + "' is empty");
+}
+
+bool finite_non_negative(double x) {
+  return std::isfinite(x) && x >= 0.0;
+}
+
+bool has_control_chars(const std::string& s) {
+  return std::any_of(s.begin(), s.end(), [](unsigned char c) {
+    return c < 0x20 || c == 0x7f;
+  });
+}
+
+} // namespace
+
+void retry_policy::validate() const {
+  if (max_attempts < 1)
+    throw config_error("retry.max_attempts", "must be >= 1, got "
+                                               + std::to_string(max_attempts));
+  if (!finite_non_negative(base_backoff))
+    throw config_error("retry.base_backoff",
+                       "must be >= 0 seconds, got "
+                         + std::to_string(base_backoff));
+  if (!finite_non_negative(max_backoff))
+    throw config_error("retry.max_backoff",
+                       "must be >= 0 seconds, got "
+                         + std::to_string(max_backoff));
+  for (auto s : retry_statuses)
+    if (s < 100 || s > 599)
+      throw config_error("retry.retry_statuses",
+                         "not an HTTP status: " + std::to_string(s));
+}
+
+bool retry_policy::retryable_status(int status) const {
+  return std::find(retry_statuses.begin(), retry_statuses.end(), status)
+         != retry_statuses.end();
+}
+
+void tls_config::validate() const {
+  if (!ca_file.empty())
+    require_readable(ca_file, "tls.ca_file");
+  if (client_cert_file.empty() != client_key_file.empty())
+    throw config_error(client_cert_file.empty() ? "tls.client_cert_file"
+                                                : "tls.client_key_file",
+                       "client certificate and key must be given together");
+  if (!client_cert_file.empty())
+    require_readable(client_cert_file, "tls.client_cert_file");
+  if (!client_key_file.empty())
+    require_readable(client_key_file, "tls.client_key_file");
+}
+
+std::string url_parts::authority() const {
+  auto h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return h + ":" + std::to_string(port);
+}
+
+url_parts url_parts::parse(const std::string& url, const std::string& field) {
+  url_parts r;
+  auto sep = url.find("://");
+  if (sep == std::string::npos)
+    throw config_error(field, "not an absolute http(s) URL: '" + url + "'");
+  r.scheme = url.substr(0, sep);
+  std::transform(r.scheme.begin(), r.scheme.end(), r.scheme.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  if (r.scheme != "http" && r.scheme != "https")
+    throw config_error(field, "scheme must be http or https, got '"
+                                + r.scheme + "'");
+  if (has_control_chars(url) || url.find(' ') != std::string::npos)
+    throw config_error(field, "URL contains spaces or control characters");
+  auto rest = url.substr(sep + 3);
+  auto slash = rest.find('/');
+  auto auth = rest.substr(0, slash);
+  r.path = slash == std::string::npos ? "" : rest.substr(slash);
+  if (r.path.find_first_of("?#") != std::string::npos)
+    throw config_error(field, "base URL must not carry a query or fragment");
+  while (!r.path.empty() && r.path.back() == '/')
+    r.path.pop_back();
+  if (auth.find('@') != std::string::npos)
+    throw config_error(field, "user info in the URL is not allowed (use the "
+                              "token setting)");
+  std::string port_str;
+  if (!auth.empty() && auth.front() == '[') {
+    auto close = auth.find(']');
+    if (close == std::string::npos)
+      throw config_error(field, "unterminated IPv6 literal");
+    r.host = auth.substr(1, close - 1);
+    auto tail = auth.substr(close + 1);
+    if (!tail.empty()) {
+      if (tail.front() != ':')
+        throw config_error(field, "garbage after IPv6 literal");
+      port_str = tail.substr(1);
+    }
+  } else {
+    auto colon = auth.rfind(':');
+    r.host = auth.substr(0, colon);
+    if (colon != std::string::npos)
+      port_str = auth.substr(colon + 1);
+  }
+  if (r.host.empty())
+    throw config_error(field, "missing host in '" + url + "'");
+  if (port_str.empty()) {
+    r.port = r.tls() ? 443 : 80;
+  } else {
+    if (port_str.size() > 5
+        || !std::all_of(port_str.begin(), port_str.end(),
+                        [](unsigned char c) { return std::isdigit(c); }))
+      throw config_error(field, "bad port '" + port_str + "'");
+    auto p = std::stoul(port_str);
+    if (p == 0 || p > 65535)
+      throw config_error(field, "port out of range: " + port_str);
+    r.port = static_cast<uint16_t>(p);
+  }
+  return r;
+}
+
+void client_config::validate() const {
+  if (base_url.empty())
+    throw config_error("base_url", "must not be empty");
+  auto url = url_parts::parse(base_url);
+  if (!std::isfinite(timeout) || timeout <= 0)
+    throw config_error("timeout", "must be > 0 seconds");
+  if (!std::isfinite(deadline) || deadline <= 0)
+    throw config_error("deadline", "must be > 0 seconds");
+  retry.validate();
+  tls.validate();
+  if (tls.any() && !url.tls())
+    throw config_error("base_url",
+                       "TLS files are set but the URL is not https");
+  if (max_response_bytes == 0)
+    throw config_error("max_response_bytes", "must be > 0");
+  if (max_redials < 0)
+    throw config_error("max_redials", "must be >= 0");
+  if (!finite_non_negative(local_retry_deadline))
+    throw config_error("local_retry_deadline", "must be >= 0 seconds");
+  if (token_header.empty() || has_control_chars(token_header)
+      || token_header.find(':') != std::string::npos
+      || token_header.find(' ') != std::string::npos)
+    throw config_error("token_header", "not a valid header name");
+  // The token itself is never echoed into the error text.
+  if (has_control_chars(token))
+    throw config_error("token", "contains control characters");
+  if (has_control_chars(token_scheme))
+    throw config_error("token_scheme", "contains control characters");
+  for (auto& [k, v] : default_headers)
+    if (k.empty() || has_control_chars(k) || has_control_chars(v)
+        || k.find(':') != std::string::npos)
+      throw config_error("default_headers",
+                         "bad header '" + k + "' (value not shown)");
+}
+
+env_settings env_settings::read(const std::string& prefix) {
+  auto get = [&](const char* suffix) {
+    auto name = prefix + "_" + suffix;
+    auto v = std::getenv(name.c_str());
+    return v ? std::string{v} : std::string{};
+  };
+  env_settings e;
+  e.base_url = get("URL");
+  e.token = get("TOKEN");
+  e.ca_file = get("CA_FILE");
+  e.client_cert_file = get("CLIENT_CERT");
+  e.client_key_file = get("CLIENT_KEY");
+  return e;
+}
+
+void env_settings::apply_to(client_config& cfg) const {
+  auto fill = [](std::string& dst, const std::string& src) {
+    if (dst.empty())
+      dst = src;
+  };
+  fill(cfg.base_url, base_url);
+  fill(cfg.token, token);
+  fill(cfg.tls.ca_file, ca_file);
+  fill(cfg.tls.client_cert_file, client_cert_file);
+  fill(cfg.tls.client_key_file, client_key_file);
+}
+
+client_config from_env(const std::string& prefix, client_config explicit_cfg) {
+  env_settings::read(prefix).apply_to(explicit_cfg);
+  explicit_cfg.validate();
+  return explicit_cfg;
+}
+
+} // namespace outbound

@@ -1,0 +1,149 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace outbound {
+
+/// Retry policy of the service client (hyperdjango `RetryPolicy`, see
+/// shared/REFERENCE.md A.1).
+///
+/// The delay before retry n (0-based) is
+/// `min(base_backoff * 2^n, max_backoff) + U[0, base_backoff)` seconds: the
+/// exponential part bounds the worst case, the jitter breaks up synchronised
+/// retry storms ("Exponential Backoff And Jitter", AWS Architecture Blog).
+struct retry_policy {
+  /// Total attempts including the first one. Must be >= 1. [3]
+  int max_attempts = 3;
+  /// Base backoff in seconds. Must be >= 0; 0 retries immediately. [0.1]
+  double base_backoff = 0.1;
+  /// Cap of the exponential part in seconds. Must be >= 0. [10.0]
+  double max_backoff = 10.0;
+  /// HTTP statuses that are retried (for idempotent requests) instead of being
+  /// definitive, e.g. {429, 503}. Empty by default: every status is final.
+  /// For these, `retry-after-ms` and `Retry-After` are honoured.
+  std::vector<int> retry_statuses;
+
+  /// Throws config_error naming the field (`retry.max_attempts`, ...).
+  void validate() const;
+
+  /// True if `status` is listed in retry_statuses.
+  bool retryable_status(int status) const;
+};
+
+/// TLS settings. With an https base URL the server is always verified (SNI
+/// and host-name verification are always on). `ca_file` pins the server's CA;
+/// without it the system trust store verifies the server. A client identity
+/// (mTLS) is presented when both cert and key are set, with or without a CA.
+struct tls_config {
+  /// PEM file with the CA certificate(s) that verify the server. [""]
+  std::string ca_file;
+  /// PEM client certificate (chain) presented to the server. [""]
+  std::string client_cert_file;
+  /// PEM private key of the client certificate. [""]
+  std::string client_key_file;
+
+  /// True if any field is set.
+  bool any() const {
+    return !ca_file.empty() || !client_cert_file.empty()
+           || !client_key_file.empty();
+  }
+
+  /// Checks that set files are readable and that cert and key come in pairs.
+  /// Throws config_error naming `tls.ca_file`, `tls.client_cert_file` or
+  /// `tls.client_key_file`.
+  void validate() const;
+};
+
+/// A parsed base URL: `http[s]://host[:port][/base/path]`.
+struct url_parts {
+  std::string scheme; ///< "http" or "https"
+  std::string host;   ///< host name or IP literal (IPv6 without brackets)
+  uint16_t port = 0;  ///< explicit or the scheme's default (80 / 443)
+  std::string path;   ///< base path without a trailing '/', may be empty
+
+  bool tls() const {
+    return scheme == "https";
+  }
+
+  /// "host:port", IPv6 literals bracketed.
+  std::string authority() const;
+
+  /// Parses `url`; throws config_error(field, ...) for anything but an
+  /// absolute http or https URL without user info, query or fragment.
+  static url_parts parse(const std::string& url,
+                        const std::string& field = "base_url");
+};
+
+/// Everything a service client needs. Plain data with the defaults of
+/// shared/REFERENCE.md A.1; `validate()` runs at construction of every client.
+struct client_config {
+  /// Absolute http or https URL of the service; a trailing '/' is stripped.
+  std::string base_url;
+  /// Credential sent on every request (never logged, never in an error text
+  /// or a metric). Empty: no credential header. [""]
+  std::string token;
+  /// Header that carries the credential. ["Authorization"]
+  std::string token_header = "Authorization";
+  /// Scheme before the token; empty sends the raw token (API-key style).
+  /// ["Bearer"]
+  std::string token_scheme = "Bearer";
+  /// Per-attempt timeout in seconds (> 0). Each attempt runs under
+  /// min(timeout, deadline left). [5.0]
+  double timeout = 5.0;
+  /// Overall deadline of one call in seconds, all attempts, backoffs and
+  /// redials included (> 0). [30.0]
+  double deadline = 30.0;
+  /// Retry policy. [max_attempts 3, base_backoff 0.1 s, max_backoff 10 s]
+  retry_policy retry;
+  /// TLS / mTLS settings.
+  tls_config tls;
+  /// Cap on every response body, success or error, in bytes (> 0). [32 MiB]
+  std::size_t max_response_bytes = 32u * 1024u * 1024u;
+  /// Extra headers sent with every request.
+  std::vector<std::pair<std::string, std::string>> default_headers;
+  /// Redials of requests that provably never left, per call. [2]
+  int max_redials = 2;
+  /// Wall-clock budget in seconds for out-of-band retries of a connect-time
+  /// EADDRNOTAVAIL / EADDRINUSE (never past the overall deadline). [30.0]
+  double local_retry_deadline = 30.0;
+  /// Keep-alive connections kept idle per endpoint by the pool. [64]
+  std::size_t max_idle_per_endpoint = 64;
+
+  /// Validates every field; throws config_error naming the first bad one.
+  /// Reads (opens) the TLS files to check that they are readable.
+  void validate() const;
+
+  /// The parsed base URL (validate() first).
+  url_parts parsed_url() const {
+    return url_parts::parse(base_url);
+  }
+};
+
+/// The `{PREFIX}_*` environment shape, in one place, for SDKs that extend
+/// the client: `PREFIX_URL`, `PREFIX_TOKEN`, `PREFIX_CA_FILE`,
+/// `PREFIX_CLIENT_CERT`, `PREFIX_CLIENT_KEY`. Absent variables are empty.
+struct env_settings {
+  std::string base_url;
+  std::string token;
+  std::string ca_file;
+  std::string client_cert_file;
+  std::string client_key_file;
+
+  /// Reads the variables of `prefix` from the process environment.
+  static env_settings read(const std::string& prefix);
+
+  /// Copies the non-empty values into `cfg` where `cfg` leaves the field
+  /// empty: explicit settings win over the environment.
+  void apply_to(client_config& cfg) const;
+};
+
+/// Builds a validated config from `{PREFIX}_*`; fields already set in
+/// `explicit_cfg` win over the environment. Throws config_error.
+client_config from_env(const std::string& prefix,
+                       client_config explicit_cfg = {});
+
+} // namespace outbound

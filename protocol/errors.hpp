@@ -1,0 +1,143 @@
+#pragma once
+
+// The error taxonomy of the service client (hyperdjango.serviceclient's
+// ServiceError family, shared/seeds/000; request ids on every error as in
+// shared/seeds/002). Errors are values (`call_error`) across actor
+// boundaries; the blocking facade throws the matching exception type.
+
+#include "protocol/http_types.hpp"
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace outbound {
+
+/// The type of a failed call. Maps one-to-one to the exception classes below,
+/// to the CLI's exit codes and to metric labels.
+enum class error_kind : uint8_t {
+  /// 401 (bad or revoked credential) or 403 (missing grant). Exit 3.
+  auth_error,
+  /// Any other 4xx, or a refused 3xx redirect. Exit 4.
+  request_error,
+  /// 5xx. Exit 5.
+  server_error,
+  /// A 2xx whose body is not JSON, or a body over the size cap. Exit 6.
+  response_error,
+  /// Transport failure after the retry policy is spent. Exit 7.
+  service_unavailable,
+  /// The overall deadline ran out (a service_unavailable). Exit 7.
+  deadline_exceeded,
+  /// Bad configuration or arguments, nothing sent. Exit 2.
+  config_error,
+};
+
+/// Stable lower-case name ("auth_error", ...), as printed by the CLI.
+const char* to_string(error_kind k);
+
+/// CLI exit code of a kind: 2 config, 3 auth, 4 request, 5 server,
+/// 6 response, 7 service_unavailable / deadline_exceeded.
+int exit_code(error_kind k);
+
+/// A failed call, as a value.
+struct call_error {
+  error_kind kind = error_kind::service_unavailable;
+  /// The HTTP status when a response was seen, else 0.
+  int status = 0;
+  /// The server's `detail` field of a JSON error body, or a description of the
+  /// transport failure. Never contains the credential.
+  std::string detail;
+  /// The x-request-id the call carried.
+  std::string request_id;
+  /// Attempts made (redials and out-of-band local retries not counted).
+  int attempts = 0;
+  /// True only if no attempt can have reached the server: the caller may
+  /// safely repeat a non-idempotent request.
+  bool nothing_sent = false;
+  /// The Location header of a refused redirect (empty otherwise).
+  std::string location;
+  /// The last transport error kind, `none` when the error is an HTTP status.
+  transport_error_kind cause = transport_error_kind::none;
+
+  /// One-line description "<kind>: <detail> (status N, request id R)".
+  std::string message() const;
+};
+
+/// Maps a non-2xx HTTP status to its error (401/403 auth_error; 3xx and other
+/// 4xx request_error; 5xx server_error; anything else request_error). The
+/// detail defaults to the reason phrase ("unexpected redirect (not followed)"
+/// for a 3xx). An SDK that gives a few statuses its own meaning special-cases
+/// those and delegates the rest here.
+call_error classify_status(int status, std::string detail = {});
+
+/// Extracts the `detail` field of a JSON error body if it is a string (other
+/// JSON values are serialised); empty for non-JSON bodies.
+std::string extract_detail(const std::string& body);
+
+// -- exceptions of the blocking facade ---------------------------------------
+
+/// Base of every error a call can raise. Carries the whole call_error.
+class service_error : public std::runtime_error {
+public:
+  explicit service_error(call_error e);
+
+  const call_error& error() const noexcept {
+    return err_;
+  }
+  /// The HTTP status, or std::nullopt when no response was seen.
+  std::optional<int> status() const {
+    return err_.status ? std::optional<int>{err_.status} : std::nullopt;
+  }
+  const std::string& detail() const noexcept {
+    return err_.detail;
+  }
+  const std::string& request_id() const noexcept {
+    return err_.request_id;
+  }
+  int attempts() const noexcept {
+    return err_.attempts;
+  }
+  bool nothing_sent() const noexcept {
+    return err_.nothing_sent;
+  }
+  error_kind kind() const noexcept {
+    return err_.kind;
+  }
+
+private:
+  call_error err_;
+};
+
+/// 401 or 403.
+class auth_error : public service_error {
+  using service_error::service_error;
+};
+/// Other 4xx, or a refused 3xx.
+class request_error : public service_error {
+  using service_error::service_error;
+};
+/// 5xx.
+class server_error : public service_error {
+  using service_error::service_error;
+};
+/// Non-JSON 2xx or a body over the cap.
+class response_error : public service_error {
+  using service_error::service_error;
+};
+/// Transport failure after the policy is spent.
+class service_unavailable : public service_error {
+  using service_error::service_error;
+};
+/// The overall deadline ran out.
+class deadline_exceeded : public service_unavailable {
+  using service_unavailable::service_unavailable;
+};
+/// Bad arguments detected before anything was sent.
+class invalid_request : public service_error {
+  using service_error::service_error;
+};
+
+/// Throws the exception class matching `e.kind`.
+[[noreturn]] void throw_error(call_error e);
+
+} // namespace outbound

@@ -1,0 +1,42 @@
+#pragma once
+
+// The io runner (DESIGN.md): owns the asio io_context and its threads, where
+// every socket of outbound lives. Not an actor. Asio stays out of this header.
+
+#include <cstddef>
+#include <memory>
+
+namespace outbound {
+
+/// Owns one asio io_context and `threads` threads running it.
+///
+/// A socket completion on an io thread does one thing: send a message to the
+/// actor that owns the operation. Destruction stops the context and joins the
+/// threads; pending operations are abandoned (their sockets closed).
+class io_runner {
+public:
+  /// Starts `threads` (>= 1) io threads. [1]
+  explicit io_runner(std::size_t threads = 1);
+  ~io_runner();
+
+  io_runner(const io_runner&) = delete;
+  io_runner& operator=(const io_runner&) = delete;
+
+  /// Stops the io_context and joins the threads (idempotent).
+  void stop();
+
+  /// A process-wide runner with one thread, created on first use and
+  /// destroyed when the last holder lets go.
+  static std::shared_ptr<io_runner> shared();
+
+  struct impl;
+  /// Access for protocol/ .cpp files (the asio::io_context lives in impl).
+  impl& get() {
+    return *impl_;
+  }
+
+private:
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace outbound
