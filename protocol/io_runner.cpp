@@ -1,0 +1,68 @@
+#include "protocol/io_runner.hpp"
+
+#include "protocol/io_runner_impl.hpp"
+
+#include <algorithm>
+
+namespace outbound {
+
+io_runner::impl::impl(std::size_t threads)
+  : ioc(static_cast<int>(std::max<std::size_t>(threads, 1))) {
+  guard_.emplace(boost::asio::make_work_guard(ioc));
+  auto n = std::max<std::size_t>(threads, 1);
+  threads_.reserve(n);
+  for (std::size_t i = 0; i < n; ++i)
+    threads_.emplace_back([this] {
+      // A handler that throws must not take the process down with it, nor
+      // end this thread while others keep serving: log-free restart loop.
+      for (;;) {
+        try {
+          ioc.run();
+          return;
+        } catch (...) {
+        }
+      }
+    });
+}
+
+void io_runner::impl::stop() {
+  std::vector<std::thread> ts;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    guard_.reset();
+    ioc.stop();
+    ts.swap(threads_);
+  }
+  auto self = std::this_thread::get_id();
+  for (auto& t : ts) {
+    if (t.get_id() == self)
+      t.detach(); // last holder released on an io thread: cannot self-join
+    else if (t.joinable())
+      t.join();
+  }
+}
+
+io_runner::io_runner(std::size_t threads)
+  : impl_(std::make_unique<impl>(threads)) {
+}
+
+io_runner::~io_runner() {
+  impl_->stop();
+}
+
+void io_runner::stop() {
+  impl_->stop();
+}
+
+std::shared_ptr<io_runner> io_runner::shared() {
+  static std::mutex mtx;
+  static std::weak_ptr<io_runner> instance;
+  std::lock_guard<std::mutex> guard{mtx};
+  if (auto ptr = instance.lock())
+    return ptr;
+  auto ptr = std::make_shared<io_runner>(1);
+  instance = ptr;
+  return ptr;
+}
+
+} // namespace outbound

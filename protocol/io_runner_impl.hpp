@@ -1,0 +1,39 @@
+#pragma once
+
+// Private to protocol/ .cpp files: the definition of io_runner::impl (it
+// pulls in Asio, so no public header may include this file).
+
+#include "protocol/io_runner.hpp"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace outbound {
+
+/// One asio::io_context, a work guard that keeps `run()` from returning while
+/// idle, and the threads running it.
+struct io_runner::impl {
+  using work_guard_type
+    = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
+
+  explicit impl(std::size_t threads);
+
+  /// Releases the work guard, stops the context and joins the threads
+  /// (idempotent; never called from an io thread of this runner).
+  void stop();
+
+  /// The context every socket of this runner lives on.
+  boost::asio::io_context ioc;
+
+private:
+  std::mutex mtx_;
+  std::optional<work_guard_type> guard_;
+  std::vector<std::thread> threads_;
+};
+
+} // namespace outbound
