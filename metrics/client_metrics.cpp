@@ -1,0 +1,88 @@
+#include "metrics/client_metrics.hpp"
+
+namespace outbound {
+
+namespace {
+
+// Latency buckets in seconds: 1 ms .. ~33 s, doubling. Cumulative as
+// Prometheus requires (shared/cases/metrics.md).
+prometheus::Histogram::BucketBoundaries duration_buckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (double x = 0.001; x < 40.0; x *= 2)
+    b.push_back(x);
+  return b;
+}
+
+} // namespace
+
+client_metrics::client_metrics(prometheus::Registry& registry,
+                               std::string service)
+  : service_(std::move(service)),
+    requests_(prometheus::BuildCounter()
+                .Name("outbound_client_requests_total")
+                .Help("Calls finished by the service client, by outcome")
+                .Register(registry)),
+    attempts_(prometheus::BuildCounter()
+                .Name("outbound_client_attempts_total")
+                .Help("Attempts handed to the transport (redials excluded)")
+                .Register(registry)),
+    retries_(prometheus::BuildCounter()
+               .Name("outbound_client_retries_total")
+               .Help("Retries scheduled by the retry loop, by reason")
+               .Register(registry)),
+    redials_(prometheus::BuildCounter()
+               .Name("outbound_client_redials_total")
+               .Help("Requests that provably never left, sent again on a "
+                     "fresh connection")
+               .Register(registry)
+               .Add({{"service", service_}})),
+    duration_(prometheus::BuildHistogram()
+                .Name("outbound_client_request_duration_seconds")
+                .Help("Call latency from entry to answer, all attempts")
+                .Register(registry)) {
+}
+
+std::string client_metrics::reason_label(const std::string& cause) {
+  // Causes are "status 503" or a transport_error_kind name ("timeout", ...).
+  if (cause.rfind("status", 0) == 0)
+    return "status";
+  auto sp = cause.find(' ');
+  return sp == std::string::npos ? cause : cause.substr(0, sp);
+}
+
+void client_metrics::record(const client_event& ev) {
+  switch (ev.kind) {
+    case event_kind::sending:
+      attempts_.Add({{"service", service_}, {"method", ev.method}})
+        .Increment();
+      break;
+    case event_kind::retrying:
+      retries_.Add({{"service", service_}, {"reason", reason_label(ev.cause)}})
+        .Increment();
+      break;
+    case event_kind::redialing:
+      redials_.Increment();
+      break;
+    case event_kind::answered:
+    case event_kind::failed: {
+      requests_
+        .Add({{"service", service_},
+              {"method", ev.method},
+              {"outcome", ev.outcome.empty() ? "ok" : ev.outcome}})
+        .Increment();
+      prometheus::Histogram* h;
+      {
+        std::lock_guard<std::mutex> guard{mtx_};
+        auto& slot = duration_by_method_[ev.method];
+        if (!slot)
+          slot = &duration_.Add({{"service", service_}, {"method", ev.method}},
+                                duration_buckets());
+        h = slot;
+      }
+      h->Observe(static_cast<double>(ev.latency_ns) / 1e9);
+      break;
+    }
+  }
+}
+
+} // namespace outbound

@@ -1,0 +1,60 @@
+#pragma once
+
+// Prometheus metric families of the service client, declared once
+// (STYLE.md habit 10). They are driven by the same client_events the observer
+// actor receives (issue 2, item 11), so what a dashboard shows and what an
+// observer sees can never disagree.
+
+#include "actors/messages.hpp"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+namespace outbound {
+
+/// The client's metric families in one registry. Label values are bounded:
+/// `service` (given at construction), `method`, `outcome` (an error_kind name
+/// or "ok"), `reason` (a transport_error_kind name or "status"). The path is
+/// never a label (unbounded).
+///
+/// | metric                                      | type      | labels |
+/// |---------------------------------------------|-----------|--------|
+/// | outbound_client_requests_total              | counter   | service, method, outcome |
+/// | outbound_client_attempts_total              | counter   | service, method |
+/// | outbound_client_retries_total               | counter   | service, reason |
+/// | outbound_client_redials_total               | counter   | service |
+/// | outbound_client_request_duration_seconds    | histogram | service, method |
+class client_metrics {
+public:
+  /// Registers the families in `registry` (which must outlive this object).
+  client_metrics(prometheus::Registry& registry, std::string service);
+
+  /// Applies one event: sending → attempts, retrying → retries{reason},
+  /// redialing → redials, answered / failed → requests{outcome} and the
+  /// duration histogram. Thread-safe.
+  void record(const client_event& ev);
+
+  /// Retry reason label of an event's cause ("status" for an HTTP status,
+  /// else the transport error kind's name).
+  static std::string reason_label(const std::string& cause);
+
+private:
+  std::string service_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Counter>& attempts_;
+  prometheus::Family<prometheus::Counter>& retries_;
+  prometheus::Counter& redials_;
+  prometheus::Family<prometheus::Histogram>& duration_;
+  std::mutex mtx_; // guards the lookups of label children below
+  std::map<std::string, prometheus::Histogram*> duration_by_method_;
+};
+
+} // namespace outbound
