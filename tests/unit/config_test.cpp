@@ -1,20 +1,217 @@
 #include "config/client_config.hpp"
 #include "config/config_error.hpp"
 #include "protocol/errors.hpp"
-#include "actors/messages.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
 using namespace outbound;
 
-TEST(Config, NegativeBackoffIsRejectedNamingTheField) {
+namespace {
+
+client_config valid() {
   client_config cfg;
   cfg.base_url = "http://127.0.0.1:8080";
-  cfg.retry.base_backoff = -1;
+  return cfg;
+}
+
+std::string field_of(const client_config& cfg) {
   try {
     cfg.validate();
-    FAIL() << "no exception";
   } catch (const config_error& e) {
-    EXPECT_EQ(e.field(), "retry.base_backoff");
+    return e.field();
   }
+  return "<valid>";
+}
+
+} // namespace
+
+TEST(Config, DefaultsMatchTheReference) {
+  client_config cfg;
+  EXPECT_EQ(cfg.retry.max_attempts, 3);
+  EXPECT_DOUBLE_EQ(cfg.retry.base_backoff, 0.1);
+  EXPECT_DOUBLE_EQ(cfg.retry.max_backoff, 10.0);
+  EXPECT_DOUBLE_EQ(cfg.timeout, 5.0);
+  EXPECT_DOUBLE_EQ(cfg.deadline, 30.0);
+  EXPECT_EQ(cfg.max_response_bytes, 33554432u);
+  EXPECT_EQ(cfg.token_header, "Authorization");
+  EXPECT_EQ(cfg.token_scheme, "Bearer");
+  EXPECT_EQ(cfg.max_redials, 2);
+  EXPECT_TRUE(cfg.retry.retry_statuses.empty());
+}
+
+TEST(Config, BadFieldsAreNamed) {
+  EXPECT_EQ(field_of(valid()), "<valid>");
+  auto c = valid();
+  c.retry.base_backoff = -0.1;
+  EXPECT_EQ(field_of(c), "retry.base_backoff");
+  c = valid();
+  c.retry.max_backoff = -1;
+  EXPECT_EQ(field_of(c), "retry.max_backoff");
+  c = valid();
+  c.retry.max_attempts = 0;
+  EXPECT_EQ(field_of(c), "retry.max_attempts");
+  c = valid();
+  c.retry.retry_statuses = {503, 42};
+  EXPECT_EQ(field_of(c), "retry.retry_statuses");
+  c = valid();
+  c.timeout = 0;
+  EXPECT_EQ(field_of(c), "timeout");
+  c = valid();
+  c.deadline = -1;
+  EXPECT_EQ(field_of(c), "deadline");
+  c = valid();
+  c.max_response_bytes = 0;
+  EXPECT_EQ(field_of(c), "max_response_bytes");
+  c = valid();
+  c.base_url = "ftp://example.com";
+  EXPECT_EQ(field_of(c), "base_url");
+  c = valid();
+  c.base_url = "";
+  EXPECT_EQ(field_of(c), "base_url");
+  c = valid();
+  c.tls.ca_file = "/nonexistent/ca.pem";
+  EXPECT_EQ(field_of(c), "tls.ca_file");
+  c = valid();
+  c.token_header = "Bad Header";
+  EXPECT_EQ(field_of(c), "token_header");
+}
+
+TEST(Config, ZeroBackoffIsAllowed) {
+  auto c = valid();
+  c.retry.base_backoff = 0;
+  c.retry.max_backoff = 0;
+  EXPECT_EQ(field_of(c), "<valid>");
+}
+
+TEST(Config, TokenIsNeverEchoedInTheError) {
+  auto c = valid();
+  c.token = std::string{"SECRET\n"};
+  try {
+    c.validate();
+    FAIL();
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "token");
+    EXPECT_EQ(std::string{e.what()}.find("SECRET"), std::string::npos);
+  }
+}
+
+TEST(Config, CertWithoutKeyIsRejected) {
+  auto path = testing::TempDir() + "/outbound_cert.pem";
+  std::ofstream{path} << "x";
+  auto c = valid();
+  c.base_url = "https://localhost:8443";
+  c.tls.client_cert_file = path;
+  EXPECT_EQ(field_of(c), "tls.client_key_file");
+  c.tls.client_cert_file.clear();
+  c.tls.client_key_file = path;
+  EXPECT_EQ(field_of(c), "tls.client_cert_file");
+  c.tls.client_cert_file = "/nonexistent.pem";
+  EXPECT_EQ(field_of(c), "tls.client_cert_file");
+}
+
+TEST(Config, TlsFilesNeedHttps) {
+  auto path = testing::TempDir() + "/outbound_ca.pem";
+  std::ofstream{path} << "x";
+  auto c = valid();
+  c.tls.ca_file = path;
+  EXPECT_EQ(field_of(c), "base_url");
+}
+
+TEST(UrlParts, ParsesSchemeHostPortAndPath) {
+  auto u = url_parts::parse("https://svc.internal:8960/api/v1/");
+  EXPECT_EQ(u.scheme, "https");
+  EXPECT_EQ(u.host, "svc.internal");
+  EXPECT_EQ(u.port, 8960);
+  EXPECT_EQ(u.path, "/api/v1");
+  EXPECT_EQ(u.authority(), "svc.internal:8960");
+  auto d = url_parts::parse("HTTP://127.0.0.1");
+  EXPECT_EQ(d.scheme, "http");
+  EXPECT_EQ(d.port, 80);
+  EXPECT_EQ(d.path, "");
+  auto v6 = url_parts::parse("http://[::1]:9000");
+  EXPECT_EQ(v6.host, "::1");
+  EXPECT_EQ(v6.authority(), "[::1]:9000");
+  EXPECT_EQ(url_parts::parse("https://h").port, 443);
+}
+
+TEST(UrlParts, RejectsWhatIsNotAPlainHttpUrl) {
+  for (auto bad : {"ws://h", "h:80", "http://", "http://u:p@h/", "http://h:0",
+                   "http://h:99999", "http://h:8x", "http://h/?q=1",
+                   "http://h/a b", "http://[::1"}) {
+    EXPECT_THROW(url_parts::parse(bad), config_error) << bad;
+  }
+}
+
+TEST(FromEnv, ReadsThePrefixedVariablesAndExplicitSettingsWin) {
+  setenv("OBTEST_URL", "http://127.0.0.1:9999/base", 1);
+  setenv("OBTEST_TOKEN", "tok-env", 1);
+  unsetenv("OBTEST_CA_FILE");
+  unsetenv("OBTEST_CLIENT_CERT");
+  unsetenv("OBTEST_CLIENT_KEY");
+  auto e = env_settings::read("OBTEST");
+  EXPECT_EQ(e.base_url, "http://127.0.0.1:9999/base");
+  EXPECT_EQ(e.token, "tok-env");
+  EXPECT_EQ(e.ca_file, "");
+  auto cfg = from_env("OBTEST");
+  EXPECT_EQ(cfg.base_url, "http://127.0.0.1:9999/base");
+  EXPECT_EQ(cfg.token, "tok-env");
+  client_config explicit_cfg;
+  explicit_cfg.token = "tok-explicit";
+  auto cfg2 = from_env("OBTEST", explicit_cfg);
+  EXPECT_EQ(cfg2.token, "tok-explicit");
+  EXPECT_EQ(cfg2.base_url, "http://127.0.0.1:9999/base");
+  unsetenv("OBTEST_URL");
+  EXPECT_THROW(from_env("OBTEST"), config_error);
+  unsetenv("OBTEST_TOKEN");
+}
+
+TEST(ClassifyStatus, MapsStatusesToTheTaxonomy) {
+  EXPECT_EQ(classify_status(401).kind, error_kind::auth_error);
+  EXPECT_EQ(classify_status(403).kind, error_kind::auth_error);
+  EXPECT_EQ(classify_status(404).kind, error_kind::request_error);
+  EXPECT_EQ(classify_status(429).kind, error_kind::request_error);
+  EXPECT_EQ(classify_status(302).kind, error_kind::request_error);
+  EXPECT_EQ(classify_status(302).detail, "unexpected redirect (not followed)");
+  EXPECT_EQ(classify_status(500, "boom").kind, error_kind::server_error);
+  EXPECT_EQ(classify_status(500, "boom").detail, "boom");
+  EXPECT_EQ(classify_status(503).status, 503);
+  EXPECT_EQ(exit_code(error_kind::auth_error), 3);
+  EXPECT_EQ(exit_code(error_kind::request_error), 4);
+  EXPECT_EQ(exit_code(error_kind::server_error), 5);
+  EXPECT_EQ(exit_code(error_kind::response_error), 6);
+  EXPECT_EQ(exit_code(error_kind::service_unavailable), 7);
+  EXPECT_EQ(exit_code(error_kind::deadline_exceeded), 7);
+  EXPECT_EQ(exit_code(error_kind::config_error), 2);
+}
+
+TEST(ExtractDetail, ReadsTheJsonDetailField) {
+  EXPECT_EQ(extract_detail(R"({"detail":"boom"})"), "boom");
+  EXPECT_EQ(extract_detail(R"({"detail":{"a":1}})"), R"({"a":1})");
+  EXPECT_EQ(extract_detail(R"({"other":1})"), "");
+  EXPECT_EQ(extract_detail("<html>oops</html>"), "");
+  EXPECT_EQ(extract_detail("[1,2]"), "");
+  EXPECT_EQ(extract_detail(""), "");
+}
+
+TEST(Exceptions, ThrowErrorRaisesTheMatchingType) {
+  call_error e = classify_status(503, "down");
+  e.request_id = "rid";
+  try {
+    throw_error(e);
+  } catch (const server_error& ex) {
+    EXPECT_EQ(ex.status(), 503);
+    EXPECT_EQ(ex.detail(), "down");
+    EXPECT_EQ(ex.request_id(), "rid");
+    EXPECT_NE(std::string{ex.what()}.find("rid"), std::string::npos);
+  }
+  call_error d;
+  d.kind = error_kind::deadline_exceeded;
+  EXPECT_THROW(throw_error(d), service_unavailable);
+  EXPECT_THROW(throw_error(d), deadline_exceeded);
+  d.kind = error_kind::auth_error;
+  EXPECT_THROW(throw_error(d), service_error);
 }
