@@ -1,4 +1,81 @@
-// Placeholder entry point; the CLI (apps/request_cmd.cpp) replaces it.
-int main() {
-  return 0;
+// The `outbound` command line: subcommand dispatch. Each subcommand lives in
+// its own apps/<name>_cmd.cpp; main parses the arguments first and starts the
+// actor system only for a command that needs one.
+
+#include "apps/request_cmd.hpp"
+
+#include "actors/messages.hpp"
+
+#include <CLI/CLI.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace {
+
+/// Subcommands named in DESIGN.md that later issues add. They are listed by
+/// `outbound --help` and fail with a usage error until then.
+struct planned_command {
+  const char* name;
+  const char* what;
+};
+
+constexpr planned_command planned_commands[] = {
+  {"watch", "Follow a change feed (not implemented yet)"},
+  {"hub", "Run the reference hub (not implemented yet)"},
+  {"demo", "Run the demo against an embedded hub (not implemented yet)"},
+  {"bench", "Run the benchmarks (not implemented yet)"},
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+  using namespace outbound::apps;
+  auto secrets = token_values(argc, argv);
+  CLI::App app{"outbound: call internal JSON-over-HTTP services through "
+               "CAF actors, with bounded retries and typed errors",
+               "outbound"};
+  app.require_subcommand(1);
+  request_options request_opts;
+  auto* request_cmd = add_request_command(app, request_opts);
+  std::vector<CLI::App*> planned;
+  for (auto& p : planned_commands)
+    planned.push_back(app.add_subcommand(p.name, p.what));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string detail = e.what();
+    detail += " (run 'outbound --help')";
+    std::cerr << redact(usage_error_json("usage_error", detail), secrets)
+              << '\n';
+    return usage_exit_code;
+  }
+  for (auto* p : planned)
+    if (p->parsed()) {
+      std::cerr << usage_error_json("usage_error",
+                                    "'" + p->get_name()
+                                      + "' is not implemented yet")
+                << '\n';
+      return usage_exit_code;
+    }
+  try {
+    caf::actor_system_config cfg;
+    cfg.add_message_types<caf::id_block::outbound>();
+    caf::actor_system sys{cfg};
+    if (request_cmd->parsed())
+      return run_request(sys, request_opts, std::cout, std::cerr);
+  } catch (const std::exception& e) {
+    std::cerr << redact(usage_error_json("internal_error", e.what()), secrets)
+              << '\n';
+    return internal_exit_code;
+  }
+  return usage_exit_code;
 }

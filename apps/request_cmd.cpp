@@ -1,0 +1,468 @@
+#include "apps/request_cmd.hpp"
+
+#include "actors/client/blocking_client.hpp"
+#include "actors/messages.hpp"
+#include "actors/observer.hpp"
+#include "config/config_error.hpp"
+#include "protocol/errors.hpp"
+
+#include <CLI/CLI.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <exception>
+#include <mutex>
+#include <ostream>
+#include <stdexcept>
+
+namespace outbound::apps {
+
+namespace {
+
+/// A usage error of the command line (exit 2, error type "usage_error").
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::string upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return std::toupper(c); });
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos)
+    return {};
+  auto e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  return -1;
+}
+
+/// Decodes a query component of a URL given on the command line ('+' is a
+/// space, %XX a byte); the client re-encodes the parameters when it sends.
+std::string percent_decode(const std::string& s) {
+  std::string r;
+  r.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      r += ' ';
+    } else if (s[i] == '%' && i + 2 < s.size() && hex_value(s[i + 1]) >= 0
+               && hex_value(s[i + 2]) >= 0) {
+      r += static_cast<char>(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]));
+      i += 2;
+    } else {
+      r += s[i];
+    }
+  }
+  return r;
+}
+
+/// `k=v` → (k, v); `k` → (k, "").
+std::pair<std::string, std::string> split_param(const std::string& kv) {
+  auto eq = kv.find('=');
+  if (eq == std::string::npos)
+    return {kv, {}};
+  return {kv.substr(0, eq), kv.substr(eq + 1)};
+}
+
+/// A path with an optional query: the path (at least "/") and the decoded
+/// query parameters in order. A fragment is dropped.
+struct path_and_query {
+  std::string path;
+  param_list params;
+};
+
+path_and_query split_path(std::string target) {
+  path_and_query r;
+  if (auto hash = target.find('#'); hash != std::string::npos)
+    target.resize(hash);
+  auto q = target.find('?');
+  r.path = target.substr(0, q);
+  if (r.path.empty() || r.path.front() != '/')
+    r.path.insert(r.path.begin(), '/');
+  if (q != std::string::npos) {
+    auto query = target.substr(q + 1);
+    std::size_t pos = 0;
+    while (pos <= query.size()) {
+      auto amp = query.find('&', pos);
+      auto piece = query.substr(pos, amp == std::string::npos ? std::string::npos
+                                                              : amp - pos);
+      if (!piece.empty()) {
+        auto [k, v] = split_param(piece);
+        r.params.emplace_back(percent_decode(k), percent_decode(v));
+      }
+      if (amp == std::string::npos)
+        break;
+      pos = amp + 1;
+    }
+  }
+  return r;
+}
+
+/// Splits an absolute URL into the base URL (`scheme://authority`) and the
+/// path with its query. Throws config_error("base_url") for anything that
+/// is not `scheme://...` (the scheme itself is checked by validate()).
+std::pair<std::string, path_and_query> split_url(const std::string& url) {
+  auto sep = url.find("://");
+  if (sep == std::string::npos || sep == 0)
+    throw config_error("base_url",
+                       "not an absolute http(s) URL: '" + url
+                         + "' (use --env PREFIX to give only a path)");
+  auto end = url.find_first_of("/?#", sep + 3);
+  auto base = url.substr(0, end);
+  auto rest = end == std::string::npos ? std::string{"/"} : url.substr(end);
+  return {base, split_path(rest)};
+}
+
+/// `Name: value` → (Name, value). The value is never echoed in an error: it
+/// may carry a credential.
+std::pair<std::string, std::string> split_header(const std::string& h) {
+  auto colon = h.find(':');
+  if (colon == std::string::npos || trim(h.substr(0, colon)).empty())
+    throw usage_error("--header expects 'Name: value' (got an argument "
+                      "without a name before ':')");
+  return {trim(h.substr(0, colon)), trim(h.substr(colon + 1))};
+}
+
+boost::json::value nullable_status(int status) {
+  if (status == 0)
+    return nullptr;
+  return status;
+}
+
+std::string error_json(const call_error& e) {
+  boost::json::object o;
+  o["error"] = to_string(e.kind);
+  o["status"] = nullable_status(e.status);
+  o["detail"] = e.detail;
+  o["attempts"] = e.attempts;
+  o["request_id"] = e.request_id;
+  o["nothing_sent"] = e.nothing_sent;
+  return boost::json::serialize(o);
+}
+
+/// Header names lower-cased; a repeated field is joined with ", " (RFC 9110
+/// section 5.3).
+boost::json::object headers_json(const header_list& hs) {
+  boost::json::object o;
+  for (auto& [k, v] : hs) {
+    auto name = lower(k);
+    if (auto* prev = o.if_contains(name))
+      *prev = std::string{prev->as_string()} + ", " + v;
+    else
+      o[name] = v;
+  }
+  return o;
+}
+
+const char* event_name(event_kind k) {
+  switch (k) {
+    case event_kind::sending: return "sending";
+    case event_kind::retrying: return "retrying";
+    case event_kind::redialing: return "redialing";
+    case event_kind::answered: return "answered";
+    case event_kind::failed: return "failed";
+  }
+  return "unknown";
+}
+
+std::string event_json(const client_event& ev) {
+  boost::json::object o;
+  o["event"] = event_name(ev.kind);
+  o["request_id"] = ev.request_id;
+  o["method"] = ev.method;
+  o["path"] = ev.path;
+  o["attempt"] = ev.attempt;
+  o["cause"] = ev.cause;
+  o["delay_ns"] = ev.delay_ns;
+  o["status"] = nullable_status(ev.status);
+  o["attempts"] = ev.attempts;
+  o["outcome"] = ev.outcome;
+  o["latency_ns"] = ev.latency_ns;
+  return boost::json::serialize(o);
+}
+
+// -- the --verbose observer ---------------------------------------------------
+
+/// An observer that prints each client_event as one JSON line; `done_atom`
+/// answers once every event sent before it has been printed (the call actor
+/// sends its last event before it answers the call, so asking after the
+/// answer drains them all).
+using verbose_observer_actor
+  = caf::typed_actor<caf::reacts_to<client_event>,
+                     caf::replies_to<done_atom>::with<bool>>;
+
+struct verbose_sink {
+  std::ostream* err;
+  std::vector<std::string> secrets;
+};
+
+verbose_observer_actor::behavior_type
+verbose_observer(verbose_observer_actor::pointer, verbose_sink sink) {
+  return {
+    [sink](const client_event& ev) {
+      *sink.err << redact(event_json(ev), sink.secrets) << '\n' << std::flush;
+    },
+    [](done_atom) { return true; },
+  };
+}
+
+void drain(caf::actor_system& sys, const verbose_observer_actor& obs) {
+  caf::scoped_actor self{sys};
+  self->request(obs, std::chrono::seconds{5}, done_atom_v)
+    .receive([](bool) {}, [](const caf::error&) {});
+}
+
+/// Builds the call from the options; validates what the client does not.
+call_request make_request(const request_options& opts,
+                          path_and_query target) {
+  call_request req;
+  req.method = upper(opts.method);
+  if (req.method.empty()
+      || !std::all_of(req.method.begin(), req.method.end(),
+                      [](unsigned char c) { return std::isalpha(c); }))
+    throw usage_error("-X/--method must be a word of letters, got '"
+                      + opts.method + "'");
+  req.path = std::move(target.path);
+  req.params = std::move(target.params);
+  for (auto& p : opts.params)
+    req.params.push_back(split_param(p));
+  if (opts.json_opt && opts.json_opt->count() > 0) {
+    boost::system::error_code ec;
+    auto v = boost::json::parse(opts.json_body, ec);
+    if (ec)
+      throw usage_error("--json is not valid JSON: " + ec.message());
+    req.body = boost::json::serialize(v);
+    req.has_body = true;
+  }
+  if (opts.idempotent)
+    req.idempotent = true;
+  else if (opts.not_idempotent)
+    req.idempotent = false;
+  req.raw = opts.raw;
+  return req;
+}
+
+int print_outcome(const request_options& opts, const call_outcome& res,
+                  std::ostream& out, std::ostream& err,
+                  const std::vector<std::string>& secrets) {
+  if (!res.ok) {
+    err << redact(error_json(res.error), secrets) << '\n' << std::flush;
+    return exit_code(res.error.kind);
+  }
+  if (opts.raw) {
+    boost::json::object o;
+    o["status"] = res.status;
+    o["headers"] = headers_json(res.headers);
+    o["body"] = res.body;
+    out << boost::json::serialize(o) << '\n' << std::flush;
+  } else {
+    out << boost::json::serialize(res.body) << '\n' << std::flush;
+  }
+  return 0;
+}
+
+} // namespace
+
+std::string usage_error_json(const std::string& type,
+                             const std::string& detail) {
+  boost::json::object o;
+  o["error"] = type;
+  o["status"] = nullptr;
+  o["detail"] = detail;
+  o["attempts"] = 0;
+  o["request_id"] = "";
+  o["nothing_sent"] = true;
+  return boost::json::serialize(o);
+}
+
+std::string redact(std::string text, const std::vector<std::string>& secrets) {
+  for (auto& s : secrets) {
+    if (s.empty())
+      continue;
+    for (auto pos = text.find(s); pos != std::string::npos;
+         pos = text.find(s, pos + 3))
+      text.replace(pos, s.size(), "***");
+  }
+  return text;
+}
+
+std::vector<std::string> token_values(int argc, const char* const* argv) {
+  std::vector<std::string> r;
+  const std::string flag = "--token";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == flag && i + 1 < argc)
+      r.emplace_back(argv[i + 1]);
+    else if (a.rfind(flag + "=", 0) == 0)
+      r.push_back(a.substr(flag.size() + 1));
+  }
+  return r;
+}
+
+CLI::App* add_request_command(CLI::App& app, request_options& opts) {
+  auto* cmd = app.add_subcommand(
+    "request", "Send one HTTP request through a service client and print the "
+               "JSON answer");
+  cmd->footer(
+    "Output: the response body as compact JSON on stdout (null when empty).\n"
+    "Failure: one JSON line on stderr {\"error\",\"status\",\"detail\","
+    "\"attempts\",\"request_id\",\"nothing_sent\"}.\n"
+    "Exit codes: 0 ok, 2 usage/config_error, 3 auth_error, 4 request_error,\n"
+    "5 server_error, 6 response_error, 7 service_unavailable or "
+    "deadline_exceeded.");
+  auto& cfg = opts.cfg;
+  cmd->add_option("url", opts.url,
+                  "Absolute http(s) URL (with --env: a path below PREFIX_URL)")
+    ->required();
+  cmd->add_option("-X,--method", opts.method, "HTTP method")
+    ->capture_default_str();
+  opts.json_opt = cmd->add_option(
+    "--json", opts.json_body,
+    "JSON request body (sent with Content-Type: application/json)");
+  cmd->add_option("--param", opts.params,
+                  "Query parameter k=v, appended after the URL's query "
+                  "(repeatable)")
+    ->take_all();
+  cmd->add_option("--header", opts.headers,
+                  "Extra request header 'Name: value' (repeatable)")
+    ->take_all();
+  auto* idem = cmd->add_flag("--idempotent", opts.idempotent,
+                             "Retry this call on transport failures even if "
+                             "the method is not GET/HEAD/OPTIONS");
+  auto* not_idem = cmd->add_flag("--not-idempotent", opts.not_idempotent,
+                                 "Never retry this call");
+  idem->excludes(not_idem);
+  not_idem->excludes(idem);
+  cmd->add_option("--token", cfg.token,
+                  "Credential sent on every request (never printed)");
+  cmd->add_option("--token-header", cfg.token_header,
+                  "Header that carries the credential")
+    ->capture_default_str();
+  cmd->add_option("--token-scheme", cfg.token_scheme,
+                  "Scheme before the token; '' sends the raw token")
+    ->capture_default_str();
+  cmd->add_option("--ca-file", cfg.tls.ca_file,
+                  "PEM CA file that verifies the server (default: system "
+                  "trust store)");
+  cmd->add_option("--cert", cfg.tls.client_cert_file,
+                  "PEM client certificate for mTLS (with --key)");
+  cmd->add_option("--key", cfg.tls.client_key_file,
+                  "PEM private key of --cert");
+  cmd->add_option("--timeout", cfg.timeout, "Per-attempt timeout, seconds")
+    ->capture_default_str();
+  cmd->add_option("--deadline", cfg.deadline,
+                  "Overall deadline of the call, seconds")
+    ->capture_default_str();
+  cmd->add_option("--max-attempts", cfg.retry.max_attempts,
+                  "Attempts including the first")
+    ->capture_default_str();
+  cmd->add_option("--base-backoff", cfg.retry.base_backoff,
+                  "Base backoff, seconds")
+    ->capture_default_str();
+  cmd->add_option("--max-backoff", cfg.retry.max_backoff,
+                  "Cap of the exponential backoff, seconds")
+    ->capture_default_str();
+  cmd->add_option("--retry-status", cfg.retry.retry_statuses,
+                  "Comma-separated HTTP statuses to retry, e.g. 429,503")
+    ->delimiter(',');
+  cmd->add_option("--max-response-bytes", cfg.max_response_bytes,
+                  "Cap on the response body, bytes")
+    ->capture_default_str();
+  cmd->add_flag("--raw", opts.raw,
+                "Print {\"status\",\"headers\",\"body\"} and exit 0 for any "
+                "HTTP status");
+  opts.env_opt = cmd->add_option(
+    "--env", opts.env_prefix,
+    "Read PREFIX_URL, PREFIX_TOKEN, PREFIX_CA_FILE, PREFIX_CLIENT_CERT, "
+    "PREFIX_CLIENT_KEY (options given here win); URL is then a path");
+  cmd->add_flag("--verbose", opts.verbose,
+                "Observer events as JSON lines on stderr");
+  return cmd;
+}
+
+int run_request(caf::actor_system& sys, const request_options& opts,
+                std::ostream& out, std::ostream& err) {
+  std::vector<std::string> secrets{opts.cfg.token};
+  try {
+    auto cfg = opts.cfg;
+    // --header goes to the client's default headers (one call: the same
+    // thing), where validate() rejects control characters without echoing
+    // the value; an explicit x-request-id becomes the call's id instead.
+    std::string request_id;
+    for (auto& h : opts.headers) {
+      auto kv = split_header(h);
+      if (lower(kv.first) == "x-request-id")
+        request_id = kv.second;
+      else
+        cfg.default_headers.push_back(std::move(kv));
+    }
+    path_and_query target;
+    if (opts.env_opt && opts.env_opt->count() > 0) {
+      if (opts.env_prefix.empty())
+        throw usage_error("--env needs a non-empty PREFIX");
+      target = split_path(opts.url);
+      cfg = from_env(opts.env_prefix, std::move(cfg));
+    } else {
+      auto [base, rest] = split_url(opts.url);
+      cfg.base_url = std::move(base);
+      target = std::move(rest);
+    }
+    secrets.push_back(cfg.token);
+    auto req = make_request(opts, std::move(target));
+    req.request_id = std::move(request_id);
+    client_options copts;
+    verbose_observer_actor obs;
+    if (opts.verbose) {
+      obs = sys.spawn(verbose_observer, verbose_sink{&err, secrets});
+      copts.observer = obs;
+    }
+    int rc = 0;
+    {
+      blocking_client client{sys, std::move(cfg), std::move(copts)};
+      auto res = client.call(std::move(req));
+      if (obs)
+        drain(sys, obs);
+      rc = print_outcome(opts, res, out, err, secrets);
+    }
+    return rc;
+  } catch (const config_error& e) {
+    err << redact(usage_error_json("config_error", e.what()), secrets) << '\n';
+    return exit_code(error_kind::config_error);
+  } catch (const usage_error& e) {
+    err << redact(usage_error_json("usage_error", e.what()), secrets) << '\n';
+    return usage_exit_code;
+  } catch (const service_error& e) {
+    err << redact(error_json(e.error()), secrets) << '\n';
+    return exit_code(e.kind());
+  } catch (const std::exception& e) {
+    err << redact(usage_error_json("internal_error", e.what()), secrets)
+        << '\n';
+    return internal_exit_code;
+  }
+}
+
+} // namespace outbound::apps

@@ -1,0 +1,83 @@
+#pragma once
+
+// `outbound request [options] URL`: one call through a service client, the
+// answer as JSON on stdout, a failure as one JSON line on stderr and an exit
+// code per error type (protocol/errors.hpp exit_code()).
+
+#include "config/client_config.hpp"
+
+#include <caf/fwd.hpp>
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+class Option;
+} // namespace CLI
+
+namespace outbound::apps {
+
+/// Exit code of a command-line usage error (bad option, bad --json, ...);
+/// the same code as a config_error.
+constexpr int usage_exit_code = 2;
+
+/// Exit code of an unexpected internal failure (a bug, not a call outcome).
+constexpr int internal_exit_code = 1;
+
+/// The options of `outbound request`, as parsed by CLI11. Client settings
+/// are bound directly to `cfg`, so its defaults are the CLI's defaults.
+struct request_options {
+  /// Absolute URL (`scheme://authority/path?query`), or a path when `env`
+  /// is set.
+  std::string url;
+  /// HTTP method, upper-cased before use. ["GET"]
+  std::string method = "GET";
+  /// `--json BODY`: request body, must parse as JSON.
+  std::string json_body;
+  /// `--param k=v`, in order (appended after the URL's own query).
+  std::vector<std::string> params;
+  /// `--header 'K: V'`, in order.
+  std::vector<std::string> headers;
+  /// `--idempotent` / `--not-idempotent`; neither: the method decides.
+  bool idempotent = false;
+  bool not_idempotent = false;
+  /// `--env PREFIX`: build the client from `PREFIX_*` variables.
+  std::string env_prefix;
+  /// `--raw`: print `{"status","headers","body"}` for any HTTP status.
+  bool raw = false;
+  /// `--verbose`: observer events as JSON lines on stderr.
+  bool verbose = false;
+  /// Client settings (`--token`, `--timeout`, ...).
+  client_config cfg;
+
+  /// Set by add_request_command: tells whether --json / --env were given.
+  CLI::Option* json_opt = nullptr;
+  CLI::Option* env_opt = nullptr;
+};
+
+/// Registers the `request` subcommand on `app`, binding its options to
+/// `opts` (which must outlive the parse). Returns the subcommand.
+CLI::App* add_request_command(CLI::App& app, request_options& opts);
+
+/// Runs a parsed `request` command in `sys`; writes the answer to `out`,
+/// errors and `--verbose` events to `err`. Returns the process exit code:
+/// 0 success, 2 usage/config, 3 auth_error, 4 request_error, 5 server_error,
+/// 6 response_error, 7 service_unavailable / deadline_exceeded, 1 internal.
+int run_request(caf::actor_system& sys, const request_options& opts,
+                std::ostream& out, std::ostream& err);
+
+/// One failure line `{"error":...,"status":null,"detail":...,"attempts":0,
+/// "request_id":"","nothing_sent":true}` for errors raised before any call
+/// (usage, configuration), without a trailing newline.
+std::string usage_error_json(const std::string& type, const std::string& detail);
+
+/// Replaces every occurrence of each non-empty secret in `text` with "***".
+std::string redact(std::string text, const std::vector<std::string>& secrets);
+
+/// The values given to `--token` on a command line (`--token X`,
+/// `--token=X`), so that even a parse error never echoes them.
+std::vector<std::string> token_values(int argc, const char* const* argv);
+
+} // namespace outbound::apps
