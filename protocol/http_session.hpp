@@ -1,0 +1,486 @@
+#pragma once
+
+// Private to protocol/http_connection*.cpp: the http_connection session
+// template, instantiated once per stream type (plain TCP in
+// http_connection_plain.cpp, TLS in http_connection_tls.cpp) so that the two
+// heavy instantiations compile on both cores. The stream-independent helpers
+// (request serialization, error translation) live in http_connection.cpp.
+//
+// One exchange, each step an `on_<step>` handler on the strand:
+//
+//   start ─► resolve ─► connect ─► [handshake] ─► write ─► read_header
+//     │ (connected)                                 ▲          │
+//     └─────────────────────────────────────────────┘          ▼
+//                          finish ◄── on_complete ◄── read_body
+//
+// A steady_timer armed once at start fires at the absolute deadline and
+// closes the socket; every handler checks `timed_out_` / `cancelled_` first,
+// so a trickle of bytes cannot extend the exchange.
+
+#include "protocol/http_connection.hpp"
+#include "protocol/io_runner_impl.hpp"
+#include "protocol/tls_context_impl.hpp"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include <sys/socket.h>
+
+#include <cerrno>
+
+namespace outbound::detail {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using boost::system::error_code;
+using tcp = asio::ip::tcp;
+
+using strand_type = asio::strand<asio::io_context::executor_type>;
+using plain_stream = asio::basic_stream_socket<tcp, strand_type>;
+using tls_stream = asio::ssl::stream<plain_stream>;
+
+/// Largest response header accepted (bytes).
+constexpr std::uint32_t max_header_bytes = 64 * 1024;
+
+// -- stream-independent helpers (http_connection.cpp) -------------------------
+
+/// Serializes `req` as an HTTP/1.1 request to `origin` into `out`. Returns
+/// false (and leaves a reason in `why`) if a header name or value carries a
+/// CR, LF or NUL, or the target is not origin-form.
+bool serialize_request(const http_request& req, const url_parts& origin,
+                       std::string& out, std::string& why);
+
+/// True if `host` is an IPv4 or IPv6 literal (no brackets).
+bool is_ip_literal(const std::string& host);
+
+/// `connect` or `local_resource` for a failed TCP connect.
+transport_error_kind classify_connect_error(const error_code& ec);
+
+/// Detail text for a failed read of the response header.
+std::string describe_header_error(const error_code& ec, bool got_some);
+
+/// Detail text for a failed read of the response body (not body_limit).
+std::string describe_body_error(const error_code& ec, bool chunked,
+                                std::optional<std::uint64_t> expected,
+                                std::size_t got);
+
+/// Detail text of a failed TLS handshake: OpenSSL's reason plus the
+/// certificate verification result when verification failed.
+std::string describe_tls_error(const error_code& ec, long verify_result);
+
+/// Applies SNI (host names only) and host-name / IP-SAN verification to a
+/// new SSL object. Returns false with a reason in `why` on failure.
+bool prepare_tls(void* native_ssl, const std::string& host, std::string& why);
+
+/// Bytes OpenSSL has decrypted but not handed out yet (0 for plain).
+std::size_t tls_pending(void* native_ssl);
+
+/// Milliseconds as text, for details ("1000 ms").
+std::string millis_text(std::chrono::steady_clock::duration d);
+
+// -- the session --------------------------------------------------------------
+
+template <class Stream>
+class http_session final
+  : public http_connection,
+    public std::enable_shared_from_this<http_session<Stream>> {
+public:
+  static constexpr bool is_tls = !std::is_same_v<Stream, plain_stream>;
+
+  http_session(io_runner& io, const url_parts& origin,
+               std::shared_ptr<tls_context> tls)
+    : strand_(asio::make_strand(io.get().ioc)),
+      stream_(make_stream(strand_, tls)),
+      resolver_(strand_),
+      timer_(strand_),
+      origin_(origin),
+      tls_(std::move(tls)) {
+  }
+
+  void async_exchange(http_request req, completion done) override {
+    asio::post(strand_, [self = this->shared_from_this(), req = std::move(req),
+                         done = std::move(done)]() mutable {
+      self->start(std::move(req), std::move(done));
+    });
+  }
+
+  bool stale() override {
+    if (closed_.load() || !connected_.load())
+      return true;
+    auto fd = sock().native_handle();
+    char c;
+    for (;;) {
+      auto n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n > 0)
+        return true; // unread bytes on an idle connection: poisoned
+      if (n == 0)
+        return true; // FIN
+      if (errno == EINTR)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        return true;
+      break;
+    }
+    if constexpr (is_tls)
+      return tls_pending(stream_.native_handle()) > 0;
+    return false;
+  }
+
+  void close() override {
+    closed_.store(true);
+    asio::post(strand_, [self = this->shared_from_this()] {
+      self->cancelled_ = static_cast<bool>(self->done_);
+      self->shut();
+    });
+  }
+
+  bool connected() const override {
+    return connected_.load() && !closed_.load();
+  }
+
+private:
+  using clock = std::chrono::steady_clock;
+
+  static Stream make_stream(strand_type& strand,
+                            const std::shared_ptr<tls_context>& tls) {
+    if constexpr (is_tls)
+      return Stream(strand, tls->get().ctx);
+    else
+      return Stream(strand);
+  }
+
+  plain_stream& sock() {
+    if constexpr (is_tls)
+      return stream_.next_layer();
+    else
+      return stream_;
+  }
+
+  // -- steps ------------------------------------------------------------------
+
+  void start(http_request req, completion done) {
+    done_ = std::move(done);
+    req_ = std::move(req);
+    res_ = exchange_result{};
+    res_.exchange_id = req_.exchange_id;
+    res_.new_connection = !connected_.load();
+    timed_out_ = false;
+    cancelled_ = false;
+    step_ = "connecting";
+    ++serial_;
+    started_ = clock::now();
+    if (closed_.load()) {
+      cancelled_ = true;
+      return fail(transport_error_kind::not_sent, "connection closed");
+    }
+    std::string why;
+    wire_.clear();
+    if (!serialize_request(req_, origin_, wire_, why))
+      return fail(transport_error_kind::config, why);
+    auto timeout = std::chrono::nanoseconds{std::max<int64_t>(req_.timeout_ns, 0)};
+    timer_.expires_at(started_ + std::chrono::duration_cast<clock::duration>(timeout));
+    timer_.async_wait(
+      [self = this->shared_from_this(), serial = serial_](const error_code& ec) {
+        self->on_timer(ec, serial);
+      });
+    if (connected_.load())
+      return do_write();
+    do_resolve();
+  }
+
+  void on_timer(const error_code& ec, uint64_t serial) {
+    if (ec || serial != serial_ || !done_)
+      return;
+    timed_out_ = true;
+    shut();
+  }
+
+  /// Common prologue of every handler: the deadline or a close() wins over
+  /// whatever the operation reported. Returns true if the exchange ended.
+  bool interrupted_by_owner() {
+    if (timed_out_) {
+      fail(transport_error_kind::timeout,
+           "timed out after " + millis_text(clock::now() - started_) + " while "
+             + step_);
+      return true;
+    }
+    if (cancelled_ || closed_.load()) {
+      cancelled_ = true;
+      fail(transport_error_kind::timeout, "cancelled");
+      return true;
+    }
+    return false;
+  }
+
+  void do_resolve() {
+    auto port = std::to_string(origin_.port);
+    if (is_ip_literal(origin_.host)) {
+      error_code ec;
+      auto addr = asio::ip::make_address(origin_.host, ec);
+      auto eps = tcp::resolver::results_type::create(tcp::endpoint{addr, origin_.port},
+                                                     origin_.host, port);
+      return do_connect(eps);
+    }
+    step_ = "resolving";
+    resolver_.async_resolve(
+      origin_.host, port,
+      [self = this->shared_from_this()](const error_code& ec,
+                                        tcp::resolver::results_type eps) {
+        self->on_resolve(ec, std::move(eps));
+      });
+  }
+
+  void on_resolve(const error_code& ec, tcp::resolver::results_type eps) {
+    if (interrupted_by_owner())
+      return;
+    if (ec)
+      return fail(transport_error_kind::connect,
+                  "cannot resolve " + origin_.host + ": " + ec.message());
+    do_connect(eps);
+  }
+
+  void do_connect(const tcp::resolver::results_type& eps) {
+    step_ = "connecting";
+    asio::async_connect(sock(), eps,
+                        [self = this->shared_from_this()](const error_code& ec,
+                                                          const tcp::endpoint&) {
+                          self->on_connect(ec);
+                        });
+  }
+
+  void on_connect(const error_code& ec) {
+    if (interrupted_by_owner())
+      return;
+    if (ec)
+      return fail(classify_connect_error(ec), "connect to " + origin_.authority()
+                                                + " failed: " + ec.message());
+    error_code ignored;
+    sock().set_option(tcp::no_delay{true}, ignored);
+    if constexpr (is_tls) {
+      do_handshake();
+    } else {
+      connected_.store(true);
+      do_write();
+    }
+  }
+
+  void do_handshake() {
+    if constexpr (is_tls) {
+      step_ = "in the TLS handshake";
+      std::string why;
+      if (!prepare_tls(stream_.native_handle(), origin_.host, why))
+        return fail(transport_error_kind::tls, why);
+      stream_.async_handshake(asio::ssl::stream_base::client,
+                              [self = this->shared_from_this()](
+                                const error_code& ec) { self->on_handshake(ec); });
+    }
+  }
+
+  void on_handshake(const error_code& ec) {
+    if constexpr (is_tls) {
+      if (interrupted_by_owner())
+        return;
+      if (ec)
+        return fail(transport_error_kind::tls,
+                    describe_tls_error(
+                      ec, SSL_get_verify_result(stream_.native_handle())));
+      connected_.store(true);
+      do_write();
+    }
+  }
+
+  void do_write() {
+    step_ = "writing the request";
+    asio::async_write(stream_, asio::buffer(wire_),
+                      [self = this->shared_from_this()](const error_code& ec,
+                                                        std::size_t n) {
+                        self->on_write(ec, n);
+                      });
+  }
+
+  void on_write(const error_code& ec, std::size_t n) {
+    res_.request_sent = res_.request_sent || n > 0;
+    if (interrupted_by_owner())
+      return;
+    if (ec) {
+      if (n == 0 && !res_.new_connection)
+        return fail(transport_error_kind::not_sent,
+                    "pooled connection failed before the request was written: "
+                      + ec.message());
+      return fail(transport_error_kind::interrupted,
+                  "write failed after " + std::to_string(n) + " of "
+                    + std::to_string(wire_.size()) + " bytes: " + ec.message());
+    }
+    do_read_header();
+  }
+
+  void do_read_header() {
+    step_ = "reading the response header";
+    parser_.emplace();
+    parser_->header_limit(max_header_bytes);
+    // Beast checks Content-Length against body_limit while parsing the
+    // header; the cap is applied after the header instead, so an over-cap
+    // non-2xx still yields its status and headers.
+    parser_->body_limit(boost::none);
+    if (req_.method == "HEAD")
+      parser_->skip(true);
+    http::async_read_header(stream_, buf_, *parser_,
+                            [self = this->shared_from_this()](const error_code& ec,
+                                                              std::size_t) {
+                              self->on_header(ec);
+                            });
+  }
+
+  void on_header(const error_code& ec) {
+    if (interrupted_by_owner())
+      return;
+    if (ec)
+      return fail(transport_error_kind::interrupted,
+                  describe_header_error(ec, parser_->got_some() || buf_.size() > 0));
+    auto status = parser_->get().result_int();
+    if (status >= 100 && status < 200) {
+      if (status == 101)
+        return fail(transport_error_kind::interrupted,
+                    "unexpected 101 Switching Protocols");
+      return do_read_header(); // interim response (100 Continue, 103, ...)
+    }
+    if (parser_->is_done())
+      return on_complete();
+    expected_.reset();
+    if (auto cl = parser_->content_length())
+      expected_ = *cl;
+    chunked_ = parser_->chunked();
+    auto cap = req_.max_body_bytes;
+    if (expected_ && *expected_ > cap)
+      return over_cap("Content-Length " + std::to_string(*expected_)
+                      + " exceeds the cap of " + std::to_string(cap) + " bytes");
+    parser_->body_limit(cap);
+    step_ = "reading the response body";
+    http::async_read(stream_, buf_, *parser_,
+                     [self = this->shared_from_this()](const error_code& ec,
+                                                       std::size_t) {
+                       self->on_body(ec);
+                     });
+  }
+
+  void on_body(const error_code& ec) {
+    if (interrupted_by_owner())
+      return;
+    if (ec == http::error::body_limit)
+      return over_cap("response body exceeds the cap of "
+                      + std::to_string(req_.max_body_bytes) + " bytes");
+    if (ec)
+      return fail(transport_error_kind::interrupted,
+                  describe_body_error(ec, chunked_, expected_,
+                                      parser_->get().body().size()));
+    on_complete();
+  }
+
+  /// The body is over the cap: a 2xx is an error, any other status is still
+  /// returned (its type decides the call's error), without the body.
+  void over_cap(const std::string& why) {
+    auto status = parser_->get().result_int();
+    if (status >= 200 && status < 300)
+      return fail(transport_error_kind::too_large, why);
+    fill_head();
+    res_.response.body_over_cap = true;
+    finish(false);
+  }
+
+  void fill_head() {
+    auto& msg = parser_->get();
+    res_.response.status = msg.result_int();
+    res_.response.headers.clear();
+    for (const auto& field : msg)
+      res_.response.headers.emplace_back(std::string{field.name_string()},
+                                         std::string{field.value()});
+  }
+
+  void on_complete() {
+    fill_head();
+    bool reusable = parser_->keep_alive() && !parser_->need_eof()
+                    && buf_.size() == 0;
+    auto msg = parser_->release();
+    res_.response.body = std::move(msg.body());
+    if constexpr (is_tls)
+      reusable = reusable && tls_pending(stream_.native_handle()) == 0;
+    finish(reusable);
+  }
+
+  // -- ending an exchange -----------------------------------------------------
+
+  void fail(transport_error_kind kind, std::string detail) {
+    res_.error = kind;
+    res_.detail = std::move(detail);
+    res_.response = http_response{};
+    finish(false);
+  }
+
+  /// Reports the exchange exactly once; closes the connection unless it is
+  /// reusable.
+  void finish(bool reusable) {
+    ++serial_; // a timer completion still queued is now stale
+    timer_.cancel();
+    parser_.reset();
+    if (!reusable) {
+      buf_.clear();
+      shut();
+    }
+    if (!done_)
+      return;
+    auto done = std::move(done_);
+    done_ = nullptr;
+    done(std::move(res_), reusable);
+  }
+
+  /// Closes the socket (no TLS close_notify: the connection is abandoned).
+  void shut() {
+    connected_.store(false);
+    closed_.store(true);
+    error_code ignored;
+    resolver_.cancel();
+    sock().shutdown(tcp::socket::shutdown_both, ignored);
+    sock().close(ignored);
+  }
+
+  strand_type strand_;
+  Stream stream_;
+  tcp::resolver resolver_;
+  asio::steady_timer timer_;
+  url_parts origin_;
+  std::shared_ptr<tls_context> tls_;
+
+  beast::flat_buffer buf_;
+  std::optional<http::response_parser<http::string_body>> parser_;
+  http_request req_;
+  std::string wire_;
+  completion done_;
+  exchange_result res_;
+  clock::time_point started_;
+  const char* step_ = "";
+  uint64_t serial_ = 0;
+  std::optional<std::uint64_t> expected_;
+  bool chunked_ = false;
+  bool timed_out_ = false;
+  bool cancelled_ = false;
+  std::atomic<bool> connected_{false};
+  std::atomic<bool> closed_{false};
+};
+
+} // namespace outbound::detail
