@@ -111,6 +111,23 @@ struct client_event {
   int64_t latency_ns = 0;
 };
 
+/// Counters of a connection pool: the answer of the pool actor to
+/// `stats_atom` (for tests and diagnostics).
+struct pool_stats {
+  /// Connections dialled.
+  uint64_t dialled = 0;
+  /// Exchanges that ran on a pooled idle connection.
+  uint64_t reused = 0;
+  /// Idle connections found stale and discarded (each answered `not_sent`).
+  uint64_t stale_discarded = 0;
+  /// Exchanges cancelled by their caller.
+  uint64_t cancelled = 0;
+  /// Idle connections now.
+  uint64_t idle = 0;
+  /// Exchanges in flight now.
+  uint64_t in_flight = 0;
+};
+
 } // namespace outbound
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::http_request)
@@ -118,3 +135,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::exchange_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::call_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::call_outcome)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::client_event)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::pool_stats)
