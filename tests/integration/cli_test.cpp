@@ -1,0 +1,580 @@
+// The `outbound` command line as a user runs it: the real binary as a child
+// process, its stdout, stderr and exit code. Argument handling and exit codes
+// need no server (or only a closed port); the answers come from a real nginx
+// on 127.0.0.1 (nginx_fixture.hpp).
+
+#include "nginx_fixture.hpp"
+#include "test_certs.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+using namespace outbound::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr const char* token = "s3cr3t-T0KEN-never-printed";
+
+struct cli_result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+
+  /// The lines of stderr (without the newlines).
+  std::vector<std::string> err_lines() const {
+    std::vector<std::string> r;
+    std::istringstream in{err};
+    for (std::string line; std::getline(in, line);)
+      r.push_back(line);
+    return r;
+  }
+
+  /// The last stderr line parsed as a JSON object (the failure line).
+  boost::json::object error() const {
+    auto lines = err_lines();
+    if (lines.empty())
+      throw std::runtime_error("no stderr output");
+    return boost::json::parse(lines.back()).as_object();
+  }
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in{path, std::ios::binary};
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// Runs the CLI with `args` (and `env` added to the environment), stdout and
+/// stderr into files; kills it after 60 s.
+cli_result run_cli(const std::vector<std::string>& args,
+                   const std::vector<std::string>& env = {}) {
+  temp_dir dir{"outbound-cli-"};
+  std::vector<std::string> argv_s{OUTBOUND_CLI};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e; ++e)
+    env_s.emplace_back(*e);
+  env_s.insert(env_s.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (auto& e : env_s)
+    envp.push_back(e.data());
+  envp.push_back(nullptr);
+  auto out_path = dir.file("out");
+  auto err_path = dir.file("err");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = -1;
+  auto rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(),
+                        envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0)
+    throw std::runtime_error(std::string{"cannot spawn the CLI: "}
+                             + std::strerror(rc));
+  int status = 0;
+  auto give_up = std::chrono::steady_clock::now() + 60s;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > give_up) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      throw std::runtime_error("the CLI did not exit within 60 s");
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  cli_result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status)
+                                  : 128 + WTERMSIG(status);
+  r.out = read_file(out_path);
+  r.err = read_file(err_path);
+  return r;
+}
+
+/// A port on 127.0.0.1 where nothing listens (bound, read, closed).
+uint16_t closed_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0
+      || ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw std::runtime_error("cannot pick a port");
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string refused_url() {
+  return "http://127.0.0.1:" + std::to_string(closed_port()) + "/v1/items";
+}
+
+/// Asserts the failure shape: exactly one line on stderr, the six keys, the
+/// given type and exit code, nothing on stdout.
+void expect_failure(const cli_result& r, const std::string& type,
+                    int exit_code) {
+  EXPECT_EQ(r.exit_code, exit_code) << r.err;
+  EXPECT_EQ(r.out, "");
+  ASSERT_EQ(r.err_lines().size(), 1u) << r.err;
+  auto e = r.error();
+  EXPECT_EQ(e.size(), 6u) << r.err;
+  EXPECT_EQ(e.at("error").as_string(), type) << r.err;
+  EXPECT_TRUE(e.contains("status"));
+  EXPECT_TRUE(e.at("detail").is_string());
+  EXPECT_TRUE(e.at("attempts").is_int64());
+  EXPECT_TRUE(e.at("request_id").is_string());
+  EXPECT_TRUE(e.at("nothing_sent").is_bool());
+}
+
+std::string detail_of(const cli_result& r) {
+  return std::string{r.error().at("detail").as_string()};
+}
+
+} // namespace
+
+// -- argument handling, no server ---------------------------------------------
+
+TEST(CliArgs, NoSubcommandIsAUsageErrorWithExitCode2) {
+  auto r = run_cli({});
+  expect_failure(r, "usage_error", 2);
+  EXPECT_TRUE(r.error().at("status").is_null());
+  EXPECT_EQ(r.error().at("attempts").as_int64(), 0);
+  EXPECT_TRUE(r.error().at("nothing_sent").as_bool());
+}
+
+TEST(CliArgs, HelpListsEverySubcommandAndExits0) {
+  auto r = run_cli({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  for (auto* cmd : {"request", "watch", "hub", "demo", "bench"})
+    EXPECT_NE(r.out.find(cmd), std::string::npos) << cmd << "\n" << r.out;
+}
+
+TEST(CliArgs, RequestHelpListsTheOptionsAndExits0) {
+  auto r = run_cli({"request", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  for (auto* opt :
+       {"--method", "--json", "--param", "--header", "--idempotent",
+        "--not-idempotent", "--token", "--token-header", "--token-scheme",
+        "--ca-file", "--cert", "--key", "--timeout", "--deadline",
+        "--max-attempts", "--base-backoff", "--max-backoff", "--retry-status",
+        "--max-response-bytes", "--raw", "--env", "--verbose"})
+    EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
+}
+
+TEST(CliArgs, PlannedSubcommandIsAUsageError) {
+  auto r = run_cli({"watch"});
+  expect_failure(r, "usage_error", 2);
+  EXPECT_EQ(detail_of(r), "'watch' is not implemented yet");
+}
+
+TEST(CliArgs, UnknownOptionIsAUsageError) {
+  auto r = run_cli({"request", "--no-such-option", refused_url()});
+  expect_failure(r, "usage_error", 2);
+}
+
+TEST(CliArgs, MissingUrlIsAUsageError) {
+  auto r = run_cli({"request"});
+  expect_failure(r, "usage_error", 2);
+}
+
+TEST(CliArgs, NonNumericTimeoutIsAUsageError) {
+  auto r = run_cli({"request", "--timeout", "soon", refused_url()});
+  expect_failure(r, "usage_error", 2);
+}
+
+TEST(CliArgs, InvalidJsonBodyIsAUsageErrorAndNothingIsSent) {
+  connection_sink sink;
+  auto url = "http://127.0.0.1:" + std::to_string(sink.port()) + "/v1/x";
+  auto r = run_cli({"request", "-X", "POST", "--json", "{\"qty\":", url});
+  expect_failure(r, "usage_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("--json is not valid JSON", 0), 0u)
+    << detail_of(r);
+  EXPECT_EQ(sink.connections(), 0u);
+}
+
+TEST(CliArgs, IdempotentAndNotIdempotentExcludeEachOther) {
+  auto r = run_cli(
+    {"request", "--idempotent", "--not-idempotent", refused_url()});
+  expect_failure(r, "usage_error", 2);
+}
+
+TEST(CliArgs, HeaderWithoutColonIsAUsageError) {
+  auto r = run_cli({"request", "--header", "novalue", refused_url()});
+  expect_failure(r, "usage_error", 2);
+}
+
+// -- configuration errors name the field ----------------------------------------
+
+TEST(CliConfig, NegativeBackoffIsAConfigErrorNamingTheField) {
+  auto r = run_cli({"request", "--base-backoff=-1", refused_url()});
+  expect_failure(r, "config_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("retry.base_backoff: ", 0), 0u) << r.err;
+}
+
+TEST(CliConfig, ZeroAttemptsIsAConfigErrorNamingTheField) {
+  auto r = run_cli({"request", "--max-attempts", "0", refused_url()});
+  expect_failure(r, "config_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("retry.max_attempts: ", 0), 0u) << r.err;
+}
+
+TEST(CliConfig, ZeroTimeoutIsAConfigErrorNamingTheField) {
+  auto r = run_cli({"request", "--timeout", "0", refused_url()});
+  expect_failure(r, "config_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("timeout: ", 0), 0u) << r.err;
+}
+
+TEST(CliConfig, BadRetryStatusIsAConfigErrorNamingTheField) {
+  auto r = run_cli({"request", "--retry-status", "503,42", refused_url()});
+  expect_failure(r, "config_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("retry.retry_statuses: ", 0), 0u) << r.err;
+}
+
+TEST(CliConfig, NonHttpUrlIsAConfigErrorNamingBaseUrl) {
+  auto r = run_cli({"request", "ftp://127.0.0.1/v1/items"});
+  expect_failure(r, "config_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("base_url: ", 0), 0u) << r.err;
+}
+
+TEST(CliConfig, PathWithoutEnvIsAConfigErrorNamingBaseUrl) {
+  auto r = run_cli({"request", "/v1/items"});
+  expect_failure(r, "config_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("base_url: ", 0), 0u) << r.err;
+}
+
+TEST(CliConfig, CertWithoutKeyIsAConfigErrorNamingTheKey) {
+  temp_dir dir;
+  auto pki = test_pki::generate(dir.path());
+  auto r = run_cli({"request", "--cert", pki.client.cert,
+                    "https://127.0.0.1:" + std::to_string(closed_port())
+                      + "/v1/items"});
+  expect_failure(r, "config_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("tls.client_key_file: ", 0), 0u) << r.err;
+}
+
+TEST(CliConfig, UnreadableCaFileIsAConfigErrorNamingTheField) {
+  auto r = run_cli({"request", "--ca-file", "/nonexistent/ca.pem",
+                    "https://127.0.0.1:" + std::to_string(closed_port())
+                      + "/v1/items"});
+  expect_failure(r, "config_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("tls.ca_file: ", 0), 0u) << r.err;
+}
+
+TEST(CliConfig, EnvPrefixWithoutUrlVariableIsAConfigErrorNamingBaseUrl) {
+  auto r = run_cli({"request", "--env", "OUTBOUND_CLI_TEST_UNSET",
+                    "/v1/items"});
+  expect_failure(r, "config_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("base_url: ", 0), 0u) << r.err;
+}
+
+// -- transport failures, a closed port -------------------------------------------
+
+TEST(CliTransport, RefusedGetIsServiceUnavailableAfterEveryAttempt) {
+  auto r = run_cli({"request", "--max-attempts", "2", "--base-backoff", "0",
+                    refused_url()});
+  expect_failure(r, "service_unavailable", 7);
+  auto e = r.error();
+  EXPECT_TRUE(e.at("status").is_null());
+  EXPECT_EQ(e.at("attempts").as_int64(), 2);
+  EXPECT_TRUE(e.at("nothing_sent").as_bool());
+  EXPECT_FALSE(e.at("request_id").as_string().empty());
+}
+
+TEST(CliTransport, RefusedPostIsTriedOnce) {
+  auto r = run_cli({"request", "-X", "post", "--json", "{\"qty\":1}",
+                    "--max-attempts", "3", "--base-backoff", "0",
+                    refused_url()});
+  expect_failure(r, "service_unavailable", 7);
+  EXPECT_EQ(r.error().at("attempts").as_int64(), 1);
+}
+
+TEST(CliTransport, RefusedPostMarkedIdempotentIsRetried) {
+  auto r = run_cli({"request", "-X", "POST", "--json", "{\"qty\":1}",
+                    "--idempotent", "--max-attempts", "3", "--base-backoff",
+                    "0", refused_url()});
+  expect_failure(r, "service_unavailable", 7);
+  EXPECT_EQ(r.error().at("attempts").as_int64(), 3);
+}
+
+TEST(CliTransport, VerbosePrintsOneJsonObjectPerObserverEvent) {
+  auto r = run_cli({"request", "--verbose", "--max-attempts", "2",
+                    "--base-backoff", "0", refused_url()});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  auto lines = r.err_lines();
+  ASSERT_GE(lines.size(), 2u) << r.err;
+  int sending = 0, retrying = 0, failed = 0;
+  for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
+    auto ev = boost::json::parse(lines[i]).as_object();
+    auto kind = std::string{ev.at("event").as_string()};
+    EXPECT_EQ(ev.at("path").as_string(), "/v1/items");
+    EXPECT_EQ(ev.at("method").as_string(), "GET");
+    sending += kind == "sending";
+    retrying += kind == "retrying";
+    failed += kind == "failed";
+  }
+  EXPECT_EQ(sending, 2) << r.err;
+  EXPECT_EQ(retrying, 1) << r.err;
+  EXPECT_EQ(failed, 1) << r.err;
+  EXPECT_EQ(r.error().at("error").as_string(), "service_unavailable");
+}
+
+TEST(CliSecrets, TokenNeverAppearsInOutputOfAFailedCall) {
+  auto r = run_cli({"request", "--verbose", "--token", token,
+                    "--max-attempts", "2", "--base-backoff", "0",
+                    refused_url()});
+  EXPECT_EQ(r.exit_code, 7);
+  EXPECT_EQ(r.out.find(token), std::string::npos);
+  EXPECT_EQ(r.err.find(token), std::string::npos) << r.err;
+}
+
+TEST(CliSecrets, TokenNeverAppearsInAUsageError) {
+  auto r = run_cli({"request", "--token", token, "--bogus", token,
+                    refused_url()});
+  expect_failure(r, "usage_error", 2);
+  EXPECT_EQ(r.err.find(token), std::string::npos) << r.err;
+}
+
+TEST(CliSecrets, TokenNeverAppearsInAConfigError) {
+  auto r = run_cli({"request", "--token", std::string{token} + "\x01",
+                    refused_url()});
+  expect_failure(r, "config_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("token: ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find(token), std::string::npos) << r.err;
+}
+
+// -- against a real nginx ------------------------------------------------------------
+
+class CliNginx : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    dir_ = std::make_unique<temp_dir>("outbound-cli-nginx-");
+    std::filesystem::create_directories(dir_->file("pki"));
+    std::filesystem::create_directories(dir_->file("nginx"));
+    pki_ = std::make_unique<test_pki>(test_pki::generate(dir_->file("pki")));
+    sink_ = std::make_unique<connection_sink>();
+    auto nginx = find_program("nginx", "OUTBOUND_NGINX",
+                              {"/usr/sbin/nginx", "/usr/local/sbin/nginx"});
+    if (nginx.empty())
+      throw std::runtime_error("nginx not found (bash scripts/install-deps.sh)");
+    server_ = std::make_unique<nginx_instance>(nginx, dir_->file("nginx"),
+                                               *pki_, sink_->port());
+  }
+
+  static void TearDownTestSuite() {
+    server_.reset();
+    sink_.reset();
+    pki_.reset();
+    dir_.reset();
+  }
+
+  static std::string url(const std::string& path,
+                         nginx_listener l = nginx_listener::http) {
+    return server_->base_url(l) + path;
+  }
+
+  static std::unique_ptr<temp_dir> dir_;
+  static std::unique_ptr<test_pki> pki_;
+  static std::unique_ptr<connection_sink> sink_;
+  static std::unique_ptr<nginx_instance> server_;
+};
+
+std::unique_ptr<temp_dir> CliNginx::dir_;
+std::unique_ptr<test_pki> CliNginx::pki_;
+std::unique_ptr<connection_sink> CliNginx::sink_;
+std::unique_ptr<nginx_instance> CliNginx::server_;
+
+TEST_F(CliNginx, GetPrintsTheBodyAsCompactJsonAndExits0) {
+  auto r = run_cli({"request", url("/v1/items.json")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, nginx_instance::items_body + "\n");
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(CliNginx, EmptyBodyPrintsNull) {
+  auto r = run_cli({"request", url("/v1/empty")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "null\n");
+}
+
+TEST_F(CliNginx, ChunkedBodyIsPrintedWhole) {
+  auto r = run_cli({"request", url("/v1/chunked.json")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, nginx_instance::chunked_body() + "\n");
+}
+
+TEST_F(CliNginx, UrlQueryIsKeptAndParamsAreAppended) {
+  auto r = run_cli({"request", url("/v1/query?a=1"), "--param", "b=2",
+                    "--param", "c=3"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"query\":\"a=1&b=2&c=3\"}\n");
+}
+
+TEST_F(CliNginx, NotFoundIsARequestErrorWithTheServersDetail) {
+  auto r = run_cli({"request", url("/v1/nope")});
+  expect_failure(r, "request_error", 4);
+  auto e = r.error();
+  EXPECT_EQ(e.at("status").as_int64(), 404);
+  EXPECT_EQ(e.at("detail").as_string(), "nope");
+  EXPECT_EQ(e.at("attempts").as_int64(), 1);
+  EXPECT_FALSE(e.at("nothing_sent").as_bool());
+}
+
+TEST_F(CliNginx, UnauthorizedAndForbiddenAreAuthErrors) {
+  auto r401 = run_cli({"request", url("/v1/unauthorized")});
+  expect_failure(r401, "auth_error", 3);
+  EXPECT_EQ(r401.error().at("status").as_int64(), 401);
+  EXPECT_EQ(r401.error().at("detail").as_string(), "bad token");
+  auto r403 = run_cli({"request", url("/v1/forbidden")});
+  expect_failure(r403, "auth_error", 3);
+  EXPECT_EQ(r403.error().at("status").as_int64(), 403);
+}
+
+TEST_F(CliNginx, ServerErrorIsNotRetriedByDefault) {
+  auto r = run_cli({"request", "--header", "x-request-id: cli-boom-1",
+                    url("/v1/boom")});
+  expect_failure(r, "server_error", 5);
+  auto e = r.error();
+  EXPECT_EQ(e.at("status").as_int64(), 500);
+  EXPECT_EQ(e.at("detail").as_string(), "boom");
+  EXPECT_EQ(e.at("attempts").as_int64(), 1);
+  EXPECT_EQ(e.at("request_id").as_string(), "cli-boom-1");
+  EXPECT_EQ(server_->requests_with_id("cli-boom-1").size(), 1u);
+}
+
+TEST_F(CliNginx, RetryStatusRetriesA503UntilTheAttemptsAreSpent) {
+  auto r = run_cli({"request", "--retry-status", "429,503", "--base-backoff",
+                    "0", "--max-attempts", "3", "--header",
+                    "X-Request-Id: cli-503-1", url("/v1/unavailable")});
+  expect_failure(r, "server_error", 5);
+  EXPECT_EQ(r.error().at("status").as_int64(), 503);
+  EXPECT_EQ(r.error().at("attempts").as_int64(), 3);
+  auto seen = server_->requests_with_id("cli-503-1", 3);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[1].retry_count, "1");
+  EXPECT_EQ(seen[2].retry_count, "2");
+}
+
+TEST_F(CliNginx, NonJsonSuccessIsAResponseError) {
+  auto r = run_cli({"request", url("/v1/text")});
+  expect_failure(r, "response_error", 6);
+  EXPECT_EQ(r.error().at("status").as_int64(), 200);
+}
+
+TEST_F(CliNginx, BodyOverTheCapIsAResponseError) {
+  auto r = run_cli({"request", "--max-response-bytes", "1024",
+                    url("/v1/big.json")});
+  expect_failure(r, "response_error", 6);
+}
+
+TEST_F(CliNginx, RedirectIsNotFollowed) {
+  auto before = sink_->connections();
+  auto r = run_cli({"request", "--token", token, url("/v1/redirect")});
+  expect_failure(r, "request_error", 4);
+  EXPECT_EQ(r.error().at("status").as_int64(), 302);
+  EXPECT_EQ(r.error().at("attempts").as_int64(), 1);
+  EXPECT_EQ(sink_->connections(), before);
+  EXPECT_EQ(r.err.find(token), std::string::npos);
+}
+
+TEST_F(CliNginx, RawPrintsStatusHeadersAndBodyAndExits0ForA404) {
+  auto r = run_cli({"request", "--raw", url("/v1/nope")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto v = boost::json::parse(r.out).as_object();
+  EXPECT_EQ(v.at("status").as_int64(), 404);
+  EXPECT_EQ(boost::json::serialize(v.at("body")), "{\"detail\":\"nope\"}");
+  auto& headers = v.at("headers").as_object();
+  ASSERT_TRUE(headers.contains("content-type")) << r.out;
+  EXPECT_EQ(headers.at("content-type").as_string(), "application/json");
+}
+
+TEST_F(CliNginx, RawShowsTheLocationOfARefusedRedirect) {
+  auto r = run_cli({"request", "--raw", url("/v1/redirect")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto v = boost::json::parse(r.out).as_object();
+  EXPECT_EQ(v.at("status").as_int64(), 302);
+  EXPECT_EQ(v.at("headers").as_object().at("location").as_string(),
+            "http://127.0.0.1:" + std::to_string(sink_->port())
+              + "/v1/items.json");
+}
+
+TEST_F(CliNginx, TokenIsSentWithTheConfiguredSchemeButNeverPrinted) {
+  auto r = run_cli({"request", "--verbose", "--token", token, "--header",
+                    "x-request-id: cli-token-1", url("/v1/items.json")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find(token), std::string::npos);
+  EXPECT_EQ(r.err.find(token), std::string::npos) << r.err;
+  auto seen = server_->requests_with_id("cli-token-1");
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].authorization, std::string{"Bearer "} + token);
+}
+
+TEST_F(CliNginx, EmptyTokenSchemeSendsTheRawToken) {
+  auto r = run_cli({"request", "--token", token, "--token-scheme", "",
+                    "--header", "x-request-id: cli-token-2",
+                    url("/v1/items.json")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto seen = server_->requests_with_id("cli-token-2");
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].authorization, token);
+}
+
+TEST_F(CliNginx, EnvPrefixGivesTheBaseUrlAndUrlIsAPath) {
+  auto r = run_cli({"request", "--env", "CLITEST", "/v1/items.json"},
+                   {"CLITEST_URL=" + server_->base_url(nginx_listener::http)});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, nginx_instance::items_body + "\n");
+}
+
+TEST_F(CliNginx, TlsWithCaFileVerifiesTheServer) {
+  auto r = run_cli({"request", "--ca-file", pki_->ca_a.cert,
+                    url("/v1/items.json", nginx_listener::tls)});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, nginx_instance::items_body + "\n");
+}
+
+TEST_F(CliNginx, MtlsWithAClientCertificateIsAccepted) {
+  auto r = run_cli({"request", "--ca-file", pki_->ca_a.cert, "--cert",
+                    pki_->client.cert, "--key", pki_->client.key,
+                    url("/v1/items.json", nginx_listener::mtls)});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, nginx_instance::items_body + "\n");
+}
+
+TEST_F(CliNginx, TlsWithoutTheCaFailsWithoutRetryAsServiceUnavailable) {
+  // The test CA is not in the system trust store: verification fails.
+  auto r = run_cli({"request", url("/v1/items.json", nginx_listener::tls)});
+  expect_failure(r, "service_unavailable", 7);
+  EXPECT_TRUE(r.error().at("status").is_null());
+  EXPECT_EQ(r.error().at("attempts").as_int64(), 1);
+}
