@@ -60,9 +60,8 @@ int main(int argc, char** argv) {
   }
   for (auto* p : planned)
     if (p->parsed()) {
-      std::cerr << usage_error_json("usage_error",
-                                    "'" + p->get_name()
-                                      + "' is not implemented yet")
+      std::cerr << usage_error_json(
+        "usage_error", "'" + p->get_name() + "' is not implemented yet")
                 << '\n';
       return usage_exit_code;
     }

@@ -108,8 +108,8 @@ path_and_query split_path(std::string target) {
     std::size_t pos = 0;
     while (pos <= query.size()) {
       auto amp = query.find('&', pos);
-      auto piece = query.substr(pos, amp == std::string::npos ? std::string::npos
-                                                              : amp - pos);
+      auto piece = query.substr(
+        pos, amp == std::string::npos ? std::string::npos : amp - pos);
       if (!piece.empty()) {
         auto [k, v] = split_param(piece);
         r.params.emplace_back(percent_decode(k), percent_decode(v));
@@ -237,8 +237,7 @@ void drain(caf::actor_system& sys, const verbose_observer_actor& obs) {
 }
 
 /// Builds the call from the options; validates what the client does not.
-call_request make_request(const request_options& opts,
-                          path_and_query target) {
+call_request make_request(const request_options& opts, path_and_query target) {
   call_request req;
   req.method = upper(opts.method);
   if (req.method.empty()
@@ -335,20 +334,23 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
     "5 server_error, 6 response_error, 7 service_unavailable or "
     "deadline_exceeded.");
   auto& cfg = opts.cfg;
-  cmd->add_option("url", opts.url,
-                  "Absolute http(s) URL (with --env: a path below PREFIX_URL)")
+  cmd
+    ->add_option("url", opts.url,
+                 "Absolute http(s) URL (with --env: a path below PREFIX_URL)")
     ->required();
   cmd->add_option("-X,--method", opts.method, "HTTP method")
     ->capture_default_str();
   opts.json_opt = cmd->add_option(
     "--json", opts.json_body,
     "JSON request body (sent with Content-Type: application/json)");
-  cmd->add_option("--param", opts.params,
-                  "Query parameter k=v, appended after the URL's query "
-                  "(repeatable)")
+  cmd
+    ->add_option("--param", opts.params,
+                 "Query parameter k=v, appended after the URL's query "
+                 "(repeatable)")
     ->take_all();
-  cmd->add_option("--header", opts.headers,
-                  "Extra request header 'Name: value' (repeatable)")
+  cmd
+    ->add_option("--header", opts.headers,
+                 "Extra request header 'Name: value' (repeatable)")
     ->take_all();
   auto* idem = cmd->add_flag("--idempotent", opts.idempotent,
                              "Retry this call on transport failures even if "
@@ -359,11 +361,13 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
   not_idem->excludes(idem);
   cmd->add_option("--token", cfg.token,
                   "Credential sent on every request (never printed)");
-  cmd->add_option("--token-header", cfg.token_header,
-                  "Header that carries the credential")
+  cmd
+    ->add_option("--token-header", cfg.token_header,
+                 "Header that carries the credential")
     ->capture_default_str();
-  cmd->add_option("--token-scheme", cfg.token_scheme,
-                  "Scheme before the token; '' sends the raw token")
+  cmd
+    ->add_option("--token-scheme", cfg.token_scheme,
+                 "Scheme before the token; '' sends the raw token")
     ->capture_default_str();
   cmd->add_option("--ca-file", cfg.tls.ca_file,
                   "PEM CA file that verifies the server (default: system "
@@ -374,23 +378,29 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
                   "PEM private key of --cert");
   cmd->add_option("--timeout", cfg.timeout, "Per-attempt timeout, seconds")
     ->capture_default_str();
-  cmd->add_option("--deadline", cfg.deadline,
-                  "Overall deadline of the call, seconds")
+  cmd
+    ->add_option("--deadline", cfg.deadline,
+                 "Overall deadline of the call, seconds")
     ->capture_default_str();
-  cmd->add_option("--max-attempts", cfg.retry.max_attempts,
-                  "Attempts including the first")
+  cmd
+    ->add_option("--max-attempts", cfg.retry.max_attempts,
+                 "Attempts including the first")
     ->capture_default_str();
-  cmd->add_option("--base-backoff", cfg.retry.base_backoff,
-                  "Base backoff, seconds")
+  cmd
+    ->add_option("--base-backoff", cfg.retry.base_backoff,
+                 "Base backoff, seconds")
     ->capture_default_str();
-  cmd->add_option("--max-backoff", cfg.retry.max_backoff,
-                  "Cap of the exponential backoff, seconds")
+  cmd
+    ->add_option("--max-backoff", cfg.retry.max_backoff,
+                 "Cap of the exponential backoff, seconds")
     ->capture_default_str();
-  cmd->add_option("--retry-status", cfg.retry.retry_statuses,
-                  "Comma-separated HTTP statuses to retry, e.g. 429,503")
+  cmd
+    ->add_option("--retry-status", cfg.retry.retry_statuses,
+                 "Comma-separated HTTP statuses to retry, e.g. 429,503")
     ->delimiter(',');
-  cmd->add_option("--max-response-bytes", cfg.max_response_bytes,
-                  "Cap on the response body, bytes")
+  cmd
+    ->add_option("--max-response-bytes", cfg.max_response_bytes,
+                 "Cap on the response body, bytes")
     ->capture_default_str();
   cmd->add_flag("--raw", opts.raw,
                 "Print {\"status\",\"headers\",\"body\"} and exit 0 for any "

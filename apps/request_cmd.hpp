@@ -71,7 +71,8 @@ int run_request(caf::actor_system& sys, const request_options& opts,
 /// One failure line `{"error":...,"status":null,"detail":...,"attempts":0,
 /// "request_id":"","nothing_sent":true}` for errors raised before any call
 /// (usage, configuration), without a trailing newline.
-std::string usage_error_json(const std::string& type, const std::string& detail);
+std::string usage_error_json(const std::string& type,
+                             const std::string& detail);
 
 /// Replaces every occurrence of each non-empty secret in `text` with "***".
 std::string redact(std::string text, const std::vector<std::string>& secrets);

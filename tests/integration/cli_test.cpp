@@ -99,8 +99,7 @@ cli_result run_cli(const std::vector<std::string>& args,
   posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0600);
   pid_t pid = -1;
-  auto rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(),
-                        envp.data());
+  auto rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0)
     throw std::runtime_error(std::string{"cannot spawn the CLI: "}
@@ -116,8 +115,8 @@ cli_result run_cli(const std::vector<std::string>& args,
     std::this_thread::sleep_for(5ms);
   }
   cli_result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status)
-                                  : 128 + WTERMSIG(status);
+  r.exit_code
+    = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = read_file(out_path);
   r.err = read_file(err_path);
   return r;
@@ -184,12 +183,28 @@ TEST(CliArgs, HelpListsEverySubcommandAndExits0) {
 TEST(CliArgs, RequestHelpListsTheOptionsAndExits0) {
   auto r = run_cli({"request", "--help"});
   EXPECT_EQ(r.exit_code, 0);
-  for (auto* opt :
-       {"--method", "--json", "--param", "--header", "--idempotent",
-        "--not-idempotent", "--token", "--token-header", "--token-scheme",
-        "--ca-file", "--cert", "--key", "--timeout", "--deadline",
-        "--max-attempts", "--base-backoff", "--max-backoff", "--retry-status",
-        "--max-response-bytes", "--raw", "--env", "--verbose"})
+  for (auto* opt : {"--method",
+                    "--json",
+                    "--param",
+                    "--header",
+                    "--idempotent",
+                    "--not-idempotent",
+                    "--token",
+                    "--token-header",
+                    "--token-scheme",
+                    "--ca-file",
+                    "--cert",
+                    "--key",
+                    "--timeout",
+                    "--deadline",
+                    "--max-attempts",
+                    "--base-backoff",
+                    "--max-backoff",
+                    "--retry-status",
+                    "--max-response-bytes",
+                    "--raw",
+                    "--env",
+                    "--verbose"})
     EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
 }
 
@@ -225,8 +240,8 @@ TEST(CliArgs, InvalidJsonBodyIsAUsageErrorAndNothingIsSent) {
 }
 
 TEST(CliArgs, IdempotentAndNotIdempotentExcludeEachOther) {
-  auto r = run_cli(
-    {"request", "--idempotent", "--not-idempotent", refused_url()});
+  auto r
+    = run_cli({"request", "--idempotent", "--not-idempotent", refused_url()});
   expect_failure(r, "usage_error", 2);
 }
 
@@ -235,7 +250,8 @@ TEST(CliArgs, HeaderWithoutColonIsAUsageError) {
   expect_failure(r, "usage_error", 2);
 }
 
-// -- configuration errors name the field ----------------------------------------
+// -- configuration errors name the field
+// ----------------------------------------
 
 TEST(CliConfig, NegativeBackoffIsAConfigErrorNamingTheField) {
   auto r = run_cli({"request", "--base-backoff=-1", refused_url()});
@@ -276,33 +292,34 @@ TEST(CliConfig, PathWithoutEnvIsAConfigErrorNamingBaseUrl) {
 TEST(CliConfig, CertWithoutKeyIsAConfigErrorNamingTheKey) {
   temp_dir dir;
   auto pki = test_pki::generate(dir.path());
-  auto r = run_cli({"request", "--cert", pki.client.cert,
-                    "https://127.0.0.1:" + std::to_string(closed_port())
-                      + "/v1/items"});
+  auto r = run_cli(
+    {"request", "--cert", pki.client.cert,
+     "https://127.0.0.1:" + std::to_string(closed_port()) + "/v1/items"});
   expect_failure(r, "config_error", 2);
   EXPECT_EQ(detail_of(r).rfind("tls.client_key_file: ", 0), 0u) << r.err;
 }
 
 TEST(CliConfig, UnreadableCaFileIsAConfigErrorNamingTheField) {
-  auto r = run_cli({"request", "--ca-file", "/nonexistent/ca.pem",
-                    "https://127.0.0.1:" + std::to_string(closed_port())
-                      + "/v1/items"});
+  auto r = run_cli(
+    {"request", "--ca-file", "/nonexistent/ca.pem",
+     "https://127.0.0.1:" + std::to_string(closed_port()) + "/v1/items"});
   expect_failure(r, "config_error", 2);
   EXPECT_EQ(detail_of(r).rfind("tls.ca_file: ", 0), 0u) << r.err;
 }
 
 TEST(CliConfig, EnvPrefixWithoutUrlVariableIsAConfigErrorNamingBaseUrl) {
-  auto r = run_cli({"request", "--env", "OUTBOUND_CLI_TEST_UNSET",
-                    "/v1/items"});
+  auto r
+    = run_cli({"request", "--env", "OUTBOUND_CLI_TEST_UNSET", "/v1/items"});
   expect_failure(r, "config_error", 2);
   EXPECT_EQ(detail_of(r).rfind("base_url: ", 0), 0u) << r.err;
 }
 
-// -- transport failures, a closed port -------------------------------------------
+// -- transport failures, a closed port
+// -------------------------------------------
 
 TEST(CliTransport, RefusedGetIsServiceUnavailableAfterEveryAttempt) {
-  auto r = run_cli({"request", "--max-attempts", "2", "--base-backoff", "0",
-                    refused_url()});
+  auto r = run_cli(
+    {"request", "--max-attempts", "2", "--base-backoff", "0", refused_url()});
   expect_failure(r, "service_unavailable", 7);
   auto e = r.error();
   EXPECT_TRUE(e.at("status").is_null());
@@ -312,17 +329,17 @@ TEST(CliTransport, RefusedGetIsServiceUnavailableAfterEveryAttempt) {
 }
 
 TEST(CliTransport, RefusedPostIsTriedOnce) {
-  auto r = run_cli({"request", "-X", "post", "--json", "{\"qty\":1}",
-                    "--max-attempts", "3", "--base-backoff", "0",
-                    refused_url()});
+  auto r
+    = run_cli({"request", "-X", "post", "--json", "{\"qty\":1}",
+               "--max-attempts", "3", "--base-backoff", "0", refused_url()});
   expect_failure(r, "service_unavailable", 7);
   EXPECT_EQ(r.error().at("attempts").as_int64(), 1);
 }
 
 TEST(CliTransport, RefusedPostMarkedIdempotentIsRetried) {
-  auto r = run_cli({"request", "-X", "POST", "--json", "{\"qty\":1}",
-                    "--idempotent", "--max-attempts", "3", "--base-backoff",
-                    "0", refused_url()});
+  auto r
+    = run_cli({"request", "-X", "POST", "--json", "{\"qty\":1}", "--idempotent",
+               "--max-attempts", "3", "--base-backoff", "0", refused_url()});
   expect_failure(r, "service_unavailable", 7);
   EXPECT_EQ(r.error().at("attempts").as_int64(), 3);
 }
@@ -350,30 +367,30 @@ TEST(CliTransport, VerbosePrintsOneJsonObjectPerObserverEvent) {
 }
 
 TEST(CliSecrets, TokenNeverAppearsInOutputOfAFailedCall) {
-  auto r = run_cli({"request", "--verbose", "--token", token,
-                    "--max-attempts", "2", "--base-backoff", "0",
-                    refused_url()});
+  auto r = run_cli({"request", "--verbose", "--token", token, "--max-attempts",
+                    "2", "--base-backoff", "0", refused_url()});
   EXPECT_EQ(r.exit_code, 7);
   EXPECT_EQ(r.out.find(token), std::string::npos);
   EXPECT_EQ(r.err.find(token), std::string::npos) << r.err;
 }
 
 TEST(CliSecrets, TokenNeverAppearsInAUsageError) {
-  auto r = run_cli({"request", "--token", token, "--bogus", token,
-                    refused_url()});
+  auto r
+    = run_cli({"request", "--token", token, "--bogus", token, refused_url()});
   expect_failure(r, "usage_error", 2);
   EXPECT_EQ(r.err.find(token), std::string::npos) << r.err;
 }
 
 TEST(CliSecrets, TokenNeverAppearsInAConfigError) {
-  auto r = run_cli({"request", "--token", std::string{token} + "\x01",
-                    refused_url()});
+  auto r = run_cli(
+    {"request", "--token", std::string{token} + "\x01", refused_url()});
   expect_failure(r, "config_error", 2);
   EXPECT_EQ(detail_of(r).rfind("token: ", 0), 0u) << r.err;
   EXPECT_EQ(r.err.find(token), std::string::npos) << r.err;
 }
 
-// -- against a real nginx ------------------------------------------------------------
+// -- against a real nginx
+// ------------------------------------------------------------
 
 class CliNginx : public ::testing::Test {
 protected:
@@ -386,7 +403,8 @@ protected:
     auto nginx = find_program("nginx", "OUTBOUND_NGINX",
                               {"/usr/sbin/nginx", "/usr/local/sbin/nginx"});
     if (nginx.empty())
-      throw std::runtime_error("nginx not found (bash scripts/install-deps.sh)");
+      throw std::runtime_error(
+        "nginx not found (bash scripts/install-deps.sh)");
     server_ = std::make_unique<nginx_instance>(nginx, dir_->file("nginx"),
                                                *pki_, sink_->port());
   }
@@ -434,8 +452,8 @@ TEST_F(CliNginx, ChunkedBodyIsPrintedWhole) {
 }
 
 TEST_F(CliNginx, UrlQueryIsKeptAndParamsAreAppended) {
-  auto r = run_cli({"request", url("/v1/query?a=1"), "--param", "b=2",
-                    "--param", "c=3"});
+  auto r = run_cli(
+    {"request", url("/v1/query?a=1"), "--param", "b=2", "--param", "c=3"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "{\"query\":\"a=1&b=2&c=3\"}\n");
 }
@@ -461,8 +479,8 @@ TEST_F(CliNginx, UnauthorizedAndForbiddenAreAuthErrors) {
 }
 
 TEST_F(CliNginx, ServerErrorIsNotRetriedByDefault) {
-  auto r = run_cli({"request", "--header", "x-request-id: cli-boom-1",
-                    url("/v1/boom")});
+  auto r = run_cli(
+    {"request", "--header", "x-request-id: cli-boom-1", url("/v1/boom")});
   expect_failure(r, "server_error", 5);
   auto e = r.error();
   EXPECT_EQ(e.at("status").as_int64(), 500);
@@ -492,8 +510,8 @@ TEST_F(CliNginx, NonJsonSuccessIsAResponseError) {
 }
 
 TEST_F(CliNginx, BodyOverTheCapIsAResponseError) {
-  auto r = run_cli({"request", "--max-response-bytes", "1024",
-                    url("/v1/big.json")});
+  auto r
+    = run_cli({"request", "--max-response-bytes", "1024", url("/v1/big.json")});
   expect_failure(r, "response_error", 6);
 }
 
@@ -540,9 +558,9 @@ TEST_F(CliNginx, TokenIsSentWithTheConfiguredSchemeButNeverPrinted) {
 }
 
 TEST_F(CliNginx, EmptyTokenSchemeSendsTheRawToken) {
-  auto r = run_cli({"request", "--token", token, "--token-scheme", "",
-                    "--header", "x-request-id: cli-token-2",
-                    url("/v1/items.json")});
+  auto r
+    = run_cli({"request", "--token", token, "--token-scheme", "", "--header",
+               "x-request-id: cli-token-2", url("/v1/items.json")});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   auto seen = server_->requests_with_id("cli-token-2");
   ASSERT_EQ(seen.size(), 1u);
