@@ -71,6 +71,8 @@ public:
 private:
   caf::actor_system* sys_;
   service_client_actor actor_;
+  /// cfg.deadline in seconds: bounds the wait for an answer (plus a margin).
+  double deadline_ = 30.0;
 };
 
 } // namespace outbound

@@ -1,0 +1,221 @@
+#include "actors/call/request_builder.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+
+namespace outbound {
+
+namespace {
+
+const char hex_digits[] = "0123456789ABCDEF";
+
+bool unreserved(unsigned char c) {
+  return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+// RFC 3986 pchar minus pct-encoded, plus '/' and '?' (the path may carry its
+// own query). '%' is kept as the caller's escape.
+bool path_char(unsigned char c) {
+  return unreserved(c) || std::strchr("!$&'()*+,;=:@/?%", c) != nullptr;
+}
+
+bool is_ctl(unsigned char c) {
+  return c < 0x20 || c == 0x7f;
+}
+
+bool has_ctl(const std::string& s, bool allow_tab = false) {
+  return std::any_of(s.begin(), s.end(), [&](unsigned char c) {
+    return is_ctl(c) && !(allow_tab && c == '\t');
+  });
+}
+
+// RFC 9110 token (method, header field name).
+bool is_token(const std::string& s) {
+  if (s.empty())
+    return false;
+  return std::all_of(s.begin(), s.end(), [](unsigned char c) {
+    return std::isalnum(c) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
+  });
+}
+
+bool iequals(const std::string& a, const std::string& b) {
+  return a.size() == b.size()
+         && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+              return std::tolower(static_cast<unsigned char>(x))
+                     == std::tolower(static_cast<unsigned char>(y));
+            });
+}
+
+void set_header(header_list& hs, const std::string& name, std::string value) {
+  auto i = std::find_if(hs.begin(), hs.end(),
+                        [&](const auto& kv) { return iequals(kv.first, name); });
+  if (i != hs.end())
+    i->second = std::move(value);
+  else
+    hs.emplace_back(name, std::move(value));
+}
+
+built_request fail(std::string detail, std::string request_id = {}) {
+  built_request r;
+  r.ok = false;
+  r.error.kind = error_kind::config_error;
+  r.error.detail = std::move(detail);
+  r.error.nothing_sent = true;
+  r.error.cause = transport_error_kind::config;
+  r.error.request_id = request_id;
+  r.request_id = std::move(request_id);
+  return r;
+}
+
+// Checks one header; returns an error text (naming the header, never showing
+// its value) or an empty string.
+std::string check_header(const std::string& name, const std::string& value,
+                         const char* where) {
+  if (!is_token(name))
+    return std::string{"invalid header name in "} + where
+           + (has_ctl(name) ? " (control characters)" : " '" + name + "'");
+  if (has_ctl(value, true))
+    return "header '" + name + "' in " + where
+           + " has a control character in its value (value not shown)";
+  if (iequals(name, "host") || iequals(name, "content-length")
+      || iequals(name, "transfer-encoding"))
+    return "header '" + name + "' in " + where
+           + " is set by the transport and may not be given";
+  return {};
+}
+
+} // namespace
+
+std::string percent_encode(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (unreserved(c)) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex_digits[c >> 4];
+      out += hex_digits[c & 0xF];
+    }
+  }
+  return out;
+}
+
+std::string encode_query(
+  const std::vector<std::pair<std::string, std::string>>& params) {
+  std::string out;
+  for (auto& [k, v] : params) {
+    if (!out.empty())
+      out += '&';
+    out += percent_encode(k);
+    out += '=';
+    out += percent_encode(v);
+  }
+  return out;
+}
+
+std::string generate_request_id(call_rng& rng) {
+  char buf[33];
+  auto hi = static_cast<unsigned long long>(rng());
+  auto lo = static_cast<unsigned long long>(rng());
+  std::snprintf(buf, sizeof(buf), "%016llx%016llx", hi, lo);
+  return std::string{buf, 32};
+}
+
+std::string credential_value(const client_config& cfg) {
+  if (cfg.token.empty())
+    return {};
+  if (cfg.token_scheme.empty())
+    return cfg.token;
+  return cfg.token_scheme + " " + cfg.token;
+}
+
+built_request build_request(const client_config& cfg, const url_parts& base,
+                            const call_request& call, call_rng& rng) {
+  // The request id first, so that even a refused request names it.
+  std::string request_id = call.request_id;
+  header_list call_headers = call.headers;
+  if (request_id.empty()) {
+    auto i = std::find_if(call_headers.begin(), call_headers.end(),
+                          [](const auto& kv) {
+                            return iequals(kv.first, "x-request-id");
+                          });
+    if (i != call_headers.end()) {
+      request_id = i->second;
+      call_headers.erase(i);
+    }
+  }
+  if (request_id.empty())
+    request_id = generate_request_id(rng);
+  if (has_ctl(request_id))
+    return fail("request id contains control characters");
+
+  std::string method = call.method;
+  std::transform(method.begin(), method.end(), method.begin(),
+                 [](unsigned char c) { return std::toupper(c); });
+  if (!is_token(method))
+    return fail(has_ctl(method) ? "method contains control characters"
+                                : "method is not an HTTP token",
+                request_id);
+
+  if (call.path.empty() || call.path.front() != '/')
+    return fail("path must start with '/'", request_id);
+  if (has_ctl(call.path))
+    return fail("path contains control characters", request_id);
+
+  built_request r;
+  auto& req = r.request;
+  req.method = method;
+  req.target = base.path;
+  for (unsigned char c : call.path) {
+    if (path_char(c)) {
+      req.target += static_cast<char>(c);
+    } else {
+      req.target += '%';
+      req.target += hex_digits[c >> 4];
+      req.target += hex_digits[c & 0xF];
+    }
+  }
+  if (!call.params.empty()) {
+    req.target += call.path.find('?') == std::string::npos ? '?' : '&';
+    req.target += encode_query(call.params);
+  }
+
+  auto& hs = req.headers;
+  hs.emplace_back("Accept", "application/json");
+  if (call.has_body)
+    hs.emplace_back("Content-Type", "application/json");
+  hs.emplace_back("User-Agent", std::string{"outbound/"} + outbound_version);
+  if (!cfg.token.empty()) {
+    // config validation checks these too; re-checked because a config can be
+    // built without validate(). The token is never quoted.
+    if (!is_token(cfg.token_header))
+      return fail("token_header is not a valid header name", request_id);
+    if (has_ctl(cfg.token) || has_ctl(cfg.token_scheme))
+      return fail("the credential contains control characters (not shown)",
+                  request_id);
+    hs.emplace_back(cfg.token_header, credential_value(cfg));
+  }
+  for (auto& [k, v] : cfg.default_headers) {
+    if (auto err = check_header(k, v, "default_headers"); !err.empty())
+      return fail(err, request_id);
+    set_header(hs, k, v);
+  }
+  for (auto& [k, v] : call_headers) {
+    if (auto err = check_header(k, v, "the call's headers"); !err.empty())
+      return fail(err, request_id);
+    set_header(hs, k, v);
+  }
+  set_header(hs, "x-request-id", request_id);
+
+  if (call.has_body)
+    req.body = call.body;
+  req.max_body_bytes = cfg.max_response_bytes;
+  r.ok = true;
+  r.request_id = std::move(request_id);
+  return r;
+}
+
+} // namespace outbound

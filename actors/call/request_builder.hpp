@@ -1,0 +1,73 @@
+#pragma once
+
+// Turns a call_request into the http_request the transport sends (pure: no
+// CAF, no clock; the request-id generator is an argument). The shape follows
+// hyperdjango's ServiceClient (shared/seeds/000): JSON in and out, the
+// credential in one configurable header, a request id on every request
+// (shared/seeds/002).
+
+#include "actors/call/retry_state.hpp"
+#include "actors/messages.hpp"
+#include "config/client_config.hpp"
+#include "protocol/errors.hpp"
+#include "protocol/http_types.hpp"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace outbound {
+
+/// outbound's version, as sent in `User-Agent: outbound/<version>`.
+inline constexpr const char* outbound_version = "0.1.0";
+
+/// The result of build_request: a request ready to send, or a config_error
+/// outcome (nothing may be sent then).
+struct built_request {
+  /// True: `request` is ready (exchange_id, timeout_ns, max_body_bytes and
+  /// fresh_connection are left for the caller to set).
+  bool ok = false;
+  http_request request;
+  /// The x-request-id the request carries (also set when !ok if known).
+  std::string request_id;
+  /// !ok: a config_error naming what is wrong; never contains the
+  /// credential or a header value.
+  call_error error;
+};
+
+/// Percent-encodes every byte outside RFC 3986's unreserved set
+/// (ALPHA / DIGIT / "-" / "." / "_" / "~") as `%XX` (upper-case hex).
+std::string percent_encode(const std::string& s);
+
+/// `k1=v1&k2=v2` with keys and values percent-encoded, in the given order.
+std::string encode_query(
+  const std::vector<std::pair<std::string, std::string>>& params);
+
+/// A fresh request id: 32 lower-case hex digits (128 bits from `rng`).
+std::string generate_request_id(call_rng& rng);
+
+/// The credential header's value: `token_scheme + " " + token`, or the raw
+/// token when the scheme is empty. Empty when the token is empty (then no
+/// header is sent). Never log or print the result.
+std::string credential_value(const client_config& cfg);
+
+/// Builds the request of `call` against the base URL `base` (parsed from
+/// `cfg.base_url`):
+/// - target = base path + call path + `?` + encode_query(params) (`&` when
+///   the call path already has a query); the call path must start with '/';
+///   bytes outside RFC 3986 pchar (space, non-ASCII, ...) are
+///   percent-encoded, existing `%XX` escapes are kept;
+/// - method upper-cased, must be an RFC 9110 token;
+/// - headers in this order: `Accept: application/json`, `Content-Type:
+///   application/json` (only with a body), `User-Agent: outbound/<version>`,
+///   the credential (`cfg.token_header`), `cfg.default_headers`, the call's
+///   headers (a later header replaces an earlier one of the same name), then
+///   `x-request-id` (the call's, or a generated one);
+/// - a control character (CR, LF, ...) in the method, the path, a header
+///   name or value, or the request id; a bad header name; or a
+///   Host / Content-Length / Transfer-Encoding header (the transport owns
+///   them) gives a config_error and nothing is sent.
+built_request build_request(const client_config& cfg, const url_parts& base,
+                            const call_request& call, call_rng& rng);
+
+} // namespace outbound

@@ -1,0 +1,226 @@
+#pragma once
+
+// The retry loop of one call as a pure state machine (shared/seeds/002 "One
+// ask, start to finish"; hyperdjango's retry contract, shared/seeds/000 and
+// shared/REFERENCE.md A.1). No CAF, no Asio, no clock reads: `now`, the wall
+// clock and the random generator are arguments. The call actor asks it what
+// to do and does it.
+//
+//              begin_attempt(now)
+//   start ───────────────► [in flight] ──response / error / own timeout──┐
+//     ▲   deadline left?       │  ▲                                      │
+//     │   no → give_up_deadline│  │ redial (fresh connection, no attempt)│
+//     │                        │  └──────────────────────────────────────┤
+//     │                        │     retry_local (0.2 s + U[0,0.2) s,    │
+//     │  [waiting] ◄───────────┼──── no attempt, local_retry_deadline) ◄─┤
+//     └──── delay over         │                                         │
+//           ▲                  │                                         │
+//           └── retry_after ◄──┴── (idempotent, attempts left, delay     │
+//               (counted, x-retry-count: N)   within the deadline) ◄─────┤
+//                                                                        │
+//   answer / give_up_attempts / give_up_deadline / not_retryable ◄───────┘
+//   (the call ends: a response or a call_error)
+//
+// Attempts count real attempts only: a redial is the same attempt sent again
+// on a fresh connection, and an out-of-band local retry re-sends the same
+// attempt after a local port shortage.
+
+#include "config/client_config.hpp"
+#include "protocol/errors.hpp"
+#include "protocol/http_types.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+
+namespace outbound {
+
+/// Monotonic time point of the retry loop (the actor clock's type; the pure
+/// state never reads a clock, it is handed `now`).
+using retry_time = std::chrono::steady_clock::time_point;
+
+/// Wall-clock time point, only used to interpret an HTTP-date Retry-After.
+using wall_time = std::chrono::system_clock::time_point;
+
+/// Random generator of jitter and request ids. Seeded per call by the
+/// service client (client_options::seed), so tests are reproducible.
+using call_rng = std::mt19937_64;
+
+/// What the call actor does after an attempt ended (Envoy's
+/// RetryStatus-style: each "no" has its own value, mapping one-to-one to a
+/// metric label and an error).
+enum class retry_decision : uint8_t {
+  /// A definitive response ends the call: map it to the outcome.
+  answer,
+  /// Wait `delay`, then start the next counted attempt (x-retry-count N).
+  retry_after,
+  /// Re-send the same attempt at once on a fresh connection (not counted).
+  redial,
+  /// Wait `delay`, then re-send the same attempt (local port shortage; not
+  /// counted, whatever the idempotency).
+  retry_local,
+  /// The policy's attempts are spent.
+  give_up_attempts,
+  /// The next try would start past the overall deadline.
+  give_up_deadline,
+  /// The failure is never retried (non-idempotent request, TLS, body too
+  /// large, configuration).
+  not_retryable,
+};
+
+/// Stable lower-case name ("answer", "retry_after", ...).
+const char* to_string(retry_decision d);
+
+/// GET, HEAD and OPTIONS (exact, upper-case): the methods retried without an
+/// explicit `idempotent = true`.
+bool method_is_idempotent(const std::string& method);
+
+/// Converts seconds to nanoseconds, rounded to the nearest nanosecond;
+/// negative and non-finite values give 0.
+std::chrono::nanoseconds seconds_to_ns(double seconds);
+
+/// The backoff before retry `n` (0-based):
+/// `min(base·2^n, max_backoff) + U[0, base)` seconds (REFERENCE.md A.1).
+/// A zero base gives exactly min(0, max) = 0: no jitter, no wait.
+std::chrono::nanoseconds backoff_delay(const retry_policy& policy, int n,
+                                       call_rng& rng);
+
+/// Parses a `retry-after-ms` value: a non-negative decimal number of
+/// milliseconds, fractions allowed ("250", "12.5"). std::nullopt when
+/// malformed, negative or not finite.
+std::optional<std::chrono::nanoseconds>
+parse_retry_after_ms(const std::string& value);
+
+/// Parses an HTTP-date (RFC 9110 §5.6.7): IMF-fixdate
+/// "Sun, 06 Nov 1994 08:49:37 GMT", and the obsolete RFC 850
+/// "Sunday, 06-Nov-94 08:49:37 GMT" and asctime "Sun Nov  6 08:49:37 1994"
+/// forms. std::nullopt when malformed.
+std::optional<wall_time> parse_http_date(const std::string& value);
+
+/// Parses a `Retry-After` value: delta-seconds ("120"), or an HTTP-date minus
+/// `wall_now`, clamped at 0. std::nullopt when malformed.
+std::optional<std::chrono::nanoseconds>
+parse_retry_after(const std::string& value, wall_time wall_now);
+
+/// The delay a response asks for: `retry-after-ms` if present and valid,
+/// else `Retry-After`, else std::nullopt (the caller uses the backoff).
+std::optional<std::chrono::nanoseconds>
+server_retry_delay(const header_list& headers, wall_time wall_now);
+
+/// What the next send looks like (the answer of begin_attempt).
+struct attempt_plan {
+  /// False: no deadline left; `error` is the final error (deadline_exceeded).
+  bool send = false;
+  /// Time limit of this send: min(timeout, deadline left), > 0 when `send`.
+  std::chrono::nanoseconds budget{0};
+  /// 1-based number of the attempt (a redial or a local retry keeps the
+  /// number of the attempt it re-sends).
+  int attempt = 0;
+  /// Value of `x-retry-count` (retries so far); 0 means no header.
+  int retry_count = 0;
+  /// Dial a new connection instead of reusing an idle one (redials).
+  bool fresh_connection = false;
+  /// This send is a new, counted attempt (not a redial or local retry).
+  bool counted = false;
+  /// When `!send`: the final error (attempts and nothing_sent filled; the
+  /// request id is the caller's).
+  call_error error;
+};
+
+/// The decision after an attempt ended.
+struct retry_step {
+  retry_decision decision = retry_decision::answer;
+  /// retry_after / retry_local: the wait before the next send.
+  std::chrono::nanoseconds delay{0};
+  /// Why ("status 503", "timeout", "not_sent", ...); never carries header
+  /// values.
+  std::string cause;
+  /// The call ends with the response just received (decision `answer`, or a
+  /// retryable status given up on): the caller maps it to the outcome.
+  bool answer_with_response = false;
+  /// The call ends with `error` (give_up_* / not_retryable without a
+  /// response answer). attempts and nothing_sent filled.
+  call_error error;
+
+  /// True if the call ends with this step.
+  bool final() const {
+    return decision == retry_decision::answer
+           || decision == retry_decision::give_up_attempts
+           || decision == retry_decision::give_up_deadline
+           || decision == retry_decision::not_retryable;
+  }
+};
+
+/// The retry loop of one call. Use: begin_attempt(now) → send with the plan
+/// → on_result(...) or on_attempt_timeout(...) → act on the step; when the
+/// step waits, call begin_attempt again after the delay.
+class retry_state {
+public:
+  /// `idempotent` decides whether transport failures and retryable statuses
+  /// are retried; `start` is when the call began (the deadline counts from
+  /// there). Takes the policy, timeout, deadline, max_redials and
+  /// local_retry_deadline from `cfg` (validated before).
+  retry_state(const client_config& cfg, bool idempotent, retry_time start);
+
+  /// Plans the next send at `now`. `send == false` when the overall deadline
+  /// is spent (the call ends with deadline_exceeded).
+  attempt_plan begin_attempt(retry_time now);
+
+  /// The transport answered the current send. `wall_now` interprets an
+  /// HTTP-date Retry-After; `rng` draws the jitter.
+  retry_step on_result(const exchange_result& result, retry_time now,
+                       wall_time wall_now, call_rng& rng);
+
+  /// The current send ran out of its budget without an answer (the caller's
+  /// own timer). Treated as a `timeout` whose request may have left.
+  retry_step on_attempt_timeout(retry_time now, call_rng& rng);
+
+  /// Real attempts started so far.
+  int attempts() const {
+    return attempts_;
+  }
+  /// Redials used so far.
+  int redials() const {
+    return redials_;
+  }
+  /// True while no send can have reached the server (no byte written, no
+  /// response seen).
+  bool nothing_sent() const {
+    return !any_sent_;
+  }
+  bool idempotent() const {
+    return idempotent_;
+  }
+  /// start + deadline.
+  retry_time deadline_at() const {
+    return deadline_at_;
+  }
+
+private:
+  enum class next_send : uint8_t { new_attempt, redial, local };
+
+  retry_step transport_failure(const exchange_result& r,
+                               transport_error_kind kind, retry_time now,
+                               call_rng& rng);
+  retry_step end_with(retry_decision d, call_error e, std::string cause);
+  std::string deadline_text() const;
+
+  retry_policy policy_;
+  std::chrono::nanoseconds timeout_;
+  std::chrono::nanoseconds deadline_;
+  std::chrono::nanoseconds local_budget_;
+  int max_redials_;
+  bool idempotent_;
+  retry_time start_;
+  retry_time deadline_at_;
+  int attempts_ = 0;
+  int redials_ = 0;
+  bool any_sent_ = false;
+  std::optional<retry_time> first_local_failure_;
+  next_send next_ = next_send::new_attempt;
+  std::string last_failure_;
+};
+
+} // namespace outbound

@@ -1,0 +1,104 @@
+#include "actors/client/blocking_client.hpp"
+
+#include <boost/json/serialize.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <chrono>
+#include <cmath>
+
+namespace outbound {
+
+namespace {
+
+call_request make_call(const std::string& method, const std::string& path,
+                       std::optional<boost::json::value> json_body,
+                       param_list params, std::optional<bool> idempotent,
+                       bool raw) {
+  call_request req;
+  req.method = method;
+  req.path = path;
+  if (json_body) {
+    req.body = boost::json::serialize(*json_body);
+    req.has_body = true;
+  }
+  req.params = std::move(params);
+  req.idempotent = idempotent;
+  req.raw = raw;
+  return req;
+}
+
+} // namespace
+
+blocking_client::blocking_client(caf::actor_system& sys, client_config cfg,
+                                 client_options opts)
+  : sys_(&sys), deadline_(cfg.deadline) {
+  actor_ = make_service_client(sys, std::move(cfg), std::move(opts));
+}
+
+blocking_client blocking_client::from_env(caf::actor_system& sys,
+                                          const std::string& prefix,
+                                          client_config explicit_cfg,
+                                          client_options opts) {
+  return blocking_client{sys, outbound::from_env(prefix, std::move(explicit_cfg)),
+                         std::move(opts)};
+}
+
+call_outcome blocking_client::call(call_request req) {
+  // The call actor always answers within the deadline; the margin only
+  // covers scheduling, so a lost client actor cannot block a thread forever.
+  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::duration<double>(deadline_))
+              + std::chrono::seconds{5};
+  call_outcome result;
+  bool answered = false;
+  auto request_id = req.request_id;
+  caf::scoped_actor self{*sys_};
+  self->request(actor_, wait, std::move(req))
+    .receive(
+      [&](call_outcome& o) {
+        result = std::move(o);
+        answered = true;
+      },
+      [&](caf::error& err) {
+        result.ok = false;
+        result.error.kind = error_kind::service_unavailable;
+        result.error.detail = "no answer from the service client: "
+                              + sys_->render(err);
+        result.error.nothing_sent = false;
+      });
+  if (!answered) {
+    result.request_id = request_id;
+    result.error.request_id = request_id;
+  }
+  return result;
+}
+
+boost::json::value
+blocking_client::request(const std::string& method, const std::string& path,
+                         std::optional<boost::json::value> json_body,
+                         param_list params, std::optional<bool> idempotent) {
+  auto o = call(make_call(method, path, std::move(json_body), std::move(params),
+                          idempotent, false));
+  if (!o.ok)
+    throw_error(std::move(o.error));
+  return std::move(o.body);
+}
+
+raw_response
+blocking_client::request_raw(const std::string& method, const std::string& path,
+                             std::optional<boost::json::value> json_body,
+                             param_list params, std::optional<bool> idempotent) {
+  auto o = call(make_call(method, path, std::move(json_body), std::move(params),
+                          idempotent, true));
+  if (!o.ok)
+    throw_error(std::move(o.error));
+  raw_response r;
+  r.status = o.status;
+  r.headers = std::move(o.headers);
+  r.body = std::move(o.body);
+  r.attempts = o.attempts;
+  r.request_id = std::move(o.request_id);
+  return r;
+}
+
+} // namespace outbound

@@ -1,0 +1,68 @@
+#include "actors/client/service_client.hpp"
+
+#include "actors/call/call_actor.hpp"
+#include "actors/call/retry_state.hpp"
+#include "actors/pool/connection_pool.hpp"
+
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <random>
+
+namespace outbound {
+
+namespace {
+
+struct service_client_state {
+  std::shared_ptr<const call_context> ctx;
+  /// Seeds each call actor's own generator.
+  call_rng rng;
+
+  static inline const char* name = "outbound.service_client";
+};
+
+service_client_actor::behavior_type
+service_client_impl(service_client_actor::stateful_pointer<service_client_state> self,
+                    std::shared_ptr<const call_context> ctx, uint64_t seed) {
+  self->state.ctx = std::move(ctx);
+  self->state.rng.seed(seed);
+  return {
+    [self](call_request& req) -> caf::delegated<call_outcome> {
+      auto& st = self->state;
+      auto call = spawn_call_actor(self->system(), st.ctx, st.rng());
+      // The call actor answers the original requester directly.
+      return self->delegate(call, std::move(req));
+    },
+  };
+}
+
+} // namespace
+
+bool idempotent_by_default(const std::string& method) {
+  return method_is_idempotent(method);
+}
+
+service_client_actor make_service_client(caf::actor_system& sys,
+                                         client_config cfg,
+                                         client_options opts) {
+  cfg.validate();
+  auto ctx = std::make_shared<call_context>();
+  ctx->url = cfg.parsed_url();
+  ctx->transport = opts.transport ? opts.transport
+                                  : spawn_connection_pool(sys, cfg, opts.io);
+  ctx->observer = opts.observer;
+  if (opts.wall_clock)
+    ctx->wall_clock = std::move(opts.wall_clock);
+  else
+    ctx->wall_clock = [] { return std::chrono::system_clock::now(); };
+  ctx->cfg = std::move(cfg);
+  uint64_t seed = opts.seed;
+  if (seed == 0) {
+    std::random_device rd;
+    seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
+  return sys.spawn(service_client_impl,
+                   std::shared_ptr<const call_context>{std::move(ctx)}, seed);
+}
+
+} // namespace outbound
