@@ -202,6 +202,10 @@ std::string describe_tls_error(const error_code& ec, long verify_result) {
   return out;
 }
 
+bool is_tls_alert(const error_code& ec) {
+  return ec.category() == boost::asio::error::get_ssl_category();
+}
+
 bool prepare_tls(void* native_ssl, const std::string& host, std::string& why) {
   auto* ssl = static_cast<SSL*>(native_ssl);
   if (is_ip_literal(host)) {

@@ -84,6 +84,10 @@ std::string describe_body_error(const error_code& ec, bool chunked,
 /// certificate verification result when verification failed.
 std::string describe_tls_error(const error_code& ec, long verify_result);
 
+/// True if `ec` is an OpenSSL protocol error (an alert, a bad record), not
+/// a plain EOF or reset.
+bool is_tls_alert(const error_code& ec);
+
 /// Applies SNI (host names only) and host-name / IP-SAN verification to a
 /// new SSL object. Returns false with a reason in `why` on failure.
 bool prepare_tls(void* native_ssl, const std::string& host, std::string& why);
@@ -350,9 +354,18 @@ private:
   void on_header(const error_code& ec) {
     if (interrupted_by_owner())
       return;
-    if (ec)
+    if (ec) {
+      bool got_some = parser_->got_some() || buf_.size() > 0;
+      if constexpr (is_tls) {
+        // A TLS alert instead of a response: e.g. the server refused our
+        // client certificate after a TLS 1.3 handshake.
+        if (!got_some && is_tls_alert(ec))
+          return fail(transport_error_kind::tls,
+                      describe_tls_error(ec, X509_V_OK));
+      }
       return fail(transport_error_kind::interrupted,
-                  describe_header_error(ec, parser_->got_some() || buf_.size() > 0));
+                  describe_header_error(ec, got_some));
+    }
     auto status = parser_->get().result_int();
     if (status >= 100 && status < 200) {
       if (status == 101)

@@ -1,0 +1,718 @@
+// Protocol tests of the real transport: the connection_pool actor on a real
+// actor system and a real io_runner, against the scripted loopback server
+// (exact bytes, exact timing). Cases from shared/cases/http.md.
+
+#include "actors/pool/connection_pool.hpp"
+#include "config/config_error.hpp"
+#include "protocol/io_runner.hpp"
+#include "tests/integration/scripted_server.hpp"
+#include "tests/integration/test_certs.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+
+using namespace std::chrono_literals;
+using outbound::testing::scripted_server;
+using outbound::testing::script;
+using outbound::testing::step;
+
+namespace outbound {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+const std::string ok_body = R"({"ok":true})";
+
+struct system_config : caf::actor_system_config {
+  system_config() {
+    add_message_types<caf::id_block::outbound>();
+  }
+};
+
+class TransportTest : public ::testing::Test {
+protected:
+  TransportTest() : sys_(cfg_), io_(std::make_shared<io_runner>(2)) {
+  }
+
+  ~TransportTest() override {
+    for (auto& p : pools_)
+      caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
+  }
+
+  transport_actor make_pool(const std::string& base_url,
+                            std::size_t max_idle = 64,
+                            tls_config tls = {}) {
+    client_config cfg;
+    cfg.base_url = base_url;
+    cfg.max_idle_per_endpoint = max_idle;
+    cfg.tls = std::move(tls);
+    auto p = spawn_connection_pool(sys_, cfg, io_);
+    pools_.push_back(p);
+    return p;
+  }
+
+  http_request request(const std::string& method = "GET",
+                       const std::string& target = "/v1/item") {
+    http_request r;
+    r.exchange_id = ++next_id_;
+    r.method = method;
+    r.target = target;
+    r.headers = {{"Accept", "application/json"}};
+    r.timeout_ns = 2'000'000'000;
+    r.max_body_bytes = 1024 * 1024;
+    return r;
+  }
+
+  /// Runs one exchange and waits for its answer (bounded).
+  exchange_result exchange(const transport_actor& pool, http_request req) {
+    caf::scoped_actor self{sys_};
+    exchange_result out;
+    auto id = req.exchange_id;
+    self->request(pool, std::chrono::seconds{15}, std::move(req))
+      .receive([&](exchange_result& res) { out = std::move(res); },
+               [&](caf::error& err) {
+                 ADD_FAILURE() << "no answer: " << sys_.render(err);
+               });
+    EXPECT_EQ(out.exchange_id, id);
+    return out;
+  }
+
+  pool_stats stats(const transport_actor& pool) {
+    caf::scoped_actor self{sys_};
+    pool_stats out;
+    self->request(caf::actor_cast<caf::actor>(pool), std::chrono::seconds{5},
+                  stats_atom::value)
+      .receive([&](pool_stats& s) { out = s; },
+               [&](caf::error& err) {
+                 ADD_FAILURE() << "no stats: " << sys_.render(err);
+               });
+    return out;
+  }
+
+  static std::string describe(const exchange_result& r) {
+    return std::string{to_string(r.error)} + ": " + r.detail;
+  }
+
+  system_config cfg_;
+  caf::actor_system sys_;
+  std::shared_ptr<io_runner> io_;
+  std::vector<transport_actor> pools_;
+  uint64_t next_id_ = 0;
+};
+
+int64_t elapsed_ms(clock_type::time_point since) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now()
+                                                               - since)
+    .count();
+}
+
+// -- keep-alive and stale connections (case 1) --------------------------------
+
+TEST_F(TransportTest, KeepAliveReusesOneConnectionForTwoRequests) {
+  scripted_server srv{{{step::read_request(),
+                        step::send(scripted_server::json_response(200, "{}")),
+                        step::read_request(),
+                        step::send(scripted_server::json_response(200, ok_body)),
+                        step::hold()}}};
+  auto pool = make_pool(srv.base_url());
+  auto r1 = exchange(pool, request());
+  ASSERT_TRUE(r1.ok()) << describe(r1);
+  EXPECT_EQ(r1.response.status, 200);
+  EXPECT_EQ(r1.response.body, "{}");
+  EXPECT_TRUE(r1.new_connection);
+  EXPECT_TRUE(r1.request_sent);
+  auto r2 = exchange(pool, request());
+  ASSERT_TRUE(r2.ok()) << describe(r2);
+  EXPECT_EQ(r2.response.body, ok_body);
+  EXPECT_FALSE(r2.new_connection);
+  EXPECT_EQ(srv.connections(), 1u);
+  auto reqs = srv.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[1].connection, 0u);
+  // Exact bytes: Host with the non-default port, headers verbatim, no body.
+  EXPECT_EQ(reqs[0].raw, "GET /v1/item HTTP/1.1\r\nHost: 127.0.0.1:"
+                           + std::to_string(srv.port())
+                           + "\r\nAccept: application/json\r\n\r\n");
+  auto s = stats(pool);
+  EXPECT_EQ(s.dialled, 1u);
+  EXPECT_EQ(s.reused, 1u);
+  EXPECT_EQ(s.idle, 1u);
+}
+
+TEST_F(TransportTest, PostCarriesContentLengthAndByteIdenticalBody) {
+  scripted_server srv{{{step::read_request(),
+                        step::send(scripted_server::json_response(201, "{}")),
+                        step::read_request(),
+                        step::send(scripted_server::json_response(200, "{}")),
+                        step::hold()}}};
+  auto pool = make_pool(srv.base_url());
+  auto req = request("POST", "/v1/orders?x=1%202");
+  req.body = R"({"qty":1})";
+  req.headers.emplace_back("Content-Type", "application/json");
+  auto r = exchange(pool, req);
+  ASSERT_TRUE(r.ok()) << describe(r);
+  EXPECT_EQ(r.response.status, 201);
+  auto empty_post = request("POST", "/v1/ping");
+  auto r2 = exchange(pool, empty_post);
+  ASSERT_TRUE(r2.ok()) << describe(r2);
+  auto reqs = srv.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].raw,
+            "POST /v1/orders?x=1%202 HTTP/1.1\r\nHost: 127.0.0.1:"
+              + std::to_string(srv.port())
+              + "\r\nAccept: application/json\r\nContent-Type: "
+                "application/json\r\nContent-Length: 9\r\n\r\n{\"qty\":1}");
+  EXPECT_EQ(reqs[0].body, R"({"qty":1})");
+  // A POST without a body still says Content-Length: 0.
+  EXPECT_NE(reqs[1].raw.find("\r\nContent-Length: 0\r\n"), std::string::npos);
+}
+
+TEST_F(TransportTest, IdleCloseAnswersNotSentAndFreshConnectionWorks) {
+  scripted_server srv{{
+    {step::read_request(), step::send(scripted_server::json_response(200, "{}")),
+     step::sleep(100ms), step::close()},
+    {step::read_request(), step::send(scripted_server::json_response(200, "{}")),
+     step::hold()},
+  }};
+  auto pool = make_pool(srv.base_url());
+  ASSERT_TRUE(exchange(pool, request()).ok());
+  ASSERT_TRUE(srv.wait_for_finished(0, 2s));
+  std::this_thread::sleep_for(50ms); // let the FIN reach the client
+  auto r2 = exchange(pool, request());
+  EXPECT_EQ(r2.error, transport_error_kind::not_sent) << describe(r2);
+  EXPECT_FALSE(r2.request_sent);
+  auto fresh = request();
+  fresh.fresh_connection = true;
+  auto r3 = exchange(pool, fresh);
+  ASSERT_TRUE(r3.ok()) << describe(r3);
+  EXPECT_TRUE(r3.new_connection);
+  EXPECT_EQ(srv.connections(), 2u);
+  EXPECT_EQ(srv.requests().size(), 2u); // nothing went out on the dead socket
+  auto s = stats(pool);
+  EXPECT_EQ(s.stale_discarded, 1u);
+  EXPECT_EQ(s.dialled, 2u);
+}
+
+TEST_F(TransportTest, FreshConnectionFlagNeverTakesAnIdleConnection) {
+  scripted_server srv{{
+    {step::read_request(), step::send(scripted_server::json_response(200, "{}")),
+     step::hold()},
+    {step::read_request(), step::send(scripted_server::json_response(200, "{}")),
+     step::hold()},
+  }};
+  auto pool = make_pool(srv.base_url());
+  ASSERT_TRUE(exchange(pool, request()).ok());
+  auto fresh = request();
+  fresh.fresh_connection = true;
+  auto r = exchange(pool, fresh);
+  ASSERT_TRUE(r.ok()) << describe(r);
+  EXPECT_TRUE(r.new_connection);
+  EXPECT_EQ(srv.connections(), 2u);
+  EXPECT_EQ(stats(pool).idle, 2u);
+}
+
+TEST_F(TransportTest, CloseAfterReadingReusedRequestIsInterruptedAndSent) {
+  // Case 1(b): the server reads request 2 completely and closes silently.
+  scripted_server srv{{{step::read_request(),
+                        step::send(scripted_server::json_response(200, "{}")),
+                        step::read_request(), step::close()}}};
+  auto pool = make_pool(srv.base_url());
+  ASSERT_TRUE(exchange(pool, request()).ok());
+  auto r = exchange(pool, request());
+  EXPECT_EQ(r.error, transport_error_kind::interrupted) << describe(r);
+  EXPECT_EQ(r.detail, "connection closed before the response");
+  EXPECT_TRUE(r.request_sent);
+  EXPECT_FALSE(r.new_connection);
+  EXPECT_EQ(stats(pool).idle, 0u);
+}
+
+TEST_F(TransportTest, ResetInsideRequestBodyIsInterruptedAndSent) {
+  // Case 1(d): headers and 4 of 9 body bytes read, then RST.
+  scripted_server srv{{{step::read_head(), step::read_bytes(4), step::reset()}}};
+  auto pool = make_pool(srv.base_url());
+  auto req = request("POST", "/v1/orders");
+  req.body = R"({"qty":1})";
+  auto r = exchange(pool, req);
+  EXPECT_EQ(r.error, transport_error_kind::interrupted) << describe(r);
+  EXPECT_TRUE(r.request_sent);
+  ASSERT_EQ(srv.requests().size(), 1u);
+  EXPECT_EQ(srv.requests()[0].body, R"({"qt)");
+}
+
+// -- Content-Length mismatch (case 2) -----------------------------------------
+
+TEST_F(TransportTest, ContentLengthTooShortIsTruncatedBody) {
+  scripted_server srv{{{step::read_request(),
+                        step::send("HTTP/1.1 200 OK\r\nContent-Type: "
+                                   "application/json\r\nContent-Length: "
+                                   "100\r\n\r\n"
+                                   + ok_body),
+                        step::close()}}};
+  auto pool = make_pool(srv.base_url());
+  auto r = exchange(pool, request());
+  EXPECT_EQ(r.error, transport_error_kind::interrupted) << describe(r);
+  EXPECT_EQ(r.detail, "truncated body: expected 100 bytes, got 11");
+  EXPECT_TRUE(r.response.body.empty());
+  EXPECT_EQ(stats(pool).idle, 0u);
+}
+
+TEST_F(TransportTest, OverlongBodyInOneSegmentPoisonsTheConnection) {
+  // Case 2(c): Content-Length 5 followed by 11 bytes in the same write.
+  scripted_server srv{{
+    {step::read_request(),
+     step::send("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                "Content-Length: 5\r\n\r\n"
+                + ok_body),
+     step::hold()},
+    {step::read_request(),
+     step::send(scripted_server::json_response(200, R"({"n":2})")),
+     step::hold()},
+  }};
+  auto pool = make_pool(srv.base_url());
+  auto r1 = exchange(pool, request());
+  ASSERT_TRUE(r1.ok()) << describe(r1);
+  EXPECT_EQ(r1.response.body, R"({"ok")");
+  EXPECT_EQ(stats(pool).idle, 0u); // leftover bytes: not reusable
+  auto r2 = exchange(pool, request());
+  ASSERT_TRUE(r2.ok()) << describe(r2);
+  EXPECT_EQ(r2.response.body, R"({"n":2})");
+  EXPECT_TRUE(r2.new_connection);
+  EXPECT_EQ(srv.connections(), 2u);
+  EXPECT_TRUE(srv.wait_for_peer_close(0, 2s));
+}
+
+TEST_F(TransportTest, OverlongBodyArrivingLaterMakesTheIdleConnectionStale) {
+  // Case 2(c), the leftover arrives after the response was complete.
+  scripted_server srv{{
+    {step::read_request(),
+     step::send("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                "Content-Length: 5\r\n\r\n{\"ok\""),
+     step::sleep(50ms), step::send(":true}"), step::hold()},
+    {step::read_request(),
+     step::send(scripted_server::json_response(200, R"({"n":2})")),
+     step::hold()},
+  }};
+  auto pool = make_pool(srv.base_url());
+  auto r1 = exchange(pool, request());
+  ASSERT_TRUE(r1.ok()) << describe(r1);
+  ASSERT_TRUE(srv.wait_for_finished(0, 50ms) || true);
+  std::this_thread::sleep_for(150ms);
+  auto r2 = exchange(pool, request());
+  EXPECT_EQ(r2.error, transport_error_kind::not_sent) << describe(r2);
+  auto fresh = request();
+  fresh.fresh_connection = true;
+  auto r3 = exchange(pool, fresh);
+  ASSERT_TRUE(r3.ok()) << describe(r3);
+  EXPECT_EQ(r3.response.body, R"({"n":2})");
+  EXPECT_EQ(srv.requests().size(), 2u);
+  EXPECT_EQ(srv.requests()[1].connection, 1u);
+}
+
+// -- truncated chunked bodies (case 3) ----------------------------------------
+
+class ChunkedTruncation : public TransportTest,
+                          public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ChunkedTruncation, IsInterruptedNeverASuccess) {
+  scripted_server srv{{{step::read_request(),
+                        step::send(scripted_server::chunked_head() + GetParam()),
+                        step::close()}}};
+  auto pool = make_pool(srv.base_url());
+  auto r = exchange(pool, request());
+  EXPECT_EQ(r.error, transport_error_kind::interrupted) << describe(r);
+  EXPECT_EQ(r.detail, "truncated chunked body");
+  EXPECT_TRUE(r.request_sent);
+  EXPECT_EQ(stats(pool).idle, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Case3, ChunkedTruncation,
+                         ::testing::Values("b\r\n{\"ok\":true}\r\n",
+                                           "b\r\n{\"ok\":true}\r\n0\r\n",
+                                           "b\r\n{\"ok\":true}\r\n0\r\nX-T: 1\r\n"));
+
+TEST_F(TransportTest, CompleteChunkedBodySucceedsAndTheConnectionIsReused) {
+  auto d = scripted_server::chunked_head() + "b\r\n{\"ok\":true}\r\n0\r\n\r\n";
+  scripted_server srv{{{step::read_request(), step::send(d), step::read_request(),
+                        step::send(d), step::hold()}}};
+  auto pool = make_pool(srv.base_url());
+  auto r1 = exchange(pool, request());
+  ASSERT_TRUE(r1.ok()) << describe(r1);
+  EXPECT_EQ(r1.response.body, ok_body);
+  auto r2 = exchange(pool, request());
+  ASSERT_TRUE(r2.ok()) << describe(r2);
+  EXPECT_FALSE(r2.new_connection);
+  EXPECT_EQ(srv.connections(), 1u);
+}
+
+// -- redirects, malformed responses ------------------------------------------
+
+TEST_F(TransportTest, RedirectIsReturnedNotFollowed) {
+  scripted_server other{{}, {step::close()}};
+  scripted_server srv{{{step::read_request(),
+                        step::send("HTTP/1.1 302 Found\r\nLocation: "
+                                   + other.base_url()
+                                   + "/v1/data\r\nContent-Length: 0\r\n\r\n"),
+                        step::hold()}}};
+  auto pool = make_pool(srv.base_url());
+  auto req = request("GET", "/v1/data");
+  req.headers.emplace_back("Authorization", "Bearer TOKEN123");
+  auto r = exchange(pool, req);
+  ASSERT_TRUE(r.ok()) << describe(r);
+  EXPECT_EQ(r.response.status, 302);
+  auto loc = find_header(r.response.headers, "location");
+  ASSERT_NE(loc, nullptr);
+  EXPECT_EQ(*loc, other.base_url() + "/v1/data");
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(other.connections(), 0u);
+  EXPECT_EQ(srv.requests().size(), 1u);
+}
+
+TEST_F(TransportTest, MalformedStatusLineIsInterrupted) {
+  scripted_server srv{{{step::read_request(),
+                        step::send("HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n"),
+                        step::hold()}}};
+  auto pool = make_pool(srv.base_url());
+  auto r = exchange(pool, request());
+  EXPECT_EQ(r.error, transport_error_kind::interrupted) << describe(r);
+  EXPECT_EQ(r.detail.rfind("malformed status line", 0), 0u) << r.detail;
+}
+
+TEST_F(TransportTest, HeadResponseHasNoBodyAndStaysReusable) {
+  scripted_server srv{{{step::read_request(),
+                        step::send("HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n"),
+                        step::read_request(),
+                        step::send(scripted_server::json_response(200, "{}")),
+                        step::hold()}}};
+  auto pool = make_pool(srv.base_url());
+  auto r = exchange(pool, request("HEAD"));
+  ASSERT_TRUE(r.ok()) << describe(r);
+  EXPECT_TRUE(r.response.body.empty());
+  auto r2 = exchange(pool, request());
+  ASSERT_TRUE(r2.ok()) << describe(r2);
+  EXPECT_FALSE(r2.new_connection);
+}
+
+TEST_F(TransportTest, ConnectionCloseResponseIsNotReused) {
+  scripted_server srv{{{step::read_request(),
+                        step::send(scripted_server::json_response(
+                          200, "{}", "Connection: close\r\n")),
+                        step::hold()}}};
+  auto pool = make_pool(srv.base_url());
+  auto r = exchange(pool, request());
+  ASSERT_TRUE(r.ok()) << describe(r);
+  EXPECT_EQ(stats(pool).idle, 0u);
+  EXPECT_TRUE(srv.wait_for_peer_close(0, 2s));
+}
+
+// -- body cap (case 7, issue behaviour 4) -------------------------------------
+
+TEST_F(TransportTest, ContentLengthOverCapOn2xxFailsRightAfterTheHeader) {
+  scripted_server srv{{{step::read_request(),
+                        step::send("HTTP/1.1 200 OK\r\nContent-Type: "
+                                   "application/json\r\nContent-Length: "
+                                   "10485760\r\n\r\n"),
+                        step::hold()}}};
+  auto pool = make_pool(srv.base_url());
+  auto req = request();
+  req.max_body_bytes = 1024;
+  auto start = clock_type::now();
+  auto r = exchange(pool, req);
+  EXPECT_EQ(r.error, transport_error_kind::too_large) << describe(r);
+  EXPECT_NE(r.detail.find("10485760"), std::string::npos) << r.detail;
+  EXPECT_LT(elapsed_ms(start), 500);
+  EXPECT_TRUE(srv.wait_for_peer_close(0, 2s));
+}
+
+TEST_F(TransportTest, ErrorStatusWithBodyOverCapKeepsStatusAndDropsBody) {
+  std::string big(100 * 1000, 'x');
+  scripted_server srv{{{step::read_request(),
+                        step::send(scripted_server::json_response(500, big)),
+                        step::hold()}}};
+  auto pool = make_pool(srv.base_url());
+  auto req = request();
+  req.max_body_bytes = 256;
+  auto r = exchange(pool, req);
+  ASSERT_TRUE(r.ok()) << describe(r);
+  EXPECT_EQ(r.response.status, 500);
+  EXPECT_TRUE(r.response.body_over_cap);
+  EXPECT_TRUE(r.response.body.empty());
+  EXPECT_EQ(stats(pool).idle, 0u);
+}
+
+TEST_F(TransportTest, ChunkedErrorBodyOverCapKeepsStatus) {
+  std::string body = scripted_server::chunked_head(503);
+  for (int i = 0; i < 10; ++i)
+    body += scripted_server::chunk(std::string(100, 'e'));
+  body += "0\r\n\r\n";
+  scripted_server srv{{{step::read_request(), step::send(body), step::hold()}}};
+  auto pool = make_pool(srv.base_url());
+  auto req = request();
+  req.max_body_bytes = 256;
+  auto r = exchange(pool, req);
+  ASSERT_TRUE(r.ok()) << describe(r);
+  EXPECT_EQ(r.response.status, 503);
+  EXPECT_TRUE(r.response.body_over_cap);
+  EXPECT_TRUE(r.response.body.empty());
+}
+
+script chunked_script(std::size_t chunks, bool extra_byte) {
+  script s{step::read_request(), step::send(scripted_server::chunked_head())};
+  for (std::size_t i = 0; i < chunks; ++i) {
+    s.push_back(step::send(scripted_server::chunk(std::string(8, 'a' + i % 26))));
+    s.push_back(step::sleep(5ms));
+  }
+  if (extra_byte) {
+    s.push_back(step::send(scripted_server::chunk("z")));
+    s.push_back(step::sleep(3s)); // the client must not wait for this
+  }
+  s.push_back(step::send("0\r\n\r\n"));
+  s.push_back(step::hold());
+  return s;
+}
+
+TEST_F(TransportTest, ChunkedBodyExactlyAtCapSucceeds) {
+  // Case 7(a): 128 chunks of 8 bytes, 5 ms apart, cap 1024.
+  scripted_server srv{{chunked_script(128, false)}};
+  auto pool = make_pool(srv.base_url());
+  auto req = request();
+  req.max_body_bytes = 1024;
+  req.timeout_ns = 10'000'000'000;
+  auto r = exchange(pool, req);
+  ASSERT_TRUE(r.ok()) << describe(r);
+  EXPECT_EQ(r.response.body.size(), 1024u);
+  EXPECT_EQ(r.response.body.substr(0, 16), "aaaaaaaabbbbbbbb");
+  EXPECT_EQ(stats(pool).idle, 1u);
+}
+
+TEST_F(TransportTest, ChunkedBodyOneByteOverCapIsTooLargeWithinOneChunk) {
+  // Case 7(b): 1025 bytes; the failure comes at the chunk that crosses the
+  // cap, not at the end of the stream 3 s later.
+  scripted_server srv{{chunked_script(128, true)}};
+  auto pool = make_pool(srv.base_url());
+  auto req = request();
+  req.max_body_bytes = 1024;
+  req.timeout_ns = 10'000'000'000;
+  auto start = clock_type::now();
+  auto r = exchange(pool, req);
+  EXPECT_EQ(r.error, transport_error_kind::too_large) << describe(r);
+  EXPECT_LT(elapsed_ms(start), 2500);
+  EXPECT_EQ(stats(pool).idle, 0u);
+}
+
+// -- deadlines (case 6) -------------------------------------------------------
+
+TEST_F(TransportTest, BodyTrickleTimesOutAtTheDeadline) {
+  scripted_server srv{{{step::read_request(),
+                        step::send("HTTP/1.1 200 OK\r\nContent-Type: "
+                                   "application/json\r\nContent-Length: "
+                                   "1000\r\n\r\n"),
+                        step::trickle(std::string(20, ' '), 400ms)}}};
+  auto pool = make_pool(srv.base_url());
+  auto req = request();
+  req.timeout_ns = 1'000'000'000;
+  auto start = clock_type::now();
+  auto r = exchange(pool, req);
+  auto ms = elapsed_ms(start);
+  EXPECT_EQ(r.error, transport_error_kind::timeout) << describe(r);
+  EXPECT_GE(ms, 995);
+  EXPECT_LE(ms, 1250);
+  EXPECT_TRUE(r.request_sent);
+  EXPECT_EQ(stats(pool).idle, 0u);
+  EXPECT_TRUE(srv.wait_for_finished(0, 3s)); // the trickle hit a closed socket
+}
+
+TEST_F(TransportTest, StatusLineTrickleTimesOutAtTheDeadline) {
+  scripted_server srv{{{step::read_request(),
+                        step::trickle("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+                                      400ms)}}};
+  auto pool = make_pool(srv.base_url());
+  auto req = request();
+  req.timeout_ns = 1'000'000'000;
+  auto start = clock_type::now();
+  auto r = exchange(pool, req);
+  auto ms = elapsed_ms(start);
+  EXPECT_EQ(r.error, transport_error_kind::timeout) << describe(r);
+  EXPECT_GE(ms, 995);
+  EXPECT_LE(ms, 1250);
+}
+
+TEST_F(TransportTest, SilentServerTimesOutAndTheConnectionIsClosed) {
+  scripted_server srv{{{step::read_request(), step::hold()}}};
+  auto pool = make_pool(srv.base_url());
+  auto req = request();
+  req.timeout_ns = 300'000'000;
+  auto r = exchange(pool, req);
+  EXPECT_EQ(r.error, transport_error_kind::timeout) << describe(r);
+  EXPECT_TRUE(srv.wait_for_peer_close(0, 2s));
+  EXPECT_EQ(stats(pool).idle, 0u);
+}
+
+// -- connect failures, cancel -------------------------------------------------
+
+TEST_F(TransportTest, ConnectRefusedIsConnectAndNothingSent) {
+  // A port that was just free: bind, read it, close.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  auto port = ntohs(addr.sin_port);
+  ::close(fd);
+  auto pool = make_pool("http://127.0.0.1:" + std::to_string(port));
+  auto r = exchange(pool, request());
+  EXPECT_EQ(r.error, transport_error_kind::connect) << describe(r);
+  EXPECT_FALSE(r.request_sent);
+  EXPECT_TRUE(r.new_connection);
+}
+
+TEST_F(TransportTest, CancelClosesTheConnectionAndAnswersOnce) {
+  scripted_server srv{{{step::read_request(), step::hold()}}};
+  auto pool = make_pool(srv.base_url());
+  caf::scoped_actor self{sys_};
+  auto req = request();
+  req.timeout_ns = 10'000'000'000;
+  auto id = req.exchange_id;
+  auto start = clock_type::now();
+  auto handle = self->request(pool, std::chrono::seconds{15}, req);
+  ASSERT_TRUE(srv.wait_for_requests(1, 2s));
+  caf::anon_send(pool, cancel_atom::value, id);
+  exchange_result out;
+  handle.receive([&](exchange_result& res) { out = std::move(res); },
+                 [&](caf::error& err) { ADD_FAILURE() << sys_.render(err); });
+  EXPECT_EQ(out.error, transport_error_kind::timeout);
+  EXPECT_EQ(out.detail, "cancelled");
+  EXPECT_LT(elapsed_ms(start), 2000);
+  EXPECT_TRUE(srv.wait_for_peer_close(0, 2s));
+  auto s = stats(pool);
+  EXPECT_EQ(s.cancelled, 1u);
+  EXPECT_EQ(s.idle, 0u);
+  EXPECT_EQ(s.in_flight, 0u);
+}
+
+TEST_F(TransportTest, HeaderWithLineBreakIsRejectedBeforeSending) {
+  scripted_server srv{{}, {step::hold()}};
+  auto pool = make_pool(srv.base_url());
+  auto req = request();
+  req.headers.emplace_back("X-Evil", "a\r\nInjected: 1");
+  auto r = exchange(pool, req);
+  EXPECT_EQ(r.error, transport_error_kind::config) << describe(r);
+  EXPECT_FALSE(r.request_sent);
+  EXPECT_EQ(srv.requests().size(), 0u);
+}
+
+// -- TLS ----------------------------------------------------------------------
+
+class TransportTlsTest : public TransportTest {
+protected:
+  void SetUp() override {
+    pki_ = testing::test_pki::generate(dir_.path());
+  }
+
+  testing::temp_dir dir_;
+  testing::test_pki pki_;
+};
+
+TEST_F(TransportTlsTest, VerifiedConnectionToIpAndNameIsReused) {
+  auto resp = scripted_server::json_response(200, ok_body);
+  testing::server_tls tls{pki_.server.cert, pki_.server.key, {}};
+  scripted_server srv{{{step::read_request(), step::send(resp),
+                        step::read_request(), step::send(resp), step::hold()},
+                       {step::read_request(), step::send(resp), step::hold()}},
+                      {step::close()},
+                      tls};
+  tls_config client_tls;
+  client_tls.ca_file = pki_.ca_a.cert;
+  auto pool = make_pool(srv.base_url(), 64, client_tls);
+  auto r1 = exchange(pool, request());
+  ASSERT_TRUE(r1.ok()) << describe(r1);
+  EXPECT_EQ(r1.response.body, ok_body);
+  auto r2 = exchange(pool, request());
+  ASSERT_TRUE(r2.ok()) << describe(r2);
+  EXPECT_FALSE(r2.new_connection);
+  // By name: SNI + DNS SAN.
+  auto by_name = make_pool("https://localhost:" + std::to_string(srv.port()), 64,
+                           client_tls);
+  auto r3 = exchange(by_name, request());
+  ASSERT_TRUE(r3.ok()) << describe(r3);
+  auto reqs = srv.requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  auto host = find_header(reqs[2].headers, "Host");
+  ASSERT_NE(host, nullptr);
+  EXPECT_EQ(*host, "localhost:" + std::to_string(srv.port()));
+}
+
+TEST_F(TransportTlsTest, CertificateWithoutIpSanFailsVerificationForIp) {
+  testing::server_tls tls{pki_.server_dns.cert, pki_.server_dns.key, {}};
+  scripted_server srv{{}, {step::read_request(), step::hold()}, tls};
+  tls_config client_tls;
+  client_tls.ca_file = pki_.ca_a.cert;
+  auto pool = make_pool(srv.base_url(), 64, client_tls);
+  auto r = exchange(pool, request());
+  EXPECT_EQ(r.error, transport_error_kind::tls) << describe(r);
+  EXPECT_NE(r.detail.find("mismatch"), std::string::npos) << r.detail;
+  EXPECT_FALSE(r.request_sent);
+  EXPECT_EQ(srv.requests().size(), 0u);
+}
+
+TEST_F(TransportTlsTest, UnknownCaFailsVerificationWithTheSystemTrustStore) {
+  testing::server_tls tls{pki_.server.cert, pki_.server.key, {}};
+  scripted_server srv{{}, {step::read_request(), step::hold()}, tls};
+  auto pool = make_pool(srv.base_url());
+  auto r = exchange(pool, request());
+  EXPECT_EQ(r.error, transport_error_kind::tls) << describe(r);
+  EXPECT_NE(r.detail.find("certificate verify failed"), std::string::npos)
+    << r.detail;
+}
+
+TEST_F(TransportTlsTest, ClientCertificateIsPresentedForMutualTls) {
+  testing::server_tls tls{pki_.server.cert, pki_.server.key, pki_.ca_a.cert};
+  auto resp = scripted_server::json_response(200, ok_body);
+  scripted_server srv{{}, {step::read_request(), step::send(resp), step::hold()},
+                      tls};
+  tls_config with_identity;
+  with_identity.ca_file = pki_.ca_a.cert;
+  with_identity.client_cert_file = pki_.client.cert;
+  with_identity.client_key_file = pki_.client.key;
+  auto good = make_pool(srv.base_url(), 64, with_identity);
+  auto r = exchange(good, request());
+  ASSERT_TRUE(r.ok()) << describe(r);
+  tls_config without;
+  without.ca_file = pki_.ca_a.cert;
+  auto bad = make_pool(srv.base_url(), 64, without);
+  auto r2 = exchange(bad, request());
+  EXPECT_FALSE(r2.ok());
+  EXPECT_TRUE(r2.error == transport_error_kind::tls
+              || r2.error == transport_error_kind::interrupted)
+    << describe(r2);
+}
+
+TEST_F(TransportTlsTest, MismatchedClientKeyIsAConfigErrorNamingTheField) {
+  client_config cfg;
+  cfg.base_url = "https://127.0.0.1:1";
+  cfg.tls.ca_file = pki_.ca_a.cert;
+  cfg.tls.client_cert_file = pki_.client.cert;
+  cfg.tls.client_key_file = pki_.server.key;
+  try {
+    spawn_connection_pool(sys_, cfg, io_);
+    FAIL() << "expected config_error";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "tls.client_key_file") << e.what();
+  }
+}
+
+} // namespace
+} // namespace outbound
