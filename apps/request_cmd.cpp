@@ -178,20 +178,9 @@ boost::json::object headers_json(const header_list& hs) {
   return o;
 }
 
-const char* event_name(event_kind k) {
-  switch (k) {
-    case event_kind::sending: return "sending";
-    case event_kind::retrying: return "retrying";
-    case event_kind::redialing: return "redialing";
-    case event_kind::answered: return "answered";
-    case event_kind::failed: return "failed";
-  }
-  return "unknown";
-}
-
 std::string event_json(const client_event& ev) {
   boost::json::object o;
-  o["event"] = event_name(ev.kind);
+  o["event"] = to_string(ev.kind);
   o["request_id"] = ev.request_id;
   o["method"] = ev.method;
   o["path"] = ev.path;
