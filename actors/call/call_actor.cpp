@@ -203,10 +203,14 @@ void finish_response(self_ptr self, http_response resp) {
     if (auto loc = find_header(resp.headers, "location"))
       e.location = *loc;
     err = std::move(e);
+  } else if (resp.body_over_cap) {
+    // The error body was dropped at the cap: no detail, the status still
+    // maps to its type.
+    auto e = classify_status(resp.status);
+    e.detail.clear();
+    err = std::move(e);
   } else {
-    err = classify_status(resp.status, resp.body_over_cap
-                                         ? std::string{}
-                                         : extract_detail(resp.body));
+    err = classify_status(resp.status, extract_detail(resp.body));
   }
   if (err) {
     err->status = resp.status;
