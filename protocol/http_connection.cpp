@@ -1,11 +1,14 @@
 #include "protocol/http_connection.hpp"
 
-#include "protocol/http_session.hpp"
+#include "protocol/http_wire.hpp"
+#include "protocol/tls_context.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/beast/http/error.hpp>
+
+#include <string_view>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -16,6 +19,8 @@
 namespace outbound {
 
 namespace detail {
+
+namespace http = boost::beast::http;
 
 // Defined in http_connection_plain.cpp / http_connection_tls.cpp, so that
 // each heavy instantiation lives in its own translation unit.

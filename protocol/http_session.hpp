@@ -13,11 +13,17 @@
 //     └─────────────────────────────────────────────┘          ▼
 //                          finish ◄── on_complete ◄── read_body
 //
-// A steady_timer armed once at start fires at the absolute deadline and
-// closes the socket; every handler checks `timed_out_` / `cancelled_` first,
-// so a trickle of bytes cannot extend the exchange.
+// A steady_timer armed once at start fires at the absolute deadline: it
+// ends the exchange at once (timeout) and closes the socket, so a trickle of
+// bytes cannot extend it and no operation that ignores cancellation (a DNS
+// lookup) can hold it past the deadline. close() ends it the same way
+// ("cancelled"). Handlers of operations still pending then find no exchange
+// (`done_` empty) and return. The parser, buffer and request bytes stay alive
+// until the next exchange, because a pending operation may still refer to
+// them.
 
 #include "protocol/http_connection.hpp"
+#include "protocol/http_wire.hpp"
 #include "protocol/io_runner_impl.hpp"
 #include "protocol/tls_context_impl.hpp"
 
@@ -54,49 +60,6 @@ using tcp = asio::ip::tcp;
 using strand_type = asio::strand<asio::io_context::executor_type>;
 using plain_stream = asio::basic_stream_socket<tcp, strand_type>;
 using tls_stream = asio::ssl::stream<plain_stream>;
-
-/// Largest response header accepted (bytes).
-constexpr std::uint32_t max_header_bytes = 64 * 1024;
-
-// -- stream-independent helpers (http_connection.cpp) -------------------------
-
-/// Serializes `req` as an HTTP/1.1 request to `origin` into `out`. Returns
-/// false (and leaves a reason in `why`) if a header name or value carries a
-/// CR, LF or NUL, or the target is not origin-form.
-bool serialize_request(const http_request& req, const url_parts& origin,
-                       std::string& out, std::string& why);
-
-/// True if `host` is an IPv4 or IPv6 literal (no brackets).
-bool is_ip_literal(const std::string& host);
-
-/// `connect` or `local_resource` for a failed TCP connect.
-transport_error_kind classify_connect_error(const error_code& ec);
-
-/// Detail text for a failed read of the response header.
-std::string describe_header_error(const error_code& ec, bool got_some);
-
-/// Detail text for a failed read of the response body (not body_limit).
-std::string describe_body_error(const error_code& ec, bool chunked,
-                                std::optional<std::uint64_t> expected,
-                                std::size_t got);
-
-/// Detail text of a failed TLS handshake: OpenSSL's reason plus the
-/// certificate verification result when verification failed.
-std::string describe_tls_error(const error_code& ec, long verify_result);
-
-/// True if `ec` is an OpenSSL protocol error (an alert, a bad record), not
-/// a plain EOF or reset.
-bool is_tls_alert(const error_code& ec);
-
-/// Applies SNI (host names only) and host-name / IP-SAN verification to a
-/// new SSL object. Returns false with a reason in `why` on failure.
-bool prepare_tls(void* native_ssl, const std::string& host, std::string& why);
-
-/// Bytes OpenSSL has decrypted but not handed out yet (0 for plain).
-std::size_t tls_pending(void* native_ssl);
-
-/// Milliseconds as text, for details ("1000 ms").
-std::string millis_text(std::chrono::steady_clock::duration d);
 
 // -- the session --------------------------------------------------------------
 
@@ -149,7 +112,9 @@ public:
   void close() override {
     closed_.store(true);
     asio::post(strand_, [self = this->shared_from_this()] {
-      self->cancelled_ = static_cast<bool>(self->done_);
+      if (self->done_)
+        self->fail(transport_error_kind::timeout, "cancelled",
+                   self->phase_ >= phase::writing);
       self->shut();
     });
   }
@@ -160,6 +125,27 @@ public:
 
 private:
   using clock = std::chrono::steady_clock;
+
+  /// Where an exchange is; decides `request_sent` on a timeout.
+  enum class phase { resolving, connecting, handshaking, writing, reading_header,
+                     reading_body };
+
+  static const char* phase_text(phase p) {
+    switch (p) {
+      case phase::resolving:
+        return "resolving the host";
+      case phase::connecting:
+        return "connecting";
+      case phase::handshaking:
+        return "in the TLS handshake";
+      case phase::writing:
+        return "writing the request";
+      case phase::reading_header:
+        return "reading the response header";
+      default:
+        return "reading the response body";
+    }
+  }
 
   static Stream make_stream(strand_type& strand,
                             const std::shared_ptr<tls_context>& tls) {
@@ -184,15 +170,11 @@ private:
     res_ = exchange_result{};
     res_.exchange_id = req_.exchange_id;
     res_.new_connection = !connected_.load();
-    timed_out_ = false;
-    cancelled_ = false;
-    step_ = "connecting";
+    phase_ = phase::connecting;
     ++serial_;
     started_ = clock::now();
-    if (closed_.load()) {
-      cancelled_ = true;
+    if (closed_.load())
       return fail(transport_error_kind::not_sent, "connection closed");
-    }
     std::string why;
     wire_.clear();
     if (!serialize_request(req_, origin_, wire_, why))
@@ -211,25 +193,17 @@ private:
   void on_timer(const error_code& ec, uint64_t serial) {
     if (ec || serial != serial_ || !done_)
       return;
-    timed_out_ = true;
-    shut();
+    // A write in progress may have sent bytes: assume it did.
+    fail(transport_error_kind::timeout,
+         "timed out after " + millis_text(clock::now() - started_) + " while "
+           + phase_text(phase_),
+         phase_ >= phase::writing);
   }
 
-  /// Common prologue of every handler: the deadline or a close() wins over
-  /// whatever the operation reported. Returns true if the exchange ended.
-  bool interrupted_by_owner() {
-    if (timed_out_) {
-      fail(transport_error_kind::timeout,
-           "timed out after " + millis_text(clock::now() - started_) + " while "
-             + step_);
-      return true;
-    }
-    if (cancelled_ || closed_.load()) {
-      cancelled_ = true;
-      fail(transport_error_kind::timeout, "cancelled");
-      return true;
-    }
-    return false;
+  /// Common prologue of every handler: true if the exchange already ended
+  /// (deadline, close()) and this completion is to be ignored.
+  bool ended() const {
+    return !done_;
   }
 
   void do_resolve() {
@@ -241,7 +215,7 @@ private:
                                                      origin_.host, port);
       return do_connect(eps);
     }
-    step_ = "resolving";
+    phase_ = phase::resolving;
     resolver_.async_resolve(
       origin_.host, port,
       [self = this->shared_from_this()](const error_code& ec,
@@ -251,7 +225,7 @@ private:
   }
 
   void on_resolve(const error_code& ec, tcp::resolver::results_type eps) {
-    if (interrupted_by_owner())
+    if (ended())
       return;
     if (ec)
       return fail(transport_error_kind::connect,
@@ -260,7 +234,7 @@ private:
   }
 
   void do_connect(const tcp::resolver::results_type& eps) {
-    step_ = "connecting";
+    phase_ = phase::connecting;
     asio::async_connect(sock(), eps,
                         [self = this->shared_from_this()](const error_code& ec,
                                                           const tcp::endpoint&) {
@@ -269,7 +243,7 @@ private:
   }
 
   void on_connect(const error_code& ec) {
-    if (interrupted_by_owner())
+    if (ended())
       return;
     if (ec)
       return fail(classify_connect_error(ec), "connect to " + origin_.authority()
@@ -286,7 +260,7 @@ private:
 
   void do_handshake() {
     if constexpr (is_tls) {
-      step_ = "in the TLS handshake";
+      phase_ = phase::handshaking;
       std::string why;
       if (!prepare_tls(stream_.native_handle(), origin_.host, why))
         return fail(transport_error_kind::tls, why);
@@ -298,7 +272,7 @@ private:
 
   void on_handshake(const error_code& ec) {
     if constexpr (is_tls) {
-      if (interrupted_by_owner())
+      if (ended())
         return;
       if (ec)
         return fail(transport_error_kind::tls,
@@ -310,7 +284,7 @@ private:
   }
 
   void do_write() {
-    step_ = "writing the request";
+    phase_ = phase::writing;
     asio::async_write(stream_, asio::buffer(wire_),
                       [self = this->shared_from_this()](const error_code& ec,
                                                         std::size_t n) {
@@ -319,9 +293,9 @@ private:
   }
 
   void on_write(const error_code& ec, std::size_t n) {
-    res_.request_sent = res_.request_sent || n > 0;
-    if (interrupted_by_owner())
+    if (ended())
       return;
+    res_.request_sent = res_.request_sent || n > 0;
     if (ec) {
       if (n == 0 && !res_.new_connection)
         return fail(transport_error_kind::not_sent,
@@ -335,7 +309,7 @@ private:
   }
 
   void do_read_header() {
-    step_ = "reading the response header";
+    phase_ = phase::reading_header;
     parser_.emplace();
     parser_->header_limit(max_header_bytes);
     // Beast checks Content-Length against body_limit while parsing the
@@ -352,7 +326,7 @@ private:
   }
 
   void on_header(const error_code& ec) {
-    if (interrupted_by_owner())
+    if (ended())
       return;
     if (ec) {
       bool got_some = parser_->got_some() || buf_.size() > 0;
@@ -384,7 +358,7 @@ private:
       return over_cap("Content-Length " + std::to_string(*expected_)
                       + " exceeds the cap of " + std::to_string(cap) + " bytes");
     parser_->body_limit(cap);
-    step_ = "reading the response body";
+    phase_ = phase::reading_body;
     http::async_read(stream_, buf_, *parser_,
                      [self = this->shared_from_this()](const error_code& ec,
                                                        std::size_t) {
@@ -393,7 +367,7 @@ private:
   }
 
   void on_body(const error_code& ec) {
-    if (interrupted_by_owner())
+    if (ended())
       return;
     if (ec == http::error::body_limit)
       return over_cap("response body exceeds the cap of "
@@ -438,7 +412,9 @@ private:
 
   // -- ending an exchange -----------------------------------------------------
 
-  void fail(transport_error_kind kind, std::string detail) {
+  void fail(transport_error_kind kind, std::string detail,
+            bool maybe_sent = false) {
+    res_.request_sent = res_.request_sent || maybe_sent;
     res_.error = kind;
     res_.detail = std::move(detail);
     res_.response = http_response{};
@@ -450,11 +426,8 @@ private:
   void finish(bool reusable) {
     ++serial_; // a timer completion still queued is now stale
     timer_.cancel();
-    parser_.reset();
-    if (!reusable) {
-      buf_.clear();
+    if (!reusable)
       shut();
-    }
     if (!done_)
       return;
     auto done = std::move(done_);
@@ -486,12 +459,10 @@ private:
   completion done_;
   exchange_result res_;
   clock::time_point started_;
-  const char* step_ = "";
+  phase phase_ = phase::connecting;
   uint64_t serial_ = 0;
   std::optional<std::uint64_t> expected_;
   bool chunked_ = false;
-  bool timed_out_ = false;
-  bool cancelled_ = false;
   std::atomic<bool> connected_{false};
   std::atomic<bool> closed_{false};
 };
