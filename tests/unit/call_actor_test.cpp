@@ -319,6 +319,21 @@ TEST_F(CallActor, ALateAnswerAfterTheTimeoutIsDropped) {
   EXPECT_EQ(finished(), 5s);
 }
 
+TEST_F(CallActor, ALateAnswerWhileTheNextAttemptIsInFlightIsIgnored) {
+  cfg.retry.base_backoff = 0;
+  // Attempt 1 answers at 6 s (after its 5 s budget), attempt 2 (sent at 5 s)
+  // answers at 7 s: only attempt 2's answer counts.
+  log->script = {fake_step::status(200, R"({"n":1})").delayed(6s),
+                 fake_step::status(200, R"({"n":2})").delayed(2s)};
+  auto o = run_call(get("/v1/item"));
+  ASSERT_TRUE(o.ok);
+  EXPECT_EQ(boost::json::serialize(o.body), R"({"n":2})");
+  EXPECT_EQ(o.attempts, 2);
+  EXPECT_EQ(arrival(1), 5s);
+  EXPECT_EQ(finished(), 7s);
+  EXPECT_EQ(log->cancels.size(), 1u);
+}
+
 // -- redials and local retries --------------------------------------------------------
 
 TEST_F(CallActor, ARedialCostsNoAttempt) {
