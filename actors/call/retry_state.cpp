@@ -13,6 +13,10 @@ namespace {
 
 using std::chrono::nanoseconds;
 
+/// Longest delay the loop computes with (about 31 years): far beyond any
+/// deadline, far below int64 nanosecond overflow even added to a time point.
+constexpr double max_delay_seconds = 1e9;
+
 std::string trim(const std::string& s) {
   auto b = s.find_first_not_of(" \t");
   if (b == std::string::npos)
@@ -58,6 +62,13 @@ std::optional<wall_time> make_date(int y, int mon, int d, int hh, int mm,
   if (mon < 1 || mon > 12 || d < 1 || d > 31 || hh < 0 || hh > 23 || mm < 0
       || mm > 59 || ss < 0 || ss > 60 || y < 1900 || y > 9999)
     return std::nullopt;
+  // system_clock counts nanoseconds up to 2262: later dates saturate.
+  if (y > 2200) {
+    y = 2200;
+    mon = 1;
+    d = 1;
+    hh = mm = ss = 0;
+  }
   auto days = days_from_civil(y, static_cast<unsigned>(mon),
                               static_cast<unsigned>(d));
   auto secs = days * 86400 + hh * 3600 + mm * 60 + ss;
@@ -87,8 +98,8 @@ bool method_is_idempotent(const std::string& method) {
 nanoseconds seconds_to_ns(double seconds) {
   if (!std::isfinite(seconds) || seconds <= 0)
     return nanoseconds{0};
-  // Clamp far below int64 overflow (about 292 years).
-  seconds = std::min(seconds, 1e11);
+  // Clamp below int64 nanosecond overflow (about 292 years).
+  seconds = std::min(seconds, max_delay_seconds);
   return nanoseconds{std::llround(seconds * 1e9)};
 }
 
@@ -122,7 +133,7 @@ std::optional<nanoseconds> parse_retry_after_ms(const std::string& value) {
   double ms = std::strtod(v.c_str(), nullptr);
   if (!std::isfinite(ms) || ms < 0)
     return std::nullopt;
-  ms = std::min(ms, 1e11);
+  ms = std::min(ms, max_delay_seconds * 1e3);
   return nanoseconds{std::llround(ms * 1e6)};
 }
 
@@ -164,15 +175,18 @@ std::optional<nanoseconds> parse_retry_after(const std::string& value,
   if (std::all_of(v.begin(), v.end(),
                   [](unsigned char c) { return std::isdigit(c); })) {
     // delta-seconds; saturate absurd values instead of overflowing.
-    if (v.size() > 11)
-      return std::chrono::seconds{99'999'999'999LL};
-    return std::chrono::seconds{std::stoll(v)};
+    auto limit = static_cast<long long>(max_delay_seconds);
+    if (v.size() > 10)
+      return std::chrono::seconds{limit};
+    return std::chrono::seconds{std::min(std::stoll(v), limit)};
   }
   auto at = parse_http_date(v);
   if (!at)
     return std::nullopt;
+  // Both are within 1900..2200, so the difference fits in nanoseconds.
   auto d = std::chrono::duration_cast<nanoseconds>(*at - wall_now);
-  return std::max(d, nanoseconds{0});
+  return std::clamp(d, nanoseconds{0},
+                    nanoseconds{static_cast<int64_t>(max_delay_seconds) * 1'000'000'000});
 }
 
 std::optional<nanoseconds> server_retry_delay(const header_list& headers,

@@ -162,6 +162,24 @@ TEST(RetryAfter, HttpDateParsesToTheRightInstant) {
             1835438400);
 }
 
+TEST(RetryAfter, AbsurdValuesSaturateInsteadOfOverflowing) {
+  auto now = wall("Sun, 06 Nov 1994 08:49:37 GMT");
+  nanoseconds cap = std::chrono::seconds{1'000'000'000};
+  EXPECT_EQ(parse_retry_after("99999999999999999999999", now), cap);
+  EXPECT_EQ(parse_retry_after_ms("99999999999999999999999"), cap);
+  auto far = parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now);
+  ASSERT_TRUE(far);
+  EXPECT_GT(*far, nanoseconds{0});
+  EXPECT_LE(*far, cap);
+  retry_policy p;
+  p.base_backoff = 1;
+  p.max_backoff = 1e300;
+  call_rng rng{1};
+  EXPECT_EQ(backoff_delay(p, 5000, rng), cap);
+  EXPECT_EQ(seconds_to_ns(1e300), cap);
+  EXPECT_EQ(seconds_to_ns(-1), nanoseconds{0});
+}
+
 TEST(RetryAfter, MillisecondHeaderWinsAndAnInvalidOneFallsBack) {
   auto now = wall("Sun, 06 Nov 1994 08:49:37 GMT");
   EXPECT_EQ(server_retry_delay({{"Retry-After", "2"}, {"retry-after-ms", "5"}},
