@@ -297,6 +297,15 @@ private:
       return;
     res_.request_sent = res_.request_sent || n > 0;
     if (ec) {
+      if constexpr (is_tls) {
+        // TLS 1.3 finishes the client's handshake before the server checks
+        // the client certificate; a refusal then resets the first write.
+        if (n == 0 && res_.new_connection)
+          return fail(transport_error_kind::tls,
+                      "TLS connection refused by the server right after the "
+                      "handshake (client certificate rejected?): "
+                        + ec.message());
+      }
       if (n == 0 && !res_.new_connection)
         return fail(transport_error_kind::not_sent,
                     "pooled connection failed before the request was written: "

@@ -825,10 +825,12 @@ TEST_F(TransportTlsTest, ClientCertificateIsPresentedForMutualTls) {
   without.ca_file = pki_.ca_a.cert;
   auto bad = make_pool(srv.base_url(), 64, without);
   auto r2 = exchange(bad, request());
-  // TLS 1.3: the server's refusal arrives as an alert after the client's
-  // handshake finished, in place of the response.
+  // TLS 1.3: the server's refusal arrives after the client's handshake
+  // finished, as an alert in place of the response ("certificate required")
+  // or, when it races the request, as a reset of the first write.
   EXPECT_EQ(r2.error, transport_error_kind::tls) << describe(r2);
-  EXPECT_NE(r2.detail.find("certificate required"), std::string::npos)
+  EXPECT_TRUE(r2.detail.find("certificate required") != std::string::npos
+              || r2.detail.find("refused by the server") != std::string::npos)
     << r2.detail;
   // A certificate from a foreign CA is refused the same way.
   tls_config foreign;
