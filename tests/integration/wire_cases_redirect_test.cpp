@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <thread>
 
 using namespace std::chrono_literals;
@@ -28,6 +29,12 @@ struct redirect_case {
   const char* method;
   target where;
 };
+
+// Readable test parameters in gtest's output.
+void PrintTo(const redirect_case& c, std::ostream* os) {
+  *os << c.method << " answered by " << c.status << " to "
+      << (c.where == target::listener_b ? "listener B" : "other.example");
+}
 
 std::string case_name(const ::testing::TestParamInfo<redirect_case>& info) {
   return std::string{info.param.method} + "_"

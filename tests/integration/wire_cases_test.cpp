@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <thread>
 
 using namespace std::chrono_literals;
@@ -375,6 +376,11 @@ struct chunked_variant {
   const char* name;
   const char* body; // after the chunked head; then the server closes
 };
+
+// Readable test parameters in gtest's output.
+void PrintTo(const chunked_variant& v, std::ostream* os) {
+  *os << v.name;
+}
 
 const chunked_variant truncated_variants[] = {
   {"A_no_last_chunk", "b\r\n{\"ok\":true}\r\n"},
