@@ -48,7 +48,9 @@ struct step {
     trickle,      ///< write `bytes` one byte at a time, `delay` before each
                   ///< byte after the first
     sleep,        ///< do nothing for `delay`
-    close,        ///< close the socket (FIN; TLS: close_notify first)
+    close,        ///< close the socket (FIN; TLS: close_notify first).
+                  ///< Linux sends RST instead when received bytes are still
+                  ///< unread: read the request first for a clean FIN
     reset,        ///< abort the connection (RST via SO_LINGER 0)
     hold,         ///< keep the connection open silently until the client
                   ///< closes it or the server stops
