@@ -42,11 +42,30 @@ void io_runner::impl::stop() {
   }
 }
 
+bool io_runner::impl::on_own_thread() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto self = std::this_thread::get_id();
+  for (auto& t : threads_)
+    if (t.get_id() == self)
+      return true;
+  return false;
+}
+
 io_runner::io_runner(std::size_t threads)
   : impl_(std::make_unique<impl>(threads)) {
 }
 
 io_runner::~io_runner() {
+  if (impl_->on_own_thread()) {
+    // The last holder let go inside one of this runner's own handlers (e.g.
+    // an actor whose last reference dropped on an io thread destroys its
+    // state there). That thread cannot join itself, and the io_context must
+    // outlive the handler still running on it: a reaper thread stops the
+    // context, joins every io thread (this one once its handler returns) and
+    // only then destroys the context.
+    std::thread([p = std::move(impl_)] { p->stop(); }).detach();
+    return;
+  }
   impl_->stop();
 }
 

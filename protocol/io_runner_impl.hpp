@@ -27,6 +27,9 @@ struct io_runner::impl {
   /// (idempotent; never called from an io thread of this runner).
   void stop();
 
+  /// True if the calling thread is one of this runner's io threads.
+  bool on_own_thread();
+
   /// The context every socket of this runner lives on.
   boost::asio::io_context ioc;
 
