@@ -35,6 +35,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -149,6 +151,17 @@ private:
 
 // -- measurement --------------------------------------------------------------
 
+/// User + system CPU time of the whole process so far, in microseconds.
+double process_cpu_us() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto us = [](const timeval& tv) {
+    return static_cast<double>(tv.tv_sec) * 1e6
+           + static_cast<double>(tv.tv_usec);
+  };
+  return us(ru.ru_utime) + us(ru.ru_stime);
+}
+
 /// Shared by the workers of one measured phase: a ticket counter that bounds
 /// the number of requests, per-worker latency vectors (each written by one
 /// worker only), and a countdown of running workers.
@@ -173,6 +186,7 @@ struct phase {
     if (running.fetch_sub(1) == 1) {
       std::lock_guard<std::mutex> g{mtx};
       end = bench_clock::now();
+      cpu_end = process_cpu_us();
       finished = true;
       cv.notify_all();
     }
@@ -190,7 +204,9 @@ struct phase {
   std::vector<std::vector<int64_t>> latencies; // ns, per worker
   bench_clock::time_point stop_at;
   bench_clock::time_point start = bench_clock::now();
+  double cpu_start = process_cpu_us();
   bench_clock::time_point end;
+  double cpu_end = 0;
   std::mutex mtx;
   std::condition_variable cv;
   bool finished = false;
@@ -216,7 +232,11 @@ struct result {
   double p99_us = 0;
   bool timed_out = false;
   std::string first_error;
+  /// Process CPU time (user + system, every thread: server, client, CAF)
+  /// per measured request, in microseconds.
+  double cpu_us_per_request = 0;
 };
+
 
 double percentile_us(std::vector<int64_t>& sorted, double q) {
   if (sorted.empty())
@@ -242,6 +262,9 @@ result summarize(const std::string& client, int concurrency, phase& p) {
   r.p99_us = percentile_us(all, 0.99);
   r.timed_out = p.timed_out.load();
   r.first_error = p.first_error;
+  r.cpu_us_per_request
+    = r.requests > 0 ? (p.cpu_end - p.cpu_start) / static_cast<double>(r.requests)
+                     : 0;
   return r;
 }
 
@@ -446,7 +469,9 @@ std::string json_line(const result& r, int io_threads, int caf_threads,
     << "\",\"concurrency\":" << r.concurrency << ",\"requests\":" << r.requests
     << ",\"errors\":" << r.errors << ",\"seconds\":" << fmt(r.seconds, 4)
     << ",\"rps\":" << fmt(r.rps, 1) << ",\"p50_us\":" << fmt(r.p50_us, 1)
-    << ",\"p99_us\":" << fmt(r.p99_us, 1) << ",\"io_threads\":" << io_threads
+    << ",\"p99_us\":" << fmt(r.p99_us, 1)
+    << ",\"cpu_us_per_request\":" << fmt(r.cpu_us_per_request, 1)
+    << ",\"io_threads\":" << io_threads
     << ",\"caf_threads\":" << (r.client == "outbound" ? caf_threads : 0)
     << ",\"server_threads\":" << server_threads
     << ",\"timed_out\":" << (r.timed_out ? "true" : "false") << "}";
@@ -467,6 +492,7 @@ int main(int argc, char** argv) {
   double max_seconds = 60;
   int rounds = 1;
   std::string caf_policy = "stealing";
+  std::string only = "both";
   app.add_option("--requests", requests,
                  "measured requests per client and concurrency")
     ->check(CLI::PositiveNumber)
@@ -504,7 +530,14 @@ int main(int argc, char** argv) {
                  "concurrency; the table shows each round")
     ->check(CLI::PositiveNumber)
     ->capture_default_str();
+  app.add_option("--client", only,
+                 "which side to run: both (and their ratio), outbound, raw "
+                 "(for profiling one side)")
+    ->check(CLI::IsMember({"both", "outbound", "raw"}))
+    ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  bool run_raw = only != "outbound";
+  bool run_ob = only != "raw";
 
   auto max_time = std::chrono::duration_cast<bench_clock::duration>(
     std::chrono::duration<double>(max_seconds));
@@ -545,24 +578,33 @@ int main(int argc, char** argv) {
               caf_policy.c_str(), std::thread::hardware_concurrency());
 
   std::vector<std::string> json_lines;
-  std::printf("%-10s %5s %6s %9s %7s %11s %9s %9s\n", "client", "conc",
-              "round", "requests", "errors", "req/s", "p50 us", "p99 us");
+  std::printf("%-10s %5s %6s %9s %7s %11s %9s %9s %9s\n", "client", "conc",
+              "round", "requests", "errors", "req/s", "p50 us", "p99 us",
+              "cpu us/r");
   bool all_ok = true;
   for (int c : concurrency) {
-    raw_client raw{io_threads, server.port(), c};
+    std::optional<raw_client> raw;
+    if (run_raw)
+      raw.emplace(io_threads, server.port(), c);
     for (int round = 1; round <= rounds; ++round) {
       if (warmup > 0) {
-        raw.run(warmup, max_time);
-        run_outbound(sys, client, c, warmup, max_time);
+        if (run_raw)
+          raw->run(warmup, max_time);
+        if (run_ob)
+          run_outbound(sys, client, c, warmup, max_time);
       }
-      auto r = raw.run(requests, max_time);
-      auto o = run_outbound(sys, client, c, requests, max_time);
-      for (auto* x : {&r, &o}) {
-        std::printf("%-10s %5d %6d %9lld %7lld %11.0f %9.1f %9.1f%s\n",
+      std::vector<result> rows;
+      if (run_raw)
+        rows.push_back(raw->run(requests, max_time));
+      if (run_ob)
+        rows.push_back(run_outbound(sys, client, c, requests, max_time));
+      for (auto* x = rows.data(); x != rows.data() + rows.size(); ++x) {
+        std::printf("%-10s %5d %6d %9lld %7lld %11.0f %9.1f %9.1f %9.1f%s\n",
                     x->client.c_str(), x->concurrency, round,
                     static_cast<long long>(x->requests),
                     static_cast<long long>(x->errors), x->rps, x->p50_us,
-                    x->p99_us, x->timed_out ? "  (stopped at --max-seconds)" : "");
+                    x->p99_us, x->cpu_us_per_request,
+                    x->timed_out ? "  (stopped at --max-seconds)" : "");
         if (x->errors > 0) {
           all_ok = false;
           std::printf("           first error: %s\n", x->first_error.c_str());
@@ -570,6 +612,10 @@ int main(int argc, char** argv) {
         json_lines.push_back(
           json_line(*x, io_threads, effective_caf_threads, server_threads));
       }
+      if (rows.size() != 2)
+        continue;
+      auto& r = rows[0];
+      auto& o = rows[1];
       double ratio = r.rps > 0 ? o.rps / r.rps : 0;
       std::printf("%-10s %5d %6d %40s %.3f (goal >= 0.8: %s)\n", "ratio", c,
                   round, "outbound/raw req/s =", ratio,
