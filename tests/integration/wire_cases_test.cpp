@@ -386,6 +386,10 @@ const chunked_variant truncated_variants[] = {
   {"A_no_last_chunk", "b\r\n{\"ok\":true}\r\n"},
   {"B_no_final_crlf", "b\r\n{\"ok\":true}\r\n0\r\n"},
   {"C_unterminated_trailer", "b\r\n{\"ok\":true}\r\n0\r\nX-T: 1\r\n"},
+  // The same kind of fault, cut elsewhere: inside a chunk's data, and
+  // inside a chunk-size line.
+  {"E_cut_inside_chunk_data", "b\r\n{\"ok\""},
+  {"F_cut_inside_chunk_size", "b\r\n{\"ok\":true}\r\n1"},
 };
 
 const char* complete_chunked = "b\r\n{\"ok\":true}\r\n0\r\n\r\n";
