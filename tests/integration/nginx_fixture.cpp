@@ -136,6 +136,18 @@ std::string routes_conf(const std::string& html, uint16_t redirect_port) {
          + "}\n"
            "location = /v1/big-error { error_page 500 /v1/big.json; "
            "return 500; }\n"
+           // Connection life cycle: nginx closes an idle keep-alive
+           // connection 100 ms after this answer; keepalive_timeout 0 answers
+           // with Connection: close; limit_rate trickles 64 KiB at 256 B/s.
+           "location = /v1/short-idle.json { alias "
+         + html
+         + "/v1/items.json; keepalive_timeout 100ms; }\n"
+           "location = /v1/close.json { alias "
+         + html
+         + "/v1/items.json; keepalive_timeout 0; }\n"
+           "location = /v1/slow.json { alias "
+         + html
+         + "/v1/big.json; limit_rate 256; }\n"
            "location / { return 404 '{\"detail\":\"no route\"}'; }\n";
 }
 

@@ -20,6 +20,10 @@
 //   GET /v1/big.json          200 big_body() with Content-Length (64 KiB)
 //   GET /v1/big-chunked.json  200 big_body(), chunked
 //   GET /v1/big-error         500 with big_body() as its body
+//   GET /v1/short-idle.json   items_body; nginx closes the keep-alive
+//                             connection after 100 ms idle
+//   GET /v1/close.json        items_body with Connection: close
+//   GET /v1/slow.json         big_body() trickled at 256 bytes/s
 //
 // Every request is logged to one access log (see access_entry), so tests can
 // count what the server really saw per request id.

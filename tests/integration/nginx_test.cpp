@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -480,6 +481,112 @@ TEST_F(NginxTest, ConcurrentCallersAllGetTheirAnswers) {
   for (auto& t : ts)
     t.join();
   EXPECT_EQ(ok.load(), threads * per_thread);
+}
+
+// -- connection life cycle and time budgets ----------------------------------
+
+TEST_F(NginxTest, HeadResponseWithContentLengthHasNoBody) {
+  // nginx answers HEAD with the GET's Content-Length (68) and no body: a
+  // client that waits for 68 bytes hangs until its timeout.
+  auto cfg = config(nginx_listener::http);
+  cfg.timeout = 2.0;
+  auto c = client(cfg);
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = c.request_raw("HEAD", "/v1/items.json");
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.attempts, 1);
+  EXPECT_TRUE(r.body.is_null());
+  ASSERT_NE(find_header(r.headers, "Content-Length"), nullptr);
+  EXPECT_EQ(*find_header(r.headers, "Content-Length"),
+            std::to_string(nginx_instance::items_body.size()));
+  EXPECT_LT(took, std::chrono::milliseconds{1000});
+  // The connection is still in step: the next GET gets its own body.
+  auto r2 = c.request_raw("GET", "/v1/items.json");
+  EXPECT_EQ(r2.body, json(nginx_instance::items_body));
+  auto a = nginx_->requests_with_id(r.request_id, 1);
+  auto b = nginx_->requests_with_id(r2.request_id, 1);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(a[0].method, "HEAD");
+  EXPECT_EQ(b[0].connection, a[0].connection);
+}
+
+TEST_F(NginxTest, ConnectionClosedByServerWhileIdleIsRedialedWithoutAnAttempt) {
+  auto c = client(config(nginx_listener::http));
+  auto first = c.request_raw("GET", "/v1/short-idle.json");
+  ASSERT_EQ(first.status, 200);
+  // nginx closes the pooled connection 100 ms after that answer.
+  std::this_thread::sleep_for(std::chrono::milliseconds{400});
+  auto second = c.request_raw("GET", "/v1/items.json");
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(second.body, json(nginx_instance::items_body));
+  EXPECT_EQ(second.attempts, 1);
+  auto a = nginx_->requests_with_id(first.request_id, 1);
+  auto b = nginx_->requests_with_id(second.request_id, 1);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u) << "the request must reach nginx exactly once";
+  EXPECT_NE(b[0].connection, a[0].connection);
+  EXPECT_EQ(b[0].connection_requests, 1u);
+  EXPECT_EQ(b[0].retry_count, "-");
+}
+
+TEST_F(NginxTest, ConnectionCloseAnswerIsNotReused) {
+  auto c = client(config(nginx_listener::http));
+  auto first = c.request_raw("GET", "/v1/close.json");
+  ASSERT_EQ(first.status, 200);
+  EXPECT_EQ(first.body, json(nginx_instance::items_body));
+  auto second = c.request_raw("GET", "/v1/items.json");
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(second.attempts, 1);
+  auto a = nginx_->requests_with_id(first.request_id, 1);
+  auto b = nginx_->requests_with_id(second.request_id, 1);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_NE(b[0].connection, a[0].connection);
+  EXPECT_EQ(b[0].retry_count, "-");
+}
+
+TEST_F(NginxTest, ByteTrickleCannotOutliveThePerAttemptTimeout) {
+  // nginx sends the headers and then 256 bytes/s of a 64 KiB body: bytes
+  // keep arriving, yet each attempt ends at its 300 ms timeout.
+  auto cfg = config(nginx_listener::http);
+  cfg.timeout = 0.3;
+  cfg.retry.max_attempts = 2;
+  auto c = client(cfg);
+  auto t0 = std::chrono::steady_clock::now();
+  auto e = expect_throw<service_unavailable>(
+    [&] { return c.request("GET", "/v1/slow.json"); });
+  auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind, error_kind::service_unavailable);
+  EXPECT_EQ(e->cause, transport_error_kind::timeout);
+  EXPECT_EQ(e->attempts, 2);
+  EXPECT_FALSE(e->nothing_sent);
+  EXPECT_GE(took, std::chrono::milliseconds{600});
+  EXPECT_LT(took, std::chrono::milliseconds{1500});
+  // nginx logs an aborted request when the client closes its connection.
+  auto seen = nginx_->requests_with_id(e->request_id, 2);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_NE(seen[0].connection, seen[1].connection)
+    << "a timed-out connection must never be reused";
+  EXPECT_EQ(seen[1].retry_count, "1");
+}
+
+TEST_F(NginxTest, ByteTrickleEndsAtTheOverallDeadline) {
+  auto cfg = config(nginx_listener::http);
+  cfg.timeout = 5.0;
+  cfg.deadline = 0.5;
+  auto c = client(cfg);
+  auto t0 = std::chrono::steady_clock::now();
+  auto e = expect_throw<deadline_exceeded>(
+    [&] { return c.request("GET", "/v1/slow.json"); });
+  auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind, error_kind::deadline_exceeded);
+  EXPECT_EQ(e->attempts, 1);
+  EXPECT_GE(took, std::chrono::milliseconds{450});
+  EXPECT_LT(took, std::chrono::milliseconds{1200});
 }
 
 // -- TLS ----------------------------------------------------------------------
