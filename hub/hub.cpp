@@ -1,0 +1,607 @@
+#include "hub/hub.hpp"
+
+#include "config/config_error.hpp"
+#include "hub/hub_impl.hpp"
+#include "hub/subject.hpp"
+
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+
+#include <chrono>
+#include <limits>
+#include <stdexcept>
+
+namespace outbound {
+
+namespace net = boost::asio;
+namespace json = boost::json;
+
+// -- hub_config ----------------------------------------------------------------
+
+void hub_config::validate() const {
+  boost::system::error_code ec;
+  net::ip::make_address(host, ec);
+  if (ec)
+    throw config_error("host", "must be an IP address, got '" + host + "'");
+  if (replay_limit < 1)
+    throw config_error("replay_limit", "must be >= 1");
+  if (threads < 1)
+    throw config_error("threads", "must be >= 1");
+  if (queue_max < 1)
+    throw config_error("queue_max", "must be >= 1");
+  if (metadata_max_bytes < 2)
+    throw config_error("metadata_max_bytes", "must be >= 2");
+  if (ws_read_max < 1024)
+    throw config_error("ws_read_max", "must be >= 1024");
+  if (faults.fragment_bytes < 1)
+    throw config_error("faults.fragment_bytes", "must be >= 1");
+  if (!(faults.drop_wake_probability >= 0.0
+        && faults.drop_wake_probability <= 1.0))
+    throw config_error("faults.drop_wake_probability", "must be in [0, 1]");
+  if (!(faults.restart_every >= 0.0))
+    throw config_error("faults.restart_every", "must be >= 0");
+}
+
+// -- impl: lifecycle -------------------------------------------------------------
+
+namespace {
+
+hub_state_config state_config(const hub_config& c) {
+  hub_state_config s;
+  s.ring_size = c.ring_size;
+  s.retention = c.retention;
+  s.replay_limit = c.replay_limit;
+  s.dedupe_capacity = c.dedupe_capacity;
+  s.max_clients = c.max_clients;
+  s.metadata_max_bytes = c.metadata_max_bytes;
+  return s;
+}
+
+std::mt19937_64 make_rng(const hub_config& c) {
+  if (c.seed)
+    return std::mt19937_64{*c.seed};
+  std::random_device rd;
+  std::seed_seq seq{rd(), rd(), rd(), rd()};
+  return std::mt19937_64{seq};
+}
+
+// The epoch comes first out of the rng, so that a given seed gives a given
+// epoch.
+struct seeded {
+  std::mt19937_64 rng;
+  std::string epoch;
+};
+
+seeded seed_from(const hub_config& c) {
+  seeded s{make_rng(c), {}};
+  s.epoch = make_hub_epoch(s.rng);
+  return s;
+}
+
+double now_seconds() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+} // namespace
+
+hub::impl::impl(hub_config c)
+  : cfg(std::move(c)), state(state_config(cfg), cfg.faults, {}) {
+  auto s = seed_from(cfg);
+  rng = s.rng;
+  state.ring().restart(s.epoch);
+}
+
+hub::impl::~impl() {
+  stop();
+  for (auto& set : subscribers)
+    set.clear();
+  others.clear();
+  http_sessions.clear();
+  restart_timer.reset();
+  acceptor.reset();
+  // Handlers still queued die with the context; they may hold sessions,
+  // whose destructors only close their own sockets.
+  ioc.reset();
+}
+
+void hub::impl::start() {
+  {
+    std::lock_guard<std::mutex> lock{mu};
+    if (started)
+      throw std::logic_error("hub: start() called twice");
+    started = true;
+  }
+  ioc.emplace(cfg.threads);
+  boost::system::error_code ec;
+  auto addr = net::ip::make_address(cfg.host, ec);
+  if (ec)
+    throw std::runtime_error("hub: bad host '" + cfg.host + "'");
+  net::ip::tcp::endpoint ep{addr, cfg.port};
+  acceptor.emplace(net::make_strand(*ioc));
+  acceptor->open(ep.protocol(), ec);
+  if (!ec)
+    acceptor->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec)
+    acceptor->bind(ep, ec);
+  if (!ec)
+    acceptor->listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw std::runtime_error("hub: cannot listen on " + cfg.host + ":"
+                             + std::to_string(cfg.port) + ": "
+                             + ec.message());
+  bound_port = acceptor->local_endpoint().port();
+  restart_timer.emplace(net::make_strand(*ioc));
+  hub_start_accepting(*this);
+  arm_restart_timer();
+  guard.emplace(net::make_work_guard(*ioc));
+  running_threads = cfg.threads;
+  for (int i = 0; i < cfg.threads; ++i)
+    threads.emplace_back([this] {
+      for (;;) {
+        try {
+          ioc->run();
+          break;
+        } catch (...) {
+          // A throwing handler must not end the server thread.
+        }
+      }
+      std::lock_guard<std::mutex> lock{exit_mu};
+      --running_threads;
+      exit_cv.notify_all();
+    });
+}
+
+void hub::impl::stop() {
+  std::vector<std::shared_ptr<hub_ws_session>> ws;
+  std::vector<std::shared_ptr<hub_http_session>> http;
+  {
+    std::lock_guard<std::mutex> lock{mu};
+    if (!started || stopping)
+      return;
+    stopping = true;
+    for (auto& set : subscribers)
+      ws.insert(ws.end(), set.begin(), set.end());
+    ws.insert(ws.end(), others.begin(), others.end());
+    for (auto& w : http_sessions)
+      if (auto s = w.lock())
+        http.push_back(std::move(s));
+    ++restart_generation_;
+  }
+  if (!ioc)
+    return;
+  for (auto& s : ws)
+    s->shutdown(0);
+  for (auto& s : http)
+    s->shutdown();
+  net::post(acceptor->get_executor(), [this] {
+    boost::system::error_code ec;
+    acceptor->close(ec);
+  });
+  net::post(restart_timer->get_executor(), [this] { restart_timer->cancel(); });
+  guard.reset();
+  {
+    // Every socket is closing: the threads run out of work on their own.
+    // Whatever still waits after the grace period is cut off.
+    std::unique_lock<std::mutex> lock{exit_mu};
+    if (!exit_cv.wait_for(lock, std::chrono::seconds{3},
+                          [this] { return running_threads == 0; }))
+      ioc->stop();
+  }
+  for (auto& t : threads)
+    if (t.joinable())
+      t.join();
+  threads.clear();
+  std::lock_guard<std::mutex> lock{mu};
+  for (auto& set : subscribers)
+    set.clear();
+  others.clear();
+  http_sessions.clear();
+}
+
+// -- impl: restart timer -----------------------------------------------------------
+
+void hub::impl::arm_restart_timer() {
+  // Called with `mu` held (or before the io threads exist); the timer itself
+  // is only touched on its strand. A newer generation makes older waits moot.
+  double every = state.faults().restart_every;
+  uint64_t gen = ++restart_generation_;
+  if (!restart_timer)
+    return;
+  net::post(restart_timer->get_executor(), [this, every, gen] {
+    restart_timer->cancel();
+    if (every <= 0.0)
+      return;
+    restart_timer->expires_after(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(every)));
+    restart_timer->async_wait([this, gen](boost::system::error_code ec) {
+      if (ec)
+        return;
+      std::lock_guard<std::mutex> lock{mu};
+      if (stopping || gen != restart_generation_)
+        return;
+      restart_locked();
+      arm_restart_timer();
+    });
+  });
+}
+
+// -- impl: sessions --------------------------------------------------------------
+
+std::optional<hub_tier> hub::impl::ws_tier(const std::string& path) const {
+  if (path == "/ws/feed")
+    return cfg.mode;
+  if (path == "/ws/ledger")
+    return hub_tier::ledger;
+  if (path == "/ws/catchup")
+    return hub_tier::catchup;
+  if (path == "/ws/ephemeral")
+    return hub_tier::ephemeral;
+  return std::nullopt;
+}
+
+connection_plan hub::impl::on_ws_open(const std::shared_ptr<hub_ws_session>& s) {
+  ++counters.ws_upgrades;
+  std::lock_guard<std::mutex> lock{mu};
+  if (stopping) {
+    connection_plan p;
+    p.accept_then_close = true;
+    return p;
+  }
+  others.insert(s);
+  return state.take_connection_plan();
+}
+
+void hub::impl::on_subscribe(const std::shared_ptr<hub_ws_session>& s,
+                             hub_tier tier, const subscribe_request& req,
+                             const connection_plan& plan) {
+  std::lock_guard<std::mutex> lock{mu};
+  if (stopping)
+    return;
+  auto out = state.subscribe(tier, req, plan.no_hello);
+  s->tier = tier;
+  s->prefixes = req.prefixes;
+  s->boundary = out.boundary;
+  // A connection that goes silent or breaks its framing after the hello is
+  // kept apart from the fan-out (but still closed at stop and restart).
+  if (!plan.go_silent && plan.oversized_frame_bytes == 0) {
+    others.erase(s);
+    subscribers[static_cast<int>(tier)].insert(s);
+  }
+  s->push_hello(out);
+}
+
+void hub::impl::on_ws_close(const hub_ws_session* s) {
+  std::lock_guard<std::mutex> lock{mu};
+  auto erase = [s](auto& set) {
+    for (auto i = set.begin(); i != set.end(); ++i)
+      if (i->get() == s) {
+        set.erase(i);
+        return;
+      }
+  };
+  for (auto& set : subscribers)
+    erase(set);
+  erase(others);
+}
+
+void hub::impl::on_ws_detach(const std::shared_ptr<hub_ws_session>& s) {
+  std::lock_guard<std::mutex> lock{mu};
+  bool found = false;
+  for (auto& set : subscribers)
+    found = set.erase(s) > 0 || found;
+  if (found && !stopping)
+    others.insert(s);
+}
+
+void hub::impl::on_http_open(const std::shared_ptr<hub_http_session>& s) {
+  std::lock_guard<std::mutex> lock{mu};
+  // Prune closed sessions so the list stays as long as the open ones.
+  if (http_sessions.size() >= 64) {
+    std::vector<std::weak_ptr<hub_http_session>> keep;
+    for (auto& w : http_sessions)
+      if (!w.expired())
+        keep.push_back(std::move(w));
+    http_sessions.swap(keep);
+  }
+  http_sessions.push_back(s);
+}
+
+// -- impl: fan-out ------------------------------------------------------------------
+
+publish_outcome hub::impl::publish(const publish_input& in) {
+  auto ts = now_seconds();
+  std::lock_guard<std::mutex> lock{mu};
+  auto out = state.publish(in, ts);
+  if (!out.duplicate)
+    fan_out_locked(out);
+  return out;
+}
+
+void hub::impl::fan_out_locked(const publish_outcome& out) {
+  const auto& ev = *out.event;
+  if (!out.fired_script.empty()) {
+    emit_wakes_locked(out.fired_script);
+  } else if (!out.wake_held) {
+    for (auto& s : subscribers[static_cast<int>(hub_tier::ledger)])
+      if (hub_subject_matches(ev.subject, s->prefixes)
+          && !state.drop_wake(rng))
+        s->push_wake(ev.id);
+  }
+  for (auto t : {hub_tier::catchup, hub_tier::ephemeral})
+    for (auto& s : subscribers[static_cast<int>(t)])
+      if (out.seq > s->boundary
+          && hub_subject_matches(ev.subject, s->prefixes))
+        s->push_event(out.frame);
+}
+
+void hub::impl::emit_wakes_locked(const std::vector<int64_t>& cursors) {
+  for (auto& s : subscribers[static_cast<int>(hub_tier::ledger)])
+    s->push_wakes(cursors);
+}
+
+void hub::impl::emit_wakes(const std::vector<int64_t>& cursors) {
+  std::lock_guard<std::mutex> lock{mu};
+  emit_wakes_locked(cursors);
+}
+
+std::string hub::impl::restart_locked() {
+  auto epoch = make_hub_epoch(rng);
+  state.restart(epoch);
+  std::vector<std::shared_ptr<hub_ws_session>> all;
+  for (auto& set : subscribers) {
+    all.insert(all.end(), set.begin(), set.end());
+    set.clear();
+  }
+  all.insert(all.end(), others.begin(), others.end());
+  // `others` keeps them until their sockets are closed (stop may still need
+  // them); each removes itself in on_ws_close.
+  for (auto& s : all) {
+    others.insert(s);
+    s->shutdown(1012);
+  }
+  return epoch;
+}
+
+std::string hub::impl::restart() {
+  std::lock_guard<std::mutex> lock{mu};
+  return restart_locked();
+}
+
+std::optional<std::string> hub::impl::apply_faults(const std::string& body) {
+  boost::system::error_code ec;
+  auto v = json::parse(body, ec);
+  if (ec || !v.is_object())
+    return std::string{"body must be a JSON object of fault knobs"};
+  const auto& patch = v.get_object();
+  std::optional<uint64_t> seed;
+  bool silence = false;
+  if (auto* s = patch.if_contains("seed")) {
+    if (s->is_uint64())
+      seed = s->get_uint64();
+    else if (s->is_int64() && s->get_int64() >= 0)
+      seed = static_cast<uint64_t>(s->get_int64());
+    else
+      return std::string{"'seed' must be an integer >= 0"};
+  }
+  if (auto* s = patch.if_contains("silence_now")) {
+    if (!s->is_bool())
+      return std::string{"'silence_now' must be a boolean"};
+    silence = s->get_bool();
+  }
+  std::lock_guard<std::mutex> lock{mu};
+  auto every = state.faults().restart_every;
+  if (auto err = state.apply_admin(patch, {"seed", "silence_now"}))
+    return err;
+  if (seed)
+    rng.seed(*seed);
+  if (silence) {
+    for (auto& set : subscribers) {
+      for (auto& s : set) {
+        others.insert(s);
+        s->go_silent();
+      }
+      set.clear();
+    }
+  }
+  auto due = state.take_due_script();
+  if (!due.empty())
+    emit_wakes_locked(due);
+  if (state.faults().restart_every != every)
+    arm_restart_timer();
+  return std::nullopt;
+}
+
+std::string hub::impl::state_json() {
+  std::lock_guard<std::mutex> lock{mu};
+  auto o = state.state_json();
+  o["mode"] = to_string(cfg.mode);
+  o["port"] = bound_port;
+  json::object conns;
+  conns["ledger"] = subscribers[0].size();
+  conns["catchup"] = subscribers[1].size();
+  conns["ephemeral"] = subscribers[2].size();
+  conns["other"] = others.size();
+  o["connections"] = std::move(conns);
+  json::object srv;
+  srv["http_requests"] = counters.http_requests.load();
+  srv["ws_upgrades"] = counters.ws_upgrades.load();
+  srv["accept_then_close"] = counters.accept_then_close.load();
+  srv["silenced"] = counters.silenced.load();
+  srv["oversized_sent"] = counters.oversized_sent.load();
+  srv["overflow_closes"] = counters.overflow_closes.load();
+  srv["wakes_sent"] = counters.wakes_sent.load();
+  srv["events_sent"] = counters.events_sent.load();
+  srv["frames_sent"] = counters.frames_sent.load();
+  o["server"] = std::move(srv);
+  return json::serialize(o);
+}
+
+// -- impl: HTTP routing ------------------------------------------------------------
+
+hub::impl::http_answer hub::impl::handle_http(const std::string& method,
+                                              const std::string& target,
+                                              const std::string& body) {
+  ++counters.http_requests;
+  auto t = parse_hub_target(target);
+  auto answer = [](int status, std::string b) {
+    return http_answer{status, std::move(b)};
+  };
+  auto wrong_method = [&] {
+    return answer(405, error_body("method not allowed"));
+  };
+  if (t.path == "/v1/events") {
+    if (method == "POST") {
+      auto p = parse_publish(body, cfg.metadata_max_bytes);
+      if (!p.input)
+        return answer(400, error_body(p.error));
+      return answer(200, publish(*p.input).event->json);
+    }
+    if (method == "GET") {
+      auto q = parse_replay_query(t.query);
+      if (!q.query)
+        return answer(400, error_body(q.error));
+      replay_outcome r;
+      {
+        std::lock_guard<std::mutex> lock{mu};
+        r = state.replay(*q.query);
+      }
+      return answer(200, render_page(r.page, r.bare_array));
+    }
+    return wrong_method();
+  }
+  if (t.path == "/v1/cursor") {
+    if (method != "GET")
+      return wrong_method();
+    std::lock_guard<std::mutex> lock{mu};
+    return answer(200,
+                  "{\"cursor\":" + std::to_string(state.cursor()) + "}");
+  }
+  if (t.path == "/admin/faults") {
+    if (method != "POST")
+      return wrong_method();
+    if (auto err = apply_faults(body))
+      return answer(400, error_body(*err));
+    std::lock_guard<std::mutex> lock{mu};
+    return answer(200, json::serialize(to_json(state.faults())));
+  }
+  if (t.path == "/admin/restart") {
+    if (method != "POST")
+      return wrong_method();
+    json::object o;
+    o["epoch"] = restart();
+    return answer(200, json::serialize(o));
+  }
+  if (t.path == "/admin/wakes") {
+    if (method != "POST")
+      return wrong_method();
+    boost::system::error_code ec;
+    auto v = json::parse(body, ec);
+    const json::array* cursors = nullptr;
+    if (!ec && v.is_object())
+      if (auto* c = v.get_object().if_contains("cursors"); c && c->is_array())
+        cursors = &c->get_array();
+    if (!cursors)
+      return answer(400, error_body("body must be {\"cursors\":[...]}"));
+    std::vector<int64_t> list;
+    for (const auto& c : *cursors) {
+      if (!c.is_int64() || c.get_int64() < 0)
+        return answer(400, error_body("cursors must be integers >= 0"));
+      list.push_back(c.get_int64());
+    }
+    std::size_t n;
+    {
+      std::lock_guard<std::mutex> lock{mu};
+      n = subscribers[static_cast<int>(hub_tier::ledger)].size();
+      emit_wakes_locked(list);
+    }
+    return answer(200, "{\"connections\":" + std::to_string(n) + "}");
+  }
+  if (t.path == "/admin/state") {
+    if (method != "GET")
+      return wrong_method();
+    return answer(200, state_json());
+  }
+  if (t.path == "/healthz")
+    return answer(200, "{\"ok\":true}");
+  if (ws_tier(t.path))
+    return answer(426, error_body("WebSocket upgrade required"));
+  return answer(404, error_body("not found"));
+}
+
+// -- hub ------------------------------------------------------------------------------
+
+hub::hub(hub_config cfg) {
+  cfg.validate();
+  impl_ = std::make_unique<impl>(std::move(cfg));
+}
+
+hub::~hub() {
+  impl_->stop();
+}
+
+void hub::start() {
+  impl_->start();
+}
+
+void hub::stop() {
+  impl_->stop();
+}
+
+uint16_t hub::port() const {
+  return impl_->bound_port;
+}
+
+std::string hub::base_url() const {
+  auto host = impl_->cfg.host;
+  if (host.find(':') != std::string::npos)
+    host = "[" + host + "]";
+  return "http://" + host + ":" + std::to_string(port());
+}
+
+hub_published hub::publish(const std::string& subject, const std::string& kind,
+                           const std::string& metadata_json,
+                           const std::string& dedupe_key) {
+  json::object body;
+  body["subject"] = subject;
+  body["kind"] = kind;
+  boost::system::error_code ec;
+  auto md = json::parse(metadata_json.empty() ? "{}" : metadata_json, ec);
+  if (ec)
+    throw std::invalid_argument("metadata must be an object");
+  body["metadata"] = std::move(md);
+  if (!dedupe_key.empty())
+    body["dedupe_key"] = dedupe_key;
+  auto p = parse_publish(json::serialize(body), impl_->cfg.metadata_max_bytes);
+  if (!p.input)
+    throw std::invalid_argument(p.error);
+  auto out = impl_->publish(*p.input);
+  return {out.event->id, out.event->seq, out.duplicate, out.event->json};
+}
+
+void hub::set_faults(const std::string& patch_json) {
+  if (auto err = impl_->apply_faults(patch_json))
+    throw std::invalid_argument(*err);
+}
+
+std::string hub::restart() {
+  return impl_->restart();
+}
+
+std::string hub::state_json() const {
+  return impl_->state_json();
+}
+
+std::string hub::epoch() const {
+  std::lock_guard<std::mutex> lock{impl_->mu};
+  return impl_->state.ring().epoch();
+}
+
+} // namespace outbound

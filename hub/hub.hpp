@@ -1,0 +1,140 @@
+#pragma once
+
+// The reference hub (issue 3): a real HTTP + WebSocket server for the feed
+// protocol, run by `outbound hub`, by the tests, the benchmarks and the demo
+// in-process. Beast stays in the .cpp files; this header is plain C++.
+//
+//   HTTP    POST /v1/events            publish (dedupe_key honoured)
+//           GET  /v1/events?after&limit&prefix   replay page
+//           GET  /v1/cursor            {"cursor":N}
+//   WS      /ws/feed                   the tier of hub_config::mode
+//           /ws/ledger /ws/catchup /ws/ephemeral   always that tier
+//   admin   POST /admin/faults  POST /admin/restart  POST /admin/wakes
+//           GET  /admin/state
+//
+// Example:
+//
+//   outbound::hub_config cfg;            // 127.0.0.1, port 0, ledger
+//   cfg.faults.visibility_lag_polls = 2;
+//   outbound::hub h{cfg};
+//   h.start();
+//   auto url = h.base_url();             // "http://127.0.0.1:41234"
+//   h.publish("orders/1", "created");
+//   h.stop();
+
+#include "hub/hub_faults.hpp"
+#include "hub/hub_wire.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace outbound {
+
+/// Settings of one hub. Defaults are the reference hub's (REFERENCE A.1).
+struct hub_config {
+  /// Address to bind; loopback only unless changed. ["127.0.0.1"]
+  std::string host = "127.0.0.1";
+  /// TCP port; 0 picks a free one (see hub::port()). [0]
+  uint16_t port = 0;
+  /// Tier served on /ws/feed. [ledger]
+  hub_tier mode = hub_tier::ledger;
+  /// Catch-up ring capacity (0: every catch-up subscribe resyncs). [1024]
+  std::size_t ring_size = 1024;
+  /// Ledger retention: keep the last R events (0 keeps all). [0]
+  uint64_t retention = 0;
+  /// Default and maximum replay page (>= 1). [500]
+  int replay_limit = 500;
+  /// Seed of the hub's rng (epochs, drop_wake_probability). Absent: random.
+  std::optional<uint64_t> seed;
+  /// io threads (>= 1). [1]
+  int threads = 1;
+  /// Per-connection send queue of event frames; overflow closes the
+  /// connection with 1013 (try again later). [2048]
+  std::size_t queue_max = 2048;
+  /// Catch-up client ids remembered (LRU). [65536]
+  std::size_t max_clients = 65536;
+  /// Dedupe keys remembered (LRU). [4096]
+  std::size_t dedupe_capacity = 4096;
+  /// Largest serialized publish metadata in bytes. [4096]
+  std::size_t metadata_max_bytes = 4096;
+  /// Largest HTTP request body in bytes. [1 MiB]
+  std::size_t max_request_body = 1024 * 1024;
+  /// Largest WebSocket message the hub reads from a client. [64 KiB]
+  std::size_t ws_read_max = 64 * 1024;
+  /// Initial fault knobs (all off).
+  hub_faults faults;
+
+  /// Throws config_error naming the first bad field (`replay_limit`,
+  /// `threads`, `queue_max`, `host`).
+  void validate() const;
+};
+
+/// A stored event as `publish` answers it.
+struct hub_published {
+  int64_t id = 0;
+  int64_t seq = 0;
+  /// True when the dedupe key was seen before (the earlier event).
+  bool duplicate = false;
+  /// `{"id","seq","subject","kind","metadata","ts"}`.
+  std::string json;
+};
+
+/// The hub server. Not copyable; stop() (or the destructor) ends it.
+class hub {
+public:
+  /// Validates `cfg` (config_error); does not bind yet.
+  explicit hub(hub_config cfg);
+
+  /// Stops the hub if running.
+  ~hub();
+
+  hub(const hub&) = delete;
+  hub& operator=(const hub&) = delete;
+
+  /// Binds, listens and starts the io threads. Throws std::runtime_error
+  /// when the address cannot be bound, std::logic_error when called twice.
+  void start();
+
+  /// Closes the listener and every connection (silent ones included),
+  /// stops and joins the io threads. Idempotent; never call it from a hub
+  /// thread.
+  void stop();
+
+  /// The bound port (valid after start()).
+  uint16_t port() const;
+
+  /// `http://HOST:PORT`.
+  std::string base_url() const;
+
+  /// Publishes in-process, exactly like `POST /v1/events`. Throws
+  /// std::invalid_argument with the 400 detail for invalid input
+  /// (`metadata_json` must be a JSON object text).
+  hub_published publish(const std::string& subject, const std::string& kind,
+                        const std::string& metadata_json = "{}",
+                        const std::string& dedupe_key = "");
+
+  /// Applies a fault patch, exactly like `POST /admin/faults` (JSON object
+  /// text). Throws std::invalid_argument with the 400 detail.
+  void set_faults(const std::string& patch_json);
+
+  /// Restarts the catch-up tier like `POST /admin/restart`; returns the new
+  /// epoch.
+  std::string restart();
+
+  /// The body of `GET /admin/state`.
+  std::string state_json() const;
+
+  /// The current epoch.
+  std::string epoch() const;
+
+  /// Implementation (private to hub/*.cpp).
+  struct impl;
+
+private:
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace outbound

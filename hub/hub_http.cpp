@@ -1,0 +1,148 @@
+// The hub's listener and HTTP/1.1 sessions on Beast (one of the two heavy
+// TUs; hub_ws.cpp is the other). Each connection runs on its own strand:
+// read a request, answer it through hub::impl::handle_http, keep-alive
+// loop; an upgrade request on a WebSocket path hands the stream over to
+// hub_start_ws_session.
+
+#include "hub/hub_impl.hpp"
+#include "hub/hub_ws.hpp"
+
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket/rfc6455.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+
+namespace outbound {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+namespace {
+
+/// Idle limit of a keep-alive HTTP connection between requests.
+constexpr auto http_idle_timeout = std::chrono::seconds{60};
+
+class http_session : public hub_http_session,
+                     public std::enable_shared_from_this<http_session> {
+public:
+  http_session(hub::impl& h, tcp::socket socket)
+    : hub_(h), stream_(std::move(socket)) {
+  }
+
+  void run() {
+    net::dispatch(stream_.get_executor(),
+                  beast::bind_front_handler(&http_session::do_read,
+                                            shared_from_this()));
+  }
+
+  void shutdown() override {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      beast::error_code ec;
+      self->stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+      self->stream_.socket().close(ec);
+    });
+  }
+
+private:
+  void do_read() {
+    parser_.emplace();
+    parser_->body_limit(hub_.cfg.max_request_body);
+    stream_.expires_after(http_idle_timeout);
+    http::async_read(stream_, buffer_, *parser_,
+                     beast::bind_front_handler(&http_session::on_read,
+                                               shared_from_this()));
+  }
+
+  void on_read(beast::error_code ec, std::size_t) {
+    if (ec == http::error::end_of_stream) {
+      stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+      return;
+    }
+    if (ec == http::error::body_limit) {
+      send(413, error_body("request body too large"), false);
+      return;
+    }
+    if (ec)
+      return;
+    auto req = parser_->release();
+    if (beast::websocket::is_upgrade(req)) {
+      auto target = std::string{req.target()};
+      auto path = target.substr(0, target.find('?'));
+      if (auto tier = hub_.ws_tier(path)) {
+        stream_.expires_never();
+        hub_start_ws_session(hub_, std::move(stream_), std::move(req), *tier);
+        return;
+      }
+      send(404, error_body("not found"), false);
+      return;
+    }
+    auto a = hub_.handle_http(std::string{req.method_string()},
+                              std::string{req.target()}, req.body());
+    send(a.status, std::move(a.body), req.keep_alive());
+  }
+
+  void send(int status, std::string body, bool keep_alive) {
+    auto res = std::make_shared<http::response<http::string_body>>(
+      static_cast<http::status>(status), 11);
+    res->set(http::field::server, "outbound-hub");
+    res->set(http::field::content_type, "application/json");
+    res->keep_alive(keep_alive);
+    res->body() = std::move(body);
+    res->prepare_payload();
+    stream_.expires_after(http_idle_timeout);
+    http::async_write(stream_, *res,
+                      [self = shared_from_this(), res](beast::error_code ec,
+                                                       std::size_t) {
+                        self->on_write(ec, res->keep_alive());
+                      });
+  }
+
+  void on_write(beast::error_code ec, bool keep_alive) {
+    if (ec)
+      return;
+    if (!keep_alive) {
+      stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+      return;
+    }
+    do_read();
+  }
+
+  hub::impl& hub_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+};
+
+void do_accept(hub::impl& h) {
+  h.acceptor->async_accept(
+    net::make_strand(*h.ioc),
+    [&h](beast::error_code ec, tcp::socket socket) {
+      if (ec == net::error::operation_aborted || !h.acceptor->is_open())
+        return;
+      if (!ec) {
+        socket.set_option(tcp::no_delay(true), ec);
+        hub_start_http_session(h, std::move(socket));
+      }
+      do_accept(h);
+    });
+}
+
+} // namespace
+
+void hub_start_accepting(hub::impl& h) {
+  do_accept(h);
+}
+
+void hub_start_http_session(hub::impl& h, tcp::socket socket) {
+  auto s = std::make_shared<http_session>(h, std::move(socket));
+  h.on_http_open(s);
+  s->run();
+}
+
+} // namespace outbound

@@ -1,0 +1,199 @@
+#pragma once
+
+// Private to hub/*.cpp: the hub's server state shared by the listener and
+// HTTP sessions (hub_http.cpp), the WebSocket sessions (hub_ws.cpp) and the
+// routing / fan-out logic (hub.cpp). Pulls in Asio, so no public header may
+// include it. Beast's HTTP and WebSocket types stay in their own TUs: this
+// header only declares the two session entry points.
+//
+// Threading: every socket lives on its own strand of `ioc`; `mu` guards the
+// pure state, the rng and the session registries. A publish fans out while
+// holding `mu`, so every subscriber sees frames in seq order and a subscribe
+// (hello + catch-up replay + registration) is atomic with respect to
+// publishes: subscribe-before-snapshot without a gap or a duplicate.
+
+#include "hub/hub.hpp"
+#include "hub/hub_state.hpp"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace outbound {
+
+/// A WebSocket connection as the hub's fan-out sees it (hub_ws.cpp). The
+/// push_* functions are called with `hub::impl::mu` held, from any thread;
+/// they only queue and post to the session's strand.
+class hub_ws_session {
+public:
+  virtual ~hub_ws_session() = default;
+
+  /// Queues the answer to the subscribe (hello, catch-up replay) ahead of
+  /// any live frame, and applies the plan's post-hello faults.
+  virtual void push_hello(const subscribe_outcome& out) = 0;
+
+  /// Queues an event frame (catchup/ephemeral). Frames with
+  /// seq <= the session's boundary or a non-matching subject are skipped by
+  /// the caller; overflow of the queue closes the session with 1013.
+  virtual void push_event(const std::shared_ptr<const std::string>& frame) = 0;
+
+  /// Raises the pending coalesced wake to at least `cursor` (ledger).
+  virtual void push_wake(int64_t cursor) = 0;
+
+  /// Queues explicit, uncoalesced wake frames (a wake script).
+  virtual void push_wakes(const std::vector<int64_t>& cursors) = 0;
+
+  /// Closes with a close frame carrying `code` (restart 1012), or at once
+  /// without a handshake when `code` is 0 (hub stop).
+  virtual void shutdown(uint16_t code) = 0;
+
+  /// Stops feeding and reading at once; TCP stays open (admin silence).
+  virtual void go_silent() = 0;
+
+  /// Set at subscribe (under `mu`): tier, prefixes, boundary.
+  hub_tier tier = hub_tier::ledger;
+  std::vector<std::string> prefixes;
+  int64_t boundary = 0;
+};
+
+/// An HTTP connection, for closing at stop (hub_http.cpp).
+class hub_http_session {
+public:
+  virtual ~hub_http_session() = default;
+  /// Closes the socket on the session's strand.
+  virtual void shutdown() = 0;
+};
+
+/// Counters of the server side (shown in `GET /admin/state`).
+struct hub_server_counters {
+  std::atomic<uint64_t> http_requests{0};
+  std::atomic<uint64_t> ws_upgrades{0};
+  std::atomic<uint64_t> accept_then_close{0};
+  std::atomic<uint64_t> silenced{0};
+  std::atomic<uint64_t> oversized_sent{0};
+  std::atomic<uint64_t> overflow_closes{0};
+  std::atomic<uint64_t> wakes_sent{0};
+  std::atomic<uint64_t> events_sent{0};
+  std::atomic<uint64_t> frames_sent{0};
+};
+
+struct hub::impl {
+  using work_guard_type
+    = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
+
+  explicit impl(hub_config c);
+  ~impl();
+
+  // -- lifecycle (hub.cpp) ---------------------------------------------------
+
+  void start();
+  void stop();
+
+  // -- requests (hub.cpp; called from session strands) ------------------------
+
+  /// An HTTP answer: status and JSON body.
+  struct http_answer {
+    int status = 200;
+    std::string body;
+  };
+
+  /// Routes one plain HTTP request.
+  http_answer handle_http(const std::string& method, const std::string& target,
+                          const std::string& body);
+
+  /// The tier served on a WebSocket path, or nullopt (404).
+  std::optional<hub_tier> ws_tier(const std::string& path) const;
+
+  /// A new upgraded connection: its fault plan; registers it for stop().
+  connection_plan on_ws_open(const std::shared_ptr<hub_ws_session>& s);
+
+  /// Answers a subscribe: registers `s` in its tier (or apart, when its plan
+  /// goes silent or breaks the framing), fills tier/prefixes/boundary and
+  /// queues hello + catch-up replay with s->push_hello() while holding `mu`.
+  /// Called on the session's strand.
+  void on_subscribe(const std::shared_ptr<hub_ws_session>& s,
+                                 hub_tier tier, const subscribe_request& req,
+                                 const connection_plan& plan);
+
+  /// Forgets `s` (closed, silent or errored).
+  void on_ws_close(const hub_ws_session* s);
+
+  /// Moves `s` out of the fan-out (it went silent or broke its framing); it
+  /// stays registered for stop().
+  void on_ws_detach(const std::shared_ptr<hub_ws_session>& s);
+
+  /// Registers an HTTP session for stop().
+  void on_http_open(const std::shared_ptr<hub_http_session>& s);
+
+  /// Publish with fan-out (HTTP handler and hub::publish).
+  publish_outcome publish(const publish_input& in);
+
+  /// Restart with fan-out of the closes; returns the new epoch.
+  std::string restart();
+
+  /// Applies an admin patch (knobs, retention, floor, seed, silence_now).
+  std::optional<std::string> apply_faults(const std::string& body);
+
+  /// The `GET /admin/state` body.
+  std::string state_json();
+
+  /// Sends wakes now to every ledger connection (`POST /admin/wakes`).
+  void emit_wakes(const std::vector<int64_t>& cursors);
+
+  // -- state -------------------------------------------------------------------
+
+  hub_config cfg;
+  std::mutex mu; // guards everything down to `stopping`
+  hub_state state;
+  std::mt19937_64 rng;
+  std::unordered_set<std::shared_ptr<hub_ws_session>> subscribers[3];
+  /// Upgraded, not subscribed yet; silent; or detached (oversized frame).
+  std::unordered_set<std::shared_ptr<hub_ws_session>> others;
+  std::vector<std::weak_ptr<hub_http_session>> http_sessions;
+  bool stopping = false;
+  bool started = false;
+
+  hub_server_counters counters;
+  uint16_t bound_port = 0;
+
+  // Asio objects last-but-one; `ioc` is reset explicitly in ~impl before
+  // any other member goes, so handlers destroyed with it find the rest.
+  std::optional<boost::asio::io_context> ioc;
+  std::optional<work_guard_type> guard;
+  std::optional<boost::asio::ip::tcp::acceptor> acceptor;
+  std::optional<boost::asio::steady_timer> restart_timer;
+  std::vector<std::thread> threads;
+  std::mutex exit_mu;
+  std::condition_variable exit_cv;
+  int running_threads = 0;
+
+private:
+  void fan_out_locked(const publish_outcome& out);
+  void emit_wakes_locked(const std::vector<int64_t>& cursors);
+  std::string restart_locked();
+  void arm_restart_timer();
+  uint64_t restart_generation_ = 0;
+};
+
+/// Starts accepting on `h.acceptor` (hub_http.cpp).
+void hub_start_accepting(hub::impl& h);
+
+/// Runs the HTTP session of an accepted socket (hub_http.cpp).
+void hub_start_http_session(hub::impl& h,
+                            boost::asio::ip::tcp::socket socket);
+
+} // namespace outbound

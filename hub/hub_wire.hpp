@@ -1,0 +1,152 @@
+#pragma once
+
+// The hub's side of the feed protocol as pure codecs (issue 3,
+// shared/REFERENCE.md A.1): request parsing with the reference hub's
+// validation rules, and the frames and pages it sends. No I/O.
+//
+//   client -> hub  {"type":"subscribe","prefixes":[...],"client_id":...,
+//                   "last_seq":...,"cursor":...,"epoch":...}
+//                  {"type":"ping"}
+//   hub -> client  {"type":"hello","mode":...,"seq":N,"cursor":N,
+//                   "resync":bool,"epoch":"..."|null}
+//                  {"type":"wake","cursor":N}              (ledger)
+//                  {"type":"event","subject":...,"kind":...,"seq":S,
+//                   "metadata":{...},"id":N,"ts":T}        (catchup, ephemeral)
+//                  {"type":"pong"}
+
+#include "hub/ledger_log.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace outbound {
+
+/// The three delivery tiers a hub serves.
+enum class hub_tier { ledger, catchup, ephemeral };
+
+/// "ledger", "catchup" or "ephemeral".
+const char* to_string(hub_tier t);
+
+/// Parses a tier name; nullopt for anything else.
+std::optional<hub_tier> parse_hub_tier(std::string_view name);
+
+/// Largest serialized metadata object a publish may carry, in bytes. [4096]
+constexpr std::size_t default_metadata_max_bytes = 4096;
+
+/// A validated `POST /v1/events` body.
+struct publish_input {
+  std::string subject;
+  std::string kind;
+  /// The metadata object, serialized ("{}" when absent).
+  std::string metadata_json = "{}";
+  /// Empty when absent or null.
+  std::string dedupe_key;
+};
+
+/// Either an input or the 400 detail.
+struct publish_parse {
+  std::optional<publish_input> input;
+  std::string error;
+};
+
+/// Validates a publish body: a JSON object; `subject` a non-empty string;
+/// `kind` a string (absent: ""); `metadata` an object (absent or null: {})
+/// of at most `metadata_max_bytes` serialized; `dedupe_key` a string or
+/// null. Other fields are ignored.
+publish_parse parse_publish(std::string_view body,
+                            std::size_t metadata_max_bytes
+                            = default_metadata_max_bytes);
+
+/// Query parameters in order, percent-decoded ('+' is a space).
+using hub_query = std::vector<std::pair<std::string, std::string>>;
+
+/// A request target split into its path and decoded query.
+struct hub_target {
+  std::string path;
+  hub_query query;
+};
+
+/// Splits `/path?a=1&b=2`.
+hub_target parse_hub_target(std::string_view target);
+
+/// A validated `GET /v1/events` query.
+struct replay_query {
+  /// Events after this id. [0]
+  int64_t after = 0;
+  /// Requested page size; <= 0 means the default (the log clamps). [0]
+  int limit = 0;
+  /// Every `prefix` parameter (OR-ed); empty: all subjects.
+  std::vector<std::string> prefixes;
+};
+
+/// Either a query or the 400 detail.
+struct replay_query_parse {
+  std::optional<replay_query> query;
+  std::string error;
+};
+
+/// Largest `after` a replay accepts (INT4_MAX, REFERENCE A.1).
+constexpr int64_t max_replay_after = 2147483647;
+
+/// Validates `after` (decimal digits, at most 18 of them, <= 2^31-1),
+/// `limit` (a decimal integer, may be <= 0; huge values clamp) and
+/// `prefix` (repeatable). Unknown parameters are ignored.
+replay_query_parse parse_replay_query(const hub_query& q);
+
+/// The client's subscribe frame. Missing or mistyped fields read as absent.
+struct subscribe_request {
+  std::vector<std::string> prefixes;
+  std::string client_id;
+  std::optional<int64_t> last_seq;
+  std::optional<int64_t> cursor;
+  std::optional<std::string> epoch;
+};
+
+/// Parses a subscribe frame; nullopt unless `text` is a JSON object with
+/// `"type":"subscribe"`.
+std::optional<subscribe_request> parse_subscribe(std::string_view text);
+
+/// True when `text` is the JSON object `{"type":"ping",...}`.
+bool is_json_ping(std::string_view text);
+
+/// `{"type":"hello","mode":...,"seq":S,"cursor":C,"resync":R,"epoch":E}`;
+/// an empty `epoch` is sent as null.
+std::string hello_frame(hub_tier mode, int64_t seq, int64_t cursor,
+                        bool resync, const std::string& epoch);
+
+/// `{"type":"wake","cursor":N}`.
+std::string wake_frame(int64_t cursor);
+
+/// `wake <cursor>`: the non-JSON variant (fault knob non_json_frames).
+std::string non_json_wake(int64_t cursor);
+
+/// The filler sent before each event by the non_json_frames knob.
+inline constexpr std::string_view non_json_filler = "not json";
+
+/// `{"type":"pong"}`.
+std::string pong_frame();
+
+/// `{"type":"event","subject":...,"kind":...,"seq":S,"metadata":{...},
+/// "id":N,"ts":T}`; `metadata_json` must be a serialized object.
+std::string event_frame(const std::string& subject, const std::string& kind,
+                        int64_t seq, const std::string& metadata_json,
+                        int64_t id, double ts);
+
+/// `{"events":[...],"cursor":N,"reset":B}`, or with `bare_array` only the
+/// events array (fault knob non_object_pages).
+std::string render_page(const ledger_page& page, bool bare_array = false);
+
+/// `{"detail":...}`.
+std::string error_body(std::string_view detail);
+
+/// Adds a `"pad"` string field to the JSON object text `frame` so that it is
+/// exactly `size` bytes; returns `frame` unchanged when it is already that
+/// long or longer, or not an object.
+std::string pad_frame(std::string frame, std::size_t size);
+
+} // namespace outbound

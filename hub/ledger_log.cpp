@@ -1,0 +1,137 @@
+#include "hub/ledger_log.hpp"
+
+#include "hub/subject.hpp"
+
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <algorithm>
+
+namespace outbound {
+
+ledger_log::ledger_log(ledger_config cfg) : cfg_(cfg) {
+  if (cfg_.replay_limit <= 0)
+    cfg_.replay_limit = 500;
+  if (cfg_.visibility_lag_polls < 0)
+    cfg_.visibility_lag_polls = 0;
+}
+
+ledger_event_ptr ledger_log::find_duplicate(const std::string& dedupe_key) {
+  if (dedupe_key.empty())
+    return nullptr;
+  auto i = keys_.find(dedupe_key);
+  if (i == keys_.end())
+    return nullptr;
+  lru_.splice(lru_.begin(), lru_, i->second.second);
+  return i->second.first;
+}
+
+void ledger_log::remember_key(const ledger_event_ptr& ev) {
+  if (ev->dedupe_key.empty() || cfg_.dedupe_capacity == 0)
+    return;
+  lru_.push_front(ev->dedupe_key);
+  keys_.emplace(ev->dedupe_key, std::make_pair(ev, lru_.begin()));
+  while (keys_.size() > cfg_.dedupe_capacity) {
+    keys_.erase(lru_.back());
+    lru_.pop_back();
+  }
+}
+
+ledger_append_result
+ledger_log::append(const std::string& subject, const std::string& kind,
+                   const std::string& metadata_json,
+                   const std::string& dedupe_key, int64_t seq, double ts) {
+  if (auto dup = find_duplicate(dedupe_key))
+    return {std::move(dup), true};
+  auto ev = std::make_shared<ledger_event>();
+  ev->id = head_ + 1;
+  ev->seq = seq;
+  ev->subject = subject;
+  ev->kind = kind;
+  ev->dedupe_key = dedupe_key;
+  boost::json::object obj;
+  obj["id"] = ev->id;
+  obj["seq"] = seq;
+  obj["subject"] = subject;
+  obj["kind"] = kind;
+  obj["metadata"] = boost::json::parse(metadata_json.empty() ? "{}"
+                                                             : metadata_json);
+  obj["ts"] = ts;
+  ev->json = boost::json::serialize(obj);
+  ledger_event_ptr stored = std::move(ev);
+  entries_.push_back(
+    {stored, polls_ + static_cast<uint64_t>(cfg_.visibility_lag_polls)});
+  head_ = stored->id;
+  remember_key(stored);
+  if (cfg_.retention > 0
+      && entries_.size() > static_cast<std::size_t>(cfg_.retention))
+    trim_through(head_ - static_cast<int64_t>(cfg_.retention));
+  advance_visible();
+  return {std::move(stored), false};
+}
+
+void ledger_log::advance_visible() {
+  // Visibility is a gapless prefix: an event shows only when every retained
+  // event before it shows (the "gapless ceiling" of REFERENCE A.1).
+  if (visible_ < floor_)
+    visible_ = floor_;
+  while (visible_ < head_) {
+    const auto& e = entries_[static_cast<std::size_t>(visible_ - floor_)];
+    if (e.visible_at > polls_)
+      break;
+    ++visible_;
+  }
+}
+
+int ledger_log::effective_limit(int limit) const {
+  if (limit <= 0 || limit > cfg_.replay_limit)
+    return cfg_.replay_limit;
+  return limit;
+}
+
+ledger_page ledger_log::page(int64_t after, int limit,
+                             const std::vector<std::string>& prefixes) {
+  advance_visible();
+  auto lim = static_cast<std::size_t>(effective_limit(limit));
+  ledger_page p;
+  p.reset = after < floor_;
+  auto id = std::max(after, floor_) + 1;
+  for (; id <= visible_ && p.events.size() < lim; ++id) {
+    const auto& ev = entries_[static_cast<std::size_t>(id - floor_ - 1)].event;
+    if (hub_subject_matches(ev->subject, prefixes))
+      p.events.push_back(ev);
+  }
+  p.cursor = p.events.size() == lim ? p.events.back()->id : visible_;
+  // The poll is counted after the page: an event appended with lag K is
+  // missed by exactly K polls.
+  ++polls_;
+  return p;
+}
+
+ledger_event_ptr ledger_log::get(int64_t id) const {
+  if (id <= floor_ || id > head_)
+    return nullptr;
+  return entries_[static_cast<std::size_t>(id - floor_ - 1)].event;
+}
+
+void ledger_log::set_retention(uint64_t retention) {
+  cfg_.retention = retention;
+  if (retention > 0 && entries_.size() > static_cast<std::size_t>(retention))
+    trim_through(head_ - static_cast<int64_t>(retention));
+}
+
+void ledger_log::trim_through(int64_t id) {
+  id = std::min(id, head_);
+  while (floor_ < id) {
+    entries_.pop_front();
+    ++floor_;
+  }
+  advance_visible();
+}
+
+void ledger_log::set_visibility_lag(int polls) {
+  cfg_.visibility_lag_polls = std::max(0, polls);
+}
+
+} // namespace outbound
