@@ -2,6 +2,7 @@
 // its own apps/<name>_cmd.cpp; main parses the arguments first and starts the
 // actor system only for a command that needs one.
 
+#include "apps/hub_cmd.hpp"
 #include "apps/request_cmd.hpp"
 
 #include "actors/messages.hpp"
@@ -26,7 +27,6 @@ struct planned_command {
 
 constexpr planned_command planned_commands[] = {
   {"watch", "Follow a change feed (not implemented yet)"},
-  {"hub", "Run the reference hub (not implemented yet)"},
   {"demo", "Run the demo against an embedded hub (not implemented yet)"},
   {"bench", "Run the benchmarks (not implemented yet)"},
 };
@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   request_options request_opts;
   auto* request_cmd = add_request_command(app, request_opts);
+  hub_options hub_opts;
+  auto* hub_cmd = add_hub_command(app, hub_opts);
   std::vector<CLI::App*> planned;
   for (auto& p : planned_commands)
     planned.push_back(app.add_subcommand(p.name, p.what));
@@ -65,6 +67,9 @@ int main(int argc, char** argv) {
                 << '\n';
       return usage_exit_code;
     }
+  // The hub runs before any other thread exists (it owns SIGINT/SIGTERM).
+  if (hub_cmd->parsed())
+    return run_hub(hub_opts, std::cout, std::cerr);
   try {
     caf::actor_system_config cfg;
     cfg.add_message_types<caf::id_block::outbound>();

@@ -1,0 +1,157 @@
+#include "apps/hub_cmd.hpp"
+
+#include "apps/request_cmd.hpp"
+#include "config/config_error.hpp"
+
+#include <CLI/CLI.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <csignal>
+#include <exception>
+#include <ostream>
+#include <pthread.h>
+
+namespace outbound::apps {
+
+CLI::App* add_hub_command(CLI::App& app, hub_options& opts) {
+  auto* cmd = app.add_subcommand(
+    "hub", "Run the reference hub of the change-feed protocol (HTTP replay, "
+           "WebSocket tiers, fault knobs, admin endpoints)");
+  auto& c = opts.cfg;
+  auto& f = c.faults;
+  cmd->add_option("--host", c.host, "Address to bind (an IP literal)")
+    ->capture_default_str();
+  cmd->add_option("--port", c.port, "TCP port; 0 picks a free one")
+    ->capture_default_str();
+  cmd->add_option("--mode", opts.mode, "Tier served on /ws/feed")
+    ->check(CLI::IsMember({"ledger", "catchup", "ephemeral"}))
+    ->capture_default_str();
+  cmd->add_option("--ring-size", c.ring_size,
+                  "Catch-up ring capacity (0: every resume resyncs)")
+    ->capture_default_str();
+  cmd->add_option("--retention", c.retention,
+                  "Keep the last R ledger events (0 keeps all)")
+    ->capture_default_str();
+  cmd->add_option("--replay-limit", c.replay_limit,
+                  "Default and maximum replay page")
+    ->capture_default_str();
+  cmd->add_option("--seed", opts.seed,
+                  "Seed of the hub's rng (epochs, wake drops); <0 random")
+    ->capture_default_str();
+  cmd->add_option("--threads", c.threads, "io threads")->capture_default_str();
+  cmd->add_option("--queue-max", c.queue_max,
+                  "Per-connection send queue; overflow closes with 1013")
+    ->capture_default_str();
+
+  auto* g = "Faults";
+  cmd->add_flag("--drop-wakes", f.drop_wakes, "Drop every wake frame")
+    ->group(g);
+  cmd->add_option("--drop-wake-probability", f.drop_wake_probability,
+                  "Drop each wake with this probability (seeded)")
+    ->check(CLI::Range(0.0, 1.0))
+    ->group(g);
+  cmd->add_option("--wake-script", opts.wake_script,
+                  "Hold wakes until the head reaches the script's maximum, "
+                  "then send exactly these cursors (e.g. 9,6,10,6,8,7,9)")
+    ->delimiter(',')
+    ->group(g);
+  cmd->add_option("--visibility-lag", f.visibility_lag_polls,
+                  "Replay polls that miss each new event")
+    ->check(CLI::NonNegativeNumber)
+    ->group(g);
+  cmd->add_option("--non-object-pages", f.non_object_pages,
+                  "Next N replay pages are a bare JSON array (-1: all)")
+    ->group(g);
+  cmd->add_option("--accept-then-close", f.accept_then_close,
+                  "Next N WebSocket upgrades are closed at once (-1: all)")
+    ->group(g);
+  cmd->add_option("--go-silent", f.go_silent,
+                  "Next N connections go silent after the hello (-1: all)")
+    ->group(g);
+  cmd->add_option("--no-hello", f.no_hello,
+                  "Next N connections get no hello (-1: all)")
+    ->group(g);
+  cmd->add_option("--oversized-frame", f.oversized_frame,
+                  "Next N connections get an oversized frame header after "
+                  "the hello (-1: all)")
+    ->group(g);
+  cmd->add_option("--oversized-frame-bytes", f.oversized_frame_bytes,
+                  "Length the oversized frame announces")
+    ->capture_default_str()
+    ->group(g);
+  cmd->add_option("--fragment-frames", f.fragment_frames,
+                  "Next N connections get every message fragmented (-1: all)")
+    ->group(g);
+  cmd->add_option("--fragment-bytes", f.fragment_bytes,
+                  "Payload bytes per fragment")
+    ->capture_default_str()
+    ->group(g);
+  cmd->add_option("--empty-continuations", f.empty_continuations,
+                  "Empty continuation frames after each first fragment")
+    ->group(g);
+  cmd->add_option("--non-json-frames", f.non_json_frames,
+                  "Next N connections get non-JSON frames (-1: all)")
+    ->group(g);
+  cmd->add_option("--pad-frames-to", f.pad_frames_to,
+                  "Pad wake and event frames to this many bytes")
+    ->group(g);
+  cmd->add_option("--restart-every", f.restart_every,
+                  "Restart the catch-up tier every S seconds")
+    ->check(CLI::NonNegativeNumber)
+    ->group(g);
+  return cmd;
+}
+
+int run_hub(hub_options& opts, std::ostream& out, std::ostream& err) {
+  auto& c = opts.cfg;
+  c.mode = *parse_hub_tier(opts.mode);
+  if (opts.seed >= 0)
+    c.seed = static_cast<uint64_t>(opts.seed);
+  for (auto v : opts.wake_script) {
+    if (v < 0) {
+      err << usage_error_json("usage_error", "--wake-script: cursors >= 0")
+          << '\n';
+      return usage_exit_code;
+    }
+    c.faults.wake_script.push_back(v);
+  }
+  for (int* n : {&c.faults.non_object_pages, &c.faults.accept_then_close,
+                 &c.faults.go_silent, &c.faults.no_hello,
+                 &c.faults.oversized_frame, &c.faults.fragment_frames,
+                 &c.faults.non_json_frames})
+    if (*n < -1) {
+      err << usage_error_json("usage_error",
+                              "fault counts must be >= -1 (-1: every one)")
+          << '\n';
+      return usage_exit_code;
+    }
+  // Block the signals before the hub's threads exist, so that they all
+  // inherit the mask and only sigwait below receives them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::unique_ptr<hub> h;
+  try {
+    h = std::make_unique<hub>(c);
+    h->start();
+  } catch (const config_error& e) {
+    err << usage_error_json("config_error", e.what()) << '\n';
+    return usage_exit_code;
+  } catch (const std::exception& e) {
+    err << usage_error_json("hub_error", e.what()) << '\n';
+    return internal_exit_code;
+  }
+  boost::json::object line;
+  line["listening"] = h->base_url().substr(std::string{"http://"}.size());
+  out << boost::json::serialize(line) << std::endl; // flushed
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  h->stop();
+  return 0;
+}
+
+} // namespace outbound::apps
