@@ -19,7 +19,6 @@
 #include <cctype>
 #include <chrono>
 #include <exception>
-#include <mutex>
 #include <ostream>
 #include <stdexcept>
 
