@@ -12,6 +12,7 @@
 // (--max-seconds) after which the phase stops and reports what it measured.
 
 #include "actors/client/service_client.hpp"
+#include "actors/pool/connection_pool.hpp"
 #include "actors/messages.hpp"
 #include "config/client_config.hpp"
 #include "protocol/io_runner.hpp"
@@ -29,6 +30,7 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/config_value.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
@@ -390,17 +392,67 @@ private:
 
 // -- (a) outbound's actor path ------------------------------------------------
 
+/// What a caller sends to its target and how it checks the answer: the
+/// service client takes call_requests (the whole outbound path); the
+/// connection pool alone takes http_requests (the diagnostic "pool" row).
+outbound::call_request bench_message(const outbound::service_client_actor&) {
+  outbound::call_request req;
+  req.method = "GET";
+  req.path = "/";
+  return req;
+}
+
+outbound::http_request bench_message(const outbound::transport_actor&) {
+  static std::atomic<uint64_t> next_id{1};
+  outbound::http_request req;
+  req.exchange_id = next_id.fetch_add(1);
+  req.method = "GET";
+  req.target = "/";
+  req.timeout_ns = 10'000'000'000;
+  return req;
+}
+
+std::string bench_check(const outbound::call_outcome& out) {
+  if (!out.ok)
+    return out.error.message();
+  return out.status == 200 ? "" : "status " + std::to_string(out.status);
+}
+
+std::string bench_check(const outbound::exchange_result& res) {
+  if (!res.ok())
+    return std::string{"transport error "} + to_string(res.error) + ": "
+           + res.detail;
+  return res.response.status == 200
+           ? ""
+           : "status " + std::to_string(res.response.status);
+}
+
+/// The answer type of a target (CAF's typed `then` needs it spelled out).
+template <class Handle>
+struct answer_of;
+template <>
+struct answer_of<outbound::service_client_actor> {
+  using type = outbound::call_outcome;
+};
+template <>
+struct answer_of<outbound::transport_actor> {
+  using type = outbound::exchange_result;
+};
+
+template <class Handle>
 struct caller_state {
-  outbound::service_client_actor client;
+  Handle target;
   std::shared_ptr<phase> ph;
   int index = 0;
   bench_clock::time_point t0;
   static inline const char* name = "bench_caller";
 };
 
-using caller_actor = caf::stateful_actor<caller_state>;
+template <class Handle>
+using caller_actor = caf::stateful_actor<caller_state<Handle>>;
 
-void caller_next(caller_actor* self) {
+template <class Handle>
+void caller_next(caller_actor<Handle>* self) {
   auto& st = self->state;
   if (!st.ph->take()) {
     st.ph->worker_done();
@@ -408,17 +460,14 @@ void caller_next(caller_actor* self) {
     self->quit();
     return;
   }
-  outbound::call_request req;
-  req.method = "GET";
-  req.path = "/";
+  auto msg = bench_message(st.target);
   st.t0 = bench_clock::now();
-  self->request(st.client, caf::infinite, std::move(req))
+  self->request(st.target, caf::infinite, std::move(msg))
     .then(
-      [self](outbound::call_outcome& out) {
+      [self](typename answer_of<Handle>::type& answer) {
         auto& st = self->state;
-        if (!out.ok || out.status != 200)
-          st.ph->record_error(out.ok ? "status " + std::to_string(out.status)
-                                     : out.error.message());
+        if (auto err = bench_check(answer); !err.empty())
+          st.ph->record_error(err);
         else
           st.ph->latencies[st.index].push_back(
             std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -432,26 +481,27 @@ void caller_next(caller_actor* self) {
       });
 }
 
-/// A caller actor: issues sequential requests until the phase's tickets are
-/// gone, then quits.
-caf::behavior caller(caller_actor* self, outbound::service_client_actor client,
+/// A caller actor: issues sequential requests to `target` until the phase's
+/// tickets are gone, then quits.
+template <class Handle>
+caf::behavior caller(caller_actor<Handle>* self, Handle target,
                      std::shared_ptr<phase> ph, int index) {
-  self->state.client = std::move(client);
+  self->state.target = std::move(target);
   self->state.ph = std::move(ph);
   self->state.index = index;
   caller_next(self);
   return {[](outbound::done_atom) {}};
 }
 
-result run_outbound(caf::actor_system& sys,
-                    const outbound::service_client_actor& client,
-                    int concurrency, int64_t requests,
-                    bench_clock::duration max_time) {
+template <class Handle>
+result run_callers(caf::actor_system& sys, const std::string& label,
+                   const Handle& target, int concurrency, int64_t requests,
+                   bench_clock::duration max_time) {
   auto p = std::make_shared<phase>(requests, concurrency, max_time);
   for (int i = 0; i < concurrency; ++i)
-    sys.spawn(caller, client, p, i);
+    sys.spawn(caller<Handle>, target, p, i);
   p->wait();
-  return summarize("outbound", concurrency, *p);
+  return summarize(label, concurrency, *p);
 }
 
 // -- output -------------------------------------------------------------------
@@ -472,7 +522,7 @@ std::string json_line(const result& r, int io_threads, int caf_threads,
     << ",\"p99_us\":" << fmt(r.p99_us, 1)
     << ",\"cpu_us_per_request\":" << fmt(r.cpu_us_per_request, 1)
     << ",\"io_threads\":" << io_threads
-    << ",\"caf_threads\":" << (r.client == "outbound" ? caf_threads : 0)
+    << ",\"caf_threads\":" << (r.client == "raw_beast" ? 0 : caf_threads)
     << ",\"server_threads\":" << server_threads
     << ",\"timed_out\":" << (r.timed_out ? "true" : "false") << "}";
   return o.str();
@@ -493,6 +543,7 @@ int main(int argc, char** argv) {
   int rounds = 1;
   std::string caf_policy = "stealing";
   std::string only = "both";
+  std::vector<std::string> caf_settings;
   app.add_option("--requests", requests,
                  "measured requests per client and concurrency")
     ->check(CLI::PositiveNumber)
@@ -531,13 +582,18 @@ int main(int argc, char** argv) {
     ->check(CLI::PositiveNumber)
     ->capture_default_str();
   app.add_option("--client", only,
-                 "which side to run: both (and their ratio), outbound, raw "
-                 "(for profiling one side)")
-    ->check(CLI::IsMember({"both", "outbound", "raw"}))
+                 "which rows to run: both (raw and outbound, and their "
+                 "ratio), all (also the diagnostic pool-only row), or one of "
+                 "outbound, pool, raw (for profiling one side)")
+    ->check(CLI::IsMember({"both", "all", "outbound", "pool", "raw"}))
     ->capture_default_str();
+  app.add_option("--caf-set", caf_settings,
+                 "extra CAF setting KEY=VALUE (repeatable), e.g. "
+                 "work-stealing.moderate-sleep-duration=0us");
   CLI11_PARSE(app, argc, argv);
-  bool run_raw = only != "outbound";
-  bool run_ob = only != "raw";
+  bool run_raw = only == "both" || only == "all" || only == "raw";
+  bool run_ob = only == "both" || only == "all" || only == "outbound";
+  bool run_pool = only == "all" || only == "pool";
 
   auto max_time = std::chrono::duration_cast<bench_clock::duration>(
     std::chrono::duration<double>(max_seconds));
@@ -549,6 +605,18 @@ int main(int argc, char** argv) {
   if (caf_threads > 0)
     cfg.set("scheduler.max-threads", static_cast<std::size_t>(caf_threads));
   cfg.set("scheduler.policy", caf::atom_from_string(caf_policy));
+  for (auto& kv : caf_settings) {
+    auto eq = kv.find('=');
+    auto val = eq == std::string::npos
+                 ? caf::expected<caf::config_value>{caf::sec::invalid_argument}
+                 : caf::config_value::parse(kv.substr(eq + 1));
+    if (!val) {
+      std::fprintf(stderr, "--caf-set %s: expected KEY=VALUE with a CAF "
+                           "config value\n", kv.c_str());
+      return 2;
+    }
+    cfg.set(kv.substr(0, eq), std::move(*val));
+  }
   caf::actor_system sys{cfg};
   auto effective_caf_threads = static_cast<int>(
     caf::get_or(sys.config(), "scheduler.max-threads",
@@ -566,6 +634,11 @@ int main(int argc, char** argv) {
   opts.io = io;
   opts.seed = 42;
   auto client = outbound::make_service_client(sys, ccfg, opts);
+  // The diagnostic row: the connection pool actor alone (transport port),
+  // without the service client and the per-call actor.
+  outbound::transport_actor pool;
+  if (run_pool)
+    pool = outbound::spawn_connection_pool(sys, ccfg, io);
 
   std::printf("request_throughput: GET %s -> %s (%zu bytes), %lld measured "
               "requests after %lld warm-up per row\n",
@@ -590,14 +663,19 @@ int main(int argc, char** argv) {
       if (warmup > 0) {
         if (run_raw)
           raw->run(warmup, max_time);
+        if (run_pool)
+          run_callers(sys, "pool", pool, c, warmup, max_time);
         if (run_ob)
-          run_outbound(sys, client, c, warmup, max_time);
+          run_callers(sys, "outbound", client, c, warmup, max_time);
       }
       std::vector<result> rows;
       if (run_raw)
         rows.push_back(raw->run(requests, max_time));
+      if (run_pool)
+        rows.push_back(run_callers(sys, "pool", pool, c, requests, max_time));
       if (run_ob)
-        rows.push_back(run_outbound(sys, client, c, requests, max_time));
+        rows.push_back(
+          run_callers(sys, "outbound", client, c, requests, max_time));
       for (auto* x = rows.data(); x != rows.data() + rows.size(); ++x) {
         std::printf("%-10s %5d %6d %9lld %7lld %11.0f %9.1f %9.1f %9.1f%s\n",
                     x->client.c_str(), x->concurrency, round,
@@ -612,10 +690,10 @@ int main(int argc, char** argv) {
         json_lines.push_back(
           json_line(*x, io_threads, effective_caf_threads, server_threads));
       }
-      if (rows.size() != 2)
+      if (!run_raw || !run_ob)
         continue;
-      auto& r = rows[0];
-      auto& o = rows[1];
+      auto& r = rows.front();
+      auto& o = rows.back();
       double ratio = r.rps > 0 ? o.rps / r.rps : 0;
       std::printf("%-10s %5d %6d %40s %.3f (goal >= 0.8: %s)\n", "ratio", c,
                   round, "outbound/raw req/s =", ratio,
@@ -636,5 +714,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", l.c_str());
   std::fflush(stdout);
   caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+  if (pool)
+    caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
   return all_ok ? 0 : 1;
 }
