@@ -12,12 +12,10 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-extern char** environ;
 
 namespace outbound::testing {
 
@@ -301,12 +299,6 @@ bool nginx_instance::try_start(const std::string& nginx_binary,
   auto conf = prefix_ + "/nginx.conf";
   write_file(conf, nginx_conf(prefix_, pki, http_, tls_, mtls_, tls_dns_));
   auto out = prefix_ + "/logs/stderr.log";
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0600);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
   // -e: the startup error log, before the config is read (default
   // /var/log/nginx/error.log).
   std::vector<std::string> argv{nginx_binary, "-p", prefix_ + "/", "-c", conf,
@@ -315,13 +307,31 @@ bool nginx_instance::try_start(const std::string& nginx_binary,
   for (auto& a : argv)
     args.push_back(a.data());
   args.push_back(nullptr);
-  pid_t pid = 0;
-  auto rc = posix_spawn(&pid, nginx_binary.c_str(), &fa, nullptr,
-                        args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0)
-    throw std::runtime_error("cannot start " + nginx_binary + ": "
-                             + std::strerror(rc));
+  // fork + exec rather than posix_spawn, for PR_SET_PDEATHSIG: if the test
+  // process dies without tearing down (a crash, a ctest timeout), nginx is
+  // killed with it instead of staying behind on its ports. Only
+  // async-signal-safe calls between fork and exec. The signal follows the
+  // forking thread: start instances from a thread that outlives them (the
+  // main thread, in SetUpTestSuite).
+  auto parent = ::getpid();
+  auto pid = ::fork();
+  if (pid < 0)
+    throw std::runtime_error("fork failed: "
+                             + std::string{std::strerror(errno)});
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent)
+      ::_exit(127);
+    int in = ::open("/dev/null", O_RDONLY);
+    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (in < 0 || o < 0)
+      ::_exit(127);
+    ::dup2(in, 0);
+    ::dup2(o, 1);
+    ::dup2(o, 2);
+    ::execv(nginx_binary.c_str(), args.data());
+    ::_exit(127);
+  }
   pid_ = pid;
   auto deadline = std::chrono::steady_clock::now() + 10s;
   while (std::chrono::steady_clock::now() < deadline) {
