@@ -1,0 +1,144 @@
+#pragma once
+
+// The WebSocket port of the feed watcher (issue 3, item 5): one client
+// WebSocket session on Beast (never hand-written framing), plain or TLS, on
+// the io runner. Beast, Asio and OpenSSL stay in protocol/ws_session*.cpp.
+//
+// Like http_connection, a session reports to its owner through a callback
+// that runs on an io thread and must do exactly one thing: send a message to
+// the owning actor (DESIGN.md). The watcher actor drives the session with
+// the non-blocking, thread-safe calls below; tests replace the session with
+// a fake through `ws_connector`.
+//
+//   connect ──► [connecting] ──opened──► [open] ──closed(error)──► [closed]
+//                   │                      │ ▲ message / activity
+//                   └──closed(error)───────┘ └── send_text / ping
+
+#include "config/client_config.hpp"
+#include "protocol/http_types.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace outbound {
+
+class io_runner;
+class tls_context;
+
+/// What ended (or failed to open) a session.
+enum class ws_close_reason : uint8_t {
+  /// close() was called by the owner.
+  local,
+  /// The peer sent a close frame or closed TCP cleanly.
+  peer_closed,
+  /// TCP connect / DNS failed.
+  connect,
+  /// TLS handshake or verification failed.
+  tls,
+  /// The HTTP upgrade was refused (non-101) or its header block exceeded
+  /// `max_handshake_bytes`.
+  handshake,
+  /// A frame announced more than `max_frame_bytes`, or a reassembled message
+  /// would exceed it (refused before the payload is read; close 1009).
+  too_large,
+  /// Reset, EOF mid-frame, protocol violation.
+  broken,
+  /// The handshake did not finish within `handshake_timeout_ns`.
+  timeout,
+};
+
+const char* to_string(ws_close_reason r);
+
+/// One report of a session to its owner.
+struct ws_event {
+  enum class kind : uint8_t {
+    /// The upgrade succeeded; the session is open.
+    opened,
+    /// One complete data message (text or binary, reassembled from
+    /// fragments; `fragmented` says whether it arrived in more than one
+    /// frame).
+    message,
+    /// Inbound bytes that are not a data message (a pong, a ping, or a
+    /// frame header of a message still arriving): proof of life for the
+    /// dead-peer detector.
+    activity,
+    /// The session ended (or never opened); no event follows.
+    closed,
+  };
+  kind what = kind::opened;
+  /// The id given to ws_connector; stale events are dropped by the owner.
+  uint64_t session_id = 0;
+  /// message: the payload.
+  std::string payload;
+  /// message: arrived in more than one frame.
+  bool fragmented = false;
+  /// message: binary rather than text.
+  bool binary = false;
+  /// closed: why.
+  ws_close_reason reason = ws_close_reason::local;
+  /// closed: human-readable detail (never a header value).
+  std::string detail;
+};
+
+/// Settings of one session.
+struct ws_options {
+  /// scheme (http → ws, https → wss), host, port of the hub.
+  url_parts origin;
+  /// Request target of the upgrade, e.g. "/ws/feed".
+  std::string path;
+  /// Extra upgrade request headers (e.g. the credential).
+  header_list headers;
+  /// Largest accepted message (and frame) in bytes. [8 MiB]
+  uint64_t max_frame_bytes = 8u * 1024u * 1024u;
+  /// Cap of the upgrade response header block in bytes. [64 KiB]
+  uint64_t max_handshake_bytes = 64u * 1024u;
+  /// Bound of connect + TLS + upgrade, in nanoseconds. [5 s]
+  int64_t handshake_timeout_ns = 5'000'000'000;
+};
+
+/// A client WebSocket session. All member functions are thread-safe and
+/// non-blocking (they post to the session's strand).
+class ws_session {
+public:
+  using handler = std::function<void(ws_event)>;
+
+  virtual ~ws_session();
+
+  /// Sends one text message (queued; sends are serialised).
+  virtual void send_text(std::string text) = 0;
+
+  /// Sends a WebSocket ping frame (RFC 6455 §5.5.2).
+  virtual void ping() = 0;
+
+  /// Tears the session down at once: no waiting for a close handshake with
+  /// a silent peer. A `closed` event with reason `local` follows unless the
+  /// session had already closed.
+  virtual void close() = 0;
+
+protected:
+  ws_session() = default;
+};
+
+/// Opens sessions. The real one dials with Beast on an io_runner; tests
+/// inject a fake. `connect` starts the upgrade at once and reports every
+/// event of the session, tagged with `session_id`, to `on_event` (called on
+/// an io thread).
+class ws_connector {
+public:
+  virtual ~ws_connector();
+
+  virtual std::shared_ptr<ws_session>
+  connect(uint64_t session_id, const ws_options& opts,
+          ws_session::handler on_event) = 0;
+};
+
+/// The real connector: Beast websocket over tcp_stream or
+/// ssl_stream<tcp_stream> (`tls` required for https origins, built from the
+/// client's tls_config) on `io`.
+std::shared_ptr<ws_connector>
+make_ws_connector(std::shared_ptr<io_runner> io,
+                  std::shared_ptr<tls_context> tls = nullptr);
+
+} // namespace outbound

@@ -1,0 +1,818 @@
+#pragma once
+
+// Private to protocol/ws_session*.cpp: the client WebSocket session
+// template, instantiated once per stream type (plain TCP in
+// ws_session_plain.cpp, TLS in ws_session_tls.cpp) so that the two heavy
+// Beast instantiations compile on both cores. The stream-independent pieces
+// live in ws_session.cpp (ws_wire.hpp).
+//
+// One session, each step an `on_<step>` handler on the session's strand:
+//
+//   start ─► resolve ─► connect ─► [tls] ─► upgrade (write, read header)
+//                                              │
+//     closed ◄── on_read ◄── read ◄── opened ◄─┴─ ws handshake (local replay)
+//
+// Why the upgrade is done by the session and not by Beast's handshake: Beast
+// reads the 101 answer with a parser whose header limit is fixed at 8 KiB,
+// while the protocol allows a 64 KiB header block (REFERENCE.md A.1). So the
+// session sends the upgrade request and reads the answer itself (Beast's HTTP
+// parser, header limit `max_handshake_bytes`), checks it (RFC 6455 4.1), and
+// then lets Beast's handshake run against `ws_shim` in replay mode: the shim
+// swallows Beast's own request and answers it with a canned 101 built from
+// Beast's key. Every frame afterwards is Beast's.
+//
+// The shim also feeds every inbound byte, in order, to a ws_frame_tracker
+// (fragments per message, proof of life) and tears the TCP connection down at
+// once when Beast asks (`async_teardown`): no waiting for the peer's FIN or
+// close_notify from a silent peer.
+//
+// Exactly one `closed` event, always last: `finish` reports it, closes the
+// socket and drops the handler; completions still queued then find
+// `finished_` set and return.
+
+#include "protocol/http_wire.hpp"
+#include "protocol/io_runner_impl.hpp"
+#include "protocol/tls_context_impl.hpp"
+#include "protocol/ws_session.hpp"
+#include "protocol/ws_wire.hpp"
+
+#include <boost/asio/associator.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/bind_handler.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/role.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/websocket/error.hpp>
+#include <boost/beast/websocket/rfc6455.hpp>
+#include <boost/beast/websocket/stream.hpp>
+
+#include <openssl/ssl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace outbound::detail {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+namespace websocket = boost::beast::websocket;
+using boost::system::error_code;
+using tcp = asio::ip::tcp;
+
+using strand_type = asio::strand<asio::io_context::executor_type>;
+using plain_stream = asio::basic_stream_socket<tcp, strand_type>;
+using tls_stream = asio::ssl::stream<plain_stream>;
+
+/// What the shim tells its session (called on the strand).
+class ws_shim_observer {
+public:
+  /// Inbound bytes that are proof of life (see ws_frame_tracker::result).
+  virtual void on_inbound_activity() = 0;
+  /// A message exceeded ws_max_fragments frames; the read that carried the
+  /// offending header fails right after this call.
+  virtual void on_too_many_fragments() = 0;
+
+protected:
+  ~ws_shim_observer() = default;
+};
+
+template <class Next>
+class ws_shim;
+
+/// The completion of a read through the shim: inspects the bytes read
+/// before Beast sees them. Keeps the associations (executor, allocator,
+/// cancellation slot) of Beast's handler (see the associator below).
+template <class Next, class Buffers, class Handler>
+struct ws_inspect_op {
+  ws_shim<Next>* shim;
+  Buffers buffers;
+  Handler handler;
+
+  void operator()(error_code ec, std::size_t n) {
+    if (shim->inspect(buffers, n) && !ec)
+      ec = websocket::error::message_too_big;
+    std::move(handler)(ec, n);
+  }
+};
+
+} // namespace outbound::detail
+
+namespace boost::asio {
+
+/// Propagates every association of Beast's handler through the shim's read
+/// completion (as Asio does for its own binders).
+template <template <typename, typename> class Associator, class Next,
+          class Buffers, class Handler, class DefaultCandidate>
+struct associator<Associator,
+                  outbound::detail::ws_inspect_op<Next, Buffers, Handler>,
+                  DefaultCandidate> : Associator<Handler, DefaultCandidate> {
+  using op_type = outbound::detail::ws_inspect_op<Next, Buffers, Handler>;
+
+  static typename Associator<Handler, DefaultCandidate>::type
+  get(const op_type& h) noexcept {
+    return Associator<Handler, DefaultCandidate>::get(h.handler);
+  }
+
+  static auto get(const op_type& h, const DefaultCandidate& c) noexcept
+    -> decltype(Associator<Handler, DefaultCandidate>::get(h.handler, c)) {
+    return Associator<Handler, DefaultCandidate>::get(h.handler, c);
+  }
+};
+
+} // namespace boost::asio
+
+namespace outbound::detail {
+
+/// Beast's next layer: the plain or TLS stream plus the replay of the
+/// handshake, the inbound frame tracker and an immediate teardown.
+template <class Next>
+class ws_shim {
+public:
+  using next_layer_type = Next;
+  using executor_type = typename Next::executor_type;
+
+  template <class... Args>
+  explicit ws_shim(Args&&... args) : next_(std::forward<Args>(args)...) {
+  }
+
+  executor_type get_executor() noexcept {
+    return next_.get_executor();
+  }
+
+  Next& next_layer() noexcept {
+    return next_;
+  }
+
+  const Next& next_layer() const noexcept {
+    return next_;
+  }
+
+  plain_stream& socket() noexcept {
+    if constexpr (std::is_same_v<Next, plain_stream>)
+      return next_;
+    else
+      return next_.next_layer();
+  }
+
+  void set_observer(ws_shim_observer* obs) {
+    observer_ = obs;
+  }
+
+  /// Starts the replay of the handshake: writes are swallowed, reads are
+  /// served from `canned` (not inspected), then from `leftover` (the bytes
+  /// that followed the real 101 header: frames, inspected).
+  void begin_replay(std::string leftover) {
+    replay_ = true;
+    leftover_ = std::move(leftover);
+  }
+
+  /// The canned answer to Beast's request (set by the session's decorator).
+  void set_canned(std::string canned) {
+    canned_ = std::move(canned);
+  }
+
+  /// Writes pass through from now on (reads too, once leftover is served).
+  void end_replay() {
+    replay_ = false;
+  }
+
+  /// True once the tracker reported too many fragments.
+  bool violated() const {
+    return violated_;
+  }
+
+  ws_frame_tracker& tracker() {
+    return tracker_;
+  }
+
+  /// Closes the TCP socket at once (no FIN wait, no TLS close_notify).
+  void shut() {
+    error_code ignored;
+    socket().shutdown(tcp::socket::shutdown_both, ignored);
+    socket().close(ignored);
+  }
+
+  template <class ConstBuffers, class Handler>
+  void async_write_some(const ConstBuffers& b, Handler&& h) {
+    if (replay_) {
+      auto n = asio::buffer_size(b);
+      asio::post(get_executor(), beast::bind_handler(std::forward<Handler>(h),
+                                                     error_code{}, n));
+      return;
+    }
+    next_.async_write_some(b, std::forward<Handler>(h));
+  }
+
+  template <class MutableBuffers, class Handler>
+  void async_read_some(const MutableBuffers& b, Handler&& h) {
+    using op_type = ws_inspect_op<Next, MutableBuffers, std::decay_t<Handler>>;
+    if (!canned_.empty()) {
+      auto n = asio::buffer_copy(b, asio::buffer(canned_));
+      canned_.erase(0, n);
+      asio::post(get_executor(), beast::bind_handler(std::forward<Handler>(h),
+                                                     error_code{}, n));
+      return;
+    }
+    if (!leftover_.empty()) {
+      auto n = asio::buffer_copy(b, asio::buffer(leftover_));
+      leftover_.erase(0, n);
+      if (leftover_.empty())
+        std::string{}.swap(leftover_);
+      asio::post(get_executor(),
+                 beast::bind_handler(op_type{this, b, std::forward<Handler>(h)},
+                                     error_code{}, n));
+      return;
+    }
+    next_.async_read_some(b, op_type{this, b, std::forward<Handler>(h)});
+  }
+
+  /// Feeds the first `n` bytes of `b` to the tracker; true if the
+  /// connection is to fail (too many fragments, now or before).
+  template <class Buffers>
+  bool inspect(const Buffers& b, std::size_t n) {
+    if (violated_)
+      return true;
+    bool activity = false;
+    auto end = asio::buffer_sequence_end(b);
+    for (auto it = asio::buffer_sequence_begin(b); n > 0 && it != end; ++it) {
+      asio::const_buffer cb = *it;
+      auto take = std::min(cb.size(), n);
+      auto r = tracker_.feed(static_cast<const unsigned char*>(cb.data()),
+                             take);
+      n -= take;
+      activity = activity || r.activity;
+      if (r.too_many_fragments) {
+        violated_ = true;
+        break;
+      }
+    }
+    if (violated_) {
+      if (observer_)
+        observer_->on_too_many_fragments();
+      return true;
+    }
+    if (activity && observer_)
+      observer_->on_inbound_activity();
+    return false;
+  }
+
+private:
+  Next next_;
+  ws_shim_observer* observer_ = nullptr;
+  ws_frame_tracker tracker_;
+  std::string canned_;
+  std::string leftover_;
+  bool replay_ = false;
+  bool violated_ = false;
+};
+
+/// Beast tears the connection down after a close frame (sent or received)
+/// or a failure: the shim closes TCP at once instead of waiting for the
+/// peer's FIN (or TLS close_notify), which a silent peer never sends.
+template <class Next>
+void teardown(beast::role_type, ws_shim<Next>& s, error_code& ec) {
+  s.shut();
+  ec = {};
+}
+
+template <class Next, class Handler>
+void async_teardown(beast::role_type, ws_shim<Next>& s, Handler&& h) {
+  s.shut();
+  asio::post(s.get_executor(),
+             beast::bind_handler(std::forward<Handler>(h), error_code{}));
+}
+
+// -- the session --------------------------------------------------------------
+
+template <class Stream>
+class ws_session_impl final
+  : public ws_session,
+    public ws_shim_observer,
+    public std::enable_shared_from_this<ws_session_impl<Stream>> {
+public:
+  static constexpr bool is_tls = !std::is_same_v<Stream, plain_stream>;
+
+  ws_session_impl(io_runner& io, uint64_t id, ws_options opts, handler h,
+                  std::shared_ptr<tls_context> tls)
+    : strand_(asio::make_strand(io.get().ioc)),
+      ws_(make_ws(strand_, tls)),
+      resolver_(strand_),
+      timer_(strand_),
+      id_(id),
+      opts_(std::move(opts)),
+      on_event_(std::move(h)),
+      tls_(std::move(tls)) {
+    ws_.next_layer().set_observer(this);
+  }
+
+  /// Begins the session (posted; events follow on the strand).
+  void start() {
+    asio::post(strand_, [self = this->shared_from_this()] { self->do_start(); });
+  }
+
+  void send_text(std::string text) override {
+    asio::post(strand_, [self = this->shared_from_this(),
+                         text = std::move(text)]() mutable {
+      self->enqueue(false, std::move(text));
+    });
+  }
+
+  void ping() override {
+    asio::post(strand_, [self = this->shared_from_this()] {
+      self->enqueue(true, {});
+    });
+  }
+
+  void close() override {
+    asio::post(strand_, [self = this->shared_from_this()] {
+      self->finish(ws_close_reason::local, "closed by the owner");
+    });
+  }
+
+private:
+  using clock = std::chrono::steady_clock;
+  using ws_type = websocket::stream<ws_shim<Stream>, false>;
+
+  enum class phase { resolving, connecting, tls_handshake, upgrade_write,
+                     upgrade_read, ws_handshake, open };
+
+  static const char* phase_text(phase p) {
+    switch (p) {
+      case phase::resolving:
+        return "resolving the host";
+      case phase::connecting:
+        return "connecting";
+      case phase::tls_handshake:
+        return "in the TLS handshake";
+      case phase::upgrade_write:
+        return "sending the upgrade request";
+      case phase::upgrade_read:
+        return "reading the upgrade response";
+      case phase::ws_handshake:
+        return "in the WebSocket handshake";
+      default:
+        return "open";
+    }
+  }
+
+  /// One queued write: a text message or a ping.
+  struct out_item {
+    bool ping = false;
+    std::string text;
+  };
+
+  static ws_type make_ws(strand_type& strand,
+                         const std::shared_ptr<tls_context>& tls) {
+    if constexpr (is_tls)
+      return ws_type(strand, tls->get().ctx);
+    else
+      return ws_type(strand);
+  }
+
+  ws_shim<Stream>& shim() {
+    return ws_.next_layer();
+  }
+
+  Stream& stream() {
+    return shim().next_layer();
+  }
+
+  plain_stream& sock() {
+    return shim().socket();
+  }
+
+  // -- steps ------------------------------------------------------------------
+
+  void do_start() {
+    if (finished_)
+      return; // closed before it started
+    started_ = clock::now();
+    if (opts_.origin.scheme != "http" && opts_.origin.scheme != "https")
+      return finish(ws_close_reason::connect,
+                    "unsupported scheme '" + opts_.origin.scheme
+                      + "' (http or https)");
+    key_ = make_ws_key();
+    std::string why;
+    if (!build_upgrade_request(opts_, key_, wire_, why))
+      return finish(ws_close_reason::handshake, why);
+    auto timeout = std::chrono::nanoseconds{
+      std::max<int64_t>(opts_.handshake_timeout_ns, 0)};
+    timer_.expires_at(started_
+                      + std::chrono::duration_cast<clock::duration>(timeout));
+    timer_.async_wait([self = this->shared_from_this()](const error_code& ec) {
+      self->on_timer(ec);
+    });
+    do_resolve();
+  }
+
+  void on_timer(const error_code& ec) {
+    if (ec || finished_ || phase_ == phase::open)
+      return;
+    finish(ws_close_reason::timeout,
+           "handshake timed out after " + millis_text(clock::now() - started_)
+             + " while " + phase_text(phase_));
+  }
+
+  void do_resolve() {
+    const auto& origin = opts_.origin;
+    auto port = std::to_string(origin.port);
+    if (is_ip_literal(origin.host)) {
+      error_code ec;
+      auto addr = asio::ip::make_address(origin.host, ec);
+      auto eps = tcp::resolver::results_type::create(
+        tcp::endpoint{addr, origin.port}, origin.host, port);
+      return do_connect(eps);
+    }
+    phase_ = phase::resolving;
+    resolver_.async_resolve(
+      origin.host, port,
+      [self = this->shared_from_this()](const error_code& ec,
+                                        tcp::resolver::results_type eps) {
+        self->on_resolve(ec, std::move(eps));
+      });
+  }
+
+  void on_resolve(const error_code& ec, tcp::resolver::results_type eps) {
+    if (finished_)
+      return;
+    if (ec)
+      return finish(ws_close_reason::connect,
+                    "cannot resolve " + opts_.origin.host + ": " + ec.message());
+    do_connect(eps);
+  }
+
+  void do_connect(const tcp::resolver::results_type& eps) {
+    phase_ = phase::connecting;
+    asio::async_connect(sock(), eps,
+                        [self = this->shared_from_this()](const error_code& ec,
+                                                          const tcp::endpoint&) {
+                          self->on_connect(ec);
+                        });
+  }
+
+  void on_connect(const error_code& ec) {
+    if (finished_)
+      return;
+    if (ec)
+      return finish(ws_close_reason::connect,
+                    "connect to " + opts_.origin.authority()
+                      + " failed: " + ec.message());
+    error_code ignored;
+    sock().set_option(tcp::no_delay{true}, ignored);
+    if constexpr (is_tls)
+      do_tls_handshake();
+    else
+      do_upgrade();
+  }
+
+  void do_tls_handshake() {
+    if constexpr (is_tls) {
+      phase_ = phase::tls_handshake;
+      std::string why;
+      if (!prepare_tls(stream().native_handle(), opts_.origin.host, why))
+        return finish(ws_close_reason::tls, why);
+      stream().async_handshake(
+        asio::ssl::stream_base::client,
+        [self = this->shared_from_this()](const error_code& ec) {
+          self->on_tls_handshake(ec);
+        });
+    }
+  }
+
+  void on_tls_handshake(const error_code& ec) {
+    if constexpr (is_tls) {
+      if (finished_)
+        return;
+      if (ec)
+        return finish(ws_close_reason::tls,
+                      describe_tls_error(
+                        ec, SSL_get_verify_result(stream().native_handle())));
+      do_upgrade();
+    }
+  }
+
+  void do_upgrade() {
+    phase_ = phase::upgrade_write;
+    asio::async_write(stream(), asio::buffer(wire_),
+                      [self = this->shared_from_this()](const error_code& ec,
+                                                        std::size_t n) {
+                        self->on_upgrade_written(ec, n);
+                      });
+  }
+
+  void on_upgrade_written(const error_code& ec, std::size_t n) {
+    if (finished_)
+      return;
+    if (ec) {
+      if constexpr (is_tls) {
+        // TLS 1.3: the server checks the client certificate after the
+        // client's handshake finished; a refusal resets the first write.
+        if (n == 0)
+          return finish(ws_close_reason::tls,
+                        "TLS connection refused by the server right after the "
+                        "handshake (client certificate rejected?): "
+                          + ec.message());
+      }
+      return finish(ws_close_reason::handshake,
+                    "sending the upgrade request failed: " + ec.message());
+    }
+    std::string{}.swap(wire_);
+    phase_ = phase::upgrade_read;
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(std::min<uint64_t>(
+      std::max<uint64_t>(opts_.max_handshake_bytes, 1), UINT32_MAX)));
+    http::async_read_header(stream(), hbuf_, *parser_,
+                            [self = this->shared_from_this()](
+                              const error_code& ec, std::size_t) {
+                              self->on_upgrade_response(ec);
+                            });
+  }
+
+  void on_upgrade_response(const error_code& ec) {
+    if (finished_)
+      return;
+    if (ec) {
+      bool got_some = parser_->got_some() || hbuf_.size() > 0;
+      if constexpr (is_tls) {
+        if (!got_some && is_tls_alert(ec))
+          return finish(ws_close_reason::tls, describe_tls_error(ec, X509_V_OK));
+      }
+      return finish(ws_close_reason::handshake,
+                    describe_upgrade_error(ec, got_some,
+                                           opts_.max_handshake_bytes));
+    }
+    const auto& res = parser_->get();
+    header_list headers;
+    for (const auto& field : res)
+      headers.emplace_back(std::string{field.name_string()},
+                           std::string{field.value()});
+    if (auto why = check_upgrade_response(res.version(), res.result_int(),
+                                          headers, key_))
+      return finish(ws_close_reason::handshake, *why);
+    parser_.reset();
+    auto leftover = beast::buffers_to_string(hbuf_.data());
+    hbuf_.clear();
+    hbuf_.shrink_to_fit();
+    do_ws_handshake(std::move(leftover));
+  }
+
+  void do_ws_handshake(std::string leftover) {
+    phase_ = phase::ws_handshake;
+    websocket::stream_base::timeout t;
+    t.handshake_timeout = std::chrono::duration_cast<websocket::stream_base::duration>(
+      std::chrono::nanoseconds{std::max<int64_t>(opts_.handshake_timeout_ns, 1)});
+    // The owner pings through ping() and decides a dead peer itself.
+    t.idle_timeout = websocket::stream_base::none();
+    t.keep_alive_pings = false;
+    ws_.set_option(t);
+    ws_.read_message_max(static_cast<std::size_t>(
+      std::max<uint64_t>(opts_.max_frame_bytes, 1)));
+    ws_.auto_fragment(false);
+    auto* s = &shim();
+    ws_.set_option(websocket::stream_base::decorator(
+      [s](websocket::request_type& req) {
+        // Beast's own request is swallowed by the shim; answer its key.
+        auto key = std::string{req[http::field::sec_websocket_key]};
+        s->set_canned("HTTP/1.1 101 Switching Protocols\r\nUpgrade: "
+                      "websocket\r\nConnection: upgrade\r\n"
+                      "Sec-WebSocket-Accept: "
+                      + ws_accept_for(key) + "\r\n\r\n");
+      }));
+    shim().begin_replay(std::move(leftover));
+    ws_.async_handshake(opts_.origin.authority(),
+                        opts_.path.empty() ? std::string{"/"} : opts_.path,
+                        [self = this->shared_from_this()](const error_code& ec) {
+                          self->on_ws_handshake(ec);
+                        });
+  }
+
+  void on_ws_handshake(const error_code& ec) {
+    shim().end_replay();
+    if (finished_)
+      return;
+    if (ec)
+      return finish(ws_close_reason::handshake,
+                    "WebSocket handshake failed: " + ec.message());
+    phase_ = phase::open;
+    timer_.cancel();
+    last_report_ = clock::now();
+    ws_event ev;
+    ev.what = ws_event::kind::opened;
+    emit(std::move(ev));
+    if (finished_)
+      return;
+    do_read();
+    maybe_write();
+  }
+
+  // -- reading ----------------------------------------------------------------
+
+  void do_read() {
+    ws_.async_read(rbuf_, [self = this->shared_from_this()](
+                            const error_code& ec, std::size_t) {
+      self->on_read(ec);
+    });
+  }
+
+  void on_read(const error_code& ec) {
+    if (finished_)
+      return;
+    if (ec)
+      return on_read_error(ec);
+    ws_event ev;
+    ev.what = ws_event::kind::message;
+    ev.payload = beast::buffers_to_string(rbuf_.data());
+    ev.binary = ws_.got_binary();
+    ev.fragmented = shim().tracker().pop_fragmented();
+    rbuf_.consume(rbuf_.size());
+    // A large message leaves a large buffer behind: give it back, idle
+    // sessions are many.
+    if (rbuf_.capacity() > 16 * 1024)
+      rbuf_.shrink_to_fit();
+    last_report_ = clock::now();
+    emit(std::move(ev));
+    if (!finished_)
+      do_read();
+  }
+
+  void on_read_error(const error_code& ec) {
+    if (shim().violated())
+      return finish(ws_close_reason::too_large,
+                    "message exceeds " + std::to_string(ws_max_fragments)
+                      + " fragments");
+    if (ec == websocket::error::message_too_big)
+      return finish(ws_close_reason::too_large,
+                    "message exceeds " + std::to_string(opts_.max_frame_bytes)
+                      + " bytes");
+    if (ec == websocket::error::closed) {
+      auto cr = ws_.reason();
+      std::string detail = "peer sent close frame "
+                           + std::to_string(static_cast<unsigned>(cr.code));
+      if (!cr.reason.empty())
+        detail += " (" + sanitize(std::string{cr.reason.data(), cr.reason.size()}) + ")";
+      return finish(ws_close_reason::peer_closed, detail);
+    }
+    if (!write_error_.empty())
+      return finish(ws_close_reason::broken, write_error_);
+    auto reason = classify_ws_read_error(ec);
+    finish(reason, describe_ws_read_error(ec));
+  }
+
+  /// Printable ASCII only (the peer's close reason goes into a detail).
+  static std::string sanitize(std::string s) {
+    for (auto& c : s)
+      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7F)
+        c = '?';
+    return s;
+  }
+
+  // -- ws_shim_observer -------------------------------------------------------
+
+  void on_inbound_activity() override {
+    if (finished_ || phase_ != phase::open)
+      return;
+    auto now = clock::now();
+    if (now - last_report_ < std::chrono::nanoseconds{ws_activity_interval_ns})
+      return;
+    last_report_ = now;
+    ws_event ev;
+    ev.what = ws_event::kind::activity;
+    emit(std::move(ev));
+  }
+
+  void on_too_many_fragments() override {
+    if (finished_ || close_sent_ || phase_ != phase::open)
+      return;
+    // Fail the connection with 1009 (RFC 6455 7.4.1): the close frame goes
+    // out with this write (if the socket takes it at once); the read that
+    // carried the offending header fails right after, and finish() closes
+    // TCP without waiting for the peer's answer.
+    close_sent_ = true;
+    ws_.async_close(websocket::close_reason{websocket::close_code::too_big,
+                                            "too many fragments"},
+                    [self = this->shared_from_this()](const error_code&) {});
+  }
+
+  // -- writing ----------------------------------------------------------------
+
+  void enqueue(bool is_ping, std::string text) {
+    if (finished_)
+      return;
+    if (is_ping) {
+      // One queued ping is enough (Beast allows one ping operation at a
+      // time; two queued pings say nothing more than one).
+      for (std::size_t i = writing_ ? 1 : 0; i < outq_.size(); ++i)
+        if (outq_[i].ping)
+          return;
+    }
+    outq_.push_back(out_item{is_ping, std::move(text)});
+    maybe_write();
+  }
+
+  void maybe_write() {
+    if (finished_ || phase_ != phase::open || writing_ || outq_.empty())
+      return;
+    writing_ = true;
+    auto& item = outq_.front();
+    auto done = [self = this->shared_from_this()](const error_code& ec,
+                                                  std::size_t = 0) {
+      self->on_write(ec);
+    };
+    if (item.ping) {
+      ws_.async_ping({}, std::move(done));
+    } else {
+      ws_.text(true);
+      ws_.async_write(asio::buffer(item.text), std::move(done));
+    }
+  }
+
+  void on_write(const error_code& ec) {
+    writing_ = false;
+    if (finished_)
+      return;
+    if (ec) {
+      // The read that is always pending reports the cause (a close frame,
+      // a reset); a write error of its own is kept for it, and the socket
+      // closed so that the read completes now.
+      if (ec != asio::error::operation_aborted && write_error_.empty()) {
+        write_error_ = "write failed: " + ec.message();
+        shim().shut();
+      }
+      return;
+    }
+    outq_.pop_front();
+    maybe_write();
+  }
+
+  // -- ending -----------------------------------------------------------------
+
+  void emit(ws_event ev) {
+    ev.session_id = id_;
+    if (on_event_)
+      on_event_(std::move(ev));
+  }
+
+  /// Reports `closed` exactly once and closes everything.
+  void finish(ws_close_reason reason, std::string detail) {
+    if (finished_)
+      return;
+    finished_ = true;
+    timer_.cancel();
+    resolver_.cancel();
+    shim().shut();
+    outq_.clear();
+    ws_event ev;
+    ev.what = ws_event::kind::closed;
+    ev.reason = reason;
+    ev.detail = std::move(detail);
+    ev.session_id = id_;
+    auto h = std::move(on_event_);
+    on_event_ = nullptr;
+    if (h)
+      h(std::move(ev));
+  }
+
+  strand_type strand_;
+  ws_type ws_;
+  tcp::resolver resolver_;
+  asio::steady_timer timer_;
+  uint64_t id_;
+  ws_options opts_;
+  handler on_event_;
+  std::shared_ptr<tls_context> tls_;
+
+  std::string key_;
+  std::string wire_;
+  beast::flat_buffer hbuf_;
+  std::optional<http::response_parser<http::empty_body>> parser_;
+  beast::flat_buffer rbuf_;
+  std::deque<out_item> outq_;
+  std::string write_error_;
+  clock::time_point started_;
+  clock::time_point last_report_;
+  phase phase_ = phase::connecting;
+  bool writing_ = false;
+  bool close_sent_ = false;
+  bool finished_ = false;
+};
+
+} // namespace outbound::detail

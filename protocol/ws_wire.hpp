@@ -1,0 +1,131 @@
+#pragma once
+
+// Private to protocol/ws_session*.cpp (and the tests): the stream-independent
+// pieces of a client WebSocket session, defined once in ws_session.cpp —
+// the upgrade request and the check of its response (RFC 6455 section 4.1),
+// the Sec-WebSocket-Accept computation, and the inbound frame tracker that
+// bounds fragments per message. No Asio or Beast here.
+//
+// Why a frame tracker next to Beast: Beast consumes empty non-final frames
+// inside one read without returning (so a peer streaming `00 00` forever is
+// never seen by read_some), and has no fragment limit. The tracker only
+// watches the frame headers of the bytes Beast reads; Beast still does every
+// bit of the framing, masking, UTF-8 and size checks.
+//
+// Error translation (Beast/Asio error codes to ws_close_reason and detail
+// text) happens here, once.
+
+#include "protocol/ws_session.hpp"
+
+#include <boost/system/error_code.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace outbound::detail {
+
+/// Largest number of data frames (first + continuations) in one message
+/// (REFERENCE.md A.1 "wake reassembly caps"; websockets/ws `maxFragments`).
+constexpr uint32_t ws_max_fragments = 64;
+
+/// Least interval between two `activity` reports of one session (ns): a
+/// chatty peer must not flood the owning actor. [100 ms]
+constexpr int64_t ws_activity_interval_ns = 100'000'000;
+
+/// A fresh Sec-WebSocket-Key: base64 of 16 random bytes (OpenSSL RAND).
+std::string make_ws_key();
+
+/// Sec-WebSocket-Accept for `key`: base64(SHA-1(key + RFC 6455 GUID)).
+std::string ws_accept_for(std::string_view key);
+
+/// Serializes the upgrade request for `opts` with `key` into `out`: `GET
+/// <path>` (origin-form; "/" if empty), the generated Host, Upgrade,
+/// Connection, Sec-WebSocket-Key and Sec-WebSocket-Version headers, then
+/// `opts.headers` verbatim except copies of the generated ones. Returns
+/// false with a reason in `why` (never a header value) for a CR/LF/NUL in a
+/// header or a bad path.
+bool build_upgrade_request(const ws_options& opts, const std::string& key,
+                           std::string& out, std::string& why);
+
+/// Checks a complete upgrade response header: HTTP/1.1 101, `Upgrade:
+/// websocket`, a `Connection` with the `upgrade` token, the Accept value of
+/// `key`, and no extension or subprotocol (none was offered). Returns the
+/// reason of a refusal (nullopt if acceptable); the status is in it for a
+/// non-101 answer. Never quotes a header value.
+std::optional<std::string> check_upgrade_response(unsigned version, int status,
+                                                  const header_list& headers,
+                                                  const std::string& key);
+
+/// Detail text of a failed read of the upgrade response header (EOF, reset,
+/// a header block over `cap` bytes, malformed).
+std::string describe_upgrade_error(const boost::system::error_code& ec,
+                                   bool got_some, uint64_t cap);
+
+/// The close reason of a failed read on an open session that is neither a
+/// close frame nor an over-cap message: `peer_closed` for a clean EOF,
+/// `broken` for everything else (reset, truncated TLS, protocol violation).
+ws_close_reason classify_ws_read_error(const boost::system::error_code& ec);
+
+/// Detail text for classify_ws_read_error's cases.
+std::string describe_ws_read_error(const boost::system::error_code& ec);
+
+/// Watches the frame headers of the inbound byte stream (server frames,
+/// normally unmasked; a mask key is skipped if present) without touching
+/// payloads.
+///
+///   [header] ──complete──► [payload: skip len bytes] ──► [header] ...
+///
+/// Per data message it counts frames (control frames interleaved in a
+/// fragmented message are not counted) and records, per completed message,
+/// whether it had more than one frame. Pure: no clock, no I/O.
+class ws_frame_tracker {
+public:
+  /// What one batch of bytes showed.
+  struct result {
+    /// A message reached more than `max_fragments` frames; the tracker
+    /// stops at that header (later bytes are not examined).
+    bool too_many_fragments = false;
+    /// Proof of life other than a completed data message: a control frame,
+    /// a non-final data frame, or a frame (header or payload) still
+    /// incomplete at the end of the batch.
+    bool activity = false;
+  };
+
+  explicit ws_frame_tracker(uint32_t max_fragments = ws_max_fragments)
+    : max_fragments_(max_fragments) {
+  }
+
+  /// Feeds the next `n` inbound bytes, in stream order.
+  result feed(const unsigned char* data, std::size_t n);
+
+  /// Whether the oldest completed, not yet popped message had more than one
+  /// frame (false if none is recorded). Call once per delivered message.
+  bool pop_fragmented();
+
+  /// Data frames of the message in progress so far.
+  uint32_t fragments() const {
+    return frames_;
+  }
+
+  /// Completed messages recorded and not yet popped.
+  std::size_t pending_messages() const {
+    return done_.size();
+  }
+
+private:
+  void on_header(result& r);
+
+  uint32_t max_fragments_;
+  unsigned char hdr_[14] = {};
+  std::size_t hdr_len_ = 0;
+  uint64_t remain_ = 0;
+  uint32_t frames_ = 0;
+  bool failed_ = false;
+  std::deque<bool> done_;
+};
+
+} // namespace outbound::detail
