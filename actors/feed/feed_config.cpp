@@ -1,0 +1,93 @@
+#include "actors/feed/feed_config.hpp"
+
+#include "actors/call/request_builder.hpp"
+#include "config/config_error.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace outbound {
+
+namespace {
+
+bool has_control_chars(const std::string& s) {
+  return std::any_of(s.begin(), s.end(), [](unsigned char c) {
+    return c < 0x20 || c == 0x7f;
+  });
+}
+
+void require_seconds(double x, const char* field, bool allow_zero) {
+  if (!std::isfinite(x) || x < 0.0 || (!allow_zero && x == 0.0))
+    throw config_error(field, std::string{"must be "}
+                                + (allow_zero ? ">= 0" : "> 0")
+                                + " seconds, got " + std::to_string(x));
+}
+
+void require_path(const std::string& path, const char* field) {
+  if (path.empty())
+    return;
+  if (path.front() != '/')
+    throw config_error(field, "must start with '/'");
+  if (has_control_chars(path))
+    throw config_error(field, "contains a control character");
+}
+
+void require_name(const std::string& name, const char* field) {
+  if (name.empty())
+    throw config_error(field, "must not be empty");
+  if (has_control_chars(name))
+    throw config_error(field, "contains a control character");
+}
+
+} // namespace
+
+void feed_config::validate() const {
+  if (replay_path.empty() && ws_path.empty())
+    throw config_error("replay_path",
+                       "a feed needs a replay_path or a ws_path");
+  require_path(replay_path, "replay_path");
+  require_path(ws_path, "ws_path");
+  for (auto& p : prefixes)
+    if (has_control_chars(p))
+      throw config_error("prefixes", "contains a control character");
+  if (cursor < 0)
+    throw config_error("cursor", "must be >= 0, got " + std::to_string(cursor));
+  if (limit < 1)
+    throw config_error("limit", "must be >= 1, got " + std::to_string(limit));
+  require_seconds(poll_interval, "poll_interval", false);
+  require_seconds(stable_period, "stable_period", true);
+  require_seconds(reconnect_base_backoff, "reconnect_base_backoff", true);
+  require_seconds(reconnect_max_backoff, "reconnect_max_backoff", true);
+  if (reconnect_max_backoff < reconnect_base_backoff)
+    throw config_error("reconnect_max_backoff",
+                       "must be >= reconnect_base_backoff");
+  require_seconds(ws_ping_interval, "ws_ping_interval", true);
+  require_seconds(ws_pong_timeout, "ws_pong_timeout", true);
+  if (ws_max_frame_bytes == 0)
+    throw config_error("ws_max_frame_bytes", "must be > 0");
+  require_seconds(ws_handshake_timeout, "ws_handshake_timeout", false);
+  if (has_control_chars(client_id))
+    throw config_error("client_id", "contains a control character");
+  if (max_pending_frames == 0)
+    throw config_error("max_pending_frames", "must be >= 1");
+  require_name(fields.events, "fields.events");
+  require_name(fields.cursor, "fields.cursor");
+  require_name(fields.reset, "fields.reset");
+  require_name(fields.event_id, "fields.event_id");
+  require_name(fields.wake_cursor, "fields.wake_cursor");
+  require_name(fields.after_param, "fields.after_param");
+  require_name(fields.limit_param, "fields.limit_param");
+  require_name(fields.prefix_param, "fields.prefix_param");
+  for (auto& [k, v] : fields.extra_params) {
+    require_name(k, "fields.extra_params");
+    if (has_control_chars(v))
+      throw config_error("fields.extra_params",
+                         "value of '" + k + "' contains a control character");
+  }
+}
+
+std::string generate_client_id(std::mt19937_64& rng) {
+  return generate_request_id(rng);
+}
+
+} // namespace outbound

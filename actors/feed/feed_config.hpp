@@ -1,0 +1,107 @@
+#pragma once
+
+// Configuration of one change-feed watcher (issue 3; hyperdjango's
+// ChangeFeedWatcher constructor, shared/REFERENCE.md A.1). Plain data with
+// the reference defaults; validate() runs when a watcher is spawned and
+// throws config_error naming the first bad field.
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace outbound {
+
+/// Names of the fields and query parameters of the feed protocol, so a
+/// service with other names is expressed without changing the watcher
+/// (shared/seeds/000 "Response shape"; issue 3 item 7).
+struct feed_fields {
+  /// Replay page: the array of events. ["events"]
+  std::string events = "events";
+  /// Replay page: the page's cursor (an integer). ["cursor"]
+  std::string cursor = "cursor";
+  /// Replay page: the below-retention flag (a bool). ["reset"]
+  std::string reset = "reset";
+  /// Each replayed event: its ledger id (an integer). ["id"]
+  std::string event_id = "id";
+  /// Wake frame: the cursor the hub has reached (a best-effort hint).
+  /// ["cursor"]
+  std::string wake_cursor = "cursor";
+  /// Replay query: the cursor to read after. ["after"]
+  std::string after_param = "after";
+  /// Replay query: the page size. ["limit"]
+  std::string limit_param = "limit";
+  /// Replay query: one parameter per subject prefix (repeated). ["prefix"]
+  std::string prefix_param = "prefix";
+  /// Extra replay query parameters, sent after the others in this order.
+  std::vector<std::pair<std::string, std::string>> extra_params;
+};
+
+/// Everything one watcher needs besides its ports (service client, WebSocket
+/// connector, delivery target). Durations are in seconds.
+struct feed_config {
+  /// Path of the replay endpoint (`GET path?after=N&limit=M`), relative to
+  /// the service client's base URL; empty: no ledger (ws-only feed).
+  /// [""]
+  std::string replay_path;
+  /// Path of the feed WebSocket, relative to the base URL; empty:
+  /// poll-only. [""]
+  std::string ws_path;
+  /// Subject prefixes to follow; empty: every subject. []
+  std::vector<std::string> prefixes;
+  /// Ledger cursor to start after (>= 0). [0]
+  int64_t cursor = 0;
+  /// Replay page size (>= 1). [500]
+  int limit = 500;
+  /// Period of the ledger poll tick that self-heals lost wakes (> 0). [30]
+  double poll_interval = 30.0;
+  /// A session connected this long counts as healthy for the reconnect
+  /// backoff (>= 0). [30]
+  double stable_period = 30.0;
+  /// Reconnect backoff base (>= 0). [0.2]
+  double reconnect_base_backoff = 0.2;
+  /// Reconnect backoff cap (>= reconnect_base_backoff). [10]
+  double reconnect_max_backoff = 10.0;
+  /// Keepalive ping period of the WebSocket; 0 disables pings and the
+  /// dead-peer detector (>= 0). [20]
+  double ws_ping_interval = 20.0;
+  /// Optional pong deadline: a ping not followed by any inbound activity
+  /// within this time declares the peer dead (websocket-client's
+  /// ping_timeout, shared/cases/feeds.md case 19); 0: only the three silent
+  /// ping intervals rule (>= 0). [0]
+  double ws_pong_timeout = 0.0;
+  /// Largest accepted WebSocket message in bytes (> 0). [8 MiB]
+  uint64_t ws_max_frame_bytes = 8u * 1024u * 1024u;
+  /// Bound of connect + TLS + upgrade of one WebSocket session (> 0). [5]
+  double ws_handshake_timeout = 5.0;
+  /// Stable identity of the watcher for the catchup tier; empty: 32 hex
+  /// digits generated once per watcher from its random generator. [""]
+  std::string client_id;
+  /// In-frame events received but not yet delivered, per session; more
+  /// closes the session (backpressure: catchup resumes from the last
+  /// delivered seq, ephemeral resets) (>= 1). [4096]
+  std::size_t max_pending_frames = 4096;
+  /// Field and parameter names.
+  feed_fields fields;
+
+  /// Validates every field; throws config_error naming the first bad one
+  /// (`replay_path` when neither a replay_path nor a ws_path is set,
+  /// `limit`, `poll_interval`, `fields.events`, ...).
+  void validate() const;
+
+  /// True when a replay endpoint is configured (ledger capable).
+  bool has_replay() const {
+    return !replay_path.empty();
+  }
+
+  /// True when a WebSocket is configured.
+  bool has_ws() const {
+    return !ws_path.empty();
+  }
+};
+
+/// A fresh client id: 32 lower-case hex digits (128 bits from `rng`).
+std::string generate_client_id(std::mt19937_64& rng);
+
+} // namespace outbound

@@ -1,0 +1,133 @@
+#include "actors/feed/feed_frames.hpp"
+
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <limits>
+
+namespace outbound {
+
+namespace json = boost::json;
+
+std::string subscribe_frame(const std::vector<std::string>& prefixes,
+                            const std::string& client_id,
+                            std::optional<int64_t> last_seq,
+                            std::optional<int64_t> cursor,
+                            const std::optional<std::string>& epoch) {
+  json::object o;
+  o["type"] = "subscribe";
+  json::array ps;
+  for (auto& p : prefixes)
+    ps.emplace_back(p);
+  o["prefixes"] = std::move(ps);
+  o["client_id"] = client_id;
+  o["last_seq"] = last_seq ? json::value(*last_seq) : json::value(nullptr);
+  o["cursor"] = cursor ? json::value(*cursor) : json::value(nullptr);
+  o["epoch"] = epoch ? json::value(*epoch) : json::value(nullptr);
+  return json::serialize(o);
+}
+
+std::optional<int64_t> json_integer(const json::value& v) {
+  if (v.is_int64())
+    return v.get_int64();
+  if (v.is_uint64()
+      && v.get_uint64()
+           <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    return static_cast<int64_t>(v.get_uint64());
+  return std::nullopt;
+}
+
+namespace {
+
+std::optional<int64_t> int_field(const json::object& o, std::string_view k) {
+  auto it = o.find(k);
+  if (it == o.end())
+    return std::nullopt;
+  return json_integer(it->value());
+}
+
+std::string string_field(const json::object& o, std::string_view k) {
+  auto it = o.find(k);
+  if (it == o.end() || !it->value().is_string())
+    return {};
+  return std::string{it->value().get_string()};
+}
+
+} // namespace
+
+parsed_message parse_message(std::string_view payload,
+                             const std::string& wake_cursor_field) {
+  parsed_message m;
+  json::error_code ec;
+  auto v = json::parse(payload, ec);
+  if (ec || !v.is_object()) {
+    m.frame.type = frame_type::not_json;
+    return m;
+  }
+  auto& o = v.get_object();
+  auto type = string_field(o, "type");
+  if (type == "hello") {
+    m.is_hello = true;
+    m.hello.mode = string_field(o, "mode");
+    m.hello.seq = int_field(o, "seq");
+    m.hello.cursor = int_field(o, "cursor");
+    auto r = o.find("resync");
+    m.hello.resync = r != o.end() && r->value().is_bool()
+                     && r->value().get_bool();
+    auto e = o.find("epoch");
+    if (e != o.end() && e->value().is_string())
+      m.hello.epoch = std::string{e->value().get_string()};
+  } else {
+    if (type == "event")
+      m.frame.type = frame_type::event;
+    else if (type == "wake")
+      m.frame.type = frame_type::wake;
+    else
+      m.frame.type = frame_type::other;
+    m.frame.seq = int_field(o, "seq");
+    m.frame.wake_cursor = int_field(o, wake_cursor_field);
+  }
+  m.json = std::move(v);
+  return m;
+}
+
+parsed_page parse_page(const json::value& body, const feed_fields& fields) {
+  parsed_page p;
+  if (!body.is_object())
+    return p;
+  auto& o = body.get_object();
+  p.summary.is_object = true;
+  auto ev = o.find(fields.events);
+  if (ev != o.end() && ev->value().is_array()) {
+    p.events = ev->value().get_array();
+    p.summary.ids.reserve(p.events.size());
+    for (auto& e : p.events) {
+      if (e.is_object())
+        p.summary.ids.push_back(int_field(e.get_object(), fields.event_id));
+      else
+        p.summary.ids.push_back(std::nullopt);
+    }
+  }
+  p.summary.cursor = int_field(o, fields.cursor);
+  auto r = o.find(fields.reset);
+  p.summary.reset = r != o.end() && r->value().is_bool()
+                    && r->value().get_bool();
+  return p;
+}
+
+call_request replay_request(const feed_config& cfg, int64_t after) {
+  call_request c;
+  c.method = "GET";
+  c.path = cfg.replay_path;
+  auto& f = cfg.fields;
+  c.params.emplace_back(f.after_param, std::to_string(after));
+  c.params.emplace_back(f.limit_param, std::to_string(cfg.limit));
+  for (auto& p : cfg.prefixes)
+    c.params.emplace_back(f.prefix_param, p);
+  for (auto& kv : f.extra_params)
+    c.params.push_back(kv);
+  return c;
+}
+
+} // namespace outbound

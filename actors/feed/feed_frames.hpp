@@ -1,0 +1,79 @@
+#pragma once
+
+// JSON codecs of the feed protocol on the watcher's side (shared/REFERENCE.md
+// A.1 "Wire frames"): the subscribe frame it sends, the hub's messages it
+// reads, the replay request it makes and the replay page it reads. Pure
+// functions on Boost.JSON; no I/O.
+//
+//   client -> hub  {"type":"subscribe","prefixes":[...],"client_id":...,
+//                   "last_seq":N|null,"cursor":N|null,"epoch":"..."|null}
+//   hub -> client  {"type":"hello","mode":...,"seq":N,"cursor":N,
+//                   "resync":bool,"epoch":"..."|null}
+//                  {"type":"event","subject":...,"kind":...,"seq":N,...}
+//                  {"type":"wake","cursor":N}
+//   replay page    {"events":[{"id":N,...},...],"cursor":N,"reset":bool}
+
+#include "actors/feed/feed_config.hpp"
+#include "actors/feed/ledger_drain.hpp"
+#include "actors/feed/mode_negotiator.hpp"
+#include "actors/messages.hpp"
+
+#include <boost/json/array.hpp>
+#include <boost/json/value.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace outbound {
+
+/// The subscribe frame sent on every connect. `cursor` is nullopt when no
+/// replay path is configured; the first subscribe has last_seq and epoch
+/// null. Keys in the order above.
+std::string subscribe_frame(const std::vector<std::string>& prefixes,
+                            const std::string& client_id,
+                            std::optional<int64_t> last_seq,
+                            std::optional<int64_t> cursor,
+                            const std::optional<std::string>& epoch);
+
+/// The integer value of `v`: an int64, or a uint64 that fits; nullopt for
+/// anything else (doubles, strings, null).
+std::optional<int64_t> json_integer(const boost::json::value& v);
+
+/// One inbound data message, classified.
+struct parsed_message {
+  /// `{"type":"hello",...}`: `hello` is filled, `frame` is not used.
+  bool is_hello = false;
+  hello_info hello;
+  /// Every other message.
+  frame_info frame;
+  /// The parsed JSON object (null when the message is not a JSON object).
+  boost::json::value json;
+};
+
+/// Classifies a message. Never throws: a payload that is not a JSON object
+/// is `frame_type::not_json` (in the ledger model still a wake).
+/// `wake_cursor_field` names the cursor hint of any JSON object.
+parsed_message parse_message(std::string_view payload,
+                             const std::string& wake_cursor_field);
+
+/// A replay response, split for the drain.
+struct parsed_page {
+  page_summary summary;
+  /// The events, in page order (empty for a bad page).
+  boost::json::array events;
+};
+
+/// Reads a replay response body per `fields`: a non-object is a bad page;
+/// a missing or non-array events field reads as no events; a missing or
+/// non-integer cursor reads as absent; reset is true only for `true`.
+parsed_page parse_page(const boost::json::value& body,
+                       const feed_fields& fields);
+
+/// The replay call: GET replay_path with after=`after`, limit, one prefix
+/// parameter per prefix, then the extra parameters.
+call_request replay_request(const feed_config& cfg, int64_t after);
+
+} // namespace outbound

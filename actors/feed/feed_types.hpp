@@ -1,0 +1,59 @@
+#pragma once
+
+// Vocabulary shared by the feed watcher's pure state machines and its actor:
+// the delivery mode, the clock type and the reasons of a reset. No CAF, no
+// Asio, no clock reads.
+
+#include <chrono>
+#include <cstdint>
+
+namespace outbound {
+
+/// Monotonic time of the feed machines (the actor clock's type; the pure
+/// state never reads a clock, it is handed `now`).
+using feed_time = std::chrono::steady_clock::time_point;
+
+/// Durations of the feed machines.
+using feed_duration = std::chrono::nanoseconds;
+
+/// The delivery model a watcher runs (shared/seeds/000 "Delivery models").
+enum class feed_mode : uint8_t {
+  /// No model yet: a ws-only watcher waiting for the hub's hello.
+  none,
+  /// Replay pages are the source of truth; frames only wake the drain.
+  ledger,
+  /// Events ride in frames; resume by (client_id, last_seq, epoch).
+  catchup,
+  /// Events ride in frames; every (re)connect is a reset.
+  ephemeral,
+};
+
+/// "none", "ledger", "catchup", "ephemeral".
+const char* to_string(feed_mode m);
+
+/// Why a reset was delivered (one value per cause, so an application and a
+/// metric label can tell them apart).
+enum class reset_cause : uint8_t {
+  /// ledger: the cursor fell below the hub's retention floor; the range
+  /// (from_cursor, to_cursor] is gone.
+  retention,
+  /// catchup: the hub asked for a resync (first connect, evicted past
+  /// last_seq, unknown client id).
+  resync,
+  /// catchup: the hub's epoch changed (it restarted: a fresh seq space).
+  epoch_changed,
+  /// ephemeral: a (re)connect; anything published while away is lost.
+  reconnect,
+  /// A ws-only hub sent data without a hello: ephemeral was inferred.
+  inferred,
+  /// ephemeral, ws-only: the hub sent a wake frame (state changed, refetch).
+  wake,
+};
+
+/// "retention", "resync", "epoch_changed", "reconnect", "inferred", "wake".
+const char* to_string(reset_cause c);
+
+/// Seconds to nanoseconds, rounded; negative and non-finite give 0.
+feed_duration feed_seconds(double seconds);
+
+} // namespace outbound

@@ -1,0 +1,157 @@
+#include "actors/feed/mode_negotiator.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace outbound {
+
+const char* to_string(feed_mode m) {
+  switch (m) {
+    case feed_mode::none: return "none";
+    case feed_mode::ledger: return "ledger";
+    case feed_mode::catchup: return "catchup";
+    case feed_mode::ephemeral: return "ephemeral";
+  }
+  return "unknown";
+}
+
+const char* to_string(reset_cause c) {
+  switch (c) {
+    case reset_cause::retention: return "retention";
+    case reset_cause::resync: return "resync";
+    case reset_cause::epoch_changed: return "epoch_changed";
+    case reset_cause::reconnect: return "reconnect";
+    case reset_cause::inferred: return "inferred";
+    case reset_cause::wake: return "wake";
+  }
+  return "unknown";
+}
+
+feed_duration feed_seconds(double seconds) {
+  if (!std::isfinite(seconds) || seconds <= 0.0)
+    return feed_duration{0};
+  // Beyond ~292 years an int64 of nanoseconds overflows: saturate.
+  if (seconds > 9.0e9)
+    return feed_duration{std::numeric_limits<int64_t>::max()};
+  return feed_duration{static_cast<int64_t>(std::llround(seconds * 1e9))};
+}
+
+mode_negotiator::mode_negotiator(bool has_replay)
+  : has_replay_(has_replay),
+    mode_(has_replay ? feed_mode::ledger : feed_mode::none) {
+}
+
+open_decision mode_negotiator::on_open() {
+  hello_seen_ = false;
+  if (has_replay_) {
+    mode_ = feed_mode::ledger;
+    return open_decision::enter_ledger;
+  }
+  mode_ = feed_mode::none;
+  return open_decision::await_hello;
+}
+
+frame_reset_info
+mode_negotiator::make_reset(reset_cause cause, std::optional<int64_t> new_seq,
+                            std::optional<std::string> new_epoch) const {
+  frame_reset_info r;
+  r.cause = cause;
+  r.last_seq = last_seq_;
+  r.new_seq = new_seq;
+  r.old_epoch = epoch_;
+  r.new_epoch = std::move(new_epoch);
+  return r;
+}
+
+hello_result mode_negotiator::on_hello(const hello_info& h) {
+  hello_seen_ = true;
+  feed_mode wanted;
+  if (h.mode == "ledger")
+    wanted = has_replay_ ? feed_mode::ledger : feed_mode::ephemeral;
+  else if (h.mode == "catchup")
+    wanted = feed_mode::catchup;
+  else if (h.mode == "ephemeral")
+    wanted = feed_mode::ephemeral;
+  else
+    wanted = has_replay_ ? feed_mode::ledger : feed_mode::ephemeral;
+  mode_ = wanted;
+  hello_result res;
+  res.mode = wanted;
+  switch (wanted) {
+    case feed_mode::ledger:
+    case feed_mode::none:
+      res.decision = hello_decision::ledger;
+      return res;
+    case feed_mode::catchup: {
+      bool epoch_changed = h.epoch && epoch_ && *h.epoch != *epoch_;
+      if (h.resync || epoch_changed) {
+        res.decision = hello_decision::catchup_reset;
+        res.reset = make_reset(epoch_changed ? reset_cause::epoch_changed
+                                             : reset_cause::resync,
+                               h.seq, h.epoch);
+        last_seq_ = h.seq;
+      } else {
+        res.decision = hello_decision::catchup_resume;
+      }
+      if (h.epoch)
+        epoch_ = h.epoch;
+      return res;
+    }
+    case feed_mode::ephemeral:
+      res.decision = hello_decision::ephemeral_reset;
+      res.reset = make_reset(reset_cause::reconnect, h.seq, h.epoch);
+      last_seq_ = h.seq;
+      epoch_ = h.epoch;
+      return res;
+  }
+  return res;
+}
+
+frame_result mode_negotiator::on_frame(const frame_info& f) {
+  frame_result res;
+  switch (mode_) {
+    case feed_mode::ledger:
+      res.decision = frame_decision::wake;
+      return res;
+    case feed_mode::none: {
+      // A ws-only hub that sends data without a hello: serve it as
+      // ephemeral, with the reset that model owes on every connect.
+      mode_ = feed_mode::ephemeral;
+      res.reset = make_reset(reset_cause::inferred, std::nullopt,
+                             std::nullopt);
+      if (f.type == frame_type::event) {
+        res.decision = frame_decision::reset_then_deliver;
+        if (f.seq)
+          last_seq_ = last_seq_ ? std::max(*last_seq_, *f.seq) : *f.seq;
+      } else {
+        res.decision = frame_decision::reset;
+      }
+      return res;
+    }
+    case feed_mode::catchup:
+      if (f.type != frame_type::event)
+        return res;
+      if (f.seq && last_seq_ && *f.seq <= *last_seq_) {
+        res.decision = frame_decision::duplicate;
+        return res;
+      }
+      if (f.seq)
+        last_seq_ = f.seq;
+      res.decision = frame_decision::deliver;
+      return res;
+    case feed_mode::ephemeral:
+      if (f.type == frame_type::event) {
+        if (f.seq)
+          last_seq_ = last_seq_ ? std::max(*last_seq_, *f.seq) : *f.seq;
+        res.decision = frame_decision::deliver;
+      } else if (f.type == frame_type::wake && !has_replay_) {
+        res.decision = frame_decision::reset;
+        res.reset = make_reset(reset_cause::wake, last_seq_, epoch_);
+      }
+      return res;
+  }
+  return res;
+}
+
+} // namespace outbound

@@ -1,0 +1,63 @@
+#pragma once
+
+// Reconnect backoff of the feed WebSocket as a pure state machine
+// (shared/seeds/000 "Reconnect backoff"; shared/REFERENCE.md A.1). The delay
+// before a reconnect is `min(backoff, max) + U[0, backoff)`, then the backoff
+// doubles (capped at max). It returns to the base only after a healthy
+// session — one that received at least one complete message or stayed
+// connected for stable_period — never on mere connect success, so a hub that
+// accepts and drops at once keeps being backed off from.
+//
+//   [base] ──session ends──► delay = min(b, max) + U[0, b); b = min(2b, max)
+//     ▲                                         │
+//     └───────── session ended healthy ◄────────┘
+
+#include "actors/feed/feed_types.hpp"
+
+#include <random>
+
+namespace outbound {
+
+/// Whether an ended session resets the backoff.
+enum class session_health : uint8_t {
+  /// Received at least one complete message.
+  healthy_frames,
+  /// Connected for at least stable_period.
+  healthy_stable,
+  /// Never opened, or dropped early without a message.
+  unhealthy,
+};
+
+/// "healthy_frames", "healthy_stable", "unhealthy".
+const char* to_string(session_health h);
+
+/// Classifies an ended session: `opened` whether the upgrade succeeded,
+/// `messages` complete messages received, `connected_for` time from open to
+/// end.
+session_health classify_session(bool opened, uint64_t messages,
+                                feed_duration connected_for,
+                                feed_duration stable_period);
+
+class reconnect_backoff {
+public:
+  /// `base` and `max` (max >= base >= 0).
+  reconnect_backoff(feed_duration base, feed_duration max);
+
+  /// A session ended: a healthy one restores the base.
+  void on_session_end(session_health h);
+
+  /// The delay before the next reconnect, then doubles the backoff.
+  feed_duration next_delay(std::mt19937_64& rng);
+
+  /// The backoff the next delay is computed from.
+  feed_duration current() const {
+    return backoff_;
+  }
+
+private:
+  feed_duration base_;
+  feed_duration max_;
+  feed_duration backoff_;
+};
+
+} // namespace outbound
