@@ -80,8 +80,10 @@ namespace detail {
 
 struct fake_state {
   std::shared_ptr<fake_log> log;
-  /// Promises of stalled requests, kept so that they never answer.
-  std::vector<caf::response_promise> stalled;
+  /// Promises of stalled requests with their exchange ids: never answered
+  /// by the script; a cancel answers them with a "cancelled" timeout, as the
+  /// real pool does (and so releases the caller the promise refers to).
+  std::vector<std::pair<uint64_t, caf::response_promise>> stalled;
   /// Answers scheduled for later (fake_step::after).
   std::vector<std::pair<caf::response_promise, exchange_result>> delayed;
 };
@@ -102,7 +104,8 @@ inline caf::behavior fake_transport_impl(
       res.exchange_id = req.exchange_id;
       switch (step.what) {
         case fake_step::kind::stall:
-          st.stalled.push_back(self->make_response_promise());
+          st.stalled.emplace_back(req.exchange_id,
+                                  self->make_response_promise());
           return caf::delegated<exchange_result>{};
         case fake_step::kind::fail:
           res.error = step.error;
@@ -122,8 +125,21 @@ inline caf::behavior fake_transport_impl(
       return caf::delegated<exchange_result>{};
     },
     [self](cancel_atom, uint64_t id) {
-      self->state.log->cancels.push_back(id);
-      self->state.log->cancel_times.push_back(self->clock().now());
+      auto& st = self->state;
+      st.log->cancels.push_back(id);
+      st.log->cancel_times.push_back(self->clock().now());
+      for (auto i = st.stalled.begin(); i != st.stalled.end(); ++i) {
+        if (i->first == id) {
+          exchange_result res;
+          res.exchange_id = id;
+          res.error = transport_error_kind::timeout;
+          res.request_sent = true;
+          res.detail = "cancelled";
+          i->second.deliver(std::move(res));
+          st.stalled.erase(i);
+          break;
+        }
+      }
     },
     [self](done_atom, uint64_t index) {
       auto& [rp, res] = self->state.delayed.at(index);
