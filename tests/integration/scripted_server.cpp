@@ -1,6 +1,8 @@
 #include "tests/integration/scripted_server.hpp"
 
 #include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/sha.h>
 #include <openssl/ssl.h>
 
 #include <arpa/inet.h>
@@ -556,6 +558,24 @@ void scripted_server::run_connection(std::size_t index, int fd) {
         abort_connection();
         ended = true;
         break;
+      case step::kind::ws_accept: {
+        std::string key;
+        {
+          std::lock_guard<std::mutex> guard{mtx_};
+          if (c.last_request >= 0)
+            for (const auto& [name, value] :
+                 requests_[static_cast<std::size_t>(c.last_request)].headers)
+              if (::strcasecmp(name.c_str(), "Sec-WebSocket-Key") == 0)
+                key = value;
+        }
+        auto out = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                   "Connection: Upgrade\r\nSec-WebSocket-Accept: "
+                   + ws_accept_value(key) + "\r\n" + s.bytes + "\r\n" + s.tail;
+        ok = write_all(out.data(), out.size());
+        if (!ok)
+          failure = "ws_accept: send failed";
+        break;
+      }
       case step::kind::hold:
         for (;;) {
           auto st = read_some(clock_type::now() + std::chrono::hours{1});
@@ -596,6 +616,16 @@ std::string scripted_server::chunk(const std::string& data) {
   char hex[32];
   std::snprintf(hex, sizeof(hex), "%zx", data.size());
   return std::string{hex} + "\r\n" + data + "\r\n";
+}
+
+std::string scripted_server::ws_accept_value(const std::string& key) {
+  auto in = key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+  unsigned char digest[SHA_DIGEST_LENGTH];
+  SHA1(reinterpret_cast<const unsigned char*>(in.data()), in.size(), digest);
+  unsigned char out[4 * ((SHA_DIGEST_LENGTH + 2) / 3) + 1];
+  auto n = EVP_EncodeBlock(out, digest, SHA_DIGEST_LENGTH);
+  return std::string{reinterpret_cast<const char*>(out),
+                     static_cast<std::size_t>(n)};
 }
 
 const char* scripted_server::reason(int status) {

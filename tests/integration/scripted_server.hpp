@@ -54,12 +54,18 @@ struct step {
     reset,        ///< abort the connection (RST via SO_LINGER 0)
     hold,         ///< keep the connection open silently until the client
                   ///< closes it or the server stops
+    ws_accept,    ///< answer the last request's WebSocket upgrade in one
+                  ///< write: "101 Switching Protocols", Upgrade, Connection,
+                  ///< the Sec-WebSocket-Accept of its Sec-WebSocket-Key,
+                  ///< `bytes` (extra header lines), the blank line, then
+                  ///< `tail` (e.g. frames riding in the same packet)
   };
 
   kind what = kind::close;
   std::string bytes;
   std::size_t count = 0;
   std::chrono::milliseconds delay{0};
+  std::string tail;
 
   static step read_request() {
     return {kind::read_request, {}, 0, {}};
@@ -87,6 +93,10 @@ struct step {
   }
   static step hold() {
     return {kind::hold, {}, 0, {}};
+  }
+  /// `extra_headers`: complete lines, each ending in "\r\n".
+  static step ws_accept(std::string extra_headers = "", std::string tail = "") {
+    return {kind::ws_accept, std::move(extra_headers), 0, {}, std::move(tail)};
   }
 };
 
@@ -196,6 +206,10 @@ public:
 
   /// One chunk: "<hex size>\r\n<data>\r\n".
   static std::string chunk(const std::string& data);
+
+  /// Sec-WebSocket-Accept for `key`: base64(SHA-1(key + the GUID of RFC
+  /// 6455 section 1.3)), computed with OpenSSL.
+  static std::string ws_accept_value(const std::string& key);
 
   /// The standard reason phrase of `status` ("OK", "Not Found", ...).
   static const char* reason(int status);

@@ -1,0 +1,971 @@
+// The WebSocket client session (protocol/ws_session*, issue 3 item 5) on real
+// loopback sockets: against the reference hub, and against the scripted
+// server for exact frame bytes (shared/cases/feeds.md cases 19 and 21, the
+// 64 KiB upgrade header cap, refusals, TLS). Every wait is bounded.
+
+#include "protocol/ws_session.hpp"
+
+#include "hub/hub.hpp"
+#include "protocol/io_runner.hpp"
+#include "protocol/tls_context.hpp"
+#include "protocol/ws_wire.hpp"
+#include "tests/integration/scripted_server.hpp"
+#include "tests/integration/test_certs.hpp"
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace outbound {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::scripted_server;
+using testing::step;
+using clock_type = std::chrono::steady_clock;
+using kind = ws_event::kind;
+
+// -- helpers --------------------------------------------------------------------
+
+/// Every event of one session, with its arrival time.
+struct event_log {
+  struct entry {
+    ws_event ev;
+    clock_type::time_point at;
+  };
+
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::vector<entry> entries;
+
+  void push(ws_event ev) {
+    std::lock_guard<std::mutex> guard{mtx};
+    entries.push_back({std::move(ev), clock_type::now()});
+    cv.notify_all();
+  }
+
+  /// The first event of kind `k`, waiting up to `t`.
+  std::optional<entry> wait_for(kind k, std::chrono::milliseconds t) {
+    std::unique_lock<std::mutex> guard{mtx};
+    std::optional<entry> found;
+    cv.wait_for(guard, t, [&] {
+      for (auto& e : entries)
+        if (e.ev.what == k) {
+          found = e;
+          return true;
+        }
+      return false;
+    });
+    return found;
+  }
+
+  /// Waits until `n` events of kind `k` arrived; false on timeout.
+  bool wait_count(kind k, std::size_t n, std::chrono::milliseconds t) {
+    std::unique_lock<std::mutex> guard{mtx};
+    return cv.wait_for(guard, t, [&] { return count_locked(k) >= n; });
+  }
+
+  std::size_t count(kind k) {
+    std::lock_guard<std::mutex> guard{mtx};
+    return count_locked(k);
+  }
+
+  std::vector<entry> snapshot() {
+    std::lock_guard<std::mutex> guard{mtx};
+    return entries;
+  }
+
+private:
+  std::size_t count_locked(kind k) {
+    std::size_t n = 0;
+    for (auto& e : entries)
+      n += e.ev.what == k ? 1 : 0;
+    return n;
+  }
+};
+
+ws_session::handler handler_of(const std::shared_ptr<event_log>& log) {
+  return [log](ws_event ev) { log->push(std::move(ev)); };
+}
+
+/// Exactly one `closed`, and it is the last event (checked again after a
+/// grace period, so that a late event would be seen).
+void expect_closed_once_last(event_log& log) {
+  std::this_thread::sleep_for(50ms);
+  auto all = log.snapshot();
+  ASSERT_FALSE(all.empty());
+  EXPECT_EQ(log.count(kind::closed), 1u);
+  EXPECT_EQ(all.back().ev.what, kind::closed);
+}
+
+/// An unmasked server frame header: `b0` (FIN | opcode), then the shortest
+/// length encoding of `len` (RFC 6455 5.2).
+std::string frame_header(unsigned char b0, uint64_t len) {
+  std::string out;
+  out += static_cast<char>(b0);
+  if (len < 126) {
+    out += static_cast<char>(len);
+  } else if (len <= 0xFFFF) {
+    out += static_cast<char>(126);
+    out += static_cast<char>((len >> 8) & 0xFF);
+    out += static_cast<char>(len & 0xFF);
+  } else {
+    out += static_cast<char>(127);
+    for (int i = 7; i >= 0; --i)
+      out += static_cast<char>((len >> (8 * i)) & 0xFF);
+  }
+  return out;
+}
+
+std::string frame(unsigned char b0, const std::string& payload) {
+  return frame_header(b0, payload.size()) + payload;
+}
+
+std::string text_frame(const std::string& payload) {
+  return frame(0x81, payload);
+}
+
+/// A frame as the client sent it (unmasked here).
+struct client_frame {
+  unsigned opcode = 0;
+  bool fin = false;
+  bool masked = false;
+  std::string payload;
+};
+
+/// Parses complete client frames from `bytes` (stops at an incomplete one).
+std::vector<client_frame> parse_client_frames(const std::string& bytes) {
+  std::vector<client_frame> out;
+  std::size_t pos = 0;
+  auto at = [&](std::size_t i) {
+    return static_cast<unsigned char>(bytes[i]);
+  };
+  while (pos + 2 <= bytes.size()) {
+    client_frame f;
+    f.fin = (at(pos) & 0x80) != 0;
+    f.opcode = at(pos) & 0x0F;
+    f.masked = (at(pos + 1) & 0x80) != 0;
+    uint64_t len = at(pos + 1) & 0x7F;
+    std::size_t p = pos + 2;
+    if (len == 126) {
+      if (p + 2 > bytes.size())
+        break;
+      len = (uint64_t{at(p)} << 8) | at(p + 1);
+      p += 2;
+    } else if (len == 127) {
+      if (p + 8 > bytes.size())
+        break;
+      len = 0;
+      for (int i = 0; i < 8; ++i)
+        len = (len << 8) | at(p + i);
+      p += 8;
+    }
+    unsigned char key[4] = {0, 0, 0, 0};
+    if (f.masked) {
+      if (p + 4 > bytes.size())
+        break;
+      for (int i = 0; i < 4; ++i)
+        key[i] = at(p + i);
+      p += 4;
+    }
+    if (p + len > bytes.size())
+      break;
+    for (uint64_t i = 0; i < len; ++i)
+      f.payload += static_cast<char>(at(p + i) ^ key[i % 4]);
+    pos = p + len;
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+/// The close code of a close frame's payload (0 if none).
+unsigned close_code_of(const client_frame& f) {
+  if (f.payload.size() < 2)
+    return 0;
+  return (static_cast<unsigned char>(f.payload[0]) << 8)
+         | static_cast<unsigned char>(f.payload[1]);
+}
+
+/// Process CPU time (user + system).
+std::chrono::microseconds cpu_time() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto us = [](const timeval& tv) {
+    return int64_t{tv.tv_sec} * 1'000'000 + tv.tv_usec;
+  };
+  return std::chrono::microseconds{us(ru.ru_utime) + us(ru.ru_stime)};
+}
+
+/// A loopback port with nothing listening (bound, then released).
+uint16_t closed_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string bytes_of(std::initializer_list<unsigned> bs) {
+  std::string out;
+  for (auto b : bs)
+    out += static_cast<char>(b);
+  return out;
+}
+
+class ws_session_test : public ::testing::Test {
+protected:
+  ws_options options(const std::string& base_url,
+                     const std::string& path = "/ws/feed") {
+    ws_options o;
+    o.origin = url_parts::parse(base_url);
+    o.path = path;
+    o.handshake_timeout_ns = 2'000'000'000;
+    return o;
+  }
+
+  std::shared_ptr<ws_session> open(const ws_options& o,
+                                   const std::shared_ptr<event_log>& log,
+                                   uint64_t id = 7) {
+    return connector->connect(id, o, handler_of(log));
+  }
+
+  std::shared_ptr<io_runner> io = std::make_shared<io_runner>(1);
+  std::shared_ptr<ws_connector> connector = make_ws_connector(io);
+};
+
+// -- against the reference hub ------------------------------------------------
+
+TEST_F(ws_session_test, OpensSubscribesAndReceivesHelloAndWakesFromTheHub) {
+  hub_config cfg;
+  cfg.mode = hub_tier::ledger;
+  hub h{cfg};
+  h.start();
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(h.base_url()), log, 42);
+  auto opened = log->wait_for(kind::opened, 2s);
+  ASSERT_TRUE(opened);
+  EXPECT_EQ(opened->ev.session_id, 42u);
+  s->send_text(R"({"type":"subscribe","prefixes":["orders/"],"client_id":"c1",)"
+               R"("last_seq":null,"cursor":0,"epoch":null})");
+  ASSERT_TRUE(log->wait_count(kind::message, 1, 2s));
+  auto hello = log->wait_for(kind::message, 0ms)->ev;
+  EXPECT_NE(hello.payload.find(R"("type":"hello")"), std::string::npos)
+    << hello.payload;
+  EXPECT_NE(hello.payload.find(R"("mode":"ledger")"), std::string::npos);
+  EXPECT_FALSE(hello.fragmented);
+  EXPECT_FALSE(hello.binary);
+  EXPECT_EQ(hello.session_id, 42u);
+  h.publish("orders/1", "created");
+  ASSERT_TRUE(log->wait_count(kind::message, 2, 2s));
+  std::vector<std::string> messages;
+  for (auto& e : log->snapshot())
+    if (e.ev.what == kind::message)
+      messages.push_back(e.ev.payload);
+  EXPECT_EQ(messages.at(1), R"({"type":"wake","cursor":1})");
+  s->close();
+  auto closed = log->wait_for(kind::closed, 1s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::local);
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, FragmentedHubMessageIsReassembledAndFlagged) {
+  hub_config cfg;
+  cfg.mode = hub_tier::ledger;
+  hub h{cfg};
+  h.start();
+  h.set_faults(R"({"fragment_frames":1,"fragment_bytes":16})");
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(h.base_url()), log);
+  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
+  s->send_text(R"({"type":"subscribe","prefixes":[],"client_id":"c2"})");
+  ASSERT_TRUE(log->wait_count(kind::message, 1, 2s));
+  auto hello = log->wait_for(kind::message, 0ms)->ev;
+  EXPECT_TRUE(hello.fragmented);
+  EXPECT_GT(hello.payload.size(), 16u);
+  EXPECT_EQ(hello.payload.rfind(R"({"type":"hello")", 0), 0u) << hello.payload;
+  EXPECT_EQ(hello.payload.back(), '}');
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, PingToTheHubYieldsActivityFromThePong) {
+  hub_config cfg;
+  hub h{cfg};
+  h.start();
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(h.base_url()), log);
+  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
+  // Past the activity rate limit that starts at the open.
+  std::this_thread::sleep_for(150ms);
+  EXPECT_EQ(log->count(kind::activity), 0u);
+  s->ping();
+  auto act = log->wait_for(kind::activity, 1s);
+  ASSERT_TRUE(act);
+  EXPECT_EQ(log->count(kind::message), 0u);
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, OversizedFrameFromTheHubEndsTheSessionAtOnce) {
+  hub_config cfg;
+  hub h{cfg};
+  h.start();
+  h.set_faults(R"({"oversized_frame":1})"); // announces 8 MiB + 1
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(h.base_url()), log);
+  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
+  s->send_text(R"({"type":"subscribe","prefixes":[]})");
+  auto closed = log->wait_for(kind::closed, 2s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large) << closed->ev.detail;
+  expect_closed_once_last(*log);
+}
+
+// -- the upgrade -----------------------------------------------------------------
+
+TEST_F(ws_session_test, UpgradeRequestCarriesHostPathAndExtraHeaders) {
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(text_frame("hi")), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url(), "/ws/feed?x=1");
+  o.headers = {{"Authorization", "Bearer secret"}, {"Upgrade", "bogus"}};
+  auto s = open(o, log);
+  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
+  ASSERT_TRUE(log->wait_for(kind::message, 2s));
+  auto reqs = srv.requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].method, "GET");
+  EXPECT_EQ(reqs[0].target, "/ws/feed?x=1");
+  auto header = [&](const std::string& name) {
+    auto* v = find_header(reqs[0].headers, name);
+    return v ? *v : std::string{"<absent>"};
+  };
+  EXPECT_EQ(header("Host"), "127.0.0.1:" + std::to_string(srv.port()));
+  EXPECT_EQ(header("Upgrade"), "websocket");
+  EXPECT_EQ(header("Connection"), "Upgrade");
+  EXPECT_EQ(header("Sec-WebSocket-Version"), "13");
+  EXPECT_EQ(header("Sec-WebSocket-Key").size(), 24u);
+  EXPECT_EQ(header("Authorization"), "Bearer secret");
+  std::size_t upgrades = 0;
+  for (auto& [n, v] : reqs[0].headers)
+    upgrades += ::strcasecmp(n.c_str(), "Upgrade") == 0 ? 1 : 0;
+  EXPECT_EQ(upgrades, 1u);
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+}
+
+TEST_F(ws_session_test, FramesInTheSamePacketAsThe101AreDelivered) {
+  scripted_server srv{{{step::read_request(),
+                        step::ws_accept("", text_frame("one") + text_frame("two")),
+                        step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  ASSERT_TRUE(log->wait_count(kind::message, 2, 2s));
+  std::vector<std::string> got;
+  for (auto& e : log->snapshot())
+    if (e.ev.what == kind::message)
+      got.push_back(e.ev.payload);
+  EXPECT_EQ(got, (std::vector<std::string>{"one", "two"}));
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, UpgradeHeaderBlockOf20KiBIsAccepted) {
+  // Beast's own handshake would refuse anything over 8 KiB.
+  std::string pad;
+  for (int i = 0; i < 20; ++i)
+    pad += "X-Pad-" + std::to_string(i) + ": " + std::string(1000, 'a') + "\r\n";
+  scripted_server srv{{{step::read_request(), step::ws_accept(pad),
+                        step::send(text_frame("ok")), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
+  auto m = log->wait_for(kind::message, 2s);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->ev.payload, "ok");
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+}
+
+TEST_F(ws_session_test, UpgradeHeaderBlockOver64KiBIsAHandshakeFailure) {
+  std::string pad;
+  for (int i = 0; i < 70; ++i)
+    pad += "X-Pad-" + std::to_string(i) + ": " + std::string(1000, 'a') + "\r\n";
+  scripted_server srv{{{step::read_request(), step::ws_accept(pad), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  auto closed = log->wait_for(kind::closed, 2s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::handshake);
+  EXPECT_EQ(closed->ev.detail,
+            "upgrade response header block exceeds 65536 bytes");
+  EXPECT_EQ(log->count(kind::opened), 0u);
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, Non101AnswerIsAHandshakeFailureWithTheStatus) {
+  scripted_server srv{{{step::read_request(),
+                        step::send(scripted_server::json_response(
+                          403, R"({"error":"forbidden"})")),
+                        step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  auto closed = log->wait_for(kind::closed, 2s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::handshake);
+  EXPECT_NE(closed->ev.detail.find("403"), std::string::npos)
+    << closed->ev.detail;
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, WrongAcceptValueIsAHandshakeFailure) {
+  scripted_server srv{{{step::read_request(),
+                        step::send("HTTP/1.1 101 Switching Protocols\r\n"
+                                   "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                                   "Sec-WebSocket-Accept: "
+                                   "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"),
+                        step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  auto closed = log->wait_for(kind::closed, 2s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::handshake);
+  EXPECT_EQ(closed->ev.detail,
+            "upgrade response has a wrong Sec-WebSocket-Accept");
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, ConnectionClosedBeforeTheAnswerIsAHandshakeFailure) {
+  scripted_server srv{{{step::read_request(), step::close()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  auto closed = log->wait_for(kind::closed, 2s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::handshake);
+  EXPECT_EQ(closed->ev.detail, "connection closed before the upgrade response");
+}
+
+TEST_F(ws_session_test, RefusedConnectIsAConnectFailure) {
+  auto log = std::make_shared<event_log>();
+  auto s = open(options("http://127.0.0.1:" + std::to_string(closed_port())),
+                log);
+  auto closed = log->wait_for(kind::closed, 2s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::connect);
+  EXPECT_EQ(log->count(kind::opened), 0u);
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, SilentUpgradeIsATimeoutAtTheHandshakeBound) {
+  scripted_server srv{{{step::read_request(), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  o.handshake_timeout_ns = 200'000'000;
+  auto start = clock_type::now();
+  auto s = open(o, log);
+  auto closed = log->wait_for(kind::closed, 2s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::timeout);
+  EXPECT_NE(closed->ev.detail.find("reading the upgrade response"),
+            std::string::npos)
+    << closed->ev.detail;
+  auto took = closed->at - start;
+  EXPECT_GE(took, 190ms);
+  EXPECT_LT(took, 600ms);
+  EXPECT_TRUE(srv.wait_for_peer_close(0, 1s));
+  expect_closed_once_last(*log);
+}
+
+// -- open sessions ----------------------------------------------------------------
+
+// feeds.md case 19: the owner's close() tears a silent peer down at once.
+TEST_F(ws_session_test, CloseTearsDownASilentPeerAtOnce) {
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(text_frame("last words")), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  ASSERT_TRUE(log->wait_for(kind::message, 2s));
+  s->ping(); // never answered
+  std::this_thread::sleep_for(50ms);
+  auto asked = clock_type::now();
+  s->close();
+  auto closed = log->wait_for(kind::closed, 1s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::local);
+  EXPECT_LT(closed->at - asked, 100ms);
+  EXPECT_TRUE(srv.wait_for_peer_close(0, 100ms));
+  EXPECT_LT(clock_type::now() - asked, 200ms);
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, DroppingTheSessionClosesIt) {
+  scripted_server srv{{{step::read_request(), step::ws_accept(), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
+  s.reset();
+  auto closed = log->wait_for(kind::closed, 1s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::local);
+  EXPECT_TRUE(srv.wait_for_peer_close(0, 500ms));
+}
+
+TEST_F(ws_session_test, PeerCloseFrameIsPeerClosedWithItsCode) {
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(frame(0x88, bytes_of({0x03, 0xE9}) + "bye")),
+                        step::read_bytes(8), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  auto closed = log->wait_for(kind::closed, 2s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::peer_closed);
+  EXPECT_EQ(closed->ev.detail, "peer sent close frame 1001 (bye)");
+  // Beast echoed the close (masked, code 1001) before tearing down.
+  ASSERT_TRUE(srv.wait_for_finished(0, 1s));
+  auto frames = parse_client_frames(srv.requests().at(0).body);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].opcode, 8u);
+  EXPECT_TRUE(frames[0].masked);
+  EXPECT_EQ(close_code_of(frames[0]), 1001u);
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, PeerClosingTcpIsPeerClosed) {
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(text_frame("x")), step::close()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  auto closed = log->wait_for(kind::closed, 2s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::peer_closed);
+  EXPECT_EQ(log->count(kind::message), 1u);
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, BinaryAndFragmentedMessagesAreFlagged) {
+  std::string frames = frame(0x82, "bin") + frame(0x01, "par")
+                       + frame(0x89, "") // a ping between the fragments
+                       + frame(0x00, "t-") + frame(0x80, "end");
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(frames), step::read_bytes(6), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  ASSERT_TRUE(log->wait_count(kind::message, 2, 2s));
+  std::vector<ws_event> msgs;
+  for (auto& e : log->snapshot())
+    if (e.ev.what == kind::message)
+      msgs.push_back(e.ev);
+  EXPECT_EQ(msgs[0].payload, "bin");
+  EXPECT_TRUE(msgs[0].binary);
+  EXPECT_FALSE(msgs[0].fragmented);
+  EXPECT_EQ(msgs[1].payload, "part-end");
+  EXPECT_FALSE(msgs[1].binary);
+  EXPECT_TRUE(msgs[1].fragmented);
+  // Beast answered the ping with a masked pong.
+  ASSERT_TRUE(srv.wait_for_requests(1, 1s));
+  for (int i = 0; i < 100 && srv.requests().at(0).body.size() < 6; ++i)
+    std::this_thread::sleep_for(10ms);
+  auto sent = parse_client_frames(srv.requests().at(0).body);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].opcode, 0xAu);
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, SendsAreSerialisedInOrderAsSingleMaskedFrames) {
+  constexpr int n = 200;
+  std::string big(10'000, 'b'); // one frame, not auto-fragmented
+  // Each "m-NNN" frame: 2 header + 4 mask + 5 payload bytes.
+  std::size_t expected = n * 11 + (4 + 4 + big.size());
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::read_bytes(expected), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  for (int i = 0; i < n; ++i) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "m-%03d", i);
+    s->send_text(buf);
+    if (i == n / 2)
+      s->send_text(big);
+  }
+  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
+  for (int i = 0; i < 300 && srv.requests().empty(); ++i)
+    std::this_thread::sleep_for(10ms);
+  for (int i = 0; i < 300 && srv.requests().at(0).body.size() < expected; ++i)
+    std::this_thread::sleep_for(10ms);
+  auto frames = parse_client_frames(srv.requests().at(0).body);
+  ASSERT_EQ(frames.size(), static_cast<std::size_t>(n + 1));
+  std::size_t k = 0;
+  for (int i = 0; i < n; ++i) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "m-%03d", i);
+    EXPECT_EQ(frames[k].payload, buf);
+    EXPECT_EQ(frames[k].opcode, 1u);
+    EXPECT_TRUE(frames[k].fin);
+    EXPECT_TRUE(frames[k].masked);
+    ++k;
+    if (i == n / 2) {
+      EXPECT_EQ(frames[k].payload, big);
+      EXPECT_TRUE(frames[k].fin);
+      ++k;
+    }
+  }
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+}
+
+TEST_F(ws_session_test, PongFromThePeerIsActivity) {
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::read_bytes(6), // the client's ping
+                        step::sleep(150ms), step::send(frame(0x8A, "")),
+                        step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
+  s->ping();
+  auto act = log->wait_for(kind::activity, 2s);
+  ASSERT_TRUE(act);
+  auto sent = parse_client_frames(srv.requests().at(0).body);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].opcode, 9u);
+  EXPECT_TRUE(sent[0].masked);
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, ActivityIsRateLimitedForAChattyPeer) {
+  // 200 pings in one burst, then one more 300 ms later.
+  std::string pings;
+  for (int i = 0; i < 200; ++i)
+    pings += frame(0x89, "p");
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::sleep(150ms), step::send(pings),
+                        step::read_bytes(200 * 7), step::sleep(300ms),
+                        step::send(frame(0x89, "q")), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  ASSERT_TRUE(log->wait_count(kind::activity, 2, 3s));
+  std::this_thread::sleep_for(100ms);
+  // Every ping answered (7-byte masked pongs), but at most one activity
+  // event per 100 ms: the burst gives one, the late ping another.
+  auto sent = parse_client_frames(srv.requests().at(0).body);
+  EXPECT_EQ(sent.size(), 200u);
+  EXPECT_EQ(log->count(kind::activity), 2u);
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+}
+
+// -- feeds.md case 21: reassembled message size cap -----------------------------
+
+// (a) 16 KiB frames, 64 KiB message cap: refused when the fifth frame's
+// header would take the total past 64 KiB, before its payload is read.
+TEST_F(ws_session_test, Case21aReassemblyOverTheCapIsRefusedWith1009) {
+  std::string chunk(16384, 'x');
+  std::string frames = frame(0x01, chunk);
+  for (int i = 0; i < 3; ++i)
+    frames += frame(0x00, chunk);
+  frames += frame(0x80, chunk);
+  ASSERT_EQ(frames.substr(0, 4), bytes_of({0x01, 0x7E, 0x40, 0x00}));
+  ASSERT_EQ(frames.substr(16388, 4), bytes_of({0x00, 0x7E, 0x40, 0x00}));
+  ASSERT_EQ(frames.substr(4 * 16388, 4), bytes_of({0x80, 0x7E, 0x40, 0x00}));
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(frames), step::read_bytes(8), step::hold()}}};
+  srv.set_step_timeout(2s);
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  o.max_frame_bytes = 64 * 1024;
+  auto s = open(o, log);
+  auto closed = log->wait_for(kind::closed, 2s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large);
+  EXPECT_EQ(closed->ev.detail, "message exceeds 65536 bytes");
+  EXPECT_EQ(log->count(kind::message), 0u);
+  ASSERT_TRUE(srv.wait_for_finished(0, 2s));
+  auto sent = parse_client_frames(srv.requests().at(0).body);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].opcode, 8u);
+  EXPECT_EQ(close_code_of(sent[0]), 1009u);
+  expect_closed_once_last(*log);
+}
+
+// (b) one byte, then 100000 empty continuation frames: Beast alone would
+// swallow them without ever returning; the fragment cap ends the session.
+TEST_F(ws_session_test, Case21bEmptyContinuationFloodEndsInBoundedTime) {
+  std::string frames = bytes_of({0x01, 0x01, 0x61});
+  for (int i = 0; i < 100000; ++i)
+    frames += bytes_of({0x00, 0x00});
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(frames), step::hold()}}};
+  srv.set_step_timeout(2s);
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
+  auto cpu0 = cpu_time();
+  auto closed = log->wait_for(kind::closed, 2s);
+  auto cpu = cpu_time() - cpu0;
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large);
+  EXPECT_EQ(closed->ev.detail, "message exceeds 64 fragments");
+  EXPECT_LT(closed->at - log->wait_for(kind::opened, 0ms)->at, 500ms);
+  EXPECT_LT(cpu, 500ms);
+  EXPECT_EQ(log->count(kind::message), 0u);
+  expect_closed_once_last(*log);
+}
+
+// (b) as the server sees it: the client fails the connection with 1009.
+TEST_F(ws_session_test, Case21bClientSendsClose1009) {
+  std::string frames = bytes_of({0x01, 0x01, 0x61});
+  for (int i = 0; i < 100; ++i) // fits the client's receive buffer: no RST
+    frames += bytes_of({0x00, 0x00});
+  // Close frame: 2 header + 4 mask + 2 code + "too many fragments".
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(frames), step::read_bytes(26), step::hold()}}};
+  srv.set_step_timeout(2s);
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  auto closed = log->wait_for(kind::closed, 2s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large);
+  ASSERT_TRUE(srv.wait_for_finished(0, 2s));
+  auto sent = parse_client_frames(srv.requests().at(0).body);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].opcode, 8u);
+  EXPECT_EQ(close_code_of(sent[0]), 1009u);
+  EXPECT_EQ(sent[0].payload.substr(2), "too many fragments");
+}
+
+TEST_F(ws_session_test, SixtyFourFragmentsAreStillOneMessage) {
+  std::string frames = frame(0x01, "a");
+  for (int i = 0; i < 62; ++i)
+    frames += frame(0x00, "");
+  frames += frame(0x80, "z"); // frame 64
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(frames), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  auto m = log->wait_for(kind::message, 2s);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->ev.payload, "az");
+  EXPECT_TRUE(m->ev.fragmented);
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  expect_closed_once_last(*log);
+}
+
+// (c) a declared 2^63-1-byte frame: refused from its header, nothing
+// allocated, the session ends at once.
+TEST_F(ws_session_test, Case21cHugeAnnouncedFrameIsRefusedAtOnce) {
+  auto header = bytes_of({0x82, 0x7F, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                          0xFF});
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::sleep(100ms), step::send(header),
+                        step::read_bytes(8), step::hold()}}};
+  srv.set_step_timeout(2s);
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  o.max_frame_bytes = 64 * 1024;
+  auto s = open(o, log);
+  auto opened = log->wait_for(kind::opened, 2s);
+  ASSERT_TRUE(opened);
+  auto closed = log->wait_for(kind::closed, 2s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large);
+  // 100 ms of script sleep, then at once.
+  EXPECT_LT(closed->at - opened->at, 300ms);
+  ASSERT_TRUE(srv.wait_for_finished(0, 2s));
+  auto sent = parse_client_frames(srv.requests().at(0).body);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(close_code_of(sent[0]), 1009u);
+  EXPECT_TRUE(srv.wait_for_peer_close(0, 500ms));
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, MaskedServerFrameIsBroken) {
+  auto masked = bytes_of({0x81, 0x82, 1, 2, 3, 4, 'h' ^ 1, 'i' ^ 2});
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(masked), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  auto closed = log->wait_for(kind::closed, 2s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::broken) << closed->ev.detail;
+  EXPECT_EQ(log->count(kind::message), 0u);
+  expect_closed_once_last(*log);
+}
+
+// -- TLS -------------------------------------------------------------------------
+
+class ws_session_tls_test : public ws_session_test {
+protected:
+  void SetUp() override {
+    dir = std::make_unique<testing::temp_dir>("outbound-ws-tls-");
+    pki = testing::test_pki::generate(dir->path());
+    tls_config cfg;
+    cfg.ca_file = pki.ca_a.cert;
+    tls_connector = make_ws_connector(io, tls_context::make(cfg));
+  }
+
+  std::unique_ptr<testing::temp_dir> dir;
+  testing::test_pki pki;
+  std::shared_ptr<ws_connector> tls_connector;
+};
+
+TEST_F(ws_session_tls_test, OpensOverTlsAndReceivesMessages) {
+  scripted_server srv{{{step::read_request(),
+                        step::ws_accept("", text_frame("secure")),
+                        step::read_bytes(6 + 5), step::hold()}},
+                      {step::close()},
+                      {pki.server.cert, pki.server.key, ""}};
+  auto log = std::make_shared<event_log>();
+  auto s = tls_connector->connect(1, options(srv.base_url()), handler_of(log));
+  auto m = log->wait_for(kind::message, 3s);
+  ASSERT_TRUE(m) << (log->wait_for(kind::closed, 0ms)
+                       ? log->wait_for(kind::closed, 0ms)->ev.detail
+                       : "");
+  EXPECT_EQ(m->ev.payload, "secure");
+  s->send_text("hello");
+  for (int i = 0; i < 200 && srv.requests().at(0).body.size() < 11; ++i)
+    std::this_thread::sleep_for(10ms);
+  auto sent = parse_client_frames(srv.requests().at(0).body);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].payload, "hello");
+  auto asked = clock_type::now();
+  s->close();
+  auto closed = log->wait_for(kind::closed, 1s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::local);
+  EXPECT_LT(closed->at - asked, 100ms);
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_tls_test, CertificateWithoutTheIpIsATlsFailure) {
+  scripted_server srv{{{step::read_request(), step::ws_accept(), step::hold()}},
+                      {step::close()},
+                      {pki.server_dns.cert, pki.server_dns.key, ""}};
+  auto log = std::make_shared<event_log>();
+  auto s = tls_connector->connect(1, options(srv.base_url()), handler_of(log));
+  auto closed = log->wait_for(kind::closed, 3s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::tls);
+  EXPECT_NE(closed->ev.detail.find("certificate verify failed"),
+            std::string::npos)
+    << closed->ev.detail;
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_tls_test, Case21cOverTlsIsRefusedAtOnce) {
+  auto header = bytes_of({0x82, 0x7F, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                          0xFF});
+  scripted_server srv{{{step::read_request(), step::ws_accept("", header),
+                        step::hold()}},
+                      {step::close()},
+                      {pki.server.cert, pki.server.key, ""}};
+  auto log = std::make_shared<event_log>();
+  auto s = tls_connector->connect(1, options(srv.base_url()), handler_of(log));
+  auto closed = log->wait_for(kind::closed, 3s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large) << closed->ev.detail;
+  EXPECT_TRUE(srv.wait_for_peer_close(0, 500ms));
+  expect_closed_once_last(*log);
+}
+
+// -- the frame tracker (pure) ------------------------------------------------------
+
+TEST(ws_frame_tracker_test, CountsFragmentsAcrossArbitrarySplits) {
+  std::string bytes = frame(0x01, "ab") + frame(0x89, "") + frame(0x00, "")
+                      + frame(0x80, "cd") + text_frame("single");
+  detail::ws_frame_tracker t;
+  bool activity = false;
+  for (char c : bytes) { // one byte at a time
+    auto u = static_cast<unsigned char>(c);
+    auto r = t.feed(&u, 1);
+    EXPECT_FALSE(r.too_many_fragments);
+    activity = activity || r.activity;
+  }
+  EXPECT_TRUE(activity);
+  EXPECT_EQ(t.pending_messages(), 2u);
+  EXPECT_TRUE(t.pop_fragmented());
+  EXPECT_FALSE(t.pop_fragmented());
+  EXPECT_FALSE(t.pop_fragmented()); // none left
+}
+
+TEST(ws_frame_tracker_test, SixtyFifthFragmentIsRefused) {
+  detail::ws_frame_tracker t;
+  std::string bytes = frame(0x02, "x");
+  for (int i = 0; i < 63; ++i)
+    bytes += frame(0x00, "");
+  auto r = t.feed(reinterpret_cast<const unsigned char*>(bytes.data()),
+                  bytes.size());
+  EXPECT_FALSE(r.too_many_fragments);
+  EXPECT_EQ(t.fragments(), 64u);
+  auto more = frame(0x00, "");
+  r = t.feed(reinterpret_cast<const unsigned char*>(more.data()), more.size());
+  EXPECT_TRUE(r.too_many_fragments);
+}
+
+TEST(ws_frame_tracker_test, CompleteSmallMessageIsNotActivity) {
+  detail::ws_frame_tracker t;
+  auto bytes = text_frame("{}");
+  auto r = t.feed(reinterpret_cast<const unsigned char*>(bytes.data()),
+                  bytes.size());
+  EXPECT_FALSE(r.activity);
+  auto half = frame_header(0x81, 100) + std::string(50, 'x');
+  r = t.feed(reinterpret_cast<const unsigned char*>(half.data()), half.size());
+  EXPECT_TRUE(r.activity); // a frame still arriving
+}
+
+TEST(ws_frame_tracker_test, HugeAnnouncedLengthIsOnlyCounted) {
+  detail::ws_frame_tracker t;
+  auto h = bytes_of({0x82, 0x7F, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF});
+  auto r = t.feed(reinterpret_cast<const unsigned char*>(h.data()), h.size());
+  EXPECT_FALSE(r.too_many_fragments);
+  EXPECT_EQ(t.pending_messages(), 1u); // FIN: one message (Beast refuses it)
+}
+
+TEST(ws_wire_test, AcceptValueOfTheRfcExample) {
+  // RFC 6455 section 1.3.
+  EXPECT_EQ(detail::ws_accept_for("dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+  EXPECT_EQ(scripted_server::ws_accept_value("dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+}
+
+TEST(ws_wire_test, ControlByteInAHeaderValueIsRefusedWithoutEchoingIt) {
+  ws_options o;
+  o.origin = url_parts::parse("http://127.0.0.1:9");
+  o.path = "/ws";
+  o.headers = {{"Authorization", "Bearer se\x01" "cret"}};
+  std::string out, why;
+  EXPECT_FALSE(detail::build_upgrade_request(o, "k", out, why));
+  EXPECT_EQ(why, "value of header 'Authorization' contains control byte 0x01 "
+                 "at index 9");
+}
+
+} // namespace
+} // namespace outbound
