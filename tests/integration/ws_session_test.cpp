@@ -534,6 +534,49 @@ TEST_F(ws_session_test, DroppingTheSessionClosesIt) {
   EXPECT_TRUE(srv.wait_for_peer_close(0, 500ms));
 }
 
+TEST_F(ws_session_test, CloseDuringTheUpgradeIsLocalAndFinal) {
+  scripted_server srv{{{step::read_request(), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  ASSERT_TRUE(srv.wait_for_requests(1, 2s));
+  s->close();
+  s->close(); // idempotent
+  auto closed = log->wait_for(kind::closed, 1s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::local);
+  EXPECT_EQ(log->count(kind::opened), 0u);
+  s->send_text("late"); // ignored
+  s->ping();
+  EXPECT_TRUE(srv.wait_for_peer_close(0, 500ms));
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, RunnerGoingAwayWithLiveSessionsIsSafe) {
+  scripted_server srv{{{step::read_request(), step::ws_accept(), step::hold()},
+                       {step::read_request(), step::hold()}}};
+  auto log1 = std::make_shared<event_log>();
+  auto log2 = std::make_shared<event_log>();
+  auto s1 = open(options(srv.base_url()), log1, 1);
+  ASSERT_TRUE(log1->wait_for(kind::opened, 2s));
+  auto s2 = open(options(srv.base_url()), log2, 2);
+  ASSERT_TRUE(srv.wait_for_requests(2, 2s));
+  s1->send_text("x");
+  // The owner lets go of everything at once: handles, connector, runner.
+  s1.reset();
+  s2.reset();
+  connector.reset();
+  io.reset();
+  // Whatever ran before the runner stopped, no event follows a closed one.
+  for (auto* log : {log1.get(), log2.get()}) {
+    EXPECT_LE(log->count(kind::closed), 1u);
+    auto all = log->snapshot();
+    for (std::size_t i = 0; i + 1 < all.size(); ++i)
+      EXPECT_NE(all[i].ev.what, kind::closed);
+  }
+  EXPECT_TRUE(srv.wait_for_peer_close(0, 1s));
+  EXPECT_TRUE(srv.wait_for_peer_close(1, 1s));
+}
+
 TEST_F(ws_session_test, PeerCloseFrameIsPeerClosedWithItsCode) {
   scripted_server srv{{{step::read_request(), step::ws_accept(),
                         step::send(frame(0x88, bytes_of({0x03, 0xE9}) + "bye")),
