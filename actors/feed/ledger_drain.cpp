@@ -29,12 +29,22 @@ drain_action ledger_drain::request(drain_trigger) {
   return start();
 }
 
-drain_action ledger_drain::on_wake(std::optional<int64_t> target) {
+void ledger_drain::note_target(std::optional<int64_t> target) {
   if (target && (!target_ || *target > *target_)) {
     target_ = target;
     redrain_delay_ = redrain_floor;
   }
+}
+
+drain_action ledger_drain::on_wake(std::optional<int64_t> target) {
+  note_target(target);
   return request(drain_trigger::wake);
+}
+
+void ledger_drain::quiesce() {
+  state_ = state::idle;
+  pending_ = false;
+  ++redrain_gen_;
 }
 
 drain_action ledger_drain::on_redrain_timer(uint64_t id) {

@@ -113,6 +113,15 @@ public:
   /// the re-drain floor when it does), then requests a drain.
   drain_action on_wake(std::optional<int64_t> target);
 
+  /// Raises the wake target (restoring the re-drain floor when it does)
+  /// without requesting a drain (a ledger hello's cursor).
+  void note_target(std::optional<int64_t> target);
+
+  /// The hub took the feed over with in-frame delivery: the drain stops
+  /// where it is (idle, nothing pending, re-drain timers stale). The cursor
+  /// stays.
+  void quiesce();
+
   /// A re-drain timer fired; stale ids (a drain started since) give none.
   drain_action on_redrain_timer(uint64_t id);
 

@@ -1,0 +1,674 @@
+#include "actors/feed/feed_watcher.hpp"
+
+#include "actors/call/request_builder.hpp"
+#include "actors/feed/feed_frames.hpp"
+#include "actors/feed/keepalive.hpp"
+#include "actors/feed/ledger_drain.hpp"
+#include "actors/feed/mode_negotiator.hpp"
+#include "actors/feed/reconnect_backoff.hpp"
+#include "config/config_error.hpp"
+
+#include <boost/json/object.hpp>
+#include <caf/actor_cast.hpp>
+#include <caf/actor_control_block.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <deque>
+#include <exception>
+#include <optional>
+#include <random>
+
+namespace outbound {
+
+feed_ws_endpoint feed_ws_endpoint::from(const client_config& cfg) {
+  feed_ws_endpoint e;
+  auto url = cfg.base_url;
+  while (!url.empty() && url.back() == '/')
+    url.pop_back();
+  e.origin = url_parts::parse(url);
+  auto cred = credential_value(cfg);
+  if (!cred.empty())
+    e.headers.emplace_back(cfg.token_header, std::move(cred));
+  for (auto& h : cfg.default_headers)
+    e.headers.push_back(h);
+  return e;
+}
+
+namespace {
+
+// -- callback subscriber ----------------------------------------------------------
+
+template <class F, class T>
+caf::result<ack_atom> run_callback(const F& f, const T& x) {
+  try {
+    if (f)
+      f(x);
+  } catch (const std::exception& e) {
+    return caf::make_error(caf::sec::runtime_error, e.what());
+  } catch (...) {
+    return caf::make_error(caf::sec::runtime_error, "callback threw");
+  }
+  return ack_atom_v;
+}
+
+feed_subscriber_actor::behavior_type
+callback_subscriber_impl(feed_subscriber_actor::pointer, feed_callbacks cbs) {
+  return {
+    [cbs](const feed_event& ev) { return run_callback(cbs.on_event, ev); },
+    [cbs](const feed_reset& rs) { return run_callback(cbs.on_reset, rs); },
+  };
+}
+
+// -- watcher ------------------------------------------------------------------------
+
+/// One queued delivery. Ledger deliveries belong to a page (`page`); frame
+/// deliveries count toward the in-frame backlog.
+struct delivery {
+  bool ledger = false;
+  bool is_reset = false;
+  uint64_t page = 0;
+  /// A reset whose acknowledgement completes the connect of this session
+  /// ("connected flips true only after the resync was delivered").
+  uint64_t connect_session = 0;
+  feed_event ev;
+  feed_reset rs;
+};
+
+enum class ws_phase : uint8_t { off, connecting, open, backoff, stopped };
+
+struct watcher_state {
+  feed_config cfg;
+  feed_watcher_options opts;
+  feed_subscriber_actor target;
+  std::mt19937_64 rng;
+  std::string client_id;
+  std::optional<mode_negotiator> neg;
+  std::optional<ledger_drain> drain;
+  std::optional<reconnect_backoff> backoff;
+  std::optional<keepalive_state> ka;
+
+  // The open session; shared with the cleanup functor, which closes it
+  // whatever ends the actor.
+  std::shared_ptr<std::shared_ptr<ws_session>> session
+    = std::make_shared<std::shared_ptr<ws_session>>();
+  ws_phase phase = ws_phase::off;
+  uint64_t session_id = 0;
+  bool opened = false;
+  caf::actor_clock::time_point opened_at;
+  uint64_t messages = 0;
+  bool connected = false;
+  uint64_t ka_token = 0;
+  uint64_t reconnect_token = 0;
+  bool dialled_before = false;
+
+  uint64_t fetch_token = 0;
+  uint64_t page_token = 0;
+  bool page_active = false;
+  std::size_t page_outstanding = 0;
+
+  std::deque<delivery> queue;
+  bool delivering = false;
+  std::size_t frames_queued = 0;
+  uint64_t poll_token = 0;
+  uint64_t frame_resets = 0;
+  feed_stats counters;
+
+  static inline const char* name = "outbound.feed_watcher";
+};
+
+using self_ptr = feed_watcher_actor::stateful_pointer<watcher_state>;
+
+void pump(self_ptr self);
+void do_fetch(self_ptr self);
+void dial(self_ptr self);
+
+feed_stats make_stats(self_ptr self) {
+  auto& st = self->state;
+  auto s = st.counters;
+  s.cursor = st.drain ? st.drain->cursor() : st.cfg.cursor;
+  s.last_seq = st.neg->last_seq();
+  s.connected = st.connected;
+  s.mode = st.neg->mode();
+  s.client_id = st.client_id;
+  s.epoch = st.neg->epoch();
+  s.resets = st.frame_resets + (st.drain ? st.drain->resets() : 0);
+  s.drain_errors = st.drain ? st.drain->drain_errors() : 0;
+  s.pages = st.drain ? st.drain->pages() : 0;
+  return s;
+}
+
+void shutdown(self_ptr self) {
+  auto& st = self->state;
+  if (st.phase == ws_phase::stopped)
+    return;
+  st.phase = ws_phase::stopped;
+  st.connected = false;
+  if (*st.session) {
+    (*st.session)->close();
+    st.session->reset();
+  }
+  self->quit();
+}
+
+bool can_drain(self_ptr self) {
+  auto& st = self->state;
+  return st.drain && st.neg->mode() == feed_mode::ledger
+         && st.phase != ws_phase::stopped;
+}
+
+// -- ledger ------------------------------------------------------------------------
+
+void quiesce_drain(self_ptr self) {
+  auto& st = self->state;
+  if (!st.drain)
+    return;
+  st.drain->quiesce();
+  ++st.fetch_token; // an answer in flight is dropped
+  ++st.page_token;  // queued deliveries of the page no longer finish it
+  st.page_active = false;
+}
+
+void act(self_ptr self, drain_action a) {
+  if (a == drain_action::fetch)
+    do_fetch(self);
+}
+
+void request_drain(self_ptr self, drain_trigger why) {
+  if (!can_drain(self))
+    return;
+  act(self, self->state.drain->request(why));
+}
+
+void after_drain(self_ptr self, drain_next next) {
+  switch (next.what) {
+    case drain_next::kind::fetch:
+      if (can_drain(self))
+        do_fetch(self);
+      else
+        quiesce_drain(self);
+      break;
+    case drain_next::kind::redrain:
+      self->delayed_send(self, next.delay, redrain_atom_v, next.redrain_id);
+      break;
+    case drain_next::kind::idle:
+      break;
+  }
+}
+
+void page_done(self_ptr self) {
+  auto& st = self->state;
+  st.page_active = false;
+  after_drain(self, st.drain->on_page_done());
+}
+
+void on_page(self_ptr self, const call_outcome& o) {
+  auto& st = self->state;
+  if (!o.ok) {
+    ++st.counters.replay_errors;
+    after_drain(self, st.drain->on_fetch_failed());
+    return;
+  }
+  auto page = parse_page(o.body, st.cfg.fields);
+  auto plan = st.drain->on_page(page.summary);
+  st.page_active = true;
+  st.page_outstanding = 0;
+  auto token = ++st.page_token;
+  if (plan.reset) {
+    delivery d;
+    d.ledger = true;
+    d.is_reset = true;
+    d.page = token;
+    d.rs.mode = feed_mode::ledger;
+    d.rs.cause = reset_cause::retention;
+    d.rs.from_cursor = plan.reset_from;
+    d.rs.to_cursor = plan.reset_to;
+    // The page without its events, in the page's own key order.
+    boost::json::object detail;
+    for (auto& kv : o.body.get_object())
+      if (kv.key() != st.cfg.fields.events)
+        detail.emplace(kv.key(), kv.value());
+    d.rs.detail = std::move(detail);
+    st.queue.push_back(std::move(d));
+    ++st.page_outstanding;
+  }
+  for (auto i : plan.deliver) {
+    delivery d;
+    d.ledger = true;
+    d.page = token;
+    d.ev.mode = feed_mode::ledger;
+    d.ev.event = std::move(page.events[i]);
+    d.ev.id = page.summary.ids[i];
+    st.queue.push_back(std::move(d));
+    ++st.page_outstanding;
+  }
+  if (st.page_outstanding == 0)
+    page_done(self);
+  else
+    pump(self);
+}
+
+void do_fetch(self_ptr self) {
+  auto& st = self->state;
+  auto token = ++st.fetch_token;
+  self
+    ->request(st.opts.client, caf::infinite,
+              replay_request(st.cfg, st.drain->cursor()))
+    .then(
+      [self, token](call_outcome& o) {
+        if (token != self->state.fetch_token)
+          return;
+        on_page(self, o);
+      },
+      [self, token](caf::error&) {
+        auto& st = self->state;
+        if (token != st.fetch_token)
+          return;
+        ++st.counters.replay_errors;
+        after_drain(self, st.drain->on_fetch_failed());
+      });
+}
+
+void schedule_poll(self_ptr self) {
+  auto& st = self->state;
+  self->delayed_send(self, feed_seconds(st.cfg.poll_interval), poll_atom_v,
+                     ++st.poll_token);
+}
+
+// -- delivery ----------------------------------------------------------------------
+
+void on_delivered(self_ptr self, bool ok) {
+  auto& st = self->state;
+  auto d = std::move(st.queue.front());
+  st.queue.pop_front();
+  st.delivering = false;
+  if (!d.ledger)
+    --st.frames_queued;
+  if (d.is_reset) {
+    if (!ok)
+      ++st.counters.reset_callback_errors;
+    if (d.connect_session != 0 && d.connect_session == st.session_id
+        && st.phase == ws_phase::open)
+      st.connected = true;
+  } else if (ok) {
+    ++st.counters.events_delivered;
+  } else {
+    ++st.counters.event_callback_errors;
+  }
+  if (d.ledger) {
+    // The cursor moves past a delivered event even when its callback
+    // failed: the failure is counted, the feed goes on.
+    if (!d.is_reset)
+      st.drain->on_event_delivered(d.ev.id);
+    if (st.page_active && d.page == st.page_token
+        && --st.page_outstanding == 0)
+      page_done(self);
+  }
+  pump(self);
+}
+
+template <class T>
+void send_delivery(self_ptr self, const T& msg) {
+  self->request(self->state.target, caf::infinite, msg)
+    .then([self](ack_atom) { on_delivered(self, true); },
+          [self](caf::error& err) {
+            if (err == caf::sec::request_receiver_down) {
+              shutdown(self);
+              return;
+            }
+            on_delivered(self, false);
+          });
+}
+
+void pump(self_ptr self) {
+  auto& st = self->state;
+  if (st.delivering || st.queue.empty() || st.phase == ws_phase::stopped)
+    return;
+  st.delivering = true;
+  auto& d = st.queue.front();
+  if (d.is_reset)
+    send_delivery(self, d.rs);
+  else
+    send_delivery(self, d.ev);
+}
+
+void enqueue_frame_reset(self_ptr self, const frame_reset_info& info,
+                         boost::json::value detail, bool completes_connect) {
+  auto& st = self->state;
+  delivery d;
+  d.is_reset = true;
+  d.connect_session = completes_connect ? st.session_id : 0;
+  d.rs.mode = st.neg->mode();
+  d.rs.cause = info.cause;
+  d.rs.last_seq = info.last_seq;
+  d.rs.new_seq = info.new_seq;
+  d.rs.old_epoch = info.old_epoch;
+  d.rs.new_epoch = info.new_epoch;
+  d.rs.detail = std::move(detail);
+  st.queue.push_back(std::move(d));
+  ++st.frames_queued;
+  ++st.frame_resets;
+}
+
+void enqueue_frame_event(self_ptr self, parsed_message& m) {
+  auto& st = self->state;
+  delivery d;
+  d.ev.mode = st.neg->mode();
+  d.ev.seq = m.frame.seq;
+  d.ev.event = std::move(m.json);
+  st.queue.push_back(std::move(d));
+  ++st.frames_queued;
+}
+
+// -- WebSocket ---------------------------------------------------------------------
+
+void arm_keepalive(self_ptr self, caf::actor_clock::time_point at) {
+  auto& st = self->state;
+  auto now = self->clock().now();
+  auto delay = at > now ? at - now : caf::actor_clock::duration_type{0};
+  self->delayed_send(self, delay, keepalive_atom_v, ++st.ka_token);
+}
+
+void schedule_reconnect(self_ptr self) {
+  auto& st = self->state;
+  st.phase = ws_phase::backoff;
+  auto delay = st.backoff->next_delay(st.rng);
+  self->delayed_send(self, delay, reconnect_atom_v, ++st.reconnect_token);
+}
+
+/// The current session is over (closed by the peer, failed, dead, or
+/// closed by us): count it, back off, dial again later.
+void end_session(self_ptr self, bool close_it) {
+  auto& st = self->state;
+  if (close_it && *st.session)
+    (*st.session)->close();
+  st.session->reset();
+  ++st.ka_token; // disarm the keepalive / handshake guard
+  if (st.opened)
+    ++st.counters.disconnects;
+  st.connected = false;
+  auto now = self->clock().now();
+  st.backoff->on_session_end(
+    classify_session(st.opened, st.messages,
+                     st.opened ? now - st.opened_at : feed_duration{0},
+                     feed_seconds(st.cfg.stable_period)));
+  schedule_reconnect(self);
+}
+
+void on_hello(self_ptr self, parsed_message& m) {
+  auto& st = self->state;
+  auto r = st.neg->on_hello(m.hello);
+  if (r.mode != feed_mode::ledger)
+    quiesce_drain(self);
+  switch (r.decision) {
+    case hello_decision::ledger:
+      st.connected = true;
+      if (st.drain) {
+        st.drain->note_target(m.hello.cursor);
+        if (!st.drain->busy() && m.hello.cursor
+            && st.drain->cursor() < *m.hello.cursor)
+          request_drain(self, drain_trigger::wake);
+      }
+      break;
+    case hello_decision::catchup_resume:
+      st.connected = true;
+      break;
+    case hello_decision::catchup_reset:
+    case hello_decision::ephemeral_reset:
+      enqueue_frame_reset(self, *r.reset, std::move(m.json), true);
+      pump(self);
+      break;
+  }
+}
+
+void on_frame(self_ptr self, parsed_message& m) {
+  auto& st = self->state;
+  auto r = st.neg->on_frame(m.frame);
+  switch (r.decision) {
+    case frame_decision::wake:
+      if (can_drain(self))
+        act(self, st.drain->on_wake(m.frame.wake_cursor));
+      break;
+    case frame_decision::deliver:
+      enqueue_frame_event(self, m);
+      break;
+    case frame_decision::duplicate:
+    case frame_decision::ignore:
+      break;
+    case frame_decision::reset_then_deliver:
+      enqueue_frame_reset(self, *r.reset, nullptr, true);
+      enqueue_frame_event(self, m);
+      break;
+    case frame_decision::reset:
+      enqueue_frame_reset(self, *r.reset, nullptr,
+                          r.reset->cause == reset_cause::inferred);
+      break;
+  }
+  pump(self);
+  if (st.frames_queued > st.cfg.max_pending_frames
+      && st.phase == ws_phase::open) {
+    // Backpressure: stop reading; catchup resumes from last_seq (every
+    // queued event is still delivered), ephemeral resets.
+    ++st.counters.overflows;
+    end_session(self, true);
+  }
+}
+
+void on_ws_event(self_ptr self, ws_event& ev) {
+  auto& st = self->state;
+  if (ev.session_id != st.session_id
+      || (st.phase != ws_phase::connecting && st.phase != ws_phase::open))
+    return; // a stale session's report
+  auto now = self->clock().now();
+  switch (ev.what) {
+    case ws_event::kind::opened: {
+      if (st.phase != ws_phase::connecting)
+        return;
+      st.phase = ws_phase::open;
+      st.opened = true;
+      st.opened_at = now;
+      ++st.counters.connects;
+      std::optional<int64_t> cursor;
+      if (st.drain)
+        cursor = st.drain->cursor();
+      (*st.session)
+        ->send_text(subscribe_frame(st.cfg.prefixes, st.client_id,
+                                    st.neg->last_seq(), cursor,
+                                    st.neg->epoch()));
+      if (auto first = st.ka->on_open(now))
+        arm_keepalive(self, *first);
+      else
+        ++st.ka_token; // no keepalive: disarm the handshake guard
+      if (st.neg->on_open() == open_decision::enter_ledger) {
+        st.connected = true;
+        request_drain(self, drain_trigger::connect);
+      }
+      break;
+    }
+    case ws_event::kind::message: {
+      if (st.phase != ws_phase::open)
+        return;
+      ++st.messages;
+      st.ka->on_activity(now);
+      auto m = parse_message(ev.payload, st.cfg.fields.wake_cursor);
+      if (m.is_hello)
+        on_hello(self, m);
+      else
+        on_frame(self, m);
+      break;
+    }
+    case ws_event::kind::activity:
+      if (st.phase == ws_phase::open)
+        st.ka->on_activity(now);
+      break;
+    case ws_event::kind::closed:
+      end_session(self, false);
+      break;
+  }
+}
+
+void dial(self_ptr self) {
+  auto& st = self->state;
+  auto id = ++st.session_id;
+  st.phase = ws_phase::connecting;
+  st.opened = false;
+  st.messages = 0;
+  st.connected = false;
+  if (st.dialled_before)
+    ++st.counters.reconnects;
+  st.dialled_before = true;
+  ws_options o;
+  o.origin = st.opts.ws.origin;
+  o.path = st.opts.ws.origin.path + st.cfg.ws_path;
+  o.headers = st.opts.ws.headers;
+  o.max_frame_bytes = st.cfg.ws_max_frame_bytes;
+  o.handshake_timeout_ns = feed_seconds(st.cfg.ws_handshake_timeout).count();
+  caf::weak_actor_ptr weak{self->ctrl()};
+  auto handler = [weak](ws_event ev) {
+    if (auto strong = weak.lock())
+      caf::anon_send(caf::actor_cast<feed_watcher_actor>(strong),
+                     std::move(ev));
+  };
+  *st.session = st.opts.connector->connect(id, o, std::move(handler));
+  // Guard: a session that never reports within the handshake bound (plus
+  // slack for the session's own timer) is given up.
+  arm_keepalive(self, self->clock().now()
+                        + feed_seconds(st.cfg.ws_handshake_timeout)
+                        + std::chrono::seconds{1});
+}
+
+void on_keepalive(self_ptr self, uint64_t token) {
+  auto& st = self->state;
+  if (token != st.ka_token)
+    return;
+  if (st.phase == ws_phase::connecting) {
+    end_session(self, true);
+    return;
+  }
+  if (st.phase != ws_phase::open)
+    return;
+  auto step = st.ka->on_check(self->clock().now());
+  switch (step.action) {
+    case keepalive_action::ping:
+      ++st.counters.keepalives;
+      (*st.session)->ping();
+      break;
+    case keepalive_action::dead:
+      ++st.counters.peer_timeouts;
+      end_session(self, true);
+      return;
+    case keepalive_action::none:
+      break;
+  }
+  if (step.next_check)
+    arm_keepalive(self, *step.next_check);
+}
+
+feed_watcher_actor::behavior_type
+watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
+             feed_subscriber_actor target, caf::actor runner) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.opts = std::move(opts);
+  st.target = std::move(target);
+  auto seed = st.opts.seed;
+  if (seed == 0) {
+    std::random_device rd;
+    seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
+  st.rng.seed(seed);
+  st.client_id = st.cfg.client_id.empty() ? generate_client_id(st.rng)
+                                          : st.cfg.client_id;
+  st.neg.emplace(st.cfg.has_replay());
+  if (st.cfg.has_replay())
+    st.drain.emplace(st.cfg.cursor, st.cfg.limit,
+                     feed_seconds(st.cfg.poll_interval));
+  st.backoff.emplace(feed_seconds(st.cfg.reconnect_base_backoff),
+                     feed_seconds(st.cfg.reconnect_max_backoff));
+  st.ka.emplace(feed_seconds(st.cfg.ws_ping_interval),
+                feed_seconds(st.cfg.ws_pong_timeout));
+  // Whatever ends the watcher (stop, exit message, error) closes the
+  // session and lets the callback runner go.
+  self->attach_functor([slot = st.session, runner] {
+    if (*slot)
+      (*slot)->close();
+    if (runner)
+      caf::anon_send_exit(runner, caf::exit_reason::user_shutdown);
+  });
+  self->monitor(st.target);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    if (dm.source == self->state.target.address())
+      shutdown(self);
+  });
+  if (st.drain) {
+    request_drain(self, drain_trigger::start);
+    schedule_poll(self);
+  }
+  if (st.cfg.has_ws())
+    dial(self);
+  return {
+    [self](stats_atom) { return make_stats(self); },
+    [self](stop_atom) {
+      auto s = make_stats(self);
+      shutdown(self);
+      return s;
+    },
+    [self](ws_event& ev) { on_ws_event(self, ev); },
+    [self](poll_atom, uint64_t token) {
+      auto& st = self->state;
+      if (token != st.poll_token || st.phase == ws_phase::stopped)
+        return;
+      schedule_poll(self);
+      request_drain(self, drain_trigger::poll);
+    },
+    [self](redrain_atom, uint64_t id) {
+      if (can_drain(self))
+        act(self, self->state.drain->on_redrain_timer(id));
+    },
+    [self](keepalive_atom, uint64_t token) { on_keepalive(self, token); },
+    [self](reconnect_atom, uint64_t token) {
+      auto& st = self->state;
+      if (token != st.reconnect_token || st.phase != ws_phase::backoff)
+        return;
+      if (st.frames_queued > st.cfg.max_pending_frames / 2) {
+        schedule_reconnect(self); // still draining the backlog
+        return;
+      }
+      dial(self);
+    },
+  };
+}
+
+} // namespace
+
+feed_subscriber_actor spawn_callback_subscriber(caf::actor_system& sys,
+                                                feed_callbacks cbs) {
+  if (cbs.detached)
+    return sys.spawn<caf::detached>(callback_subscriber_impl, std::move(cbs));
+  return sys.spawn(callback_subscriber_impl, std::move(cbs));
+}
+
+feed_watcher_actor spawn_feed_watcher(caf::actor_system& sys, feed_config cfg,
+                                      feed_watcher_options opts) {
+  cfg.validate();
+  if (cfg.has_replay() && !opts.client)
+    throw config_error("client", "a replay_path needs a service client");
+  if (cfg.has_ws() && !opts.connector)
+    throw config_error("connector", "a ws_path needs a ws_connector");
+  if (cfg.has_ws() && opts.ws.origin.host.empty())
+    throw config_error("ws.origin", "a ws_path needs the hub's origin");
+  feed_subscriber_actor target = opts.subscriber;
+  caf::actor runner;
+  if (!target) {
+    if (!opts.callbacks.on_event)
+      throw config_error("subscriber",
+                         "needs a subscriber actor or callbacks.on_event");
+    target = spawn_callback_subscriber(sys, opts.callbacks);
+    runner = caf::actor_cast<caf::actor>(target);
+  }
+  return sys.spawn(watcher_impl, std::move(cfg), std::move(opts),
+                   std::move(target), std::move(runner));
+}
+
+} // namespace outbound

@@ -1,0 +1,112 @@
+#pragma once
+
+// The feed watcher (issue 3; DESIGN.md "feed_watcher actor × N"): one actor
+// per feed that owns its cursor, mode, WebSocket session and reconnects, and
+// delivers events in order to a subscriber actor or to callbacks. A thin
+// adapter: mode_negotiator, ledger_drain, reconnect_backoff and
+// keepalive_state decide; this actor fetches replay pages through the
+// service client, drives the ws_session, waits on the actor clock and
+// delivers.
+//
+//   start ─► drain (ledger) + poll tick every poll_interval
+//         └► dial ─► [connecting] ─opened─► subscribe ─► [open] ─┐
+//               ▲          │ closed / handshake guard             │ closed /
+//               │          ▼                                      │ dead peer /
+//               └── [backoff: min(b,max)+U[0,b)] ◄────────────────┘ overflow
+//   stop_atom or an exit message at any point: close the session, quit.
+
+#include "actors/client/service_client.hpp"
+#include "actors/feed/feed_config.hpp"
+#include "actors/feed/feed_messages.hpp"
+#include "config/client_config.hpp"
+#include "protocol/ws_session.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace outbound {
+
+/// Typed interface of a feed watcher.
+///
+/// - `stats_atom -> feed_stats`: cursor, last_seq, connected, mode and the
+///   counters.
+/// - `stop_atom -> feed_stats`: closes the session, answers the final
+///   stats and quits at once (idle, mid-handshake, during a backoff, while
+///   a delivery is unacknowledged). An exit message does the same.
+/// - `ws_event`: a report of the watcher's WebSocket session (sent by the
+///   session's handler; events of an old session are dropped).
+/// - `(poll_atom | redrain_atom | keepalive_atom | reconnect_atom, token)`:
+///   the watcher's own timers; stale tokens are dropped.
+using feed_watcher_actor = caf::typed_actor<
+  caf::replies_to<stats_atom>::with<feed_stats>,
+  caf::replies_to<stop_atom>::with<feed_stats>, caf::reacts_to<ws_event>,
+  caf::reacts_to<poll_atom, uint64_t>, caf::reacts_to<redrain_atom, uint64_t>,
+  caf::reacts_to<keepalive_atom, uint64_t>,
+  caf::reacts_to<reconnect_atom, uint64_t>>;
+
+/// Callbacks instead of a subscriber actor. They run on a helper actor,
+/// never on the watcher: a slow callback holds up only the next delivery
+/// (backpressure), never a stop; an exception is counted
+/// (event_callback_errors / reset_callback_errors) and delivery goes on.
+struct feed_callbacks {
+  std::function<void(const feed_event&)> on_event;
+  /// Optional.
+  std::function<void(const feed_reset&)> on_reset;
+  /// Run the callbacks on a detached actor (its own thread), so a blocking
+  /// callback cannot starve the scheduler. False runs them on a scheduled
+  /// actor (for many feeds with quick callbacks, and for virtual-time
+  /// tests). [true]
+  bool detached = true;
+};
+
+/// Where the WebSocket goes: the hub's origin and the upgrade headers.
+struct feed_ws_endpoint {
+  /// Scheme, host, port and base path of the hub (the session's path is
+  /// origin.path + ws_path).
+  url_parts origin;
+  /// Upgrade request headers (the credential, default headers).
+  header_list headers;
+
+  /// The origin of `cfg.base_url` with the client's credential header and
+  /// default headers, as the service client sends them. Throws
+  /// config_error (base_url).
+  static feed_ws_endpoint from(const client_config& cfg);
+};
+
+/// The ports and the delivery target of one watcher.
+struct feed_watcher_options {
+  /// Runs the replay GETs (sharing its connection pool); required when a
+  /// replay_path is configured.
+  service_client_actor client;
+  /// Opens WebSocket sessions; required when a ws_path is configured.
+  std::shared_ptr<ws_connector> connector;
+  /// Required when a ws_path is configured.
+  feed_ws_endpoint ws;
+  /// Delivery target: a subscriber actor ...
+  feed_subscriber_actor subscriber;
+  /// ... or callbacks (used when `subscriber` is not set).
+  feed_callbacks callbacks;
+  /// Seed of the watcher's jitter and client-id generator; 0 seeds from
+  /// std::random_device. [0]
+  uint64_t seed = 0;
+};
+
+/// Spawns a watcher and starts it (drain, poll tick, dial). Throws
+/// config_error naming the field: a bad `cfg` (feed_config::validate),
+/// `client` missing with a replay_path, `connector` missing or
+/// `ws.origin` empty with a ws_path, no delivery target (`subscriber`).
+feed_watcher_actor spawn_feed_watcher(caf::actor_system& sys, feed_config cfg,
+                                      feed_watcher_options opts);
+
+/// A subscriber that runs `cbs` (detached unless `cbs.detached` is false):
+/// each delivery runs one callback and is acknowledged after it returns;
+/// an exception answers an error instead. Quits when its watcher does.
+feed_subscriber_actor spawn_callback_subscriber(caf::actor_system& sys,
+                                                feed_callbacks cbs);
+
+} // namespace outbound
