@@ -569,6 +569,96 @@ TEST_F(FeedWatcher, ConnectedForTheStablePeriodIsHealthyToo) {
   EXPECT_LT(ws->last().dialled_at - closed, 400ms);
 }
 
+TEST_F(FeedWatcher, EventsOfAnOldSessionAreDropped) {
+  cfg.replay_path.clear();
+  start();
+  ws->last().open();
+  ws->last().message(hello("ephemeral", 0, false, "e"));
+  run();
+  auto& old = *ws->sessions[0];
+  old.peer_close();
+  advance_by(1s);
+  ASSERT_EQ(ws->sessions.size(), 2u);
+  ws->last().open();
+  ws->last().message(hello("ephemeral", 0, false, "e"));
+  run();
+  auto before = subs->got.size();
+  old.message(event_frame(42)); // a late report of the first session
+  old.peer_close();
+  run();
+  EXPECT_EQ(subs->got.size(), before);
+  auto s = stats();
+  EXPECT_EQ(s.disconnects, 1u);
+  EXPECT_TRUE(s.connected);
+}
+
+TEST_F(FeedWatcher, AHandshakeThatNeverReportsIsGivenUpAndRedialled) {
+  cfg.replay_path.clear();
+  cfg.ws_handshake_timeout = 5.0;
+  start();
+  ASSERT_EQ(ws->sessions.size(), 1u);
+  advance_to(t0_ + 6s - 1ns);
+  EXPECT_FALSE(ws->sessions[0]->closed);
+  advance_to(t0_ + 6s);
+  EXPECT_TRUE(ws->sessions[0]->closed);
+  advance_by(400ms);
+  ASSERT_EQ(ws->sessions.size(), 2u);
+  auto s = stats();
+  EXPECT_EQ(s.connects, 0u);
+  EXPECT_EQ(s.disconnects, 0u);
+  EXPECT_EQ(s.reconnects, 1u);
+}
+
+TEST_F(FeedWatcher, LedgerHelloCursorIsAWakeTarget) {
+  cfg.limit = 10;
+  ledger->append_to(7);
+  ledger->visible = 5;
+  start();
+  ws->last().open();
+  ws->last().message(
+    R"({"type":"hello","mode":"ledger","seq":0,"cursor":7,"resync":false,"epoch":null})");
+  run();
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5}));
+  ledger->visible = -1;
+  advance_by(50ms);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(stats().mode, feed_mode::ledger);
+}
+
+TEST_F(FeedWatcher, InFrameBacklogOverflowClosesTheSessionAndResumesLater) {
+  cfg.replay_path.clear();
+  cfg.max_pending_frames = 2;
+  subs->manual = true;
+  sub_ = spawn_recording_subscriber(sys(), subs);
+  feed_watcher_options o;
+  o.connector = std::make_shared<fake_ws_connector>(ws, [this] { return now(); });
+  cfg.ws_path = "/ws/feed";
+  o.ws = feed_ws_endpoint::from(ccfg);
+  o.subscriber = sub_;
+  o.seed = 5;
+  w = spawn_feed_watcher(sys(), cfg, o);
+  run();
+  ws->last().open();
+  ws->last().message(hello("catchup", 0, false, "e1"));
+  for (int64_t s : {1, 2, 3})
+    ws->last().message(event_frame(s));
+  run();
+  EXPECT_TRUE(ws->sessions[0]->closed);
+  EXPECT_EQ(stats().overflows, 1u);
+  // Backlog still over half the cap: no redial yet.
+  advance_by(1s);
+  EXPECT_EQ(ws->sessions.size(), 1u);
+  for (int i = 0; i < 4; ++i)
+    release_ack();
+  EXPECT_EQ(subs->seqs(), (ids{1, 2, 3}));
+  advance_by(2s);
+  ASSERT_EQ(ws->sessions.size(), 2u);
+  ws->last().open();
+  run();
+  auto sub = parse_obj(ws->last().sent.at(0));
+  EXPECT_EQ(sub.at("last_seq"), 3) << "every queued event was delivered";
+}
+
 // -- delivery -----------------------------------------------------------------------
 
 TEST_F(FeedWatcher, SubscriberBackpressureNoSecondEventBeforeTheAck) {
