@@ -96,7 +96,11 @@ struct feed_watcher_options {
   uint64_t seed = 0;
 };
 
-/// Spawns a watcher and starts it (drain, poll tick, dial). Throws
+/// Spawns a watcher and starts it (drain, poll tick, dial). It runs until
+/// it is sent `stop_atom` or an exit message: its own timers keep it alive,
+/// so an actor system that awaits its actors at shutdown waits for every
+/// watcher to be stopped (a ws-only watcher without keepalive may end when
+/// its last handle goes). Throws
 /// config_error naming the field: a bad `cfg` (feed_config::validate),
 /// `client` missing with a replay_path, `connector` missing or
 /// `ws.origin` empty with a ws_path, no delivery target (`subscriber`).
