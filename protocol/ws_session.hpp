@@ -62,7 +62,8 @@ struct ws_event {
     message,
     /// Inbound bytes that are not a data message (a pong, a ping, or a
     /// frame header of a message still arriving): proof of life for the
-    /// dead-peer detector.
+    /// dead-peer detector. At most one per 100 ms per session; activity
+    /// inside that interval is reported at its end, never dropped.
     activity,
     /// The session ended (or never opened); no event follows.
     closed,
@@ -90,7 +91,8 @@ struct ws_options {
   std::string path;
   /// Extra upgrade request headers (e.g. the credential).
   header_list headers;
-  /// Largest accepted message (and frame) in bytes. [8 MiB]
+  /// Largest accepted message (and frame) in bytes; a message may also
+  /// have at most 64 data frames (REFERENCE.md A.1). [8 MiB]
   uint64_t max_frame_bytes = 8u * 1024u * 1024u;
   /// Cap of the upgrade response header block in bytes. [64 KiB]
   uint64_t max_handshake_bytes = 64u * 1024u;
@@ -124,7 +126,9 @@ protected:
 /// Opens sessions. The real one dials with Beast on an io_runner; tests
 /// inject a fake. `connect` starts the upgrade at once and reports every
 /// event of the session, tagged with `session_id`, to `on_event` (called on
-/// an io thread).
+/// an io thread, never inside `connect`). Dropping the last reference to the
+/// returned session closes it like close(); `on_event` still receives the
+/// final `closed`, so it must not refer to anything the owner destroys.
 class ws_connector {
 public:
   virtual ~ws_connector();

@@ -317,6 +317,7 @@ public:
       ws_(make_ws(strand_, tls)),
       resolver_(strand_),
       timer_(strand_),
+      activity_timer_(strand_),
       id_(id),
       opts_(std::move(opts)),
       on_event_(std::move(h)),
@@ -644,6 +645,8 @@ private:
     ev.binary = ws_.got_binary();
     ev.fragmented = shim().tracker().pop_fragmented();
     rbuf_.consume(rbuf_.size());
+    // The message is newer proof of life than any activity still pending.
+    activity_pending_ = false;
     // A large message leaves a large buffer behind: give it back, idle
     // sessions are many.
     if (rbuf_.capacity() > 16 * 1024)
@@ -690,9 +693,27 @@ private:
   void on_inbound_activity() override {
     if (finished_ || phase_ != phase::open)
       return;
+    // At most one report per interval, but never a lost one: activity inside
+    // the interval is reported when it ends (a pong right after a message
+    // must still reach a pong-timeout check).
     auto now = clock::now();
-    if (now - last_report_ < std::chrono::nanoseconds{ws_activity_interval_ns})
+    auto interval = std::chrono::nanoseconds{ws_activity_interval_ns};
+    if (now - last_report_ >= interval)
+      return report_activity(now);
+    if (activity_pending_)
       return;
+    activity_pending_ = true;
+    activity_timer_.expires_at(
+      last_report_ + std::chrono::duration_cast<clock::duration>(interval));
+    activity_timer_.async_wait(
+      [self = this->shared_from_this()](const error_code& ec) {
+        if (!ec && self->activity_pending_ && !self->finished_)
+          self->report_activity(clock::now());
+      });
+  }
+
+  void report_activity(clock::time_point now) {
+    activity_pending_ = false;
     last_report_ = now;
     ws_event ev;
     ev.what = ws_event::kind::activity;
@@ -777,6 +798,7 @@ private:
       return;
     finished_ = true;
     timer_.cancel();
+    activity_timer_.cancel();
     resolver_.cancel();
     shim().shut();
     outq_.clear();
@@ -795,6 +817,7 @@ private:
   ws_type ws_;
   tcp::resolver resolver_;
   asio::steady_timer timer_;
+  asio::steady_timer activity_timer_;
   uint64_t id_;
   ws_options opts_;
   handler on_event_;
@@ -811,6 +834,7 @@ private:
   clock::time_point last_report_;
   phase phase_ = phase::connecting;
   bool writing_ = false;
+  bool activity_pending_ = false;
   bool close_sent_ = false;
   bool finished_ = false;
 };

@@ -33,7 +33,8 @@ namespace outbound::detail {
 constexpr uint32_t ws_max_fragments = 64;
 
 /// Least interval between two `activity` reports of one session (ns): a
-/// chatty peer must not flood the owning actor. [100 ms]
+/// chatty peer must not flood the owning actor. Activity inside the interval
+/// is reported at its end, never dropped. [100 ms]
 constexpr int64_t ws_activity_interval_ns = 100'000'000;
 
 /// A fresh Sec-WebSocket-Key: base64 of 16 random bytes (OpenSSL RAND).
