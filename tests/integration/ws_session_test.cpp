@@ -702,26 +702,57 @@ TEST_F(ws_session_test, PongFromThePeerIsActivity) {
   expect_closed_once_last(*log);
 }
 
-TEST_F(ws_session_test, ActivityIsRateLimitedForAChattyPeer) {
-  // 200 pings in one burst, then one more 300 ms later.
+TEST_F(ws_session_test, ActivityIsRateLimitedForAChattyPeerButNeverLost) {
+  // Two bursts of 100 pings 30 ms apart, then one more ping 300 ms later.
   std::string pings;
-  for (int i = 0; i < 200; ++i)
+  for (int i = 0; i < 100; ++i)
     pings += frame(0x89, "p");
   scripted_server srv{{{step::read_request(), step::ws_accept(),
                         step::sleep(150ms), step::send(pings),
+                        step::sleep(30ms), step::send(pings),
                         step::read_bytes(200 * 7), step::sleep(300ms),
                         step::send(frame(0x89, "q")), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  ASSERT_TRUE(log->wait_count(kind::activity, 2, 3s));
-  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(log->wait_count(kind::activity, 3, 3s));
+  std::this_thread::sleep_for(150ms);
   // Every ping answered (7-byte masked pongs), but at most one activity
-  // event per 100 ms: the burst gives one, the late ping another.
+  // event per 100 ms: the first burst gives one at once, the second (inside
+  // the interval) one when the interval ends, the late ping a third.
   auto sent = parse_client_frames(srv.requests().at(0).body);
   EXPECT_EQ(sent.size(), 200u);
-  EXPECT_EQ(log->count(kind::activity), 2u);
+  std::vector<clock_type::time_point> at;
+  for (auto& e : log->snapshot())
+    if (e.ev.what == kind::activity)
+      at.push_back(e.at);
+  ASSERT_EQ(at.size(), 3u);
+  EXPECT_GE(at[1] - at[0], 95ms);
+  EXPECT_LT(at[1] - at[0], 150ms);
+  EXPECT_GE(at[2] - at[1], 200ms);
   s->close();
   ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, PongRightAfterAMessageIsReportedLate) {
+  // The message starts the interval; the pong 20 ms later is reported when
+  // it ends, not dropped.
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::sleep(150ms), step::send(text_frame("m")),
+                        step::sleep(20ms), step::send(frame(0x8A, "")),
+                        step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options(srv.base_url()), log);
+  auto m = log->wait_for(kind::message, 2s);
+  ASSERT_TRUE(m);
+  auto act = log->wait_for(kind::activity, 1s);
+  ASSERT_TRUE(act);
+  EXPECT_GE(act->at - m->at, 95ms);
+  EXPECT_LT(act->at - m->at, 200ms);
+  EXPECT_EQ(log->count(kind::activity), 1u);
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  expect_closed_once_last(*log);
 }
 
 // -- feeds.md case 21: reassembled message size cap -----------------------------
