@@ -11,6 +11,7 @@
 #include <exception>
 #include <ostream>
 #include <pthread.h>
+#include <sys/resource.h>
 
 namespace outbound::apps {
 
@@ -126,6 +127,13 @@ int run_hub(hub_options& opts, std::ostream& out, std::ostream& err) {
           << '\n';
       return usage_exit_code;
     }
+  // Every watcher holds a WebSocket and a keep-alive connection: allow as
+  // many descriptors as the hard limit permits.
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
   // Block the signals before the hub's threads exist, so that they all
   // inherit the mask and only sigwait below receives them.
   sigset_t set;

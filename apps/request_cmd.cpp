@@ -310,6 +310,26 @@ std::vector<std::string> token_values(int argc, const char* const* argv) {
   return r;
 }
 
+void add_token_tls_options(CLI::App& cmd, client_config& cfg) {
+  cmd.add_option("--token", cfg.token,
+                  "Credential sent on every request (never printed)");
+  cmd
+    .add_option("--token-header", cfg.token_header,
+                 "Header that carries the credential")
+    ->capture_default_str();
+  cmd
+    .add_option("--token-scheme", cfg.token_scheme,
+                 "Scheme before the token; '' sends the raw token")
+    ->capture_default_str();
+  cmd.add_option("--ca-file", cfg.tls.ca_file,
+                  "PEM CA file that verifies the server (default: system "
+                  "trust store)");
+  cmd.add_option("--cert", cfg.tls.client_cert_file,
+                  "PEM client certificate for mTLS (with --key)");
+  cmd.add_option("--key", cfg.tls.client_key_file,
+                  "PEM private key of --cert");
+}
+
 CLI::App* add_request_command(CLI::App& app, request_options& opts) {
   auto* cmd = app.add_subcommand(
     "request", "Send one HTTP request through a service client and print the "
@@ -347,23 +367,7 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
                                  "Never retry this call");
   idem->excludes(not_idem);
   not_idem->excludes(idem);
-  cmd->add_option("--token", cfg.token,
-                  "Credential sent on every request (never printed)");
-  cmd
-    ->add_option("--token-header", cfg.token_header,
-                 "Header that carries the credential")
-    ->capture_default_str();
-  cmd
-    ->add_option("--token-scheme", cfg.token_scheme,
-                 "Scheme before the token; '' sends the raw token")
-    ->capture_default_str();
-  cmd->add_option("--ca-file", cfg.tls.ca_file,
-                  "PEM CA file that verifies the server (default: system "
-                  "trust store)");
-  cmd->add_option("--cert", cfg.tls.client_cert_file,
-                  "PEM client certificate for mTLS (with --key)");
-  cmd->add_option("--key", cfg.tls.client_key_file,
-                  "PEM private key of --cert");
+  add_token_tls_options(*cmd, cfg);
   cmd->add_option("--timeout", cfg.timeout, "Per-attempt timeout, seconds")
     ->capture_default_str();
   cmd

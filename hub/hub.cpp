@@ -13,6 +13,7 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <stdexcept>
@@ -180,11 +181,14 @@ void hub::impl::stop() {
     s->shutdown(0);
   for (auto& s : http)
     s->shutdown();
-  net::post(acceptor->get_executor(), [this] {
-    boost::system::error_code ec;
-    acceptor->close(ec);
-  });
-  net::post(restart_timer->get_executor(), [this] { restart_timer->cancel(); });
+  if (acceptor)
+    net::post(acceptor->get_executor(), [this] {
+      boost::system::error_code ec;
+      acceptor->close(ec);
+    });
+  if (restart_timer)
+    net::post(restart_timer->get_executor(),
+              [this] { restart_timer->cancel(); });
   guard.reset();
   {
     // Every socket is closing: the threads run out of work on their own.
@@ -303,13 +307,15 @@ void hub::impl::on_ws_detach(const std::shared_ptr<hub_ws_session>& s) {
 
 void hub::impl::on_http_open(const std::shared_ptr<hub_http_session>& s) {
   std::lock_guard<std::mutex> lock{mu};
-  // Prune closed sessions so the list stays as long as the open ones.
-  if (http_sessions.size() >= 64) {
+  // Prune closed sessions whenever the list doubled since the last prune:
+  // amortised O(1) per connection, at most twice the open ones kept.
+  if (http_sessions.size() >= http_prune_at_) {
     std::vector<std::weak_ptr<hub_http_session>> keep;
     for (auto& w : http_sessions)
       if (!w.expired())
         keep.push_back(std::move(w));
     http_sessions.swap(keep);
+    http_prune_at_ = std::max<std::size_t>(64, 2 * http_sessions.size());
   }
   http_sessions.push_back(s);
 }

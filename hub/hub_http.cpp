@@ -7,6 +7,7 @@
 #include "hub/hub_impl.hpp"
 #include "hub/hub_ws.hpp"
 
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -27,6 +28,9 @@ namespace {
 
 /// Idle limit of a keep-alive HTTP connection between requests.
 constexpr auto http_idle_timeout = std::chrono::seconds{60};
+
+/// Pause before accepting again after an accept error (EMFILE, ...).
+constexpr auto accept_retry_delay = std::chrono::milliseconds{50};
 
 class http_session : public hub_http_session,
                      public std::enable_shared_from_this<http_session> {
@@ -125,10 +129,18 @@ void do_accept(hub::impl& h) {
     [&h](beast::error_code ec, tcp::socket socket) {
       if (ec == net::error::operation_aborted || !h.acceptor->is_open())
         return;
-      if (!ec) {
-        socket.set_option(tcp::no_delay(true), ec);
-        hub_start_http_session(h, std::move(socket));
+      if (ec) {
+        // Out of descriptors or similar: retry shortly instead of spinning.
+        auto t = std::make_shared<net::steady_timer>(h.acceptor->get_executor(),
+                                                     accept_retry_delay);
+        t->async_wait([&h, t](beast::error_code) {
+          if (h.acceptor->is_open())
+            do_accept(h);
+        });
+        return;
       }
+      socket.set_option(tcp::no_delay(true), ec);
+      hub_start_http_session(h, std::move(socket));
       do_accept(h);
     });
 }

@@ -187,6 +187,7 @@ private:
   std::string restart_locked();
   void arm_restart_timer();
   uint64_t restart_generation_ = 0;
+  std::size_t http_prune_at_ = 64;
 };
 
 /// Starts accepting on `h.acceptor` (hub_http.cpp).
