@@ -4,6 +4,7 @@
 
 #include "apps/hub_cmd.hpp"
 #include "apps/request_cmd.hpp"
+#include "apps/watch_cmd.hpp"
 
 #include "actors/messages.hpp"
 
@@ -26,7 +27,6 @@ struct planned_command {
 };
 
 constexpr planned_command planned_commands[] = {
-  {"watch", "Follow a change feed (not implemented yet)"},
   {"demo", "Run the demo against an embedded hub (not implemented yet)"},
   {"bench", "Run the benchmarks (not implemented yet)"},
 };
@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
   auto* request_cmd = add_request_command(app, request_opts);
   hub_options hub_opts;
   auto* hub_cmd = add_hub_command(app, hub_opts);
+  watch_options watch_opts;
+  auto* watch_cmd = add_watch_command(app, watch_opts);
   std::vector<CLI::App*> planned;
   for (auto& p : planned_commands)
     planned.push_back(app.add_subcommand(p.name, p.what));
@@ -76,6 +78,8 @@ int main(int argc, char** argv) {
     caf::actor_system sys{cfg};
     if (request_cmd->parsed())
       return run_request(sys, request_opts, std::cout, std::cerr);
+    if (watch_cmd->parsed())
+      return run_watch(sys, watch_opts, std::cout, std::cerr);
   } catch (const std::exception& e) {
     std::cerr << redact(usage_error_json("internal_error", e.what()), secrets)
               << '\n';

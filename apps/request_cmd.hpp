@@ -57,6 +57,12 @@ struct request_options {
   CLI::Option* env_opt = nullptr;
 };
 
+/// Registers the credential and TLS options of `outbound request`
+/// (`--token`, `--token-header`, `--token-scheme`, `--ca-file`, `--cert`,
+/// `--key`) on `cmd`, bound to `cfg` (which must outlive the parse). Shared
+/// by every subcommand that builds a client.
+void add_token_tls_options(CLI::App& cmd, client_config& cfg);
+
 /// Registers the `request` subcommand on `app`, binding its options to
 /// `opts` (which must outlive the parse). Returns the subcommand.
 CLI::App* add_request_command(CLI::App& app, request_options& opts);

@@ -209,9 +209,9 @@ TEST(CliArgs, RequestHelpListsTheOptionsAndExits0) {
 }
 
 TEST(CliArgs, PlannedSubcommandIsAUsageError) {
-  auto r = run_cli({"watch"});
+  auto r = run_cli({"demo"});
   expect_failure(r, "usage_error", 2);
-  EXPECT_EQ(detail_of(r), "'watch' is not implemented yet");
+  EXPECT_EQ(detail_of(r), "'demo' is not implemented yet");
 }
 
 TEST(CliArgs, UnknownOptionIsAUsageError) {

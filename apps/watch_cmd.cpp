@@ -1,0 +1,252 @@
+#include "apps/watch_cmd.hpp"
+
+#include "apps/request_cmd.hpp"
+
+#include "actors/client/service_client.hpp"
+#include "actors/feed/feed_messages.hpp"
+#include "actors/feed/feed_watcher.hpp"
+#include "actors/messages.hpp"
+#include "config/config_error.hpp"
+#include "protocol/io_runner.hpp"
+#include "protocol/tls_context.hpp"
+#include "protocol/ws_session.hpp"
+
+#include <CLI/CLI.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <ostream>
+#include <stdexcept>
+
+namespace outbound::apps {
+
+namespace {
+
+volatile std::sig_atomic_t stop_signal = 0;
+
+extern "C" void on_stop_signal(int) {
+  stop_signal = 1;
+}
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <class T>
+boost::json::value opt_json(const std::optional<T>& v) {
+  if (v)
+    return boost::json::value(*v);
+  return nullptr;
+}
+
+std::string reset_line(const feed_reset& r) {
+  boost::json::object o;
+  o["type"] = "reset";
+  o["mode"] = to_string(r.mode);
+  o["cause"] = to_string(r.cause);
+  o["from_cursor"] = opt_json(r.from_cursor);
+  o["to_cursor"] = opt_json(r.to_cursor);
+  o["last_seq"] = opt_json(r.last_seq);
+  o["new_seq"] = opt_json(r.new_seq);
+  o["old_epoch"] = opt_json(r.old_epoch);
+  o["new_epoch"] = opt_json(r.new_epoch);
+  return boost::json::serialize(o);
+}
+
+/// What the callbacks share with the waiting main thread.
+struct watch_sink {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::ostream* out = nullptr;
+  uint64_t limit = 0;
+  uint64_t events = 0;
+  uint64_t resets = 0;
+  /// Set on exit: nothing more is printed.
+  bool closed = false;
+
+  bool done() const {
+    return closed || (limit > 0 && events >= limit);
+  }
+};
+
+} // namespace
+
+watch_options::watch_options() {
+  feed.replay_path = "/v1/events";
+  feed.ws_path = "/ws/feed";
+}
+
+CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
+  auto* cmd = app.add_subcommand(
+    "watch", "Follow a change feed: one JSON line per event or reset on "
+             "stdout, a summary line on stderr on exit");
+  cmd->footer(
+    "Output: {\"type\":\"event\",\"event\":{...}} or {\"type\":\"reset\","
+    "...} per line.\nExit codes: 0 ok, 2 usage/config_error.");
+  auto& f = opts.feed;
+  cmd->add_option("base_url", opts.base_url, "The hub's base URL")->required();
+  cmd
+    ->add_option("--replay-path", f.replay_path,
+                 "Replay endpoint ('' : no ledger)")
+    ->capture_default_str();
+  cmd->add_option("--ws-path", f.ws_path, "Feed WebSocket path ('': poll only)")
+    ->capture_default_str();
+  cmd->add_option("--prefix", f.prefixes,
+                  "Subject prefix to follow (repeatable; none: all)");
+  cmd->add_option("--cursor", f.cursor, "Ledger cursor to start after")
+    ->capture_default_str();
+  cmd->add_option("--limit", f.limit, "Replay page size")
+    ->capture_default_str();
+  cmd
+    ->add_option("--poll-interval", f.poll_interval,
+                 "Ledger poll tick, seconds")
+    ->capture_default_str();
+  cmd->add_option("--client-id", f.client_id,
+                  "Stable catch-up client id (default: generated)");
+  cmd
+    ->add_option("--ping-interval", f.ws_ping_interval,
+                 "WebSocket keepalive ping period, seconds (0: off)")
+    ->capture_default_str();
+  auto& n = f.fields;
+  cmd->add_option("--events-field", n.events, "Replay page events field")
+    ->capture_default_str();
+  cmd->add_option("--cursor-field", n.cursor, "Replay page cursor field")
+    ->capture_default_str();
+  cmd->add_option("--reset-field", n.reset, "Replay page reset field")
+    ->capture_default_str();
+  cmd->add_option("--id-field", n.event_id, "Event id field")
+    ->capture_default_str();
+  cmd
+    ->add_option("--wake-cursor-field", n.wake_cursor,
+                 "Wake frame cursor field")
+    ->capture_default_str();
+  cmd->add_option("--after-param", n.after_param, "Replay 'after' parameter")
+    ->capture_default_str();
+  cmd->add_option("--limit-param", n.limit_param, "Replay 'limit' parameter")
+    ->capture_default_str();
+  cmd->add_option("--prefix-param", n.prefix_param, "Replay prefix parameter")
+    ->capture_default_str();
+  cmd->add_option("--param", opts.params,
+                  "Extra replay query parameter k=v (repeatable)");
+  add_token_tls_options(*cmd, opts.cfg);
+  cmd->add_option("--count", opts.count, "Exit after N events (0: never)")
+    ->capture_default_str();
+  cmd
+    ->add_option("--duration", opts.duration, "Exit after S seconds (0: never)")
+    ->capture_default_str();
+  return cmd;
+}
+
+int run_watch(caf::actor_system& sys, const watch_options& opts,
+              std::ostream& out, std::ostream& err) {
+  std::vector<std::string> secrets{opts.cfg.token};
+  try {
+    if (opts.duration < 0)
+      throw usage_error("--duration must be >= 0");
+    auto fc = opts.feed;
+    for (auto& p : opts.params) {
+      auto eq = p.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw usage_error("--param must be k=v: '" + p + "'");
+      fc.fields.extra_params.emplace_back(p.substr(0, eq), p.substr(eq + 1));
+    }
+    auto cfg = opts.cfg;
+    cfg.base_url = opts.base_url;
+    fc.validate();
+    auto io = std::make_shared<io_runner>(1);
+    client_options copts;
+    copts.io = io;
+    auto client = make_service_client(sys, cfg, copts);
+    auto sink = std::make_shared<watch_sink>();
+    sink->out = &out;
+    sink->limit = opts.count;
+    feed_watcher_options wo;
+    wo.client = client;
+    if (fc.has_ws()) {
+      wo.ws = feed_ws_endpoint::from(cfg);
+      std::shared_ptr<tls_context> tls;
+      if (wo.ws.origin.scheme == "https")
+        tls = tls_context::make(cfg.tls);
+      wo.connector = make_ws_connector(io, std::move(tls));
+    }
+    wo.callbacks.on_event = [sink](const feed_event& e) {
+      std::lock_guard<std::mutex> lock{sink->mu};
+      if (sink->done())
+        return;
+      boost::json::object o;
+      o["type"] = "event";
+      o["event"] = e.event;
+      *sink->out << boost::json::serialize(o) << '\n' << std::flush;
+      ++sink->events;
+      sink->cv.notify_all();
+    };
+    wo.callbacks.on_reset = [sink](const feed_reset& r) {
+      std::lock_guard<std::mutex> lock{sink->mu};
+      if (sink->done())
+        return;
+      *sink->out << reset_line(r) << '\n' << std::flush;
+      ++sink->resets;
+    };
+    stop_signal = 0;
+    auto old_int = std::signal(SIGINT, on_stop_signal);
+    auto old_term = std::signal(SIGTERM, on_stop_signal);
+    auto w = spawn_feed_watcher(sys, fc, std::move(wo));
+    auto t0 = std::chrono::steady_clock::now();
+    {
+      std::unique_lock<std::mutex> lock{sink->mu};
+      for (;;) {
+        if (sink->done() || stop_signal)
+          break;
+        if (opts.duration > 0
+            && std::chrono::steady_clock::now() - t0
+                 >= std::chrono::duration<double>(opts.duration))
+          break;
+        sink->cv.wait_for(lock, std::chrono::milliseconds(50));
+      }
+    }
+    feed_stats st;
+    {
+      caf::scoped_actor self{sys};
+      self->request(w, std::chrono::seconds(5), stop_atom_v)
+        .receive([&](const feed_stats& s) { st = s; },
+                 [&](const caf::error&) {});
+    }
+    std::signal(SIGINT, old_int);
+    std::signal(SIGTERM, old_term);
+    boost::json::object sum;
+    sum["cursor"] = st.cursor;
+    sum["last_seq"] = opt_json(st.last_seq);
+    {
+      std::lock_guard<std::mutex> lock{sink->mu};
+      sum["events"] = sink->events;
+      sum["resets"] = sink->resets;
+      sink->closed = true;
+    }
+    sum["drain_errors"] = st.drain_errors;
+    sum["reconnects"] = st.reconnects;
+    sum["peer_timeouts"] = st.peer_timeouts;
+    err << boost::json::serialize(sum) << '\n';
+    return 0;
+  } catch (const config_error& e) {
+    err << redact(usage_error_json("config_error", e.what()), secrets) << '\n';
+    return usage_exit_code;
+  } catch (const usage_error& e) {
+    err << redact(usage_error_json("usage_error", e.what()), secrets) << '\n';
+    return usage_exit_code;
+  } catch (const std::exception& e) {
+    err << redact(usage_error_json("internal_error", e.what()), secrets)
+        << '\n';
+    return internal_exit_code;
+  }
+}
+
+} // namespace outbound::apps

@@ -1,0 +1,54 @@
+#pragma once
+
+// `outbound watch [options] BASE_URL` (issue 3): one feed watcher against a
+// hub, one JSON line per delivery on stdout (`{"type":"event","event":...}`
+// or `{"type":"reset",...}`), one summary line on stderr on exit.
+
+#include "actors/feed/feed_config.hpp"
+#include "config/client_config.hpp"
+
+#include <caf/fwd.hpp>
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+} // namespace CLI
+
+namespace outbound::apps {
+
+/// The options of `outbound watch`, as parsed by CLI11. Feed settings are
+/// bound to `feed`, client settings (token, TLS) to `cfg`, so their defaults
+/// are the CLI's defaults, except the paths, which default to the reference
+/// hub's (`/v1/events`, `/ws/feed`; an empty value turns that side off).
+struct watch_options {
+  /// The hub's base URL (`http://127.0.0.1:8080`).
+  std::string base_url;
+  /// `--param k=v`: extra replay query parameters, in order.
+  std::vector<std::string> params;
+  /// `--count N`: exit after N events (0: no limit). [0]
+  uint64_t count = 0;
+  /// `--duration S`: exit after S seconds (0: no limit). [0]
+  double duration = 0.0;
+  feed_config feed;
+  client_config cfg;
+
+  watch_options();
+};
+
+/// Registers the `watch` subcommand on `app`, binding its options to `opts`
+/// (which must outlive the parse). Returns the subcommand.
+CLI::App* add_watch_command(CLI::App& app, watch_options& opts);
+
+/// Runs a parsed `watch` command in `sys` until --count events, --duration
+/// seconds, SIGINT or SIGTERM. Deliveries go to `out` (one JSON line each),
+/// the summary `{"cursor","last_seq","events","resets","drain_errors",
+/// "reconnects","peer_timeouts"}` and errors to `err`. Returns 0, or 2 on a
+/// usage or config error (the line names the field), 1 on an internal error.
+int run_watch(caf::actor_system& sys, const watch_options& opts,
+              std::ostream& out, std::ostream& err);
+
+} // namespace outbound::apps
