@@ -1,0 +1,637 @@
+// The feed watcher end to end (issue 3, shared/cases/feeds.md): the real
+// watcher (service client + connection pool for replay, Beast WebSocket
+// connector) against an in-process reference hub on 127.0.0.1, driven
+// through the hub's fault knobs. Deliveries go to callbacks that record them.
+// Real time with short intervals; every wait is bounded.
+
+#include "actors/client/service_client.hpp"
+#include "actors/feed/feed_config.hpp"
+#include "actors/feed/feed_messages.hpp"
+#include "actors/feed/feed_watcher.hpp"
+#include "actors/messages.hpp"
+#include "config/client_config.hpp"
+#include "hub/hub.hpp"
+#include "protocol/io_runner.hpp"
+#include "protocol/ws_session.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace outbound;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// Records every delivery of one watcher.
+struct collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  /// ledger ids or in-frame seqs, in delivery order (-1: neither).
+  std::vector<int64_t> keys;
+  std::vector<feed_reset> resets;
+
+  feed_callbacks callbacks(bool detached = true) {
+    feed_callbacks cbs;
+    cbs.detached = detached;
+    cbs.on_event = [this](const feed_event& e) {
+      std::lock_guard<std::mutex> lock{mu};
+      keys.push_back(e.id ? *e.id : (e.seq ? *e.seq : -1));
+      cv.notify_all();
+    };
+    cbs.on_reset = [this](const feed_reset& r) {
+      std::lock_guard<std::mutex> lock{mu};
+      resets.push_back(r);
+      cv.notify_all();
+    };
+    return cbs;
+  }
+
+  /// Waits until at least `n` events arrived; true if they did in time.
+  bool wait_events(std::size_t n, std::chrono::milliseconds timeout = 5s) {
+    std::unique_lock<std::mutex> lock{mu};
+    return cv.wait_for(lock, timeout, [&] { return keys.size() >= n; });
+  }
+
+  bool wait_resets(std::size_t n, std::chrono::milliseconds timeout = 5s) {
+    std::unique_lock<std::mutex> lock{mu};
+    return cv.wait_for(lock, timeout, [&] { return resets.size() >= n; });
+  }
+
+  std::vector<int64_t> snapshot() {
+    std::lock_guard<std::mutex> lock{mu};
+    return keys;
+  }
+
+  std::size_t reset_count() {
+    std::lock_guard<std::mutex> lock{mu};
+    return resets.size();
+  }
+};
+
+std::vector<int64_t> range(int64_t from, int64_t to) {
+  std::vector<int64_t> v;
+  for (auto i = from; i <= to; ++i)
+    v.push_back(i);
+  return v;
+}
+
+class FeedE2E : public ::testing::Test {
+protected:
+  void SetUp() override {
+    cfg_ = std::make_unique<caf::actor_system_config>();
+    cfg_->add_message_types<caf::id_block::outbound>();
+    sys_ = std::make_unique<caf::actor_system>(*cfg_);
+    io_ = std::make_shared<io_runner>(1);
+  }
+
+  void TearDown() override {
+    for (auto& w : watchers_)
+      stop(w);
+    watchers_.clear();
+    client_ = nullptr;
+    sys_->await_all_actors_done();
+    hub_.reset();
+    sys_.reset();
+    cfg_.reset();
+    io_.reset();
+  }
+
+  void start_hub(hub_config c = {}) {
+    c.seed = c.seed.value_or(1234);
+    hub_ = std::make_unique<hub>(c);
+    hub_->start();
+  }
+
+  /// A feed config for the hub's ledger tier with short intervals.
+  feed_config ledger_config() {
+    feed_config fc;
+    fc.replay_path = "/v1/events";
+    fc.ws_path = "/ws/feed";
+    fc.poll_interval = 0.5;
+    fc.ws_ping_interval = 0.2;
+    fc.reconnect_base_backoff = 0.05;
+    fc.reconnect_max_backoff = 0.5;
+    fc.ws_handshake_timeout = 2.0;
+    return fc;
+  }
+
+  feed_config ws_config(const std::string& path) {
+    auto fc = ledger_config();
+    fc.replay_path.clear();
+    fc.ws_path = path;
+    return fc;
+  }
+
+  feed_watcher_options options(feed_callbacks cbs) {
+    client_config cc;
+    cc.base_url = hub_->base_url();
+    cc.timeout = 2.0;
+    cc.deadline = 4.0;
+    cc.retry.max_attempts = 1;
+    if (!client_) {
+      client_options co;
+      co.io = io_;
+      client_ = make_service_client(*sys_, cc, co);
+    }
+    if (!connector_)
+      connector_ = make_ws_connector(io_);
+    feed_watcher_options o;
+    o.client = client_;
+    o.connector = connector_;
+    o.ws = feed_ws_endpoint::from(cc);
+    o.callbacks = std::move(cbs);
+    o.seed = 7;
+    return o;
+  }
+
+  feed_watcher_actor watch(feed_config fc, collector& c, bool detached = true) {
+    auto w = spawn_feed_watcher(*sys_, std::move(fc),
+                                options(c.callbacks(detached)));
+    watchers_.push_back(w);
+    return w;
+  }
+
+  feed_stats stats(const feed_watcher_actor& w) {
+    caf::scoped_actor self{*sys_};
+    feed_stats out;
+    self->request(w, 5s, stats_atom_v)
+      .receive([&](const feed_stats& s) { out = s; },
+               [&](const caf::error& e) {
+                 ADD_FAILURE() << "stats: " << caf::to_string(e);
+               });
+    return out;
+  }
+
+  /// Polls the stats until `pred` holds; true if it did within `timeout`.
+  bool wait_stats(const feed_watcher_actor& w,
+                  const std::function<bool(const feed_stats&)>& pred,
+                  std::chrono::milliseconds timeout = 5s) {
+    auto until = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < until) {
+      if (pred(stats(w)))
+        return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return pred(stats(w));
+  }
+
+  /// Stops `w`; returns how long the stop took.
+  std::chrono::milliseconds stop(const feed_watcher_actor& w) {
+    caf::scoped_actor self{*sys_};
+    auto t0 = std::chrono::steady_clock::now();
+    self->request(w, 5s, stop_atom_v)
+      .receive([](const feed_stats&) {}, [](const caf::error&) {});
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - t0);
+  }
+
+  void publish(int n, const std::string& subject = "orders/1") {
+    for (int i = 0; i < n; ++i)
+      hub_->publish(subject, "created");
+  }
+
+  std::unique_ptr<caf::actor_system_config> cfg_;
+  std::unique_ptr<caf::actor_system> sys_;
+  std::shared_ptr<io_runner> io_;
+  std::unique_ptr<hub> hub_;
+  service_client_actor client_;
+  std::shared_ptr<ws_connector> connector_;
+  std::vector<feed_watcher_actor> watchers_;
+};
+
+// -- ledger -------------------------------------------------------------------
+
+TEST_F(FeedE2E, LedgerPagesThenScriptedDuplicateReorderedWakes) {
+  start_hub();
+  publish(5);
+  collector c;
+  auto fc = ledger_config();
+  fc.limit = 3;
+  fc.poll_interval = 30.0; // only wakes may move it after the first drain
+  auto w = watch(fc, c);
+  ASSERT_TRUE(c.wait_events(5));
+  EXPECT_EQ(c.snapshot(), range(1, 5));
+  ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.connected; }));
+  hub_->set_faults(R"({"wake_script":[9,6,10,6,8,7,9]})");
+  publish(5);
+  ASSERT_TRUE(c.wait_events(10));
+  std::this_thread::sleep_for(300ms); // nothing more arrives
+  EXPECT_EQ(c.snapshot(), range(1, 10));
+  auto s = stats(w);
+  EXPECT_EQ(s.cursor, 10);
+  EXPECT_EQ(s.resets, 0u);
+  EXPECT_EQ(s.drain_errors, 0u);
+}
+
+TEST_F(FeedE2E, DroppedWakesHealedByThePollTick) {
+  start_hub();
+  collector c;
+  auto w = watch(ledger_config(), c);
+  ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.connected; }));
+  hub_->set_faults(R"({"drop_wakes":true})");
+  publish(3);
+  ASSERT_TRUE(c.wait_events(3, 3s));
+  EXPECT_EQ(c.snapshot(), range(1, 3));
+}
+
+TEST_F(FeedE2E, VisibilityLagDeliveredOnceVisible) {
+  start_hub();
+  collector c;
+  auto w = watch(ledger_config(), c);
+  ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.connected; }));
+  hub_->set_faults(R"({"visibility_lag_polls":2})");
+  publish(2);
+  ASSERT_TRUE(c.wait_events(2, 5s));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(c.snapshot(), range(1, 2));
+}
+
+TEST_F(FeedE2E, RetentionFloorOneResetThenTheRestInOrder) {
+  hub_config hc;
+  hc.retention = 5;
+  start_hub(hc);
+  publish(12);
+  collector c;
+  auto fc = ledger_config();
+  fc.limit = 3;
+  fc.cursor = 2;
+  auto w = watch(fc, c);
+  ASSERT_TRUE(c.wait_events(5));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(c.snapshot(), range(8, 12));
+  ASSERT_EQ(c.reset_count(), 1u);
+  auto r = c.resets.front();
+  EXPECT_EQ(r.cause, reset_cause::retention);
+  EXPECT_EQ(r.from_cursor, std::optional<int64_t>{2});
+  EXPECT_EQ(stats(w).resets, 1u);
+}
+
+TEST_F(FeedE2E, NonObjectReplayPageCountsADrainError) {
+  start_hub();
+  publish(2);
+  hub_->set_faults(R"({"non_object_pages":1})");
+  collector c;
+  auto fc = ledger_config();
+  fc.ws_path.clear();
+  auto w = watch(fc, c);
+  ASSERT_TRUE(
+    wait_stats(w, [](const feed_stats& s) { return s.drain_errors == 1; }));
+  // The bad page moved nothing; the next tick delivers both events.
+  ASSERT_TRUE(c.wait_events(2, 3s));
+  EXPECT_EQ(c.snapshot(), range(1, 2));
+  EXPECT_EQ(stats(w).drain_errors, 1u);
+}
+
+TEST_F(FeedE2E, FragmentedAndNonJsonFramesStillWake) {
+  start_hub();
+  hub_->set_faults(R"({"fragment_frames":1,"fragment_bytes":4})");
+  collector c;
+  auto fc = ledger_config();
+  fc.poll_interval = 30.0;
+  auto w = watch(fc, c);
+  ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.connected; }));
+  publish(1);
+  ASSERT_TRUE(c.wait_events(1, 3s));
+  stop(w);
+  collector c2;
+  hub_->set_faults(R"({"non_json_frames":1})");
+  auto fc2 = ledger_config();
+  fc2.poll_interval = 30.0;
+  fc2.cursor = 1;
+  auto w2 = watch(fc2, c2);
+  ASSERT_TRUE(wait_stats(w2, [](const feed_stats& s) { return s.connected; }));
+  publish(1);
+  ASSERT_TRUE(c2.wait_events(1, 3s));
+  EXPECT_EQ(c2.snapshot(), std::vector<int64_t>{2});
+}
+
+// -- catchup / ephemeral ----------------------------------------------------
+
+TEST_F(FeedE2E, CatchupResumeAfterDisconnectReplaysOnlyTheGap) {
+  start_hub();
+  collector c;
+  auto fc = ws_config("/ws/catchup");
+  fc.client_id = "e2e-client";
+  // A slow callback piles up in-frame events: the watcher closes the
+  // session (overflow) and resumes from the last delivered seq.
+  fc.max_pending_frames = 2;
+  auto cbs = c.callbacks();
+  auto record = cbs.on_event;
+  cbs.on_event = [record](const feed_event& e) {
+    std::this_thread::sleep_for(30ms);
+    record(e);
+  };
+  auto w = spawn_feed_watcher(*sys_, fc, options(cbs));
+  watchers_.push_back(w);
+  ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.connected; }));
+  std::this_thread::sleep_for(200ms); // the first hello's reset lands
+  auto first_resets = c.reset_count();
+  publish(12);
+  ASSERT_TRUE(c.wait_events(12, 10s));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(c.snapshot(), range(1, 12));
+  EXPECT_EQ(c.reset_count(), first_resets);
+  auto s = stats(w);
+  EXPECT_GE(s.overflows, 1u);
+  EXPECT_GE(s.connects, 2u);
+}
+
+TEST_F(FeedE2E, CatchupHubRestartOneResetThenTheNewSeqSpace) {
+  start_hub();
+  collector c;
+  auto fc = ws_config("/ws/catchup");
+  auto w = watch(fc, c);
+  ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.connected; }));
+  std::this_thread::sleep_for(200ms); // the first hello's reset lands
+  auto resets0 = c.reset_count();
+  publish(3);
+  ASSERT_TRUE(c.wait_events(3));
+  auto old_epoch = hub_->epoch();
+  hub_->restart();
+  ASSERT_TRUE(c.wait_resets(resets0 + 1));
+  ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.connected; }));
+  publish(2);
+  ASSERT_TRUE(c.wait_events(5));
+  std::this_thread::sleep_for(300ms);
+  auto keys = c.snapshot();
+  EXPECT_EQ(keys, (std::vector<int64_t>{1, 2, 3, 1, 2}));
+  ASSERT_EQ(c.reset_count(), resets0 + 1);
+  auto r = c.resets.back();
+  EXPECT_EQ(r.cause, reset_cause::epoch_changed);
+  EXPECT_EQ(r.old_epoch, std::optional<std::string>{old_epoch});
+}
+
+TEST_F(FeedE2E, EphemeralResetsOnEveryReconnect) {
+  start_hub();
+  collector c;
+  auto w = watch(ws_config("/ws/ephemeral"), c);
+  ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.connected; }));
+  ASSERT_TRUE(c.wait_resets(1));
+  publish(2);
+  ASSERT_TRUE(c.wait_events(2));
+  // A restart closes every connection: the reconnect is a reset.
+  hub_->restart();
+  ASSERT_TRUE(c.wait_resets(2));
+  ASSERT_TRUE(wait_stats(
+    w, [](const feed_stats& s) { return s.connected && s.connects == 2; }));
+  EXPECT_EQ(c.reset_count(), 2u);
+  EXPECT_EQ(c.resets.back().mode, feed_mode::ephemeral);
+  publish(1);
+  ASSERT_TRUE(c.wait_events(3));
+  EXPECT_EQ(stats(w).resets, 2u);
+}
+
+// -- keepalive, reconnects, refusals ----------------------------------------
+
+TEST_F(FeedE2E, GoSilentIsADeadPeerThenAStableSession) {
+  start_hub();
+  hub_->set_faults(R"({"go_silent":1})");
+  collector c;
+  auto fc = ledger_config();
+  fc.ws_ping_interval = 1.0;
+  fc.ws_pong_timeout = 1.0;
+  auto w = watch(fc, c);
+  ASSERT_TRUE(wait_stats(
+    w, [](const feed_stats& s) { return s.connects >= 1; }, 2s));
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(wait_stats(
+    w, [](const feed_stats& s) { return s.peer_timeouts == 1; }, 2200ms));
+  EXPECT_LE(std::chrono::steady_clock::now() - t0, 2200ms);
+  ASSERT_TRUE(wait_stats(
+    w, [](const feed_stats& s) { return s.connected && s.connects == 2; }));
+  std::this_thread::sleep_for(5s);
+  auto s = stats(w);
+  EXPECT_TRUE(s.connected);
+  EXPECT_EQ(s.connects, 2u);
+  EXPECT_EQ(s.reconnects, 1u);
+  EXPECT_EQ(s.peer_timeouts, 1u);
+}
+
+TEST_F(FeedE2E, AcceptThenCloseBacksOff) {
+  start_hub();
+  hub_->set_faults(R"({"accept_then_close":-1})");
+  collector c;
+  auto fc = ledger_config();
+  fc.reconnect_base_backoff = 0.05;
+  fc.reconnect_max_backoff = 5.0;
+  auto w = watch(fc, c);
+  // Record when each connect happens.
+  std::vector<std::chrono::steady_clock::time_point> at;
+  uint64_t seen = 0;
+  auto until = std::chrono::steady_clock::now() + 4s;
+  while (std::chrono::steady_clock::now() < until && at.size() < 6) {
+    auto s = stats(w);
+    if (s.reconnects + 1 > seen) {
+      seen = s.reconnects + 1;
+      at.push_back(std::chrono::steady_clock::now());
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_GE(at.size(), 4u);
+  auto gap = [&](std::size_t i) {
+    return at[i + 1] - at[i];
+  };
+  // Exponential: the last gap exceeds the first by a wide margin.
+  EXPECT_GT(gap(at.size() - 2), gap(0));
+  EXPECT_LT(seen, 12u); // no reconnect storm
+}
+
+TEST_F(FeedE2E, OversizedFrameRefusedThenReconnects) {
+  start_hub();
+  hub_->set_faults(R"({"oversized_frame":1})");
+  collector c;
+  auto fc = ledger_config();
+  fc.ws_max_frame_bytes = 1024 * 1024;
+  fc.ws_ping_interval = 0.0;
+  auto w = watch(fc, c);
+  ASSERT_TRUE(wait_stats(
+    w, [](const feed_stats& s) { return s.connected && s.connects >= 2; }));
+  publish(1);
+  ASSERT_TRUE(c.wait_events(1));
+}
+
+TEST_F(FeedE2E, StopIsPromptIdleAndDuringBackoff) {
+  start_hub();
+  collector c;
+  auto w = watch(ledger_config(), c);
+  ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.connected; }));
+  EXPECT_LT(stop(w), 500ms);
+  hub_->set_faults(R"({"accept_then_close":-1})");
+  collector c2;
+  auto fc = ledger_config();
+  fc.reconnect_base_backoff = 5.0;
+  fc.reconnect_max_backoff = 10.0;
+  auto w2 = watch(fc, c2);
+  std::this_thread::sleep_for(500ms); // closed at once, now backing off
+  auto s = stats(w2);
+  EXPECT_FALSE(s.connected);
+  EXPECT_EQ(s.reconnects, 0u);
+  EXPECT_LT(stop(w2), 500ms);
+}
+
+// -- scale -------------------------------------------------------------------
+
+TEST_F(FeedE2E, ThousandWatchersEachGetEveryEventOnceInOrder) {
+  start_hub();
+  constexpr std::size_t n = 1000;
+  constexpr int events = 20;
+  std::vector<std::unique_ptr<collector>> cs;
+  for (std::size_t i = 0; i < n; ++i) {
+    cs.push_back(std::make_unique<collector>());
+    auto fc = ledger_config();
+    fc.ws_ping_interval = 5.0;
+    fc.poll_interval = 2.0;
+    fc.prefixes = {"orders/"};
+    watch(fc, *cs.back(), false);
+  }
+  for (int i = 0; i < events; ++i) {
+    hub_->publish("orders/" + std::to_string(i), "created");
+    hub_->publish("other/" + std::to_string(i), "created");
+  }
+  auto until = std::chrono::steady_clock::now() + 60s;
+  for (auto& c : cs)
+    ASSERT_TRUE(c->wait_events(
+      events, std::chrono::duration_cast<std::chrono::milliseconds>(
+                until - std::chrono::steady_clock::now())));
+  std::this_thread::sleep_for(300ms);
+  std::vector<int64_t> want;
+  for (int i = 0; i < events; ++i)
+    want.push_back(1 + 2 * i);
+  for (auto& c : cs)
+    ASSERT_EQ(c->snapshot(), want);
+}
+
+// -- outbound watch ----------------------------------------------------------
+
+std::string slurp(const std::string& path) {
+  std::ifstream in{path, std::ios::binary};
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> r;
+  std::istringstream in{text};
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty())
+      r.push_back(l);
+  return r;
+}
+
+struct cli_run {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+/// Runs the built CLI with `args`; kills it after 20 s.
+cli_run run_cli(std::vector<std::string> args) {
+  char dir_tpl[] = "/tmp/outbound-watch-XXXXXX";
+  std::string dir = ::mkdtemp(dir_tpl);
+  auto out_path = dir + "/out";
+  auto err_path = dir + "/err";
+  args.insert(args.begin(), OUTBOUND_CLI);
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = -1;
+  auto rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  cli_run r;
+  if (rc != 0) {
+    ADD_FAILURE() << "cannot spawn " << args[0];
+    return r;
+  }
+  int status = 0;
+  auto give_up = std::chrono::steady_clock::now() + 20s;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > give_up) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      ADD_FAILURE() << "outbound watch did not exit within 20 s";
+      break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  r.exit_code
+    = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  ::unlink(out_path.c_str());
+  ::unlink(err_path.c_str());
+  ::rmdir(dir.c_str());
+  return r;
+}
+
+TEST_F(FeedE2E, WatchCommandPrintsThreeEventsAndASummary) {
+  start_hub();
+  publish(2, "orders/1");
+  publish(1, "other/1");
+  publish(2, "orders/2");
+  auto r
+    = run_cli({"watch", "--prefix", "orders/", "--limit", "1",
+               "--poll-interval", "0.5", "--count", "3", hub_->base_url()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto out = lines_of(r.out);
+  ASSERT_EQ(out.size(), 3u) << r.out;
+  std::vector<int64_t> want{1, 2, 4};
+  for (std::size_t i = 0; i < 3; ++i) {
+    auto v = boost::json::parse(out[i]).as_object();
+    EXPECT_EQ(v.at("type").as_string(), "event");
+    EXPECT_EQ(v.at("event").as_object().at("id").as_int64(), want[i]);
+  }
+  auto err = lines_of(r.err);
+  ASSERT_EQ(err.size(), 1u) << r.err;
+  auto sum = boost::json::parse(err[0]).as_object();
+  EXPECT_GE(sum.at("cursor").as_int64(), 4);
+  EXPECT_LE(sum.at("cursor").as_int64(), 5);
+  EXPECT_EQ(sum.at("events").as_int64(), 3);
+  EXPECT_EQ(sum.at("resets").as_int64(), 0);
+  EXPECT_EQ(sum.at("drain_errors").as_int64(), 0);
+  EXPECT_TRUE(sum.contains("last_seq"));
+  EXPECT_TRUE(sum.contains("reconnects"));
+  EXPECT_TRUE(sum.contains("peer_timeouts"));
+}
+
+TEST_F(FeedE2E, WatchCommandConfigErrorNamesTheField) {
+  start_hub();
+  auto r = run_cli({"watch", "--limit", "0", hub_->base_url()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("config_error"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("limit"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty());
+}
+
+} // namespace
