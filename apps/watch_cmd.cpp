@@ -26,6 +26,7 @@
 #include <optional>
 #include <ostream>
 #include <stdexcept>
+#include <thread>
 
 namespace outbound::apps {
 
@@ -216,6 +217,25 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     feed_stats st;
     {
       caf::scoped_actor self{sys};
+      // The last printed event is acknowledged just after its callback
+      // returns: give the watcher a moment (bounded) so the summary's
+      // cursor covers every printed event.
+      uint64_t printed = 0;
+      {
+        std::lock_guard<std::mutex> lock{sink->mu};
+        sink->closed = true;
+        printed = sink->events;
+      }
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      while (std::chrono::steady_clock::now() < until) {
+        feed_stats cur;
+        self->request(w, std::chrono::seconds(1), stats_atom_v)
+          .receive([&](const feed_stats& s) { cur = s; },
+                   [&](const caf::error&) {});
+        if (cur.events_delivered >= printed)
+          break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
       self->request(w, std::chrono::seconds(5), stop_atom_v)
         .receive([&](const feed_stats& s) { st = s; },
                  [&](const caf::error&) {});
