@@ -480,6 +480,22 @@ TEST_F(ws_session_test, RefusedConnectIsAConnectFailure) {
   expect_closed_once_last(*log);
 }
 
+// "localhost" comes from /etc/hosts: no DNS traffic leaves the machine.
+TEST_F(ws_session_test, HostNameIsResolvedAndSentAsHost) {
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(text_frame("named")), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto s = open(options("http://localhost:" + std::to_string(srv.port())), log);
+  auto m = log->wait_for(kind::message, 2s);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->ev.payload, "named");
+  auto* host = find_header(srv.requests().at(0).headers, "Host");
+  ASSERT_NE(host, nullptr);
+  EXPECT_EQ(*host, "localhost:" + std::to_string(srv.port()));
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+}
+
 TEST_F(ws_session_test, SilentUpgradeIsATimeoutAtTheHandshakeBound) {
   scripted_server srv{{{step::read_request(), step::hold()}}};
   auto log = std::make_shared<event_log>();
