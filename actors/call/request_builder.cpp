@@ -57,6 +57,16 @@ void set_header(header_list& hs, const std::string& name, std::string value) {
     hs.emplace_back(name, std::move(value));
 }
 
+// 32 lower-case hex digits from two 64-bit outputs of `rng`.
+template <class Rng>
+std::string request_id_from(Rng& rng) {
+  char buf[33];
+  auto hi = static_cast<unsigned long long>(rng());
+  auto lo = static_cast<unsigned long long>(rng());
+  std::snprintf(buf, sizeof(buf), "%016llx%016llx", hi, lo);
+  return std::string{buf, 32};
+}
+
 built_request fail(std::string detail, std::string request_id = {}) {
   built_request r;
   r.ok = false;
@@ -117,11 +127,11 @@ std::string encode_query(
 }
 
 std::string generate_request_id(call_rng& rng) {
-  char buf[33];
-  auto hi = static_cast<unsigned long long>(rng());
-  auto lo = static_cast<unsigned long long>(rng());
-  std::snprintf(buf, sizeof(buf), "%016llx%016llx", hi, lo);
-  return std::string{buf, 32};
+  return request_id_from(rng);
+}
+
+std::string generate_request_id(std::mt19937_64& rng) {
+  return request_id_from(rng);
 }
 
 std::string credential_value(const client_config& cfg) {

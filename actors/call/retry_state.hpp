@@ -25,6 +25,7 @@
 // on a fresh connection, and an out-of-band local retry re-sends the same
 // attempt after a local port shortage.
 
+#include "actors/call/call_rng.hpp"
 #include "config/client_config.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/http_types.hpp"
@@ -46,7 +47,8 @@ using wall_time = std::chrono::system_clock::time_point;
 
 /// Random generator of jitter and request ids. Seeded per call by the
 /// service client (client_options::seed), so tests are reproducible.
-using call_rng = std::mt19937_64;
+/// xoshiro256** (actors/call/call_rng.hpp): cheap to seed once per call.
+using call_rng = xoshiro256ss;
 
 /// What the call actor does after an attempt ended (Envoy's
 /// RetryStatus-style: each "no" has its own value, mapping one-to-one to a
