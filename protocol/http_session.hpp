@@ -27,6 +27,7 @@
 #include "protocol/io_runner_impl.hpp"
 #include "protocol/tls_context_impl.hpp"
 
+#include <boost/asio/buffer.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -35,12 +36,16 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/message.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/http/string_body.hpp>
+#include <boost/optional/optional.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -61,6 +66,70 @@ using strand_type = asio::strand<asio::io_context::executor_type>;
 using plain_stream = asio::basic_stream_socket<tcp, strand_type>;
 using tls_stream = asio::ssl::stream<plain_stream>;
 
+// -- the response body -----------------------------------------------------------
+
+/// Most bytes a response may leave buffered while it is parsed: a header of
+/// `max_header_bytes` plus one 64 KiB read. Bodies are consumed as they
+/// arrive, so only an over-long chunk-size line or chunked trailer reaches
+/// it (Beast's parser bounds neither); the read then fails with
+/// `buffer_overflow` instead of buffering the peer's flood until the
+/// deadline.
+constexpr std::size_t max_buffered_bytes = max_header_bytes + 64 * 1024;
+
+/// Most bytes reserved up front for a body whose Content-Length is under the
+/// cap: a larger length is a claim of the peer, not a reason to allocate.
+constexpr std::uint64_t max_body_reserve = 1024 * 1024;
+
+/// Beast's string_body, except that the reader reserves at most
+/// `max_body_reserve` bytes for an announced Content-Length (string_body
+/// reserves all of it, so a peer announcing 512 GiB under a large cap made
+/// the io thread throw std::bad_alloc). The cap itself is the parser's
+/// body_limit.
+struct response_body {
+  using value_type = std::string;
+
+  static std::uint64_t size(const value_type& body) {
+    return body.size();
+  }
+
+  class reader {
+  public:
+    template <bool isRequest, class Fields>
+    reader(http::header<isRequest, Fields>&, value_type& body) : body_(body) {
+    }
+
+    void init(const boost::optional<std::uint64_t>& length, error_code& ec) {
+      if (length)
+        body_.reserve(static_cast<std::size_t>(
+          std::min<std::uint64_t>(*length, max_body_reserve)));
+      ec = {};
+    }
+
+    template <class ConstBufferSequence>
+    std::size_t put(const ConstBufferSequence& buffers, error_code& ec) {
+      auto n = asio::buffer_size(buffers);
+      if (n > body_.max_size() - body_.size()) {
+        ec = http::error::buffer_overflow;
+        return 0;
+      }
+      for (auto it = asio::buffer_sequence_begin(buffers);
+           it != asio::buffer_sequence_end(buffers); ++it) {
+        asio::const_buffer b = *it;
+        body_.append(static_cast<const char*>(b.data()), b.size());
+      }
+      ec = {};
+      return n;
+    }
+
+    void finish(error_code& ec) {
+      ec = {};
+    }
+
+  private:
+    value_type& body_;
+  };
+};
+
 // -- the session --------------------------------------------------------------
 
 template <class Stream>
@@ -77,7 +146,8 @@ public:
       resolver_(strand_),
       timer_(strand_),
       origin_(origin),
-      tls_(std::move(tls)) {
+      tls_(std::move(tls)),
+      buf_(max_buffered_bytes) {
   }
 
   void async_exchange(http_request req, completion done) override {
@@ -350,6 +420,12 @@ private:
                   describe_header_error(ec, got_some));
     }
     auto status = parser_->get().result_int();
+    if (status < 100)
+      // Beast takes any three digits; below 100 is no HTTP status, and a
+      // status of 0 would read as "no response" to every caller.
+      return fail(transport_error_kind::interrupted,
+                  "malformed status line (status code " + std::to_string(status)
+                    + ")");
     if (status >= 100 && status < 200) {
       if (status == 101)
         return fail(transport_error_kind::interrupted,
@@ -462,7 +538,7 @@ private:
   std::shared_ptr<tls_context> tls_;
 
   beast::flat_buffer buf_;
-  std::optional<http::response_parser<http::string_body>> parser_;
+  std::optional<http::response_parser<response_body>> parser_;
   http_request req_;
   std::string wire_;
   completion done_;

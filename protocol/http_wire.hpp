@@ -19,7 +19,10 @@ namespace outbound::detail {
 
 using boost::system::error_code;
 
-/// Largest response header accepted (bytes).
+/// Beast's header_limit of a response (bytes). It bounds the header bytes
+/// buffered at once, not the whole header (complete fields are consumed as
+/// they arrive): no field line may exceed it, and no header twice its size
+/// passes.
 constexpr std::uint32_t max_header_bytes = 64 * 1024;
 
 /// Serializes `req` as an HTTP/1.1 request to `origin` into `out`. Returns
