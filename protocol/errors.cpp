@@ -86,7 +86,9 @@ call_error classify_status(int status, std::string detail) {
     e.kind = error_kind::request_error;
     if (detail.empty())
       detail = "unexpected redirect (not followed)";
-  } else if (status >= 500 && status < 600) {
+  } else if (status >= 500) {
+    // 600..999 are invalid; a client processes them as 5xx (RFC 9110
+    // section 15).
     e.kind = error_kind::server_error;
     if (detail.empty())
       detail = "server error " + std::to_string(status);

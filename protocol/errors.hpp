@@ -64,7 +64,8 @@ struct call_error {
 };
 
 /// Maps a non-2xx HTTP status to its error (401/403 auth_error; 3xx and other
-/// 4xx request_error; 5xx server_error; anything else request_error). The
+/// 4xx request_error; 5xx and the invalid 600..999, which RFC 9110 section 15
+/// says to process as 5xx, server_error; anything else request_error). The
 /// detail defaults to the reason phrase ("unexpected redirect (not followed)"
 /// for a 3xx). An SDK that gives a few statuses its own meaning special-cases
 /// those and delegates the rest here.
