@@ -3,6 +3,7 @@
 #include "config/config_error.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -28,6 +29,34 @@ bool has_control_chars(const std::string& s) {
   return std::any_of(s.begin(), s.end(), [](unsigned char c) {
     return c < 0x20 || c == 0x7f;
   });
+}
+
+/// A registered name as the client can send it (RFC 3986 reg-name without
+/// percent-encoding or sub-delims): ASCII letters, digits, '-', '.', '_',
+/// '~'. Anything else (a non-ASCII name needs its IDNA A-label, "xn--...")
+/// would go raw into the Host header, SNI and the resolver.
+bool is_plain_reg_name(const std::string& host) {
+  return std::all_of(host.begin(), host.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
+  });
+}
+
+/// The inside of an IP-literal: hex digits, ':' and '.' (an IPv4 tail),
+/// with at least one ':'.
+bool is_ipv6_text(const std::string& host) {
+  return host.find(':') != std::string::npos
+         && std::all_of(host.begin(), host.end(), [](unsigned char c) {
+              return std::isxdigit(c) || c == ':' || c == '.';
+            });
+}
+
+/// `part` of `url` quoted for an error text, unless `url` may carry user
+/// info (a '@' anywhere): then it is not shown, because it may hold a
+/// password ("http://u:pw?x@h" parses as host "u", port "pw?x").
+std::string shown(const std::string& url, const std::string& part) {
+  if (url.find('@') != std::string::npos)
+    return "(not shown: the URL may carry user info)";
+  return "'" + part + "'";
 }
 
 } // namespace
@@ -77,7 +106,7 @@ url_parts url_parts::parse(const std::string& url, const std::string& field) {
   url_parts r;
   auto sep = url.find("://");
   if (sep == std::string::npos)
-    throw config_error(field, "not an absolute http(s) URL: '" + url + "'");
+    throw config_error(field, "not an absolute http(s) URL: " + shown(url, url));
   r.scheme = url.substr(0, sep);
   std::transform(r.scheme.begin(), r.scheme.end(), r.scheme.begin(),
                  [](unsigned char c) { return std::tolower(c); });
@@ -98,7 +127,8 @@ url_parts url_parts::parse(const std::string& url, const std::string& field) {
     throw config_error(field, "user info in the URL is not allowed (use the "
                               "token setting)");
   std::string port_str;
-  if (!auth.empty() && auth.front() == '[') {
+  bool bracketed = !auth.empty() && auth.front() == '[';
+  if (bracketed) {
     auto close = auth.find(']');
     if (close == std::string::npos)
       throw config_error(field, "unterminated IPv6 literal");
@@ -116,17 +146,23 @@ url_parts url_parts::parse(const std::string& url, const std::string& field) {
       port_str = auth.substr(colon + 1);
   }
   if (r.host.empty())
-    throw config_error(field, "missing host in '" + url + "'");
+    throw config_error(field, "missing host in " + shown(url, url));
+  if (bracketed ? !is_ipv6_text(r.host) : !is_plain_reg_name(r.host))
+    throw config_error(field, bracketed
+                                ? "not an IPv6 literal in brackets"
+                                : "host may only hold ASCII letters, digits, "
+                                  "'-', '.', '_', '~' (use the IDNA form of "
+                                  "a non-ASCII name)");
   if (port_str.empty()) {
     r.port = r.tls() ? 443 : 80;
   } else {
     if (port_str.size() > 5
         || !std::all_of(port_str.begin(), port_str.end(),
                         [](unsigned char c) { return std::isdigit(c); }))
-      throw config_error(field, "bad port '" + port_str + "'");
+      throw config_error(field, "bad port " + shown(url, port_str));
     auto p = std::stoul(port_str);
     if (p == 0 || p > 65535)
-      throw config_error(field, "port out of range: " + port_str);
+      throw config_error(field, "port out of range: " + shown(url, port_str));
     r.port = static_cast<uint16_t>(p);
   }
   return r;
@@ -164,7 +200,10 @@ void client_config::validate() const {
     if (k.empty() || has_control_chars(k) || has_control_chars(v)
         || k.find(':') != std::string::npos)
       throw config_error("default_headers",
-                         "bad header '" + k + "' (value not shown)");
+                         (has_control_chars(k)
+                            ? std::string{"bad header name (control characters)"}
+                            : "bad header '" + k + "'")
+                           + " (value not shown)");
 }
 
 env_settings env_settings::read(const std::string& prefix) {
