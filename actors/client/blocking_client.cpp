@@ -3,6 +3,7 @@
 #include <boost/json/serialize.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -46,8 +47,14 @@ blocking_client blocking_client::from_env(caf::actor_system& sys,
 call_outcome blocking_client::call(call_request req) {
   // The call actor always answers within the deadline; the margin only
   // covers scheduling, so a lost client actor cannot block a thread forever.
+  // The deadline is clamped like the call's own (retry_state.cpp, about 31
+  // years) before it becomes an integer: a huge but valid deadline (1e10 s,
+  // 1e300 s) overflowed the conversion (undefined behaviour; in practice a
+  // negative wait, so the facade gave up at once while the call ran on).
+  constexpr double max_wait_seconds = 1e9;
   auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
-                std::chrono::duration<double>(deadline_))
+                std::chrono::duration<double>(
+                  std::min(deadline_, max_wait_seconds)))
               + std::chrono::seconds{5};
   call_outcome result;
   bool answered = false;
