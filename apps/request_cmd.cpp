@@ -17,8 +17,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <exception>
+#include <limits>
 #include <ostream>
 #include <stdexcept>
 
@@ -79,6 +82,40 @@ std::string percent_decode(const std::string& s) {
   return r;
 }
 
+/// `s` as valid UTF-8: every byte that does not start a well-formed
+/// sequence (RFC 3629: no overlongs, no surrogates, at most U+10FFFF)
+/// becomes U+FFFD. JSON text is UTF-8 (RFC 8259 section 8.1), and a server's
+/// header bytes or a path typed on the command line need not be.
+std::string valid_utf8(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    auto c = static_cast<unsigned char>(s[i]);
+    std::size_t len = c < 0x80 ? 1
+                      : (c >= 0xC2 && c <= 0xDF) ? 2
+                      : (c >= 0xE0 && c <= 0xEF) ? 3
+                      : (c >= 0xF0 && c <= 0xF4) ? 4
+                                                 : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    for (std::size_t k = 1; ok && k < len; ++k)
+      ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    if (ok && len >= 3) {
+      auto c1 = static_cast<unsigned char>(s[i + 1]);
+      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 > 0x9F)
+           && !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 > 0x8F);
+    }
+    if (ok) {
+      out.append(s, i, len);
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
 /// `k=v` → (k, v); `k` → (k, "").
 std::pair<std::string, std::string> split_param(const std::string& kv) {
   auto eq = kv.find('=');
@@ -128,8 +165,20 @@ std::pair<std::string, path_and_query> split_url(const std::string& url) {
   auto sep = url.find("://");
   if (sep == std::string::npos || sep == 0)
     throw config_error("base_url",
-                       "not an absolute http(s) URL: '" + url
-                         + "' (use --env PREFIX to give only a path)");
+                       "not an absolute http(s) URL: "
+                         + (url.find('@') == std::string::npos
+                              ? "'" + url + "'"
+                              : std::string{"(not shown: it may carry user "
+                                            "info)"})
+                         + " (use --env PREFIX to give only a path)");
+  // User info is refused before the authority is cut at '?' or '#': in
+  // "http://u:pw?x@host/" the text up to the first '/' is what the user meant
+  // as the authority, and its password must not end up as a "port" in an
+  // error text.
+  auto authority = url.substr(sep + 3, url.find('/', sep + 3) - (sep + 3));
+  if (authority.find('@') != std::string::npos)
+    throw config_error("base_url", "user info in the URL is not allowed (use "
+                                   "--token)");
   auto end = url.find_first_of("/?#", sep + 3);
   auto base = url.substr(0, end);
   auto rest = end == std::string::npos ? std::string{"/"} : url.substr(end);
@@ -168,11 +217,12 @@ std::string error_json(const call_error& e) {
 boost::json::object headers_json(const header_list& hs) {
   boost::json::object o;
   for (auto& [k, v] : hs) {
-    auto name = lower(k);
+    auto name = valid_utf8(lower(k));
+    auto value = valid_utf8(v);
     if (auto* prev = o.if_contains(name))
-      *prev = std::string{prev->as_string()} + ", " + v;
+      *prev = std::string{prev->as_string()} + ", " + value;
     else
-      o[name] = v;
+      o[name] = value;
   }
   return o;
 }
@@ -182,7 +232,7 @@ std::string event_json(const client_event& ev) {
   o["event"] = to_string(ev.kind);
   o["request_id"] = ev.request_id;
   o["method"] = ev.method;
-  o["path"] = ev.path;
+  o["path"] = valid_utf8(ev.path);
   o["attempt"] = ev.attempt;
   o["cause"] = ev.cause;
   o["delay_ns"] = ev.delay_ns;
@@ -393,7 +443,22 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
   cmd
     ->add_option("--max-response-bytes", cfg.max_response_bytes,
                  "Cap on the response body, bytes")
-    ->capture_default_str();
+    ->capture_default_str()
+    // CLI11 turns "-1" and out-of-range numbers into a huge size_t (no cap
+    // at all): accept only a decimal number that fits.
+    ->check(CLI::Validator(
+      [](std::string& v) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        auto n = std::strtoull(v.c_str(), &end, 10);
+        if (v.empty() || !std::all_of(v.begin(), v.end(), [](unsigned char c) {
+              return std::isdigit(c);
+            }) || errno == ERANGE || *end != '\0'
+            || n > std::numeric_limits<std::size_t>::max())
+          return "must be a whole number of bytes, got '" + v + "'";
+        return {};
+      },
+      "BYTES"));
   cmd->add_flag("--raw", opts.raw,
                 "Print {\"status\",\"headers\",\"body\"} and exit 0 for any "
                 "HTTP status");
