@@ -6,14 +6,12 @@
 #include "protocol/tls_context.hpp"
 
 #include <caf/actor_cast.hpp>
-#include <caf/mailbox_element.hpp>
-#include <caf/response_promise.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
 #include <caf/weak_intrusive_ptr.hpp>
 
-#include <atomic>
 #include <exception>
 #include <utility>
 
@@ -21,12 +19,12 @@ namespace outbound {
 
 namespace {
 
-/// The io completion of an exchange gave its connection back (sent to the
-/// pool before the answer goes to the requester, so that a request the
-/// answer causes reaches the pool after it). Tagged with the exchange id:
-/// the release of a cancelled exchange finds nothing.
-struct exchange_released {
+/// An io-thread completion, forwarded to the pool actor (the one thing a
+/// completion does, DESIGN.md). Tagged with the exchange id so that the
+/// completion of a cancelled exchange is dropped.
+struct exchange_done {
   uint64_t exchange_id = 0;
+  exchange_result result;
   bool reusable = false;
 };
 
@@ -34,67 +32,19 @@ struct exchange_released {
 
 } // namespace outbound
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::exchange_released)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::exchange_done)
 
 namespace outbound {
 
 namespace {
 
-/// The pool's own interface: the transport port plus the release message
+/// The pool's own interface: the transport port plus the completion message
 /// and a stats query (reachable through an untyped handle in tests).
 using pool_actor = transport_actor::extend<
-  caf::reacts_to<exchange_released>,
-  caf::replies_to<stats_atom>::with<pool_stats>>;
+  caf::reacts_to<exchange_done>, caf::replies_to<stats_atom>::with<pool_stats>>;
 
 using connection_ptr = std::shared_ptr<http_connection>;
-
-/// Who answers one exchange: the io completion (directly to the requester,
-/// from the io thread) or the pool (cancel, termination). Whoever flips
-/// `answered` first answers; the other one stays silent, so the requester
-/// gets exactly one answer. Holds what a caf::response_promise holds except
-/// the pool itself (a promise keeps its actor alive: an idle pool must die
-/// when its last handle goes, whatever exchanges it still tracks).
-struct exchange_ticket {
-  std::atomic<bool> answered{false};
-  /// Read and consumed by the winner of `claim` only.
-  caf::strong_actor_ptr source;
-  caf::mailbox_element::forwarding_stack stages;
-  caf::message_id mid;
-
-  /// Takes over the addressing of `rp` (the request being handled).
-  explicit exchange_ticket(const caf::response_promise& rp)
-    : source(rp.source()), stages(rp.stages()), mid(rp.id()) {
-  }
-
-  /// True for exactly one caller.
-  bool claim() {
-    return !answered.exchange(true, std::memory_order_acq_rel);
-  }
-
-  /// Sends `res` as the answer, as caf::response_promise::deliver does, from
-  /// any thread: `eu` is the caller's execution unit, or null on a non-actor
-  /// thread (the scheduler then picks a worker and wakes it, as for an
-  /// anonymous send). `sender` is the pool. Only after winning `claim`.
-  void answer(caf::strong_actor_ptr sender, exchange_result res,
-              caf::execution_unit* eu) {
-    if (!stages.empty()) {
-      auto next = std::move(stages.back());
-      stages.pop_back();
-      next->enqueue(caf::make_mailbox_element(std::move(source), mid,
-                                              std::move(stages),
-                                              std::move(res)),
-                    eu);
-      return;
-    }
-    if (auto src = std::move(source))
-      src->enqueue(caf::make_mailbox_element(std::move(sender),
-                                             mid.response_id(), {},
-                                             std::move(res)),
-                   eu);
-  }
-};
-
-using ticket_ptr = std::shared_ptr<exchange_ticket>;
+using promise_type = caf::typed_response_promise<exchange_result>;
 
 struct pool_actor_state {
   /// Declared first: destroyed last, after every connection using it.
@@ -102,19 +52,7 @@ struct pool_actor_state {
   std::shared_ptr<tls_context> tls;
   url_parts origin;
   pool_key key;
-  basic_pool_state<connection_ptr, ticket_ptr> pool{0};
-
-  /// The io completion of `id` ran (its answer is out, or was dropped
-  /// because a cancel answered first): keep its connection idle (MRU) if
-  /// reusable and there is room, close it otherwise.
-  void release(uint64_t id, bool reusable) {
-    auto flight = pool.complete(id);
-    if (!flight)
-      return; // cancelled earlier: its connection is closed already
-    auto decision = pool.release(flight->key, flight->conn, reusable);
-    if (decision != release_decision::keep_idle)
-      flight->conn->close();
-  }
+  basic_pool_state<connection_ptr, promise_type> pool{0};
 
   /// Runs when the actor terminates: every connection is closed, every
   /// exchange still in flight is answered.
@@ -124,13 +62,11 @@ struct pool_actor_state {
       c->close();
     for (auto& f : flights) {
       f.conn->close();
-      if (!f.pending->claim())
-        continue; // its io completion answered already
       exchange_result res;
       res.error = transport_error_kind::interrupted;
       res.detail = "connection pool stopped";
       res.request_sent = true; // unknown: assume it may have left
-      f.pending->answer(nullptr, std::move(res), nullptr);
+      f.pending.deliver(std::move(res));
     }
   }
 
@@ -157,7 +93,7 @@ pool_impl(pool_actor::stateful_pointer<pool_actor_state> self,
   st.origin = std::move(origin);
   st.key = pool_key{st.origin.scheme, st.origin.host, st.origin.port,
                     st.tls ? st.tls->identity() : std::string{}};
-  st.pool = basic_pool_state<connection_ptr, ticket_ptr>{max_idle};
+  st.pool = basic_pool_state<connection_ptr, promise_type>{max_idle};
   return {
     [self](http_request& req) -> caf::result<exchange_result> {
       auto& st = self->state;
@@ -185,46 +121,36 @@ pool_impl(pool_actor::stateful_pointer<pool_actor_state> self,
           return error_result(id, transport_error_kind::config, e.what());
         }
       }
-      auto ticket = std::make_shared<exchange_ticket>(
-        self->make_response_promise());
-      st.pool.start(id, st.key, conn, ticket, reused);
+      auto rp = self->make_response_promise<exchange_result>();
+      st.pool.start(id, st.key, conn, rp, reused);
       caf::weak_actor_ptr weak{self->ctrl()};
-      conn->async_exchange(
-        std::move(req), [weak, id, ticket = std::move(ticket)](
-                          exchange_result res, bool reusable) {
-          // On an io thread. Claim the answer first: from now on a cancel
-          // closes the connection but stays silent.
-          bool mine = ticket->claim();
-          auto pool = weak.lock();
-          // The connection goes back first: a request that the answer
-          // causes then reaches the pool after the release.
-          if (pool)
-            caf::anon_send(caf::actor_cast<pool_actor>(pool),
-                           exchange_released{id, reusable});
-          if (mine) {
-            res.exchange_id = id;
-            ticket->answer(std::move(pool), std::move(res), nullptr);
-          }
-        });
-      return caf::delegated<exchange_result>{};
+      conn->async_exchange(std::move(req), [weak, id](exchange_result res,
+                                                      bool reusable) {
+        if (auto strong = weak.lock())
+          caf::anon_send(caf::actor_cast<pool_actor>(strong),
+                         exchange_done{id, std::move(res), reusable});
+      });
+      return rp;
     },
-    [self](exchange_released& rel) {
-      self->state.release(rel.exchange_id, rel.reusable);
+    [self](exchange_done& done) {
+      auto& st = self->state;
+      auto flight = st.pool.complete(done.exchange_id);
+      if (!flight)
+        return; // cancelled earlier: already answered
+      auto decision = st.pool.release(flight->key, flight->conn, done.reusable);
+      if (decision != release_decision::keep_idle)
+        flight->conn->close();
+      done.result.exchange_id = done.exchange_id;
+      flight->pending.deliver(std::move(done.result));
     },
     [self](cancel_atom, uint64_t id) {
       auto& st = self->state;
       auto flight = st.pool.cancel(id);
       if (!flight)
         return; // completed already, or unknown
-      // Never reused, whoever answers: the connection may be stuck
-      // mid-response.
       flight->conn->close();
-      if (!flight->pending->claim())
-        return; // the io completion answered first
-      flight->pending->answer(
-        self->ctrl(),
-        error_result(id, transport_error_kind::timeout, "cancelled", true),
-        self->context());
+      flight->pending.deliver(
+        error_result(id, transport_error_kind::timeout, "cancelled", true));
     },
     [self](stats_atom) {
       auto& st = self->state;

@@ -4,14 +4,6 @@
 // keep-alive HTTP/1.1 connections (plain and TLS) per endpoint and runs each
 // exchange on the io runner. It is the real implementation of the transport
 // port (actors/transport.hpp).
-//
-// The answer of an exchange does not hop through the pool: the io completion
-// sends it straight to the requester (one scheduler wake-up fewer, and the
-// pool's mailbox carries half the traffic), after sending the pool a release
-// message for the connection — so a request that the answer causes always
-// reaches the pool after the release. A per-exchange atomic flag decides who
-// answers when a cancel (or the pool's termination) races the completion:
-// exactly one answer either way; a cancelled connection is never reused.
 
 #include "actors/transport.hpp"
 #include "config/client_config.hpp"

@@ -15,8 +15,7 @@
 //
 // `Conn` is the connection handle (a shared_ptr<http_connection> in the
 // actor, a plain int in tests); `Pending` is what the actor needs to answer
-// the requester (an exchange ticket: the requester's address and the flag
-// that decides whether the io completion or the pool answers).
+// the requester (a response promise).
 
 #include <cstddef>
 #include <cstdint>

@@ -10,7 +10,6 @@
 #include "tests/integration/test_certs.hpp"
 
 #include <caf/actor_system.hpp>
-#include <caf/after.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
@@ -603,40 +602,6 @@ TEST_F(TransportTest, CancelClosesTheConnectionAndAnswersOnce) {
   EXPECT_EQ(s.cancelled, 1u);
   EXPECT_EQ(s.idle, 0u);
   EXPECT_EQ(s.in_flight, 0u);
-}
-
-TEST_F(TransportTest, CancelAfterTheAnswerIsIgnoredAndTheConnectionStaysPooled) {
-  // The io completion answers the requester directly and sends the pool the
-  // connection's release first: a cancel sent after the answer arrived finds
-  // the exchange completed, answers nothing and closes nothing.
-  auto resp = scripted_server::json_response(200, "{}");
-  scripted_server srv{{{step::read_request(), step::send(resp),
-                        step::read_request(), step::send(resp), step::hold()}}};
-  auto pool = make_pool(srv.base_url());
-  caf::scoped_actor self{sys_};
-  auto req = request();
-  auto id = req.exchange_id;
-  exchange_result out;
-  self->request(pool, std::chrono::seconds{15}, req)
-    .receive([&](exchange_result& r) { out = std::move(r); },
-             [&](caf::error& err) { ADD_FAILURE() << sys_.render(err); });
-  ASSERT_TRUE(out.ok()) << describe(out);
-  EXPECT_EQ(out.exchange_id, id);
-  self->send(pool, cancel_atom::value, id);
-  auto s = stats(pool);
-  EXPECT_EQ(s.cancelled, 0u);
-  EXPECT_EQ(s.idle, 1u);
-  EXPECT_EQ(s.in_flight, 0u);
-  // No second answer reaches the requester.
-  bool extra = false;
-  self->receive([&](exchange_result&) { extra = true; },
-                caf::after(std::chrono::milliseconds{100}) >> [] {});
-  EXPECT_FALSE(extra);
-  // The connection is still the pooled one.
-  auto r2 = exchange(pool, request());
-  ASSERT_TRUE(r2.ok()) << describe(r2);
-  EXPECT_FALSE(r2.new_connection);
-  EXPECT_EQ(srv.connections(), 1u);
 }
 
 TEST_F(TransportTest, HeaderWithLineBreakIsRejectedBeforeSending) {
