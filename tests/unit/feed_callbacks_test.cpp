@@ -92,6 +92,18 @@ TEST(FeedCallbacks, EventsReachDetachedCallbacksInOrder) {
   ASSERT_EQ(all.get_future().wait_for(std::chrono::seconds{10}),
             std::future_status::ready);
   caf::scoped_actor self{sys};
+  // The 7th callback has run, but its acknowledgement may still be on its way
+  // to the watcher: the cursor reaches 7 only then. Ask until it does
+  // (bounded), then stop.
+  int64_t cursor = -1;
+  for (int i = 0; i < 200 && cursor != 7; ++i) {
+    self->request(w, std::chrono::seconds{10}, stats_atom_v)
+      .receive([&](const feed_stats& s) { cursor = s.cursor; },
+               [&](const caf::error& e) { ADD_FAILURE() << sys.render(e); });
+    if (cursor != 7)
+      self->receive(caf::after(std::chrono::milliseconds{10}) >> [] {});
+  }
+  EXPECT_EQ(cursor, 7);
   self->request(w, std::chrono::seconds{10}, stop_atom_v)
     .receive([&](const feed_stats& s) { EXPECT_EQ(s.cursor, 7); },
              [&](const caf::error& e) { ADD_FAILURE() << sys.render(e); });
