@@ -1433,3 +1433,33 @@ TEST(HubCli, PrintsTheListeningLineFirstAndExitsZeroOnSigterm) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
+
+TEST(HubCli, ABadHostIsAConfigErrorWithExitTwo) {
+  int err[2];
+  ASSERT_EQ(::pipe(err), 0);
+  auto pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::dup2(err[1], 2);
+    ::close(err[0]);
+    ::close(err[1]);
+    ::execl(OUTBOUND_CLI, OUTBOUND_CLI, "hub", "--host", "localhost",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(err[1]);
+  std::string text;
+  char buf[256];
+  for (ssize_t n; (n = ::read(err[0], buf, sizeof buf)) > 0;)
+    text.append(buf, static_cast<std::size_t>(n));
+  ::close(err[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  auto v = json::parse(text);
+  EXPECT_EQ(v.at("error").as_string(), "config_error");
+  EXPECT_NE(std::string{v.at("detail").as_string()}.find("host"),
+            std::string::npos)
+    << text;
+}

@@ -4,6 +4,9 @@
 
 #include "hub/hub_state.hpp"
 
+#include "config/config_error.hpp"
+#include "hub/hub.hpp"
+
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -274,4 +277,35 @@ TEST(HubState, StateJsonShowsFaultsCountersLedgerAndRing) {
   EXPECT_EQ(o.at("ring").at("capacity").as_uint64(), 1024u);
   EXPECT_EQ(o.at("faults").at("go_silent").as_int64(), 0);
   EXPECT_EQ(o.at("counters").at("publishes").as_uint64(), 1u);
+}
+
+TEST(HubConfig, ValidateNamesTheBadField) {
+  auto field_of = [](hub_config c) -> std::string {
+    try {
+      c.validate();
+    } catch (const config_error& e) {
+      return e.field();
+    }
+    return "";
+  };
+  EXPECT_EQ(field_of({}), "");
+  hub_config c;
+  c.host = "localhost";
+  EXPECT_EQ(field_of(c), "host");
+  c = {};
+  c.replay_limit = 0;
+  EXPECT_EQ(field_of(c), "replay_limit");
+  c = {};
+  c.threads = 0;
+  EXPECT_EQ(field_of(c), "threads");
+  c = {};
+  c.queue_max = 0;
+  EXPECT_EQ(field_of(c), "queue_max");
+  c = {};
+  c.faults.drop_wake_probability = 2.0;
+  EXPECT_EQ(field_of(c), "faults.drop_wake_probability");
+  c = {};
+  c.faults.fragment_bytes = 0;
+  EXPECT_EQ(field_of(c), "faults.fragment_bytes");
+  EXPECT_THROW(hub{c}, config_error);
 }
