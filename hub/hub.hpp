@@ -51,8 +51,9 @@ struct hub_config {
   std::optional<uint64_t> seed;
   /// io threads (>= 1). [1]
   int threads = 1;
-  /// Per-connection send queue of event frames; overflow closes the
-  /// connection with 1013 (try again later). [2048]
+  /// Per-connection send queue of live event frames; overflow closes the
+  /// connection with 1013 (try again later). The hello's catch-up replay
+  /// (at most ring_size frames) is not counted against it. [2048]
   std::size_t queue_max = 2048;
   /// Catch-up client ids remembered (LRU). [65536]
   std::size_t max_clients = 65536;

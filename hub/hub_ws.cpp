@@ -100,6 +100,10 @@ public:
       for (const auto& f : out.replay)
         push_event_locked(f);
     q_.push_back({item_kind::after_hello, nullptr});
+    // The hello and its catch-up replay (bounded by the ring) do not count
+    // against queue_max: a resuming subscriber with a long backlog is owed
+    // that backlog, and only live frames queued behind it may overflow.
+    replay_left_ = q_.size();
     schedule_locked();
   }
 
@@ -107,7 +111,7 @@ public:
     std::lock_guard<std::mutex> lock{qmu_};
     if (dead_ || overflow_)
       return;
-    if (q_.size() >= hub_.cfg.queue_max) {
+    if (q_.size() - replay_left_ >= hub_.cfg.queue_max) {
       overflow_ = true;
       schedule_locked();
       return;
@@ -155,6 +159,7 @@ public:
         std::lock_guard<std::mutex> lock{self->qmu_};
         self->dead_ = true;
         self->q_.clear();
+        self->replay_left_ = 0;
       }
       // Abort the pending read (and write): from now on nothing reads the
       // socket, so nothing answers a ping either. The socket stays open.
@@ -266,9 +271,12 @@ private:
       if (closing_) {
         scheduled_ = false;
         q_.clear();
+        replay_left_ = 0;
       } else if (!q_.empty()) {
         next = std::move(q_.front());
         q_.pop_front();
+        if (replay_left_ > 0)
+          --replay_left_;
       } else if (pending_wake_ > 0 && !dead_) {
         next = {item_kind::text, make(render_wake(pending_wake_))};
         pending_wake_ = 0;
@@ -290,6 +298,7 @@ private:
       std::lock_guard<std::mutex> lock{qmu_};
       dead_ = true;
       q_.clear();
+      replay_left_ = 0;
       scheduled_ = false;
       return;
     }
@@ -298,6 +307,7 @@ private:
         std::lock_guard<std::mutex> lock{qmu_};
         dead_ = true;
         q_.clear();
+        replay_left_ = 0;
       }
       ++hub_.counters.oversized_sent;
       writing_ = true;
@@ -398,6 +408,7 @@ private:
       std::lock_guard<std::mutex> lock{qmu_};
       dead_ = true;
       q_.clear();
+      replay_left_ = 0;
     }
     hub_.on_ws_close(this);
     beast::error_code ec;
@@ -429,6 +440,8 @@ private:
   // Shared with the pushes (qmu_).
   std::mutex qmu_;
   std::deque<item> q_;
+  /// Items at the front of q_ that belong to the hello and its replay.
+  std::size_t replay_left_ = 0;
   int64_t pending_wake_ = 0;
   bool scheduled_ = false;
   bool dead_ = false;

@@ -981,6 +981,45 @@ TEST_F(HubTest, CatchupResumeMidStreamContinuesExactly) {
   EXPECT_FALSE(ws.next(50ms));
 }
 
+// A resuming subscriber is owed its whole catch-up replay even when it is
+// longer than queue_max; only live frames queued behind it may overflow.
+// (CI regression: the replay used to count against queue_max, so the first
+// live event after a long resume closed the connection with 1013.)
+TEST_F(HubTest, ALongCatchupReplayDoesNotCountAgainstTheSendQueue) {
+  hub_config c;
+  c.queue_max = 4;
+  c.ring_size = 1000;
+  c.faults.pad_frames_to = 65536;
+  start(c);
+  json::object sub;
+  sub["client_id"] = "backlog";
+  std::string epoch;
+  {
+    ws_client ws{port(), "/ws/catchup"};
+    ws.subscribe(sub);
+    epoch = std::string{ws.next_json().at("epoch").as_string()};
+  }
+  // 400 frames of 64 KiB: far more than socket buffers hold.
+  constexpr int64_t backlog = 400;
+  for (int64_t i = 0; i < backlog; ++i)
+    hub_->publish("s", "k");
+  ws_client ws{port(), "/ws/catchup"};
+  sub["last_seq"] = 0;
+  sub["epoch"] = epoch;
+  ws.subscribe(sub);
+  auto hello = ws.next_json();
+  EXPECT_FALSE(hello.at("resync").as_bool());
+  // Live events while the replay is still queued: within queue_max.
+  for (int i = 0; i < 3; ++i)
+    hub_->publish("s", "k");
+  for (int64_t expected = 1; expected <= backlog + 3; ++expected) {
+    auto ev = ws.next_json();
+    ASSERT_FALSE(ev.empty()) << "waiting for " << expected;
+    ASSERT_EQ(ev.at("seq").as_int64(), expected);
+  }
+  EXPECT_EQ(state().at("server").at("overflow_closes").to_number<int64_t>(), 0);
+}
+
 // -- fault knobs ------------------------------------------------------------------------
 
 TEST_F(HubTest, DropWakesDropsEveryWakeUntilTurnedOff) {
