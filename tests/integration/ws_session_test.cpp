@@ -100,6 +100,20 @@ private:
   }
 };
 
+/// Every event so far, one per line, for failure messages.
+std::string describe(event_log& log) {
+  std::string out;
+  for (auto& e : log.snapshot()) {
+    out += "\n  event " + std::to_string(static_cast<int>(e.ev.what));
+    if (e.ev.what == kind::message)
+      out += " payload=" + e.ev.payload.substr(0, 80);
+    if (e.ev.what == kind::closed)
+      out += " reason=" + std::to_string(static_cast<int>(e.ev.reason))
+             + " detail=" + e.ev.detail;
+  }
+  return out.empty() ? std::string{" (no events)"} : out;
+}
+
 ws_session::handler handler_of(const std::shared_ptr<event_log>& log) {
   return [log](ws_event ev) { log->push(std::move(ev)); };
 }
@@ -485,15 +499,23 @@ TEST_F(ws_session_test, HostNameIsResolvedAndSentAsHost) {
   scripted_server srv{{{step::read_request(), step::ws_accept(),
                         step::send(text_frame("named")), step::hold()}}};
   auto log = std::make_shared<event_log>();
-  auto s = open(options("http://localhost:" + std::to_string(srv.port())), log);
-  auto m = log->wait_for(kind::message, 2s);
-  ASSERT_TRUE(m);
+  // "localhost" may resolve to ::1 first (nothing listens there: refused,
+  // the next address is tried) — bound generously, and say what happened.
+  auto o = options("http://localhost:" + std::to_string(srv.port()));
+  o.handshake_timeout_ns = 10'000'000'000;
+  auto s = open(o, log);
+  auto m = log->wait_for(kind::message, 12s);
+  ASSERT_TRUE(m) << describe(*log);
   EXPECT_EQ(m->ev.payload, "named");
-  auto* host = find_header(srv.requests().at(0).headers, "Host");
+  // requests() returns a copy: keep it alive while `host` points into it
+  // (CI's ASan run caught the dangling pointer into a temporary).
+  auto requests = srv.requests();
+  ASSERT_FALSE(requests.empty());
+  auto* host = find_header(requests.at(0).headers, "Host");
   ASSERT_NE(host, nullptr);
   EXPECT_EQ(*host, "localhost:" + std::to_string(srv.port()));
   s->close();
-  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s)) << describe(*log);
 }
 
 TEST_F(ws_session_test, SilentUpgradeIsATimeoutAtTheHandshakeBound) {
