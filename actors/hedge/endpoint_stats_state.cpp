@@ -1,0 +1,138 @@
+#include "actors/hedge/endpoint_stats_state.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace outbound {
+
+namespace {
+
+const hedge_config& validated(const hedge_config& cfg) {
+  cfg.validate();
+  return cfg;
+}
+
+} // namespace
+
+endpoint_stats_state::key_state::key_state(const effective_hedge_config& c,
+                                           hedge_time now)
+  : cfg(c),
+    sketch(c.window_duration, now),
+    rate(c.rps_window, now),
+    bucket(c.estimated_rps ? *c.estimated_rps : rps_seed, c.budget_percent,
+           now) {
+}
+
+endpoint_stats_state::endpoint_stats_state(const hedge_config& defaults)
+  : defaults_(validated(defaults)), keys_(defaults.max_keys) {
+}
+
+hedge_plan endpoint_stats_state::plan(const std::string& key,
+                                      const effective_hedge_config& cfg,
+                                      hedge_time now) {
+  auto& k = keys_.get_or_create(key, [&] { return key_state{cfg, now}; });
+  k.cfg = cfg;
+  ++k.stats.total_requests;
+  ++global_.total_requests;
+  ++k.seen;
+  if (cfg.estimated_rps) {
+    k.bucket.set_budget_percent(cfg.budget_percent, *cfg.estimated_rps, now);
+  } else {
+    k.rate.record(now);
+    k.bucket.set_budget_percent(cfg.budget_percent, k.rate.rps(now), now);
+  }
+  hedge_plan p;
+  if (cfg.hedge_delay) {
+    p.delay = *cfg.hedge_delay;
+    p.hardcoded = true;
+  } else if (k.seen <= static_cast<uint64_t>(cfg.warmup_requests)) {
+    p.delay = cfg.warmup_delay;
+    p.warmup = true;
+  } else {
+    auto q = k.sketch.quantile(cfg.percentile, now);
+    if (q && *q > 0.0 && std::isfinite(*q)) {
+      p.delay = *q;
+    } else {
+      p.delay = cfg.warmup_delay;
+      p.warmup = true;
+    }
+  }
+  if (p.warmup) {
+    ++k.stats.warmup_requests;
+    ++global_.warmup_requests;
+  }
+  p.delay = std::max(p.delay, cfg.min_delay);
+  return p;
+}
+
+bool endpoint_stats_state::try_take_token(const std::string& key,
+                                          hedge_time now) {
+  auto* k = keys_.touch(key);
+  if (!k)
+    return false;
+  if (k->bucket.try_take(now)) {
+    ++k->stats.hedged_requests;
+    ++global_.hedged_requests;
+    return true;
+  }
+  ++k->stats.budget_exhausted;
+  ++global_.budget_exhausted;
+  return false;
+}
+
+void endpoint_stats_state::count_circuit_blocked(const std::string& key) {
+  ++global_.circuit_blocked;
+  if (auto* k = keys_.peek(key))
+    ++k->stats.circuit_blocked;
+}
+
+bool endpoint_stats_state::observe(const std::string& key, double latency,
+                                   call_health h, hedge_time now) {
+  auto* k = keys_.touch(key);
+  if (!k)
+    return false;
+  k->sketch.insert(latency, now);
+  if (is_failure(h, k->cfg.breaker.treat_5xx_as_failure)) {
+    ++k->stats.errors;
+    ++global_.errors;
+  }
+  return true;
+}
+
+void endpoint_stats_state::record_race(const std::string& key, bool hedged,
+                                       bool hedge_won) {
+  if (!hedged)
+    return;
+  auto* k = keys_.peek(key);
+  auto& w = hedge_won ? global_.hedge_wins : global_.primary_wins;
+  ++w;
+  if (k)
+    ++(hedge_won ? k->stats.hedge_wins : k->stats.primary_wins);
+}
+
+std::optional<double>
+endpoint_stats_state::latency_quantile(const std::string& key, double q,
+                                       hedge_time now) {
+  auto* k = keys_.peek(key);
+  if (!k)
+    return std::nullopt;
+  return k->sketch.quantile(q, now);
+}
+
+std::optional<hedge_stats_snapshot>
+endpoint_stats_state::snapshot(const std::string& key) const {
+  auto* k = keys_.peek(key);
+  if (!k)
+    return std::nullopt;
+  return k->stats;
+}
+
+std::optional<double> endpoint_stats_state::tokens(const std::string& key,
+                                                   hedge_time now) {
+  auto* k = keys_.peek(key);
+  if (!k)
+    return std::nullopt;
+  return k->bucket.tokens(now);
+}
+
+} // namespace outbound

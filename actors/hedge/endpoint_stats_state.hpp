@@ -1,0 +1,141 @@
+#pragma once
+
+// Per-key hedging state (issue 4 item 2; httpx-hedged transport.py,
+// _stats.py, _rate.py, budget/_token_bucket.py): for every key (an
+// "endpoint:<name>" or a "host:<host[:port]>") a windowed latency sketch, a
+// rolling RPS estimate, a hedge token bucket and the counters; at most
+// hedge_config::max_keys keys, the least recently used evicted first (a
+// hostile set of keys cannot grow memory). The global counters are kept
+// separately and survive evictions.
+//
+// One request's life, as the call actor will drive it:
+//   plan(key, cfg, now)              every request: counts it, the delay
+//   [delay passes, primary not done; breaker gate allowed, else
+//    count_circuit_blocked(key)]
+//   try_take_token(key, now)         the budget gate (false: not hedged)
+//   record_race(key, hedged, hedge_won)   when a hedge was fired
+//   observe(key, latency, health, now)    the winner's latency and health
+//
+// Pure: time is an argument; no clock is read.
+
+#include "actors/hedge/ddsketch.hpp"
+#include "actors/hedge/hedge_types.hpp"
+#include "actors/hedge/lru_map.hpp"
+#include "actors/hedge/rolling_rate.hpp"
+#include "actors/hedge/token_bucket.hpp"
+#include "config/hedge_config.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace outbound {
+
+/// The answer to "how long to wait before hedging this request?".
+struct hedge_plan {
+  /// Seconds to wait for the primary before hedging (>= min_delay).
+  double delay = 0.0;
+  /// The delay is the warmup delay (the key has seen <= warmup_requests
+  /// requests, or the sketch had no usable estimate).
+  bool warmup = false;
+  /// The delay is the endpoint's hardcoded hedge_delay.
+  bool hardcoded = false;
+};
+
+/// Counters of one key or of all keys (httpx-hedged StatsSnapshot).
+struct hedge_stats_snapshot {
+  /// Requests planned.
+  uint64_t total_requests = 0;
+  /// Hedges sent (every gate passed: a token was taken).
+  uint64_t hedged_requests = 0;
+  /// Races with a hedge that the hedge / the primary won.
+  uint64_t hedge_wins = 0;
+  uint64_t primary_wins = 0;
+  /// Hedges not sent because the bucket was empty.
+  uint64_t budget_exhausted = 0;
+  /// Requests planned with the warmup delay.
+  uint64_t warmup_requests = 0;
+  /// Hedges not sent because a breaker was open.
+  uint64_t circuit_blocked = 0;
+  /// Observed calls that failed (failure, or 5xx under
+  /// treat_5xx_as_failure).
+  uint64_t errors = 0;
+};
+
+/// The per-key state (see the header comment).
+class endpoint_stats_state {
+public:
+  /// Validates `defaults` (throws config_error naming `hedge.*`); its
+  /// max_keys bounds the keys.
+  explicit endpoint_stats_state(const hedge_config& defaults);
+
+  /// Counts a request of `key` (creating its state with `cfg`, an
+  /// effective config from resolve()) and returns its hedge delay:
+  /// hardcoded hedge_delay if set; else warmup_delay while the key has seen
+  /// <= warmup_requests requests; else the sketch's `percentile` quantile
+  /// (warmup_delay when there is none or it is not > 0); always floored at
+  /// min_delay. With no estimated_rps the request also feeds the rolling
+  /// RPS and the bucket's rate follows it (seeded with 100 rps, like
+  /// httpx-hedged).
+  hedge_plan plan(const std::string& key, const effective_hedge_config& cfg,
+                  hedge_time now);
+
+  /// The budget gate: takes one hedge token of `key`. True: the hedge goes
+  /// out (hedged_requests +1). False: budget_exhausted +1, or `key` is
+  /// not tracked (plan it first; evicted meanwhile) — nothing counted.
+  bool try_take_token(const std::string& key, hedge_time now);
+
+  /// A hedge of `key` was not sent because a breaker was open.
+  void count_circuit_blocked(const std::string& key);
+
+  /// The winner's latency (seconds from the request's start) and health.
+  /// The sketch records every latency (hardcoded endpoints too); errors +1
+  /// on a failure. False (nothing recorded) if `key` is not tracked.
+  bool observe(const std::string& key, double latency, call_health h,
+               hedge_time now);
+
+  /// The race of a `key` request ended; counts hedge_wins / primary_wins
+  /// when `hedged`.
+  void record_race(const std::string& key, bool hedged, bool hedge_won);
+
+  /// The `q` quantile of `key`'s latency window in seconds; nullopt when
+  /// the key is not tracked or has no sample in its window.
+  std::optional<double> latency_quantile(const std::string& key, double q,
+                                         hedge_time now);
+
+  /// Counters of `key`; nullopt if not tracked.
+  std::optional<hedge_stats_snapshot> snapshot(const std::string& key) const;
+
+  /// Counters over every key ever tracked (evicted ones included).
+  const hedge_stats_snapshot& global_snapshot() const {
+    return global_;
+  }
+
+  /// Keys tracked now (<= max_keys).
+  std::size_t size() const {
+    return keys_.size();
+  }
+
+  /// Hedge tokens of `key` at `now`; nullopt if not tracked (tests).
+  std::optional<double> tokens(const std::string& key, hedge_time now);
+
+  /// The RPS seed of an auto-estimated key's bucket. [100]
+  static constexpr double rps_seed = 100.0;
+
+private:
+  struct key_state {
+    key_state(const effective_hedge_config& c, hedge_time now);
+    effective_hedge_config cfg;
+    windowed_sketch sketch;
+    rolling_rate rate;
+    token_bucket bucket;
+    uint64_t seen = 0;
+    hedge_stats_snapshot stats;
+  };
+
+  hedge_config defaults_;
+  lru_map<key_state> keys_;
+  hedge_stats_snapshot global_;
+};
+
+} // namespace outbound

@@ -1,0 +1,73 @@
+#pragma once
+
+// Rolling requests-per-second estimate of one key (issue 4 item 2;
+// httpx-hedged _rate.py): counts in a current and a previous window of W
+// seconds, rotated lazily like windowed_sketch (elapsed < W: none;
+// [W, 2W): current → previous, new window starts at `now`; >= 2W: both
+// cleared), and
+//
+//   rps = (previous × max(0, 1 − elapsed/W) + current) / W
+//
+// where elapsed is the time since the current window started: the previous
+// window's weight fades linearly as the current one fills (the sliding
+// window approximation of rate limiters, e.g. Cloudflare's).
+//
+// Pure: time is an argument; no clock is read.
+
+#include "actors/hedge/hedge_types.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace outbound {
+
+/// Rolling RPS estimate (see the header comment).
+class rolling_rate {
+public:
+  /// `window` in seconds (> 0; the caller validates), starting at `start`.
+  rolling_rate(double window, hedge_time start)
+    : window_(window), start_(start) {
+  }
+
+  /// Counts `n` requests at `now`.
+  void record(hedge_time now, uint64_t n = 1) {
+    rotate(now);
+    current_ += n;
+  }
+
+  /// Requests per second as of `now`.
+  double rps(hedge_time now) {
+    rotate(now);
+    const double elapsed = seconds_between(start_, now);
+    const double weight = std::max(0.0, 1.0 - elapsed / window_);
+    return (static_cast<double>(previous_) * weight
+            + static_cast<double>(current_))
+           / window_;
+  }
+
+  /// The lazy rotation.
+  void rotate(hedge_time now) {
+    const double elapsed = seconds_between(start_, now);
+    if (elapsed < window_)
+      return;
+    previous_ = elapsed < 2.0 * window_ ? current_ : 0;
+    current_ = 0;
+    start_ = now;
+  }
+
+  uint64_t current() const {
+    return current_;
+  }
+
+  uint64_t previous() const {
+    return previous_;
+  }
+
+private:
+  double window_;
+  hedge_time start_;
+  uint64_t current_ = 0;
+  uint64_t previous_ = 0;
+};
+
+} // namespace outbound
