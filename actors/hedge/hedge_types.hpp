@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 namespace outbound {
 
@@ -43,6 +44,15 @@ inline const char* to_string(call_health h) {
 inline bool is_failure(call_health h, bool treat_5xx_as_failure) {
   return h == call_health::failure
          || (h == call_health::server_error && treat_5xx_as_failure);
+}
+
+/// Hedge eligibility (httpx-hedged, "Race and cancel"): only GET, HEAD and
+/// OPTIONS (exact, upper-case) without a body are hedged — a second copy of
+/// anything else could duplicate a side effect, and a body may not be
+/// replayable.
+inline bool is_hedgeable(const std::string& method, bool has_body) {
+  return !has_body
+         && (method == "GET" || method == "HEAD" || method == "OPTIONS");
 }
 
 /// The two breaker tiers.

@@ -97,3 +97,14 @@ TEST(RollingRate, RotatesExactlyAtTheBoundary) {
   EXPECT_EQ(s.previous(), 0u);
   EXPECT_DOUBLE_EQ(s.rps(t0 + seconds(20)), 0.0);
 }
+
+TEST(HedgeEligibility, OnlyBodilessGetHeadOptions) {
+  EXPECT_TRUE(is_hedgeable("GET", false));
+  EXPECT_TRUE(is_hedgeable("HEAD", false));
+  EXPECT_TRUE(is_hedgeable("OPTIONS", false));
+  EXPECT_FALSE(is_hedgeable("GET", true));
+  EXPECT_FALSE(is_hedgeable("POST", false));
+  EXPECT_FALSE(is_hedgeable("PUT", false));
+  EXPECT_FALSE(is_hedgeable("DELETE", false));
+  EXPECT_FALSE(is_hedgeable("get", false));
+}

@@ -1,0 +1,82 @@
+#include "actors/hedge/endpoint_stats.hpp"
+
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+namespace outbound {
+
+namespace {
+
+struct endpoint_stats_actor_state {
+  std::optional<endpoint_stats_state> stats;
+  std::vector<hedge_hook_actor> subscribers;
+};
+
+using self_ptr
+  = endpoint_stats_actor::stateful_pointer<endpoint_stats_actor_state>;
+
+endpoint_stats_actor::behavior_type endpoint_stats_impl(self_ptr self,
+                                                        hedge_config cfg) {
+  self->state.stats.emplace(cfg);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& subs = self->state.subscribers;
+    subs.erase(std::remove_if(subs.begin(), subs.end(),
+                              [&](const hedge_hook_actor& s) {
+                                return s.address() == dm.source;
+                              }),
+               subs.end());
+  });
+  return {
+    [self](hedge_plan_request& r) {
+      return self->state.stats->plan(r.key, r.config, self->clock().now());
+    },
+    [self](hedge_token_request& r) {
+      bool ok = self->state.stats->try_take_token(r.key, self->clock().now());
+      if (ok)
+        for (auto& s : self->state.subscribers)
+          self->send(s, hedge_fired{r.key});
+      return ok;
+    },
+    [self](hedge_observation& o) {
+      self->state.stats->observe(o.key, o.latency, o.health,
+                                 self->clock().now());
+    },
+    [self](hedge_race_result& r) {
+      self->state.stats->record_race(r.key, r.hedged, r.hedge_won);
+    },
+    [self](hedge_circuit_blocked& b) {
+      self->state.stats->count_circuit_blocked(b.key);
+    },
+    [self](latency_quantile_request& r) {
+      return latency_quantile_reply{
+        self->state.stats->latency_quantile(r.key, r.q, self->clock().now())};
+    },
+    [self](hedge_stats_request& r) {
+      return hedge_stats_reply{self->state.stats->snapshot(r.key)};
+    },
+    [self](hedge_global_stats_request&) {
+      return self->state.stats->global_snapshot();
+    },
+    [self](hedge_subscribe& s) {
+      if (!s.subscriber)
+        return;
+      self->monitor(s.subscriber);
+      self->state.subscribers.push_back(std::move(s.subscriber));
+    },
+  };
+}
+
+} // namespace
+
+endpoint_stats_actor spawn_endpoint_stats(caf::actor_system& sys,
+                                          const hedge_config& cfg) {
+  cfg.validate();
+  return sys.spawn(endpoint_stats_impl, cfg);
+}
+
+} // namespace outbound

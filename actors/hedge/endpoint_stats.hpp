@@ -1,0 +1,44 @@
+#pragma once
+
+// The endpoint_stats actor (issue 4 items 2 and 6): a thin wrapper over
+// endpoint_stats_state, one per client. Time is the actor clock (virtual
+// time on the test coordinator). Grants of a hedge token are announced to
+// the hook subscribers as hedge_fired(key).
+
+#include "actors/hedge/hedge_messages.hpp"
+#include "config/hedge_config.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+namespace outbound {
+
+/// Typed interface of the endpoint_stats actor.
+///
+/// - `hedge_plan_request -> hedge_plan`: counts a request, its hedge delay.
+/// - `hedge_token_request -> bool`: the budget gate (true: the hedge goes
+///   out; hedge_fired is sent to the subscribers).
+/// - `hedge_observation`: the winner's latency and health.
+/// - `hedge_race_result`: hedge_wins / primary_wins.
+/// - `hedge_circuit_blocked`: circuit_blocked +1.
+/// - `latency_quantile_request -> latency_quantile_reply`.
+/// - `hedge_stats_request -> hedge_stats_reply`,
+///   `hedge_global_stats_request -> hedge_stats_snapshot`.
+/// - `hedge_subscribe`: adds a hook subscriber.
+using endpoint_stats_actor = caf::typed_actor<
+  caf::replies_to<hedge_plan_request>::with<hedge_plan>,
+  caf::replies_to<hedge_token_request>::with<bool>,
+  caf::reacts_to<hedge_observation>, caf::reacts_to<hedge_race_result>,
+  caf::reacts_to<hedge_circuit_blocked>,
+  caf::replies_to<latency_quantile_request>::with<latency_quantile_reply>,
+  caf::replies_to<hedge_stats_request>::with<hedge_stats_reply>,
+  caf::replies_to<hedge_global_stats_request>::with<hedge_stats_snapshot>,
+  caf::reacts_to<hedge_subscribe>>;
+
+/// Spawns the actor for the transport defaults `cfg` (max_keys bounds its
+/// keys). Throws config_error naming the bad `hedge.*` field.
+endpoint_stats_actor spawn_endpoint_stats(caf::actor_system& sys,
+                                          const hedge_config& cfg);
+
+} // namespace outbound
