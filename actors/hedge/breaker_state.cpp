@@ -42,8 +42,12 @@ const char* to_string(hedge_gate g) {
 
 // -- breaker_state ------------------------------------------------------------
 
-breaker_state::breaker_state(const breaker_config& cfg, hedge_time start)
-  : cfg_(cfg), window_start_(start), opened_at_(start) {
+breaker_state::breaker_state(const breaker_config& cfg, hedge_time start,
+                             uint64_t first_generation)
+  : cfg_(cfg),
+    window_start_(start),
+    opened_at_(start),
+    generation_(first_generation) {
 }
 
 void breaker_state::rotate(hedge_time now) {
@@ -170,15 +174,19 @@ breaker_registry::breaker_registry(const hedge_config& cfg)
 }
 
 breaker_state& breaker_registry::host(const std::string& key, hedge_time now) {
-  return hosts_.get_or_create(key,
-                              [&] { return breaker_state{cfg_.breaker, now}; });
+  return hosts_.get_or_create(key, [&] {
+    next_generation_base_ += uint64_t{1} << 32;
+    return breaker_state{cfg_.breaker, now, next_generation_base_};
+  });
 }
 
 breaker_state& breaker_registry::endpoint(const std::string& key,
                                           const breaker_config& cfg,
                                           hedge_time now) {
-  return endpoints_.get_or_create(key,
-                                  [&] { return breaker_state{cfg, now}; });
+  return endpoints_.get_or_create(key, [&] {
+    next_generation_base_ += uint64_t{1} << 32;
+    return breaker_state{cfg, now, next_generation_base_};
+  });
 }
 
 breaker_gate_result

@@ -98,7 +98,11 @@ struct breaker_snapshot {
 class breaker_state {
 public:
   /// `cfg` validated by the caller; the first window starts at `start`.
-  breaker_state(const breaker_config& cfg, hedge_time start);
+  /// Permit generations start after `first_generation` (a registry gives
+  /// each breaker it creates a disjoint range, so a permit of an evicted
+  /// breaker never matches its successor).
+  breaker_state(const breaker_config& cfg, hedge_time start,
+                uint64_t first_generation = 0);
 
   /// May a hedge go out at `now`? Moves OPEN → HALF_OPEN lazily when the
   /// cooldown is over.
@@ -247,6 +251,8 @@ private:
                           hedge_time now);
 
   hedge_config cfg_;
+  /// The generation range of the next breaker created (steps of 2^32).
+  uint64_t next_generation_base_ = 0;
   lru_map<breaker_state> hosts_;
   lru_map<breaker_state> endpoints_;
 };

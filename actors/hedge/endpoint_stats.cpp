@@ -62,6 +62,9 @@ endpoint_stats_actor::behavior_type endpoint_stats_impl(self_ptr self,
     [self](hedge_global_stats_request&) {
       return self->state.stats->global_snapshot();
     },
+    [self](hedge_all_stats_request&) {
+      return hedge_all_stats_reply{self->state.stats->all_snapshots()};
+    },
     [self](hedge_subscribe& s) {
       if (!s.subscriber)
         return;

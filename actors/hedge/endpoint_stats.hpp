@@ -24,7 +24,8 @@ namespace outbound {
 /// - `hedge_circuit_blocked`: circuit_blocked +1.
 /// - `latency_quantile_request -> latency_quantile_reply`.
 /// - `hedge_stats_request -> hedge_stats_reply`,
-///   `hedge_global_stats_request -> hedge_stats_snapshot`.
+///   `hedge_global_stats_request -> hedge_stats_snapshot`,
+///   `hedge_all_stats_request -> hedge_all_stats_reply` (every key).
 /// - `hedge_subscribe`: adds a hook subscriber.
 using endpoint_stats_actor = caf::typed_actor<
   caf::replies_to<hedge_plan_request>::with<hedge_plan>,
@@ -34,6 +35,7 @@ using endpoint_stats_actor = caf::typed_actor<
   caf::replies_to<latency_quantile_request>::with<latency_quantile_reply>,
   caf::replies_to<hedge_stats_request>::with<hedge_stats_reply>,
   caf::replies_to<hedge_global_stats_request>::with<hedge_stats_snapshot>,
+  caf::replies_to<hedge_all_stats_request>::with<hedge_all_stats_reply>,
   caf::reacts_to<hedge_subscribe>>;
 
 /// Spawns the actor for the transport defaults `cfg` (max_keys bounds its

@@ -127,6 +127,15 @@ endpoint_stats_state::snapshot(const std::string& key) const {
   return k->stats;
 }
 
+std::vector<std::pair<std::string, hedge_stats_snapshot>>
+endpoint_stats_state::all_snapshots() const {
+  std::vector<std::pair<std::string, hedge_stats_snapshot>> out;
+  out.reserve(keys_.size());
+  for (auto& [key, k] : keys_.entries())
+    out.emplace_back(key, k.stats);
+  return out;
+}
+
 std::optional<double> endpoint_stats_state::tokens(const std::string& key,
                                                    hedge_time now) {
   auto* k = keys_.peek(key);

@@ -28,6 +28,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace outbound {
 
@@ -105,6 +107,10 @@ public:
 
   /// Counters of `key`; nullopt if not tracked.
   std::optional<hedge_stats_snapshot> snapshot(const std::string& key) const;
+
+  /// Counters of every tracked key, most recently used first.
+  std::vector<std::pair<std::string, hedge_stats_snapshot>>
+  all_snapshots() const;
 
   /// Counters over every key ever tracked (evicted ones included).
   const hedge_stats_snapshot& global_snapshot() const {

@@ -17,6 +17,8 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace outbound {
 
@@ -107,6 +109,14 @@ struct hedge_stats_reply {
 /// Counters over every key → hedge_stats_snapshot.
 struct hedge_global_stats_request {};
 
+/// Counters of every tracked key → hedge_all_stats_reply.
+struct hedge_all_stats_request {};
+
+struct hedge_all_stats_reply {
+  /// (key, counters), most recently used first.
+  std::vector<std::pair<std::string, hedge_stats_snapshot>> keys;
+};
+
 // -- breaker --------------------------------------------------------------------
 
 /// The breaker gate of one hedge → breaker_gate_result. `endpoint_breaker`
@@ -166,6 +176,8 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_stats_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_stats_reply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_stats_snapshot)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_global_stats_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_all_stats_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_all_stats_reply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::breaker_allow_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::breaker_gate_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::breaker_record)

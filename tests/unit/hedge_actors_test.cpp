@@ -104,6 +104,13 @@ TEST_F(HedgeActors, StatsActorPlansFromTheLearnedPercentile) {
   ASSERT_TRUE(s && s->stats);
   EXPECT_EQ(s->stats->total_requests, 21u);
   EXPECT_EQ(s->stats->warmup_requests, 20u);
+  ask<hedge_plan>(st, hedge_plan_request{"host:h", eff()});
+  auto all = ask<hedge_all_stats_reply>(st, hedge_all_stats_request{});
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->keys.size(), 2u);
+  EXPECT_EQ(all->keys[0].first, "host:h"); // most recently used first
+  EXPECT_EQ(all->keys[1].first, "endpoint:x");
+  EXPECT_EQ(all->keys[1].second.total_requests, 21u);
   auto none = ask<hedge_stats_reply>(st, hedge_stats_request{"endpoint:y"});
   ASSERT_TRUE(none);
   EXPECT_FALSE(none->stats);

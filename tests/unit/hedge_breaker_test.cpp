@@ -281,6 +281,29 @@ TEST(BreakerRegistry, KeysAreLruBounded) {
   EXPECT_FALSE(r.snapshot(breaker_scope::host, "host:h0", t0));
 }
 
+TEST(BreakerRegistry, PermitOfAnEvictedBreakerDoesNotTouchItsSuccessor) {
+  hedge_config cfg;
+  cfg.breaker = small_breaker();
+  cfg.max_keys = 1;
+  breaker_registry r{cfg};
+  auto trip_and_probe = [&](hedge_time at) {
+    for (int i = 0; i < 4; ++i)
+      r.record("host:a", "host:a", cfg.breaker, call_health::failure, at);
+    return r.allow_hedge("host:a", "host:a", cfg.breaker, at + seconds(10));
+  };
+  auto old = trip_and_probe(t0);
+  ASSERT_EQ(old.gate, hedge_gate::allowed);
+  // host:b evicts host:a in both tiers; host:a comes back as a new breaker.
+  r.record("host:b", "host:b", cfg.breaker, call_health::success, t0);
+  auto now = t0 + seconds(20);
+  auto fresh = trip_and_probe(now);
+  ASSERT_EQ(fresh.gate, hedge_gate::allowed);
+  r.release(old.permit); // stale: must not give back fresh's permit
+  EXPECT_EQ(r.snapshot(breaker_scope::host, "host:a", now)->permits_out, 1);
+  EXPECT_EQ(r.snapshot(breaker_scope::endpoint, "host:a", now)->permits_out,
+            1);
+}
+
 TEST(BreakerRegistry, RejectsABadConfigByField) {
   hedge_config cfg;
   cfg.breaker.half_open_max_trial = 0;
