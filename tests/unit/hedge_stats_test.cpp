@@ -224,3 +224,25 @@ TEST(HedgeStats, RejectsABadConfigByField) {
     EXPECT_EQ(e.field(), "hedge.warmup_delay");
   }
 }
+
+TEST(HedgeStats, Case11SmallSampleQuantilesThroughTheEstimator) {
+  // hedging.md case 11, through the per-key estimator behind the delay.
+  endpoint_stats_state st{hedge_config{}};
+  st.plan("k", eff(), t0);
+  for (double x : {0.010, 0.020, 0.030, 0.040})
+    st.observe("k", x, call_health::success, t0);
+  EXPECT_NEAR(*st.latency_quantile("k", 0.6, t0), 0.030, 0.030 * 0.01);
+  EXPECT_EQ(*st.latency_quantile("k", 0.0, t0), 0.010);
+  EXPECT_EQ(*st.latency_quantile("k", 1.0, t0), 0.040);
+  st.plan("one", eff(), t0);
+  st.observe("one", 0.028, call_health::success, t0);
+  for (double q : {0.5, 0.95, 1.0})
+    EXPECT_EQ(*st.latency_quantile("one", q, t0), 0.028) << q;
+  // And as the learned delay (warmup over): p60 of the four samples.
+  endpoint_config ep;
+  ep.warmup_requests = 0;
+  ep.percentile = 0.6;
+  auto p = st.plan("k", eff(ep), t0);
+  EXPECT_FALSE(p.warmup);
+  EXPECT_NEAR(p.delay, 0.030, 0.030 * 0.01);
+}
