@@ -70,6 +70,8 @@ void feed_config::validate() const {
     throw config_error("client_id", "contains a control character");
   if (max_pending_frames == 0)
     throw config_error("max_pending_frames", "must be >= 1");
+  if (max_pending_frame_bytes == 0)
+    throw config_error("max_pending_frame_bytes", "must be >= 1");
   require_name(fields.events, "fields.events");
   require_name(fields.cursor, "fields.cursor");
   require_name(fields.reset, "fields.reset");

@@ -82,6 +82,11 @@ struct feed_config {
   /// closes the session (backpressure: catchup resumes from the last
   /// delivered seq, ephemeral resets) (>= 1). [4096]
   std::size_t max_pending_frames = 4096;
+  /// The same bound in bytes (the sum of the queued messages' payload
+  /// sizes), so that a hub sending large frames to a slow subscriber
+  /// cannot make the watcher hold max_pending_frames x ws_max_frame_bytes
+  /// (>= 1). [64 MiB]
+  std::size_t max_pending_frame_bytes = 64u * 1024u * 1024u;
   /// Field and parameter names.
   feed_fields fields;
 

@@ -92,7 +92,8 @@ parsed_message parse_message(std::string_view payload,
   return m;
 }
 
-parsed_page parse_page(const json::value& body, const feed_fields& fields) {
+parsed_page parse_page(const json::value& body, const feed_fields& fields,
+                       std::size_t max_events) {
   parsed_page p;
   if (!body.is_object())
     return p;
@@ -100,7 +101,15 @@ parsed_page parse_page(const json::value& body, const feed_fields& fields) {
   p.summary.is_object = true;
   auto ev = o.find(fields.events);
   if (ev != o.end() && ev->value().is_array()) {
-    p.events = ev->value().get_array();
+    auto& all = ev->value().get_array();
+    auto n = all.size();
+    if (n > max_events) {
+      n = max_events;
+      p.summary.over_limit = true;
+    }
+    p.events.reserve(n);
+    for (std::size_t i = 0; i < n; ++i)
+      p.events.push_back(all[i]);
     p.summary.ids.reserve(p.events.size());
     for (auto& e : p.events) {
       if (e.is_object())

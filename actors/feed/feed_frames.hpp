@@ -69,8 +69,12 @@ struct parsed_page {
 /// Reads a replay response body per `fields`: a non-object is a bad page;
 /// a missing or non-array events field reads as no events; a missing or
 /// non-integer cursor reads as absent; reset is true only for `true`.
+/// Only the first `max_events` events are kept (the limit the replay asked
+/// for; more sets `over_limit`), so a hostile page cannot make the watcher
+/// queue more than one page's worth of deliveries. [no cut]
 parsed_page parse_page(const boost::json::value& body,
-                       const feed_fields& fields);
+                       const feed_fields& fields,
+                       std::size_t max_events = static_cast<std::size_t>(-1));
 
 /// The replay call: GET replay_path with after=`after`, limit, one prefix
 /// parameter per prefix, then the extra parameters.

@@ -72,6 +72,8 @@ struct delivery {
   /// A reset whose acknowledgement completes the connect of this session
   /// ("connected flips true only after the resync was delivered").
   uint64_t connect_session = 0;
+  /// In-frame event: the payload size counted in frames_bytes.
+  std::size_t bytes = 0;
   feed_event ev;
   feed_reset rs;
 };
@@ -111,6 +113,7 @@ struct watcher_state {
   std::deque<delivery> queue;
   bool delivering = false;
   std::size_t frames_queued = 0;
+  std::size_t frames_bytes = 0;
   uint64_t poll_token = 0;
   uint64_t frame_resets = 0;
   feed_stats counters;
@@ -210,7 +213,8 @@ void on_page(self_ptr self, const call_outcome& o) {
     after_drain(self, st.drain->on_fetch_failed());
     return;
   }
-  auto page = parse_page(o.body, st.cfg.fields);
+  auto page = parse_page(o.body, st.cfg.fields,
+                         static_cast<std::size_t>(st.drain->limit()));
   auto plan = st.drain->on_page(page.summary);
   st.page_active = true;
   st.page_outstanding = 0;
@@ -283,8 +287,10 @@ void on_delivered(self_ptr self, bool ok) {
   auto d = std::move(st.queue.front());
   st.queue.pop_front();
   st.delivering = false;
-  if (!d.ledger)
+  if (!d.ledger) {
     --st.frames_queued;
+    st.frames_bytes -= d.bytes;
+  }
   if (d.is_reset) {
     if (!ok)
       ++st.counters.reset_callback_errors;
@@ -351,9 +357,12 @@ void enqueue_frame_reset(self_ptr self, const frame_reset_info& info,
   ++st.frame_resets;
 }
 
-void enqueue_frame_event(self_ptr self, parsed_message& m) {
+void enqueue_frame_event(self_ptr self, parsed_message& m,
+                         std::size_t bytes) {
   auto& st = self->state;
   delivery d;
+  d.bytes = bytes;
+  st.frames_bytes += bytes;
   d.ev.mode = st.neg->mode();
   d.ev.seq = m.frame.seq;
   d.ev.event = std::move(m.json);
@@ -422,7 +431,13 @@ void on_hello(self_ptr self, parsed_message& m) {
   }
 }
 
-void on_frame(self_ptr self, parsed_message& m) {
+/// A backlog of in-frame deliveries over either bound.
+bool frames_over(const watcher_state& st, std::size_t frames,
+                 std::size_t bytes) {
+  return st.frames_queued > frames || st.frames_bytes > bytes;
+}
+
+void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
   auto& st = self->state;
   auto r = st.neg->on_frame(m.frame);
   switch (r.decision) {
@@ -431,14 +446,14 @@ void on_frame(self_ptr self, parsed_message& m) {
         act(self, st.drain->on_wake(m.frame.wake_cursor));
       break;
     case frame_decision::deliver:
-      enqueue_frame_event(self, m);
+      enqueue_frame_event(self, m, bytes);
       break;
     case frame_decision::duplicate:
     case frame_decision::ignore:
       break;
     case frame_decision::reset_then_deliver:
       enqueue_frame_reset(self, *r.reset, nullptr, true);
-      enqueue_frame_event(self, m);
+      enqueue_frame_event(self, m, bytes);
       break;
     case frame_decision::reset:
       enqueue_frame_reset(self, *r.reset, nullptr,
@@ -446,7 +461,8 @@ void on_frame(self_ptr self, parsed_message& m) {
       break;
   }
   pump(self);
-  if (st.frames_queued > st.cfg.max_pending_frames
+  if (frames_over(st, st.cfg.max_pending_frames,
+                  st.cfg.max_pending_frame_bytes)
       && st.phase == ws_phase::open) {
     // Backpressure: stop reading; catchup resumes from last_seq (every
     // queued event is still delivered), ephemeral resets.
@@ -495,7 +511,7 @@ void on_ws_event(self_ptr self, ws_event& ev) {
       if (m.is_hello)
         on_hello(self, m);
       else
-        on_frame(self, m);
+        on_frame(self, m, ev.payload.size());
       break;
     }
     case ws_event::kind::activity:
@@ -631,7 +647,8 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
       auto& st = self->state;
       if (token != st.reconnect_token || st.phase != ws_phase::backoff)
         return;
-      if (st.frames_queued > st.cfg.max_pending_frames / 2) {
+      if (frames_over(st, st.cfg.max_pending_frames / 2,
+                      st.cfg.max_pending_frame_bytes / 2)) {
         schedule_reconnect(self); // still draining the backlog
         return;
       }

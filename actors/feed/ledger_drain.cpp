@@ -60,24 +60,65 @@ page_plan ledger_drain::on_page(const page_summary& page) {
   page_count_ = page.ids.size();
   page_cursor_ = page.cursor;
   page_bad_ = !page.is_object;
+  page_over_limit_ = page.over_limit;
+  // Ids above the cursor must not go backward: a page that does has lost
+  // the ledger's order, and neither delivering it (a reorder) nor skipping
+  // the lower ids (a silent loss) is sound. Equal ids are one event.
+  // Events without an id can only be passed by the page cursor: when
+  // neither an id nor the cursor moves past the start, delivering them
+  // would deliver them again on every tick.
+  bool repeated = false;
+  if (!page_bad_) {
+    auto high = page_start_;
+    bool unpositioned = false;
+    for (auto& id : page.ids) {
+      if (!id) {
+        unpositioned = true;
+        continue;
+      }
+      if (*id <= page_start_)
+        continue;
+      if (*id < high) {
+        page_bad_ = true;
+        break;
+      }
+      repeated = repeated || *id == high;
+      high = *id;
+    }
+    bool progress = high > page_start_
+                    || (!page.over_limit && page.cursor
+                        && *page.cursor > page_start_);
+    if (unpositioned && !progress)
+      page_bad_ = true;
+  }
   if (page_bad_) {
     ++drain_errors_;
     plan.verdict = page_verdict::bad_page;
     return plan;
+  }
+  if (repeated || page.over_limit) {
+    ++drain_errors_;
+    plan.anomaly = true;
   }
   if (page.reset && last_reset_cursor_ != page_start_) {
     last_reset_cursor_ = page_start_;
     ++resets_;
     plan.reset = true;
     plan.reset_from = page_start_;
+    // The first id says where the kept range starts (nothing lost when it
+    // is start + 1); without ids, the page cursor.
+    bool has_id = false;
     for (auto& id : page.ids) {
       if (id) {
-        if (*id - 1 > page_start_)
+        has_id = true;
+        // (id > start first: id - 1 cannot overflow then.)
+        if (*id > page_start_ && *id - 1 > page_start_)
           plan.reset_to = *id - 1;
         break;
       }
     }
-    if (!plan.reset_to && page.cursor && *page.cursor > page_start_)
+    if (!has_id && page.cursor && *page.cursor > page_start_
+        && !page.over_limit)
       plan.reset_to = page.cursor;
   }
   auto high = page_start_;
@@ -101,9 +142,10 @@ void ledger_drain::on_event_delivered(std::optional<int64_t> id) {
 drain_next ledger_drain::on_page_done() {
   if (page_bad_)
     return finish();
-  if (page_cursor_ && *page_cursor_ > cursor_)
+  // The cursor of a page cut at the limit covers events not delivered.
+  if (!page_over_limit_ && page_cursor_ && *page_cursor_ > cursor_)
     cursor_ = *page_cursor_;
-  if (page_count_ < static_cast<std::size_t>(limit_))
+  if (!page_over_limit_ && page_count_ < static_cast<std::size_t>(limit_))
     return finish();
   if (cursor_ == page_start_) {
     // A full page that did not move the cursor would loop hot.

@@ -54,13 +54,20 @@ struct page_summary {
   std::optional<int64_t> cursor;
   /// The below-retention flag.
   bool reset = false;
+  /// The events array held more entries than the limit asked for; `ids`
+  /// (and the actor's events) keep only the first `limit` of them.
+  bool over_limit = false;
 };
 
 /// What a page means.
 enum class page_verdict : uint8_t {
   /// Deliver `reset` (if set), then the events at `deliver`, in order.
   deliver,
-  /// Not an object: drain_errors + 1, nothing delivered, cursor untouched.
+  /// Not an object; or ids above the cursor that go backward (the order
+  /// of the ledger is broken: delivering would reorder or lose events); or
+  /// events without an id on a page that moves the cursor neither by an id
+  /// nor by its cursor (they would come again on every tick): drain_errors
+  /// + 1, nothing delivered, cursor untouched.
   bad_page,
 };
 
@@ -72,12 +79,16 @@ struct page_plan {
   /// reset: the cursor the watcher had (events after it were lost).
   int64_t reset_from = 0;
   /// reset: the new floor; events in (reset_from, reset_to] are gone. From
-  /// the first event's id - 1, else the page cursor; nullopt if neither
-  /// says.
+  /// the first event's id - 1 (nullopt when that is not above reset_from),
+  /// else (no event has an id) the page cursor; nullopt if neither says.
   std::optional<int64_t> reset_to;
   /// Indices into the page's events array, in delivery order (events whose
   /// id is not above the cursor are skipped: never delivered twice).
   std::vector<std::size_t> deliver;
+  /// The page repeated an id above the cursor, or held more events than
+  /// the limit: delivered (once each, the first `limit`), and drain_errors
+  /// + 1 so that the server's fault is seen.
+  bool anomaly = false;
 };
 
 /// What the actor does when a page has been handled or a fetch failed.
@@ -126,7 +137,10 @@ public:
   drain_action on_redrain_timer(uint64_t id);
 
   /// The fetched page arrived. Call on_event_delivered for each delivered
-  /// event, then on_page_done.
+  /// event, then on_page_done. A page over the limit (`over_limit`) is
+  /// served as a full page of its first `limit` events: its cursor is
+  /// ignored and the next page starts after the last delivered id, so no
+  /// event past the cut is skipped.
   page_plan on_page(const page_summary& page);
 
   /// One event of the current page was delivered: the cursor moves to its
@@ -200,6 +214,7 @@ private:
   std::size_t page_count_ = 0;
   std::optional<int64_t> page_cursor_;
   bool page_bad_ = false;
+  bool page_over_limit_ = false;
   /// Cursor at which the last reset fired.
   std::optional<int64_t> last_reset_cursor_;
   uint64_t drain_errors_ = 0;

@@ -85,7 +85,11 @@ hello_result mode_negotiator::on_hello(const hello_info& h) {
       return res;
     case feed_mode::catchup: {
       bool epoch_changed = h.epoch && epoch_ && *h.epoch != *epoch_;
-      if (h.resync || epoch_changed) {
+      // A hub that says resume with a head below what it already sent
+      // contradicts itself (its seq went backward in one epoch): resuming
+      // would drop its next events as duplicates. Reset instead.
+      bool went_back = h.seq && last_seq_ && *h.seq < *last_seq_;
+      if (h.resync || epoch_changed || went_back) {
         res.decision = hello_decision::catchup_reset;
         res.reset = make_reset(epoch_changed ? reset_cause::epoch_changed
                                              : reset_cause::resync,

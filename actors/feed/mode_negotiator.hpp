@@ -76,7 +76,8 @@ enum class hello_decision : uint8_t {
   ledger,
   /// catchup, same epoch, hub says resume: no reset.
   catchup_resume,
-  /// catchup resync (hub says so, or the epoch changed): one reset.
+  /// catchup resync (hub says so, the epoch changed, or a resume hello's
+  /// seq is below last_seq): one reset.
   catchup_reset,
   /// ephemeral: one reset (every hello).
   ephemeral_reset,

@@ -1,0 +1,368 @@
+// Hostile-server attacks on the feed watcher's pure state machines (issue 3
+// review): replay pages out of order, duplicated, over the limit, with
+// absurd cursors and ids; catchup hellos whose seq goes backward; frames
+// with absurd seqs. The rule: a hostile peer gets a counted drain error or a
+// typed reset, never a lost, duplicated or reordered event, never a silently
+// skipped gap, never undefined behaviour (run under UBSan by test.sh).
+
+#include "actors/feed/feed_config.hpp"
+#include "actors/feed/feed_frames.hpp"
+#include "actors/feed/ledger_drain.hpp"
+#include "actors/feed/mode_negotiator.hpp"
+
+#include <boost/json/parse.hpp>
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+using namespace outbound;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr int64_t i64max = std::numeric_limits<int64_t>::max();
+constexpr int64_t i64min = std::numeric_limits<int64_t>::min();
+
+page_summary page(std::vector<std::optional<int64_t>> ids,
+                  std::optional<int64_t> cursor, bool reset = false) {
+  page_summary p;
+  p.is_object = true;
+  p.ids = std::move(ids);
+  p.cursor = cursor;
+  p.reset = reset;
+  return p;
+}
+
+struct page_result {
+  page_plan plan;
+  drain_next next;
+  std::vector<int64_t> got;
+};
+
+page_result run_page(ledger_drain& d, const page_summary& p) {
+  page_result r;
+  r.plan = d.on_page(p);
+  for (auto i : r.plan.deliver) {
+    d.on_event_delivered(p.ids[i]);
+    r.got.push_back(p.ids[i] ? *p.ids[i] : -1);
+  }
+  r.next = d.on_page_done();
+  return r;
+}
+
+} // namespace
+
+// -- replay pages -----------------------------------------------------------------
+
+TEST(FeedHostileDrain, IdsGoingBackwardAboveTheCursorAreABadPage) {
+  ledger_drain d{0, 10, 30s};
+  d.request(drain_trigger::start);
+  // Delivering 3 then skipping 1 and 2 would lose them silently;
+  // delivering 3, 1, 2 would reorder: the page is refused.
+  auto r = run_page(d, page({3, 1, 2}, 3));
+  EXPECT_EQ(r.plan.verdict, page_verdict::bad_page);
+  EXPECT_TRUE(r.got.empty());
+  EXPECT_EQ(r.next.what, drain_next::kind::idle);
+  EXPECT_EQ(d.cursor(), 0) << "the cursor is untouched";
+  EXPECT_EQ(d.drain_errors(), 1u);
+  EXPECT_EQ(d.resets(), 0u);
+  // The next tick gets a sound page and delivers everything.
+  d.request(drain_trigger::poll);
+  r = run_page(d, page({1, 2, 3}, 3));
+  EXPECT_EQ(r.got, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(d.cursor(), 3);
+  EXPECT_EQ(d.drain_errors(), 1u);
+}
+
+TEST(FeedHostileDrain, BackwardIdsInAResetPageFireNoReset) {
+  ledger_drain d{0, 10, 30s};
+  d.request(drain_trigger::start);
+  auto r = run_page(d, page({9, 8}, 9, true));
+  EXPECT_EQ(r.plan.verdict, page_verdict::bad_page);
+  EXPECT_FALSE(r.plan.reset);
+  EXPECT_EQ(d.resets(), 0u);
+  EXPECT_EQ(d.drain_errors(), 1u);
+}
+
+TEST(FeedHostileDrain, OldIdsBelowTheCursorAreSkippedWithoutAnError) {
+  // A server that answers after= inclusively, or repeats old events: they
+  // were delivered before, so skipping them loses nothing.
+  ledger_drain d{5, 10, 30s};
+  d.request(drain_trigger::start);
+  auto r = run_page(d, page({3, 5, 6, 4, 7}, 7));
+  EXPECT_EQ(r.plan.verdict, page_verdict::deliver);
+  EXPECT_EQ(r.got, (std::vector<int64_t>{6, 7}));
+  EXPECT_EQ(d.cursor(), 7);
+  EXPECT_EQ(d.drain_errors(), 0u);
+}
+
+TEST(FeedHostileDrain, RepeatedIdIsDeliveredOnceAndCounted) {
+  ledger_drain d{0, 10, 30s};
+  d.request(drain_trigger::start);
+  auto r = run_page(d, page({1, 2, 2, 2, 3}, 3));
+  EXPECT_EQ(r.plan.verdict, page_verdict::deliver);
+  EXPECT_TRUE(r.plan.anomaly);
+  EXPECT_EQ(r.got, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(d.cursor(), 3);
+  EXPECT_EQ(d.drain_errors(), 1u) << "one per page, not per duplicate";
+}
+
+TEST(FeedHostileDrain, PageOverTheLimitIsCutAndItsCursorIgnored) {
+  // The actor keeps only `limit` events (parse_page) and flags the page.
+  ledger_drain d{0, 3, 30s};
+  d.request(drain_trigger::start);
+  auto p = page({1, 2, 3}, 1000);
+  p.over_limit = true;
+  auto r = run_page(d, p);
+  EXPECT_TRUE(r.plan.anomaly);
+  EXPECT_EQ(r.got, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(d.cursor(), 3) << "the page cursor covers events never seen";
+  EXPECT_EQ(r.next.what, drain_next::kind::fetch) << "served as a full page";
+  EXPECT_EQ(d.drain_errors(), 1u);
+  r = run_page(d, page({4, 5}, 5));
+  EXPECT_EQ(r.got, (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(r.next.what, drain_next::kind::idle);
+  EXPECT_EQ(d.drain_errors(), 1u);
+}
+
+TEST(FeedHostileDrain, ParsePageKeepsOnlyTheLimit) {
+  std::string body = R"({"events":[)";
+  for (int i = 1; i <= 1000; ++i)
+    body += (i > 1 ? "," : "") + std::string{R"({"id":)"} + std::to_string(i)
+            + "}";
+  body += R"(],"cursor":5000})";
+  auto p = parse_page(boost::json::parse(body), feed_fields{}, 10);
+  EXPECT_TRUE(p.summary.over_limit);
+  ASSERT_EQ(p.events.size(), 10u);
+  ASSERT_EQ(p.summary.ids.size(), 10u);
+  EXPECT_EQ(p.summary.ids.back(), 10);
+  auto q = parse_page(boost::json::parse(body), feed_fields{}, 1000);
+  EXPECT_FALSE(q.summary.over_limit);
+  EXPECT_EQ(q.events.size(), 1000u);
+}
+
+TEST(FeedHostileDrain, AbsurdIdsAndCursorsAreNeverUndefinedBehaviour) {
+  // INT64_MIN as the first id of a reset page: `id - 1` must not overflow.
+  ledger_drain d{0, 10, 30s};
+  d.request(drain_trigger::start);
+  auto r = run_page(d, page({i64min, 1}, i64min, true));
+  EXPECT_TRUE(r.plan.reset);
+  EXPECT_EQ(r.plan.reset_from, 0);
+  EXPECT_EQ(r.plan.reset_to, std::nullopt);
+  EXPECT_EQ(r.got, (std::vector<int64_t>{1}));
+  EXPECT_EQ(d.cursor(), 1);
+  // A negative page cursor never moves the cursor backward.
+  d.request(drain_trigger::poll);
+  r = run_page(d, page({}, -5));
+  EXPECT_EQ(d.cursor(), 1);
+  // INT64_MAX as an id is delivered once; the cursor saturates there.
+  d.request(drain_trigger::poll);
+  r = run_page(d, page({2, i64max}, i64max, true));
+  EXPECT_EQ(r.got, (std::vector<int64_t>{2, i64max}));
+  EXPECT_EQ(r.plan.reset_to, std::nullopt)
+    << "the first id says nothing was lost (not the page cursor's range)";
+  EXPECT_EQ(d.cursor(), i64max);
+  d.request(drain_trigger::poll);
+  r = run_page(d, page({i64max, i64max}, i64max));
+  EXPECT_TRUE(r.got.empty()) << "never twice";
+}
+
+TEST(FeedHostileDrain, ResetOnEveryPageFiresOncePerPosition) {
+  ledger_drain d{0, 2, 30s};
+  d.request(drain_trigger::start);
+  std::vector<int64_t> got;
+  for (int i = 0; i < 3; ++i) {
+    auto r = run_page(d, page({2 * i + 1, 2 * i + 2}, 2 * i + 2, true));
+    EXPECT_TRUE(r.plan.reset) << i;
+    got.insert(got.end(), r.got.begin(), r.got.end());
+  }
+  EXPECT_EQ(got, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(d.resets(), 3u);
+  // The same position again (a short page): not fired a second time.
+  auto r = run_page(d, page({}, 6, true));
+  EXPECT_TRUE(r.plan.reset);
+  d.request(drain_trigger::poll);
+  r = run_page(d, page({}, 6, true));
+  EXPECT_FALSE(r.plan.reset);
+  EXPECT_EQ(d.resets(), 4u);
+}
+
+TEST(FeedHostileDrain, UnreachableWakeTargetDecaysToTheCap) {
+  // A wake cursor of 2^63-1 can never be reached: the re-drain backs off
+  // to max(3 s, poll_interval) instead of pinning the loop at the floor.
+  ledger_drain d{0, 10, 1s};
+  d.on_wake(i64max);
+  auto r = run_page(d, page({1}, 1));
+  std::vector<feed_duration> delays;
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_EQ(r.next.what, drain_next::kind::redrain);
+    delays.push_back(r.next.delay);
+    ASSERT_EQ(d.on_redrain_timer(r.next.redrain_id), drain_action::fetch);
+    r = run_page(d, page({}, 1));
+  }
+  std::vector<feed_duration> want{50ms,   100ms,  200ms, 400ms, 800ms,
+                                  1600ms, 3000ms, 3000ms, 3000ms, 3000ms};
+  EXPECT_EQ(delays, want);
+  // The same absurd target again restores nothing.
+  d.on_wake(i64max);
+  r = run_page(d, page({}, 1));
+  EXPECT_EQ(r.next.delay, 3000ms);
+  // A negative target is below the cursor: no re-drain at all.
+  ledger_drain e{0, 10, 1s};
+  e.on_wake(-1);
+  EXPECT_EQ(run_page(e, page({}, 0)).next.what, drain_next::kind::idle);
+}
+
+TEST(FeedHostileDrain, NonIntegerCursorsAndIdsReadAsAbsent) {
+  auto body = boost::json::parse(
+    R"({"events":[{"id":1.5},{"id":"2"},{"id":18446744073709551615},
+                  {"id":null},{"id":[3]},7,{"id":4}],
+        "cursor":"9","reset":"true"})");
+  auto p = parse_page(body, feed_fields{});
+  ASSERT_EQ(p.summary.ids.size(), 7u);
+  for (std::size_t i = 0; i < 6; ++i)
+    EXPECT_EQ(p.summary.ids[i], std::nullopt) << i;
+  EXPECT_EQ(p.summary.ids[6], 4);
+  EXPECT_EQ(p.summary.cursor, std::nullopt);
+  EXPECT_FALSE(p.summary.reset) << "only the JSON true is a reset";
+  auto big = parse_page(boost::json::parse(R"({"cursor":9223372036854775808})"),
+                        feed_fields{});
+  EXPECT_EQ(big.summary.cursor, std::nullopt) << "beyond int64";
+  auto neg = parse_page(
+    boost::json::parse(R"({"cursor":-9223372036854775808})"), feed_fields{});
+  EXPECT_EQ(neg.summary.cursor, i64min);
+  auto wrong = parse_page(boost::json::parse(R"({"events":{"id":1}})"),
+                          feed_fields{});
+  EXPECT_TRUE(wrong.summary.is_object);
+  EXPECT_TRUE(wrong.summary.ids.empty()) << "events not an array: none";
+}
+
+// -- frames and hellos --------------------------------------------------------------
+
+TEST(FeedHostileFrames, DeepOrMalformedMessagesAreNotJsonNeverACrash) {
+  std::string deep(100000, '[');
+  EXPECT_EQ(parse_message(deep, "cursor").frame.type, frame_type::not_json);
+  std::string deep_obj;
+  for (int i = 0; i < 10000; ++i)
+    deep_obj += R"({"a":)";
+  EXPECT_EQ(parse_message(deep_obj, "cursor").frame.type,
+            frame_type::not_json);
+  EXPECT_EQ(parse_message("\xff\xfe", "cursor").frame.type,
+            frame_type::not_json);
+  EXPECT_EQ(parse_message("", "cursor").frame.type, frame_type::not_json);
+  auto m = parse_message(R"({"type":"wake","cursor":1e300})", "cursor");
+  EXPECT_EQ(m.frame.type, frame_type::wake);
+  EXPECT_EQ(m.frame.wake_cursor, std::nullopt);
+  auto h = parse_message(R"({"type":"hello","mode":7,"seq":"3","epoch":5})",
+                         "cursor");
+  ASSERT_TRUE(h.is_hello);
+  EXPECT_EQ(h.hello.mode, "");
+  EXPECT_EQ(h.hello.seq, std::nullopt);
+  EXPECT_EQ(h.hello.epoch, std::nullopt);
+}
+
+TEST(FeedHostileFrames, CatchupResumeHelloWithSeqGoingBackwardIsAReset) {
+  mode_negotiator n{false};
+  n.on_open();
+  hello_info h;
+  h.mode = "catchup";
+  h.resync = true;
+  h.seq = 0;
+  h.epoch = "e1";
+  n.on_hello(h);
+  frame_info f;
+  f.type = frame_type::event;
+  for (int64_t s = 1; s <= 10; ++s) {
+    f.seq = s;
+    ASSERT_EQ(n.on_frame(f).decision, frame_decision::deliver);
+  }
+  // Same epoch, "resume", but the head is 4: the hub's seq went backward.
+  // Resuming would drop its next events 5..10 as duplicates (a silent gap).
+  n.on_open();
+  h.resync = false;
+  h.seq = 4;
+  auto r = n.on_hello(h);
+  EXPECT_EQ(r.decision, hello_decision::catchup_reset);
+  ASSERT_TRUE(r.reset);
+  EXPECT_EQ(r.reset->cause, reset_cause::resync);
+  EXPECT_EQ(r.reset->last_seq, 10);
+  EXPECT_EQ(r.reset->new_seq, 4);
+  EXPECT_EQ(n.last_seq(), 4);
+  f.seq = 5;
+  EXPECT_EQ(n.on_frame(f).decision, frame_decision::deliver);
+  // A resume at exactly last_seq is a resume.
+  n.on_open();
+  h.seq = 5;
+  EXPECT_EQ(n.on_hello(h).decision, hello_decision::catchup_resume);
+}
+
+TEST(FeedHostileFrames, EpochChangingOnEveryHelloIsAResetEachTime) {
+  mode_negotiator n{false};
+  int resets = 0;
+  for (int i = 0; i < 5; ++i) {
+    n.on_open();
+    hello_info h;
+    h.mode = "catchup";
+    h.seq = 3;
+    h.epoch = "e" + std::to_string(i);
+    h.resync = false;
+    auto r = n.on_hello(h);
+    if (r.decision == hello_decision::catchup_reset)
+      ++resets;
+  }
+  // The first hello has nothing to compare with (and the hub says resume
+  // with last_seq unknown: nothing was received, nothing can be lost).
+  EXPECT_EQ(resets, 4);
+}
+
+TEST(FeedHostileFrames, CatchupSeqZeroNegativeAndDuplicates) {
+  mode_negotiator n{false};
+  n.on_open();
+  hello_info h;
+  h.mode = "catchup";
+  h.resync = true;
+  h.epoch = "e";
+  n.on_hello(h); // no seq in the hello: last_seq stays unknown
+  EXPECT_EQ(n.last_seq(), std::nullopt);
+  frame_info f;
+  f.type = frame_type::event;
+  std::vector<frame_decision> got;
+  for (int64_t s : std::vector<int64_t>{0, -1, 0, 2, 2, 1, i64max, i64min,
+                                       i64max}) {
+    f.seq = s;
+    got.push_back(n.on_frame(f).decision);
+  }
+  using fd = frame_decision;
+  EXPECT_EQ(got, (std::vector<fd>{fd::deliver, fd::duplicate, fd::duplicate,
+                                  fd::deliver, fd::duplicate, fd::duplicate,
+                                  fd::deliver, fd::duplicate, fd::duplicate}));
+  EXPECT_EQ(n.last_seq(), i64max);
+}
+
+TEST(FeedHostileDrain, EventsWithoutIdsThatCannotMoveTheCursorAreABadPage) {
+  ledger_drain d{4, 10, 30s};
+  d.request(drain_trigger::start);
+  // No id, no cursor: delivering them would repeat them on every tick.
+  auto r = run_page(d, page({std::nullopt, std::nullopt}, std::nullopt));
+  EXPECT_EQ(r.plan.verdict, page_verdict::bad_page);
+  EXPECT_TRUE(r.got.empty());
+  EXPECT_EQ(d.drain_errors(), 1u);
+  // Only old ids and a stale cursor: the same.
+  d.request(drain_trigger::poll);
+  r = run_page(d, page({3, std::nullopt}, 4));
+  EXPECT_EQ(r.plan.verdict, page_verdict::bad_page);
+  EXPECT_EQ(d.drain_errors(), 2u);
+  // A page cursor past the start positions them (a cursor-only service).
+  d.request(drain_trigger::poll);
+  r = run_page(d, page({std::nullopt, std::nullopt}, 6));
+  EXPECT_EQ(r.plan.verdict, page_verdict::deliver);
+  EXPECT_EQ(r.got, (std::vector<int64_t>{-1, -1}));
+  EXPECT_EQ(d.cursor(), 6);
+  // So does an id after them.
+  d.request(drain_trigger::poll);
+  r = run_page(d, page({std::nullopt, 7}, std::nullopt));
+  EXPECT_EQ(r.got, (std::vector<int64_t>{-1, 7}));
+  EXPECT_EQ(d.cursor(), 7);
+  EXPECT_EQ(d.drain_errors(), 2u);
+}
