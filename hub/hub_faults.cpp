@@ -163,8 +163,15 @@ std::optional<std::string> set_knob(hub_faults& f, const std::string& key,
     return set_size(f.empty_continuations, key, v, 0);
   if (key == "non_json_frames")
     return set_count(f.non_json_frames, key, v);
-  if (key == "pad_frames_to")
+  if (key == "pad_frames_to") {
+    // Padding builds the whole frame: a size beyond any test's need would
+    // throw out of an io thread on the next frame (64 MiB is 8x the
+    // watcher's default frame cap).
+    constexpr int64_t max_pad = int64_t{64} * 1024 * 1024;
+    if (auto n = as_int(v); n && *n > max_pad)
+      return bad(key, "an integer in [0, 67108864]");
     return set_size(f.pad_frames_to, key, v, 0);
+  }
   if (key == "restart_every") {
     auto d = as_number(v);
     if (!d || !(*d >= 0.0) || !std::isfinite(*d))

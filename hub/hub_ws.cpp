@@ -251,7 +251,13 @@ private:
     }
     if (is_json_ping(text)) {
       std::lock_guard<std::mutex> lock{qmu_};
-      q_.push_back({item_kind::text, make(pong_frame())});
+      // Pongs count against queue_max like live events: a client that
+      // pings without reading the answers is a slow consumer (1013), not a
+      // way to grow the queue without bound.
+      if (q_.size() - replay_left_ >= hub_.cfg.queue_max)
+        overflow_ = true;
+      else
+        q_.push_back({item_kind::text, make(pong_frame())});
       schedule_locked();
     }
     do_read();
