@@ -62,6 +62,10 @@ struct call_request {
   /// request_raw semantics: definitive HTTP statuses are returned in the
   /// outcome instead of as errors.
   bool raw = false;
+  /// Hedging clients only: key this call by the registered endpoint of this
+  /// name, bypassing route matching. An unknown name fails the call with a
+  /// config_error before anything is sent (never a fallback). [none]
+  std::optional<std::string> hedge_endpoint;
 };
 
 /// The answer to a call_request: a value or a call_error.

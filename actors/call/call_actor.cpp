@@ -43,12 +43,48 @@ struct call_state {
   std::string request_id;
   std::optional<retry_state> retry;
   retry_time start;
-  /// Number of the current send (attempts, redials and local retries); the
-  /// stale-id of timers and transport answers.
+  /// Number of the latest send (attempts, redials, local retries and
+  /// hedges); the stale-id of timers and transport answers.
   uint64_t send_id = 0;
-  uint64_t exchange_id = 0;
-  bool in_flight = false;
   int attempt = 0;
+
+  /// One request on the wire: the attempt's primary or its hedge.
+  struct leg {
+    uint64_t send_id = 0;
+    uint64_t exchange_id = 0;
+    bool in_flight = false;
+    /// Ended with a retryable failure while the other leg still ran.
+    bool failed = false;
+    retry_time sent_at;
+  };
+  leg primary;
+  leg hedge;
+
+  // -- hedging (ctx->hedging set and the call eligible) --------------------
+  /// The call races a hedge in each attempt.
+  bool hedgeable = false;
+  /// The call's stats key ("endpoint:<name>" / "host:<host>:<port>") and
+  /// the host key of the breakers' host tier.
+  std::string key;
+  std::string host_key;
+  const effective_hedge_config* hcfg = nullptr;
+  /// The key's hedge delay once the endpoint_stats actor answered.
+  std::optional<std::chrono::nanoseconds> hedge_delay;
+  /// Current attempt; hedge timers and gate replies of older ones are
+  /// stale.
+  uint64_t attempt_token = 0;
+  /// The gates of this attempt started (at most one hedge per attempt).
+  bool hedge_tried = false;
+  /// The half-open permit of the hedge sent in this attempt.
+  std::optional<hedge_permit> permit;
+  /// Gate requests not answered yet; the actor quits only at zero.
+  int gates_pending = 0;
+  /// Latency of the last attempt's winner (seconds from its start).
+  double winner_latency = 0.0;
+  /// End of the current attempt's time budget (a hedge gets what is left).
+  retry_time primary_deadline;
+  /// x-retry-count of the current attempt.
+  int retry_count = 0;
 
   static inline const char* name = "outbound.call";
 };
@@ -118,15 +154,45 @@ int64_t latency_ns(self_ptr self) {
     .count();
 }
 
+// The health of a finished call for the error counters and the breakers.
+call_health health_of(const call_outcome& o) {
+  if (o.status >= 500)
+    return call_health::server_error;
+  if (o.status > 0)
+    return call_health::success;
+  return call_health::failure;
+}
+
+void maybe_quit(self_ptr self) {
+  auto& st = self->state;
+  if (st.done && st.gates_pending == 0)
+    self->quit();
+}
+
+// Feeds the winner's latency and the call's health to the hedging actors
+// (the winner only: a cancelled loser is never observed).
+void record_health(self_ptr self, const call_outcome& o) {
+  auto& st = self->state;
+  const auto& h = st.ctx->hedging;
+  if (!h || st.key.empty())
+    return;
+  auto health = health_of(o);
+  if (st.hedgeable)
+    self->send(h->stats, hedge_observation{st.key, st.winner_latency, health});
+  self->send(h->breakers, breaker_record{st.host_key, st.key,
+                                         st.hcfg->breaker, health});
+}
+
 void deliver(self_ptr self, call_outcome o) {
   auto& st = self->state;
   if (st.done)
     return;
   st.done = true;
+  record_health(self, o);
   redact(st.ctx->cfg, o.error.detail);
   redact(st.ctx->cfg, o.error.location);
   st.rp.deliver(std::move(o));
-  self->quit();
+  maybe_quit(self);
 }
 
 void finish_error(self_ptr self, call_error e) {
@@ -270,11 +336,83 @@ void act(self_ptr self, const retry_step& step, http_response* resp) {
   }
 }
 
+// The leg a transport answer belongs to; null when stale.
+call_state::leg* find_leg(self_ptr self, uint64_t send_id) {
+  auto& st = self->state;
+  if (st.done)
+    return nullptr;
+  if (st.primary.in_flight && st.primary.send_id == send_id)
+    return &st.primary;
+  if (st.hedge.in_flight && st.hedge.send_id == send_id)
+    return &st.hedge;
+  return nullptr;
+}
+
+// True if `r` ends a race: a response the retry policy would not retry.
+bool definitive(self_ptr self, const exchange_result& r) {
+  auto& st = self->state;
+  if (r.error != transport_error_kind::none)
+    return false;
+  return !st.retry->idempotent()
+         || !st.ctx->cfg.retry.retryable_status(r.response.status);
+}
+
+void cancel_leg(self_ptr self, call_state::leg& l) {
+  auto& st = self->state;
+  if (!l.in_flight)
+    return;
+  l.in_flight = false;
+  self->send(st.ctx->transport, cancel_atom_v, l.exchange_id);
+}
+
+// The attempt's race is over: `winner` answered (or failed last). Settles
+// the race counters and the breaker permit, and stops the hedge timer.
+void end_attempt(self_ptr self, const call_state::leg& winner,
+                 call_health health) {
+  auto& st = self->state;
+  ++st.attempt_token;
+  st.winner_latency = std::chrono::duration<double>(self->clock().now()
+                                                    - st.primary.sent_at)
+                        .count();
+  const auto& h = st.ctx->hedging;
+  if (!h || st.hedge.send_id == 0)
+    return;
+  bool hedge_won = &winner == &st.hedge;
+  const auto& loser = hedge_won ? st.primary : st.hedge;
+  // A race where both legs failed has no winner to count.
+  if (!loser.failed)
+    self->send(h->stats, hedge_race_result{st.key, true, hedge_won});
+  if (st.permit) {
+    if (hedge_won)
+      self->send(h->breakers, breaker_complete{std::move(*st.permit), health});
+    else
+      self->send(h->breakers, breaker_release{std::move(*st.permit)});
+    st.permit.reset();
+  }
+}
+
+call_health health_of(const exchange_result& r) {
+  if (r.error != transport_error_kind::none)
+    return call_health::failure;
+  return r.response.status >= 500 ? call_health::server_error
+                                  : call_health::success;
+}
+
 void on_result(self_ptr self, uint64_t send_id, exchange_result& r) {
   auto& st = self->state;
-  if (st.done || !st.in_flight || send_id != st.send_id)
-    return; // stale: a later send is current
-  st.in_flight = false;
+  auto* l = find_leg(self, send_id);
+  if (!l)
+    return; // stale: a later send is current, or the leg was cancelled
+  l->in_flight = false;
+  auto& other = l == &st.primary ? st.hedge : st.primary;
+  if (other.in_flight) {
+    if (!definitive(self, r)) {
+      l->failed = true;
+      return; // the other leg may still succeed: let it run
+    }
+    cancel_leg(self, other);
+  }
+  end_attempt(self, *l, health_of(r));
   auto step = st.retry->on_result(r, self->clock().now(),
                                   st.ctx->wall_clock(), st.rng);
   act(self, step, &r.response);
@@ -282,20 +420,30 @@ void on_result(self_ptr self, uint64_t send_id, exchange_result& r) {
 
 void on_failure(self_ptr self, uint64_t send_id, const caf::error& err) {
   auto& st = self->state;
-  if (st.done || !st.in_flight || send_id != st.send_id)
+  auto* l = find_leg(self, send_id);
+  if (!l)
     return;
-  st.in_flight = false;
-  retry_step step;
-  if (err == caf::sec::request_timeout) {
+  l->in_flight = false;
+  auto& other = l == &st.primary ? st.hedge : st.primary;
+  bool timed_out = err == caf::sec::request_timeout;
+  if (timed_out) {
     // A timed-out connection may be stuck mid-response: the transport must
     // close it, never pool it again. A late answer is dropped by CAF.
-    self->send(st.ctx->transport, cancel_atom_v, st.exchange_id);
+    self->send(st.ctx->transport, cancel_atom_v, l->exchange_id);
+  }
+  if (other.in_flight) {
+    l->failed = true;
+    return; // the other leg may still answer
+  }
+  end_attempt(self, *l, call_health::failure);
+  retry_step step;
+  if (timed_out) {
     step = st.retry->on_attempt_timeout(self->clock().now(), st.rng);
   } else {
     // The transport actor is gone or refused the message: a broken exchange
     // whose request may have left.
     exchange_result r;
-    r.exchange_id = st.exchange_id;
+    r.exchange_id = l->exchange_id;
     r.error = transport_error_kind::interrupted;
     r.request_sent = true;
     r.detail = "transport unavailable: " + self->system().render(err);
@@ -305,6 +453,115 @@ void on_failure(self_ptr self, uint64_t send_id, const caf::error& err) {
   act(self, step, nullptr);
 }
 
+// Sends `req` as leg `l` with time limit `budget`.
+void send_leg(self_ptr self, call_state::leg& l, http_request req,
+              std::chrono::nanoseconds budget) {
+  auto& st = self->state;
+  auto send_id = ++st.send_id;
+  l.send_id = send_id;
+  l.exchange_id = (static_cast<uint64_t>(self->id()) << 20)
+                  | (send_id & 0xFFFFF);
+  l.in_flight = true;
+  l.sent_at = self->clock().now();
+  req.exchange_id = l.exchange_id;
+  req.timeout_ns = budget.count();
+  self->request(st.ctx->transport, budget, std::move(req))
+    .then([self, send_id](exchange_result& r) { on_result(self, send_id, r); },
+          [self, send_id](caf::error& err) {
+            on_failure(self, send_id, err);
+          });
+}
+
+void arm_hedge_timer(self_ptr self) {
+  auto& st = self->state;
+  if (!st.hedgeable || !st.hedge_delay || st.hedge_tried
+      || !st.primary.in_flight)
+    return;
+  auto due = st.primary.sent_at + *st.hedge_delay;
+  auto now = self->clock().now();
+  auto me = caf::actor_cast<call_actor>(self);
+  if (due <= now)
+    self->send(me, hedge_due{st.attempt_token});
+  else
+    self->delayed_send(me, due - now, hedge_due{st.attempt_token});
+}
+
+// True while attempt `token`'s primary still runs without a hedge.
+bool hedge_still_wanted(self_ptr self, uint64_t token) {
+  auto& st = self->state;
+  return !st.done && token == st.attempt_token && st.primary.in_flight
+         && !st.hedge.in_flight && st.hedge.send_id == 0;
+}
+
+void gate_answered(self_ptr self) {
+  --self->state.gates_pending;
+  maybe_quit(self);
+}
+
+void release_permit(self_ptr self, hedge_permit p) {
+  auto& st = self->state;
+  if (p.holds_probe())
+    self->send(st.ctx->hedging->breakers, breaker_release{std::move(p)});
+}
+
+void fire_hedge(self_ptr self, hedge_permit p) {
+  auto& st = self->state;
+  auto now = self->clock().now();
+  auto budget = st.primary_deadline - now;
+  if (budget <= std::chrono::nanoseconds{0}) {
+    release_permit(self, std::move(p));
+    return;
+  }
+  if (p.holds_probe())
+    st.permit = std::move(p);
+  http_request req = st.base;
+  req.max_body_bytes = st.ctx->cfg.max_response_bytes;
+  req.fresh_connection = false;
+  if (st.retry_count > 0)
+    set_header(req.headers, "x-retry-count", std::to_string(st.retry_count));
+  send_leg(self, st.hedge, std::move(req), budget);
+}
+
+// The hedge timer of attempt `token` ran out: breakers, then budget.
+void on_hedge_due(self_ptr self, uint64_t token) {
+  auto& st = self->state;
+  if (!hedge_still_wanted(self, token) || st.hedge_tried)
+    return;
+  st.hedge_tried = true;
+  const auto& h = st.ctx->hedging;
+  ++st.gates_pending;
+  self
+    ->request(h->breakers, caf::infinite,
+              breaker_allow_request{st.host_key, st.key, st.hcfg->breaker})
+    .then(
+      [self, token](breaker_gate_result& g) {
+        auto& st = self->state;
+        const auto& h = st.ctx->hedging;
+        if (g.gate != hedge_gate::allowed) {
+          self->send(h->stats, hedge_circuit_blocked{st.key});
+          return gate_answered(self);
+        }
+        if (!hedge_still_wanted(self, token)) {
+          release_permit(self, std::move(g.permit));
+          return gate_answered(self);
+        }
+        self->request(h->stats, caf::infinite, hedge_token_request{st.key})
+          .then(
+            [self, token, p = std::move(g.permit)](bool granted) mutable {
+              if (granted && hedge_still_wanted(self, token))
+                fire_hedge(self, std::move(p));
+              else
+                release_permit(self, std::move(p));
+              gate_answered(self);
+            },
+            [self, p = g.permit](caf::error&) mutable {
+              release_permit(self, std::move(p));
+              gate_answered(self);
+            });
+      },
+      [self](caf::error&) { gate_answered(self); });
+}
+
 void send_attempt(self_ptr self) {
   auto& st = self->state;
   auto plan = st.retry->begin_attempt(self->clock().now());
@@ -312,13 +569,13 @@ void send_attempt(self_ptr self) {
     finish_error(self, plan.error);
     return;
   }
-  auto send_id = ++st.send_id;
-  st.exchange_id = (static_cast<uint64_t>(self->id()) << 20)
-                   | (send_id & 0xFFFFF);
   st.attempt = plan.attempt;
+  st.retry_count = plan.retry_count;
+  ++st.attempt_token;
+  st.primary = {};
+  st.hedge = {};
+  st.hedge_tried = false;
   http_request req = st.base;
-  req.exchange_id = st.exchange_id;
-  req.timeout_ns = plan.budget.count();
   req.max_body_bytes = st.ctx->cfg.max_response_bytes;
   req.fresh_connection = plan.fresh_connection;
   if (plan.retry_count > 0) {
@@ -326,12 +583,9 @@ void send_attempt(self_ptr self) {
     set_header(req.headers, "x-retry-count", n);
   }
   emit(self, make_event(self, event_kind::sending));
-  st.in_flight = true;
-  self->request(st.ctx->transport, plan.budget, std::move(req))
-    .then([self, send_id](exchange_result& r) { on_result(self, send_id, r); },
-          [self, send_id](caf::error& err) {
-            on_failure(self, send_id, err);
-          });
+  st.primary_deadline = self->clock().now() + plan.budget;
+  send_leg(self, st.primary, std::move(req), plan.budget);
+  arm_hedge_timer(self);
 }
 
 void start(self_ptr self, call_request call) {
@@ -349,6 +603,38 @@ void start(self_ptr self, call_request call) {
   bool idempotent = st.call.idempotent.value_or(
     method_is_idempotent(st.base.method));
   st.retry.emplace(st.ctx->cfg, idempotent, st.start);
+  if (const auto& h = st.ctx->hedging) {
+    const auto& url = st.ctx->url;
+    auto route = h->routes.route(st.call.hedge_endpoint, st.base.method,
+                                 path_without_query(st.call.path), url.host,
+                                 url.port);
+    if (route.status == route_status::unknown_endpoint) {
+      call_error e;
+      e.kind = error_kind::config_error;
+      e.detail = "unknown hedge endpoint '" + *st.call.hedge_endpoint + "'";
+      e.nothing_sent = true;
+      finish_error(self, std::move(e));
+      return;
+    }
+    st.key = route.key;
+    st.host_key = route_table::host_key(url.host, url.port);
+    st.hcfg = &h->config_for(route);
+    st.hedgeable = hedge_eligible(st.base.method, st.call.has_body,
+                                  st.call.idempotent);
+    if (st.hedgeable) {
+      // The primary goes out now; the delay arrives while it runs.
+      self->request(h->stats, caf::infinite, hedge_plan_request{st.key,
+                                                                *st.hcfg})
+        .then(
+          [self](hedge_plan& p) {
+            auto& st = self->state;
+            st.hedge_delay = std::chrono::duration_cast<
+              std::chrono::nanoseconds>(std::chrono::duration<double>(p.delay));
+            arm_hedge_timer(self);
+          },
+          [](caf::error&) { /* no plan: no hedge */ });
+    }
+  }
   send_attempt(self);
 }
 
@@ -376,10 +662,12 @@ call_actor::behavior_type call_impl(self_ptr self,
     },
     [self](retry_atom, uint64_t send_id) {
       auto& st = self->state;
-      if (st.done || st.in_flight || send_id != st.send_id)
+      if (st.done || st.primary.in_flight || st.hedge.in_flight
+          || send_id != st.send_id)
         return;
       send_attempt(self);
     },
+    [self](hedge_due& d) { on_hedge_due(self, d.token); },
   };
 }
 

@@ -5,6 +5,7 @@
 // port. A thin adapter: request_builder shapes the request, retry_state
 // decides, this actor sends, waits on the actor clock and reports.
 
+#include "actors/call/hedging.hpp"
 #include "actors/messages.hpp"
 #include "actors/observer.hpp"
 #include "actors/transport.hpp"
@@ -34,6 +35,14 @@ struct call_context {
   observer_actor observer;
   /// Wall clock for an HTTP-date Retry-After; never empty.
   std::function<std::chrono::system_clock::time_point()> wall_clock;
+  /// Adaptive hedging; null: the client never hedges.
+  std::shared_ptr<const hedging_context> hedging;
+};
+
+/// The hedge timer of attempt `token` ran out (sent by a call actor to
+/// itself; stale tokens are dropped).
+struct hedge_due {
+  uint64_t token = 0;
 };
 
 /// Typed interface of a call actor.
@@ -44,13 +53,42 @@ struct call_context {
 /// - `(retry_atom, send_id)`: end of a backoff wait, sent to itself (stale
 ///   ids are dropped).
 ///
+/// - `hedge_due`: the hedge timer of an attempt, sent to itself.
+///
+/// Hedging (issue 4; Dean & Barroso, "The Tail at Scale", CACM 2013), when
+/// the client hedges and the call is eligible (hedge_eligible): the primary
+/// goes out at once — never delayed, never suppressed — while the actor asks
+/// the endpoint_stats actor for the key's hedge delay. When the delay passes
+/// and the primary has not answered, the gates run in order: the host and
+/// endpoint breakers (breaker actor), then the budget (a token of the key's
+/// bucket); if all pass, one backup request goes out on another pooled
+/// connection with the attempt's remaining time budget. Each attempt of
+/// the retry loop can hedge once.
+///
+/// Who wins the race: the first *definitive* answer — an HTTP response
+/// whose status the retry policy would not retry (2xx, 3xx, most 4xx). A
+/// leg that fails retryably (a transport error, a timeout, a retryable
+/// status such as 503 or 429) does not end the race while the other leg is
+/// still running, so a fast-failing hedge can never fail a call whose
+/// primary would have succeeded (httpx-hedged lets the first completed
+/// task win even when it failed; outbound does not). When both legs fail,
+/// the later failure goes through the retry policy as usual. The loser is
+/// cancelled at once (`(cancel_atom, exchange_id)`: its connection is
+/// closed, never reused). The winner alone feeds the latency sketch
+/// (seconds from the attempt's start) and the breakers; the race result
+/// (hedge_wins / primary_wins) and the breaker permit (completed when the
+/// hedge won, released otherwise) are settled when the attempt ends. The
+/// actor stays alive after answering until every gate it asked has replied,
+/// so a half-open permit is never leaked.
+///
 /// The attempt budget is a CAF request timeout on the transport request, so
 /// it runs on the actor clock (exact in virtual time) and a late answer is
 /// dropped by CAF; the actor then sends `(cancel_atom, exchange_id)` to the
 /// transport so the connection is closed, never reused.
 using call_actor
   = caf::typed_actor<caf::replies_to<call_request>::with<call_outcome>,
-                     caf::reacts_to<retry_atom, uint64_t>>;
+                     caf::reacts_to<retry_atom, uint64_t>,
+                     caf::reacts_to<hedge_due>>;
 
 /// Spawns a call actor for one call. `seed` seeds its jitter and request-id
 /// generator. Exchange ids are `(actor id << 20) | send number`, unique per
@@ -60,3 +98,5 @@ call_actor spawn_call_actor(caf::actor_system& sys,
                             uint64_t seed);
 
 } // namespace outbound
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_due)

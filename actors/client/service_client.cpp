@@ -33,6 +33,12 @@ service_client_impl(service_client_actor::stateful_pointer<service_client_state>
       // The call actor answers the original requester directly.
       return self->delegate(call, std::move(req));
     },
+    [self](hedging_handles_request) -> hedging_handles {
+      const auto& h = self->state.ctx->hedging;
+      if (!h)
+        return {};
+      return {h->stats, h->breakers};
+    },
   };
 }
 
@@ -46,11 +52,15 @@ service_client_actor make_service_client(caf::actor_system& sys,
                                          client_config cfg,
                                          client_options opts) {
   cfg.validate();
+  if (opts.hedging)
+    opts.hedging->config.validate();
   auto ctx = std::make_shared<call_context>();
   ctx->url = cfg.parsed_url();
   ctx->transport = opts.transport ? opts.transport
                                   : spawn_connection_pool(sys, cfg, opts.io);
   ctx->observer = opts.observer;
+  if (opts.hedging)
+    ctx->hedging = make_hedging_context(sys, *opts.hedging);
   if (opts.wall_clock)
     ctx->wall_clock = std::move(opts.wall_clock);
   else

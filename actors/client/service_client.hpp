@@ -5,6 +5,7 @@
 // request (the retry loop, shared/seeds/002) and delegates the answer to it.
 // The calls reach the network through the client's connection_pool actor.
 
+#include "actors/call/hedging.hpp"
 #include "actors/messages.hpp"
 #include "actors/observer.hpp"
 #include "actors/transport.hpp"
@@ -25,9 +26,14 @@ class io_runner;
 
 /// Typed interface of a service client: `call_request -> call_outcome`.
 /// Errors are values: the outcome carries a call_error instead of a result.
+/// `hedging_handles_request -> hedging_handles` gives the client's hedging
+/// actors (stats snapshots, latency_quantile, breaker snapshots; invalid
+/// handles when the client does not hedge).
 /// The client stays alive while a handle to it exists; in-flight calls finish.
 using service_client_actor
-  = caf::typed_actor<caf::replies_to<call_request>::with<call_outcome>>;
+  = caf::typed_actor<caf::replies_to<call_request>::with<call_outcome>,
+                     caf::replies_to<hedging_handles_request>::with<
+                       hedging_handles>>;
 
 /// Optional parts of a client; every field has a working default.
 struct client_options {
@@ -44,10 +50,14 @@ struct client_options {
   uint64_t seed = 0;
   /// Wall clock used to interpret an HTTP-date Retry-After. [system_clock]
   std::function<std::chrono::system_clock::time_point()> wall_clock;
+  /// Adaptive hedging of GET/HEAD/OPTIONS calls (see actors/call/hedging.hpp
+  /// and call_actor.hpp for the race). [none: no hedging]
+  std::optional<hedging_options> hedging;
 };
 
-/// Spawns a service client in `sys`. Validates `cfg` first and throws
-/// config_error naming the bad field (nothing is spawned then); also throws
+/// Spawns a service client in `sys`. Validates `cfg` (and `opts.hedging`)
+/// first and throws config_error naming the bad field (nothing is spawned
+/// then); also throws
 /// config_error (field `tls.*`) when a certificate or key cannot be loaded.
 service_client_actor make_service_client(caf::actor_system& sys,
                                          client_config cfg,

@@ -204,6 +204,12 @@ breaker_registry::allow_hedge(const std::string& host_key,
     r.gate = hedge_gate::blocked_host;
     return r;
   }
+  if (endpoint_key == host_key) {
+    // An unmatched (host-keyed) request has no endpoint tier.
+    if (ha.decision == breaker_decision::allow_probe)
+      r.permit.host_generation = ha.generation;
+    return r;
+  }
   auto& e = endpoint(endpoint_key, endpoint_cfg, now);
   auto ea = e.allow(now);
   r.changes.endpoint = ea.transition;
@@ -227,7 +233,8 @@ breaker_changes breaker_registry::record(const std::string& host_key,
                                          call_health h, hedge_time now) {
   breaker_changes c;
   c.host = host(host_key, now).record(h, now);
-  c.endpoint = endpoint(endpoint_key, endpoint_cfg, now).record(h, now);
+  if (endpoint_key != host_key)
+    c.endpoint = endpoint(endpoint_key, endpoint_cfg, now).record(h, now);
   return c;
 }
 

@@ -206,8 +206,10 @@ struct breaker_gate_result {
 /// hedge_config::max_keys. The host tier always uses the transport default
 /// breaker config; the endpoint tier uses the config handed in with the key
 /// when its breaker is created (the endpoint's effective breaker config).
-/// For an unmatched request pass the host key as the endpoint key as well
-/// (it then has a breaker in each tier, like httpx-hedged). A host trip
+/// For an unmatched request pass the host key as the endpoint key as well:
+/// it then has the host tier only (httpx-hedged keeps a second, identical
+/// breaker in the endpoint tier, which trips with the host's and doubles the
+/// open notification; outbound does not). A host trip
 /// blocks hedges of every endpoint on that host; an endpoint trip blocks
 /// only that endpoint.
 class breaker_registry {

@@ -225,7 +225,9 @@ TEST(BreakerRegistry, ProbePermitsAreReleasedOnCancelAndResolvedOnWin) {
   ASSERT_EQ(g1.gate, hedge_gate::allowed);
   ASSERT_EQ(g2.gate, hedge_gate::allowed);
   EXPECT_TRUE(g1.permit.host_generation);
-  EXPECT_TRUE(g1.permit.endpoint_generation);
+  // A host-keyed (unmatched) request has the host tier only.
+  EXPECT_FALSE(g1.permit.endpoint_generation);
+  EXPECT_FALSE(r.snapshot(breaker_scope::endpoint, "host:a", now));
   EXPECT_EQ(r.allow_hedge("host:a", "host:a", ep, now).gate,
             hedge_gate::blocked_host);
   // Hedge 1's primary won: the probe is cancelled, its permit comes back.
@@ -236,7 +238,7 @@ TEST(BreakerRegistry, ProbePermitsAreReleasedOnCancelAndResolvedOnWin) {
             breaker_transition::none);
   auto c = r.complete(g3.permit, call_health::success, now);
   EXPECT_EQ(c.host, breaker_transition::closed);
-  EXPECT_EQ(c.endpoint, breaker_transition::closed);
+  EXPECT_EQ(c.endpoint, breaker_transition::none);
   EXPECT_EQ(r.allow_hedge("host:a", "host:a", ep, now).gate,
             hedge_gate::allowed);
 }

@@ -1,0 +1,43 @@
+#include "actors/call/hedging.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/send.hpp>
+
+namespace outbound {
+
+const effective_hedge_config&
+hedging_context::config_for(const route_result& r) const {
+  if (r.entry) {
+    auto i = endpoint_configs.find(r.entry->name);
+    if (i != endpoint_configs.end())
+      return i->second;
+  }
+  return host_config;
+}
+
+std::shared_ptr<const hedging_context>
+make_hedging_context(caf::actor_system& sys, const hedging_options& opts) {
+  opts.config.validate();
+  auto ctx = std::make_shared<hedging_context>();
+  ctx->config = opts.config;
+  ctx->routes = opts.routes;
+  ctx->host_config = resolve(opts.config);
+  for (const auto& e : opts.routes.entries())
+    ctx->endpoint_configs.emplace(e.name, resolve(opts.config, e.config));
+  ctx->stats = spawn_endpoint_stats(sys, opts.config);
+  ctx->breakers = spawn_breaker(sys, opts.config);
+  if (opts.hooks) {
+    caf::anon_send(ctx->stats, hedge_subscribe{opts.hooks});
+    caf::anon_send(ctx->breakers, hedge_subscribe{opts.hooks});
+  }
+  return ctx;
+}
+
+bool hedge_eligible(const std::string& method, bool has_body,
+                    const std::optional<bool>& idempotent) {
+  if (has_body || (idempotent && !*idempotent))
+    return false;
+  return method == "GET" || method == "HEAD" || method == "OPTIONS";
+}
+
+} // namespace outbound

@@ -1,0 +1,92 @@
+#pragma once
+
+// Adaptive hedging of a service client (issue 4): what a user configures
+// (hedging_options, in client_options) and what every call actor of that
+// client shares (hedging_context). The race itself runs in the call actor
+// (actors/call/call_actor.cpp); the learned delays and the budget live in
+// the endpoint_stats actor, the breakers in the breaker actor
+// (actors/hedge/).
+//
+// Sources: Dean & Barroso, "The Tail at Scale" (CACM 2013) for hedged
+// requests; httpx-hedged and hedge-python (shared/REFERENCE.md B, C) for the
+// defaults, the gates and the per-endpoint registration.
+
+#include "actors/hedge/breaker.hpp"
+#include "actors/hedge/endpoint_stats.hpp"
+#include "actors/hedge/hedge_messages.hpp"
+#include "actors/hedge/route_table.hpp"
+#include "config/hedge_config.hpp"
+
+#include <caf/actor_system.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+namespace outbound {
+
+/// Hedging of one service client. Register endpoints before the client is
+/// made (registration is setup-time only):
+///
+///     hedging_options h;
+///     h.config.percentile = 0.95;
+///     h.routes.register_route("GET", "/users/{id}", {}, "user");
+///     opts.hedging = h;
+///
+/// Requests that match no route are keyed per host ("host:<host>:<port>")
+/// with the transport defaults.
+struct hedging_options {
+  /// Transport-wide defaults (validated at make_service_client; a bad field
+  /// throws config_error naming `hedge.<field>`).
+  hedge_config config;
+  /// The registered endpoints; the first match wins.
+  route_table routes;
+  /// Receives hedge_fired / circuit_opened hook messages (see
+  /// spawn_hedge_hook_callbacks for plain callbacks). [none]
+  hedge_hook_actor hooks;
+};
+
+/// What every call actor of a hedging client shares; immutable once built.
+struct hedging_context {
+  hedge_config config;
+  route_table routes;
+  /// The effective config of unmatched (host-keyed) requests.
+  effective_hedge_config host_config;
+  /// The effective config of each registered endpoint, by name.
+  std::unordered_map<std::string, effective_hedge_config> endpoint_configs;
+  /// The per-key latency sketches, RPS estimates and budgets.
+  endpoint_stats_actor stats;
+  /// The host and endpoint breakers.
+  breaker_actor breakers;
+
+  /// The effective config of a routed request (matched or host-keyed).
+  const effective_hedge_config& config_for(const route_result& r) const;
+};
+
+/// Validates `opts`, spawns the endpoint_stats and breaker actors and
+/// subscribes `opts.hooks` to both. Throws config_error naming the field.
+std::shared_ptr<const hedging_context>
+make_hedging_context(caf::actor_system& sys, const hedging_options& opts);
+
+/// True if a request may be hedged: GET, HEAD or OPTIONS, no body, and not
+/// explicitly marked non-idempotent (a hedge sends the request twice).
+bool hedge_eligible(const std::string& method, bool has_body,
+                    const std::optional<bool>& idempotent);
+
+/// The handles of a client's hedging actors, for stats snapshots,
+/// latency_quantile and breaker snapshots (both invalid when the client
+/// does not hedge). The answer of a service client to
+/// hedging_handles_request.
+struct hedging_handles {
+  endpoint_stats_actor stats;
+  breaker_actor breakers;
+};
+
+/// Asks a service client for its hedging_handles.
+struct hedging_handles_request {};
+
+} // namespace outbound
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedging_handles)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedging_handles_request)
