@@ -101,6 +101,16 @@ CLI::App* add_hub_command(CLI::App& app, hub_options& opts) {
                   "Restart the catch-up tier every S seconds")
     ->check(CLI::NonNegativeNumber)
     ->group(g);
+  cmd->add_option("--drop-every", f.drop_every,
+                  "Hard-close (no close frame) the WebSocket connections of "
+                  "--drop-tier every S seconds, keeping all hub state")
+    ->check(CLI::NonNegativeNumber)
+    ->group(g);
+  cmd->add_option("--drop-tier", f.drop_tier,
+                  "Tier that --drop-every drops")
+    ->check(CLI::IsMember({"ledger", "catchup", "ephemeral", "all"}))
+    ->capture_default_str()
+    ->group(g);
   return cmd;
 }
 

@@ -13,8 +13,11 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -47,6 +50,12 @@ void hub_config::validate() const {
     throw config_error("faults.drop_wake_probability", "must be in [0, 1]");
   if (!(faults.restart_every >= 0.0))
     throw config_error("faults.restart_every", "must be >= 0");
+  if (!(faults.drop_every >= 0.0) || !std::isfinite(faults.drop_every))
+    throw config_error("faults.drop_every", "must be >= 0");
+  if (!is_drop_tier(faults.drop_tier))
+    throw config_error("faults.drop_tier",
+                       "must be ledger, catchup, ephemeral or all, got '"
+                         + faults.drop_tier + "'");
 }
 
 // -- impl: lifecycle -------------------------------------------------------------
@@ -106,6 +115,7 @@ hub::impl::~impl() {
   others.clear();
   http_sessions.clear();
   restart_timer.reset();
+  drop_timer.reset();
   acceptor.reset();
   // Handlers still queued die with the context; they may hold sessions,
   // whose destructors only close their own sockets.
@@ -127,6 +137,11 @@ void hub::impl::start() {
   net::ip::tcp::endpoint ep{addr, cfg.port};
   acceptor.emplace(net::make_strand(*ioc));
   acceptor->open(ep.protocol(), ec);
+  // Asio does not open sockets close-on-exec: without it a process that
+  // runs a hub and spawns a child (a test running the CLI) leaks the
+  // listener into the child, which keeps the port accepting after stop().
+  if (!ec)
+    ::fcntl(acceptor->native_handle(), F_SETFD, FD_CLOEXEC);
   if (!ec)
     acceptor->set_option(net::socket_base::reuse_address(true), ec);
   if (!ec)
@@ -139,8 +154,13 @@ void hub::impl::start() {
                              + ec.message());
   bound_port = acceptor->local_endpoint().port();
   restart_timer.emplace(net::make_strand(*ioc));
+  drop_timer.emplace(net::make_strand(*ioc));
   hub_start_accepting(*this);
-  arm_restart_timer();
+  {
+    std::lock_guard<std::mutex> lock{mu};
+    arm_restart_timer();
+    arm_drop_timer();
+  }
   guard.emplace(net::make_work_guard(*ioc));
   running_threads = cfg.threads;
   for (int i = 0; i < cfg.threads; ++i)
@@ -174,6 +194,7 @@ void hub::impl::stop() {
       if (auto s = w.lock())
         http.push_back(std::move(s));
     ++restart_generation_;
+    ++drop_generation_;
   }
   if (!ioc)
     return;
@@ -189,6 +210,8 @@ void hub::impl::stop() {
   if (restart_timer)
     net::post(restart_timer->get_executor(),
               [this] { restart_timer->cancel(); });
+  if (drop_timer)
+    net::post(drop_timer->get_executor(), [this] { drop_timer->cancel(); });
   guard.reset();
   {
     // Every socket is closing: the threads run out of work on their own.
@@ -233,6 +256,31 @@ void hub::impl::arm_restart_timer() {
         return;
       restart_locked();
       arm_restart_timer();
+    });
+  });
+}
+
+void hub::impl::arm_drop_timer() {
+  // Like arm_restart_timer: `mu` held, the timer only touched on its strand.
+  double every = state.faults().drop_every;
+  uint64_t gen = ++drop_generation_;
+  if (!drop_timer)
+    return;
+  net::post(drop_timer->get_executor(), [this, every, gen] {
+    drop_timer->cancel();
+    if (every <= 0.0)
+      return;
+    drop_timer->expires_after(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(every)));
+    drop_timer->async_wait([this, gen](boost::system::error_code ec) {
+      if (ec)
+        return;
+      std::lock_guard<std::mutex> lock{mu};
+      if (stopping || gen != drop_generation_)
+        return;
+      drop_locked(parse_hub_tier(state.faults().drop_tier));
+      arm_drop_timer();
     });
   });
 }
@@ -376,6 +424,38 @@ std::string hub::impl::restart_locked() {
   return epoch;
 }
 
+std::size_t hub::impl::drop_locked(std::optional<hub_tier> tier) {
+  std::vector<std::shared_ptr<hub_ws_session>> victims;
+  if (tier) {
+    auto& set = subscribers[static_cast<int>(*tier)];
+    victims.assign(set.begin(), set.end());
+    set.clear();
+  } else {
+    for (auto& set : subscribers) {
+      victims.insert(victims.end(), set.begin(), set.end());
+      set.clear();
+    }
+    victims.insert(victims.end(), others.begin(), others.end());
+  }
+  // Out of the fan-out at once (so nothing published from now on is queued
+  // for them); `others` keeps them until their sockets are closed, each
+  // removes itself in on_ws_close.
+  for (auto& s : victims) {
+    others.insert(s);
+    s->shutdown(0);
+  }
+  ++counters.drops;
+  counters.dropped += victims.size();
+  return victims.size();
+}
+
+std::size_t hub::impl::drop_connections(std::optional<hub_tier> tier) {
+  std::lock_guard<std::mutex> lock{mu};
+  if (stopping)
+    return 0;
+  return drop_locked(tier);
+}
+
 std::string hub::impl::restart() {
   std::lock_guard<std::mutex> lock{mu};
   return restart_locked();
@@ -402,9 +482,17 @@ std::optional<std::string> hub::impl::apply_faults(const std::string& body) {
       return std::string{"'silence_now' must be a boolean"};
     silence = s->get_bool();
   }
+  std::optional<std::string> drop_now;
+  if (auto* s = patch.if_contains("drop_now")) {
+    if (!s->is_string() || !is_drop_tier(s->get_string()))
+      return std::string{"'drop_now' must be \"ledger\", \"catchup\", "
+                         "\"ephemeral\" or \"all\""};
+    drop_now = std::string{s->get_string()};
+  }
   std::lock_guard<std::mutex> lock{mu};
   auto every = state.faults().restart_every;
-  if (auto err = state.apply_admin(patch, {"seed", "silence_now"}))
+  auto drop_every = state.faults().drop_every;
+  if (auto err = state.apply_admin(patch, {"seed", "silence_now", "drop_now"}))
     return err;
   if (seed)
     rng.seed(*seed);
@@ -422,6 +510,10 @@ std::optional<std::string> hub::impl::apply_faults(const std::string& body) {
     emit_wakes_locked(due);
   if (state.faults().restart_every != every)
     arm_restart_timer();
+  if (state.faults().drop_every != drop_every)
+    arm_drop_timer();
+  if (drop_now && !stopping)
+    drop_locked(parse_hub_tier(*drop_now));
   return std::nullopt;
 }
 
@@ -446,6 +538,8 @@ std::string hub::impl::state_json() {
   srv["wakes_sent"] = counters.wakes_sent.load();
   srv["events_sent"] = counters.events_sent.load();
   srv["frames_sent"] = counters.frames_sent.load();
+  srv["drops"] = counters.drops.load();
+  srv["dropped"] = counters.dropped.load();
   o["server"] = std::move(srv);
   return json::serialize(o);
 }
@@ -530,6 +624,28 @@ hub::impl::http_answer hub::impl::handle_http(const std::string& method,
     }
     return answer(200, "{\"connections\":" + std::to_string(n) + "}");
   }
+  if (t.path == "/admin/drop") {
+    if (method != "POST")
+      return wrong_method();
+    // Body: {"tier":"ledger"|"catchup"|"ephemeral"|"all"}; empty: all.
+    std::string tier = "all";
+    if (!body.empty()) {
+      boost::system::error_code ec;
+      auto v = json::parse(body, ec);
+      bool ok = !ec && v.is_object();
+      if (ok)
+        if (auto* t = v.get_object().if_contains("tier")) {
+          ok = t->is_string() && is_drop_tier(t->get_string());
+          if (ok)
+            tier = std::string{t->get_string()};
+        }
+      if (!ok)
+        return answer(400, error_body("body must be {\"tier\":\"ledger\"|"
+                                      "\"catchup\"|\"ephemeral\"|\"all\"}"));
+    }
+    auto n = drop_connections(parse_hub_tier(tier));
+    return answer(200, "{\"dropped\":" + std::to_string(n) + "}");
+  }
   if (t.path == "/admin/state") {
     if (method != "GET")
       return wrong_method();
@@ -599,6 +715,13 @@ void hub::set_faults(const std::string& patch_json) {
 
 std::string hub::restart() {
   return impl_->restart();
+}
+
+std::size_t hub::drop_connections(const std::string& tier) {
+  if (!is_drop_tier(tier))
+    throw std::invalid_argument("tier must be ledger, catchup, ephemeral or "
+                                "all, got '" + tier + "'");
+  return impl_->drop_connections(parse_hub_tier(tier));
 }
 
 std::string hub::state_json() const {

@@ -10,7 +10,7 @@
 //   WS      /ws/feed                   the tier of hub_config::mode
 //           /ws/ledger /ws/catchup /ws/ephemeral   always that tier
 //   admin   POST /admin/faults  POST /admin/restart  POST /admin/wakes
-//           GET  /admin/state
+//           POST /admin/drop    GET  /admin/state
 //
 // Example:
 //
@@ -124,6 +124,14 @@ public:
   /// Restarts the catch-up tier like `POST /admin/restart`; returns the new
   /// epoch.
   std::string restart();
+
+  /// Hard-closes WebSocket connections like `POST /admin/drop`: TCP closed
+  /// without a close frame, hub state (ledger, ring, epoch, catch-up
+  /// clients) untouched. `tier` "ledger", "catchup" or "ephemeral" drops
+  /// that tier's subscribed connections, "all" every WebSocket connection.
+  /// Returns how many were dropped (also counted in /admin/state as
+  /// server.dropped). Throws std::invalid_argument for another tier name.
+  std::size_t drop_connections(const std::string& tier = "all");
 
   /// The body of `GET /admin/state`.
   std::string state_json() const;

@@ -7,10 +7,16 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string_view>
 
 namespace outbound {
 
 namespace json = boost::json;
+
+bool is_drop_tier(std::string_view name) {
+  return name == "all" || name == "ledger" || name == "catchup"
+         || name == "ephemeral";
+}
 
 bool take_count(int& n) {
   if (n < 0)
@@ -58,6 +64,8 @@ json::object to_json(const hub_faults& f) {
   o["non_json_frames"] = f.non_json_frames;
   o["pad_frames_to"] = f.pad_frames_to;
   o["restart_every"] = f.restart_every;
+  o["drop_every"] = f.drop_every;
+  o["drop_tier"] = f.drop_tier;
   return o;
 }
 
@@ -177,6 +185,19 @@ std::optional<std::string> set_knob(hub_faults& f, const std::string& key,
     if (!d || !(*d >= 0.0) || !std::isfinite(*d))
       return bad(key, "a number of seconds >= 0");
     f.restart_every = *d;
+    return std::nullopt;
+  }
+  if (key == "drop_every") {
+    auto d = as_number(v);
+    if (!d || !(*d >= 0.0) || !std::isfinite(*d))
+      return bad(key, "a number of seconds >= 0");
+    f.drop_every = *d;
+    return std::nullopt;
+  }
+  if (key == "drop_tier") {
+    if (!v.is_string() || !is_drop_tier(v.get_string()))
+      return bad(key, "\"ledger\", \"catchup\", \"ephemeral\" or \"all\"");
+    f.drop_tier = std::string{v.get_string()};
     return std::nullopt;
   }
   return "unknown knob '" + key + "'";

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace outbound {
@@ -84,6 +85,18 @@ struct hub_faults {
   /// Restart the catch-up tier every this many seconds (new epoch, empty
   /// ring, every WebSocket connection closed with 1012). [0] (off)
   double restart_every = 0.0;
+
+  // -- dropped connections ----------------------------------------------------
+
+  /// Hard-close every WebSocket connection of `drop_tier` every this many
+  /// seconds: TCP closed without a close frame, as when a proxy or the
+  /// network drops it. The state (ledger, ring, epoch, clients) is kept, so
+  /// a catch-up client resumes without a reset. One-shot drops: `POST
+  /// /admin/drop` or the `drop_now` patch key. [0] (off)
+  double drop_every = 0.0;
+  /// Tier whose connections drop_every drops: "ledger", "catchup",
+  /// "ephemeral" or "all" (every WebSocket connection). ["all"]
+  std::string drop_tier = "all";
 };
 
 /// What one WebSocket connection does wrong (taken from the counts).
@@ -99,6 +112,10 @@ struct connection_plan {
   bool non_json = false;
   std::size_t pad_to = 0;
 };
+
+/// True for "ledger", "catchup", "ephemeral" and "all" (the values of
+/// drop_tier and of a drop request's tier).
+bool is_drop_tier(std::string_view name);
 
 /// Consumes one use of a count knob: true (and decrements) when N > 0, true
 /// when N < 0 (every time), false when 0.

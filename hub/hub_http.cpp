@@ -13,6 +13,8 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
 
+#include <fcntl.h>
+
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -140,6 +142,7 @@ void do_accept(hub::impl& h) {
         return;
       }
       socket.set_option(tcp::no_delay(true), ec);
+      ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC); // see hub.cpp
       hub_start_http_session(h, std::move(socket));
       do_accept(h);
     });

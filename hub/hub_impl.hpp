@@ -58,7 +58,8 @@ public:
   virtual void push_wakes(const std::vector<int64_t>& cursors) = 0;
 
   /// Closes with a close frame carrying `code` (restart 1012), or at once
-  /// without a handshake when `code` is 0 (hub stop).
+  /// without a handshake when `code` is 0 (hub stop, drop): the socket is
+  /// closed even while a write is in flight.
   virtual void shutdown(uint16_t code) = 0;
 
   /// Stops feeding and reading at once; TCP stays open (admin silence).
@@ -89,6 +90,11 @@ struct hub_server_counters {
   std::atomic<uint64_t> wakes_sent{0};
   std::atomic<uint64_t> events_sent{0};
   std::atomic<uint64_t> frames_sent{0};
+  /// Connections hard-closed by a drop (`POST /admin/drop`, `drop_now`,
+  /// `drop_every`).
+  std::atomic<uint64_t> dropped{0};
+  /// Drops performed (each closes zero or more connections).
+  std::atomic<uint64_t> drops{0};
 };
 
 struct hub::impl {
@@ -154,6 +160,12 @@ struct hub::impl {
   /// Sends wakes now to every ledger connection (`POST /admin/wakes`).
   void emit_wakes(const std::vector<int64_t>& cursors);
 
+  /// Hard-closes (TCP closed, no close frame) every subscribed WebSocket
+  /// connection of `tier`, or when nullopt every WebSocket connection of the
+  /// hub (silent, detached and not yet subscribed ones included); returns
+  /// how many (`POST /admin/drop`, the `drop_now` patch key).
+  std::size_t drop_connections(std::optional<hub_tier> tier);
+
   // -- state -------------------------------------------------------------------
 
   hub_config cfg;
@@ -176,6 +188,7 @@ struct hub::impl {
   std::optional<work_guard_type> guard;
   std::optional<boost::asio::ip::tcp::acceptor> acceptor;
   std::optional<boost::asio::steady_timer> restart_timer;
+  std::optional<boost::asio::steady_timer> drop_timer;
   std::vector<std::thread> threads;
   std::mutex exit_mu;
   std::condition_variable exit_cv;
@@ -185,8 +198,11 @@ private:
   void fan_out_locked(const publish_outcome& out);
   void emit_wakes_locked(const std::vector<int64_t>& cursors);
   std::string restart_locked();
+  std::size_t drop_locked(std::optional<hub_tier> tier);
   void arm_restart_timer();
+  void arm_drop_timer();
   uint64_t restart_generation_ = 0;
+  uint64_t drop_generation_ = 0;
   std::size_t http_prune_at_ = 64;
 };
 

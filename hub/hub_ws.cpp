@@ -12,7 +12,8 @@
 //                                   │               └─ live frames (wakes coalesced)
 //                                   └─ {"type":"ping"} ──► {"type":"pong"}
 //   shutdown(code) ──► close frame `code` (restart 1012, overflow 1013), or a
-//                      hard close at hub stop / when the framing is broken
+//                      hard close (TCP only, no close frame) at hub stop, on
+//                      a drop, or when the framing is broken
 //
 // The fan-out (hub.cpp) pushes under the hub's mutex from any thread; the
 // queue has its own small mutex and the writer runs on the session's strand.
@@ -144,6 +145,11 @@ public:
         self->closing_ = true;
         self->close_code_ = code;
       }
+      // A hard close (stop, drop) does not wait for a write in flight: the
+      // write fails with the closed socket and its handler finds the session
+      // torn down.
+      if (code == 0)
+        return self->teardown();
       if (!self->writing_)
         self->start_close();
     });
@@ -209,6 +215,8 @@ private:
   // -- strand -----------------------------------------------------------------
 
   void on_accept(beast::error_code ec) {
+    if (torn_down_)
+      return; // dropped or stopped while the handshake completed
     if (ec)
       return teardown();
     accepted_ = true;
@@ -232,6 +240,10 @@ private:
   void on_read(beast::error_code ec, std::size_t) {
     if (silent_)
       return; // cancelled by go_silent: keep the socket, read no more
+    // A read that completed just before a drop / stop tore the session down
+    // must not subscribe it: it would sit in the fan-out, dead.
+    if (torn_down_)
+      return;
     if (ec)
       return teardown();
     auto text = beast::buffers_to_string(buffer_.data());

@@ -12,6 +12,7 @@
 
 #include "actors/client/blocking_client.hpp"
 #include "actors/messages.hpp"
+#include "config/config_error.hpp"
 #include "config/client_config.hpp"
 #include "protocol/errors.hpp"
 
@@ -31,6 +32,7 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <csignal>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -43,6 +45,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -999,6 +1002,13 @@ TEST_F(HubTest, ALongCatchupReplayDoesNotCountAgainstTheSendQueue) {
     ws.subscribe(sub);
     epoch = std::string{ws.next_json().at("epoch").as_string()};
   }
+  // The first connection must be gone before the backlog is published, or
+  // it (still in the fan-out, never reading again) overflows its own queue.
+  auto until = std::chrono::steady_clock::now() + 3s;
+  while (state().at("connections").at("catchup").to_number<int64_t>() != 0
+         && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(state().at("connections").at("catchup").to_number<int64_t>(), 0);
   // 400 frames of 64 KiB: far more than socket buffers hold.
   constexpr int64_t backlog = 400;
   for (int64_t i = 0; i < backlog; ++i)
@@ -1397,6 +1407,249 @@ TEST_F(HubTest, RestartEveryRestartsTheCatchupTierOnATimer) {
   std::this_thread::sleep_for(300ms);
   EXPECT_EQ(state().at("counters").at("restarts").to_number<int64_t>(),
             restarts);
+}
+
+// -- dropped connections (POST /admin/drop, drop_now, drop_every) ------------------
+
+/// Waits (bounded) until /admin/state's connections.`key` equals `n`.
+static bool wait_connections(const std::function<json::object()>& state,
+                      const std::string& key, int64_t n,
+                      std::chrono::milliseconds timeout = 3s) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto s = state();
+    if (s.at("connections").at(key).to_number<int64_t>() == n)
+      return true;
+    if (std::chrono::steady_clock::now() > until)
+      return false;
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+TEST_F(HubTest, DropClosesEveryConnectionOfATierWithoutACloseFrame) {
+  start();
+  raw_ws c1{port(), "/ws/catchup"};
+  raw_ws c2{port(), "/ws/catchup"};
+  raw_ws l1{port(), "/ws/ledger"};
+  for (auto* ws : {&c1, &c2, &l1}) {
+    ws->subscribe();
+    ASSERT_TRUE(ws->read_message());
+  }
+  auto r = http().request_raw("POST", "/admin/drop",
+                              json::parse(R"({"tier":"catchup"})"));
+  ASSERT_EQ(r.status, 200) << json::serialize(r.body);
+  EXPECT_EQ(r.body.at("dropped").as_int64(), 2);
+  for (auto* ws : {&c1, &c2}) {
+    // TCP ends with no frame at all: no close frame, no event.
+    EXPECT_FALSE(ws->read_frame(3s));
+    EXPECT_TRUE(ws->eof());
+  }
+  // The other tier is untouched and still fed.
+  publish("s");
+  auto wake = l1.read_message();
+  ASSERT_TRUE(wake);
+  EXPECT_EQ(json::parse(*wake).at("cursor").as_int64(), 1);
+  auto s = state();
+  EXPECT_EQ(s.at("server").at("drops").to_number<int64_t>(), 1);
+  EXPECT_EQ(s.at("server").at("dropped").to_number<int64_t>(), 2);
+  EXPECT_EQ(s.at("connections").at("catchup").to_number<int64_t>(), 0);
+  EXPECT_EQ(s.at("connections").at("ledger").to_number<int64_t>(), 1);
+  EXPECT_TRUE(wait_connections([this] { return state(); }, "other", 0));
+}
+
+TEST_F(HubTest, DropAllAlsoDropsSilentAndUnsubscribedConnections) {
+  start();
+  faults(R"({"go_silent":1})");
+  raw_ws silent{port(), "/ws/ledger"};
+  silent.subscribe();
+  ASSERT_TRUE(silent.read_message());
+  raw_ws ledger{port(), "/ws/ledger"};
+  ledger.subscribe();
+  ASSERT_TRUE(ledger.read_message());
+  raw_ws fresh{port(), "/ws/ephemeral"}; // upgraded, never subscribes
+  ASSERT_TRUE(wait_connections([this] { return state(); }, "other", 2));
+  faults(R"({"drop_now":"all"})");
+  for (auto* ws : {&silent, &ledger, &fresh}) {
+    EXPECT_FALSE(ws->read_frame(3s));
+    EXPECT_TRUE(ws->eof());
+  }
+  EXPECT_EQ(state().at("server").at("dropped").to_number<int64_t>(), 3);
+  EXPECT_TRUE(wait_connections([this] { return state(); }, "other", 0));
+  // The knob is an action, not a setting: new connections stay up.
+  raw_ws next{port(), "/ws/ledger"};
+  next.subscribe();
+  ASSERT_TRUE(next.read_message());
+  EXPECT_FALSE(next.read_frame(300ms));
+  EXPECT_FALSE(next.eof());
+  // An empty body drops every connection too; the in-process call as well.
+  auto r = http().request_raw("POST", "/admin/drop");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.body.at("dropped").as_int64(), 1);
+  EXPECT_FALSE(next.read_frame(3s));
+  EXPECT_TRUE(next.eof());
+  EXPECT_EQ(hub_->drop_connections("ephemeral"), 0u);
+  EXPECT_EQ(state().at("server").at("drops").to_number<int64_t>(), 3);
+}
+
+TEST_F(HubTest, CatchupResumesWithoutResyncAfterADrop) {
+  start();
+  json::object sub;
+  sub["client_id"] = "dropped-1";
+  auto epoch = hub_->epoch();
+  {
+    ws_client ws{port(), "/ws/catchup"};
+    ws.subscribe(sub);
+    EXPECT_TRUE(ws.next_json().at("resync").as_bool());
+    publish("a/1");
+    publish("a/2");
+    EXPECT_EQ(ws.next_json().at("seq").as_int64(), 1);
+    EXPECT_EQ(ws.next_json().at("seq").as_int64(), 2);
+    EXPECT_EQ(hub_->drop_connections("catchup"), 1u);
+    ASSERT_TRUE(ws.wait_closed());
+    EXPECT_EQ(ws.close_code(), 0) << "no close frame";
+    EXPECT_FALSE(ws.next(100ms));
+  }
+  publish("a/3");
+  publish("a/4");
+  EXPECT_EQ(hub_->epoch(), epoch) << "a drop is not a restart";
+  ws_client ws{port(), "/ws/catchup"};
+  sub["last_seq"] = 2;
+  sub["epoch"] = epoch;
+  ws.subscribe(sub);
+  auto hello = ws.next_json();
+  EXPECT_FALSE(hello.at("resync").as_bool());
+  EXPECT_EQ(hello.at("epoch").as_string(), epoch);
+  EXPECT_EQ(ws.next_json().at("seq").as_int64(), 3);
+  EXPECT_EQ(ws.next_json().at("seq").as_int64(), 4);
+  EXPECT_FALSE(ws.next(200ms));
+}
+
+TEST_F(HubTest, ADropDoesNotWaitForAWriteTheClientNeverReads) {
+  hub_config c;
+  c.faults.pad_frames_to = 65536;
+  start(c);
+  raw_ws raw{port(), "/ws/ephemeral"};
+  raw.subscribe();
+  ASSERT_TRUE(raw.read_message());
+  // The client reads nothing: the socket buffers fill and a write stays in
+  // flight on the hub's side.
+  for (int i = 0; i < 400; ++i)
+    hub_->publish("s", "k");
+  ASSERT_TRUE(wait_connections([this] { return state(); }, "ephemeral", 1));
+  EXPECT_EQ(hub_->drop_connections("ephemeral"), 1u);
+  // The session is gone at once, not after the client drained the write.
+  EXPECT_TRUE(wait_connections([this] { return state(); }, "other", 0));
+  EXPECT_EQ(state().at("server").at("overflow_closes").to_number<int64_t>(), 0);
+  // What was in the socket buffers arrives, then EOF without a close frame.
+  int frames = 0;
+  for (;;) {
+    auto f = raw.read_frame(3s);
+    if (!f)
+      break;
+    EXPECT_NE(f->opcode, 0x8) << "a close frame after " << frames;
+    ++frames;
+  }
+  EXPECT_TRUE(raw.eof());
+  EXPECT_LT(frames, 400);
+}
+
+TEST_F(HubTest, DropEveryDropsOnATimerUntilTurnedOff) {
+  start();
+  faults(R"({"drop_every":0.1,"drop_tier":"ledger"})");
+  raw_ws ledger{port(), "/ws/ledger"};
+  ledger.subscribe();
+  ASSERT_TRUE(ledger.read_message());
+  raw_ws catchup{port(), "/ws/catchup"};
+  catchup.subscribe();
+  ASSERT_TRUE(catchup.read_message());
+  EXPECT_FALSE(ledger.read_frame(3s));
+  EXPECT_TRUE(ledger.eof());
+  EXPECT_FALSE(catchup.read_frame(200ms));
+  EXPECT_FALSE(catchup.eof()) << "only the ledger tier drops";
+  faults(R"({"drop_every":0})");
+  auto drops = state().at("server").at("drops").to_number<int64_t>();
+  EXPECT_GE(drops, 1);
+  raw_ws again{port(), "/ws/ledger"};
+  again.subscribe();
+  ASSERT_TRUE(again.read_message());
+  EXPECT_FALSE(again.read_frame(400ms));
+  EXPECT_FALSE(again.eof());
+  EXPECT_EQ(state().at("server").at("drops").to_number<int64_t>(), drops);
+}
+
+TEST_F(HubTest, DropsRacingSubscribesLeaveNoDeadSessionInTheFanOut) {
+  // A subscribe read that completes just before a drop tears the session
+  // down must not register it afterwards.
+  hub_config c;
+  c.threads = 2;
+  start(c);
+  for (int i = 0; i < 300; ++i) {
+    raw_ws ws{port(), i % 2 ? "/ws/catchup" : "/ws/ledger"};
+    ws.subscribe();
+    if (i % 3 == 0)
+      std::this_thread::sleep_for(std::chrono::microseconds{50 * (i % 7)});
+    hub_->drop_connections("all");
+  }
+  for (auto tier : {"ledger", "catchup", "other"})
+    EXPECT_TRUE(wait_connections([this] { return state(); }, tier, 0))
+      << tier << ": " << json::serialize(state().at("connections"));
+}
+
+TEST_F(HubTest, DropKnobsRejectBadValues) {
+  start();
+  auto bad = [&](const std::string& path, const std::string& body) {
+    auto r = http().request_raw("POST", path, json::parse(body));
+    EXPECT_EQ(r.status, 400) << path << " " << body;
+    return std::string{r.body.at("detail").as_string()};
+  };
+  EXPECT_NE(bad("/admin/drop", R"({"tier":"nope"})").find("tier"),
+            std::string::npos);
+  bad("/admin/drop", R"({"tier":1})");
+  bad("/admin/drop", R"([1])");
+  EXPECT_EQ(bad("/admin/faults", R"({"drop_now":"feed"})"),
+            R"('drop_now' must be "ledger", "catchup", "ephemeral" or "all")");
+  EXPECT_EQ(bad("/admin/faults", R"({"drop_tier":"x"})"),
+            R"('drop_tier' must be "ledger", "catchup", "ephemeral" or "all")");
+  EXPECT_EQ(bad("/admin/faults", R"({"drop_every":-1})"),
+            "'drop_every' must be a number of seconds >= 0");
+  EXPECT_EQ(http().request_raw("GET", "/admin/drop").status, 405);
+  EXPECT_THROW(hub_->drop_connections("feed"), std::invalid_argument);
+  auto f = json::parse(hub_->state_json());
+  EXPECT_EQ(f.at("server").at("drops").to_number<int64_t>(), 0);
+  hub_config c;
+  c.faults.drop_tier = "everything";
+  try {
+    hub h{c};
+    ADD_FAILURE() << "no config_error";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string{e.what()}.find("faults.drop_tier"),
+              std::string::npos)
+      << e.what();
+  }
+  c.faults.drop_tier = "all";
+  c.faults.drop_every = -0.5;
+  EXPECT_THROW(hub{c}, config_error);
+}
+
+TEST_F(HubTest, ItsSocketsAreCloseOnExec) {
+  // A process that runs a hub and spawns a child (the CLI tests do) must
+  // not leak the listener into it: the child would keep the port accepting
+  // after stop(), and clients would hang instead of being refused.
+  start();
+  raw_ws ws{port(), "/ws/ledger"}; // an accepted connection exists too
+  ws.subscribe();
+  ASSERT_TRUE(ws.read_message());
+  int hub_sockets = 0;
+  for (int fd = 0; fd < 4096; ++fd) {
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0
+        || a.sin_family != AF_INET || ntohs(a.sin_port) != port())
+      continue;
+    ++hub_sockets;
+    EXPECT_TRUE(::fcntl(fd, F_GETFD) & FD_CLOEXEC) << "fd " << fd;
+  }
+  EXPECT_GE(hub_sockets, 2) << "the listener and the accepted connection";
 }
 
 TEST_F(HubTest, InProcessApiMatchesTheEndpoints) {
