@@ -48,9 +48,13 @@ enum class reset_cause : uint8_t {
   inferred,
   /// ephemeral, ws-only: the hub sent a wake frame (state changed, refetch).
   wake,
+  /// catchup, every subject followed (no prefixes): an event frame skipped
+  /// seqs; (last_seq, new_seq] were never received.
+  gap,
 };
 
-/// "retention", "resync", "epoch_changed", "reconnect", "inferred", "wake".
+/// "retention", "resync", "epoch_changed", "reconnect", "inferred", "wake",
+/// "gap".
 const char* to_string(reset_cause c);
 
 /// Seconds to nanoseconds, rounded; negative and non-finite give 0.

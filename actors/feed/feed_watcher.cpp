@@ -15,6 +15,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <exception>
 #include <optional>
@@ -452,7 +453,8 @@ void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
     case frame_decision::ignore:
       break;
     case frame_decision::reset_then_deliver:
-      enqueue_frame_reset(self, *r.reset, nullptr, true);
+      enqueue_frame_reset(self, *r.reset, nullptr,
+                          r.reset->cause == reset_cause::inferred);
       enqueue_frame_event(self, m, bytes);
       break;
     case frame_decision::reset:
@@ -596,7 +598,13 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
   st.rng.seed(seed);
   st.client_id = st.cfg.client_id.empty() ? generate_client_id(st.rng)
                                           : st.cfg.client_id;
-  st.neg.emplace(st.cfg.has_replay());
+  // No prefix (or an empty one) follows every subject: catchup seqs then
+  // arrive without gaps, and a jump is a loss.
+  bool every_subject
+    = st.cfg.prefixes.empty()
+      || std::any_of(st.cfg.prefixes.begin(), st.cfg.prefixes.end(),
+                     [](const std::string& p) { return p.empty(); });
+  st.neg.emplace(st.cfg.has_replay(), every_subject);
   if (st.cfg.has_replay())
     st.drain.emplace(st.cfg.cursor, st.cfg.limit,
                      feed_seconds(st.cfg.poll_interval));

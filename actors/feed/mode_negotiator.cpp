@@ -24,6 +24,7 @@ const char* to_string(reset_cause c) {
     case reset_cause::reconnect: return "reconnect";
     case reset_cause::inferred: return "inferred";
     case reset_cause::wake: return "wake";
+    case reset_cause::gap: return "gap";
   }
   return "unknown";
 }
@@ -37,8 +38,9 @@ feed_duration feed_seconds(double seconds) {
   return feed_duration{static_cast<int64_t>(std::llround(seconds * 1e9))};
 }
 
-mode_negotiator::mode_negotiator(bool has_replay)
+mode_negotiator::mode_negotiator(bool has_replay, bool every_subject)
   : has_replay_(has_replay),
+    every_subject_(every_subject),
     mode_(has_replay ? feed_mode::ledger : feed_mode::none) {
 }
 
@@ -140,9 +142,17 @@ frame_result mode_negotiator::on_frame(const frame_info& f) {
         res.decision = frame_decision::duplicate;
         return res;
       }
+      res.decision = frame_decision::deliver;
+      // The catch-up seq is gap-free; a feed of every subject sees all of
+      // it, so a jump is a loss that must not pass silently.
+      if (every_subject_ && f.seq && last_seq_
+          && *last_seq_ < std::numeric_limits<int64_t>::max()
+          && *f.seq > *last_seq_ + 1) {
+        res.decision = frame_decision::reset_then_deliver;
+        res.reset = make_reset(reset_cause::gap, *f.seq - 1, epoch_);
+      }
       if (f.seq)
         last_seq_ = f.seq;
-      res.decision = frame_decision::deliver;
       return res;
     case feed_mode::ephemeral:
       if (f.type == frame_type::event) {

@@ -17,7 +17,8 @@
 //                          ephemeral + one reset
 //
 //   [ledger]     any complete message is a wake (its cursor a target)
-//   [catchup]    event frames: deliver if seq > last_seq, last_seq = seq
+//   [catchup]    event frames: deliver if seq > last_seq, last_seq = seq;
+//                with no prefixes, a jump past last_seq + 1 is a gap reset
 //   [ephemeral]  event frames: deliver, last_seq = max; a ws-only watcher
 //                treats a wake frame as a reset
 
@@ -110,7 +111,8 @@ enum class frame_decision : uint8_t {
   deliver,
   /// in-frame event with seq <= last_seq: already delivered, dropped.
   duplicate,
-  /// ws-only, no hello yet: ephemeral inferred; deliver `reset`, then this
+  /// ws-only, no hello yet: ephemeral inferred; or catchup of every
+  /// subject after a seq jump (cause gap): deliver `reset`, then this
   /// event.
   reset_then_deliver,
   /// ephemeral: deliver `reset` (inferred from a first frame, or a wake
@@ -129,7 +131,9 @@ struct frame_result {
 class mode_negotiator {
 public:
   /// `has_replay`: a replay path is configured (the watcher can run ledger).
-  explicit mode_negotiator(bool has_replay);
+  /// `every_subject`: no prefixes, so every catchup seq is sent to this
+  /// watcher and a jump in seq is a loss (reset_cause::gap). [false]
+  explicit mode_negotiator(bool has_replay, bool every_subject = false);
 
   /// A session opened (the subscribe frame has been sent).
   open_decision on_open();
@@ -167,6 +171,7 @@ private:
                               std::optional<std::string> new_epoch) const;
 
   bool has_replay_;
+  bool every_subject_;
   feed_mode mode_;
   bool hello_seen_ = false;
   std::optional<int64_t> last_seq_;

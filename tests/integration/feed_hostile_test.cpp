@@ -798,6 +798,43 @@ TEST_F(FeedHostile, CatchupDuplicatesOldSeqsAndAHeadGoingBackward) {
   EXPECT_TRUE(s.connected);
 }
 
+TEST_F(FeedHostile, CatchupSeqGapOnAFeedOfEverySubjectIsATypedReset) {
+  for (bool every : {true, false}) {
+    scripted_server ws{{
+      {step::read_request(),
+       step::ws_accept("", hello("catchup", "0", true, "e1") + event_frame(1)
+                             + event_frame(2) + event_frame(5)
+                             + event_frame(6)),
+       step::hold()},
+    }};
+    collector c;
+    feed_config fc = ledger_config();
+    fc.replay_path.clear();
+    fc.ws_path = "/ws/catchup";
+    fc.ws_ping_interval = 0;
+    if (!every)
+      fc.prefixes = {"a/"};
+    auto w = watch(fc, c, {}, ws.base_url());
+    ASSERT_TRUE(c.wait_events(4));
+    std::this_thread::sleep_for(200ms);
+    EXPECT_EQ(c.snapshot(), (std::vector<int64_t>{1, 2, 5, 6}));
+    auto s = stats(w);
+    EXPECT_EQ(s.reconnects, 0u);
+    if (every) {
+      ASSERT_EQ(c.causes(), (std::vector<reset_cause>{reset_cause::resync,
+                                                      reset_cause::gap}));
+      std::lock_guard<std::mutex> lock{c.mu};
+      EXPECT_EQ(c.resets[1].last_seq, std::optional<int64_t>{2});
+      EXPECT_EQ(c.resets[1].new_seq, std::optional<int64_t>{4});
+      EXPECT_EQ(s.resets, 2u);
+    } else {
+      EXPECT_EQ(c.causes(), std::vector<reset_cause>{reset_cause::resync});
+      EXPECT_EQ(s.resets, 1u);
+    }
+    stop(w);
+  }
+}
+
 TEST_F(FeedHostile, LargeFramesToASlowSubscriberAreBoundedInBytes) {
   // 10 frames of 50 KB for a subscriber that takes 100 ms per event: the
   // watcher holds at most max_pending_frame_bytes (then closes the session

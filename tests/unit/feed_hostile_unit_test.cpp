@@ -366,3 +366,60 @@ TEST(FeedHostileDrain, EventsWithoutIdsThatCannotMoveTheCursorAreABadPage) {
   EXPECT_EQ(d.cursor(), 7);
   EXPECT_EQ(d.drain_errors(), 2u);
 }
+
+TEST(FeedHostileFrames, CatchupSeqJumpOnAFeedOfEverySubjectIsAGapReset) {
+  for (bool every : {true, false}) {
+    mode_negotiator n{false, every};
+    n.on_open();
+    hello_info h;
+    h.mode = "catchup";
+    h.resync = true;
+    h.seq = 0;
+    h.epoch = "e";
+    n.on_hello(h);
+    frame_info f;
+    f.type = frame_type::event;
+    std::vector<frame_decision> got;
+    std::optional<frame_reset_info> gap;
+    for (int64_t s : {1, 2, 5, 6, 6}) {
+      f.seq = s;
+      auto r = n.on_frame(f);
+      got.push_back(r.decision);
+      if (r.reset)
+        gap = r.reset;
+    }
+    using fd = frame_decision;
+    if (every) {
+      // The lost range (2, 4] is reported, then 5 is delivered.
+      EXPECT_EQ(got, (std::vector<fd>{fd::deliver, fd::deliver,
+                                      fd::reset_then_deliver, fd::deliver,
+                                      fd::duplicate}));
+      ASSERT_TRUE(gap);
+      EXPECT_EQ(gap->cause, reset_cause::gap);
+      EXPECT_EQ(gap->last_seq, 2);
+      EXPECT_EQ(gap->new_seq, 4);
+      EXPECT_EQ(gap->old_epoch, "e");
+    } else {
+      // Prefixes filter the seq space: jumps are expected.
+      EXPECT_EQ(got, (std::vector<fd>{fd::deliver, fd::deliver, fd::deliver,
+                                      fd::deliver, fd::duplicate}));
+      EXPECT_FALSE(gap);
+    }
+    EXPECT_EQ(n.last_seq(), 6);
+  }
+  // Extremes never overflow.
+  mode_negotiator n{false, true};
+  n.on_open();
+  hello_info h;
+  h.mode = "catchup";
+  h.resync = true;
+  h.seq = i64min;
+  n.on_hello(h);
+  frame_info f;
+  f.type = frame_type::event;
+  f.seq = i64max;
+  EXPECT_EQ(n.on_frame(f).decision, frame_decision::reset_then_deliver);
+  f.seq = i64max;
+  EXPECT_EQ(n.on_frame(f).decision, frame_decision::duplicate);
+  EXPECT_STREQ(to_string(reset_cause::gap), "gap");
+}
