@@ -231,7 +231,8 @@ std::optional<subscribe_request> parse_subscribe(std::string_view text) {
     for (const auto& e : p->get_array())
       if (e.is_string())
         s.prefixes.emplace_back(e.get_string());
-  if (auto id = string_field(o, "client_id"))
+  if (auto id = string_field(o, "client_id");
+      id && id->size() <= max_client_id_bytes)
     s.client_id = *id;
   s.last_seq = int_field(o, "last_seq");
   s.cursor = int_field(o, "cursor");

@@ -107,8 +107,14 @@ struct subscribe_request {
   std::optional<std::string> epoch;
 };
 
+/// Longest client_id the hub remembers, in bytes: the catch-up registry
+/// keeps max_clients of them, so an unbounded id would let clients make it
+/// hold max_clients x ws_read_max bytes. [256]
+constexpr std::size_t max_client_id_bytes = 256;
+
 /// Parses a subscribe frame; nullopt unless `text` is a JSON object with
-/// `"type":"subscribe"`.
+/// `"type":"subscribe"`. A client_id over max_client_id_bytes reads as
+/// absent (that client is never remembered: it resyncs on every connect).
 std::optional<subscribe_request> parse_subscribe(std::string_view text);
 
 /// True when `text` is the JSON object `{"type":"ping",...}`.

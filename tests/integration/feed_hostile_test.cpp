@@ -1701,3 +1701,50 @@ TEST_F(HubHostile, AdminEndpointsRefuseWrongTypesAndAbsurdSizes) {
   EXPECT_EQ(w->payload.size(), 1048576u);
   expect_alive();
 }
+
+TEST_F(HubHostile, HugeClientIdsAreNotRemembered) {
+  // Each catch-up subscribe registers its client_id (LRU of max_clients
+  // [65536]): 60 KB ids would let clients make the hub hold ~8 GiB. Ids
+  // over max_client_id_bytes read as absent: a resync, nothing remembered.
+  hub_config hc;
+  hc.mode = hub_tier::catchup;
+  start(hc);
+  auto rss0 = rss_kib();
+  for (int i = 0; i < 300; ++i) {
+    raw_ws ws{hub_->port(), "/ws/feed"};
+    auto id = std::to_string(i) + std::string(60000, 'c');
+    ASSERT_TRUE(ws.send_text(R"({"type":"subscribe","prefixes":[],"client_id":")"
+                             + id + R"(","last_seq":null,"epoch":null})"));
+    auto h = ws.next_of_type("hello");
+    ASSERT_TRUE(h) << i;
+    EXPECT_EQ(h->at("resync"), true);
+  }
+  auto grown_mib = (rss_kib() - rss0) / 1024;
+  EXPECT_LT(grown_mib, 12) << "300 client ids of 60 KB were remembered";
+  // The same huge id again is still unknown: a resync, not a resume.
+  raw_ws again{hub_->port(), "/ws/feed"};
+  ASSERT_TRUE(again.send_text(
+    R"({"type":"subscribe","prefixes":[],"client_id":")"
+    + std::string(300, 'z') + R"(","last_seq":0,"epoch":")"
+    + hub_->epoch() + "\"}"));
+  auto h = again.next_of_type("hello");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->at("resync"), true);
+  // An id at the bound is remembered and resumes.
+  auto ok_id = std::string(256, 'k');
+  {
+    raw_ws first{hub_->port(), "/ws/feed"};
+    ASSERT_TRUE(first.send_text(
+      R"({"type":"subscribe","prefixes":[],"client_id":")" + ok_id
+      + R"(","last_seq":null,"epoch":null})"));
+    ASSERT_TRUE(first.next_of_type("hello"));
+  }
+  raw_ws second{hub_->port(), "/ws/feed"};
+  ASSERT_TRUE(second.send_text(
+    R"({"type":"subscribe","prefixes":[],"client_id":")" + ok_id
+    + R"(","last_seq":0,"epoch":")" + hub_->epoch() + "\"}"));
+  h = second.next_of_type("hello");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->at("resync"), false);
+  expect_alive();
+}
