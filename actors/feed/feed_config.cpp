@@ -68,6 +68,10 @@ void feed_config::validate() const {
   require_seconds(ws_handshake_timeout, "ws_handshake_timeout", false);
   if (has_control_chars(client_id))
     throw config_error("client_id", "contains a control character");
+  // The reference hub forgets longer ids (every connect would resync).
+  if (client_id.size() > 256)
+    throw config_error("client_id", "must be at most 256 bytes, got "
+                                      + std::to_string(client_id.size()));
   if (max_pending_frames == 0)
     throw config_error("max_pending_frames", "must be >= 1");
   if (max_pending_frame_bytes == 0)

@@ -75,7 +75,8 @@ struct feed_config {
   uint64_t ws_max_frame_bytes = 8u * 1024u * 1024u;
   /// Bound of connect + TLS + upgrade of one WebSocket session (> 0). [5]
   double ws_handshake_timeout = 5.0;
-  /// Stable identity of the watcher for the catchup tier; empty: 32 hex
+  /// Stable identity of the watcher for the catchup tier (at most 256
+  /// bytes: the reference hub does not remember longer ids); empty: 32 hex
   /// digits generated once per watcher from its random generator. [""]
   std::string client_id;
   /// In-frame events received but not yet delivered, per session; more

@@ -9,6 +9,7 @@
 #include "actors/feed/feed_frames.hpp"
 #include "actors/feed/ledger_drain.hpp"
 #include "actors/feed/mode_negotiator.hpp"
+#include "config/config_error.hpp"
 
 #include <boost/json/parse.hpp>
 
@@ -422,4 +423,18 @@ TEST(FeedHostileFrames, CatchupSeqJumpOnAFeedOfEverySubjectIsAGapReset) {
   f.seq = i64max;
   EXPECT_EQ(n.on_frame(f).decision, frame_decision::duplicate);
   EXPECT_STREQ(to_string(reset_cause::gap), "gap");
+}
+
+TEST(FeedHostileConfig, ClientIdLongerThanTheHubRemembersIsAConfigError) {
+  feed_config c;
+  c.ws_path = "/ws/catchup";
+  c.client_id = std::string(256, 'a');
+  EXPECT_NO_THROW(c.validate());
+  c.client_id = std::string(257, 'a');
+  try {
+    c.validate();
+    ADD_FAILURE() << "no config_error";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "client_id");
+  }
 }
