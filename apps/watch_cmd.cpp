@@ -34,6 +34,11 @@ namespace {
 
 volatile std::sig_atomic_t stop_signal = 0;
 
+/// How long the exit waits for the client's actors to finish after the
+/// watcher stopped (a call stuck on an unresponsive server is not waited
+/// for beyond this).
+constexpr auto exit_grace = std::chrono::milliseconds(500);
+
 extern "C" void on_stop_signal(int) {
   stop_signal = 1;
 }
@@ -92,7 +97,9 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
              "stdout, a summary line on stderr on exit");
   cmd->footer(
     "Output: {\"type\":\"event\",\"event\":{...}} or {\"type\":\"reset\","
-    "...} per line.\nExit codes: 0 ok, 2 usage/config_error.");
+    "...} per line.\nEnds after --count events, after --duration seconds, "
+    "or on SIGINT/SIGTERM: the watcher stops, the summary goes to stderr, "
+    "exit 0.\nExit codes: 0 ok, 2 usage/config_error, 1 internal_error.");
   auto& f = opts.feed;
   cmd->add_option("base_url", opts.base_url, "The hub's base URL")->required();
   cmd
@@ -242,6 +249,20 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     }
     std::signal(SIGINT, old_int);
     std::signal(SIGTERM, old_term);
+    // The watcher is gone; the client may still have a replay call in
+    // flight (a server that accepted and never answers keeps it until the
+    // client's deadline, 30 s by default). Release our references, give the
+    // actors a moment to finish, and then let the process end without
+    // waiting for them: the summary is all that is left to do.
+    w = nullptr;
+    client = nullptr;
+    wo = {};
+    auto settle = std::chrono::steady_clock::now() + exit_grace;
+    while (sys.registry().running() > 0
+           && std::chrono::steady_clock::now() < settle)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (sys.registry().running() > 0)
+      sys.await_actors_before_shutdown(false);
     boost::json::object sum;
     sum["cursor"] = st.cursor;
     sum["last_seq"] = opt_json(st.last_seq);

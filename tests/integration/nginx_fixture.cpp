@@ -101,7 +101,35 @@ std::string json_rows(std::size_t rows) {
 // Content-Length of a static file, so that HTTP/1.1 responses go out with
 // Transfer-Encoding: chunked (stock Debian modules, no echo module needed);
 // output_buffers 1k makes the file go out in 1 KiB chunks.
-std::string routes_conf(const std::string& html, uint16_t redirect_port) {
+// With an upstream (a feed hub), its replay, cursor, admin and WebSocket
+// paths are proxied to it over HTTP/1.1, WebSocket upgrades included.
+std::string hub_proxy_conf(uint16_t upstream_port) {
+  if (upstream_port == 0)
+    return "";
+  auto up = "http://127.0.0.1:" + std::to_string(upstream_port);
+  std::string plain = "    proxy_http_version 1.1;\n"
+                      "    proxy_set_header Connection \"\";\n";
+  return "location /v1/events {\n    proxy_pass " + up + ";\n" + plain
+         + "}\n"
+           "location = /v1/cursor {\n    proxy_pass "
+         + up + ";\n" + plain
+         + "}\n"
+           "location /admin/ {\n    proxy_pass "
+         + up + ";\n" + plain
+         + "}\n"
+           "location /ws/ {\n    proxy_pass "
+         + up
+         + ";\n"
+           "    proxy_http_version 1.1;\n"
+           "    proxy_set_header Upgrade $http_upgrade;\n"
+           "    proxy_set_header Connection \"upgrade\";\n"
+           "    proxy_read_timeout 1h;\n"
+           "    proxy_send_timeout 1h;\n"
+           "}\n";
+}
+
+std::string routes_conf(const std::string& html, uint16_t redirect_port,
+                        uint16_t upstream_port) {
   std::string chunked = "    chunked_transfer_encoding on;\n"
                         "    sub_filter_types application/json;\n"
                         "    sub_filter '@@MARKER@@' '';\n"
@@ -146,7 +174,8 @@ std::string routes_conf(const std::string& html, uint16_t redirect_port) {
            "location = /v1/slow.json { alias "
          + html
          + "/v1/big.json; limit_rate 256; }\n"
-           "location / { return 404 '{\"detail\":\"no route\"}'; }\n";
+           "location / { return 404 '{\"detail\":\"no route\"}'; }\n"
+         + hub_proxy_conf(upstream_port);
 }
 
 std::string nginx_conf(const std::string& prefix, const test_pki& pki,
@@ -272,7 +301,8 @@ std::string nginx_instance::big_body() {
 
 nginx_instance::nginx_instance(const std::string& nginx_binary,
                                const std::string& prefix_dir,
-                               const test_pki& pki, uint16_t redirect_port)
+                               const test_pki& pki, uint16_t redirect_port,
+                               uint16_t upstream_port)
   : prefix_(prefix_dir) {
   for (auto d : {"/logs", "/tmp", "/html", "/html/v1"})
     fs::create_directories(prefix_ + d);
@@ -280,7 +310,7 @@ nginx_instance::nginx_instance(const std::string& nginx_binary,
   write_file(html + "/v1/items.json", items_body);
   write_file(html + "/v1/chunked.json", chunked_body());
   write_file(html + "/v1/big.json", big_body());
-  write_file(prefix_ + "/routes.conf", routes_conf(html, redirect_port));
+  write_file(prefix_ + "/routes.conf", routes_conf(html, redirect_port, upstream_port));
   std::string why;
   for (int i = 0; i < 3; ++i)
     if (try_start(nginx_binary, pki, redirect_port, why))

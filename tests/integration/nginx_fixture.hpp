@@ -25,6 +25,10 @@
 //   GET /v1/close.json        items_body with Connection: close
 //   GET /v1/slow.json         big_body() trickled at 256 bytes/s
 //
+// With an upstream port (a feed hub on 127.0.0.1), also proxied to it over
+// HTTP/1.1: /v1/events, /v1/cursor, /admin/*, and /ws/* with the WebSocket
+// upgrade (Upgrade/Connection headers passed, 1 h read timeout).
+//
 // Every request is logged to one access log (see access_entry), so tests can
 // count what the server really saw per request id.
 
@@ -104,9 +108,10 @@ public:
   /// points to 127.0.0.1:`redirect_port`. Picks free ports itself (and tries
   /// again with new ones if nginx cannot bind). Throws std::runtime_error with
   /// nginx's error log if nginx does not come up within 10 s.
+  /// `upstream_port` > 0 adds the hub proxy routes (see above). [0]
   nginx_instance(const std::string& nginx_binary,
                  const std::string& prefix_dir, const test_pki& pki,
-                 uint16_t redirect_port);
+                 uint16_t redirect_port, uint16_t upstream_port = 0);
   ~nginx_instance();
 
   nginx_instance(const nginx_instance&) = delete;

@@ -1,0 +1,487 @@
+// `outbound watch` as a child process (issue 3, "outbound watch"): it ends
+// by itself after --duration S, cleanly on SIGINT and SIGTERM (exit 0, the
+// summary line on stderr — apps/watch_cmd.cpp, README "Exit codes: 0 ok, 2
+// usage/config_error"), and follows a hub behind a TLS reverse proxy (a real
+// nginx with the test CA, WebSocket upgrade proxied). The hub runs
+// in-process on 127.0.0.1; stdout and stderr go to files the test reads
+// while the child runs.
+
+#include "nginx_fixture.hpp"
+#include "test_certs.hpp"
+
+#include "hub/hub.hpp"
+
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace outbound;
+using namespace outbound::testing;
+using namespace std::chrono_literals;
+
+namespace json = boost::json;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in{path, std::ios::binary};
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> r;
+  std::istringstream in{text};
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty())
+      r.push_back(l);
+  return r;
+}
+
+/// The CLI as a running child: stdout/stderr into files of a temp dir,
+/// killed (SIGKILL) and reaped on destruction if still running.
+class cli_child {
+public:
+  explicit cli_child(std::vector<std::string> args) : dir_{"outbound-watch-"} {
+    out_ = dir_.file("out");
+    err_ = dir_.file("err");
+    args.insert(args.begin(), OUTBOUND_CLI);
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    auto rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0)
+      throw std::runtime_error("cannot spawn " + args[0]);
+    started_ = std::chrono::steady_clock::now();
+  }
+
+  ~cli_child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  cli_child(const cli_child&) = delete;
+  cli_child& operator=(const cli_child&) = delete;
+
+  std::string out() const {
+    return slurp(out_);
+  }
+
+  std::string err() const {
+    return slurp(err_);
+  }
+
+  /// Waits until stdout holds at least `n` lines; true if it did in time.
+  bool wait_out_lines(std::size_t n, std::chrono::milliseconds timeout) {
+    auto until = std::chrono::steady_clock::now() + timeout;
+    while (lines_of(out()).size() < n) {
+      if (std::chrono::steady_clock::now() > until || exited())
+        return lines_of(out()).size() >= n;
+      std::this_thread::sleep_for(10ms);
+    }
+    return true;
+  }
+
+  void signal(int sig) {
+    ASSERT_GT(pid_, 0);
+    ::kill(pid_, sig);
+  }
+
+  /// The exit code (128 + signal when killed by one), or nullopt if the
+  /// child is still running after `timeout`.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
+    if (code_)
+      return code_;
+    auto until = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      int status = 0;
+      auto r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        ended_ = std::chrono::steady_clock::now();
+        code_ = WIFEXITED(status) ? WEXITSTATUS(status)
+                                  : 128 + WTERMSIG(status);
+        return code_;
+      }
+      if (std::chrono::steady_clock::now() > until)
+        return std::nullopt;
+      std::this_thread::sleep_for(5ms);
+    }
+  }
+
+  /// From spawn to exit (valid after wait_exit returned a code).
+  std::chrono::milliseconds lifetime() const {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(ended_
+                                                                 - started_);
+  }
+
+private:
+  bool exited() {
+    return wait_exit(0ms).has_value();
+  }
+
+  temp_dir dir_;
+  std::string out_;
+  std::string err_;
+  pid_t pid_ = -1;
+  std::optional<int> code_;
+  std::chrono::steady_clock::time_point started_;
+  std::chrono::steady_clock::time_point ended_;
+};
+
+/// The single summary line of stderr as an object (fails the test if
+/// stderr is not exactly one JSON object line).
+json::object summary_of(const std::string& err) {
+  auto lines = lines_of(err);
+  EXPECT_EQ(lines.size(), 1u) << err;
+  if (lines.empty())
+    return {};
+  boost::system::error_code ec;
+  auto v = json::parse(lines.back(), ec);
+  EXPECT_FALSE(ec) << lines.back();
+  if (ec || !v.is_object())
+    return {};
+  auto o = v.as_object();
+  for (auto key : {"cursor", "last_seq", "events", "resets", "drain_errors",
+                   "reconnects", "peer_timeouts"})
+    EXPECT_TRUE(o.contains(key)) << "summary without '" << key << "': " << err;
+  return o;
+}
+
+/// Event ids of the stdout lines, in order (fails on a non-event line).
+std::vector<int64_t> event_ids(const std::string& out) {
+  std::vector<int64_t> ids;
+  for (auto& l : lines_of(out)) {
+    auto v = json::parse(l).as_object();
+    EXPECT_EQ(v.at("type").as_string(), "event") << l;
+    ids.push_back(v.at("event").at("id").as_int64());
+  }
+  return ids;
+}
+
+/// A TCP listener on 127.0.0.1 that never accepts: connections complete in
+/// the backlog and then nothing is ever read or written (close-on-exec, so
+/// the child does not hold it).
+class blackhole_listener {
+public:
+  blackhole_listener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0
+        || ::listen(fd_, 64) != 0
+        || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw std::runtime_error("blackhole_listener: cannot listen");
+    port_ = ntohs(a.sin_port);
+  }
+
+  ~blackhole_listener() {
+    if (fd_ >= 0)
+      ::close(fd_);
+  }
+
+  blackhole_listener(const blackhole_listener&) = delete;
+  blackhole_listener& operator=(const blackhole_listener&) = delete;
+
+  uint16_t port() const {
+    return port_;
+  }
+
+private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+class WatchCli : public ::testing::Test {
+protected:
+  void SetUp() override {
+    hub_config c;
+    c.seed = 42;
+    hub_ = std::make_unique<hub>(c);
+    hub_->start();
+  }
+
+  void TearDown() override {
+    hub_.reset();
+  }
+
+  void publish(int n) {
+    for (int i = 0; i < n; ++i)
+      hub_->publish("orders/" + std::to_string(i), "created");
+  }
+
+  std::unique_ptr<hub> hub_;
+};
+
+} // namespace
+
+TEST_F(WatchCli, DurationEndsItByItselfWithTheSummary) {
+  publish(2);
+  cli_child w{{"watch", "--poll-interval", "0.5", "--duration", "1.5",
+               hub_->base_url()}};
+  ASSERT_TRUE(w.wait_out_lines(2, 10s)) << w.err();
+  publish(1); // delivered live (a wake) before the time is up
+  ASSERT_TRUE(w.wait_out_lines(3, 10s)) << w.err();
+  auto code = w.wait_exit(15s);
+  ASSERT_TRUE(code) << "still running long after --duration";
+  EXPECT_EQ(*code, 0) << w.err();
+  EXPECT_GE(w.lifetime(), 1500ms);
+  EXPECT_LT(w.lifetime(), 10s);
+  EXPECT_EQ(event_ids(w.out()), (std::vector<int64_t>{1, 2, 3}));
+  auto sum = summary_of(w.err());
+  EXPECT_EQ(sum.at("events").as_int64(), 3);
+  EXPECT_EQ(sum.at("cursor").as_int64(), 3);
+  EXPECT_EQ(sum.at("resets").as_int64(), 0);
+  EXPECT_EQ(sum.at("reconnects").as_int64(), 0);
+}
+
+TEST_F(WatchCli, DurationEndsItEvenWhenNothingArrives) {
+  cli_child w{{"watch", "--duration", "0.5", hub_->base_url()}};
+  auto code = w.wait_exit(15s);
+  ASSERT_TRUE(code);
+  EXPECT_EQ(*code, 0) << w.err();
+  EXPECT_GE(w.lifetime(), 500ms);
+  EXPECT_TRUE(w.out().empty()) << w.out();
+  auto sum = summary_of(w.err());
+  EXPECT_EQ(sum.at("events").as_int64(), 0);
+  EXPECT_EQ(sum.at("cursor").as_int64(), 0);
+}
+
+/// Runs `outbound watch` until two events are printed, then sends `sig`:
+/// it exits 0 within a few seconds with the summary line.
+void expect_clean_exit_on(int sig, hub& h) {
+  h.publish("orders/1", "created");
+  h.publish("orders/2", "created");
+  cli_child w{{"watch", "--poll-interval", "0.5", h.base_url()}};
+  ASSERT_TRUE(w.wait_out_lines(2, 10s)) << w.err();
+  auto t0 = std::chrono::steady_clock::now();
+  w.signal(sig);
+  auto code = w.wait_exit(10s);
+  ASSERT_TRUE(code) << "still running 10 s after signal " << sig;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(*code, 0) << w.err();
+  EXPECT_EQ(event_ids(w.out()), (std::vector<int64_t>{1, 2}));
+  auto sum = summary_of(w.err());
+  EXPECT_EQ(sum.at("events").as_int64(), 2);
+  EXPECT_EQ(sum.at("cursor").as_int64(), 2);
+}
+
+TEST_F(WatchCli, SigintEndsItCleanlyWithTheSummary) {
+  expect_clean_exit_on(SIGINT, *hub_);
+}
+
+TEST_F(WatchCli, SigtermEndsItCleanlyWithTheSummary) {
+  expect_clean_exit_on(SIGTERM, *hub_);
+}
+
+TEST_F(WatchCli, SigtermWhileTheHubIsGoneEndsItCleanly) {
+  // The watcher is between reconnect attempts and failing replays.
+  auto url = hub_->base_url();
+  publish(1);
+  cli_child w{{"watch", "--poll-interval", "0.2", url}};
+  ASSERT_TRUE(w.wait_out_lines(1, 10s)) << w.err();
+  hub_->stop();
+  std::this_thread::sleep_for(700ms);
+  auto t0 = std::chrono::steady_clock::now();
+  w.signal(SIGTERM);
+  auto code = w.wait_exit(10s);
+  ASSERT_TRUE(code) << "still running 10 s after SIGTERM";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(*code, 0) << w.err();
+  auto sum = summary_of(w.err());
+  EXPECT_EQ(sum.at("events").as_int64(), 1);
+  EXPECT_EQ(sum.at("cursor").as_int64(), 1);
+}
+
+TEST_F(WatchCli, SigtermWhileTheServerNeverAnswersEndsItPromptly) {
+  // A listener that accepts (backlog) and never answers: the start drain's
+  // replay call and the WebSocket handshake hang. The exit must not wait
+  // for the client's 30 s deadline.
+  blackhole_listener blackhole;
+  cli_child w{{"watch", "http://127.0.0.1:" + std::to_string(blackhole.port())}};
+  std::this_thread::sleep_for(1s); // connected (backlog), waiting for bytes
+  std::this_thread::sleep_for(200ms);
+  auto t0 = std::chrono::steady_clock::now();
+  w.signal(SIGTERM);
+  auto code = w.wait_exit(10s);
+  ASSERT_TRUE(code) << "still running 10 s after SIGTERM: " << w.err();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_EQ(*code, 0) << w.err();
+  auto sum = summary_of(w.err());
+  EXPECT_EQ(sum.at("events").as_int64(), 0);
+}
+
+TEST_F(WatchCli, ReconnectsThroughADroppedConnectionWithoutLosingAnEvent) {
+  auto server = [this](const char* key) {
+    return json::parse(hub_->state_json())
+      .at("server")
+      .at(key)
+      .to_number<int64_t>();
+  };
+  auto ledger_connections = [this] {
+    return json::parse(hub_->state_json())
+      .at("connections")
+      .at("ledger")
+      .to_number<int64_t>();
+  };
+  auto wait_for = [](const std::function<bool()>& pred) {
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (!pred() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(10ms);
+    return pred();
+  };
+  publish(2);
+  cli_child w{{"watch", "--poll-interval", "30", "--count", "6",
+               hub_->base_url()}};
+  ASSERT_TRUE(w.wait_out_lines(2, 10s)) << w.err();
+  ASSERT_TRUE(wait_for([&] { return ledger_connections() == 1; }));
+  EXPECT_EQ(hub_->drop_connections("ledger"), 1u);
+  publish(2); // while it is away (or its last drain is still running)
+  // Back on a second WebSocket; the next events come through its wakes.
+  ASSERT_TRUE(wait_for([&] {
+    return server("ws_upgrades") == 2 && ledger_connections() == 1;
+  })) << w.err();
+  publish(2);
+  auto code = w.wait_exit(15s);
+  ASSERT_TRUE(code) << "6 events never came: " << w.out();
+  EXPECT_EQ(*code, 0) << w.err();
+  EXPECT_EQ(event_ids(w.out()), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  auto sum = summary_of(w.err());
+  EXPECT_EQ(sum.at("events").as_int64(), 6);
+  EXPECT_EQ(sum.at("cursor").as_int64(), 6);
+  EXPECT_EQ(sum.at("reconnects").as_int64(), 1);
+  EXPECT_EQ(sum.at("resets").as_int64(), 0);
+}
+
+// -- over TLS, through nginx ---------------------------------------------------
+
+class WatchCliTls : public WatchCli {
+protected:
+  void SetUp() override {
+    WatchCli::SetUp();
+    auto bin = find_program("nginx", "OUTBOUND_NGINX",
+                            {"/usr/sbin/nginx", "/usr/local/sbin/nginx",
+                             "/usr/local/nginx/sbin/nginx"});
+    if (bin.empty())
+      GTEST_SKIP() << "nginx binary not found (apt-get install nginx, or set "
+                      "OUTBOUND_NGINX)";
+    dir_ = std::make_unique<temp_dir>("outbound-watch-tls-");
+    pki_ = std::make_unique<test_pki>(test_pki::generate(dir_->path()));
+    sink_ = std::make_unique<connection_sink>();
+    auto prefix = dir_->file("nginx");
+    std::filesystem::create_directories(prefix);
+    nginx_ = std::make_unique<nginx_instance>(bin, prefix, *pki_,
+                                              sink_->port(), hub_->port());
+  }
+
+  void TearDown() override {
+    nginx_.reset();
+    sink_.reset();
+    pki_.reset();
+    dir_.reset();
+    WatchCli::TearDown();
+  }
+
+  std::unique_ptr<temp_dir> dir_;
+  std::unique_ptr<test_pki> pki_;
+  std::unique_ptr<connection_sink> sink_;
+  std::unique_ptr<nginx_instance> nginx_;
+};
+
+TEST_F(WatchCliTls, ThreeEventsOverHttpsAndWssThroughAProxy) {
+  publish(1);
+  auto url = nginx_->base_url(nginx_listener::tls);
+  ASSERT_EQ(url.rfind("https://127.0.0.1:", 0), 0u);
+  // A long poll tick: the last two events can only come through a wake
+  // over the proxied wss:// connection.
+  cli_child w{{"watch", "--ca-file", pki_->ca_a.cert, "--poll-interval",
+               "300", "--count", "3", url}};
+  ASSERT_TRUE(w.wait_out_lines(1, 10s)) << w.err() << nginx_->error_log();
+  auto until = std::chrono::steady_clock::now() + 10s;
+  while (json::parse(hub_->state_json())
+             .at("connections")
+             .at("ledger")
+             .to_number<int64_t>()
+           < 1
+         && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(json::parse(hub_->state_json())
+              .at("connections")
+              .at("ledger")
+              .to_number<int64_t>(),
+            1)
+    << "no WebSocket through the proxy: " << w.err() << nginx_->error_log();
+  hub_->publish("orders/2", "created");
+  hub_->publish("orders/3", "created");
+  auto code = w.wait_exit(15s);
+  ASSERT_TRUE(code) << "3 events never came: " << w.out() << w.err();
+  EXPECT_EQ(*code, 0) << w.err();
+  EXPECT_EQ(event_ids(w.out()), (std::vector<int64_t>{1, 2, 3}));
+  auto sum = summary_of(w.err());
+  EXPECT_EQ(sum.at("events").as_int64(), 3);
+  EXPECT_EQ(sum.at("cursor").as_int64(), 3);
+  EXPECT_EQ(sum.at("reconnects").as_int64(), 0);
+  // nginx saw the replay and the upgrade (101) over TLS; a WebSocket is
+  // logged when it ends, which the exit has just caused.
+  auto seen = [&](const std::string& prefix, int status) {
+    for (auto& e : nginx_->access_log())
+      if (e.uri.rfind(prefix, 0) == 0 && e.status == status)
+        return true;
+    return false;
+  };
+  EXPECT_TRUE(seen("/v1/events", 200));
+  auto log_until = std::chrono::steady_clock::now() + 5s;
+  while (!seen("/ws/", 101) && std::chrono::steady_clock::now() < log_until)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(seen("/ws/", 101));
+}
+
+TEST_F(WatchCliTls, AnUnknownCaIsRefused) {
+  auto url = nginx_->base_url(nginx_listener::tls);
+  // Trusting CA B only: the server certificate does not verify, no event.
+  cli_child w{{"watch", "--ca-file", pki_->ca_b.cert, "--duration", "1",
+               url}};
+  publish(1);
+  auto code = w.wait_exit(15s);
+  ASSERT_TRUE(code);
+  EXPECT_EQ(*code, 0) << w.err();
+  EXPECT_TRUE(w.out().empty()) << w.out();
+  auto sum = summary_of(w.err());
+  EXPECT_EQ(sum.at("events").as_int64(), 0);
+  EXPECT_EQ(sum.at("cursor").as_int64(), 0);
+}
