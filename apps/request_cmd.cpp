@@ -467,8 +467,52 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
     "Read PREFIX_URL, PREFIX_TOKEN, PREFIX_CA_FILE, PREFIX_CLIENT_CERT, "
     "PREFIX_CLIENT_KEY (options given here win); URL is then a path");
   cmd->add_flag("--verbose", opts.verbose,
-                "Observer events as JSON lines on stderr");
+                "Observer events as JSON lines on stderr (with --hedge, also "
+                "the hedging counters at the end)");
+  cmd->add_flag("--hedge", opts.hedge,
+                "Hedge a GET/HEAD/OPTIONS call: one backup request after the "
+                "hedge delay (the warmup delay, 10 ms, unless --hedge-delay)");
+  cmd->add_option("--percentile", opts.percentile,
+                  "Latency quantile that triggers the hedge, in (0, 1)")
+    ->capture_default_str();
+  cmd->add_option("--budget-percent", opts.budget_percent,
+                  "Hedges allowed as a percentage of the traffic (>= 0)")
+    ->capture_default_str();
+  opts.hedge_delay_opt = cmd->add_option(
+    "--hedge-delay", opts.hedge_delay,
+    "Hardcoded hedge delay in seconds (>= 0) instead of the learned one");
   return cmd;
+}
+
+// {"hedging":{...}}: the client's global hedging counters, for --verbose.
+std::string hedge_counters_json(caf::actor_system& sys,
+                                const service_client_actor& client) {
+  caf::scoped_actor self{sys};
+  boost::json::object o;
+  self->request(client, std::chrono::seconds{5}, hedging_handles_request{})
+    .receive(
+      [&](hedging_handles& h) {
+        if (!h.stats)
+          return;
+        self->request(h.stats, std::chrono::seconds{5},
+                      hedge_global_stats_request{})
+          .receive(
+            [&](hedge_stats_snapshot& s) {
+              o["total_requests"] = s.total_requests;
+              o["hedged_requests"] = s.hedged_requests;
+              o["hedge_wins"] = s.hedge_wins;
+              o["primary_wins"] = s.primary_wins;
+              o["budget_exhausted"] = s.budget_exhausted;
+              o["warmup_requests"] = s.warmup_requests;
+              o["circuit_blocked"] = s.circuit_blocked;
+              o["errors"] = s.errors;
+            },
+            [](caf::error&) {});
+      },
+      [](caf::error&) {});
+  boost::json::object line;
+  line["hedging"] = std::move(o);
+  return boost::json::serialize(line);
 }
 
 int run_request(caf::actor_system& sys, const request_options& opts,
@@ -502,6 +546,20 @@ int run_request(caf::actor_system& sys, const request_options& opts,
     auto req = make_request(opts, std::move(target));
     req.request_id = std::move(request_id);
     client_options copts;
+    if (opts.hedge) {
+      hedging_options h;
+      h.config.percentile = opts.percentile;
+      h.config.budget_percent = opts.budget_percent;
+      if (opts.hedge_delay_opt && opts.hedge_delay_opt->count() > 0) {
+        // One endpoint with the hardcoded delay, named explicitly by the
+        // call (an explicit name bypasses route matching).
+        endpoint_config ep;
+        ep.hedge_delay = opts.hedge_delay;
+        h.routes.register_route("*", "/", ep, "cli");
+        req.hedge_endpoint = "cli";
+      }
+      copts.hedging = std::move(h);
+    }
     verbose_observer_actor obs;
     if (opts.verbose) {
       obs = sys.spawn(verbose_observer, verbose_sink{&err, secrets});
@@ -513,6 +571,8 @@ int run_request(caf::actor_system& sys, const request_options& opts,
       auto res = client.call(std::move(req));
       if (obs)
         drain(sys, obs);
+      if (opts.verbose && opts.hedge)
+        err << hedge_counters_json(sys, client.actor()) << '\n';
       rc = print_outcome(opts, res, out, err, secrets);
     }
     return rc;

@@ -51,6 +51,15 @@ struct request_options {
   bool verbose = false;
   /// Client settings (`--token`, `--timeout`, ...).
   client_config cfg;
+  /// `--hedge`: hedge the call (GET/HEAD/OPTIONS) after the learned
+  /// percentile, the warmup delay, or `--hedge-delay`.
+  bool hedge = false;
+  /// `--percentile`, `--budget-percent`: hedge_config fields. [0.9, 10]
+  double percentile = 0.90;
+  double budget_percent = 10.0;
+  /// `--hedge-delay S`: a hardcoded hedge delay in seconds (>= 0).
+  double hedge_delay = 0.0;
+  CLI::Option* hedge_delay_opt = nullptr;
 
   /// Set by add_request_command: tells whether --json / --env were given.
   CLI::Option* json_opt = nullptr;

@@ -106,6 +106,7 @@ hub::impl::impl(hub_config c)
   auto s = seed_from(cfg);
   rng = s.rng;
   state.ring().restart(s.epoch);
+  profile_seed = cfg.seed ? *cfg.seed : rng();
 }
 
 hub::impl::~impl() {
@@ -539,6 +540,7 @@ std::string hub::impl::state_json() {
   srv["events_sent"] = counters.events_sent.load();
   srv["frames_sent"] = counters.frames_sent.load();
   srv["drops"] = counters.drops.load();
+  srv["profile_requests"] = counters.profile_requests.load();
   srv["dropped"] = counters.dropped.load();
   o["server"] = std::move(srv);
   return json::serialize(o);
@@ -653,6 +655,29 @@ hub::impl::http_answer hub::impl::handle_http(const std::string& method,
   }
   if (t.path == "/healthz")
     return answer(200, "{\"ok\":true}");
+  if (auto kind = latency_profile_at(t.path)) {
+    // Any method: a test can show that a slow POST is never hedged.
+    auto p = parse_latency_profile(*kind, t.query);
+    if (!p.profile)
+      return answer(400, error_body(p.error));
+    ++counters.profile_requests;
+    uint64_t n;
+    {
+      std::lock_guard<std::mutex> lock{mu};
+      n = profile_arrivals.next(p.profile->key);
+    }
+    auto seed = p.profile->seed.value_or(profile_seed);
+    auto d = latency_profile_delay(*p.profile, seed, p.profile->key, n);
+    json::object o;
+    o["profile"] = to_string(*kind);
+    o["delay_ms"] = d * 1000.0;
+    o["key"] = p.profile->key;
+    o["arrival"] = n;
+    http_answer a{200, json::serialize(o)};
+    a.delay = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(d));
+    return a;
+  }
   if (ws_tier(t.path))
     return answer(426, error_body("WebSocket upgrade required"));
   return answer(404, error_body("not found"));

@@ -11,6 +11,9 @@
 //           /ws/ledger /ws/catchup /ws/ephemeral   always that tier
 //   admin   POST /admin/faults  POST /admin/restart  POST /admin/wakes
 //           POST /admin/drop    GET  /admin/state
+//   latency /fast /slow /flaky /lognormal?mean_ms&sd_ms&straggler&mult&
+//           straggler_ms&key&seed — answered after a drawn delay (issue 4;
+//           hub/latency_profile.hpp); the seed defaults to hub_config::seed
 //
 // Example:
 //

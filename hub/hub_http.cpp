@@ -90,6 +90,19 @@ private:
     }
     auto a = hub_.handle_http(std::string{req.method_string()},
                               std::string{req.target()}, req.body());
+    if (a.delay.count() > 0) {
+      // A latency profile: answer later, without blocking the io thread.
+      // The timer dies with the session (a client that gave up and closed
+      // is answered into a closed socket, which fails quietly).
+      delay_.emplace(stream_.get_executor(), a.delay);
+      delay_->async_wait([self = shared_from_this(), a = std::move(a),
+                          keep = req.keep_alive()](beast::error_code ec) mutable {
+        if (ec)
+          return;
+        self->send(a.status, std::move(a.body), keep);
+      });
+      return;
+    }
     send(a.status, std::move(a.body), req.keep_alive());
   }
 
@@ -123,6 +136,7 @@ private:
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<net::steady_timer> delay_;
 };
 
 void do_accept(hub::impl& h) {

@@ -14,6 +14,7 @@
 
 #include "hub/hub.hpp"
 #include "hub/hub_state.hpp"
+#include "hub/latency_profile.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -95,6 +96,9 @@ struct hub_server_counters {
   std::atomic<uint64_t> dropped{0};
   /// Drops performed (each closes zero or more connections).
   std::atomic<uint64_t> drops{0};
+  /// Requests of the latency-profile routes (/fast, /slow, /flaky,
+  /// /lognormal): a benchmark's backend-side request count.
+  std::atomic<uint64_t> profile_requests{0};
 };
 
 struct hub::impl {
@@ -115,6 +119,9 @@ struct hub::impl {
   struct http_answer {
     int status = 200;
     std::string body;
+    /// Send the answer this long after the request was read (the latency
+    /// profiles); 0: at once.
+    std::chrono::nanoseconds delay{0};
   };
 
   /// Routes one plain HTTP request.
@@ -181,6 +188,10 @@ struct hub::impl {
 
   hub_server_counters counters;
   uint16_t bound_port = 0;
+  /// Latency profiles: the default seed and the per-key arrival counts
+  /// (guarded by `mu`).
+  uint64_t profile_seed = 0;
+  arrival_counter profile_arrivals;
 
   // Asio objects last-but-one; `ioc` is reset explicitly in ~impl before
   // any other member goes, so handlers destroyed with it find the rest.

@@ -12,6 +12,18 @@
 // window's weight fades linearly as the current one fills (the sliding
 // window approximation of rate limiters, e.g. Cloudflare's).
 //
+// Cold start (outbound's change to httpx-hedged): while there is no
+// previous window — a new key, or one idle for 2W — dividing by W
+// under-counts: 500 requests in the first second read as 50 rps with
+// W = 10 s, and the hedge budget that follows the estimate starves (the
+// failure httpx-hedged's own example works around by pinning
+// estimated_rps). Then
+//
+//   rps = current / clamp(elapsed, min(1 s, W), W)
+//
+// i.e. the rate over the time actually observed, never over less than one
+// second (so a first burst of a few requests is not read as a huge rate).
+//
 // Pure: time is an argument; no clock is read.
 
 #include "actors/hedge/hedge_types.hpp"
@@ -39,6 +51,11 @@ public:
   double rps(hedge_time now) {
     rotate(now);
     const double elapsed = seconds_between(start_, now);
+    if (cold_) {
+      const double floor = std::min(1.0, window_);
+      return static_cast<double>(current_)
+             / std::clamp(elapsed, floor, window_);
+    }
     const double weight = std::max(0.0, 1.0 - elapsed / window_);
     return (static_cast<double>(previous_) * weight
             + static_cast<double>(current_))
@@ -50,7 +67,8 @@ public:
     const double elapsed = seconds_between(start_, now);
     if (elapsed < window_)
       return;
-    previous_ = elapsed < 2.0 * window_ ? current_ : 0;
+    cold_ = elapsed >= 2.0 * window_;
+    previous_ = cold_ ? 0 : current_;
     current_ = 0;
     start_ = now;
   }
@@ -68,6 +86,8 @@ private:
   hedge_time start_;
   uint64_t current_ = 0;
   uint64_t previous_ = 0;
+  /// No previous window to weigh (see the cold-start rule above).
+  bool cold_ = true;
 };
 
 } // namespace outbound

@@ -69,13 +69,35 @@ TEST(RollingRate, FormulaWeighsThePreviousWindowDown) {
   rolling_rate r{10.0, t0};
   for (int i = 0; i < 50; ++i)
     r.record(t0 + milliseconds(100 * i)); // 50 in the first 5 s
-  EXPECT_DOUBLE_EQ(r.rps(t0 + seconds(5)), 5.0); // (0 + 50) / 10
+  // Cold start (no previous window): the rate over the 5 s observed.
+  EXPECT_DOUBLE_EQ(r.rps(t0 + seconds(5)), 10.0); // 50 / 5
   // At 10 s the window rotates: previous 50, elapsed 0.
   EXPECT_DOUBLE_EQ(r.rps(t0 + seconds(10)), 5.0);
   for (int i = 0; i < 20; ++i)
     r.record(t0 + seconds(12));
   // elapsed 2.5 s: (50 × 0.75 + 20) / 10
   EXPECT_DOUBLE_EQ(r.rps(t0 + milliseconds(12500)), 5.75);
+}
+
+// outbound's change to httpx-hedged: a new key's first burst is not
+// divided by the whole window (which starved the budget that follows it).
+TEST(RollingRate, ColdStartDividesByTheTimeObservedNeverLessThanOneSecond) {
+  rolling_rate r{10.0, t0};
+  r.record(t0, 3);
+  EXPECT_DOUBLE_EQ(r.rps(t0), 3.0); // 3 / 1 s, not 3 / 0
+  for (int i = 0; i < 500; ++i)
+    r.record(t0 + milliseconds(4 * i)); // 500 more within 2 s
+  EXPECT_DOUBLE_EQ(r.rps(t0 + seconds(2)), 503.0 / 2.0);
+  EXPECT_DOUBLE_EQ(r.rps(t0 + milliseconds(9999)), 503.0 / 9.999);
+  // Idle for two windows: cold again.
+  rolling_rate s{10.0, t0};
+  s.record(t0, 100);
+  s.record(t0 + seconds(30), 4);
+  EXPECT_DOUBLE_EQ(s.rps(t0 + seconds(32)), 2.0); // 4 / 2 s
+  // A short window floors at the window itself.
+  rolling_rate w{0.5, t0};
+  w.record(t0, 5);
+  EXPECT_DOUBLE_EQ(w.rps(t0), 10.0); // 5 / 0.5 s
 }
 
 TEST(RollingRate, RotatesExactlyAtTheBoundary) {
