@@ -54,8 +54,8 @@ struct request_options {
   /// `--hedge`: hedge the call (GET/HEAD/OPTIONS) after the learned
   /// percentile, the warmup delay, or `--hedge-delay`.
   bool hedge = false;
-  /// `--percentile`, `--budget-percent`: hedge_config fields. [0.9, 10]
-  double percentile = 0.90;
+  /// `--percentile`, `--budget-percent`: hedge_config fields. [0.95, 10]
+  double percentile = 0.95;
   double budget_percent = 10.0;
   /// `--hedge-delay S`: a hardcoded hedge delay in seconds (>= 0).
   double hedge_delay = 0.0;

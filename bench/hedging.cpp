@@ -8,7 +8,7 @@
 //              w2  lognormal mean 5 ms, sd 2 ms, 1 % of requests take 1 s
 //                  ("The Tail at Scale" style)
 //   configs    none | static 10 ms | static 50 ms | adaptive (outbound's
-//              defaults: p90 of the learned latency, 10 % budget)
+//              defaults: p95 of the learned latency, 10 % budget)
 //   clients    a sequential client, and 64 concurrent clients
 //
 // The backend is the reference hub's /lognormal route on 127.0.0.1 (see
@@ -17,8 +17,13 @@
 // measured by the caller around each blocking call (wall clock); "extra" is
 // the backend's own count of requests beyond one per call.
 //
+// Each configuration gets a fresh client that first serves an unmeasured
+// warm-up (--warmup, --warmup-concurrent calls with other keys), so the
+// figures are steady state, not a client's cold start.
+//
 // Bounded: a fixed number of calls per configuration (--requests,
-// --requests-w2) and a per-call deadline; every phase ends by itself.
+// --requests-w2, --requests-concurrent) and a per-call deadline; every
+// phase ends by itself.
 
 #include "actors/client/blocking_client.hpp"
 #include "actors/client/service_client.hpp"
@@ -79,9 +84,29 @@ int64_t profile_requests(const outbound::hub& h) {
   return v.at("server").at("profile_requests").to_number<int64_t>();
 }
 
+// The client's global hedging counters (zero when it does not hedge).
+outbound::hedge_stats_snapshot hedge_counters(caf::actor_system& sys,
+                                              outbound::blocking_client& client) {
+  outbound::hedge_stats_snapshot out;
+  caf::scoped_actor self{sys};
+  self->request(client.actor(), std::chrono::seconds{5},
+                outbound::hedging_handles_request{})
+    .receive(
+      [&](outbound::hedging_handles& hh) {
+        if (!hh.stats)
+          return;
+        self->request(hh.stats, std::chrono::seconds{5},
+                      outbound::hedge_global_stats_request{})
+          .receive([&](outbound::hedge_stats_snapshot& s) { out = s; },
+                   [](caf::error&) {});
+      },
+      [](caf::error&) {});
+  return out;
+}
+
 result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
            const configuration& c, int concurrency, uint64_t seed,
-           const std::string& tag) {
+           const std::string& tag, int warmup) {
   outbound::client_config cfg;
   cfg.base_url = h.base_url();
   cfg.timeout = 5.0;
@@ -97,6 +122,26 @@ result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
     opts.hedging = std::move(ho);
   }
   outbound::blocking_client client{sys, cfg, std::move(opts)};
+  // Steady state: an unmeasured warm-up (other keys, same distribution) so
+  // the sketch, the RPS estimate and the budget reflect ongoing traffic,
+  // not a client's first second.
+  {
+    std::atomic<int> next{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < concurrency; ++t)
+      threads.emplace_back([&] {
+        while (next.fetch_add(1) < warmup) {
+          outbound::call_request req;
+          req.path = std::string{"/lognormal?"} + w.query + "&seed="
+                     + std::to_string(seed) + "&key=warm-" + tag + "-"
+                     + std::to_string(next.load());
+          client.call(std::move(req));
+        }
+      });
+    for (auto& t : threads)
+      t.join();
+  }
+  auto before_stats = hedge_counters(sys, client);
   result r;
   r.latencies_ms.resize(static_cast<std::size_t>(w.requests));
   auto before = profile_requests(h);
@@ -131,21 +176,9 @@ result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
   r.backend_requests = profile_requests(h) - before;
   r.failures = failures.load();
   if (c.hedge) {
-    caf::scoped_actor self{sys};
-    self->request(client.actor(), std::chrono::seconds{5},
-                  outbound::hedging_handles_request{})
-      .receive(
-        [&](outbound::hedging_handles& hh) {
-          self->request(hh.stats, std::chrono::seconds{5},
-                        outbound::hedge_global_stats_request{})
-            .receive(
-              [&](outbound::hedge_stats_snapshot& s) {
-                r.hedged = s.hedged_requests;
-                r.hedge_wins = s.hedge_wins;
-              },
-              [](caf::error&) {});
-        },
-        [](caf::error&) {});
+    auto after = hedge_counters(sys, client);
+    r.hedged = after.hedged_requests - before_stats.hedged_requests;
+    r.hedge_wins = after.hedge_wins - before_stats.hedge_wins;
   }
   return r;
 }
@@ -158,6 +191,8 @@ int main(int argc, char** argv) {
   int requests_w2 = 4000;
   int requests_concurrent = 20000;
   int concurrency = 64;
+  int warmup_sequential = 300;
+  int warmup_concurrent = 5000;
   uint64_t seed = 42;
   app.add_option("--requests", requests, "Calls per configuration, w1")
     ->capture_default_str();
@@ -170,6 +205,12 @@ int main(int argc, char** argv) {
                  "shorter than the 10 s RPS window the budget follows)")
     ->capture_default_str();
   app.add_option("--concurrency", concurrency, "Concurrent clients")
+    ->capture_default_str();
+  app.add_option("--warmup", warmup_sequential,
+                 "Unmeasured warm-up calls per configuration, sequential")
+    ->capture_default_str();
+  app.add_option("--warmup-concurrent", warmup_concurrent,
+                 "Unmeasured warm-up calls per configuration, concurrent")
     ->capture_default_str();
   app.add_option("--seed", seed, "Latency seed (the same for every config)")
     ->capture_default_str();
@@ -209,7 +250,8 @@ int main(int argc, char** argv) {
       double none_p99 = 0, none_p999 = 0;
       for (const auto& c : configs) {
         auto tag = "w" + std::to_string(wi) + "-c" + std::to_string(conc);
-        auto r = run(sys, h, wc, c, conc, seed, tag);
+        auto r = run(sys, h, wc, c, conc, seed, tag,
+                     conc > 1 ? warmup_concurrent : warmup_sequential);
         auto p99 = quantile(r.latencies_ms, 0.99);
         auto p999 = quantile(r.latencies_ms, 0.999);
         if (!c.hedge) {

@@ -80,6 +80,7 @@ protected:
 } // namespace
 
 TEST_F(HedgeActors, StatsActorPlansFromTheLearnedPercentile) {
+  cfg.percentile = 0.90;
   auto st = spawn_endpoint_stats(sys(), cfg);
   for (int i = 0; i < 20; ++i) {
     auto p = ask<hedge_plan>(st, hedge_plan_request{"endpoint:x", eff()});

@@ -40,7 +40,7 @@ constexpr double inf_v = std::numeric_limits<double>::infinity();
 
 TEST(HedgeConfig, DefaultsAreTheReferenceDefaults) {
   hedge_config c;
-  EXPECT_EQ(c.percentile, 0.90);
+  EXPECT_EQ(c.percentile, 0.95);
   EXPECT_EQ(c.budget_percent, 10.0);
   EXPECT_FALSE(c.estimated_rps);
   EXPECT_EQ(c.rps_window, 10.0);

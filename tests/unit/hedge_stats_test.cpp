@@ -22,7 +22,9 @@ effective_hedge_config eff(const endpoint_config& ep = {},
 
 TEST(HedgeStats, WarmupDelayForTheFirstRequestsThenTheLearnedPercentile) {
   endpoint_stats_state st{hedge_config{}};
-  auto cfg = eff();
+  endpoint_config p90;
+  p90.percentile = 0.90;
+  auto cfg = eff(p90);
   for (int i = 1; i <= 20; ++i) {
     auto p = st.plan("endpoint:x", cfg, t0);
     EXPECT_TRUE(p.warmup) << i;
