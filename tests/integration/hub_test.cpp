@@ -1726,6 +1726,55 @@ TEST(HubCli, PrintsTheListeningLineFirstAndExitsZeroOnSigterm) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+TEST(HubCli, DropFlagsSetTheDropKnobs) {
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  auto pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    ::close(out[1]);
+    ::execl(OUTBOUND_CLI, OUTBOUND_CLI, "hub", "--port", "0", "--drop-every",
+            "0.25", "--drop-tier", "catchup", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  struct reaper {
+    pid_t pid;
+    ~reaper() {
+      if (pid > 0) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+  } child{pid};
+  std::string line;
+  char c;
+  while (::read(out[0], &c, 1) == 1 && c != '\n')
+    line += c;
+  ::close(out[0]);
+  auto listening = std::string{json::parse(line).at("listening").as_string()};
+  {
+    caf::actor_system_config cfg;
+    cfg.add_message_types<caf::id_block::outbound>();
+    caf::actor_system sys{cfg};
+    client_config cc;
+    cc.base_url = "http://" + listening;
+    cc.retry.max_attempts = 1;
+    blocking_client client{sys, cc};
+    auto f = client.request("GET", "/admin/state").at("faults");
+    EXPECT_EQ(f.at("drop_every").to_number<double>(), 0.25);
+    EXPECT_EQ(f.at("drop_tier").as_string(), "catchup");
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  child.pid = -1;
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 TEST(HubCli, ABadHostIsAConfigErrorWithExitTwo) {
   int err[2];
   ASSERT_EQ(::pipe(err), 0);
