@@ -3,6 +3,8 @@
 // need no server (or only a closed port); the answers come from a real nginx
 // on 127.0.0.1 (nginx_fixture.hpp).
 
+#include "hub/hub.hpp"
+#include "hub/latency_profile.hpp"
 #include "nginx_fixture.hpp"
 #include "test_certs.hpp"
 
@@ -595,4 +597,52 @@ TEST_F(CliNginx, TlsWithoutTheCaFailsWithoutRetryAsServiceUnavailable) {
   expect_failure(r, "service_unavailable", 7);
   EXPECT_TRUE(r.error().at("status").is_null());
   EXPECT_EQ(r.error().at("attempts").as_int64(), 1);
+}
+
+// issue 4 item 8: `outbound request --hedge` against the hub's /flaky
+// profile, with a key whose primary straggles (900 ms) and whose hedge
+// (the key's second arrival) is fast.
+TEST(CliHedge, HedgeDelayFiresOneBackupThatWins) {
+  outbound::hub_config hc;
+  hc.seed = 11;
+  outbound::hub h{hc};
+  h.start();
+  outbound::latency_profile p;
+  p.kind = outbound::latency_profile_kind::flaky;
+  std::string key;
+  for (int i = 0; key.empty(); ++i) {
+    auto k = "k" + std::to_string(i);
+    if (outbound::latency_profile_delay(p, 11, k, 0) == 0.9
+        && outbound::latency_profile_delay(p, 11, k, 1) < 0.02)
+      key = k;
+  }
+  auto r = run_cli({"request", "--hedge", "--hedge-delay", "0.05", "--verbose",
+                    h.base_url() + "/flaky?key=" + key});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto body = boost::json::parse(r.out);
+  EXPECT_EQ(body.at("arrival").as_int64(), 1); // the hedge answered
+  auto lines = r.err_lines();
+  ASSERT_FALSE(lines.empty());
+  auto counters = boost::json::parse(lines.back()).at("hedging");
+  EXPECT_EQ(counters.at("hedged_requests").to_number<int64_t>(), 1);
+  EXPECT_EQ(counters.at("hedge_wins").to_number<int64_t>(), 1);
+  // Without --hedge the same kind of key takes the primary's 900 ms.
+  auto plain = run_cli({"request", h.base_url() + "/flaky?key=" + key + "x"});
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  h.stop();
+}
+
+TEST(CliHedge, BadHedgeSettingsAreConfigErrorsNamingTheField) {
+  auto r = run_cli({"request", "--hedge", "--percentile", "1.5",
+                    "http://127.0.0.1:1/x"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.error().at("detail").as_string().find("hedge.percentile"),
+            std::string::npos)
+    << r.err;
+  auto d = run_cli({"request", "--hedge", "--hedge-delay", "-1",
+                    "http://127.0.0.1:1/x"});
+  EXPECT_EQ(d.exit_code, 2) << d.err;
+  EXPECT_NE(d.error().at("detail").as_string().find("hedge_delay"),
+            std::string::npos)
+    << d.err;
 }
