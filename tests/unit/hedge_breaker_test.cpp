@@ -290,20 +290,25 @@ TEST(BreakerRegistry, PermitOfAnEvictedBreakerDoesNotTouchItsSuccessor) {
   breaker_registry r{cfg};
   auto trip_and_probe = [&](hedge_time at) {
     for (int i = 0; i < 4; ++i)
-      r.record("host:a", "host:a", cfg.breaker, call_health::failure, at);
-    return r.allow_hedge("host:a", "host:a", cfg.breaker, at + seconds(10));
+      r.record("host:a", "endpoint:a", cfg.breaker, call_health::failure, at);
+    return r.allow_hedge("host:a", "endpoint:a", cfg.breaker,
+                         at + seconds(10));
   };
   auto old = trip_and_probe(t0);
   ASSERT_EQ(old.gate, hedge_gate::allowed);
-  // host:b evicts host:a in both tiers; host:a comes back as a new breaker.
-  r.record("host:b", "host:b", cfg.breaker, call_health::success, t0);
+  ASSERT_TRUE(old.permit.host_generation && old.permit.endpoint_generation);
+  // host:b / endpoint:b evict host:a / endpoint:a in both tiers; they come
+  // back as new breakers.
+  r.record("host:b", "endpoint:b", cfg.breaker, call_health::success, t0);
   auto now = t0 + seconds(20);
   auto fresh = trip_and_probe(now);
   ASSERT_EQ(fresh.gate, hedge_gate::allowed);
   r.release(old.permit); // stale: must not give back fresh's permit
-  EXPECT_EQ(r.snapshot(breaker_scope::host, "host:a", now)->permits_out, 1);
-  EXPECT_EQ(r.snapshot(breaker_scope::endpoint, "host:a", now)->permits_out,
-            1);
+  auto host = r.snapshot(breaker_scope::host, "host:a", now);
+  auto endpoint = r.snapshot(breaker_scope::endpoint, "endpoint:a", now);
+  ASSERT_TRUE(host && endpoint);
+  EXPECT_EQ(host->permits_out, 1);
+  EXPECT_EQ(endpoint->permits_out, 1);
 }
 
 TEST(BreakerRegistry, RejectsABadConfigByField) {
