@@ -1,0 +1,391 @@
+#pragma once
+
+// The coalescing state of the driver (issue 5 items 1-2) as a pure state
+// machine: it turns a crowd of get_ts / get_seq waiters into a few batched
+// RPCs and hands each waiter its share of the answers. The ideas are
+// tsoracle-client's driver.rs (one batch in flight, cold-start flush only,
+// chunks of at most MAX_TIMESTAMPS_PER_RPC run one after another, each
+// delivered as soon as its RPC returns; oversize or zero waiters rejected
+// inline; response validation in response.rs) and its docs
+// (docs/the-client-driver.md, docs/client-api-and-usage.md).
+//
+// Groups: all ts waiters form one group; seq waiters form one group per key.
+// Each group moves through
+//
+//            join (idle group)                flush_at <= now
+//   IDLE ──────────────────────► COLD ─────────────────────────┐
+//    ▲        flush_at = now + batch_flush_interval             │ take_ready
+//    │                                                          ▼
+//    │  batch done, queue empty          ┌───────────► IN FLIGHT (chunk k)
+//    └───────────────────────────────────┤  chunk done,       │
+//                                        │  chunks left:      │ chunk answered
+//                                        │  next chunk ◄──────┘ / failed /
+//                                        │                      cancelled
+//                                        └─ batch done, waiters queued:
+//                                           next batch at once (no flush)
+//
+// A batch is the group's queue at the moment it is sent (waiters that join
+// later wait for the next batch, so no timestamp handed out predates its
+// waiter's entry: freshness). It is cut, in arrival order, into chunks of at
+// most the per-RPC cap, without splitting a waiter (a waiter never exceeds
+// the cap: bigger counts are rejected at join). The chunks of a batch are
+// sent one at a time, so a group has at most one RPC in flight.
+//
+// The owner (the coalescing_driver actor) calls join / cancel / on_* and,
+// after each of them, take_ready(now) for the RPCs to send, and arms one
+// timer for next_wakeup(). Pure: time is an argument; nothing is read from
+// a clock; no CAF.
+//
+// Use from the actor:
+//   get_ts / get_seq  → join(w, now); rejected_* → answer the caller at
+//                       once; queued → keep its promise under w.id
+//   after any event   → for each plan in take_ready(now): run one
+//                       discovery_call (actors/coalesce/leader_state.hpp)
+//                       for it; arm a timer at next_wakeup() (tag it; a
+//                       stale wakeup is harmless, take_ready is idempotent)
+//   discovery done    → succeeded: on_ts_response / on_seq_response with the
+//                       parsed body; failed: on_rpc_failed(id, uncertain iff
+//                       discovery_error::uncertain_outcome); deliver each
+//                       delivery to its waiter's promise
+//   caller leaves     → cancel(id); rpc_cancelled → cancel that RPC's
+//                       exchange (transport cancel_atom) and drop its
+//                       discovery_call
+
+#include "actors/coalesce/coalesce_types.hpp"
+#include "config/coalesce_config.hpp"
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace outbound {
+
+/// One caller's request as it enters the driver.
+struct waiter_request {
+  /// Caller-chosen id, unique among the waiters held (a response promise's
+  /// key in the actor).
+  uint64_t id = 0;
+  waiter_kind kind = waiter_kind::ts;
+  /// Sequence key (seq only): 1..max_seq_key_bytes bytes of valid UTF-8.
+  std::string key;
+  /// Timestamps or ordinals wanted: 1..the kind's per-RPC cap.
+  uint32_t count = 1;
+  /// When the call entered the driver (freshness is counted from here).
+  coalesce_time entered{};
+};
+
+/// The answer of batcher::join.
+enum class join_decision : uint8_t {
+  /// Held; it is served by a later take_ready / on_* call.
+  queued,
+  /// The driver holds max_waiters waiters: the caller is pushed back (the
+  /// actor answers at once with a backpressure error; nothing is sent).
+  rejected_backpressure,
+  /// count is 0 or above the kind's per-RPC cap (tsoracle InvalidCount).
+  rejected_invalid_count,
+  /// seq key empty, too long or not UTF-8 (tsoracle InvalidSeqKey).
+  rejected_invalid_key,
+  /// The id is already held.
+  rejected_duplicate_id,
+};
+
+/// "queued", "rejected_backpressure", ...
+const char* to_string(join_decision d);
+
+/// How one waiter's wait ended.
+enum class waiter_outcome : uint8_t {
+  /// Served: `ts` (ts) or `seq` (seq) holds its values.
+  served,
+  /// Its chunk's 2xx response had the wrong count or shape (ts: protocol
+  /// violation; seq never, see `uncertain`). Only this chunk's waiters.
+  protocol_violation,
+  /// Its chunk's RPC failed definitively and provably changed nothing
+  /// (discovery gave up: unreachable, deadline, redirect cap, 4xx, ...).
+  rpc_failed,
+  /// seq: the chunk's RPC may have committed (a post-send failure, or a 2xx
+  /// whose count or shape is wrong): the block may be spent. Never retried.
+  uncertain,
+  /// An earlier chunk of the same batch failed (rpc_failed or uncertain):
+  /// this chunk was never sent (fail-fast, tsoracle driver.rs); nothing was
+  /// committed for it.
+  not_attempted,
+};
+
+/// "served", "protocol_violation", ...
+const char* to_string(waiter_outcome o);
+
+/// One waiter's result, produced by on_ts_response / on_seq_response /
+/// on_rpc_failed.
+struct delivery {
+  uint64_t waiter_id = 0;
+  waiter_outcome outcome = waiter_outcome::served;
+  /// served ts: the waiter's timestamps.
+  ts_range ts;
+  /// served seq: the waiter's block.
+  seq_block seq;
+  /// The leader epoch of the answering response (served), as received.
+  std::string epoch;
+  /// Why it failed (never carries header values).
+  std::string detail;
+};
+
+/// One waiter's part of a chunk, in the order of the response's values.
+struct chunk_part {
+  uint64_t waiter_id = 0;
+  uint32_t count = 0;
+};
+
+/// An RPC to send now (the answer of take_ready).
+struct rpc_plan {
+  /// Id of this RPC: pass it back to on_ts_response / on_seq_response /
+  /// on_rpc_failed; unique per batcher.
+  uint64_t rpc_id = 0;
+  waiter_kind kind = waiter_kind::ts;
+  /// seq: the key.
+  std::string key;
+  /// Values requested: the sum of the parts' counts (<= the per-RPC cap).
+  uint32_t count = 0;
+  /// The waiters served by it, in order.
+  std::vector<chunk_part> parts;
+  /// 0-based index of this chunk in its batch, and the batch's chunk count.
+  std::size_t chunk_index = 0;
+  std::size_t chunk_total = 1;
+  /// When take_ready handed it out: every part's waiter entered at or
+  /// before this time (freshness).
+  coalesce_time dispatched_at{};
+};
+
+/// What cancel() found.
+enum class cancel_result : uint8_t {
+  /// No such waiter (already answered, or never held).
+  not_found,
+  /// It was queued or in a chunk not yet sent: it simply leaves.
+  removed,
+  /// It was in the chunk in flight: its share is dropped when the answer
+  /// comes; the others in the chunk keep waiting.
+  abandoned_in_flight,
+  /// It was the last live waiter of the chunk in flight: the owner cancels
+  /// that RPC (`rpc_to_cancel`); its answer, if any, is ignored.
+  rpc_cancelled,
+};
+
+/// "not_found", "removed", "abandoned_in_flight", "rpc_cancelled".
+const char* to_string(cancel_result r);
+
+/// The answer of batcher::cancel.
+struct cancel_outcome {
+  cancel_result result = cancel_result::not_found;
+  /// rpc_cancelled: the RPC to cancel.
+  uint64_t rpc_to_cancel = 0;
+};
+
+/// A 2xx GetTs answer, as parsed from the body.
+struct ts_response {
+  uint64_t physical_ms = 0;
+  uint32_t logical_start = 0;
+  uint32_t count = 0;
+  std::string epoch;
+};
+
+/// A 2xx GetSeq answer, as parsed from the body.
+struct seq_response {
+  uint64_t start = 0;
+  uint32_t count = 0;
+  /// Empty when the body had none (then the outcome is uncertain, as in
+  /// tsoracle seq_attempt.rs).
+  std::string epoch;
+};
+
+/// How a chunk's RPC failed (the leader discovery's verdict).
+enum class rpc_failure : uint8_t {
+  /// Provably nothing committed, or a ts RPC (idempotent): rpc_failed.
+  failed,
+  /// A seq RPC that may have committed: uncertain.
+  uncertain,
+};
+
+/// Counters of a batcher (for metrics and tests).
+struct batcher_stats {
+  uint64_t joined = 0;
+  uint64_t rejected_backpressure = 0;
+  uint64_t rejected_invalid = 0;
+  uint64_t batches = 0;
+  uint64_t rpcs = 0;
+  uint64_t served = 0;
+  uint64_t protocol_violations = 0;
+  uint64_t failed = 0;
+  uint64_t cancelled = 0;
+  /// Cancelled waiters whose share was already requested (tsoracle
+  /// abandoned_waiters).
+  uint64_t abandoned = 0;
+  uint64_t rpcs_cancelled = 0;
+  /// Answers for RPCs no longer current (cancelled), ignored.
+  uint64_t stale_answers = 0;
+};
+
+/// Checks a GetTs answer against the chunk it answers (tsoracle
+/// response.rs): count == requested, 1 <= count <= 262,144, physical <=
+/// 2^46-1, logical_start + count - 1 <= 262,143 (no wrap into the next
+/// millisecond: a range that would overflow the 18-bit logical is a
+/// violation, never split). Returns an empty string when valid, else why.
+std::string check_ts_response(const ts_response& r, uint32_t requested);
+
+/// Checks a GetSeq answer: count == requested and start + count - 1 fits
+/// in 64 bits, epoch present. Empty when valid, else why.
+std::string check_seq_response(const seq_response& r, uint32_t requested);
+
+/// True if `key` is a valid sequence key: 1..max_bytes bytes of UTF-8
+/// (no overlong forms, no surrogates).
+bool valid_seq_key(const std::string& key, std::size_t max_bytes);
+
+/// The coalescing state of one driver. Not thread-safe (one owner actor).
+class batcher {
+public:
+  /// Takes batch_flush_interval, max_waiters, the per-RPC caps and the key
+  /// limit from `cfg`; throws config_error when `cfg` is invalid.
+  explicit batcher(const coalesce_config& cfg);
+
+  /// A caller enters at `now` (w.entered is normally `now`). Invalid
+  /// requests are rejected before any RPC and touch no other waiter.
+  join_decision join(const waiter_request& w, coalesce_time now);
+
+  /// The caller of `waiter_id` left (it cancelled, or its own deadline
+  /// passed). Never disturbs the other waiters; the RPC in flight is
+  /// cancelled only when every waiter of it has gone.
+  cancel_outcome cancel(uint64_t waiter_id, coalesce_time now);
+
+  /// The RPCs to send now: for every group without an RPC in flight, the
+  /// next chunk of its current batch, or a new batch when its queue is due
+  /// (cold start: flush_at <= now; warm: at once). Waiters with `entered`
+  /// later than `now` stay queued.
+  std::vector<rpc_plan> take_ready(coalesce_time now);
+
+  /// When the owner must call take_ready next although nothing else
+  /// happens (the earliest cold-start flush), or nullopt.
+  std::optional<coalesce_time> next_wakeup() const;
+
+  /// The GetTs RPC `rpc_id` answered 2xx (a body that does not parse is
+  /// passed as a default ts_response: count 0, a protocol violation).
+  /// Returns one delivery per live
+  /// waiter of the chunk: served (in order, the response's range cut into
+  /// the waiters' counts) or, if check_ts_response fails, protocol_violation
+  /// for the chunk's waiters only. Unknown or cancelled ids: nothing.
+  std::vector<delivery> on_ts_response(uint64_t rpc_id, const ts_response& r,
+                                       coalesce_time now);
+
+  /// The GetSeq RPC `rpc_id` answered 2xx (a body that does not parse is
+  /// passed as a default seq_response: uncertain): the block is cut into the
+  /// waiters' blocks in order; a wrong count or shape makes the chunk's
+  /// waiters uncertain (the server did advance something).
+  std::vector<delivery> on_seq_response(uint64_t rpc_id,
+                                        const seq_response& r,
+                                        coalesce_time now);
+
+  /// The RPC `rpc_id` failed for good (discovery gave up). Its live waiters
+  /// get rpc_failed / uncertain; the batch's chunks not yet sent fail as
+  /// not_attempted; the group's queued waiters form the next batch.
+  std::vector<delivery> on_rpc_failed(uint64_t rpc_id, rpc_failure f,
+                                      const std::string& detail,
+                                      coalesce_time now);
+
+  /// Waiters held now (queued or in flight, all groups).
+  std::size_t held() const {
+    return waiters_.size();
+  }
+  /// Waiters queued (not yet in a batch) in all groups.
+  std::size_t queued() const;
+  /// RPCs in flight (at most one per group).
+  std::size_t in_flight() const {
+    return rpc_group_.size();
+  }
+  /// Groups currently tracked (idle groups are dropped).
+  std::size_t groups() const {
+    return groups_.size();
+  }
+  const batcher_stats& stats() const {
+    return stats_;
+  }
+  /// The per-RPC cap of a kind.
+  uint32_t cap(waiter_kind k) const {
+    return k == waiter_kind::ts ? max_ts_ : max_seq_;
+  }
+
+private:
+  struct group_key {
+    waiter_kind kind;
+    std::string key;
+    bool operator<(const group_key& o) const {
+      return kind != o.kind ? kind < o.kind : key < o.key;
+    }
+  };
+
+  enum class where : uint8_t { queued, pending_chunk, in_flight };
+
+  struct waiter_rec {
+    waiter_request req;
+    uint64_t serial = 0;
+    where at = where::queued;
+    /// The chunk it is in (pending or in flight), 0 while queued: an id
+    /// reused after a cancel never receives the old waiter's share.
+    uint64_t chunk_uid = 0;
+  };
+
+  struct queued_ref {
+    uint64_t id;
+    uint64_t serial;
+  };
+
+  struct chunk {
+    uint64_t uid = 0;
+    uint64_t rpc_id = 0;
+    uint32_t count = 0;
+    std::vector<chunk_part> parts;
+    /// Parts whose waiter is still held (for in-flight cancellation).
+    std::size_t live = 0;
+    std::size_t index = 0;
+    std::size_t total = 1;
+  };
+
+  struct group {
+    std::deque<queued_ref> queue;
+    std::size_t queued_live = 0;
+    /// Chunks of the current batch not yet sent, in order.
+    std::deque<chunk> pending;
+    std::optional<chunk> flight;
+    /// Cold start: when the queue is due; unset while warm (due at once).
+    std::optional<coalesce_time> flush_at;
+  };
+
+  using group_map = std::map<group_key, group>;
+
+  /// Finishes the in-flight chunk of `g` (answered, failed or cancelled):
+  /// arms the next step of the group and drops it when idle.
+  void finish_flight(group_map::iterator it, coalesce_time now);
+  /// Forms a batch from the group's due queue (waiters entered <= now).
+  void form_batch(group& g, waiter_kind kind, coalesce_time now);
+  std::vector<delivery> fail_chunk(const chunk& c, waiter_outcome o,
+                                   const std::string& detail);
+  /// The live waiter of part `p` of chunk `c`, or waiters_.end().
+  std::unordered_map<uint64_t, waiter_rec>::iterator
+  live_waiter(const chunk& c, const chunk_part& p);
+
+  coalesce_duration flush_interval_;
+  std::size_t max_waiters_;
+  uint32_t max_ts_;
+  uint32_t max_seq_;
+  std::size_t max_key_bytes_;
+
+  std::unordered_map<uint64_t, waiter_rec> waiters_;
+  group_map groups_;
+  std::unordered_map<uint64_t, group_key> rpc_group_;
+  uint64_t next_serial_ = 1;
+  uint64_t next_rpc_ = 1;
+  uint64_t next_chunk_ = 1;
+  batcher_stats stats_;
+};
+
+} // namespace outbound

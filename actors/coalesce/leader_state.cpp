@@ -1,0 +1,599 @@
+#include "actors/coalesce/leader_state.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <random>
+
+namespace outbound {
+
+namespace {
+
+bool ows(char c) {
+  return c == ' ' || c == '\t';
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && ows(s.front()))
+    s.remove_prefix(1);
+  while (!s.empty() && ows(s.back()))
+    s.remove_suffix(1);
+  return s;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size())
+    return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i]))
+        != std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  return true;
+}
+
+std::optional<uint64_t> parse_u64(std::string_view s) {
+  if (s.empty() || s.size() > 20)
+    return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9')
+      return std::nullopt;
+    uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (UINT64_MAX - d) / 10)
+      return std::nullopt;
+    v = v * 10 + d;
+  }
+  return v;
+}
+
+} // namespace
+
+std::optional<uint64_t> parse_leader_epoch(std::string_view s) {
+  return parse_u64(s);
+}
+
+std::optional<leader_hint> parse_leader_hint(std::string_view value) {
+  if (value.size() > 512)
+    return std::nullopt;
+  for (char ch : value) {
+    auto c = static_cast<unsigned char>(ch);
+    if ((c < 0x20 && c != '\t') || c >= 0x7f)
+      return std::nullopt;
+  }
+  leader_hint h;
+  std::size_t params = 0;
+  bool first = true;
+  std::string_view rest = value;
+  while (true) {
+    auto semi = rest.find(';');
+    auto part = trim(rest.substr(0, semi));
+    if (first) {
+      if (part.empty()
+          || !parse_oracle_endpoint(part, false, endpoint_origin::configured))
+        return std::nullopt;
+      h.endpoint.assign(part.begin(), part.end());
+      first = false;
+    } else {
+      if (part.empty() || ++params > 8)
+        return std::nullopt;
+      auto eq = part.find('=');
+      if (eq == std::string_view::npos)
+        return std::nullopt;
+      auto name = trim(part.substr(0, eq));
+      auto val = trim(part.substr(eq + 1));
+      if (name.empty())
+        return std::nullopt;
+      if (iequals(name, "epoch")) {
+        if (h.epoch)
+          return std::nullopt; // duplicate: ambiguous
+        auto e = parse_u64(val);
+        if (!e)
+          return std::nullopt;
+        h.epoch = e;
+      }
+    }
+    if (semi == std::string_view::npos)
+      break;
+    rest.remove_prefix(semi + 1);
+  }
+  return h;
+}
+
+const char* to_string(attempt_class c) {
+  switch (c) {
+    case attempt_class::success: return "success";
+    case attempt_class::not_leader: return "not_leader";
+    case attempt_class::refused: return "refused";
+    case attempt_class::lost: return "lost";
+    case attempt_class::server_error: return "server_error";
+    case attempt_class::rejected: return "rejected";
+    case attempt_class::fatal: return "fatal";
+    case attempt_class::fatal_after_send: return "fatal_after_send";
+  }
+  return "?";
+}
+
+attempt_class classify_attempt(transport_error_kind error, bool request_sent,
+                               int status) {
+  switch (error) {
+    case transport_error_kind::none:
+      if (status >= 200 && status <= 299)
+        return attempt_class::success;
+      if (status == 421)
+        return attempt_class::not_leader;
+      // Refused before processing: nothing committed (issue 5 item 6).
+      if (status == 503 || status == 429)
+        return attempt_class::refused;
+      if (status >= 500 && status <= 999)
+        return attempt_class::server_error;
+      return attempt_class::rejected;
+    case transport_error_kind::not_sent:
+    case transport_error_kind::connect:
+    case transport_error_kind::local_resource:
+      return attempt_class::refused;
+    case transport_error_kind::interrupted:
+    case transport_error_kind::timeout:
+      return request_sent ? attempt_class::lost : attempt_class::refused;
+    case transport_error_kind::tls:
+      return request_sent ? attempt_class::fatal_after_send
+                          : attempt_class::fatal;
+    case transport_error_kind::too_large:
+      return attempt_class::fatal_after_send;
+    case transport_error_kind::config:
+      return attempt_class::fatal;
+  }
+  return attempt_class::fatal;
+}
+
+bool is_transport_class(attempt_class c) {
+  return c == attempt_class::refused || c == attempt_class::lost;
+}
+
+coalesce_duration full_jitter_backoff(coalesce_duration base,
+                                      coalesce_duration cap, int n,
+                                      coalesce_rng& rng) {
+  if (base.count() <= 0 || cap.count() <= 0)
+    return coalesce_duration{0};
+  int shift = std::clamp(n, 0, 20);
+  int64_t ceiling = cap.count();
+  if (base.count() <= (cap.count() >> shift))
+    ceiling = std::min<int64_t>(base.count() << shift, cap.count());
+  std::uniform_int_distribution<int64_t> d{0, ceiling};
+  return coalesce_duration{d(rng)};
+}
+
+const char* to_string(seat_decision d) {
+  switch (d) {
+    case seat_decision::seated: return "seated";
+    case seat_decision::refreshed: return "refreshed";
+    case seat_decision::replaced: return "replaced";
+    case seat_decision::rejected_stale_epoch: return "rejected_stale_epoch";
+    case seat_decision::rejected_no_epoch: return "rejected_no_epoch";
+  }
+  return "?";
+}
+
+const char* to_string(hint_verdict v) {
+  switch (v) {
+    case hint_verdict::usable: return "usable";
+    case hint_verdict::absent: return "absent";
+    case hint_verdict::malformed: return "malformed";
+    case hint_verdict::rejected_downgrade: return "rejected_downgrade";
+    case hint_verdict::stale_epoch: return "stale_epoch";
+    case hint_verdict::rejected_no_epoch: return "rejected_no_epoch";
+    case hint_verdict::self_reference: return "self_reference";
+  }
+  return "?";
+}
+
+leader_state::leader_state(const coalesce_config& cfg, coalesce_rng& rng)
+  : cfg_(cfg) {
+  cfg_.validate();
+  ttl_ = coalesce_seconds(cfg_.leader_ttl);
+  for (auto& ep : cfg_.parsed_endpoints())
+    endpoints_.push_back(ep.key());
+  offset_ = static_cast<std::size_t>(rng() % endpoints_.size());
+}
+
+std::optional<cached_leader> leader_state::leader(coalesce_time now) const {
+  if (cache_ && now - cache_->refreshed < ttl_)
+    return cache_;
+  return std::nullopt;
+}
+
+bool leader_state::configured(const std::string& endpoint) const {
+  return std::find(endpoints_.begin(), endpoints_.end(), endpoint)
+         != endpoints_.end();
+}
+
+seat_decision leader_state::seat(const std::string& endpoint,
+                                 std::optional<uint64_t> epoch,
+                                 seat_source src, coalesce_time now) {
+  auto cur = leader(now);
+  auto replace = [&](seat_decision d) {
+    cache_ = cached_leader{endpoint, epoch, now};
+    ++stats_.seats;
+    return d;
+  };
+  if (!cur)
+    return replace(seat_decision::seated);
+  if (cur->endpoint == endpoint) {
+    cache_->refreshed = now;
+    if (epoch && (!cache_->epoch || *epoch > *cache_->epoch))
+      cache_->epoch = epoch; // never lowered, never cleared
+    return seat_decision::refreshed;
+  }
+  if (cur->epoch && epoch)
+    return *epoch >= *cur->epoch ? replace(seat_decision::replaced)
+                                 : seat_decision::rejected_stale_epoch;
+  if (cur->epoch && !epoch)
+    return src == seat_source::hint && configured(endpoint)
+             ? replace(seat_decision::replaced)
+             : seat_decision::rejected_no_epoch;
+  return replace(seat_decision::replaced);
+}
+
+hint_check leader_state::check_hint(const std::string* header,
+                                    const std::string& from,
+                                    coalesce_time now) {
+  hint_check r;
+  if (!header) {
+    r.verdict = hint_verdict::absent;
+    return r;
+  }
+  auto h = parse_leader_hint(*header);
+  if (!h) {
+    ++stats_.malformed_hints;
+    r.verdict = hint_verdict::malformed;
+    return r;
+  }
+  endpoint_parse_error why = endpoint_parse_error::none;
+  auto ep = parse_oracle_endpoint(h->endpoint, cfg_.tls, endpoint_origin::wire,
+                                  &why);
+  if (!ep) {
+    if (why == endpoint_parse_error::downgrade) {
+      ++stats_.downgrade_hints;
+      r.verdict = hint_verdict::rejected_downgrade;
+    } else {
+      ++stats_.malformed_hints;
+      r.verdict = hint_verdict::malformed;
+    }
+    return r;
+  }
+  r.endpoint = ep->key();
+  r.epoch = h->epoch;
+  if (r.endpoint == from) {
+    r.verdict = hint_verdict::self_reference;
+    return r;
+  }
+  if (auto cur = leader(now); cur && cur->epoch) {
+    if (h->epoch && *h->epoch < *cur->epoch) {
+      // A delayed NOT_LEADER from an old epoch must not flap the cache
+      // backward (tsoracle retry.rs).
+      ++stats_.stale_hints;
+      r.verdict = hint_verdict::stale_epoch;
+      return r;
+    }
+    if (!h->epoch && r.endpoint != cur->endpoint && !configured(r.endpoint)) {
+      r.verdict = hint_verdict::rejected_no_epoch;
+      return r;
+    }
+  }
+  r.verdict = hint_verdict::usable;
+  return r;
+}
+
+std::vector<std::string> leader_state::begin_pass(coalesce_time now) {
+  std::vector<std::string> w;
+  auto l = leader(now);
+  if (l)
+    w.push_back(l->endpoint);
+  const auto n = endpoints_.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& e = endpoints_[(offset_ + i) % n];
+    if (!l || e != l->endpoint)
+      w.push_back(e);
+  }
+  offset_ = (offset_ + 1) % n;
+  return w;
+}
+
+std::optional<std::string>
+leader_state::note_hinted(const std::string& endpoint) {
+  if (configured(endpoint))
+    return std::nullopt;
+  auto it = std::find(hinted_.begin(), hinted_.end(), endpoint);
+  if (it != hinted_.end()) {
+    hinted_.splice(hinted_.begin(), hinted_, it);
+    return std::nullopt;
+  }
+  if (cfg_.max_hinted_endpoints == 0)
+    return std::nullopt;
+  hinted_.push_front(endpoint);
+  if (hinted_.size() > cfg_.max_hinted_endpoints) {
+    auto evicted = hinted_.back();
+    hinted_.pop_back();
+    ++stats_.hinted_evictions;
+    return evicted;
+  }
+  return std::nullopt;
+}
+
+// -- discovery_call -----------------------------------------------------------
+
+const char* to_string(discovery_error e) {
+  switch (e) {
+    case discovery_error::none: return "none";
+    case discovery_error::no_endpoints: return "no_endpoints";
+    case discovery_error::unreachable: return "unreachable";
+    case discovery_error::no_leader: return "no_leader";
+    case discovery_error::deadline_exceeded: return "deadline_exceeded";
+    case discovery_error::redirect_cap: return "redirect_cap";
+    case discovery_error::server_error: return "server_error";
+    case discovery_error::rejected: return "rejected";
+    case discovery_error::fatal: return "fatal";
+    case discovery_error::uncertain_outcome: return "uncertain_outcome";
+  }
+  return "?";
+}
+
+const char* to_string(discovery_step s) {
+  switch (s) {
+    case discovery_step::send: return "send";
+    case discovery_step::wait: return "wait";
+    case discovery_step::succeeded: return "succeeded";
+    case discovery_step::failed: return "failed";
+  }
+  return "?";
+}
+
+discovery_call::discovery_call(const leader_state& ls, bool non_idempotent,
+                               coalesce_time start)
+  : non_idempotent_(non_idempotent) {
+  const auto& cfg = ls.config();
+  deadline_ = start + coalesce_seconds(cfg.retry.overall);
+  per_attempt_ = coalesce_seconds(cfg.retry.per_attempt);
+  base_backoff_ = coalesce_seconds(cfg.retry.base_backoff);
+  max_backoff_ = coalesce_seconds(cfg.retry.max_backoff);
+  max_attempts_ = cfg.retry.max_attempts;
+  max_redirects_pass_ = cfg.max_redirects_per_pass;
+  max_redirects_call_ = cfg.max_redirects_per_call;
+}
+
+void discovery_call::begin_pass(leader_state& ls, coalesce_time now) {
+  auto w = ls.begin_pass(now);
+  worklist_.assign(w.begin(), w.end());
+  visited_.clear();
+  failed_in_pass_ = 0;
+  redirects_pass_ = 0;
+  election_in_pass_ = false;
+  // max_attempts is floored at the initial worklist: a cold sweep dials
+  // every endpoint once (tsoracle retry.rs).
+  pass_limit_ = std::max<int>(max_attempts_, static_cast<int>(w.size()));
+}
+
+discovery_action discovery_call::start(leader_state& ls, coalesce_time now,
+                                       coalesce_rng& rng) {
+  pass_ = 0;
+  begin_pass(ls, now);
+  return next(ls, now, rng);
+}
+
+discovery_action discovery_call::resume(leader_state& ls, coalesce_time now,
+                                        coalesce_rng& rng) {
+  if (new_pass_on_resume_) {
+    new_pass_on_resume_ = false;
+    if (now >= deadline_)
+      return surfaced(true);
+    ++pass_;
+    begin_pass(ls, now);
+  }
+  return next(ls, now, rng);
+}
+
+bool discovery_call::can_send_more() const {
+  if (failed_in_pass_ >= pass_limit_)
+    return false;
+  return std::any_of(worklist_.begin(), worklist_.end(),
+                     [this](const std::string& e) {
+                       return visited_.count(e) == 0;
+                     });
+}
+
+discovery_action discovery_call::next(leader_state& ls, coalesce_time now,
+                                      coalesce_rng& rng) {
+  if (now >= deadline_)
+    return surfaced(true);
+  // Non-idempotent: once an attempt went out, never send one whose budget
+  // the deadline squeezed below a full per-attempt window — a short attempt
+  // that times out would turn a clean failure into an uncertain one
+  // (tsoracle retry.rs issue_seq_rpc).
+  if (non_idempotent_ && attempts_ > 0 && deadline_ - now < per_attempt_)
+    return surfaced(true);
+  while (!worklist_.empty() && visited_.count(worklist_.front()) != 0)
+    worklist_.pop_front();
+  if (worklist_.empty() || failed_in_pass_ >= pass_limit_)
+    return end_pass(ls, now, rng);
+  current_ = worklist_.front();
+  worklist_.pop_front();
+  visited_.insert(current_);
+  ++attempts_;
+  discovery_action a;
+  a.step = discovery_step::send;
+  a.endpoint = current_;
+  a.budget = std::min(per_attempt_, deadline_ - now);
+  a.attempts = attempts_;
+  return a;
+}
+
+discovery_action discovery_call::end_pass(leader_state&, coalesce_time now,
+                                          coalesce_rng& rng) {
+  if (election_in_pass_ && now < deadline_) {
+    // Ride out the election: re-poll after a jittered pause.
+    discovery_action a;
+    a.step = discovery_step::wait;
+    a.delay = std::min(full_jitter_backoff(base_backoff_, max_backoff_, pass_,
+                                           rng),
+                       deadline_ - now);
+    a.attempts = attempts_;
+    new_pass_on_resume_ = true;
+    return a;
+  }
+  return surfaced(false);
+}
+
+discovery_action discovery_call::fail(discovery_error e, std::string detail) {
+  discovery_action a;
+  a.step = discovery_step::failed;
+  a.error = e;
+  a.detail = std::move(detail);
+  a.attempts = attempts_;
+  return a;
+}
+
+discovery_action discovery_call::surfaced(bool deadline) {
+  // Precedence (tsoracle retry.rs): non-transport last error > sticky
+  // election signal > transport last error > nothing tried.
+  if (last_non_transport_)
+    return fail(discovery_error::server_error, last_non_transport_detail_);
+  if (election_sticky_)
+    return fail(discovery_error::no_leader,
+                "no leader elected within the deadline"
+                  + (last_detail_.empty() ? std::string() : ": " + last_detail_));
+  if (deadline)
+    return fail(discovery_error::deadline_exceeded,
+                "overall deadline exceeded"
+                  + (last_detail_.empty() ? std::string() : ": " + last_detail_));
+  if (last_ && *last_ == attempt_class::not_leader)
+    return fail(discovery_error::no_leader,
+                "no usable leader hint: " + last_detail_);
+  if (last_)
+    return fail(discovery_error::unreachable, last_detail_);
+  return fail(discovery_error::no_endpoints, "no endpoint could be tried");
+}
+
+discovery_action discovery_call::on_attempt_timeout(leader_state& ls,
+                                                    coalesce_time now,
+                                                    coalesce_rng& rng) {
+  attempt_report r;
+  r.cls = attempt_class::lost;
+  r.detail = "attempt timed out";
+  return on_result(ls, r, now, rng);
+}
+
+discovery_action discovery_call::after_failure(leader_state& ls,
+                                               attempt_class cls,
+                                               coalesce_time now,
+                                               coalesce_rng& rng) {
+  ++failed_in_pass_;
+  if (is_transport_class(cls)) {
+    ++transport_failures_;
+    if (can_send_more() && now < deadline_) {
+      auto delay = std::min(full_jitter_backoff(base_backoff_, max_backoff_,
+                                                transport_failures_ - 1, rng),
+                            deadline_ - now);
+      if (delay.count() > 0) {
+        discovery_action a;
+        a.step = discovery_step::wait;
+        a.delay = delay;
+        a.attempts = attempts_;
+        return a;
+      }
+    }
+  }
+  return next(ls, now, rng);
+}
+
+discovery_action discovery_call::on_result(leader_state& ls,
+                                           const attempt_report& r,
+                                           coalesce_time now,
+                                           coalesce_rng& rng) {
+  const std::string from = current_;
+  current_.clear();
+  const std::string detail
+    = from + ": "
+      + (r.detail.empty() ? std::string(to_string(r.cls)) : r.detail);
+  switch (r.cls) {
+    case attempt_class::success: {
+      ls.seat(from, r.epoch, seat_source::success, now);
+      ls.note_hinted(from);
+      discovery_action a;
+      a.step = discovery_step::succeeded;
+      a.endpoint = from;
+      a.attempts = attempts_;
+      return a;
+    }
+    case attempt_class::not_leader: {
+      auto hc = ls.check_hint(r.hint ? &*r.hint : nullptr, from, now);
+      if (hc.verdict == hint_verdict::usable
+          && visited_.count(hc.endpoint) != 0) {
+        // Points back at a node this pass already tried: leadership is
+        // moving. Not followed in this pass.
+        election_in_pass_ = election_sticky_ = true;
+        last_ = attempt_class::not_leader;
+        last_detail_ = from + ": not leader, hint points back";
+        return after_failure(ls, r.cls, now, rng);
+      }
+      if (hc.verdict == hint_verdict::usable) {
+        ++redirects_total_;
+        if (redirects_total_ > max_redirects_call_)
+          return fail(discovery_error::redirect_cap,
+                      "absolute leader-hint redirect cap ("
+                        + std::to_string(max_redirects_call_) + ") reached");
+        if (++redirects_pass_ > max_redirects_pass_) {
+          // Too many redirects in one pass: an election signal; ride out.
+          election_in_pass_ = election_sticky_ = true;
+          last_ = attempt_class::not_leader;
+          last_detail_ = "leader-hint redirect cap per pass reached";
+          return end_pass(ls, now, rng);
+        }
+        ls.seat(hc.endpoint, hc.epoch, seat_source::hint, now);
+        ls.note_hinted(hc.endpoint);
+        worklist_.erase(
+          std::remove(worklist_.begin(), worklist_.end(), hc.endpoint),
+          worklist_.end());
+        worklist_.push_front(hc.endpoint);
+        return next(ls, now, rng); // a redirect: no backoff, not charged
+      }
+      // Unactionable NOT_LEADER: move on, leave the cache alone.
+      if (hc.verdict == hint_verdict::absent
+          || hc.verdict == hint_verdict::stale_epoch)
+        election_in_pass_ = election_sticky_ = true;
+      last_ = attempt_class::not_leader;
+      last_detail_ = from + ": not leader (hint " + to_string(hc.verdict)
+                     + ")";
+      return after_failure(ls, r.cls, now, rng);
+    }
+    case attempt_class::refused:
+      last_ = r.cls;
+      last_detail_ = detail;
+      return after_failure(ls, r.cls, now, rng);
+    case attempt_class::lost:
+      if (non_idempotent_)
+        return fail(discovery_error::uncertain_outcome,
+                    "uncertain outcome: " + detail);
+      last_ = r.cls;
+      last_detail_ = detail;
+      return after_failure(ls, r.cls, now, rng);
+    case attempt_class::server_error:
+      if (non_idempotent_)
+        return fail(discovery_error::uncertain_outcome,
+                    "uncertain outcome: " + detail);
+      last_ = r.cls;
+      last_detail_ = detail;
+      last_non_transport_ = r.cls;
+      last_non_transport_detail_ = detail;
+      return after_failure(ls, r.cls, now, rng);
+    case attempt_class::rejected:
+      return fail(discovery_error::rejected, detail);
+    case attempt_class::fatal:
+      return fail(discovery_error::fatal, detail);
+    case attempt_class::fatal_after_send:
+      if (non_idempotent_)
+        return fail(discovery_error::uncertain_outcome,
+                    "uncertain outcome: " + detail);
+      return fail(discovery_error::fatal, detail);
+  }
+  return fail(discovery_error::fatal, detail);
+}
+
+} // namespace outbound

@@ -1,0 +1,443 @@
+#pragma once
+
+// Leader discovery of the coalescing driver (issue 5 items 3-6) as pure
+// state: the leader-hint parser, the shared leader cache and endpoint book
+// (`leader_state`, one per driver), and the ride-out loop of one RPC
+// (`discovery_call`). The ideas are tsoracle-client's: retry.rs
+// (issue_rpc / issue_seq_rpc: worklist, hints to the front, ride-out
+// passes, error precedence), worklist.rs (cached leader first, configured
+// endpoints rotated from a random offset, each at most once), leader_hint.rs
+// (hint parsing, the TLS downgrade guard), channel_pool.rs (seat_leader: TTL
+// and epoch guard; MAX_HINT_CHANNELS), budget.rs (per-attempt budget =
+// min(per_attempt, overall left); full-jitter backoff), retry_policy.rs
+// (defaults) and seq_attempt.rs (the non-idempotent seq rules).
+//
+// One RPC (discovery_call):
+//
+//   start ──► [pass: worklist = fresh leader, then configured endpoints
+//              rotated; each endpoint at most once per pass]
+//      │
+//      ├─ send(endpoint, budget = min(per_attempt, overall left))
+//      │     ├─ success ────────────────────────────► succeeded (seat leader)
+//      │     ├─ 421 + usable hint ──► hinted endpoint to the front, no
+//      │     │                        backoff, not charged (redirect caps:
+//      │     │                        per pass → election signal, ends the
+//      │     │                        pass; per call → redirect_cap)
+//      │     ├─ 421 without usable hint ─► next endpoint, cache untouched
+//      │     ├─ transport-class failure ─► wait full jitter, next endpoint
+//      │     │    (seq after a possible commit: ─► failed uncertain_outcome)
+//      │     ├─ other 5xx ─► next endpoint (seq: uncertain_outcome)
+//      │     └─ 4xx / TLS / config ─► failed (definitive)
+//      └─ worklist empty or attempts spent:
+//            election signal seen and time left ─► wait jitter(pass), new pass
+//            else ─► failed (precedence: non-transport > election >
+//                    transport > no_endpoints)
+//
+// Pure: time and randomness are arguments; no clock reads; no CAF.
+
+#include "actors/coalesce/coalesce_types.hpp"
+#include "config/coalesce_config.hpp"
+#include "protocol/http_types.hpp"
+
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace outbound {
+
+// -- leader hints -------------------------------------------------------------
+
+/// The header a follower's 421 carries: `leader-hint: host:port; epoch=E`.
+inline constexpr const char* leader_hint_header = "leader-hint";
+
+/// A parsed leader hint, before the scheme rule is applied.
+struct leader_hint {
+  /// The endpoint text as sent: `host:port`, `http://host:port` or
+  /// `https://host:port` (syntax checked by parse_oracle_endpoint).
+  std::string endpoint;
+  /// The leader's epoch: a decimal 0..2^64-1; absent when not sent.
+  std::optional<uint64_t> epoch;
+};
+
+/// Parses a `leader-hint` header value: an endpoint, then optional
+/// `; name=value` parameters (optional whitespace around ';' and '='). A
+/// parameter `epoch` (case-insensitive) holds a decimal epoch; other
+/// parameters are ignored. Hostile input gives nullopt, never a crash:
+/// over 512 bytes, control or non-ASCII bytes, an endpoint that does not
+/// parse, a missing/duplicate/non-decimal/over-64-bit epoch value, an
+/// empty parameter, more than 8 parameters.
+std::optional<leader_hint> parse_leader_hint(std::string_view value);
+
+/// Parses a leader epoch as carried by a hint or a response body's
+/// `"epoch"` string: 1..20 decimal digits, at most 2^64-1; else nullopt.
+std::optional<uint64_t> parse_leader_epoch(std::string_view s);
+
+// -- outcome classification ---------------------------------------------------
+
+/// What one attempt's result means to the discovery loop.
+enum class attempt_class : uint8_t {
+  /// 2xx: the endpoint served the RPC (the body goes to the batcher).
+  success,
+  /// 421 Misdirected Request: not the leader (maybe with a hint). Provably
+  /// nothing committed.
+  not_leader,
+  /// Nothing left the client, or the server refused before processing:
+  /// connect failure, not_sent, local_resource, a failure before any byte
+  /// was written, 503 / 429. Transport-class (backoff); safe for seq.
+  refused,
+  /// The request may have reached the server and been processed: a timeout
+  /// or broken exchange after bytes were written. Transport-class
+  /// (backoff); for seq: uncertain.
+  lost,
+  /// A 5xx other than 503 (the server processed and failed, or a proxy
+  /// cannot tell): next endpoint, no backoff; for seq: uncertain.
+  server_error,
+  /// Any other 4xx (bad count/key, ...): definitive, nothing committed.
+  rejected,
+  /// TLS or configuration failure before sending: definitive.
+  fatal,
+  /// A 2xx body over the cap, or another failure after the server answered
+  /// in a way the client cannot use: definitive; for seq: uncertain.
+  fatal_after_send,
+};
+
+/// "success", "not_leader", ...
+const char* to_string(attempt_class c);
+
+/// Classifies one exchange: the transport's error kind, whether any byte of
+/// the request was written, and the HTTP status (when error == none).
+attempt_class classify_attempt(transport_error_kind error, bool request_sent,
+                               int status);
+
+/// True if the class is transport-class: a backoff follows it (tsoracle:
+/// Unavailable, DeadlineExceeded, Transport).
+bool is_transport_class(attempt_class c);
+
+/// The full-jitter backoff (tsoracle budget.rs / "Exponential Backoff And
+/// Jitter", AWS Architecture Blog): uniform in [0, min(base·2^n, cap)],
+/// shift capped at 20; base 0 gives 0. The caller clamps it to the budget.
+coalesce_duration full_jitter_backoff(coalesce_duration base,
+                                      coalesce_duration cap, int n,
+                                      coalesce_rng& rng);
+
+// -- the shared leader state --------------------------------------------------
+
+/// Who wants the leader seated.
+enum class seat_source : uint8_t {
+  /// A successful RPC (with the epoch of its body, if any).
+  success,
+  /// A leader hint of a 421.
+  hint,
+};
+
+/// The answer of leader_state::seat.
+enum class seat_decision : uint8_t {
+  /// The cache was empty or expired: seated.
+  seated,
+  /// Same endpoint: TTL refreshed, epoch raised (never lowered or cleared).
+  refreshed,
+  /// A different endpoint with an epoch >= the cached one: replaced.
+  replaced,
+  /// A different endpoint with a lower epoch: kept the cached leader.
+  rejected_stale_epoch,
+  /// A different endpoint without an epoch while the cached one has one:
+  /// kept (accepted only for a hint to a configured endpoint).
+  rejected_no_epoch,
+};
+
+/// "seated", "refreshed", ...
+const char* to_string(seat_decision d);
+
+/// Whether a seat decision changed the cache.
+inline bool seat_accepted(seat_decision d) {
+  return d == seat_decision::seated || d == seat_decision::refreshed
+         || d == seat_decision::replaced;
+}
+
+/// The cached leader.
+struct cached_leader {
+  /// Endpoint key ("https://host:port").
+  std::string endpoint;
+  std::optional<uint64_t> epoch;
+  /// Last seat or refresh; fresh while now - refreshed < leader_ttl.
+  coalesce_time refreshed{};
+};
+
+/// Verdict on a 421's hint (leader_state::check_hint).
+enum class hint_verdict : uint8_t {
+  /// Follow it: `endpoint` is its key.
+  usable,
+  /// No leader-hint header: the node knows no leader (an election).
+  absent,
+  /// The header does not parse.
+  malformed,
+  /// `http://` hint under TLS: dropped (no downgrade).
+  rejected_downgrade,
+  /// Its epoch is below the cached leader's: dropped, an election signal.
+  stale_epoch,
+  /// No epoch, a cached leader with one, and not a configured endpoint.
+  rejected_no_epoch,
+  /// It names the node that sent it.
+  self_reference,
+};
+
+/// "usable", "absent", ...
+const char* to_string(hint_verdict v);
+
+/// What check_hint found.
+struct hint_check {
+  hint_verdict verdict = hint_verdict::absent;
+  /// usable: the endpoint key to try next.
+  std::string endpoint;
+  std::optional<uint64_t> epoch;
+};
+
+/// Counters of a leader_state (for metrics and tests).
+struct leader_stats {
+  uint64_t seats = 0;
+  uint64_t stale_hints = 0;
+  uint64_t downgrade_hints = 0;
+  uint64_t malformed_hints = 0;
+  uint64_t hinted_evictions = 0;
+};
+
+/// The leader cache, the configured endpoints and the endpoints known from
+/// hints, shared by every RPC of one driver. Not thread-safe.
+class leader_state {
+public:
+  /// Validates `cfg` (throws config_error); draws the random rotation
+  /// offset of the worklist from `rng`.
+  leader_state(const coalesce_config& cfg, coalesce_rng& rng);
+
+  /// The cached leader if fresh at `now` (the TTL is lazy: an expired entry
+  /// reads as none).
+  std::optional<cached_leader> leader(coalesce_time now) const;
+
+  /// The single writer of the cache (tsoracle channel_pool.rs seat_leader):
+  /// empty/expired ⇒ seat; same endpoint ⇒ refresh TTL, epoch := max;
+  /// different endpoint while fresh: both epochs known ⇒ accept iff new >=
+  /// cached; cached epoch known, new unknown ⇒ accept only a hint to a
+  /// configured endpoint; cached epoch unknown ⇒ accept.
+  seat_decision seat(const std::string& endpoint,
+                     std::optional<uint64_t> epoch, seat_source src,
+                     coalesce_time now);
+
+  /// Judges the `leader-hint` header of a 421 from `from` (nullptr: no
+  /// header): parse, scheme rule (TLS downgrade guard), epoch guard,
+  /// self-reference.
+  hint_check check_hint(const std::string* header, const std::string& from,
+                        coalesce_time now);
+
+  /// The first worklist of a new RPC: the fresh leader, then the configured
+  /// endpoints rotated from the current offset (the leader not repeated).
+  /// Advances the offset by one (successive RPCs start at different
+  /// endpoints when no leader is known).
+  std::vector<std::string> begin_pass(coalesce_time now);
+
+  /// Records an endpoint learned from a hint. Configured endpoints are not
+  /// recorded. Hint-only endpoints are kept LRU, at most
+  /// max_hinted_endpoints: returns the evicted one (the owner drops its
+  /// connections), if any. With a cap of 0 nothing is kept (the hint is
+  /// still followed once).
+  std::optional<std::string> note_hinted(const std::string& endpoint);
+
+  /// True if `endpoint` is a configured one.
+  bool configured(const std::string& endpoint) const;
+
+  /// Endpoints known only from hints, most recently used first.
+  const std::list<std::string>& hinted() const {
+    return hinted_;
+  }
+  /// Configured endpoint keys, in configuration order.
+  const std::vector<std::string>& endpoints() const {
+    return endpoints_;
+  }
+  const coalesce_config& config() const {
+    return cfg_;
+  }
+  const leader_stats& stats() const {
+    return stats_;
+  }
+  /// The rotation offset the next begin_pass starts at.
+  std::size_t offset() const {
+    return offset_;
+  }
+
+private:
+  coalesce_config cfg_;
+  coalesce_duration ttl_;
+  std::vector<std::string> endpoints_;
+  std::size_t offset_ = 0;
+  std::optional<cached_leader> cache_;
+  std::list<std::string> hinted_;
+  leader_stats stats_;
+};
+
+// -- one RPC's discovery loop ---------------------------------------------------
+
+/// Why an RPC's discovery gave up (each maps to one error and one metric
+/// label).
+enum class discovery_error : uint8_t {
+  none,
+  /// Nothing was tried (tsoracle NoReachableEndpoints).
+  no_endpoints,
+  /// The last failure was transport-class and no election was seen:
+  /// service unavailable.
+  unreachable,
+  /// An election was seen (421 without hint, stale hint, per-pass redirect
+  /// cap) and not resolved within the overall deadline.
+  no_leader,
+  /// The overall deadline ran out with only transport-class failures.
+  deadline_exceeded,
+  /// More than max_redirects_per_call hint redirects (typed, terminal).
+  redirect_cap,
+  /// The last failure was a 5xx other than 503 (non-transport).
+  server_error,
+  /// A 4xx other than 421: the request itself was refused.
+  rejected,
+  /// TLS or configuration failure.
+  fatal,
+  /// seq only: a failure after the request may have committed. Exactly one
+  /// server call was made for it; never retried.
+  uncertain_outcome,
+};
+
+/// "none", "no_endpoints", ...
+const char* to_string(discovery_error e);
+
+/// What the owner does next.
+enum class discovery_step : uint8_t {
+  /// Send the RPC to `endpoint` with the time limit `budget`.
+  send,
+  /// Wait `delay`, then call resume().
+  wait,
+  /// The RPC succeeded (the response goes to the batcher).
+  succeeded,
+  /// The RPC failed for good with `error`.
+  failed,
+};
+
+/// "send", "wait", "succeeded", "failed".
+const char* to_string(discovery_step s);
+
+/// A decision of discovery_call.
+struct discovery_action {
+  discovery_step step = discovery_step::send;
+  /// send: the endpoint key; succeeded: who served.
+  std::string endpoint;
+  /// send: min(per_attempt, overall left), > 0.
+  coalesce_duration budget{0};
+  /// wait: the backoff (already clamped to the overall budget).
+  coalesce_duration delay{0};
+  /// failed: why.
+  discovery_error error = discovery_error::none;
+  /// failed: a human-readable detail (no header values).
+  std::string detail;
+  /// Attempts sent so far in this RPC (a redirect's send counts here too).
+  int attempts = 0;
+};
+
+/// What the owner learned from one attempt.
+struct attempt_report {
+  attempt_class cls = attempt_class::refused;
+  /// not_leader: the `leader-hint` header value, if present.
+  std::optional<std::string> hint;
+  /// success: the epoch of the response body, if it parsed as a decimal.
+  std::optional<uint64_t> epoch;
+  /// A short description for the final error (e.g. "connect refused").
+  std::string detail;
+};
+
+/// The discovery loop of one driver RPC. Use: start() → act on the action
+/// (send: then on_result(); wait: then resume()) until succeeded / failed.
+class discovery_call {
+public:
+  /// `non_idempotent`: a seq RPC (uncertain rules apply). `start` begins
+  /// the overall deadline.
+  discovery_call(const leader_state& ls, bool non_idempotent,
+                 coalesce_time start);
+
+  /// The first action.
+  discovery_action start(leader_state& ls, coalesce_time now,
+                         coalesce_rng& rng);
+
+  /// The attempt in flight ended.
+  discovery_action on_result(leader_state& ls, const attempt_report& r,
+                             coalesce_time now, coalesce_rng& rng);
+
+  /// The owner's own per-attempt timer fired before an answer: reported as
+  /// `lost` (the request may have left).
+  discovery_action on_attempt_timeout(leader_state& ls, coalesce_time now,
+                                      coalesce_rng& rng);
+
+  /// A wait is over.
+  discovery_action resume(leader_state& ls, coalesce_time now,
+                          coalesce_rng& rng);
+
+  /// start + overall.
+  coalesce_time deadline() const {
+    return deadline_;
+  }
+  int attempts() const {
+    return attempts_;
+  }
+  int redirects() const {
+    return redirects_total_;
+  }
+  int passes() const {
+    return pass_;
+  }
+  /// The endpoint of the attempt in flight (empty when none).
+  const std::string& current() const {
+    return current_;
+  }
+
+private:
+  discovery_action next(leader_state& ls, coalesce_time now,
+                        coalesce_rng& rng);
+  discovery_action end_pass(leader_state& ls, coalesce_time now,
+                            coalesce_rng& rng);
+  void begin_pass(leader_state& ls, coalesce_time now);
+  bool can_send_more() const;
+  discovery_action fail(discovery_error e, std::string detail);
+  discovery_action surfaced(bool deadline);
+  discovery_action after_failure(leader_state& ls, attempt_class cls,
+                                 coalesce_time now, coalesce_rng& rng);
+
+  bool non_idempotent_;
+  coalesce_time deadline_;
+  coalesce_duration per_attempt_;
+  coalesce_duration base_backoff_;
+  coalesce_duration max_backoff_;
+  int max_attempts_;
+  int max_redirects_pass_;
+  int max_redirects_call_;
+
+  std::deque<std::string> worklist_;
+  std::set<std::string> visited_;
+  std::string current_;
+  int attempts_ = 0;
+  int failed_in_pass_ = 0;
+  int pass_limit_ = 0;
+  int redirects_pass_ = 0;
+  int redirects_total_ = 0;
+  int transport_failures_ = 0;
+  int pass_ = 0;
+  bool election_in_pass_ = false;
+  /// The wait in progress ends a pass: resume() starts a new one.
+  bool new_pass_on_resume_ = false;
+  bool election_sticky_ = false;
+  /// The last failure, for the surfaced error.
+  std::optional<attempt_class> last_;
+  std::string last_detail_;
+  /// The last non-transport failure (5xx), sticky.
+  std::optional<attempt_class> last_non_transport_;
+  std::string last_non_transport_detail_;
+};
+
+} // namespace outbound

@@ -1,0 +1,152 @@
+#pragma once
+
+// Configuration of the coalescing driver and of its leader discovery
+// (issue 5; shared/REFERENCE.md D.1, the defaults of tsoracle-client's
+// ClientBuilder, RetryPolicy (retry_policy.rs), driver.rs and retry.rs).
+// Plain data, durations in seconds as doubles (like
+// config/client_config.hpp). `validate()` throws config_error naming the
+// first bad field; actors/coalesce/* validate at construction.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace outbound {
+
+/// Largest logical part of a timestamp: 18 bits (tsoracle LOGICAL_MAX).
+inline constexpr uint32_t ts_logical_max = (1u << 18) - 1;
+
+/// Hard cap of timestamps in one GetTs RPC: LOGICAL_MAX + 1 = 262,144
+/// (tsoracle MAX_TIMESTAMPS_PER_RPC): one response carries one physical
+/// millisecond and a contiguous logical range.
+inline constexpr uint32_t ts_max_per_rpc = ts_logical_max + 1;
+
+/// Largest physical part of a timestamp: 46-bit milliseconds.
+inline constexpr uint64_t ts_physical_max = (uint64_t{1} << 46) - 1;
+
+/// One oracle endpoint in normal form: scheme, lower-case host, port.
+/// `key()` ("https://host:port") identifies it everywhere (worklist, leader
+/// cache, connection pool).
+struct oracle_endpoint {
+  /// "http" or "https".
+  std::string scheme;
+  /// Host name (lower case) or IP literal (IPv6 without brackets).
+  std::string host;
+  /// 1..65535.
+  uint16_t port = 0;
+
+  bool tls() const {
+    return scheme == "https";
+  }
+  /// "host:port" (IPv6 literals bracketed).
+  std::string authority() const;
+  /// "scheme://host:port".
+  std::string key() const;
+};
+
+/// Where an endpoint string came from: the scheme rule differs
+/// (tsoracle docs/client-api-and-usage.md, "Scheme rule" and "Leader-hint
+/// trailers").
+enum class endpoint_origin : uint8_t {
+  /// Operator configuration: explicit schemes are kept ("explicit beats
+  /// configured"), a bare host:port takes the configured scheme.
+  configured,
+  /// Wire input (a leader hint): as configured, except that an explicit
+  /// `http://` under TLS is refused (no downgrade by a contacted peer).
+  wire,
+};
+
+/// Why parse_oracle_endpoint refused a string.
+enum class endpoint_parse_error : uint8_t {
+  none,
+  /// Not `host:port`, `http://host:port` or `https://host:port` (path "/"
+  /// tolerated), or a bad host, or a port outside 1..65535.
+  malformed,
+  /// Wire input `http://...` while TLS is configured.
+  downgrade,
+};
+
+/// Parses `s` into an endpoint: a bare `host:port` becomes `https://` when
+/// `tls`, else `http://`; an explicit scheme is kept, except an `http://`
+/// from the wire under TLS (`downgrade`). Hosts: ASCII letters, digits,
+/// '-', '.', '_' or a bracketed IPv6 literal; at most 255 bytes. The port is
+/// required. Never throws; hostile input gives `malformed`.
+std::optional<oracle_endpoint>
+parse_oracle_endpoint(std::string_view s, bool tls, endpoint_origin origin,
+                      endpoint_parse_error* why = nullptr);
+
+/// Retry policy of one driver RPC (tsoracle RetryPolicy::default()).
+struct coalesce_retry_policy {
+  /// FAILED attempts allowed per pass (leader-hint redirects are not
+  /// charged), floored at the pass's initial worklist size (>= 1). [5]
+  int max_attempts = 5;
+  /// Budget of one attempt in seconds, connect and exchange together
+  /// (> 0). [2.0]
+  double per_attempt = 2.0;
+  /// Budget of the whole RPC in seconds, all attempts, redirects, backoffs
+  /// and election ride-out passes (> 0). [10.0]
+  double overall = 10.0;
+  /// Base of the full-jitter backoff in seconds (>= 0; 0 never waits).
+  /// [0.05]
+  double base_backoff = 0.05;
+  /// Cap of one backoff in seconds (>= 0). [5.0, tsoracle MAX_BACKOFF]
+  double max_backoff = 5.0;
+
+  /// Throws config_error naming `<prefix>.max_attempts`, ...
+  void validate(const std::string& prefix = "coalesce.retry") const;
+};
+
+/// Everything the coalescing driver and its leader discovery need.
+struct coalesce_config {
+  /// Oracle endpoints: `host:port`, `http://host:port` or
+  /// `https://host:port`; at least one, no two equal after normalisation.
+  /// Order matters as a hint (put the likely leader first); the worklist
+  /// starts at a random offset.
+  std::vector<std::string> endpoints;
+  /// TLS configured: a bare host:port becomes https, and an `http://`
+  /// leader hint is dropped. [false]
+  bool tls = false;
+  /// Cold-start coalescing window in seconds: the wait after the first
+  /// waiter joins an idle group before its batch is sent. Never applies
+  /// while an RPC of the group is in flight (waiters then join the next
+  /// batch, sent as soon as the RPC returns) (>= 0; 0 sends at once).
+  /// [0.001]
+  double batch_flush_interval = 0.001;
+  /// Waiters held at most (queued or in flight, all groups together);
+  /// beyond: rejected_backpressure (>= 1). [4096, tsoracle QUEUE_CAPACITY]
+  std::size_t max_waiters = 4096;
+  /// Timestamps per GetTs RPC at most, and per waiter at most
+  /// (1..262,144). [262,144]
+  uint32_t max_ts_per_rpc = ts_max_per_rpc;
+  /// Sequence ordinals per GetSeq RPC at most, and per waiter at most
+  /// (>= 1). [65,536, tsoracle ServerBuilder::max_seq_count]
+  uint32_t max_seq_per_rpc = 65536;
+  /// Longest sequence key in bytes (1..4096). [128, tsoracle
+  /// MAX_SEQ_KEY_LEN]
+  std::size_t max_seq_key_bytes = 128;
+  /// Retry policy of every driver RPC.
+  coalesce_retry_policy retry;
+  /// Seconds the cached leader is kept without a successful RPC against it
+  /// (> 0); every success refreshes it. [30.0]
+  double leader_ttl = 30.0;
+  /// Followed leader-hint redirects per pass (>= 1); reaching it is an
+  /// election signal (the pass ends, the RPC rides out). [16]
+  int max_redirects_per_pass = 16;
+  /// Followed leader-hint redirects per RPC, all passes (>= 1); beyond it
+  /// the RPC fails with discovery_error::redirect_cap. [64]
+  int max_redirects_per_call = 64;
+  /// Endpoints known only from hints, kept at most (LRU) (>= 0). [8]
+  std::size_t max_hinted_endpoints = 8;
+
+  /// Validates every field; throws config_error naming the first bad one
+  /// (`coalesce.endpoints[2]`, `coalesce.retry.overall`, ...).
+  void validate() const;
+
+  /// The configured endpoints in normal form, in order (validate() first).
+  std::vector<oracle_endpoint> parsed_endpoints() const;
+};
+
+} // namespace outbound
