@@ -35,9 +35,9 @@ make_hedging_context(caf::actor_system& sys, const hedging_options& opts) {
 
 bool hedge_eligible(const std::string& method, bool has_body,
                     const std::optional<bool>& idempotent) {
-  if (has_body || (idempotent && !*idempotent))
-    return false;
-  return method == "GET" || method == "HEAD" || method == "OPTIONS";
+  // A hedge sends the request twice: never for a call marked
+  // non-idempotent, whatever its method.
+  return is_hedgeable(method, has_body) && !(idempotent && !*idempotent);
 }
 
 } // namespace outbound
