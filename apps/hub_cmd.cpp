@@ -4,6 +4,7 @@
 #include "config/config_error.hpp"
 
 #include <CLI/CLI.hpp>
+#include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -43,6 +44,17 @@ CLI::App* add_hub_command(CLI::App& app, hub_options& opts) {
   cmd->add_option("--threads", c.threads, "io threads")->capture_default_str();
   cmd->add_option("--queue-max", c.queue_max,
                   "Per-connection send queue; overflow closes with 1013")
+    ->capture_default_str();
+  cmd->add_option("--cluster", c.cluster_size,
+                  "Oracle cluster: N nodes on N ports (node 0 leads; with "
+                  "--port P node i listens on P+i); the first line lists "
+                  "them all")
+    ->check(CLI::Range(1, 16))
+    ->capture_default_str();
+  cmd->add_option("--oracle-stall", c.oracle_stall_seconds,
+                  "Seconds a node in mode stall holds an oracle request "
+                  "before closing it unanswered")
+    ->check(CLI::PositiveNumber)
     ->capture_default_str();
 
   auto* g = "Faults";
@@ -164,6 +176,15 @@ int run_hub(hub_options& opts, std::ostream& out, std::ostream& err) {
   }
   boost::json::object line;
   line["listening"] = h->base_url().substr(std::string{"http://"}.size());
+  if (c.cluster_size > 1) {
+    // {"listening":"H:P0","cluster":["H:P0","H:P1",...],"leader":"H:P0"}
+    auto nodes = h->oracle_endpoints();
+    boost::json::array list;
+    for (const auto& n : nodes)
+      list.emplace_back(n);
+    line["cluster"] = std::move(list);
+    line["leader"] = nodes.at(h->oracle_leader().value_or(0));
+  }
   out << boost::json::serialize(line) << std::endl; // flushed
   int sig = 0;
   while (sigwait(&set, &sig) != 0) {

@@ -56,6 +56,15 @@ void hub_config::validate() const {
     throw config_error("faults.drop_tier",
                        "must be ledger, catchup, ephemeral or all, got '"
                          + faults.drop_tier + "'");
+  if (cluster_size < 1 || cluster_size > 16)
+    throw config_error("cluster_size", "must be in [1, 16]");
+  if (port != 0 && port + cluster_size - 1 > 65535)
+    throw config_error("cluster_size", "port + cluster_size - 1 must be "
+                                       "<= 65535");
+  if (!(oracle_stall_seconds > 0.0) || !std::isfinite(oracle_stall_seconds))
+    throw config_error("oracle_stall_seconds", "must be > 0");
+  if (oracle_max_seq_keys < 1)
+    throw config_error("oracle_max_seq_keys", "must be >= 1");
 }
 
 // -- impl: lifecycle -------------------------------------------------------------
@@ -99,10 +108,45 @@ double now_seconds() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
+uint64_t now_unix_ms() {
+  using namespace std::chrono;
+  auto ms = duration_cast<milliseconds>(system_clock::now().time_since_epoch())
+              .count();
+  return ms > 0 ? static_cast<uint64_t>(ms) : 0;
+}
+
+oracle_config oracle_config_of(const hub_config& c) {
+  oracle_config o;
+  o.nodes = c.cluster_size;
+  o.stall_seconds = c.oracle_stall_seconds;
+  o.max_seq_keys = c.oracle_max_seq_keys;
+  return o;
+}
+
+std::string host_port(const std::string& host, uint16_t port) {
+  auto h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return h + ":" + std::to_string(port);
+}
+
+/// Opens, binds and listens; close-on-exec (see hub::impl::start).
+void open_listener(net::ip::tcp::acceptor& a, const net::ip::tcp::endpoint& ep,
+                   boost::system::error_code& ec) {
+  a.open(ep.protocol(), ec);
+  if (!ec)
+    ::fcntl(a.native_handle(), F_SETFD, FD_CLOEXEC);
+  if (!ec)
+    a.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec)
+    a.bind(ep, ec);
+  if (!ec)
+    a.listen(net::socket_base::max_listen_connections, ec);
+}
+
 } // namespace
 
 hub::impl::impl(hub_config c)
-  : cfg(std::move(c)), state(state_config(cfg), cfg.faults, {}) {
+  : cfg(std::move(c)), state(state_config(cfg), cfg.faults, {}),
+    oracle(oracle_config_of(cfg)) {
   auto s = seed_from(cfg);
   rng = s.rng;
   state.ring().restart(s.epoch);
@@ -118,6 +162,7 @@ hub::impl::~impl() {
   restart_timer.reset();
   drop_timer.reset();
   acceptor.reset();
+  node_acceptors.clear();
   // Handlers still queued die with the context; they may hold sessions,
   // whose destructors only close their own sockets.
   ioc.reset();
@@ -154,9 +199,30 @@ void hub::impl::start() {
                              + std::to_string(cfg.port) + ": "
                              + ec.message());
   bound_port = acceptor->local_endpoint().port();
+  // The other oracle nodes (issue 5): one listener each, same io context.
+  std::vector<std::string> addresses{host_port(cfg.host, bound_port)};
+  for (std::size_t i = 1; i < cfg.cluster_size; ++i) {
+    uint16_t port = cfg.port == 0 ? 0 : static_cast<uint16_t>(cfg.port + i);
+    net::ip::tcp::endpoint node_ep{addr, port};
+    auto a = std::make_unique<net::ip::tcp::acceptor>(net::make_strand(*ioc));
+    open_listener(*a, node_ep, ec);
+    if (ec)
+      throw std::runtime_error("hub: cannot listen on " + cfg.host + ":"
+                               + std::to_string(port) + " (oracle node "
+                               + std::to_string(i) + "): " + ec.message());
+    node_ports.push_back(a->local_endpoint().port());
+    addresses.push_back(host_port(cfg.host, node_ports.back()));
+    node_acceptors.push_back(std::move(a));
+  }
+  {
+    std::lock_guard<std::mutex> lock{oracle_mu};
+    oracle.set_addresses(addresses);
+  }
   restart_timer.emplace(net::make_strand(*ioc));
   drop_timer.emplace(net::make_strand(*ioc));
   hub_start_accepting(*this);
+  for (std::size_t i = 0; i < node_acceptors.size(); ++i)
+    hub_start_accepting_node(*this, *node_acceptors[i], i + 1);
   {
     std::lock_guard<std::mutex> lock{mu};
     arm_restart_timer();
@@ -207,6 +273,11 @@ void hub::impl::stop() {
     net::post(acceptor->get_executor(), [this] {
       boost::system::error_code ec;
       acceptor->close(ec);
+    });
+  for (auto& a : node_acceptors)
+    net::post(a->get_executor(), [a = a.get()] {
+      boost::system::error_code ec;
+      a->close(ec);
     });
   if (restart_timer)
     net::post(restart_timer->get_executor(),
@@ -543,14 +614,43 @@ std::string hub::impl::state_json() {
   srv["profile_requests"] = counters.profile_requests.load();
   srv["dropped"] = counters.dropped.load();
   o["server"] = std::move(srv);
+  std::lock_guard<std::mutex> olock{oracle_mu};
+  o["oracle"] = oracle.state_json();
   return json::serialize(o);
+}
+
+hub::impl::http_answer hub::impl::oracle_request(std::size_t node,
+                                                 oracle_op op,
+                                                 const std::string& body) {
+  auto now = now_unix_ms();
+  oracle_reply r;
+  {
+    std::lock_guard<std::mutex> lock{oracle_mu};
+    r = oracle.handle(node, op, body, now);
+  }
+  http_answer a{r.status, std::move(r.body)};
+  a.leader_hint = std::move(r.leader_hint);
+  switch (r.delivery) {
+    case oracle_delivery::answer:
+      break;
+    case oracle_delivery::hold:
+      a.close_without_answer = true;
+      a.delay = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(r.hold_seconds));
+      break;
+    case oracle_delivery::close_silently:
+      a.close_without_answer = true;
+      break;
+  }
+  return a;
 }
 
 // -- impl: HTTP routing ------------------------------------------------------------
 
 hub::impl::http_answer hub::impl::handle_http(const std::string& method,
                                               const std::string& target,
-                                              const std::string& body) {
+                                              const std::string& body,
+                                              std::size_t node) {
   ++counters.http_requests;
   auto t = parse_hub_target(target);
   auto answer = [](int status, std::string b) {
@@ -655,6 +755,23 @@ hub::impl::http_answer hub::impl::handle_http(const std::string& method,
   }
   if (t.path == "/healthz")
     return answer(200, "{\"ok\":true}");
+  if (t.path == "/v1/ts" || t.path == "/v1/seq") {
+    if (method != "POST")
+      return wrong_method();
+    return oracle_request(node, t.path == "/v1/ts" ? oracle_op::ts
+                                                   : oracle_op::seq,
+                          body);
+  }
+  if (t.path == "/admin/oracle") {
+    std::lock_guard<std::mutex> lock{oracle_mu};
+    if (method == "POST") {
+      if (auto err = oracle.apply_admin(body))
+        return answer(400, error_body(*err));
+    } else if (method != "GET") {
+      return wrong_method();
+    }
+    return answer(200, json::serialize(oracle.state_json()));
+  }
   if (auto kind = latency_profile_at(t.path)) {
     // Any method: a test can show that a slow POST is never hedged.
     auto p = parse_latency_profile(*kind, t.query);
@@ -756,6 +873,37 @@ std::string hub::state_json() const {
 std::string hub::epoch() const {
   std::lock_guard<std::mutex> lock{impl_->mu};
   return impl_->state.ring().epoch();
+}
+
+std::vector<std::string> hub::oracle_endpoints() const {
+  std::lock_guard<std::mutex> lock{impl_->oracle_mu};
+  return impl_->oracle.addresses();
+}
+
+std::optional<std::size_t> hub::oracle_leader() const {
+  std::lock_guard<std::mutex> lock{impl_->oracle_mu};
+  return impl_->oracle.leader();
+}
+
+uint64_t hub::oracle_epoch() const {
+  std::lock_guard<std::mutex> lock{impl_->oracle_mu};
+  return impl_->oracle.epoch();
+}
+
+uint64_t hub::move_leader(std::optional<std::size_t> node) {
+  std::lock_guard<std::mutex> lock{impl_->oracle_mu};
+  return impl_->oracle.set_leader(node);
+}
+
+void hub::set_node_mode(std::size_t node, oracle_node_mode mode) {
+  std::lock_guard<std::mutex> lock{impl_->oracle_mu};
+  impl_->oracle.set_mode(node, mode);
+}
+
+void hub::set_oracle(const std::string& admin_json) {
+  std::lock_guard<std::mutex> lock{impl_->oracle_mu};
+  if (auto err = impl_->oracle.apply_admin(admin_json))
+    throw std::invalid_argument(*err);
 }
 
 } // namespace outbound

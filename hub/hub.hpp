@@ -14,6 +14,15 @@
 //   latency /fast /slow /flaky /lognormal?mean_ms&sd_ms&straggler&mult&
 //           straggler_ms&key&seed — answered after a drawn delay (issue 4;
 //           hub/latency_profile.hpp); the seed defaults to hub_config::seed
+//   oracle  POST /v1/ts  POST /v1/seq  (issue 5; hub/oracle_state.hpp)
+//           POST /admin/oracle  GET /admin/oracle
+//
+// Oracle cluster (issue 5). With cluster_size = n > 1 the hub listens on n
+// ports (node 0 on port(), the others on oracle_endpoints()); every port
+// serves every route, and the n nodes share one oracle state, as if
+// replicated. The oracle routes answer on the leader only; a follower
+// answers 421 with `leader-hint: host:port; epoch=E` (no header while
+// leaderless). A hub with cluster_size 1 is a cluster of one leader.
 //
 // Example:
 //
@@ -27,12 +36,14 @@
 
 #include "hub/hub_faults.hpp"
 #include "hub/hub_wire.hpp"
+#include "hub/oracle_state.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace outbound {
 
@@ -70,9 +81,19 @@ struct hub_config {
   std::size_t ws_read_max = 64 * 1024;
   /// Initial fault knobs (all off).
   hub_faults faults;
+  /// Nodes of the oracle cluster, each on its own port (1..16). With an
+  /// explicit `port` P, node i listens on P + i; with port 0 each picks a
+  /// free one. [1]
+  std::size_t cluster_size = 1;
+  /// How long a node in mode stall holds an oracle request before closing
+  /// it unanswered, seconds (> 0). [30]
+  double oracle_stall_seconds = 30.0;
+  /// Distinct sequence keys the oracle keeps (>= 1). [4096]
+  std::size_t oracle_max_seq_keys = 4096;
 
   /// Throws config_error naming the first bad field (`replay_limit`,
-  /// `threads`, `queue_max`, `host`).
+  /// `threads`, `queue_max`, `host`, `cluster_size`,
+  /// `oracle_stall_seconds`, `oracle_max_seq_keys`).
   void validate() const;
 };
 
@@ -141,6 +162,31 @@ public:
 
   /// The current epoch.
   std::string epoch() const;
+
+  // -- oracle cluster (issue 5) --------------------------------------------
+
+  /// The nodes' `host:port` addresses, node i at index i (after start()).
+  std::vector<std::string> oracle_endpoints() const;
+
+  /// The oracle leader's index, or nullopt while leaderless. [0]
+  std::optional<std::size_t> oracle_leader() const;
+
+  /// The oracle's epoch (starts at 1, +1 on every leadership change).
+  uint64_t oracle_epoch() const;
+
+  /// Moves leadership to `node` (nullopt: leaderless), like
+  /// `POST /admin/oracle {"leader":i|null}`; returns the new epoch. Throws
+  /// std::out_of_range for node >= cluster_size.
+  uint64_t move_leader(std::optional<std::size_t> node);
+
+  /// Sets a node's mode, like `POST /admin/oracle {"node":i,"mode":..}`.
+  /// Throws std::out_of_range for node >= cluster_size.
+  void set_node_mode(std::size_t node, oracle_node_mode mode);
+
+  /// Applies an oracle admin body like `POST /admin/oracle` (see
+  /// oracle_state::apply_admin). Throws std::invalid_argument with the 400
+  /// detail.
+  void set_oracle(const std::string& admin_json);
 
   /// Implementation (private to hub/*.cpp).
   struct impl;

@@ -37,8 +37,8 @@ constexpr auto accept_retry_delay = std::chrono::milliseconds{50};
 class http_session : public hub_http_session,
                      public std::enable_shared_from_this<http_session> {
 public:
-  http_session(hub::impl& h, tcp::socket socket)
-    : hub_(h), stream_(std::move(socket)) {
+  http_session(hub::impl& h, tcp::socket socket, std::size_t node)
+    : hub_(h), stream_(std::move(socket)), node_(node) {
   }
 
   void run() {
@@ -49,9 +49,10 @@ public:
 
   void shutdown() override {
     net::post(stream_.get_executor(), [self = shared_from_this()] {
-      beast::error_code ec;
-      self->stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-      self->stream_.socket().close(ec);
+      // A held (stalled) request must not keep the io thread busy at stop.
+      if (self->delay_)
+        self->delay_->cancel();
+      self->close_now();
     });
   }
 
@@ -89,7 +90,11 @@ private:
       return;
     }
     auto a = hub_.handle_http(std::string{req.method_string()},
-                              std::string{req.target()}, req.body());
+                              std::string{req.target()}, req.body(), node_);
+    if (a.close_without_answer) {
+      hold_then_close(a.delay);
+      return;
+    }
     if (a.delay.count() > 0) {
       // A latency profile: answer later, without blocking the io thread.
       // The timer dies with the session (a client that gave up and closed
@@ -103,14 +108,56 @@ private:
       });
       return;
     }
-    send(a.status, std::move(a.body), req.keep_alive());
+    send(a.status, std::move(a.body), req.keep_alive(), a.leader_hint);
   }
 
-  void send(int status, std::string body, bool keep_alive) {
+  void close_now() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.socket().close(ec);
+  }
+
+  // An oracle node that does not answer (stall, commit_no_reply): close the
+  // connection after `d` without a response. Meanwhile a read notices a
+  // client that gives up first, so its socket is not kept for the whole
+  // bound.
+  void hold_then_close(std::chrono::nanoseconds d) {
+    stream_.expires_never();
+    if (d.count() <= 0) {
+      close_now();
+      return;
+    }
+    delay_.emplace(stream_.get_executor(), d);
+    delay_->async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec)
+        return;
+      self->close_now();
+    });
+    watch_for_close();
+  }
+
+  void watch_for_close() {
+    stream_.socket().async_read_some(
+      net::buffer(discard_),
+      [self = shared_from_this()](beast::error_code ec, std::size_t) {
+        if (ec) {
+          if (self->delay_)
+            self->delay_->cancel();
+          self->close_now();
+          return;
+        }
+        self->watch_for_close(); // pipelined bytes: discarded
+      });
+  }
+
+  void send(int status, std::string body, bool keep_alive,
+            const std::string& leader_hint = {}) {
     auto res = std::make_shared<http::response<http::string_body>>(
       static_cast<http::status>(status), 11);
     res->set(http::field::server, "outbound-hub");
     res->set(http::field::content_type, "application/json");
+    if (!leader_hint.empty())
+      res->set("leader-hint", leader_hint);
     res->keep_alive(keep_alive);
     res->body() = std::move(body);
     res->prepare_payload();
@@ -137,39 +184,47 @@ private:
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<net::steady_timer> delay_;
+  std::size_t node_;
+  char discard_[256];
 };
 
-void do_accept(hub::impl& h) {
-  h.acceptor->async_accept(
+void do_accept(hub::impl& h, tcp::acceptor& a, std::size_t node) {
+  a.async_accept(
     net::make_strand(*h.ioc),
-    [&h](beast::error_code ec, tcp::socket socket) {
-      if (ec == net::error::operation_aborted || !h.acceptor->is_open())
+    [&h, &a, node](beast::error_code ec, tcp::socket socket) {
+      if (ec == net::error::operation_aborted || !a.is_open())
         return;
       if (ec) {
         // Out of descriptors or similar: retry shortly instead of spinning.
-        auto t = std::make_shared<net::steady_timer>(h.acceptor->get_executor(),
+        auto t = std::make_shared<net::steady_timer>(a.get_executor(),
                                                      accept_retry_delay);
-        t->async_wait([&h, t](beast::error_code) {
-          if (h.acceptor->is_open())
-            do_accept(h);
+        t->async_wait([&h, &a, node, t](beast::error_code) {
+          if (a.is_open())
+            do_accept(h, a, node);
         });
         return;
       }
       socket.set_option(tcp::no_delay(true), ec);
       ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC); // see hub.cpp
-      hub_start_http_session(h, std::move(socket));
-      do_accept(h);
+      hub_start_http_session(h, std::move(socket), node);
+      do_accept(h, a, node);
     });
 }
 
 } // namespace
 
 void hub_start_accepting(hub::impl& h) {
-  do_accept(h);
+  do_accept(h, *h.acceptor, 0);
 }
 
-void hub_start_http_session(hub::impl& h, tcp::socket socket) {
-  auto s = std::make_shared<http_session>(h, std::move(socket));
+void hub_start_accepting_node(hub::impl& h, tcp::acceptor& a,
+                              std::size_t node) {
+  do_accept(h, a, node);
+}
+
+void hub_start_http_session(hub::impl& h, tcp::socket socket,
+                            std::size_t node) {
+  auto s = std::make_shared<http_session>(h, std::move(socket), node);
   h.on_http_open(s);
   s->run();
 }

@@ -122,11 +122,22 @@ struct hub::impl {
     /// Send the answer this long after the request was read (the latency
     /// profiles); 0: at once.
     std::chrono::nanoseconds delay{0};
+    /// Value of a `leader-hint` header (oracle 421), empty for none.
+    std::string leader_hint = {};
+    /// Close the connection without answering, after `delay` (an oracle
+    /// node in mode stall or commit_no_reply); a client that closes first
+    /// ends the wait.
+    bool close_without_answer = false;
   };
 
-  /// Routes one plain HTTP request.
+  /// Routes one plain HTTP request that arrived on the port of oracle node
+  /// `node` (0 for the hub's own port).
   http_answer handle_http(const std::string& method, const std::string& target,
-                          const std::string& body);
+                          const std::string& body, std::size_t node = 0);
+
+  /// Answers `POST /v1/ts` and `POST /v1/seq` at `node`.
+  http_answer oracle_request(std::size_t node, oracle_op op,
+                             const std::string& body);
 
   /// The tier served on a WebSocket path, or nullopt (404).
   std::optional<hub_tier> ws_tier(const std::string& path) const;
@@ -193,11 +204,19 @@ struct hub::impl {
   uint64_t profile_seed = 0;
   arrival_counter profile_arrivals;
 
+  /// The oracle cluster (issue 5), guarded by `oracle_mu` (not `mu`).
+  mutable std::mutex oracle_mu;
+  oracle_state oracle;
+  /// Ports of oracle nodes 1 .. cluster_size-1 (node 0 is `bound_port`).
+  std::vector<uint16_t> node_ports;
+
   // Asio objects last-but-one; `ioc` is reset explicitly in ~impl before
   // any other member goes, so handlers destroyed with it find the rest.
   std::optional<boost::asio::io_context> ioc;
   std::optional<work_guard_type> guard;
   std::optional<boost::asio::ip::tcp::acceptor> acceptor;
+  /// Listeners of oracle nodes 1 .. cluster_size-1.
+  std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>> node_acceptors;
   std::optional<boost::asio::steady_timer> restart_timer;
   std::optional<boost::asio::steady_timer> drop_timer;
   std::vector<std::thread> threads;
@@ -220,8 +239,15 @@ private:
 /// Starts accepting on `h.acceptor` (hub_http.cpp).
 void hub_start_accepting(hub::impl& h);
 
-/// Runs the HTTP session of an accepted socket (hub_http.cpp).
+/// Starts accepting on the listener of oracle node `node` (hub_http.cpp).
+void hub_start_accepting_node(hub::impl& h,
+                              boost::asio::ip::tcp::acceptor& a,
+                              std::size_t node);
+
+/// Runs the HTTP session of an accepted socket of oracle node `node`
+/// (hub_http.cpp).
 void hub_start_http_session(hub::impl& h,
-                            boost::asio::ip::tcp::socket socket);
+                            boost::asio::ip::tcp::socket socket,
+                            std::size_t node = 0);
 
 } // namespace outbound
