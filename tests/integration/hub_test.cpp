@@ -898,6 +898,10 @@ TEST_F(HubTest, SubscribersJoiningMidStreamSeeNoGapAndNoDuplicate) {
   // before-snapshot, boundary suppression); ledger wakes only rise.
   hub_config c;
   c.threads = 2;
+  // The clients read only after the publisher is done, so up to `total`
+  // live frames may sit in a session's queue (CI under ASan overflowed the
+  // default 2048 and saw a 1013 close). Backpressure has its own tests.
+  c.queue_max = 1 << 16;
   start(c);
   constexpr int64_t total = 3000;
   std::thread publisher{[&] {
@@ -945,6 +949,7 @@ TEST_F(HubTest, CatchupResumeMidStreamContinuesExactly) {
   hub_config c;
   c.threads = 2;
   c.ring_size = 100000;
+  c.queue_max = 1 << 16; // the client reads after the publisher is done
   start(c);
   constexpr int64_t total = 3000;
   json::object sub;
