@@ -44,6 +44,7 @@ const char* to_string(error_kind k) {
     case error_kind::service_unavailable: return "service_unavailable";
     case error_kind::deadline_exceeded: return "deadline_exceeded";
     case error_kind::config_error: return "config_error";
+    case error_kind::uncertain_outcome: return "uncertain_outcome";
   }
   return "unknown";
 }
@@ -57,6 +58,7 @@ int exit_code(error_kind k) {
     case error_kind::response_error: return 6;
     case error_kind::service_unavailable:
     case error_kind::deadline_exceeded: return 7;
+    case error_kind::uncertain_outcome: return 8;
   }
   return 1;
 }
@@ -130,6 +132,8 @@ void throw_error(call_error e) {
       throw service_unavailable(std::move(e));
     case error_kind::deadline_exceeded: throw deadline_exceeded(std::move(e));
     case error_kind::config_error: throw invalid_request(std::move(e));
+    case error_kind::uncertain_outcome:
+      throw uncertain_outcome_error(std::move(e));
   }
   throw service_error(std::move(e));
 }

@@ -30,13 +30,19 @@ enum class error_kind : uint8_t {
   deadline_exceeded,
   /// Bad configuration or arguments, nothing sent. Exit 2.
   config_error,
+  /// A non-idempotent call (the coalescing driver's get_seq) failed after
+  /// its request may have been committed by the server: the result may or
+  /// may not exist, and it was not retried (exactly one server call). The
+  /// caller decides (tsoracle seq_attempt.rs, "uncertain outcome"). Exit 8.
+  uncertain_outcome,
 };
 
 /// Stable lower-case name ("auth_error", ...), as printed by the CLI.
 const char* to_string(error_kind k);
 
 /// CLI exit code of a kind: 2 config, 3 auth, 4 request, 5 server,
-/// 6 response, 7 service_unavailable / deadline_exceeded.
+/// 6 response, 7 service_unavailable / deadline_exceeded, 8
+/// uncertain_outcome.
 int exit_code(error_kind k);
 
 /// A failed call, as a value.
@@ -132,6 +138,11 @@ class service_unavailable : public service_error {
 /// The overall deadline ran out.
 class deadline_exceeded : public service_unavailable {
   using service_unavailable::service_unavailable;
+};
+/// A non-idempotent call whose outcome is unknown (see
+/// error_kind::uncertain_outcome).
+class uncertain_outcome_error : public service_error {
+  using service_error::service_error;
 };
 /// Bad arguments detected before anything was sent.
 class invalid_request : public service_error {

@@ -1,0 +1,593 @@
+#include "actors/coalesce/coalescing_driver.hpp"
+
+#include "actors/pool/connection_pool.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <random>
+#include <unordered_map>
+
+namespace outbound {
+
+namespace json = boost::json;
+
+namespace {
+
+/// Slack on top of an attempt's budget before the driver's own timer gives
+/// up on a transport that did not answer (the transport's own timeout, a
+/// `timeout` error, normally comes first and is classified better).
+constexpr std::chrono::milliseconds attempt_slack{50};
+
+/// Response bodies of the oracle are tiny; anything larger is hostile.
+constexpr uint64_t max_oracle_body = 64 * 1024;
+
+struct waiter_slot {
+  caf::typed_response_promise<coalesce_reply> rp;
+  waiter_kind kind = waiter_kind::ts;
+};
+
+/// One batched RPC on its way through leader discovery.
+struct rpc_run {
+  rpc_plan plan;
+  std::optional<discovery_call> dc;
+  /// Current attempt / backoff; stale answers and timers carry old tokens.
+  uint64_t token = 0;
+  uint64_t exchange_id = 0;
+  transport_actor transport;
+  bool in_exchange = false;
+};
+
+struct driver_state {
+  std::optional<batcher> batches;
+  std::optional<leader_state> leaders;
+  coalesce_rng rng;
+  coalesce_config cfg;
+  coalesce_options opts;
+  std::unordered_map<uint64_t, waiter_slot> waiters;
+  std::unordered_map<uint64_t, rpc_run> rpcs;
+  std::unordered_map<std::string, transport_actor> transports;
+  uint64_t next_waiter = 1;
+  uint64_t next_token = 1;
+  uint64_t next_exchange = 1;
+  /// The cold-start flush armed, if any (a later one is not re-armed).
+  std::optional<coalesce_time> flush_armed;
+  uint64_t flush_token = 0;
+  coalesce_stats stats;
+
+  static inline const char* name = "outbound.coalescing_driver";
+};
+
+using self_ptr = coalescing_driver_actor::stateful_pointer<driver_state>;
+
+coalesce_time now_of(self_ptr self) {
+  return self->clock().now();
+}
+
+call_error make_error(error_kind k, std::string detail, bool nothing_sent,
+                      int attempts = 0) {
+  call_error e;
+  e.kind = k;
+  e.detail = std::move(detail);
+  e.nothing_sent = nothing_sent;
+  e.attempts = attempts;
+  return e;
+}
+
+void answer(self_ptr self, uint64_t waiter_id, coalesce_reply r) {
+  auto& st = self->state;
+  auto it = st.waiters.find(waiter_id);
+  if (it == st.waiters.end())
+    return;
+  ++st.stats.calls;
+  if (r.error)
+    ++st.stats.calls_failed;
+  auto rp = std::move(it->second.rp);
+  st.waiters.erase(it);
+  rp.deliver(std::move(r));
+}
+
+coalesce_reply reply_of(const delivery& d, const std::string& endpoint,
+                        uint32_t batch_waiters, int attempts) {
+  coalesce_reply r;
+  r.endpoint = endpoint;
+  r.batch_waiters = batch_waiters;
+  switch (d.outcome) {
+    case waiter_outcome::served:
+      r.ts = d.ts;
+      r.seq = d.seq;
+      r.epoch = d.epoch;
+      break;
+    case waiter_outcome::protocol_violation:
+      r.error = make_error(error_kind::response_error, d.detail, false,
+                           attempts);
+      break;
+    case waiter_outcome::rpc_failed:
+      // The kind was decided by discovery (see fail_rpc); the batcher only
+      // says "failed". fail_rpc overwrites it.
+      r.error = make_error(error_kind::service_unavailable, d.detail, false,
+                           attempts);
+      break;
+    case waiter_outcome::uncertain:
+      r.error = make_error(error_kind::uncertain_outcome, d.detail, false,
+                           attempts);
+      break;
+    case waiter_outcome::not_attempted:
+      r.error = make_error(error_kind::service_unavailable, d.detail, true,
+                           0);
+      break;
+  }
+  return r;
+}
+
+void pump(self_ptr self);
+void act(self_ptr self, uint64_t rpc_id, discovery_action a);
+
+/// Drops the transports of endpoints neither configured, nor remembered
+/// from a hint, nor in use by an RPC in flight (hint LRU evictions).
+void sweep_transports(self_ptr self) {
+  auto& st = self->state;
+  if (st.transports.size() <= st.leaders->endpoints().size())
+    return;
+  for (auto it = st.transports.begin(); it != st.transports.end();) {
+    const auto& key = it->first;
+    bool keep = st.leaders->configured(key);
+    for (auto& h : st.leaders->hinted())
+      keep = keep || h == key;
+    for (auto& [id, run] : st.rpcs)
+      keep = keep || (run.in_exchange && run.dc && run.dc->current() == key);
+    if (keep) {
+      ++it;
+      continue;
+    }
+    if (!st.opts.transports) // ours: stop the pool
+      self->send_exit(it->second, caf::exit_reason::user_shutdown);
+    it = st.transports.erase(it);
+  }
+}
+
+transport_actor transport_for(self_ptr self, const std::string& key) {
+  auto& st = self->state;
+  if (auto it = st.transports.find(key); it != st.transports.end())
+    return it->second;
+  // Keys come from leader_state: always "scheme://host:port".
+  auto ep = parse_oracle_endpoint(key, st.cfg.tls, endpoint_origin::configured);
+  if (!ep)
+    return {};
+  transport_actor t;
+  if (st.opts.transports) {
+    t = st.opts.transports(*ep);
+  } else {
+    client_config c = st.opts.tls_template;
+    c.base_url = ep->key();
+    t = spawn_connection_pool(self->system(), c, st.opts.io);
+  }
+  st.transports.emplace(key, t);
+  return t;
+}
+
+http_request build_request(const rpc_plan& p) {
+  http_request req;
+  req.method = "POST";
+  json::object body;
+  body["count"] = p.count;
+  if (p.kind == waiter_kind::ts) {
+    req.target = "/v1/ts";
+  } else {
+    req.target = "/v1/seq";
+    body["key"] = p.key;
+  }
+  req.body = json::serialize(body);
+  req.headers.emplace_back("content-type", "application/json");
+  req.headers.emplace_back("accept", "application/json");
+  req.max_body_bytes = max_oracle_body;
+  return req;
+}
+
+std::optional<uint64_t> u64_field(const json::object& o, const char* name) {
+  auto* v = o.if_contains(name);
+  if (!v)
+    return std::nullopt;
+  if (v->is_uint64())
+    return v->as_uint64();
+  if (v->is_int64() && v->as_int64() >= 0)
+    return static_cast<uint64_t>(v->as_int64());
+  return std::nullopt;
+}
+
+/// Parses a 2xx body. A body that does not parse, or fields out of range,
+/// give default values (count 0): the batcher reports the violation (ts)
+/// or the uncertainty (seq).
+ts_response parse_ts(const std::string& body) {
+  ts_response r;
+  json::error_code ec;
+  auto v = json::parse(body, ec);
+  if (ec || !v.is_object())
+    return r;
+  auto& o = v.as_object();
+  auto phys = u64_field(o, "physical_ms");
+  auto logical = u64_field(o, "logical_start");
+  auto count = u64_field(o, "count");
+  if (!phys || !logical || !count || *logical > UINT32_MAX
+      || *count > UINT32_MAX)
+    return r;
+  r.physical_ms = *phys;
+  r.logical_start = static_cast<uint32_t>(*logical);
+  r.count = static_cast<uint32_t>(*count);
+  if (auto* e = o.if_contains("epoch"); e && e->is_string())
+    r.epoch = std::string{e->as_string()};
+  return r;
+}
+
+seq_response parse_seq(const std::string& body) {
+  seq_response r;
+  json::error_code ec;
+  auto v = json::parse(body, ec);
+  if (ec || !v.is_object())
+    return r;
+  auto& o = v.as_object();
+  auto start = u64_field(o, "start");
+  auto count = u64_field(o, "count");
+  if (!start || !count || *count > UINT32_MAX)
+    return r;
+  r.start = *start;
+  r.count = static_cast<uint32_t>(*count);
+  if (auto* e = o.if_contains("epoch"); e && e->is_string())
+    r.epoch = std::string{e->as_string()};
+  return r;
+}
+
+std::optional<uint64_t> body_epoch(const std::string& body) {
+  json::error_code ec;
+  auto v = json::parse(body, ec);
+  if (ec || !v.is_object())
+    return std::nullopt;
+  auto* e = v.as_object().if_contains("epoch");
+  if (!e || !e->is_string())
+    return std::nullopt;
+  return parse_leader_epoch(e->as_string());
+}
+
+std::string leader_key(self_ptr self) {
+  auto l = self->state.leaders->leader(now_of(self));
+  return l ? l->endpoint : std::string{};
+}
+
+/// Hands each delivery to its waiter.
+void deliver_all(self_ptr self, const std::vector<delivery>& ds,
+                 const std::string& endpoint, int attempts,
+                 std::optional<error_kind> failed_kind = std::nullopt) {
+  auto n = static_cast<uint32_t>(ds.size());
+  for (auto& d : ds) {
+    auto r = reply_of(d, endpoint, n, attempts);
+    if (failed_kind && d.outcome == waiter_outcome::rpc_failed && r.error)
+      r.error->kind = *failed_kind;
+    answer(self, d.waiter_id, std::move(r));
+  }
+}
+
+void finish_rpc(self_ptr self, uint64_t rpc_id) {
+  self->state.rpcs.erase(rpc_id);
+  sweep_transports(self);
+  pump(self);
+}
+
+void on_success(self_ptr self, uint64_t rpc_id, rpc_run& run,
+                const exchange_result& r, const std::string& endpoint) {
+  auto& st = self->state;
+  auto now = now_of(self);
+  auto attempts = run.dc->attempts();
+  std::vector<delivery> ds;
+  if (run.plan.kind == waiter_kind::ts)
+    ds = st.batches->on_ts_response(rpc_id, parse_ts(r.response.body), now);
+  else
+    ds = st.batches->on_seq_response(rpc_id, parse_seq(r.response.body), now);
+  deliver_all(self, ds, endpoint, attempts);
+  finish_rpc(self, rpc_id);
+}
+
+void fail_rpc(self_ptr self, uint64_t rpc_id, const discovery_action& a) {
+  auto& st = self->state;
+  auto now = now_of(self);
+  ++st.stats.rpc_errors;
+  bool uncertain = a.error == discovery_error::uncertain_outcome;
+  if (uncertain)
+    ++st.stats.uncertain;
+  auto ds = st.batches->on_rpc_failed(
+    rpc_id, uncertain ? rpc_failure::uncertain : rpc_failure::failed,
+    a.detail, now);
+  deliver_all(self, ds, {}, a.attempts, coalesce_error_kind(a.error));
+  finish_rpc(self, rpc_id);
+}
+
+void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
+                 exchange_result& r) {
+  auto& st = self->state;
+  auto it = st.rpcs.find(rpc_id);
+  if (it == st.rpcs.end() || it->second.token != token)
+    return; // cancelled, or the attempt's own timer already gave up
+  auto& run = it->second;
+  run.in_exchange = false;
+  attempt_report rep;
+  rep.cls = classify_attempt(r.error, r.request_sent, r.response.status);
+  if (rep.cls == attempt_class::not_leader) {
+    if (auto* h = find_header(r.response.headers, leader_hint_header))
+      rep.hint = *h;
+  } else if (rep.cls == attempt_class::success) {
+    rep.epoch = body_epoch(r.response.body);
+  }
+  if (r.error != transport_error_kind::none)
+    rep.detail = std::string{to_string(r.error)}
+                 + (r.detail.empty() ? "" : ": " + r.detail);
+  else if (rep.cls != attempt_class::success)
+    rep.detail = "status " + std::to_string(r.response.status);
+  auto before = leader_key(self);
+  auto endpoint = run.dc->current();
+  auto a = run.dc->on_result(*st.leaders, rep, now_of(self), st.rng);
+  if (rep.cls == attempt_class::not_leader && a.step == discovery_step::send)
+    ++st.stats.redirects; // counted loosely: a 421 followed by a send
+  auto after = leader_key(self);
+  if (!after.empty() && after != before)
+    ++st.stats.leader_changes;
+  if (a.step == discovery_step::succeeded)
+    return on_success(self, rpc_id, run, r, endpoint);
+  act(self, rpc_id, std::move(a));
+}
+
+void act(self_ptr self, uint64_t rpc_id, discovery_action a) {
+  auto& st = self->state;
+  auto it = st.rpcs.find(rpc_id);
+  if (it == st.rpcs.end())
+    return;
+  auto& run = it->second;
+  auto me = caf::actor_cast<coalescing_driver_actor>(self);
+  switch (a.step) {
+    case discovery_step::send: {
+      auto t = transport_for(self, a.endpoint);
+      if (!t) {
+        attempt_report rep;
+        rep.cls = attempt_class::fatal;
+        rep.detail = "endpoint does not parse";
+        return act(self, rpc_id,
+                   run.dc->on_result(*st.leaders, rep, now_of(self), st.rng));
+      }
+      auto req = build_request(run.plan);
+      req.exchange_id = st.next_exchange++;
+      req.timeout_ns = a.budget.count();
+      run.exchange_id = req.exchange_id;
+      run.transport = t;
+      run.in_exchange = true;
+      auto token = run.token = st.next_token++;
+      ++st.stats.attempts;
+      self->request(t, caf::infinite, std::move(req))
+        .then(
+          [self, rpc_id, token](exchange_result& r) {
+            on_exchange(self, rpc_id, token, r);
+          },
+          [self, rpc_id, token](caf::error& err) {
+            exchange_result r;
+            r.error = transport_error_kind::interrupted;
+            r.request_sent = true; // unknown: assume it may have left
+            r.detail = "transport failed: " + self->system().render(err);
+            on_exchange(self, rpc_id, token, r);
+          });
+      self->delayed_send(me, a.budget + attempt_slack, cancel_atom_v, rpc_id,
+                         token);
+      return;
+    }
+    case discovery_step::wait: {
+      auto token = run.token = st.next_token++;
+      self->delayed_send(me, a.delay, retry_atom_v, rpc_id, token);
+      return;
+    }
+    case discovery_step::succeeded:
+      // Only on_exchange produces it (it holds the body).
+      return;
+    case discovery_step::failed:
+      return fail_rpc(self, rpc_id, a);
+  }
+}
+
+void start_rpc(self_ptr self, rpc_plan plan) {
+  auto& st = self->state;
+  auto now = now_of(self);
+  auto id = plan.rpc_id;
+  auto& run = st.rpcs[id];
+  run.plan = std::move(plan);
+  run.dc.emplace(*st.leaders, run.plan.kind == waiter_kind::seq, now);
+  act(self, id, run.dc->start(*st.leaders, now, st.rng));
+}
+
+void pump(self_ptr self) {
+  auto& st = self->state;
+  auto now = now_of(self);
+  for (auto& p : st.batches->take_ready(now))
+    start_rpc(self, std::move(p));
+  auto due = st.batches->next_wakeup();
+  if (!due || (st.flush_armed && *st.flush_armed <= *due))
+    return;
+  st.flush_armed = *due;
+  auto token = ++st.flush_token;
+  auto delay = *due > now ? *due - now : coalesce_duration{0};
+  self->delayed_send(caf::actor_cast<coalescing_driver_actor>(self), delay,
+                     poll_atom_v, token);
+}
+
+caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
+                                      double timeout) {
+  auto& st = self->state;
+  auto now = now_of(self);
+  w.id = st.next_waiter++;
+  w.entered = now;
+  auto d = st.batches->join(w, now);
+  coalesce_reply r;
+  switch (d) {
+    case join_decision::queued: break;
+    case join_decision::rejected_backpressure:
+      ++st.stats.calls;
+      ++st.stats.calls_failed;
+      r.error = make_error(error_kind::service_unavailable,
+                           "coalescing driver overloaded: "
+                             + std::to_string(st.cfg.max_waiters)
+                             + " waiters held (coalesce.max_waiters)",
+                           true);
+      return r;
+    case join_decision::rejected_invalid_count:
+      ++st.stats.calls;
+      ++st.stats.calls_failed;
+      r.error = make_error(
+        error_kind::request_error,
+        "invalid count " + std::to_string(w.count) + " (1.."
+          + std::to_string(st.batches->cap(w.kind)) + ")",
+        true);
+      return r;
+    case join_decision::rejected_invalid_key:
+      ++st.stats.calls;
+      ++st.stats.calls_failed;
+      r.error = make_error(error_kind::request_error,
+                           "invalid sequence key (1.."
+                             + std::to_string(st.cfg.max_seq_key_bytes)
+                             + " bytes of UTF-8)",
+                           true);
+      return r;
+    case join_decision::rejected_duplicate_id:
+      r.error = make_error(error_kind::request_error, "duplicate waiter id",
+                           true);
+      return r;
+  }
+  auto rp = self->make_response_promise<coalesce_reply>();
+  st.waiters.emplace(w.id, waiter_slot{rp, w.kind});
+  if (timeout > 0) {
+    auto delay = coalesce_seconds(timeout);
+    self->delayed_send(caf::actor_cast<coalescing_driver_actor>(self), delay,
+                       timeout_atom_v, w.id);
+  }
+  pump(self);
+  return rp;
+}
+
+coalescing_driver_actor::behavior_type
+driver_impl(self_ptr self, coalesce_config cfg, coalesce_options opts,
+            uint64_t seed) {
+  auto& st = self->state;
+  st.rng.seed(seed);
+  st.cfg = cfg;
+  st.opts = std::move(opts);
+  st.batches.emplace(cfg);
+  st.leaders.emplace(cfg, st.rng);
+  return {
+    [self](ts_call& c) -> caf::result<coalesce_reply> {
+      waiter_request w;
+      w.kind = waiter_kind::ts;
+      w.count = c.count;
+      return join_call(self, std::move(w), c.timeout);
+    },
+    [self](seq_call& c) -> caf::result<coalesce_reply> {
+      waiter_request w;
+      w.kind = waiter_kind::seq;
+      w.key = std::move(c.key);
+      w.count = c.count;
+      return join_call(self, std::move(w), c.timeout);
+    },
+    [self](stats_atom) -> coalesce_stats {
+      auto& st = self->state;
+      auto s = st.stats;
+      s.batches = st.batches->stats();
+      s.leader = st.leaders->stats();
+      s.held = st.batches->held();
+      s.in_flight = st.batches->in_flight();
+      if (auto l = st.leaders->leader(now_of(self))) {
+        s.leader_endpoint = l->endpoint;
+        s.leader_epoch = l->epoch;
+      }
+      s.transports = st.transports.size();
+      return s;
+    },
+    [self](timeout_atom, uint64_t waiter_id) {
+      auto& st = self->state;
+      if (st.waiters.count(waiter_id) == 0)
+        return;
+      auto c = st.batches->cancel(waiter_id, now_of(self));
+      coalesce_reply r;
+      r.error = make_error(error_kind::deadline_exceeded,
+                           "the call's timeout passed",
+                           c.result != cancel_result::abandoned_in_flight);
+      answer(self, waiter_id, std::move(r));
+      if (c.result == cancel_result::rpc_cancelled) {
+        auto it = st.rpcs.find(c.rpc_to_cancel);
+        if (it != st.rpcs.end()) {
+          if (it->second.in_exchange && it->second.transport)
+            self->send(it->second.transport, cancel_atom_v,
+                       it->second.exchange_id);
+          st.rpcs.erase(it);
+        }
+      }
+      pump(self);
+    },
+    [self](retry_atom, uint64_t rpc_id, uint64_t token) {
+      auto& st = self->state;
+      auto it = st.rpcs.find(rpc_id);
+      if (it == st.rpcs.end() || it->second.token != token)
+        return;
+      act(self, rpc_id,
+          it->second.dc->resume(*st.leaders, now_of(self), st.rng));
+    },
+    [self](cancel_atom, uint64_t rpc_id, uint64_t token) {
+      // The attempt's own time limit: the transport did not answer.
+      auto& st = self->state;
+      auto it = st.rpcs.find(rpc_id);
+      if (it == st.rpcs.end() || it->second.token != token
+          || !it->second.in_exchange)
+        return;
+      auto& run = it->second;
+      run.in_exchange = false;
+      run.token = st.next_token++; // a late answer is stale now
+      self->send(run.transport, cancel_atom_v, run.exchange_id);
+      act(self, rpc_id,
+          run.dc->on_attempt_timeout(*st.leaders, now_of(self), st.rng));
+    },
+    [self](poll_atom, uint64_t token) {
+      auto& st = self->state;
+      if (token == st.flush_token)
+        st.flush_armed.reset();
+      pump(self);
+    },
+  };
+}
+
+} // namespace
+
+error_kind coalesce_error_kind(discovery_error e) {
+  switch (e) {
+    case discovery_error::none:
+    case discovery_error::no_endpoints:
+    case discovery_error::unreachable:
+    case discovery_error::no_leader: return error_kind::service_unavailable;
+    case discovery_error::deadline_exceeded:
+      return error_kind::deadline_exceeded;
+    case discovery_error::redirect_cap:
+    case discovery_error::rejected: return error_kind::request_error;
+    case discovery_error::server_error: return error_kind::server_error;
+    case discovery_error::fatal: return error_kind::config_error;
+    case discovery_error::uncertain_outcome:
+      return error_kind::uncertain_outcome;
+  }
+  return error_kind::service_unavailable;
+}
+
+coalescing_driver_actor make_coalescing_driver(caf::actor_system& sys,
+                                               coalesce_config cfg,
+                                               coalesce_options opts) {
+  cfg.validate();
+  uint64_t seed = opts.seed;
+  if (seed == 0) {
+    std::random_device rd;
+    seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
+  return sys.spawn(driver_impl, std::move(cfg), std::move(opts), seed);
+}
+
+} // namespace outbound

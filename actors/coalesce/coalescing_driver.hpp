@@ -1,0 +1,176 @@
+#pragma once
+
+// The coalescing driver (issue 5; DESIGN.md "coalescing_driver actor"): one
+// actor that turns a crowd of get_ts / get_ts_batch / get_seq callers into a
+// few batched RPCs against a leader-based oracle cluster, and finds and
+// caches the cluster's leader. A thin adapter over two pure state machines:
+//
+//   batcher         (actors/coalesce/batcher.hpp): who rides which RPC, the
+//                   cold-start flush, chunks under the per-RPC cap, cancels,
+//                   response validation;
+//   leader_state +  (actors/coalesce/leader_state.hpp): the leader cache
+//   discovery_call  (TTL, epoch guard), the worklist, hint redirects, the
+//                   election ride-out, full-jitter backoff, the
+//                   uncertain-outcome rule for the non-idempotent seq RPC.
+//
+// The ideas are tsoracle-client's (driver.rs, retry.rs, channel_pool.rs;
+// shared/seeds/003, shared/REFERENCE.md D). The actor owns one transport
+// (a connection_pool by default) per oracle endpoint, configured or learned
+// from a hint; an endpoint evicted from the hint LRU has its pool stopped.
+//
+//   caller ─ts_call/seq_call─► driver ─join─► batcher ─take_ready─► rpc_plan
+//                                 ▲                                   │
+//                 coalesce_reply  │          discovery_call per plan  ▼
+//   caller ◄──────────────────────┴── deliveries ◄─ 2xx ─ transport(endpoint)
+//                                                  (421 + hint → next send)
+//
+// Everything the driver does is on the actor clock, so tests run it on CAF's
+// test coordinator in virtual time with scripted transports.
+
+#include "actors/coalesce/batcher.hpp"
+#include "actors/coalesce/leader_state.hpp"
+#include "actors/messages.hpp"
+#include "actors/transport.hpp"
+#include "config/client_config.hpp"
+#include "config/coalesce_config.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace outbound {
+
+class io_runner;
+
+/// get_ts() (count 1) or get_ts_batch(count): `count` timestamps, all from
+/// one physical millisecond, contiguous in the logical part.
+struct ts_call {
+  /// 1..coalesce_config::max_ts_per_rpc [1]; else an invalid_request error
+  /// (error_kind::request_error, nothing sent, siblings unharmed).
+  uint32_t count = 1;
+  /// The caller's own deadline in seconds from its entry into the driver;
+  /// when it passes, the caller gets deadline_exceeded and leaves (the
+  /// other waiters are not disturbed; the RPC is cancelled only when every
+  /// waiter of it has gone). 0: none beyond the RPC's own retry policy.
+  /// [0]
+  double timeout = 0;
+};
+
+/// get_seq(key, count): a block of `count` ordinals of the gapless
+/// sequence `key`. Non-idempotent: a failure after the request may have
+/// committed is error_kind::uncertain_outcome after exactly one server call.
+struct seq_call {
+  /// 1..max_seq_key_bytes bytes of UTF-8; else request_error, nothing sent.
+  std::string key;
+  /// 1..coalesce_config::max_seq_per_rpc [1]; else request_error.
+  uint32_t count = 1;
+  /// As ts_call::timeout. [0]
+  double timeout = 0;
+};
+
+/// The answer to a ts_call or seq_call. Exactly one of `error` or the value
+/// is set.
+struct coalesce_reply {
+  /// Set when the call failed. Kinds: request_error (invalid count or key,
+  /// or the oracle refused it with a 4xx, or the redirect cap), server_error
+  /// (a 5xx on the last try), response_error (a 2xx whose count or shape is
+  /// wrong, ts), service_unavailable (unreachable, no leader within the
+  /// deadline, or the driver's waiter queue is full — then nothing_sent),
+  /// deadline_exceeded (the caller's timeout or the RPC's overall budget),
+  /// uncertain_outcome (seq only: the block may have been spent).
+  std::optional<call_error> error;
+  /// ts: the caller's timestamps.
+  ts_range ts;
+  /// seq: the caller's block.
+  seq_block seq;
+  /// The leader epoch of the answering response, as received.
+  std::string epoch;
+  /// The endpoint key that served ("http://host:port").
+  std::string endpoint;
+  /// Waiters that rode the same RPC, this one included.
+  uint32_t batch_waiters = 0;
+};
+
+/// Counters and state of a driver: the answer to `stats_atom`.
+struct coalesce_stats {
+  batcher_stats batches;
+  leader_stats leader;
+  /// Calls answered (served or failed).
+  uint64_t calls = 0;
+  uint64_t calls_failed = 0;
+  /// Exchanges sent to transports (each discovery attempt).
+  uint64_t attempts = 0;
+  /// 421 answers followed to a hinted endpoint.
+  uint64_t redirects = 0;
+  /// Times the cached leader changed endpoint.
+  uint64_t leader_changes = 0;
+  /// RPCs ended by discovery: by error (index: discovery_error).
+  uint64_t rpc_errors = 0;
+  uint64_t uncertain = 0;
+  /// Waiters held now; RPCs in flight now.
+  uint64_t held = 0;
+  uint64_t in_flight = 0;
+  /// The cached leader now ("" when none or expired) and its epoch.
+  std::string leader_endpoint;
+  std::optional<uint64_t> leader_epoch;
+  /// Transports (connection pools) held now, one per endpoint.
+  uint64_t transports = 0;
+};
+
+/// Typed interface of a coalescing driver.
+///
+/// - `ts_call -> coalesce_reply`, `seq_call -> coalesce_reply`: the calls.
+/// - `stats_atom -> coalesce_stats`.
+/// - The rest are the driver's own timers and are not for callers:
+///   `(timeout_atom, waiter_id)` a caller's timeout, `(retry_atom, rpc_id,
+///   token)` a backoff's end, `(cancel_atom, rpc_id, token)` an attempt's
+///   own time limit, `(poll_atom, token)` the cold-start flush.
+using coalescing_driver_actor = caf::typed_actor<
+  caf::replies_to<ts_call>::with<coalesce_reply>,
+  caf::replies_to<seq_call>::with<coalesce_reply>,
+  caf::replies_to<stats_atom>::with<coalesce_stats>,
+  caf::reacts_to<timeout_atom, uint64_t>,
+  caf::reacts_to<retry_atom, uint64_t, uint64_t>,
+  caf::reacts_to<cancel_atom, uint64_t, uint64_t>,
+  caf::reacts_to<poll_atom, uint64_t>>;
+
+/// Makes the transport of one endpoint (tests script fakes per endpoint).
+using coalesce_transport_factory
+  = std::function<transport_actor(const oracle_endpoint&)>;
+
+/// Optional parts of a driver; every field has a working default.
+struct coalesce_options {
+  /// Builds the transport of an endpoint. [a connection_pool per endpoint,
+  /// from `tls_template` with base_url set to the endpoint]
+  coalesce_transport_factory transports;
+  /// TLS identity (tls.*), connect/idle settings and default headers of the
+  /// per-endpoint pools; its base_url is ignored. [client_config{}]
+  client_config tls_template;
+  /// io runner of the default pools. [io_runner::shared()]
+  std::shared_ptr<io_runner> io;
+  /// Seed of the worklist offset and the backoff jitter; 0 seeds from
+  /// std::random_device. [0]
+  uint64_t seed = 0;
+};
+
+/// Spawns a coalescing driver. Validates `cfg` (throws config_error naming
+/// the field, e.g. `coalesce.endpoints[1]`) before anything is spawned.
+coalescing_driver_actor make_coalescing_driver(caf::actor_system& sys,
+                                               coalesce_config cfg,
+                                               coalesce_options opts = {});
+
+/// Maps a discovery failure to the caller's error kind (see coalesce_reply).
+error_kind coalesce_error_kind(discovery_error e);
+
+} // namespace outbound
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::ts_call)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::seq_call)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::coalesce_reply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::coalesce_stats)
