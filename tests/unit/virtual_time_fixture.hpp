@@ -82,6 +82,22 @@ protected:
     run();
   }
 
+  /// Moves the clock by `d` one timer at a time: each due timer fires at its
+  /// own time and its messages run before the next timer (advance() fires
+  /// every due timer first and runs the jobs afterwards, at the end time).
+  void advance_stepwise(std::chrono::nanoseconds d) {
+    auto target = now() + d;
+    run();
+    auto& clk = sched_->clock();
+    while (clk.has_pending_timeout() && clk.schedule().begin()->first <= target) {
+      clk.trigger_timeout();
+      run();
+    }
+    if (clk.current_time < target)
+      clk.current_time = target;
+    run();
+  }
+
   caf::actor_system_config cfg_;
   std::unique_ptr<caf::actor_system> sys_;
   caf::scheduler::test_coordinator* sched_ = nullptr;
