@@ -3,6 +3,7 @@
 // actor system only for a command that needs one.
 
 #include "apps/hub_cmd.hpp"
+#include "apps/oracle_cmd.hpp"
 #include "apps/request_cmd.hpp"
 #include "apps/watch_cmd.hpp"
 
@@ -46,6 +47,9 @@ int main(int argc, char** argv) {
   auto* hub_cmd = add_hub_command(app, hub_opts);
   watch_options watch_opts;
   auto* watch_cmd = add_watch_command(app, watch_opts);
+  oracle_options ts_opts, seq_opts;
+  auto* ts_cmd = add_ts_command(app, ts_opts);
+  auto* seq_cmd = add_seq_command(app, seq_opts);
   std::vector<CLI::App*> planned;
   for (auto& p : planned_commands)
     planned.push_back(app.add_subcommand(p.name, p.what));
@@ -80,6 +84,10 @@ int main(int argc, char** argv) {
       return run_request(sys, request_opts, std::cout, std::cerr);
     if (watch_cmd->parsed())
       return run_watch(sys, watch_opts, std::cout, std::cerr);
+    if (ts_cmd->parsed())
+      return run_ts(sys, ts_opts, std::cout, std::cerr);
+    if (seq_cmd->parsed())
+      return run_seq(sys, seq_opts, std::cout, std::cerr);
   } catch (const std::exception& e) {
     std::cerr << redact(usage_error_json("internal_error", e.what()), secrets)
               << '\n';
