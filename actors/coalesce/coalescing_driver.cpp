@@ -293,6 +293,7 @@ void fail_rpc(self_ptr self, uint64_t rpc_id, const discovery_action& a) {
   auto& st = self->state;
   auto now = now_of(self);
   ++st.stats.rpc_errors;
+  ++st.stats.rpc_errors_by_cause[to_string(a.error)];
   bool uncertain = a.error == discovery_error::uncertain_outcome;
   if (uncertain)
     ++st.stats.uncertain;
@@ -326,9 +327,12 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
     rep.detail = "status " + std::to_string(r.response.status);
   auto before = leader_key(self);
   auto endpoint = run.dc->current();
+  auto redirects = run.dc->redirects();
   auto a = run.dc->on_result(*st.leaders, rep, now_of(self), st.rng);
-  if (rep.cls == attempt_class::not_leader && a.step == discovery_step::send)
-    ++st.stats.redirects; // counted loosely: a 421 followed by a send
+  // A followed hint: the discovery counted a redirect and sends next (the
+  // one over the cap is counted by discovery but never followed).
+  if (run.dc->redirects() > redirects && a.step == discovery_step::send)
+    ++st.stats.redirects;
   auto after = leader_key(self);
   if (!after.empty() && after != before)
     ++st.stats.leader_changes;

@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -110,8 +111,12 @@ struct coalesce_stats {
   uint64_t redirects = 0;
   /// Times the cached leader changed endpoint.
   uint64_t leader_changes = 0;
-  /// RPCs ended by discovery: by error (index: discovery_error).
+  /// RPCs that failed for good (discovery gave up), all causes.
   uint64_t rpc_errors = 0;
+  /// The same by cause: to_string(discovery_error) → count (a bounded key
+  /// set: "unreachable", "no_leader", "redirect_cap", ...).
+  std::map<std::string, uint64_t> rpc_errors_by_cause;
+  /// seq RPCs that ended uncertain (also in rpc_errors_by_cause).
   uint64_t uncertain = 0;
   /// Waiters held now; RPCs in flight now.
   uint64_t held = 0;
