@@ -13,6 +13,11 @@
 //              leader. Same HTTP stack (connection_pool, io_runner), same
 //              hub, one RPC per call.
 //
+//   ceiling    diagnostic (--ceiling, by default for the 1024-caller cell
+//              only): the same callers against an actor that answers each
+//              ts_call at once, no batching, no HTTP: what CAF's
+//              request/response alone allows on this machine.
+//
 // Cells: 1, 16, 256 and 1024 callers with count 1 (get_ts), and 64 callers
 // with count 64 (get_ts_batch(64)). The goal of issue 5: >= 500k calls/s at
 // 1024 callers with p99 <= 3 ms on this 2-core machine (the published
@@ -54,6 +59,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -160,10 +166,43 @@ void record_error(caller_result& r, std::string what) {
 
 // -- callers --------------------------------------------------------------------
 
+/// The diagnostic "ceiling" target: answers every ts_call at once with a
+/// made-up timestamp range (no batching, no HTTP). The same callers against
+/// it measure what CAF's request/response alone allows on this machine.
+using echo_actor
+  = caf::typed_actor<caf::replies_to<outbound::ts_call>::with<
+    outbound::coalesce_reply>>;
+
+echo_actor::behavior_type echo_impl(echo_actor::pointer,
+                                    std::string endpoint) {
+  auto next = std::make_shared<uint64_t>(1);
+  return {
+    [next, endpoint](const outbound::ts_call& c) {
+      // As the driver's reply: a range, an epoch, the endpoint key.
+      outbound::coalesce_reply r;
+      r.ts.physical_ms = *next / outbound::ts_max_per_rpc;
+      r.ts.logical_start
+        = static_cast<uint32_t>(*next % outbound::ts_max_per_rpc);
+      r.ts.count = c.count;
+      *next += outbound::ts_max_per_rpc; // one "millisecond" per call
+      r.epoch = "1";
+      r.endpoint = endpoint;
+      r.batch_waiters = 1;
+      return r;
+    },
+  };
+}
+
 /// What a caller sends and how it reads the answer: a ts_call to the driver,
 /// or a POST /v1/ts to the service client.
 outbound::ts_call message_for(const outbound::coalescing_driver_actor&,
                               uint32_t count) {
+  outbound::ts_call c;
+  c.count = count;
+  return c;
+}
+
+outbound::ts_call message_for(const echo_actor&, uint32_t count) {
   outbound::ts_call c;
   c.count = count;
   return c;
@@ -230,6 +269,10 @@ template <class Handle>
 struct answer_of;
 template <>
 struct answer_of<outbound::coalescing_driver_actor> {
+  using type = outbound::coalesce_reply;
+};
+template <>
+struct answer_of<echo_actor> {
   using type = outbound::coalesce_reply;
 };
 template <>
@@ -502,6 +545,7 @@ int main(int argc, char** argv) {
   std::string caf_policy = "stealing";
   double flush_interval = 0.001;
   std::string modes = "both";
+  std::string ceiling = "goal";
   std::vector<std::string> caf_settings;
   app.add_option("--callers", callers,
                  "concurrent callers of the count-1 cells (list)")
@@ -552,6 +596,13 @@ int main(int argc, char** argv) {
   app.add_option("--modes", modes,
                  "both (direct baseline, then coalesced), coalesced, direct")
     ->check(CLI::IsMember({"both", "coalesced", "direct"}))
+    ->capture_default_str();
+  app.add_option("--ceiling", ceiling,
+                 "diagnostic row 'ceiling': the same callers against an actor "
+                 "that answers each ts_call at once (CAF request/response "
+                 "alone, no batching, no HTTP): goal (1024 x 1 only), all, "
+                 "none")
+    ->check(CLI::IsMember({"goal", "all", "none"}))
     ->capture_default_str();
   app.add_option("--caf-set", caf_settings,
                  "extra CAF setting KEY=VALUE (repeatable)");
@@ -690,6 +741,25 @@ int main(int argc, char** argv) {
                       : 0);
       if (s.callers == 1024 && s.count == 1)
         goal_row = r;
+      rows.push_back(r);
+    }
+    bool is_goal_cell = s.callers == 1024 && s.count == 1;
+    if (ceiling == "all" || (ceiling == "goal" && is_goal_cell)) {
+      auto echo = sys.spawn(echo_impl, "http://" + endpoints[leader]);
+      auto r = run_cell(sys, h, echo, std::nullopt, "ceiling", s.callers,
+                        s.count, co);
+      caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+      if (!r.finished) {
+        std::printf("ceiling %d x %u: callers still waiting %.0f s after "
+                    "the cell's end; giving up\n",
+                    s.callers, s.count, co.grace);
+        std::fflush(stdout);
+        std::_Exit(2);
+      }
+      r.rpcs = 0;
+      r.rpcs_per_s = 0;
+      r.waiters_per_rpc = 0;
+      print_row(r);
       rows.push_back(r);
     }
     for (auto& r : rows)
