@@ -1,0 +1,301 @@
+#include "config/demo_config.hpp"
+
+#include "config/config_error.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+
+namespace outbound {
+
+namespace {
+
+// Every comparison is written so that NaN fails it.
+
+void check_positive(double x, const std::string& field) {
+  if (!(std::isfinite(x) && x > 0.0))
+    throw config_error(field, "must be a finite number > 0");
+}
+
+void check_range(double x, double lo, double hi, const std::string& field) {
+  if (!(std::isfinite(x) && x >= lo && x <= hi)) {
+    std::ostringstream os;
+    os << "must be between " << lo << " and " << hi;
+    throw config_error(field, os.str());
+  }
+}
+
+// -- JSON reading ------------------------------------------------------------
+
+double as_double(const boost::json::value& v, const std::string& field) {
+  if (v.is_double())
+    return v.get_double();
+  if (v.is_int64())
+    return static_cast<double>(v.get_int64());
+  if (v.is_uint64())
+    return static_cast<double>(v.get_uint64());
+  throw config_error(field, "must be a number");
+}
+
+/// An integer in [lo, hi] (a double with an integral value is accepted).
+int64_t as_int(const boost::json::value& v, int64_t lo, int64_t hi,
+               const std::string& field) {
+  double d = 0;
+  if (v.is_int64()) {
+    auto i = v.get_int64();
+    if (i < lo || i > hi)
+      throw config_error(field, "must be an integer between "
+                                  + std::to_string(lo) + " and "
+                                  + std::to_string(hi));
+    return i;
+  }
+  if (v.is_uint64())
+    throw config_error(field, "must be an integer between " + std::to_string(lo)
+                                + " and " + std::to_string(hi));
+  d = as_double(v, field);
+  if (!(std::isfinite(d) && d == std::floor(d) && d >= static_cast<double>(lo)
+        && d <= static_cast<double>(hi)))
+    throw config_error(field, "must be an integer between " + std::to_string(lo)
+                                + " and " + std::to_string(hi));
+  return static_cast<int64_t>(d);
+}
+
+std::string as_string(const boost::json::value& v, const std::string& field) {
+  if (!v.is_string())
+    throw config_error(field, "must be a string");
+  return std::string{v.get_string()};
+}
+
+std::vector<std::string> as_strings(const boost::json::value& v,
+                                    const std::string& field) {
+  if (!v.is_array())
+    throw config_error(field, "must be an array of strings");
+  std::vector<std::string> out;
+  const auto& a = v.get_array();
+  for (std::size_t i = 0; i < a.size(); ++i)
+    out.push_back(as_string(a[i], field + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
+const boost::json::object& as_object(const boost::json::value& v,
+                                     const std::string& field) {
+  if (!v.is_object())
+    throw config_error(field, "must be a JSON object");
+  return v.get_object();
+}
+
+/// One object's known keys: each reader applies a value to the config.
+using reader = std::function<void(const boost::json::value&,
+                                  const std::string& field)>;
+
+void read_object(const boost::json::value& v, const std::string& prefix,
+                 const std::map<std::string, reader>& readers) {
+  for (const auto& kv : as_object(v, prefix)) {
+    std::string key{kv.key()};
+    auto field = prefix + "." + key;
+    auto it = readers.find(key);
+    if (it == readers.end())
+      throw config_error(field, "unknown field");
+    it->second(kv.value(), field);
+  }
+}
+
+constexpr int64_t int_max = std::numeric_limits<int>::max();
+
+reader dbl(double& x) {
+  return [&x](const boost::json::value& v, const std::string& f) {
+    x = as_double(v, f);
+  };
+}
+
+reader opt_dbl(std::optional<double>& x) {
+  return [&x](const boost::json::value& v, const std::string& f) {
+    if (v.is_null())
+      x.reset();
+    else
+      x = as_double(v, f);
+  };
+}
+
+template <class T>
+reader integer(T& x, int64_t lo, int64_t hi) {
+  return [&x, lo, hi](const boost::json::value& v, const std::string& f) {
+    x = static_cast<T>(as_int(v, lo, hi, f));
+  };
+}
+
+void read_breaker(const boost::json::value& v, const std::string& p,
+                  breaker_config& b) {
+  read_object(v, p,
+              {{"error_rate_threshold", dbl(b.error_rate_threshold)},
+               {"min_samples", integer(b.min_samples, 0, int_max)},
+               {"window", dbl(b.window)},
+               {"cooldown", dbl(b.cooldown)},
+               {"half_open_max_trial", integer(b.half_open_max_trial, 0, int_max)},
+               {"treat_5xx_as_failure",
+                [&b](const boost::json::value& x, const std::string& f) {
+                  if (!x.is_bool())
+                    throw config_error(f, "must be true or false");
+                  b.treat_5xx_as_failure = x.get_bool();
+                }}});
+}
+
+void read_hedging(const boost::json::value& v, const std::string& p,
+                  hedge_config& h) {
+  read_object(
+    v, p,
+    {{"percentile", dbl(h.percentile)},
+     {"budget_percent", dbl(h.budget_percent)},
+     {"estimated_rps", opt_dbl(h.estimated_rps)},
+     {"rps_window", dbl(h.rps_window)},
+     {"min_delay", dbl(h.min_delay)},
+     {"warmup_requests", integer(h.warmup_requests, 0, int_max)},
+     {"warmup_delay", dbl(h.warmup_delay)},
+     {"window_duration", dbl(h.window_duration)},
+     {"max_keys", integer(h.max_keys, 0, int_max)},
+     {"breaker", [&h](const boost::json::value& x, const std::string& f) {
+        read_breaker(x, f, h.breaker);
+      }}});
+}
+
+} // namespace
+
+void demo_config::validate() const {
+  if (feeds > 100000)
+    throw config_error("demo.feeds", "must be between 0 and 100000");
+  check_range(duration, 0.0, 86400.0, "demo.duration");
+  check_positive(duration, "demo.duration");
+  check_range(rate, 0.0, 100000.0, "demo.rate");
+  if (subject_groups < 1 || subject_groups > 100000)
+    throw config_error("demo.subject_groups", "must be between 1 and 100000");
+  if (metrics_port < 0 || metrics_port > 65535)
+    throw config_error("demo.metrics_port", "must be between 0 and 65535");
+  check_range(status_interval, 0.0, 3600.0, "demo.status_interval");
+  check_positive(status_interval, "demo.status_interval");
+  if (!hub.empty() && hub.rfind("http://", 0) != 0
+      && hub.rfind("https://", 0) != 0)
+    throw config_error("demo.hub", "must be an http:// or https:// URL");
+  for (std::size_t i = 0; i < oracle_endpoints.size(); ++i)
+    if (oracle_endpoints[i].empty())
+      throw config_error("demo.oracle_endpoints[" + std::to_string(i) + "]",
+                         "must not be empty");
+  if (cluster_size < 1 || cluster_size > 16)
+    throw config_error("demo.cluster_size", "must be between 1 and 16");
+  if (hub_retention < 1000)
+    throw config_error("demo.hub_retention", "must be >= 1000");
+  // traffic
+  check_range(traffic.requests_per_second, 0.0, 100000.0,
+              "demo.traffic.requests_per_second");
+  if (traffic.concurrency < 1 || traffic.concurrency > 256)
+    throw config_error("demo.traffic.concurrency", "must be between 1 and 256");
+  if (traffic.routes.empty())
+    throw config_error("demo.traffic.routes", "must name at least one path");
+  for (std::size_t i = 0; i < traffic.routes.size(); ++i) {
+    const auto& r = traffic.routes[i];
+    auto field = "demo.traffic.routes[" + std::to_string(i) + "]";
+    if (r.size() < 2 || r[0] != '/')
+      throw config_error(field, "must be a path starting with '/'");
+    for (char c : r)
+      if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f)
+        throw config_error(field, "must not contain spaces or controls");
+  }
+  check_positive(traffic.timeout, "demo.traffic.timeout");
+  check_positive(traffic.deadline, "demo.traffic.deadline");
+  if (!(traffic.deadline >= traffic.timeout))
+    throw config_error("demo.traffic.deadline", "must be >= traffic.timeout");
+  // oracle
+  check_range(oracle.calls_per_second, 0.0, 1000000.0,
+              "demo.oracle.calls_per_second");
+  if (oracle.callers < 1 || oracle.callers > 256)
+    throw config_error("demo.oracle.callers", "must be between 1 and 256");
+  if (oracle.count < 1 || oracle.count > 262144)
+    throw config_error("demo.oracle.count", "must be between 1 and 262144");
+  check_positive(oracle.timeout, "demo.oracle.timeout");
+  // hedging: hedge_config names its fields `hedge.*`; say where they are in
+  // the demo's file instead.
+  try {
+    hedging.validate();
+  } catch (const config_error& e) {
+    auto f = e.field();
+    if (f.rfind("hedge.", 0) == 0)
+      f = "demo.hedging." + f.substr(6);
+    std::string why = e.what();
+    auto colon = why.find(": ");
+    throw config_error(f, colon == std::string::npos ? why
+                                                     : why.substr(colon + 2));
+  }
+}
+
+demo_config parse_demo_config(std::string_view json_text) {
+  boost::json::error_code ec;
+  auto v = boost::json::parse(json_text, ec);
+  if (ec)
+    throw config_error("demo", "not valid JSON: " + ec.message());
+  demo_config c;
+  auto& t = c.traffic;
+  auto& o = c.oracle;
+  read_object(
+    v, "demo",
+    {{"feeds", integer(c.feeds, 0, 100000)},
+     {"duration", dbl(c.duration)},
+     {"rate", dbl(c.rate)},
+     {"subject_groups", integer(c.subject_groups, 1, 100000)},
+     {"metrics_port", integer(c.metrics_port, 0, 65535)},
+     {"status_interval", dbl(c.status_interval)},
+     {"hub",
+      [&c](const boost::json::value& x, const std::string& f) {
+        c.hub = as_string(x, f);
+      }},
+     {"oracle_endpoints",
+      [&c](const boost::json::value& x, const std::string& f) {
+        c.oracle_endpoints = as_strings(x, f);
+      }},
+     {"cluster_size", integer(c.cluster_size, 1, 16)},
+     {"max_labelled_feeds", integer(c.max_labelled_feeds, 0, int_max)},
+     {"hub_retention",
+      integer(c.hub_retention, 1000, std::numeric_limits<int64_t>::max())},
+     {"traffic",
+      [&t](const boost::json::value& x, const std::string& f) {
+        read_object(x, f,
+                    {{"requests_per_second", dbl(t.requests_per_second)},
+                     {"concurrency", integer(t.concurrency, 1, 256)},
+                     {"routes",
+                      [&t](const boost::json::value& y, const std::string& g) {
+                        t.routes = as_strings(y, g);
+                      }},
+                     {"timeout", dbl(t.timeout)},
+                     {"deadline", dbl(t.deadline)}});
+      }},
+     {"oracle",
+      [&o](const boost::json::value& x, const std::string& f) {
+        read_object(x, f,
+                    {{"calls_per_second", dbl(o.calls_per_second)},
+                     {"callers", integer(o.callers, 1, 256)},
+                     {"count", integer(o.count, 1, 262144)},
+                     {"timeout", dbl(o.timeout)}});
+      }},
+     {"hedging", [&c](const boost::json::value& x, const std::string& f) {
+        read_hedging(x, f, c.hedging);
+      }}});
+  c.validate();
+  return c;
+}
+
+demo_config load_demo_config(const std::string& path) {
+  std::ifstream in{path, std::ios::binary};
+  if (!in)
+    throw config_error("demo", "cannot read " + path);
+  std::ostringstream os;
+  os << in.rdbuf();
+  if (in.bad())
+    throw config_error("demo", "cannot read " + path);
+  return parse_demo_config(os.str());
+}
+
+} // namespace outbound
