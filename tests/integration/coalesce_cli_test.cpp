@@ -1,0 +1,332 @@
+// `outbound ts` and `outbound seq` (issue 5, item 7) as child processes
+// against `outbound hub --cluster 3 --port 0`, itself a child (its first
+// stdout line lists the nodes and the leader). Checks the one-line JSON
+// answers, the usage errors (exit 2 naming the field), an unreachable
+// endpoint list (exit 7) and the uncertain outcome of a seq whose leader
+// commits without answering (exit 8), set through `outbound request -X
+// POST .../admin/oracle` exactly as the README shows it.
+
+#include "test_certs.hpp"
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace outbound::testing;
+using namespace std::chrono_literals;
+
+namespace json = boost::json;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in{path, std::ios::binary};
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> r;
+  std::istringstream in{text};
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty())
+      r.push_back(l);
+  return r;
+}
+
+/// What one finished CLI run left behind.
+struct run_result {
+  /// Exit code; 128 + signal when killed; -1 when it had to be killed after
+  /// the bound.
+  int code = -1;
+  std::string out;
+  std::string err;
+
+  /// The single stdout line as an object (fails the test otherwise).
+  json::object out_json() const {
+    return one_line(out, "stdout");
+  }
+
+  /// The single stderr line as an object (fails the test otherwise).
+  json::object err_json() const {
+    return one_line(err, "stderr");
+  }
+
+private:
+  static json::object one_line(const std::string& text, const char* what) {
+    auto lines = lines_of(text);
+    EXPECT_EQ(lines.size(), 1u) << what << ": " << text;
+    if (lines.empty())
+      return {};
+    boost::system::error_code ec;
+    auto v = json::parse(lines.front(), ec);
+    EXPECT_FALSE(ec) << what << ": " << lines.front();
+    if (ec || !v.is_object())
+      return {};
+    return v.as_object();
+  }
+};
+
+/// Runs `outbound ARGS...` to its end (at most `bound`), stdout and stderr
+/// into files.
+run_result run_cli(std::vector<std::string> args,
+                   std::chrono::milliseconds bound = 60s) {
+  temp_dir dir{"outbound-coalesce-cli-"};
+  auto out = dir.file("out");
+  auto err = dir.file("err");
+  args.insert(args.begin(), OUTBOUND_CLI);
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = -1;
+  auto rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0)
+    throw std::runtime_error("cannot spawn " + args[0]);
+  run_result r;
+  auto until = std::chrono::steady_clock::now() + bound;
+  for (;;) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      r.code = WIFEXITED(status) ? WEXITSTATUS(status)
+                                 : 128 + WTERMSIG(status);
+      break;
+    }
+    if (std::chrono::steady_clock::now() > until) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      ADD_FAILURE() << "outbound did not exit within the bound";
+      break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+/// A 127.0.0.1 port nothing listens on (bound, then closed).
+uint16_t closed_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0
+      || ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw std::runtime_error("closed_port: cannot bind");
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+uint64_t u64(const json::value& v) {
+  return v.to_number<uint64_t>();
+}
+
+/// `outbound hub --port 0 --cluster 3` as a child; its first stdout line
+/// tells the nodes and the leader.
+class CoalesceCli : public ::testing::Test {
+protected:
+  void SetUp() override {
+    int out[2];
+    ASSERT_EQ(::pipe(out), 0);
+    pid_ = ::fork();
+    ASSERT_GE(pid_, 0);
+    if (pid_ == 0) {
+      ::dup2(out[1], 1);
+      ::close(out[0]);
+      ::close(out[1]);
+      ::execl(OUTBOUND_CLI, OUTBOUND_CLI, "hub", "--port", "0", "--cluster",
+              "3", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    std::string line;
+    char c;
+    while (::read(out[0], &c, 1) == 1 && c != '\n')
+      line += c;
+    ::close(out[0]);
+    boost::system::error_code ec;
+    auto v = json::parse(line, ec);
+    ASSERT_FALSE(ec) << "hub line: " << line;
+    for (auto& n : v.at("cluster").as_array())
+      nodes_.emplace_back(n.as_string());
+    ASSERT_EQ(nodes_.size(), 3u) << line;
+    leader_ = std::string{v.at("leader").as_string()};
+    ASSERT_EQ(leader_, nodes_[0]) << line;
+  }
+
+  void TearDown() override {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  /// The nodes, the leader last: "B,C,A".
+  std::string leader_last() const {
+    return nodes_[1] + "," + nodes_[2] + "," + nodes_[0];
+  }
+
+  /// `outbound request` against the admin/state routes of node 0.
+  json::object oracle_state() {
+    auto r = run_cli({"request", "http://" + nodes_[0] + "/admin/state"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.out_json().at("oracle").as_object();
+  }
+
+  pid_t pid_ = -1;
+  std::vector<std::string> nodes_;
+  std::string leader_;
+};
+
+} // namespace
+
+TEST_F(CoalesceCli, TsPrintsOneJsonLineWithTheTimestamp) {
+  auto r = run_cli({"ts", "--endpoints", leader_last()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  auto o = r.out_json();
+  EXPECT_EQ(u64(o.at("count")), 1u);
+  auto packed = (u64(o.at("physical_ms")) << 18) | u64(o.at("logical_start"));
+  ASSERT_EQ(o.at("timestamps").as_array().size(), 1u);
+  EXPECT_EQ(u64(o.at("timestamps").as_array()[0]), packed);
+  EXPECT_EQ(o.at("epoch").as_string(), "1");
+  EXPECT_EQ(o.at("endpoint").as_string(), "http://" + leader_);
+}
+
+TEST_F(CoalesceCli, TsCountThousandIsOneRangeWithoutTheList) {
+  auto r = run_cli({"ts", "--endpoints", leader_last(), "--count", "1000"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto o = r.out_json();
+  EXPECT_EQ(u64(o.at("count")), 1000u);
+  EXPECT_FALSE(o.contains("timestamps")) << r.out;
+  EXPECT_LE(u64(o.at("logical_start")) + 999, (1u << 18) - 1);
+  EXPECT_EQ(u64(oracle_state().at("timestamps_issued")), 1000u);
+}
+
+TEST_F(CoalesceCli, TsCountSixteenListsEveryTimestamp) {
+  auto r = run_cli({"ts", "--endpoints", leader_last(), "--count", "16"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto o = r.out_json();
+  const auto& list = o.at("timestamps").as_array();
+  ASSERT_EQ(list.size(), 16u);
+  for (std::size_t i = 1; i < list.size(); ++i)
+    EXPECT_EQ(u64(list[i]), u64(list[i - 1]) + 1);
+}
+
+TEST_F(CoalesceCli, SeqPrintsGaplessBlocks) {
+  auto first = run_cli({"seq", "--endpoints", leader_last(), "--key",
+                        "orders", "--count", "5"});
+  ASSERT_EQ(first.code, 0) << first.err;
+  auto o = first.out_json();
+  EXPECT_EQ(o.at("key").as_string(), "orders");
+  EXPECT_EQ(u64(o.at("start")), 0u);
+  EXPECT_EQ(u64(o.at("count")), 5u);
+  EXPECT_EQ(o.at("epoch").as_string(), "1");
+  EXPECT_EQ(o.at("endpoint").as_string(), "http://" + leader_);
+  auto second = run_cli({"seq", "--endpoints", nodes_[2], "--key", "orders",
+                         "--count", "3", "--verbose"});
+  ASSERT_EQ(second.code, 0) << second.err;
+  EXPECT_EQ(u64(second.out_json().at("start")), 5u);
+  // --verbose: the driver's counters; the follower's hint led to the leader.
+  auto stats = second.err_json().at("coalesce").as_object();
+  EXPECT_EQ(u64(stats.at("redirects")), 1u);
+  EXPECT_EQ(stats.at("leader_endpoint").as_string(), "http://" + leader_);
+}
+
+TEST_F(CoalesceCli, BadCountsAndEndpointsAreUsageErrorsNamingTheField) {
+  struct bad {
+    std::vector<std::string> args;
+    std::string field;
+  };
+  const std::vector<bad> cases = {
+    {{"ts", "--endpoints", leader_last(), "--count", "0"}, "--count"},
+    {{"ts", "--endpoints", leader_last(), "--count", "262145"}, "--count"},
+    {{"ts", "--endpoints", leader_last(), "--count", "-1"}, "--count"},
+    {{"seq", "--endpoints", leader_last(), "--key", "k", "--count", "65537"},
+     "--count"},
+    {{"seq", "--endpoints", leader_last(), "--key", "", "--count", "1"},
+     "--key"},
+    {{"ts", "--endpoints", nodes_[0] + ",no-port"}, "coalesce.endpoints[1]"},
+    {{"ts", "--endpoints", nodes_[0] + "," + nodes_[0]},
+     "coalesce.endpoints[1]"},
+    {{"ts", "--endpoints", leader_last(), "--timeout", "0"}, "--timeout"},
+  };
+  for (auto& c : cases) {
+    auto r = run_cli(c.args);
+    EXPECT_EQ(r.code, 2) << c.field << ": " << r.err;
+    EXPECT_EQ(r.out, "") << c.field;
+    auto e = r.err_json();
+    EXPECT_NE(std::string{e.at("detail").as_string()}.find(c.field),
+              std::string::npos)
+      << r.err;
+    EXPECT_TRUE(e.at("nothing_sent").as_bool());
+  }
+  // Nothing reached the oracle.
+  auto st = oracle_state();
+  uint64_t requests = 0;
+  for (auto& n : st.at("nodes").as_array())
+    requests += u64(n.at("requests"));
+  EXPECT_EQ(requests, 0u);
+}
+
+TEST_F(CoalesceCli, AnUnreachableEndpointListExitsSeven) {
+  auto a = "127.0.0.1:" + std::to_string(closed_port());
+  auto b = "127.0.0.1:" + std::to_string(closed_port());
+  auto r = run_cli({"ts", "--endpoints", a + "," + b, "--timeout", "3"});
+  EXPECT_EQ(r.code, 7) << r.err;
+  EXPECT_EQ(r.out, "");
+  auto e = r.err_json();
+  EXPECT_EQ(e.at("error").as_string(), "service_unavailable") << r.err;
+  EXPECT_EQ(e.at("attempts").as_int64(), 2);
+}
+
+TEST_F(CoalesceCli, SeqOnALeaderThatCommitsWithoutReplyingExitsEight) {
+  auto admin = run_cli({"request", "-X", "POST", "--json",
+                        R"({"node":0,"mode":"commit_no_reply"})",
+                        "http://" + nodes_[1] + "/admin/oracle"});
+  ASSERT_EQ(admin.code, 0) << admin.err;
+  auto r = run_cli({"seq", "--endpoints", leader_last(), "--key", "orders",
+                    "--count", "2"});
+  EXPECT_EQ(r.code, 8) << r.err;
+  EXPECT_EQ(r.out, "");
+  auto e = r.err_json();
+  EXPECT_EQ(e.at("error").as_string(), "uncertain_outcome") << r.err;
+  EXPECT_FALSE(e.at("nothing_sent").as_bool());
+  // One server call, and it committed: the block is spent.
+  auto st = oracle_state();
+  auto leader = st.at("nodes").as_array().at(0).as_object();
+  EXPECT_EQ(u64(leader.at("requests")), 1u);
+  EXPECT_EQ(u64(leader.at("unanswered_commits")), 1u);
+  EXPECT_EQ(u64(st.at("seq_issued")), 2u);
+}
