@@ -485,31 +485,18 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
 }
 
 // {"hedging":{...}}: the client's global hedging counters, for --verbose.
-std::string hedge_counters_json(caf::actor_system& sys,
-                                const service_client_actor& client) {
-  caf::scoped_actor self{sys};
+std::string hedge_counters_json(blocking_client& client) {
   boost::json::object o;
-  self->request(client, std::chrono::seconds{5}, hedging_handles_request{})
-    .receive(
-      [&](hedging_handles& h) {
-        if (!h.stats)
-          return;
-        self->request(h.stats, std::chrono::seconds{5},
-                      hedge_global_stats_request{})
-          .receive(
-            [&](hedge_stats_snapshot& s) {
-              o["total_requests"] = s.total_requests;
-              o["hedged_requests"] = s.hedged_requests;
-              o["hedge_wins"] = s.hedge_wins;
-              o["primary_wins"] = s.primary_wins;
-              o["budget_exhausted"] = s.budget_exhausted;
-              o["warmup_requests"] = s.warmup_requests;
-              o["circuit_blocked"] = s.circuit_blocked;
-              o["errors"] = s.errors;
-            },
-            [](caf::error&) {});
-      },
-      [](caf::error&) {});
+  if (auto s = client.hedge_stats()) {
+    o["total_requests"] = s->total_requests;
+    o["hedged_requests"] = s->hedged_requests;
+    o["hedge_wins"] = s->hedge_wins;
+    o["primary_wins"] = s->primary_wins;
+    o["budget_exhausted"] = s->budget_exhausted;
+    o["warmup_requests"] = s->warmup_requests;
+    o["circuit_blocked"] = s->circuit_blocked;
+    o["errors"] = s->errors;
+  }
   boost::json::object line;
   line["hedging"] = std::move(o);
   return boost::json::serialize(line);
@@ -572,7 +559,7 @@ int run_request(caf::actor_system& sys, const request_options& opts,
       if (obs)
         drain(sys, obs);
       if (opts.verbose && opts.hedge)
-        err << hedge_counters_json(sys, client.actor()) << '\n';
+        err << hedge_counters_json(client) << '\n';
       rc = print_outcome(opts, res, out, err, secrets);
     }
     return rc;

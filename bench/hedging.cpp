@@ -85,25 +85,6 @@ int64_t profile_requests(const outbound::hub& h) {
 }
 
 // The client's global hedging counters (zero when it does not hedge).
-outbound::hedge_stats_snapshot hedge_counters(caf::actor_system& sys,
-                                              outbound::blocking_client& client) {
-  outbound::hedge_stats_snapshot out;
-  caf::scoped_actor self{sys};
-  self->request(client.actor(), std::chrono::seconds{5},
-                outbound::hedging_handles_request{})
-    .receive(
-      [&](outbound::hedging_handles& hh) {
-        if (!hh.stats)
-          return;
-        self->request(hh.stats, std::chrono::seconds{5},
-                      outbound::hedge_global_stats_request{})
-          .receive([&](outbound::hedge_stats_snapshot& s) { out = s; },
-                   [](caf::error&) {});
-      },
-      [](caf::error&) {});
-  return out;
-}
-
 result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
            const configuration& c, int concurrency, uint64_t seed,
            const std::string& tag, int warmup) {
@@ -141,7 +122,8 @@ result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
     for (auto& t : threads)
       t.join();
   }
-  auto before_stats = hedge_counters(sys, client);
+  auto before_stats
+    = client.hedge_stats().value_or(outbound::hedge_stats_snapshot{});
   result r;
   r.latencies_ms.resize(static_cast<std::size_t>(w.requests));
   auto before = profile_requests(h);
@@ -176,7 +158,8 @@ result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
   r.backend_requests = profile_requests(h) - before;
   r.failures = failures.load();
   if (c.hedge) {
-    auto after = hedge_counters(sys, client);
+    auto after
+      = client.hedge_stats().value_or(outbound::hedge_stats_snapshot{});
     r.hedged = after.hedged_requests - before_stats.hedged_requests;
     r.hedge_wins = after.hedge_wins - before_stats.hedge_wins;
   }

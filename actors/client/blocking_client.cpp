@@ -1,5 +1,7 @@
 #include "actors/client/blocking_client.hpp"
 
+#include "actors/hedge/endpoint_stats.hpp"
+
 #include <boost/json/serialize.hpp>
 #include <caf/scoped_actor.hpp>
 
@@ -42,6 +44,23 @@ blocking_client blocking_client::from_env(caf::actor_system& sys,
                                           client_options opts) {
   return blocking_client{sys, outbound::from_env(prefix, std::move(explicit_cfg)),
                          std::move(opts)};
+}
+
+std::optional<hedge_stats_snapshot> blocking_client::hedge_stats() {
+  std::optional<hedge_stats_snapshot> out;
+  caf::scoped_actor self{*sys_};
+  self->request(actor_, std::chrono::seconds{5}, hedging_handles_request{})
+    .receive(
+      [&](hedging_handles& h) {
+        if (!h.stats)
+          return;
+        self->request(h.stats, std::chrono::seconds{5},
+                      hedge_global_stats_request{})
+          .receive([&](hedge_stats_snapshot& s) { out = s; },
+                   [](caf::error&) {});
+      },
+      [](caf::error&) {});
+  return out;
 }
 
 call_outcome blocking_client::call(call_request req) {

@@ -5,6 +5,7 @@
 // typed exception hierarchy of protocol/errors.hpp.
 
 #include "actors/client/service_client.hpp"
+#include "actors/hedge/endpoint_stats_state.hpp"
 
 #include <boost/json/value.hpp>
 
@@ -62,6 +63,11 @@ public:
 
   /// The general form: never throws for call failures, the outcome says.
   call_outcome call(call_request req);
+
+  /// The client-wide hedging counters (the endpoint_stats actor's global
+  /// snapshot: requests, hedges, wins, budget_exhausted, ...). nullopt when
+  /// the client does not hedge or the actors did not answer within 5 s.
+  std::optional<hedge_stats_snapshot> hedge_stats();
 
   /// The underlying actor, to share with actor code.
   const service_client_actor& actor() const {

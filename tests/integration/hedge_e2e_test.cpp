@@ -74,17 +74,9 @@ protected:
   }
 
   hedge_stats_snapshot stats(blocking_client& c) {
-    hedge_stats_snapshot out;
-    caf::scoped_actor self{sys};
-    self->request(c.actor(), 5s, hedging_handles_request{})
-      .receive(
-        [&](hedging_handles& h) {
-          self->request(h.stats, 5s, hedge_global_stats_request{})
-            .receive([&](hedge_stats_snapshot& s) { out = s; },
-                     [](caf::error&) {});
-        },
-        [](caf::error&) {});
-    return out;
+    auto s = c.hedge_stats();
+    EXPECT_TRUE(s) << "the hedging actors did not answer";
+    return s.value_or(hedge_stats_snapshot{});
   }
 
   caf::actor_system_config sys_cfg;
