@@ -39,6 +39,9 @@ struct rpc_run {
   uint64_t exchange_id = 0;
   transport_actor transport;
   bool in_exchange = false;
+  /// The transport error of the last answered attempt (none: an HTTP
+  /// answer), to tell a TLS failure from a configuration one.
+  transport_error_kind last_error = transport_error_kind::none;
 };
 
 struct driver_state {
@@ -123,7 +126,9 @@ coalesce_reply reply_of(const delivery& d, const std::string& endpoint,
   return r;
 }
 
-void pump(self_ptr self);
+/// Sends what the batcher has ready at `now` (read from the clock when
+/// absent) and arms the cold-start flush.
+void pump(self_ptr self, std::optional<coalesce_time> at = std::nullopt);
 void act(self_ptr self, uint64_t rpc_id, discovery_action a);
 
 /// Drops the transports of endpoints neither configured, nor remembered
@@ -251,8 +256,8 @@ std::optional<uint64_t> body_epoch(const std::string& body) {
   return parse_leader_epoch(e->as_string());
 }
 
-std::string leader_key(self_ptr self) {
-  auto l = self->state.leaders->leader(now_of(self));
+std::string leader_key(self_ptr self, coalesce_time now) {
+  auto l = self->state.leaders->leader(now);
   return l ? l->endpoint : std::string{};
 }
 
@@ -300,7 +305,14 @@ void fail_rpc(self_ptr self, uint64_t rpc_id, const discovery_action& a) {
   auto ds = st.batches->on_rpc_failed(
     rpc_id, uncertain ? rpc_failure::uncertain : rpc_failure::failed,
     a.detail, now);
-  deliver_all(self, ds, {}, a.attempts, coalesce_error_kind(a.error));
+  auto kind = coalesce_error_kind(a.error);
+  // A TLS failure is a transport failure, not retried: service_unavailable
+  // as in `outbound request` (README "Errors"), not config_error.
+  if (auto it = st.rpcs.find(rpc_id); it != st.rpcs.end()
+      && a.error == discovery_error::fatal
+      && it->second.last_error == transport_error_kind::tls)
+    kind = error_kind::service_unavailable;
+  deliver_all(self, ds, {}, a.attempts, kind);
   finish_rpc(self, rpc_id);
 }
 
@@ -312,6 +324,7 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
     return; // cancelled, or the attempt's own timer already gave up
   auto& run = it->second;
   run.in_exchange = false;
+  run.last_error = r.error;
   attempt_report rep;
   rep.cls = classify_attempt(r.error, r.request_sent, r.response.status);
   if (rep.cls == attempt_class::not_leader) {
@@ -325,15 +338,16 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
                  + (r.detail.empty() ? "" : ": " + r.detail);
   else if (rep.cls != attempt_class::success)
     rep.detail = "status " + std::to_string(r.response.status);
-  auto before = leader_key(self);
+  auto now = now_of(self);
+  auto before = leader_key(self, now);
   auto endpoint = run.dc->current();
   auto redirects = run.dc->redirects();
-  auto a = run.dc->on_result(*st.leaders, rep, now_of(self), st.rng);
+  auto a = run.dc->on_result(*st.leaders, rep, now, st.rng);
   // A followed hint: the discovery counted a redirect and sends next (the
   // one over the cap is counted by discovery but never followed).
   if (run.dc->redirects() > redirects && a.step == discovery_step::send)
     ++st.stats.redirects;
-  auto after = leader_key(self);
+  auto after = leader_key(self, now);
   if (!after.empty() && after != before)
     ++st.stats.leader_changes;
   if (a.step == discovery_step::succeeded)
@@ -405,9 +419,9 @@ void start_rpc(self_ptr self, rpc_plan plan) {
   act(self, id, run.dc->start(*st.leaders, now, st.rng));
 }
 
-void pump(self_ptr self) {
+void pump(self_ptr self, std::optional<coalesce_time> at) {
   auto& st = self->state;
-  auto now = now_of(self);
+  auto now = at ? *at : now_of(self);
   for (auto& p : st.batches->take_ready(now))
     start_rpc(self, std::move(p));
   auto due = st.batches->next_wakeup();
@@ -469,7 +483,7 @@ caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
     self->delayed_send(caf::actor_cast<coalescing_driver_actor>(self), delay,
                        timeout_atom_v, w.id);
   }
-  pump(self);
+  pump(self, now);
   return rp;
 }
 
