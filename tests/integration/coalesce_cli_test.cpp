@@ -311,6 +311,16 @@ TEST_F(CoalesceCli, AnUnreachableEndpointListExitsSeven) {
   EXPECT_EQ(e.at("attempts").as_int64(), 2);
 }
 
+TEST_F(CoalesceCli, TlsAgainstAPlainNodeExitsSevenAndABadCaFileTwo) {
+  auto r = run_cli({"ts", "--tls", "--endpoints", nodes_[0]});
+  EXPECT_EQ(r.code, 7) << r.err;
+  EXPECT_EQ(r.err_json().at("error").as_string(), "service_unavailable");
+  auto bad = run_cli({"ts", "--ca-file", "/nonexistent/ca.pem", "--endpoints",
+                      nodes_[0]});
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("tls.ca_file"), std::string::npos) << bad.err;
+}
+
 TEST_F(CoalesceCli, SeqOnALeaderThatCommitsWithoutReplyingExitsEight) {
   auto admin = run_cli({"request", "-X", "POST", "--json",
                         R"({"node":0,"mode":"commit_no_reply"})",
