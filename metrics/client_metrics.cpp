@@ -2,22 +2,20 @@
 
 namespace outbound {
 
-namespace {
-
 // Latency buckets in seconds: 1 ms .. ~33 s, doubling. Cumulative as
 // Prometheus requires (shared/cases/metrics.md).
-prometheus::Histogram::BucketBoundaries duration_buckets() {
+prometheus::Histogram::BucketBoundaries client_metrics::default_buckets() {
   prometheus::Histogram::BucketBoundaries b;
   for (double x = 0.001; x < 40.0; x *= 2)
     b.push_back(x);
   return b;
 }
 
-} // namespace
-
 client_metrics::client_metrics(prometheus::Registry& registry,
-                               std::string service)
+                               std::string service,
+                               prometheus::Histogram::BucketBoundaries buckets)
   : service_(std::move(service)),
+    buckets_(buckets.empty() ? default_buckets() : std::move(buckets)),
     requests_(prometheus::BuildCounter()
                 .Name("outbound_client_requests_total")
                 .Help("Calls finished by the service client, by outcome")
@@ -39,7 +37,17 @@ client_metrics::client_metrics(prometheus::Registry& registry,
     duration_(prometheus::BuildHistogram()
                 .Name("outbound_client_request_duration_seconds")
                 .Help("Call latency from entry to answer, all attempts")
-                .Register(registry)) {
+                .Register(registry)),
+    responses_(prometheus::BuildCounter()
+                 .Name("outbound_client_responses_total")
+                 .Help("Calls answered with an HTTP status, by status class")
+                 .Register(registry)) {
+}
+
+std::string client_metrics::status_class(int status) {
+  if (status < 100 || status > 599)
+    return "other";
+  return std::to_string(status / 100) + "xx";
 }
 
 std::string client_metrics::reason_label(const std::string& cause) {
@@ -70,13 +78,19 @@ void client_metrics::record(const client_event& ev) {
               {"method", ev.method},
               {"outcome", ev.outcome.empty() ? "ok" : ev.outcome}})
         .Increment();
+      if (ev.kind == event_kind::answered)
+        responses_
+          .Add({{"service", service_},
+                {"method", ev.method},
+                {"status_class", status_class(ev.status)}})
+          .Increment();
       prometheus::Histogram* h;
       {
         std::lock_guard<std::mutex> guard{mtx_};
         auto& slot = duration_by_method_[ev.method];
         if (!slot)
           slot = &duration_.Add({{"service", service_}, {"method", ev.method}},
-                                duration_buckets());
+                                buckets_);
         h = slot;
       }
       h->Observe(static_cast<double>(ev.latency_ns) / 1e9);

@@ -22,8 +22,8 @@ namespace outbound {
 
 /// The client's metric families in one registry. Label values are bounded:
 /// `service` (given at construction), `method`, `outcome` (an error_kind name
-/// or "ok"), `reason` (a transport_error_kind name or "status"). The path is
-/// never a label (unbounded).
+/// or "ok"), `reason` (a transport_error_kind name or "status"),
+/// `status_class` ("1xx" .. "5xx"). The path is never a label (unbounded).
 ///
 /// | metric                                      | type      | labels |
 /// |---------------------------------------------|-----------|--------|
@@ -32,15 +32,29 @@ namespace outbound {
 /// | outbound_client_retries_total               | counter   | service, reason |
 /// | outbound_client_redials_total               | counter   | service |
 /// | outbound_client_request_duration_seconds    | histogram | service, method |
+/// | outbound_client_responses_total             | counter   | service, method, status_class |
+///
+/// A service's whole-request view; the snapshot families of the other
+/// actors (hedging, coalescing, feeds, pools) are in
+/// metrics/outbound_metrics.hpp.
 class client_metrics {
 public:
   /// Registers the families in `registry` (which must outlive this object).
-  client_metrics(prometheus::Registry& registry, std::string service);
+  /// `buckets`: upper bounds of the duration histogram in seconds; empty
+  /// means the default [1 ms doubling up to ~33 s].
+  client_metrics(prometheus::Registry& registry, std::string service,
+                 prometheus::Histogram::BucketBoundaries buckets = {});
+
+  /// The default duration buckets (1 ms doubling, 16 bounds up to ~33 s).
+  static prometheus::Histogram::BucketBoundaries default_buckets();
 
   /// Applies one event: sending → attempts, retrying → retries{reason},
   /// redialing → redials, answered / failed → requests{outcome} and the
   /// duration histogram. Thread-safe.
   void record(const client_event& ev);
+
+  /// "1xx" .. "5xx" for an HTTP status in [100, 599], else "other".
+  static std::string status_class(int status);
 
   /// Retry reason label of an event's cause ("status" for an HTTP status,
   /// else the transport error kind's name).
@@ -48,11 +62,13 @@ public:
 
 private:
   std::string service_;
+  prometheus::Histogram::BucketBoundaries buckets_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Counter>& attempts_;
   prometheus::Family<prometheus::Counter>& retries_;
   prometheus::Counter& redials_;
   prometheus::Family<prometheus::Histogram>& duration_;
+  prometheus::Family<prometheus::Counter>& responses_;
   std::mutex mtx_; // guards the lookups of label children below
   std::map<std::string, prometheus::Histogram*> duration_by_method_;
 };

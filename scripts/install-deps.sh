@@ -8,6 +8,7 @@ packages=(
   libcaf-dev libboost1.81-dev libboost-json1.81-dev prometheus-cpp-dev
   libssl-dev libgtest-dev libgmock-dev libcli11-dev
   nginx openssl ca-certificates
+  prometheus
   clang-14 libclang-rt-14-dev
 )
 
@@ -36,5 +37,9 @@ echo "install-deps: installing ${missing[*]}"
 # by this install (ignore machines without systemd / service).
 if [[ " ${missing[*]} " == *" nginx "* ]]; then
   "${sudo[@]}" service nginx stop >/dev/null 2>&1 || true
+fi
+# Same for prometheus (its server on :9090): the tests only need promtool.
+if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+  "${sudo[@]}" service prometheus stop >/dev/null 2>&1 || true
 fi
 echo "install-deps: done"

@@ -62,6 +62,10 @@ breaker_actor::behavior_type breaker_impl(self_ptr self, hedge_config cfg) {
       return breaker_snapshot_reply{
         self->state.registry->snapshot(r.scope, r.key, self->clock().now())};
     },
+    [self](breaker_all_request&) {
+      return breaker_all_reply{
+        self->state.registry->all_snapshots(self->clock().now())};
+    },
     [self](hedge_subscribe& s) {
       if (!s.subscriber)
         return;

@@ -22,13 +22,15 @@ namespace outbound {
 ///   later sent back in `breaker_complete` (the hedge won) or
 ///   `breaker_release` (cancelled, or not sent because the budget said no).
 /// - `breaker_record`: the winner's health, into both tiers.
-/// - `breaker_snapshot_request -> breaker_snapshot_reply`.
+/// - `breaker_snapshot_request -> breaker_snapshot_reply`,
+///   `breaker_all_request -> breaker_all_reply` (every breaker).
 /// - `hedge_subscribe`: adds a hook subscriber.
 using breaker_actor = caf::typed_actor<
   caf::replies_to<breaker_allow_request>::with<breaker_gate_result>,
   caf::reacts_to<breaker_record>, caf::reacts_to<breaker_complete>,
   caf::reacts_to<breaker_release>,
   caf::replies_to<breaker_snapshot_request>::with<breaker_snapshot_reply>,
+  caf::replies_to<breaker_all_request>::with<breaker_all_reply>,
   caf::reacts_to<hedge_subscribe>>;
 
 /// Spawns the actor for the transport defaults `cfg` (its breaker config is

@@ -269,6 +269,20 @@ breaker_registry::snapshot(breaker_scope scope, const std::string& key,
   return b->snapshot(now);
 }
 
+std::vector<breaker_key_snapshot>
+breaker_registry::all_snapshots(hedge_time now) {
+  std::vector<breaker_key_snapshot> out;
+  for (auto scope : {breaker_scope::host, breaker_scope::endpoint}) {
+    auto& tier = scope == breaker_scope::host ? hosts_ : endpoints_;
+    std::vector<std::string> keys;
+    for (auto& entry : tier.entries())
+      keys.push_back(entry.first);
+    for (auto& key : keys)
+      out.push_back({scope, key, tier.peek(key)->snapshot(now)});
+  }
+  return out;
+}
+
 std::size_t breaker_registry::size(breaker_scope scope) const {
   return scope == breaker_scope::host ? hosts_.size() : endpoints_.size();
 }

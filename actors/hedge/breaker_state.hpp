@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace outbound {
 
@@ -202,6 +203,13 @@ struct breaker_gate_result {
   breaker_changes changes;
 };
 
+/// One breaker of a registry, for metrics exporters (issue 6).
+struct breaker_key_snapshot {
+  breaker_scope scope = breaker_scope::host;
+  std::string key;
+  breaker_snapshot snapshot;
+};
+
 /// Breakers of both tiers, per key, each tier LRU-bounded at
 /// hedge_config::max_keys. The host tier always uses the transport default
 /// breaker config; the endpoint tier uses the config handed in with the key
@@ -243,6 +251,10 @@ public:
   std::optional<breaker_snapshot> snapshot(breaker_scope scope,
                                            const std::string& key,
                                            hedge_time now);
+
+  /// Every breaker of both tiers as of `now` (host tier first, each most
+  /// recently used first); changes no LRU order.
+  std::vector<breaker_key_snapshot> all_snapshots(hedge_time now);
 
   /// Breakers tracked per tier.
   std::size_t size(breaker_scope scope) const;

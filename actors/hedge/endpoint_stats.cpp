@@ -65,6 +65,10 @@ endpoint_stats_actor::behavior_type endpoint_stats_impl(self_ptr self,
     [self](hedge_all_stats_request&) {
       return hedge_all_stats_reply{self->state.stats->all_snapshots()};
     },
+    [self](hedge_metrics_request&) {
+      return hedge_metrics_reply{
+        self->state.stats->all_metrics(self->clock().now())};
+    },
     [self](hedge_subscribe& s) {
       if (!s.subscriber)
         return;

@@ -25,7 +25,9 @@ namespace outbound {
 /// - `latency_quantile_request -> latency_quantile_reply`.
 /// - `hedge_stats_request -> hedge_stats_reply`,
 ///   `hedge_global_stats_request -> hedge_stats_snapshot`,
-///   `hedge_all_stats_request -> hedge_all_stats_reply` (every key).
+///   `hedge_all_stats_request -> hedge_all_stats_reply` (every key),
+///   `hedge_metrics_request -> hedge_metrics_reply` (every key's counters,
+///   tokens and next delay).
 /// - `hedge_subscribe`: adds a hook subscriber.
 using endpoint_stats_actor = caf::typed_actor<
   caf::replies_to<hedge_plan_request>::with<hedge_plan>,
@@ -36,6 +38,7 @@ using endpoint_stats_actor = caf::typed_actor<
   caf::replies_to<hedge_stats_request>::with<hedge_stats_reply>,
   caf::replies_to<hedge_global_stats_request>::with<hedge_stats_snapshot>,
   caf::replies_to<hedge_all_stats_request>::with<hedge_all_stats_reply>,
+  caf::replies_to<hedge_metrics_request>::with<hedge_metrics_reply>,
   caf::reacts_to<hedge_subscribe>>;
 
 /// Spawns the actor for the transport defaults `cfg` (max_keys bounds its

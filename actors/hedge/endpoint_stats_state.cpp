@@ -41,11 +41,22 @@ hedge_plan endpoint_stats_state::plan(const std::string& key,
     k.rate.record(now);
     k.bucket.set_budget_percent(cfg.budget_percent, k.rate.rps(now), now);
   }
+  auto p = delay_of(k, cfg, k.seen, now);
+  if (p.warmup) {
+    ++k.stats.warmup_requests;
+    ++global_.warmup_requests;
+  }
+  return p;
+}
+
+hedge_plan endpoint_stats_state::delay_of(key_state& k,
+                                          const effective_hedge_config& cfg,
+                                          uint64_t seen, hedge_time now) {
   hedge_plan p;
   if (cfg.hedge_delay) {
     p.delay = *cfg.hedge_delay;
     p.hardcoded = true;
-  } else if (k.seen <= static_cast<uint64_t>(cfg.warmup_requests)) {
+  } else if (seen <= static_cast<uint64_t>(cfg.warmup_requests)) {
     p.delay = cfg.warmup_delay;
     p.warmup = true;
   } else {
@@ -56,10 +67,6 @@ hedge_plan endpoint_stats_state::plan(const std::string& key,
       p.delay = cfg.warmup_delay;
       p.warmup = true;
     }
-  }
-  if (p.warmup) {
-    ++k.stats.warmup_requests;
-    ++global_.warmup_requests;
   }
   p.delay = std::max(p.delay, cfg.min_delay);
   return p;
@@ -133,6 +140,25 @@ endpoint_stats_state::all_snapshots() const {
   out.reserve(keys_.size());
   for (auto& [key, k] : keys_.entries())
     out.emplace_back(key, k.stats);
+  return out;
+}
+
+std::vector<hedge_key_metrics>
+endpoint_stats_state::all_metrics(hedge_time now) {
+  std::vector<hedge_key_metrics> out;
+  out.reserve(keys_.size());
+  std::vector<std::string> keys;
+  for (auto& entry : keys_.entries())
+    keys.push_back(entry.first);
+  for (auto& key : keys) {
+    auto* k = keys_.peek(key);
+    hedge_key_metrics m;
+    m.key = key;
+    m.stats = k->stats;
+    m.tokens = k->bucket.tokens(now);
+    m.delay = delay_of(*k, k->cfg, k->seen + 1, now).delay;
+    out.push_back(std::move(m));
+  }
   return out;
 }
 

@@ -64,6 +64,18 @@ struct hedge_stats_snapshot {
   uint64_t errors = 0;
 };
 
+/// Counters and gauges of one key, for metrics exporters (issue 6).
+struct hedge_key_metrics {
+  /// "endpoint:<name>" or "host:<host[:port]>".
+  std::string key;
+  hedge_stats_snapshot stats;
+  /// Hedge tokens in the key's bucket now.
+  double tokens = 0.0;
+  /// Seconds the key's next request would wait before hedging (the plan's
+  /// delay: hardcoded, warmup or learned, floored at min_delay).
+  double delay = 0.0;
+};
+
 /// The per-key state (see the header comment).
 class endpoint_stats_state {
 public:
@@ -122,6 +134,10 @@ public:
     return keys_.size();
   }
 
+  /// Counters, tokens and next hedge delay of every tracked key at `now`,
+  /// most recently used first. Counts nothing, changes no LRU order.
+  std::vector<hedge_key_metrics> all_metrics(hedge_time now);
+
   /// Hedge tokens of `key` at `now`; nullopt if not tracked (tests).
   std::optional<double> tokens(const std::string& key, hedge_time now);
 
@@ -129,6 +145,11 @@ public:
   static constexpr double rps_seed = 100.0;
 
 private:
+  struct key_state;
+  /// The plan of a request that is the `seen`-th of `k` (counts nothing).
+  static hedge_plan delay_of(key_state& k, const effective_hedge_config& cfg,
+                             uint64_t seen, hedge_time now);
+
   struct key_state {
     key_state(const effective_hedge_config& c, hedge_time now);
     effective_hedge_config cfg;

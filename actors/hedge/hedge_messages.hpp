@@ -117,6 +117,15 @@ struct hedge_all_stats_reply {
   std::vector<std::pair<std::string, hedge_stats_snapshot>> keys;
 };
 
+/// Counters, tokens and next hedge delay of every tracked key →
+/// hedge_metrics_reply (metrics exporters, issue 6).
+struct hedge_metrics_request {};
+
+struct hedge_metrics_reply {
+  /// Most recently used first.
+  std::vector<hedge_key_metrics> keys;
+};
+
 // -- breaker --------------------------------------------------------------------
 
 /// The breaker gate of one hedge → breaker_gate_result. `endpoint_breaker`
@@ -159,6 +168,14 @@ struct breaker_snapshot_reply {
   std::optional<breaker_snapshot> snapshot;
 };
 
+/// Every breaker of both tiers → breaker_all_reply (metrics exporters,
+/// issue 6).
+struct breaker_all_request {};
+
+struct breaker_all_reply {
+  std::vector<breaker_key_snapshot> breakers;
+};
+
 } // namespace outbound
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_fired)
@@ -185,3 +202,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::breaker_complete)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::breaker_release)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::breaker_snapshot_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::breaker_snapshot_reply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_metrics_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_metrics_reply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::breaker_all_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::breaker_all_reply)

@@ -1,0 +1,392 @@
+#include "actors/metrics/metrics_poller.hpp"
+
+#include "config/config_error.hpp"
+#include "metrics/outbound_metrics.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <utility>
+
+namespace outbound {
+
+void metrics_poller_config::validate() const {
+  if (!std::isfinite(interval) || interval <= 0)
+    throw config_error("metrics.interval", "must be a finite number > 0");
+  if (!std::isfinite(request_timeout) || request_timeout <= 0)
+    throw config_error("metrics.request_timeout",
+                       "must be a finite number > 0");
+}
+
+namespace {
+
+// Sources are held by address (a weak reference): the poller must never
+// keep a feed watcher or a client's hedging actors alive. Each poll
+// upgrades the address; a source that is gone is dropped, and the monitor
+// drops it as soon as it terminates.
+
+struct hedging_source {
+  caf::actor_addr stats;
+  caf::actor_addr breakers;
+};
+
+struct feed_source {
+  caf::actor_addr watcher;
+  /// The registered mode, or "" until the watcher reports one.
+  std::string mode;
+};
+
+/// One poll: how many answers are outstanding, and who waits for it.
+struct poll_round {
+  uint64_t pending = 0;
+  metrics_poll_report report;
+  std::optional<caf::typed_response_promise<metrics_poll_report>> promise;
+};
+
+struct poller_state {
+  std::shared_ptr<snapshot_collector> collector;
+  metrics_poller_config cfg;
+  std::map<std::string, hedging_source> hedging;
+  std::map<std::string, caf::actor_addr> coalescers;
+  std::map<std::string, feed_source> feeds;
+  std::map<std::string, caf::actor_addr> pools;
+  std::map<uint64_t, poll_round> rounds;
+  uint64_t next_round = 0;
+  uint64_t timer_token = 0;
+};
+
+using self_ptr = metrics_poller_actor::stateful_pointer<poller_state>;
+
+std::chrono::nanoseconds to_duration(double seconds) {
+  return std::chrono::nanoseconds{
+    static_cast<int64_t>(std::llround(seconds * 1e9))};
+}
+
+void publish_source_counts(self_ptr self) {
+  auto& st = self->state;
+  std::size_t hedging = 0;
+  for (auto& [name, h] : st.hedging)
+    hedging += h.stats || h.breakers ? 1 : 0;
+  st.collector->set_sources("hedging", hedging);
+  st.collector->set_sources("coalescer", st.coalescers.size());
+  st.collector->set_sources("feed", st.feeds.size());
+  st.collector->set_sources("pool", st.pools.size());
+}
+
+void drop_hedging(self_ptr self, const std::string& name) {
+  self->state.hedging.erase(name);
+  self->state.collector->remove_hedging(name);
+}
+
+void drop_coalescer(self_ptr self, const std::string& name) {
+  self->state.coalescers.erase(name);
+  self->state.collector->remove_coalescer(name);
+}
+
+void drop_feed(self_ptr self, const std::string& name) {
+  self->state.feeds.erase(name);
+  self->state.collector->remove_feed(name);
+}
+
+void drop_pool(self_ptr self, const std::string& name) {
+  self->state.pools.erase(name);
+  self->state.collector->remove_pool(name);
+}
+
+/// Drops every source whose actor is `addr` (a down message).
+void on_down(self_ptr self, const caf::actor_addr& addr) {
+  auto& st = self->state;
+  std::vector<std::string> names;
+  for (auto& [name, h] : st.hedging)
+    if (h.stats == addr || h.breakers == addr)
+      names.push_back(name);
+  for (auto& n : names)
+    drop_hedging(self, n);
+  names.clear();
+  for (auto& [name, a] : st.coalescers)
+    if (a == addr)
+      names.push_back(name);
+  for (auto& n : names)
+    drop_coalescer(self, n);
+  names.clear();
+  for (auto& [name, f] : st.feeds)
+    if (f.watcher == addr)
+      names.push_back(name);
+  for (auto& n : names)
+    drop_feed(self, n);
+  names.clear();
+  for (auto& [name, a] : st.pools)
+    if (a == addr)
+      names.push_back(name);
+  for (auto& n : names)
+    drop_pool(self, n);
+  publish_source_counts(self);
+}
+
+/// One answer (or failure) of round `id` arrived.
+void finish_one(self_ptr self, uint64_t id, bool ok) {
+  auto i = self->state.rounds.find(id);
+  if (i == self->state.rounds.end())
+    return;
+  auto& r = i->second;
+  ++(ok ? r.report.answered : r.report.failed);
+  if (--r.pending > 0)
+    return;
+  if (r.promise)
+    r.promise->deliver(r.report);
+  self->state.rounds.erase(i);
+}
+
+double elapsed_since(self_ptr self, caf::actor_clock::time_point t0) {
+  return std::chrono::duration<double>(self->clock().now() - t0).count();
+}
+
+/// Sends one snapshot request of round `id` to `dest`; `on_reply` hands
+/// the answer to the collector.
+template <class Reply, class Handle, class Request, class OnReply>
+void ask(self_ptr self, uint64_t id, const std::string& kind,
+         const Handle& dest, Request req, OnReply on_reply) {
+  auto& st = self->state;
+  ++st.rounds[id].pending;
+  ++st.rounds[id].report.requests;
+  auto collector = st.collector;
+  self
+    ->request(dest, to_duration(st.cfg.request_timeout), std::move(req))
+    .then(
+      [self, id, on_reply](Reply& reply) mutable {
+        on_reply(reply);
+        finish_one(self, id, true);
+      },
+      [self, id, kind, collector](caf::error&) {
+        collector->count_poll_error(kind);
+        finish_one(self, id, false);
+      });
+}
+
+/// Starts a round: one request per live source. Returns its id, or nullopt
+/// when there is nothing to ask (the round is then already complete).
+uint64_t start_round(self_ptr self) {
+  auto& st = self->state;
+  auto id = st.next_round++;
+  st.rounds[id];
+  auto collector = st.collector;
+  // Upgrade every address first; drop what is gone.
+  std::vector<std::string> gone;
+  for (auto& [name, h] : st.hedging) {
+    auto stats = caf::actor_cast<endpoint_stats_actor>(h.stats);
+    auto breakers = caf::actor_cast<breaker_actor>(h.breakers);
+    if (!stats && !breakers) {
+      gone.push_back(name);
+      continue;
+    }
+    auto t0 = self->clock().now();
+    auto service = name;
+    if (stats)
+      ask<hedge_metrics_reply>(self, id, "hedging", stats, hedge_metrics_request{},
+          [self, collector, service, t0](hedge_metrics_reply& r) {
+            collector->set_hedge_keys(service, std::move(r.keys));
+            collector->set_snapshot_seconds("hedging", service,
+                                            elapsed_since(self, t0));
+          });
+    if (breakers)
+      ask<breaker_all_reply>(self, id, "hedging", breakers, breaker_all_request{},
+          [collector, service](breaker_all_reply& r) {
+            collector->set_breakers(service, std::move(r.breakers));
+          });
+  }
+  for (auto& n : gone)
+    drop_hedging(self, n);
+  gone.clear();
+  for (auto& [name, addr] : st.coalescers) {
+    auto driver = caf::actor_cast<coalescing_driver_actor>(addr);
+    if (!driver) {
+      gone.push_back(name);
+      continue;
+    }
+    auto t0 = self->clock().now();
+    auto service = name;
+    ask<coalesce_stats>(self, id, "coalescer", driver, stats_atom_v,
+        [self, collector, service, t0](coalesce_stats& s) {
+          collector->set_coalescer(service, s);
+          collector->set_snapshot_seconds("coalescer", service,
+                                          elapsed_since(self, t0));
+        });
+  }
+  for (auto& n : gone)
+    drop_coalescer(self, n);
+  gone.clear();
+  for (auto& [name, f] : st.feeds) {
+    auto watcher = caf::actor_cast<feed_watcher_actor>(f.watcher);
+    if (!watcher) {
+      gone.push_back(name);
+      continue;
+    }
+    auto t0 = self->clock().now();
+    auto feed = name;
+    ask<feed_stats>(self, id, "feed", watcher, stats_atom_v,
+        [self, collector, feed, t0](feed_stats& s) {
+          auto i = self->state.feeds.find(feed);
+          if (i == self->state.feeds.end())
+            return; // dropped meanwhile
+          // The mode label is sticky: the registered one, else the first
+          // negotiated one, so a feed's series never change labels.
+          if (i->second.mode.empty() && s.mode != feed_mode::none)
+            i->second.mode = to_string(s.mode);
+          auto mode = i->second.mode.empty() ? std::string{"none"}
+                                             : i->second.mode;
+          collector->set_feed(feed, mode, s);
+          collector->set_snapshot_seconds("feed", feed,
+                                          elapsed_since(self, t0));
+        });
+  }
+  for (auto& n : gone)
+    drop_feed(self, n);
+  gone.clear();
+  for (auto& [name, addr] : st.pools) {
+    // The pool's stats query is outside the transport port's typed
+    // interface: ask through an untyped handle.
+    auto pool = caf::actor_cast<caf::actor>(addr);
+    if (!pool) {
+      gone.push_back(name);
+      continue;
+    }
+    auto t0 = self->clock().now();
+    auto service = name;
+    auto& r = st.rounds[id];
+    ++r.pending;
+    ++r.report.requests;
+    self->request(pool, to_duration(st.cfg.request_timeout), stats_atom_v)
+      .then(
+        [self, id, collector, service, t0](pool_stats& s) {
+          collector->set_pool(service, s);
+          collector->set_snapshot_seconds("pool", service,
+                                          elapsed_since(self, t0));
+          finish_one(self, id, true);
+        },
+        [self, id, collector](caf::error&) {
+          collector->count_poll_error("pool");
+          finish_one(self, id, false);
+        });
+  }
+  for (auto& n : gone)
+    drop_pool(self, n);
+  publish_source_counts(self);
+  return id;
+}
+
+void arm_timer(self_ptr self) {
+  self->delayed_send(self, to_duration(self->state.cfg.interval), poll_atom_v,
+                     ++self->state.timer_token);
+}
+
+metrics_poller_actor::behavior_type
+poller_impl(self_ptr self, std::shared_ptr<snapshot_collector> collector,
+            metrics_poller_config cfg) {
+  self->state.collector = std::move(collector);
+  self->state.cfg = cfg;
+  self->set_down_handler(
+    [self](caf::down_msg& dm) { on_down(self, dm.source); });
+  publish_source_counts(self);
+  arm_timer(self);
+  return {
+    [self](metrics_watch_hedging& w) {
+      if (!w.handles.stats && !w.handles.breakers)
+        return;
+      if (w.handles.stats)
+        self->monitor(w.handles.stats);
+      if (w.handles.breakers)
+        self->monitor(w.handles.breakers);
+      self->state.hedging[w.service]
+        = hedging_source{w.handles.stats.address(),
+                         w.handles.breakers.address()};
+      publish_source_counts(self);
+    },
+    [self](metrics_watch_client& w) {
+      if (!w.client)
+        return;
+      auto service = w.service;
+      self
+        ->request(w.client, to_duration(self->state.cfg.request_timeout),
+                  hedging_handles_request{})
+        .then(
+          [self, service](hedging_handles& h) {
+            if (!h.stats && !h.breakers)
+              return;
+            if (h.stats)
+              self->monitor(h.stats);
+            if (h.breakers)
+              self->monitor(h.breakers);
+            self->state.hedging[service]
+              = hedging_source{h.stats.address(), h.breakers.address()};
+            publish_source_counts(self);
+          },
+          [self](caf::error&) {
+            self->state.collector->count_poll_error("hedging");
+          });
+    },
+    [self](metrics_watch_coalescer& w) {
+      if (!w.driver)
+        return;
+      self->monitor(w.driver);
+      self->state.coalescers[w.service] = w.driver.address();
+      publish_source_counts(self);
+    },
+    [self](metrics_watch_feed& w) {
+      if (!w.watcher)
+        return;
+      self->monitor(w.watcher);
+      self->state.feeds[w.feed] = feed_source{
+        w.watcher.address(),
+        w.mode == feed_mode::none ? std::string{} : to_string(w.mode)};
+      publish_source_counts(self);
+    },
+    [self](metrics_watch_pool& w) {
+      if (!w.pool)
+        return;
+      self->monitor(w.pool);
+      self->state.pools[w.service] = w.pool.address();
+      publish_source_counts(self);
+    },
+    [self](poll_atom) {
+      auto rp = self->make_response_promise<metrics_poll_report>();
+      auto id = start_round(self);
+      auto& r = self->state.rounds[id];
+      if (r.pending == 0) {
+        rp.deliver(r.report);
+        self->state.rounds.erase(id);
+      } else {
+        r.promise = rp;
+      }
+      return rp;
+    },
+    [self](poll_atom, uint64_t token) {
+      if (token != self->state.timer_token)
+        return;
+      auto id = start_round(self);
+      auto i = self->state.rounds.find(id);
+      if (i != self->state.rounds.end() && i->second.pending == 0)
+        self->state.rounds.erase(i);
+      arm_timer(self);
+    },
+  };
+}
+
+} // namespace
+
+metrics_poller_actor
+spawn_metrics_poller(caf::actor_system& sys,
+                     std::shared_ptr<snapshot_collector> collector,
+                     metrics_poller_config cfg) {
+  cfg.validate();
+  if (!collector)
+    throw config_error("metrics.collector", "no collector");
+  return sys.spawn(poller_impl, std::move(collector), cfg);
+}
+
+} // namespace outbound

@@ -1,0 +1,436 @@
+#include "metrics/outbound_metrics.hpp"
+
+#include "metrics/client_metrics.hpp"
+
+#include <prometheus/text_serializer.h>
+
+#include <sstream>
+#include <utility>
+
+namespace outbound {
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using label_list = std::vector<ClientMetric::Label>;
+
+/// Families by name, rendered in name order; empty ones are left out.
+class family_set {
+public:
+  void counter(const std::string& name, const std::string& help,
+               label_list labels, double value) {
+    auto& m = add(name, help, MetricType::Counter, std::move(labels));
+    m.counter.value = value;
+  }
+
+  void gauge(const std::string& name, const std::string& help,
+             label_list labels, double value) {
+    auto& m = add(name, help, MetricType::Gauge, std::move(labels));
+    m.gauge.value = value;
+  }
+
+  std::vector<MetricFamily> take() {
+    std::vector<MetricFamily> out;
+    out.reserve(families_.size());
+    for (auto& [name, f] : families_)
+      out.push_back(std::move(f));
+    return out;
+  }
+
+private:
+  ClientMetric& add(const std::string& name, const std::string& help,
+                    MetricType type, label_list labels) {
+    auto& f = families_[name];
+    if (f.name.empty()) {
+      f.name = name;
+      f.help = help;
+      f.type = type;
+    }
+    f.metric.emplace_back();
+    f.metric.back().label = std::move(labels);
+    return f.metric.back();
+  }
+
+  std::map<std::string, MetricFamily> families_;
+};
+
+double as_double(uint64_t x) {
+  return static_cast<double>(x);
+}
+
+double breaker_state_value(breaker_phase p) {
+  switch (p) {
+    case breaker_phase::closed: return 0;
+    case breaker_phase::open: return 1;
+    case breaker_phase::half_open: return 2;
+  }
+  return 0;
+}
+
+/// Adds the counters of `s` into `sum` (the "_other" aggregate).
+void add_feed_counters(feed_stats& sum, const feed_stats& s) {
+  sum.events_delivered += s.events_delivered;
+  sum.resets += s.resets;
+  sum.reconnects += s.reconnects;
+  sum.peer_timeouts += s.peer_timeouts;
+  sum.drain_errors += s.drain_errors;
+  sum.replay_errors += s.replay_errors;
+  sum.overflows += s.overflows;
+  sum.event_callback_errors += s.event_callback_errors;
+  sum.reset_callback_errors += s.reset_callback_errors;
+}
+
+void render_feed(family_set& out, const label_list& l, const feed_stats& s) {
+  out.counter("outbound_feed_events_total",
+              "Feed events acknowledged by the subscriber", l,
+              as_double(s.events_delivered));
+  out.counter("outbound_feed_resets_total",
+              "Feed resets delivered (ranges the application must resync)",
+              l, as_double(s.resets));
+  out.counter("outbound_feed_reconnects_total",
+              "WebSocket sessions dialled after the first one", l,
+              as_double(s.reconnects));
+  out.counter("outbound_feed_peer_timeouts_total",
+              "WebSocket sessions closed as a dead peer (keepalive)", l,
+              as_double(s.peer_timeouts));
+  out.counter("outbound_feed_drain_errors_total",
+              "Bad replay pages and full pages that did not move the cursor",
+              l, as_double(s.drain_errors));
+  out.counter("outbound_feed_replay_errors_total",
+              "Replay calls that failed (retried on the next tick)", l,
+              as_double(s.replay_errors));
+  out.counter("outbound_feed_overflows_total",
+              "Sessions closed because undelivered in-frame events piled up",
+              l, as_double(s.overflows));
+  out.counter("outbound_feed_callback_errors_total",
+              "Deliveries (events and resets) the subscriber failed", l,
+              as_double(s.event_callback_errors + s.reset_callback_errors));
+}
+
+} // namespace
+
+// -- snapshot_collector -------------------------------------------------------
+
+snapshot_collector::snapshot_collector(metrics_limits limits)
+  : limits_(limits) {
+}
+
+void snapshot_collector::set_hedge_keys(const std::string& service,
+                                        std::vector<hedge_key_metrics> keys) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  hedge_keys_[service] = std::move(keys);
+}
+
+void snapshot_collector::set_breakers(
+  const std::string& service, std::vector<breaker_key_snapshot> breakers) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  breakers_[service] = std::move(breakers);
+}
+
+void snapshot_collector::set_coalescer(const std::string& service,
+                                       const coalesce_stats& s) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  coalescers_[service] = s;
+}
+
+void snapshot_collector::set_feed(const std::string& feed,
+                                  const std::string& mode,
+                                  const feed_stats& s) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto i = feeds_.find(feed);
+  if (i == feeds_.end()) {
+    feed_entry e;
+    e.labelled = labelled_feeds_ < limits_.max_labelled_feeds;
+    if (e.labelled)
+      ++labelled_feeds_;
+    i = feeds_.emplace(feed, std::move(e)).first;
+  }
+  i->second.mode = mode;
+  i->second.stats = s;
+}
+
+void snapshot_collector::set_pool(const std::string& service,
+                                  const pool_stats& s) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  pools_[service] = s;
+}
+
+void snapshot_collector::remove_hedging(const std::string& service) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  hedge_keys_.erase(service);
+  breakers_.erase(service);
+  snapshot_seconds_.erase({"hedging", service});
+}
+
+void snapshot_collector::remove_coalescer(const std::string& service) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  coalescers_.erase(service);
+  snapshot_seconds_.erase({"coalescer", service});
+}
+
+void snapshot_collector::remove_feed(const std::string& feed) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto i = feeds_.find(feed);
+  if (i == feeds_.end())
+    return;
+  // A labelled feed's slot stays taken: a later feed never inherits a
+  // label that dashboards already show for another one, and the number of
+  // label values stays bounded by max_labelled_feeds over the process's
+  // life. Aggregated counters are kept so "_other" never decreases.
+  if (!i->second.labelled)
+    add_feed_counters(retired_other_[i->second.mode], i->second.stats);
+  feeds_.erase(i);
+  snapshot_seconds_.erase({"feed", feed});
+}
+
+void snapshot_collector::remove_pool(const std::string& service) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  pools_.erase(service);
+  snapshot_seconds_.erase({"pool", service});
+}
+
+void snapshot_collector::set_sources(const std::string& kind, std::size_t n) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  sources_[kind] = n;
+}
+
+void snapshot_collector::count_poll_error(const std::string& kind) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  ++poll_errors_[kind];
+}
+
+void snapshot_collector::set_snapshot_seconds(const std::string& kind,
+                                              const std::string& source,
+                                              double seconds) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  // Feeds past the cap are not labelled one by one here either.
+  if (kind == "feed") {
+    auto i = feeds_.find(source);
+    if (i == feeds_.end() || !i->second.labelled)
+      return;
+  }
+  snapshot_seconds_[{kind, source}] = seconds;
+}
+
+std::vector<prometheus::MetricFamily> snapshot_collector::Collect() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  family_set out;
+  // Hedging.
+  for (auto& [service, keys] : hedge_keys_) {
+    for (auto& k : keys) {
+      label_list l{{"key", k.key}, {"service", service}};
+      auto& s = k.stats;
+      out.counter("outbound_hedge_requests_total",
+                  "Requests planned by the hedging policy", l,
+                  as_double(s.total_requests));
+      out.counter("outbound_hedge_fired_total",
+                  "Hedges sent (breakers and budget allowed them)", l,
+                  as_double(s.hedged_requests));
+      out.counter("outbound_hedge_won_total",
+                  "Hedged races won by the hedge", l,
+                  as_double(s.hedge_wins));
+      out.counter("outbound_hedge_cancelled_total",
+                  "Hedged races won by the primary (the hedge was cancelled)",
+                  l, as_double(s.primary_wins));
+      out.counter("outbound_hedge_suppressed_total",
+                  "Hedges not sent, by reason (budget, breaker)",
+                  {{"key", k.key}, {"reason", "budget"}, {"service", service}},
+                  as_double(s.budget_exhausted));
+      out.counter("outbound_hedge_suppressed_total",
+                  "Hedges not sent, by reason (budget, breaker)",
+                  {{"key", k.key}, {"reason", "breaker"}, {"service", service}},
+                  as_double(s.circuit_blocked));
+      out.counter("outbound_hedge_warmup_requests_total",
+                  "Requests planned with the warmup delay", l,
+                  as_double(s.warmup_requests));
+      out.counter("outbound_hedge_errors_total",
+                  "Finished calls whose winner failed", l,
+                  as_double(s.errors));
+      out.gauge("outbound_hedge_budget_tokens",
+                "Hedge tokens in the key's budget bucket", l, k.tokens);
+      out.gauge("outbound_hedge_delay_seconds",
+                "Delay the next request waits before hedging", l, k.delay);
+    }
+  }
+  for (auto& [service, list] : breakers_) {
+    for (auto& b : list) {
+      label_list l{{"key", b.key},
+                   {"scope", to_string(b.scope)},
+                   {"service", service}};
+      out.gauge("outbound_breaker_state",
+                "Hedge breaker phase: 0 closed, 1 open, 2 half-open", l,
+                breaker_state_value(b.snapshot.phase));
+      out.counter("outbound_breaker_opens_total",
+                  "Hedge breaker transitions to open", l,
+                  as_double(b.snapshot.opens));
+      out.gauge("outbound_breaker_window_samples",
+                "Calls in the breaker's error-rate window", l,
+                as_double(b.snapshot.samples));
+      out.gauge("outbound_breaker_window_failures",
+                "Failed calls in the breaker's error-rate window", l,
+                as_double(b.snapshot.failures));
+    }
+  }
+  // Coalescing drivers.
+  for (auto& [service, s] : coalescers_) {
+    label_list l{{"service", service}};
+    auto ok = s.calls >= s.calls_failed ? s.calls - s.calls_failed : 0;
+    out.counter("outbound_coalesce_calls_total",
+                "Coalesced calls answered, by outcome",
+                {{"outcome", "ok"}, {"service", service}}, as_double(ok));
+    out.counter("outbound_coalesce_calls_total",
+                "Coalesced calls answered, by outcome",
+                {{"outcome", "error"}, {"service", service}},
+                as_double(s.calls_failed));
+    out.counter("outbound_coalesce_waiters_total",
+                "Callers that joined a batch", l, as_double(s.batches.joined));
+    out.counter("outbound_coalesce_rpcs_total", "Batched RPCs started", l,
+                as_double(s.batches.rpcs));
+    out.counter("outbound_coalesce_attempts_total",
+                "Exchanges sent to the oracle (each discovery attempt)", l,
+                as_double(s.attempts));
+    out.counter("outbound_coalesce_rejected_total",
+                "Callers refused at entry, by reason",
+                {{"reason", "backpressure"}, {"service", service}},
+                as_double(s.batches.rejected_backpressure));
+    out.counter("outbound_coalesce_rejected_total",
+                "Callers refused at entry, by reason",
+                {{"reason", "invalid"}, {"service", service}},
+                as_double(s.batches.rejected_invalid));
+    out.counter("outbound_coalesce_cancelled_total",
+                "Waiters that left before their answer (own timeout)", l,
+                as_double(s.batches.cancelled));
+    out.counter("outbound_coalesce_redirects_total",
+                "421 answers followed to a hinted leader", l,
+                as_double(s.redirects));
+    out.counter("outbound_coalesce_leader_changes_total",
+                "Times the cached leader changed endpoint", l,
+                as_double(s.leader_changes));
+    out.counter("outbound_coalesce_errors_total",
+                "RPCs ended by a discovery error", l, as_double(s.rpc_errors));
+    out.counter("outbound_coalesce_protocol_violations_total",
+                "Oracle answers that failed validation", l,
+                as_double(s.batches.protocol_violations));
+    out.counter("outbound_coalesce_uncertain_total",
+                "Sequence RPCs whose outcome is uncertain", l,
+                as_double(s.uncertain));
+    out.gauge("outbound_coalesce_waiters_held", "Waiters held now", l,
+              as_double(s.held));
+    out.gauge("outbound_coalesce_rpcs_in_flight", "RPCs in flight now", l,
+              as_double(s.in_flight));
+    out.gauge("outbound_coalesce_leader_known",
+              "1 when a fresh leader is cached", l,
+              s.leader_endpoint.empty() ? 0.0 : 1.0);
+    out.gauge("outbound_coalesce_transports",
+              "Per-endpoint connection pools held now", l,
+              as_double(s.transports));
+  }
+  // Feeds: labelled ones one by one, the rest summed per mode.
+  std::map<std::string, feed_stats> other = retired_other_;
+  std::map<std::string, uint64_t> other_connected;
+  std::map<std::pair<std::string, bool>, uint64_t> watchers;
+  for (auto& [name, e] : feeds_) {
+    ++watchers[{e.mode, e.stats.connected}];
+    if (!e.labelled) {
+      add_feed_counters(other[e.mode], e.stats);
+      other_connected[e.mode] += e.stats.connected ? 1 : 0;
+      continue;
+    }
+    label_list l{{"feed", name}, {"mode", e.mode}};
+    render_feed(out, l, e.stats);
+    out.gauge("outbound_feed_connected",
+              "1 when the feed's session is open (for _other: how many)", l,
+              e.stats.connected ? 1.0 : 0.0);
+    auto position = e.stats.mode == feed_mode::ledger || !e.stats.last_seq
+                      ? e.stats.cursor
+                      : *e.stats.last_seq;
+    out.gauge("outbound_feed_position",
+              "Ledger cursor, else the last in-frame seq received", l,
+              static_cast<double>(position));
+  }
+  for (auto& [mode, s] : other) {
+    label_list l{{"feed", other_feeds_label}, {"mode", mode}};
+    render_feed(out, l, s);
+    out.gauge("outbound_feed_connected",
+              "1 when the feed's session is open (for _other: how many)", l,
+              as_double(other_connected[mode]));
+  }
+  for (auto& [key, n] : watchers)
+    out.gauge("outbound_feeds", "Feed watchers, by mode and session state",
+              {{"mode", key.first},
+               {"state", key.second ? "connected" : "disconnected"}},
+              as_double(n));
+  // Pools.
+  for (auto& [service, s] : pools_) {
+    label_list l{{"service", service}};
+    out.counter("outbound_pool_dialled_total", "Connections dialled", l,
+                as_double(s.dialled));
+    out.counter("outbound_pool_reused_total",
+                "Exchanges run on a pooled idle connection", l,
+                as_double(s.reused));
+    out.counter("outbound_pool_stale_discarded_total",
+                "Idle connections found stale and discarded", l,
+                as_double(s.stale_discarded));
+    out.counter("outbound_pool_cancelled_total",
+                "Exchanges cancelled by their caller", l,
+                as_double(s.cancelled));
+    out.gauge("outbound_pool_idle_connections", "Idle connections now", l,
+              as_double(s.idle));
+    out.gauge("outbound_pool_in_flight", "Exchanges in flight now", l,
+              as_double(s.in_flight));
+  }
+  // The poller.
+  for (auto& [kind, n] : sources_)
+    out.gauge("outbound_metrics_sources",
+              "Metrics sources registered and alive, by kind",
+              {{"kind", kind}}, as_double(n));
+  for (auto& [kind, n] : poll_errors_)
+    out.counter("outbound_metrics_poll_errors_total",
+                "Snapshot requests that failed or timed out, by kind",
+                {{"kind", kind}}, as_double(n));
+  for (auto& [key, secs] : snapshot_seconds_)
+    out.gauge("outbound_metrics_snapshot_seconds",
+              "Round trip of the source's last snapshot (mailbox wait "
+              "included)",
+              {{"kind", key.first}, {"source", key.second}}, secs);
+  return out.take();
+}
+
+// -- metrics_registry ---------------------------------------------------------
+
+metrics_registry::metrics_registry(metrics_limits limits)
+  : registry_(std::make_shared<prometheus::Registry>()),
+    collector_(std::make_shared<snapshot_collector>(limits)) {
+}
+
+std::shared_ptr<client_metrics>
+metrics_registry::client(const std::string& service,
+                         prometheus::Histogram::BucketBoundaries buckets) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto& slot = clients_[service];
+  if (!slot)
+    slot = std::make_shared<client_metrics>(*registry_, service,
+                                            std::move(buckets));
+  return slot;
+}
+
+std::vector<std::weak_ptr<prometheus::Collectable>>
+metrics_registry::collectables() const {
+  return {registry_, collector_};
+}
+
+std::string metrics_registry::serialize() const {
+  std::vector<prometheus::MetricFamily> all;
+  for (auto& weak : collectables())
+    if (auto c = weak.lock())
+      for (auto& f : c->Collect())
+        all.push_back(std::move(f));
+  prometheus::TextSerializer s;
+  std::ostringstream os;
+  s.Serialize(os, all);
+  return os.str();
+}
+
+} // namespace outbound

@@ -1,0 +1,379 @@
+// The snapshot collector and the metrics registry (issue 6, "Metrics"):
+// the exact exposition text of the families for given snapshots, through
+// prometheus::TextSerializer (what the exposer serves), the feed label cap,
+// and shared/cases/metrics.md case 24 on the client latency histogram.
+
+#include "metrics/outbound_metrics.hpp"
+
+#include "metrics/client_metrics.hpp"
+
+#include <prometheus/text_serializer.h>
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace outbound::testing {
+namespace {
+
+std::string text(const std::vector<prometheus::MetricFamily>& families) {
+  prometheus::TextSerializer s;
+  std::ostringstream os;
+  s.Serialize(os, families);
+  return os.str();
+}
+
+/// The families of `families` named `name`, serialized.
+std::string family_text(const std::vector<prometheus::MetricFamily>& all,
+                        const std::string& name) {
+  std::vector<prometheus::MetricFamily> one;
+  for (auto& f : all)
+    if (f.name == name)
+      one.push_back(f);
+  return text(one);
+}
+
+/// The sample lines of `body` that start with `prefix`, in order.
+std::vector<std::string> lines_starting(const std::string& body,
+                                        const std::string& prefix) {
+  std::vector<std::string> out;
+  std::istringstream is{body};
+  for (std::string line; std::getline(is, line);)
+    if (line.rfind(prefix, 0) == 0)
+      out.push_back(line);
+  return out;
+}
+
+hedge_key_metrics key_metrics(std::string key) {
+  hedge_key_metrics k;
+  k.key = std::move(key);
+  k.stats.total_requests = 100;
+  k.stats.hedged_requests = 7;
+  k.stats.hedge_wins = 4;
+  k.stats.primary_wins = 3;
+  k.stats.budget_exhausted = 2;
+  k.stats.circuit_blocked = 1;
+  k.stats.warmup_requests = 20;
+  k.stats.errors = 5;
+  k.tokens = 1.5;
+  k.delay = 0.25;
+  return k;
+}
+
+TEST(SnapshotCollector, HedgeCountersAreCountersAndTokensAndDelayAreGauges) {
+  snapshot_collector c;
+  c.set_hedge_keys("users", {key_metrics("endpoint:user")});
+  auto all = c.Collect();
+  EXPECT_EQ(family_text(all, "outbound_hedge_fired_total"),
+            "# HELP outbound_hedge_fired_total Hedges sent (breakers and "
+            "budget allowed them)\n"
+            "# TYPE outbound_hedge_fired_total counter\n"
+            "outbound_hedge_fired_total{key=\"endpoint:user\",service="
+            "\"users\"} 7\n");
+  EXPECT_EQ(family_text(all, "outbound_hedge_suppressed_total"),
+            "# HELP outbound_hedge_suppressed_total Hedges not sent, by "
+            "reason (budget, breaker)\n"
+            "# TYPE outbound_hedge_suppressed_total counter\n"
+            "outbound_hedge_suppressed_total{key=\"endpoint:user\",reason="
+            "\"budget\",service=\"users\"} 2\n"
+            "outbound_hedge_suppressed_total{key=\"endpoint:user\",reason="
+            "\"breaker\",service=\"users\"} 1\n");
+  EXPECT_EQ(family_text(all, "outbound_hedge_budget_tokens"),
+            "# HELP outbound_hedge_budget_tokens Hedge tokens in the key's "
+            "budget bucket\n"
+            "# TYPE outbound_hedge_budget_tokens gauge\n"
+            "outbound_hedge_budget_tokens{key=\"endpoint:user\",service="
+            "\"users\"} 1.5\n");
+  EXPECT_EQ(family_text(all, "outbound_hedge_delay_seconds"),
+            "# HELP outbound_hedge_delay_seconds Delay the next request "
+            "waits before hedging\n"
+            "# TYPE outbound_hedge_delay_seconds gauge\n"
+            "outbound_hedge_delay_seconds{key=\"endpoint:user\",service="
+            "\"users\"} 0.25\n");
+  auto body = text(all);
+  EXPECT_EQ(lines_starting(body, "outbound_hedge_requests_total{"),
+            std::vector<std::string>{"outbound_hedge_requests_total{key="
+                                     "\"endpoint:user\",service=\"users\"} "
+                                     "100"});
+  EXPECT_EQ(lines_starting(body, "outbound_hedge_won_total{"),
+            std::vector<std::string>{"outbound_hedge_won_total{key="
+                                     "\"endpoint:user\",service=\"users\"} 4"});
+  EXPECT_EQ(lines_starting(body, "outbound_hedge_cancelled_total{"),
+            std::vector<std::string>{"outbound_hedge_cancelled_total{key="
+                                     "\"endpoint:user\",service=\"users\"} 3"});
+  EXPECT_EQ(lines_starting(body, "outbound_hedge_errors_total{"),
+            std::vector<std::string>{"outbound_hedge_errors_total{key="
+                                     "\"endpoint:user\",service=\"users\"} 5"});
+  // A new set replaces the old one: an evicted key disappears.
+  c.set_hedge_keys("users", {key_metrics("host:api:443")});
+  body = text(c.Collect());
+  EXPECT_EQ(lines_starting(body, "outbound_hedge_fired_total{"),
+            std::vector<std::string>{"outbound_hedge_fired_total{key="
+                                     "\"host:api:443\",service=\"users\"} 7"});
+}
+
+TEST(SnapshotCollector, BreakerStateIsZeroClosedOneOpenTwoHalfOpen) {
+  snapshot_collector c;
+  breaker_key_snapshot host{breaker_scope::host, "host:api:443", {}};
+  host.snapshot.phase = breaker_phase::open;
+  host.snapshot.opens = 2;
+  host.snapshot.samples = 30;
+  host.snapshot.failures = 12;
+  breaker_key_snapshot ep{breaker_scope::endpoint, "endpoint:user", {}};
+  ep.snapshot.phase = breaker_phase::half_open;
+  ep.snapshot.opens = 1;
+  breaker_key_snapshot closed{breaker_scope::endpoint, "endpoint:list", {}};
+  c.set_breakers("users", {host, ep, closed});
+  auto all = c.Collect();
+  EXPECT_EQ(family_text(all, "outbound_breaker_state"),
+            "# HELP outbound_breaker_state Hedge breaker phase: 0 closed, 1 "
+            "open, 2 half-open\n"
+            "# TYPE outbound_breaker_state gauge\n"
+            "outbound_breaker_state{key=\"host:api:443\",scope=\"host\","
+            "service=\"users\"} 1\n"
+            "outbound_breaker_state{key=\"endpoint:user\",scope=\"endpoint\","
+            "service=\"users\"} 2\n"
+            "outbound_breaker_state{key=\"endpoint:list\",scope=\"endpoint\","
+            "service=\"users\"} 0\n");
+  EXPECT_EQ(family_text(all, "outbound_breaker_opens_total"),
+            "# HELP outbound_breaker_opens_total Hedge breaker transitions "
+            "to open\n"
+            "# TYPE outbound_breaker_opens_total counter\n"
+            "outbound_breaker_opens_total{key=\"host:api:443\",scope=\"host\","
+            "service=\"users\"} 2\n"
+            "outbound_breaker_opens_total{key=\"endpoint:user\",scope="
+            "\"endpoint\",service=\"users\"} 1\n"
+            "outbound_breaker_opens_total{key=\"endpoint:list\",scope="
+            "\"endpoint\",service=\"users\"} 0\n");
+  auto body = text(all);
+  EXPECT_EQ(lines_starting(body, "outbound_breaker_window_failures{"),
+            (std::vector<std::string>{
+              "outbound_breaker_window_failures{key=\"host:api:443\",scope="
+              "\"host\",service=\"users\"} 12",
+              "outbound_breaker_window_failures{key=\"endpoint:user\",scope="
+              "\"endpoint\",service=\"users\"} 0",
+              "outbound_breaker_window_failures{key=\"endpoint:list\",scope="
+              "\"endpoint\",service=\"users\"} 0"}));
+  c.remove_hedging("users");
+  EXPECT_EQ(family_text(c.Collect(), "outbound_breaker_state"), "");
+}
+
+TEST(SnapshotCollector, CoalescerCountersAndGauges) {
+  snapshot_collector c;
+  coalesce_stats s;
+  s.calls = 10;
+  s.calls_failed = 3;
+  s.batches.joined = 12;
+  s.batches.rpcs = 4;
+  s.batches.rejected_backpressure = 1;
+  s.batches.cancelled = 2;
+  s.batches.protocol_violations = 1;
+  s.attempts = 6;
+  s.redirects = 2;
+  s.leader_changes = 1;
+  s.rpc_errors = 1;
+  s.uncertain = 1;
+  s.held = 5;
+  s.in_flight = 1;
+  s.leader_endpoint = "http://10.0.0.1:7000";
+  s.transports = 3;
+  c.set_coalescer("oracle", s);
+  auto all = c.Collect();
+  EXPECT_EQ(family_text(all, "outbound_coalesce_calls_total"),
+            "# HELP outbound_coalesce_calls_total Coalesced calls answered, "
+            "by outcome\n"
+            "# TYPE outbound_coalesce_calls_total counter\n"
+            "outbound_coalesce_calls_total{outcome=\"ok\",service="
+            "\"oracle\"} 7\n"
+            "outbound_coalesce_calls_total{outcome=\"error\",service="
+            "\"oracle\"} 3\n");
+  auto body = text(all);
+  auto one = [&](const std::string& name) {
+    auto l = lines_starting(body, name + "{");
+    return l.size() == 1 ? l[0].substr(l[0].rfind(' ') + 1) : "?";
+  };
+  EXPECT_EQ(one("outbound_coalesce_waiters_total"), "12");
+  EXPECT_EQ(one("outbound_coalesce_rpcs_total"), "4");
+  EXPECT_EQ(one("outbound_coalesce_attempts_total"), "6");
+  EXPECT_EQ(one("outbound_coalesce_cancelled_total"), "2");
+  EXPECT_EQ(one("outbound_coalesce_redirects_total"), "2");
+  EXPECT_EQ(one("outbound_coalesce_leader_changes_total"), "1");
+  EXPECT_EQ(one("outbound_coalesce_errors_total"), "1");
+  EXPECT_EQ(one("outbound_coalesce_protocol_violations_total"), "1");
+  EXPECT_EQ(one("outbound_coalesce_uncertain_total"), "1");
+  EXPECT_EQ(one("outbound_coalesce_waiters_held"), "5");
+  EXPECT_EQ(one("outbound_coalesce_rpcs_in_flight"), "1");
+  EXPECT_EQ(one("outbound_coalesce_leader_known"), "1");
+  EXPECT_EQ(one("outbound_coalesce_transports"), "3");
+  EXPECT_EQ(lines_starting(body, "outbound_coalesce_rejected_total{"),
+            (std::vector<std::string>{
+              "outbound_coalesce_rejected_total{reason=\"backpressure\","
+              "service=\"oracle\"} 1",
+              "outbound_coalesce_rejected_total{reason=\"invalid\",service="
+              "\"oracle\"} 0"}));
+  EXPECT_NE(body.find("# TYPE outbound_coalesce_waiters_held gauge\n"),
+            std::string::npos);
+  EXPECT_NE(body.find("# TYPE outbound_coalesce_rpcs_total counter\n"),
+            std::string::npos);
+}
+
+feed_stats feed(uint64_t events, bool connected, int64_t cursor) {
+  feed_stats s;
+  s.events_delivered = events;
+  s.resets = 1;
+  s.reconnects = 2;
+  s.connected = connected;
+  s.mode = feed_mode::ledger;
+  s.cursor = cursor;
+  return s;
+}
+
+TEST(SnapshotCollector, FeedsPastTheCapAreSummedIntoOtherAndNeverDecrease) {
+  metrics_limits lim;
+  lim.max_labelled_feeds = 2;
+  snapshot_collector c{lim};
+  c.set_feed("orders", "ledger", feed(10, true, 10));
+  c.set_feed("users", "catchup", feed(20, false, 0));
+  c.set_feed("audit", "ledger", feed(30, true, 30));
+  c.set_feed("billing", "ledger", feed(40, false, 40));
+  auto body = text(c.Collect());
+  EXPECT_EQ(lines_starting(body, "outbound_feed_events_total{"),
+            (std::vector<std::string>{
+              "outbound_feed_events_total{feed=\"orders\",mode=\"ledger\"} 10",
+              "outbound_feed_events_total{feed=\"users\",mode=\"catchup\"} 20",
+              "outbound_feed_events_total{feed=\"_other\",mode=\"ledger\"} "
+              "70"}));
+  EXPECT_EQ(lines_starting(body, "outbound_feed_connected{"),
+            (std::vector<std::string>{
+              "outbound_feed_connected{feed=\"orders\",mode=\"ledger\"} 1",
+              "outbound_feed_connected{feed=\"users\",mode=\"catchup\"} 0",
+              "outbound_feed_connected{feed=\"_other\",mode=\"ledger\"} 1"}));
+  // Positions only for the labelled feeds.
+  EXPECT_EQ(lines_starting(body, "outbound_feed_position{"),
+            (std::vector<std::string>{
+              "outbound_feed_position{feed=\"orders\",mode=\"ledger\"} 10",
+              "outbound_feed_position{feed=\"users\",mode=\"catchup\"} 0"}));
+  EXPECT_EQ(lines_starting(body, "outbound_feeds{"),
+            (std::vector<std::string>{
+              "outbound_feeds{mode=\"catchup\",state=\"disconnected\"} 1",
+              "outbound_feeds{mode=\"ledger\",state=\"disconnected\"} 1",
+              "outbound_feeds{mode=\"ledger\",state=\"connected\"} 2"}));
+  // An aggregated feed dies: its counters stay in _other; a labelled one
+  // dies: its series go, and its slot is not handed to a newcomer.
+  c.remove_feed("audit");
+  c.remove_feed("orders");
+  c.set_feed("late", "ledger", feed(5, true, 5));
+  body = text(c.Collect());
+  EXPECT_EQ(lines_starting(body, "outbound_feed_events_total{"),
+            (std::vector<std::string>{
+              "outbound_feed_events_total{feed=\"users\",mode=\"catchup\"} 20",
+              "outbound_feed_events_total{feed=\"_other\",mode=\"ledger\"} "
+              "75"}));
+  EXPECT_EQ(lines_starting(body, "outbound_feed_resets_total{"),
+            (std::vector<std::string>{
+              "outbound_feed_resets_total{feed=\"users\",mode=\"catchup\"} 1",
+              "outbound_feed_resets_total{feed=\"_other\",mode=\"ledger\"} "
+              "3"}));
+}
+
+TEST(SnapshotCollector, PoolAndPollerFamilies) {
+  snapshot_collector c;
+  pool_stats p;
+  p.dialled = 3;
+  p.reused = 9;
+  p.idle = 2;
+  c.set_pool("users", p);
+  c.set_sources("pool", 1);
+  c.count_poll_error("feed");
+  c.count_poll_error("feed");
+  c.set_snapshot_seconds("pool", "users", 0.5);
+  auto body = text(c.Collect());
+  EXPECT_EQ(lines_starting(body, "outbound_pool_"),
+            (std::vector<std::string>{
+              "outbound_pool_cancelled_total{service=\"users\"} 0",
+              "outbound_pool_dialled_total{service=\"users\"} 3",
+              "outbound_pool_idle_connections{service=\"users\"} 2",
+              "outbound_pool_in_flight{service=\"users\"} 0",
+              "outbound_pool_reused_total{service=\"users\"} 9",
+              "outbound_pool_stale_discarded_total{service=\"users\"} 0"}));
+  EXPECT_EQ(lines_starting(body, "outbound_metrics_"),
+            (std::vector<std::string>{
+              "outbound_metrics_poll_errors_total{kind=\"feed\"} 2",
+              "outbound_metrics_snapshot_seconds{kind=\"pool\",source="
+              "\"users\"} 0.5",
+              "outbound_metrics_sources{kind=\"pool\"} 1"}));
+  c.remove_pool("users");
+  body = text(c.Collect());
+  EXPECT_TRUE(lines_starting(body, "outbound_pool_").empty());
+  EXPECT_TRUE(lines_starting(body, "outbound_metrics_snapshot_seconds").empty());
+}
+
+client_event answered(double seconds) {
+  client_event e;
+  e.kind = event_kind::answered;
+  e.method = "GET";
+  e.outcome = "ok";
+  e.status = 200;
+  e.latency_ns = static_cast<int64_t>(seconds * 1e9);
+  return e;
+}
+
+// shared/cases/metrics.md case 24 (prometheus-cpp #43, opentelemetry-swift
+// #357): buckets are cumulative, +Inf is the total count, the bound is
+// inclusive.
+TEST(MetricsRegistry, Case24HistogramBucketsAreCumulativeAndInfIsTheCount) {
+  metrics_registry reg;
+  auto m = reg.client("users", {1.0, 2.0});
+  for (double s : {0.0, 0.5, 1.0, 1.5, 3.0})
+    m->record(answered(s));
+  auto body = reg.serialize();
+  EXPECT_EQ(lines_starting(body, "outbound_client_request_duration_seconds"),
+            (std::vector<std::string>{
+              "outbound_client_request_duration_seconds_count{method=\"GET\","
+              "service=\"users\"} 5",
+              "outbound_client_request_duration_seconds_sum{method=\"GET\","
+              "service=\"users\"} 6",
+              "outbound_client_request_duration_seconds_bucket{method=\"GET\","
+              "service=\"users\",le=\"1\"} 3",
+              "outbound_client_request_duration_seconds_bucket{method=\"GET\","
+              "service=\"users\",le=\"2\"} 4",
+              "outbound_client_request_duration_seconds_bucket{method=\"GET\","
+              "service=\"users\",le=\"+Inf\"} 5"}));
+  EXPECT_NE(body.find("# TYPE outbound_client_request_duration_seconds "
+                      "histogram\n"),
+            std::string::npos);
+}
+
+TEST(MetricsRegistry, OneClientMetricsPerServiceAndBothSourcesSerialized) {
+  metrics_registry reg;
+  auto a = reg.client("users");
+  EXPECT_EQ(a, reg.client("users"));
+  EXPECT_NE(a, reg.client("billing"));
+  a->record(answered(0.01));
+  pool_stats p;
+  p.dialled = 1;
+  reg.collector()->set_pool("users", p);
+  auto body = reg.serialize();
+  EXPECT_EQ(lines_starting(body, "outbound_client_requests_total{"),
+            std::vector<std::string>{"outbound_client_requests_total{method="
+                                     "\"GET\",outcome=\"ok\",service="
+                                     "\"users\"} 1"});
+  EXPECT_EQ(lines_starting(body, "outbound_client_responses_total{"),
+            std::vector<std::string>{"outbound_client_responses_total{method="
+                                     "\"GET\",service=\"users\",status_class="
+                                     "\"2xx\"} 1"});
+  EXPECT_EQ(client_metrics::status_class(503), "5xx");
+  EXPECT_EQ(client_metrics::status_class(99), "other");
+  EXPECT_EQ(lines_starting(body, "outbound_pool_dialled_total{"),
+            std::vector<std::string>{
+              "outbound_pool_dialled_total{service=\"users\"} 1"});
+  // The default buckets: 16 bounds from 1 ms doubling, plus +Inf.
+  EXPECT_EQ(client_metrics::default_buckets().size(), 16u);
+  EXPECT_EQ(lines_starting(body, "outbound_client_request_duration_seconds_"
+                                 "bucket{method=\"GET\",service=\"users\"")
+              .size(),
+            17u);
+}
+
+} // namespace
+} // namespace outbound::testing
