@@ -2,6 +2,7 @@
 // its own apps/<name>_cmd.cpp; main parses the arguments first and starts the
 // actor system only for a command that needs one.
 
+#include "apps/demo_cmd.hpp"
 #include "apps/hub_cmd.hpp"
 #include "apps/oracle_cmd.hpp"
 #include "apps/request_cmd.hpp"
@@ -28,7 +29,6 @@ struct planned_command {
 };
 
 constexpr planned_command planned_commands[] = {
-  {"demo", "Run the demo against an embedded hub (not implemented yet)"},
   {"bench", "Run the benchmarks (not implemented yet)"},
 };
 
@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
   oracle_options ts_opts, seq_opts;
   auto* ts_cmd = add_ts_command(app, ts_opts);
   auto* seq_cmd = add_seq_command(app, seq_opts);
+  demo_options demo_opts;
+  auto* demo_cmd = add_demo_command(app, demo_opts);
   std::vector<CLI::App*> planned;
   for (auto& p : planned_commands)
     planned.push_back(app.add_subcommand(p.name, p.what));
@@ -76,6 +78,9 @@ int main(int argc, char** argv) {
   // The hub runs before any other thread exists (it owns SIGINT/SIGTERM).
   if (hub_cmd->parsed())
     return run_hub(hub_opts, std::cout, std::cerr);
+  // So does the demo (it creates its own actor system).
+  if (demo_cmd->parsed())
+    return run_demo(demo_opts, std::cout, std::cerr);
   try {
     caf::actor_system_config cfg;
     cfg.add_message_types<caf::id_block::outbound>();

@@ -211,9 +211,9 @@ TEST(CliArgs, RequestHelpListsTheOptionsAndExits0) {
 }
 
 TEST(CliArgs, PlannedSubcommandIsAUsageError) {
-  auto r = run_cli({"demo"});
+  auto r = run_cli({"bench"});
   expect_failure(r, "usage_error", 2);
-  EXPECT_EQ(detail_of(r), "'demo' is not implemented yet");
+  EXPECT_EQ(detail_of(r), "'bench' is not implemented yet");
 }
 
 TEST(CliArgs, UnknownOptionIsAUsageError) {

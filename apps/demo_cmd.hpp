@@ -1,0 +1,74 @@
+#pragma once
+
+// `outbound demo` (issue 6, "the main job"): a backend that hosts many feeds
+// and calls its services through outbound, on one command with no
+// arguments. It starts the reference hub in-process (oracle cluster of 3,
+// latency profiles, the ledger/catchup/ephemeral tiers and replay) unless
+// --hub names an external one, and one CAF actor system with
+//
+//   - a service client that hedges the latency routes (/fast, /lognormal,
+//     /flaky), driven at traffic.requests_per_second by worker threads;
+//   - a coalescing driver on the oracle cluster, driven at
+//     oracle.calls_per_second by caller threads;
+//   - N feed watchers [1000] spread round-robin over the three tiers, each
+//     following one subject group, fed by events published at --rate;
+//   - the metrics poller feeding `GET /metrics` on 127.0.0.1:--metrics-port.
+//
+// Output: the first stdout line is JSON ({"metrics":URL,"hub":URL,...});
+// one status line per second on stderr; a report table on stdout at the
+// end. Runs for --duration seconds or until SIGINT/SIGTERM, then exits 0.
+// Exit 2 for a usage or config error (the bad field is named), 1 for an
+// internal error (e.g. the hub cannot start).
+
+#include "config/demo_config.hpp"
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+class Option;
+} // namespace CLI
+
+namespace outbound::apps {
+
+/// The options of `outbound demo`, as parsed by CLI11. Options given on the
+/// command line override the --config file; the rest keep the file's (or
+/// the default) values.
+struct demo_options {
+  /// `--config FILE`: a JSON demo_config ("" : defaults).
+  std::string config_file;
+  /// `--feeds`, `--duration`, `--rate`, `--metrics-port`, `--hub`,
+  /// `--oracle-endpoints` (demo_config fields of the same names).
+  std::size_t feeds = 1000;
+  double duration = 60.0;
+  double rate = 200.0;
+  int metrics_port = 9464;
+  std::string hub;
+  std::vector<std::string> oracle_endpoints;
+
+  /// Set by add_demo_command: tells which options were given.
+  CLI::Option* feeds_opt = nullptr;
+  CLI::Option* duration_opt = nullptr;
+  CLI::Option* rate_opt = nullptr;
+  CLI::Option* metrics_port_opt = nullptr;
+  CLI::Option* hub_opt = nullptr;
+  CLI::Option* oracle_opt = nullptr;
+};
+
+/// Registers the `demo` subcommand on `app`, binding its options to `opts`
+/// (which must outlive the parse). Returns the subcommand.
+CLI::App* add_demo_command(CLI::App& app, demo_options& opts);
+
+/// The demo's settings: the --config file (or the defaults) with the given
+/// options applied, validated. Throws config_error naming the field.
+demo_config resolve_demo_config(const demo_options& opts);
+
+/// Runs a parsed `demo` command. Call it before any other thread exists
+/// (it blocks SIGINT/SIGTERM for every thread it starts and waits for them
+/// itself); it creates its own actor system. Returns the exit code: 0 after
+/// the report, 2 config/usage error, 1 internal error.
+int run_demo(const demo_options& opts, std::ostream& out, std::ostream& err);
+
+} // namespace outbound::apps
