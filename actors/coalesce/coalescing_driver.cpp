@@ -1,6 +1,7 @@
 #include "actors/coalesce/coalescing_driver.hpp"
 
 #include "actors/pool/connection_pool.hpp"
+#include "protocol/tls_context.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -600,6 +601,11 @@ coalescing_driver_actor make_coalescing_driver(caf::actor_system& sys,
                                                coalesce_config cfg,
                                                coalesce_options opts) {
   cfg.validate();
+  // The default pools build their TLS context on first use, inside the
+  // actor, where a throw would kill the driver: a file that does not load
+  // fails here instead, naming its field (tls.ca_file, ...).
+  if (!opts.transports && opts.tls_template.tls.any())
+    tls_context::make(opts.tls_template.tls);
   uint64_t seed = opts.seed;
   if (seed == 0) {
     std::random_device rd;

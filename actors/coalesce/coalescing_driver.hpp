@@ -165,7 +165,9 @@ struct coalesce_options {
 };
 
 /// Spawns a coalescing driver. Validates `cfg` (throws config_error naming
-/// the field, e.g. `coalesce.endpoints[1]`) before anything is spawned.
+/// the field, e.g. `coalesce.endpoints[1]`) before anything is spawned;
+/// without `opts.transports`, also loads the TLS files of
+/// `opts.tls_template` (config_error `tls.ca_file`, ...).
 coalescing_driver_actor make_coalescing_driver(caf::actor_system& sys,
                                                coalesce_config cfg,
                                                coalesce_options opts = {});

@@ -16,7 +16,10 @@
 // Every wait is bounded (tens of seconds) so a loaded machine slows the
 // tests down without failing them.
 
+#include "test_certs.hpp"
+
 #include "actors/coalesce/coalescing_driver.hpp"
+#include "config/config_error.hpp"
 #include "hub/hub.hpp"
 
 #include <boost/json/array.hpp>
@@ -33,6 +36,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -588,4 +592,23 @@ TEST_F(CoalesceE2E, ATlsFailureIsServiceUnavailableNotAConfigError) {
   EXPECT_EQ(r.error->attempts, 1);
   EXPECT_NE(r.error->detail.find("tls"), std::string::npos) << describe(r);
   EXPECT_EQ(hub_requests(), 0u);
+}
+
+TEST_F(CoalesceE2E, ACaFileThatDoesNotLoadFailsAtConstructionNamingTheField) {
+  // The default pools build their TLS context lazily, inside the driver; a
+  // CA file that exists but does not load must still be a config_error at
+  // construction (house rule), not a driver that dies on its first call.
+  outbound::testing::temp_dir dir{"outbound-coalesce-tls-"};
+  auto ca = dir.file("ca.pem");
+  std::ofstream{ca} << "not a certificate\n";
+  auto c = config({nodes_[0]});
+  c.tls = true;
+  coalesce_options o;
+  o.tls_template.tls.ca_file = ca;
+  try {
+    make_coalescing_driver(sys, c, o);
+    FAIL() << "no config_error";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "tls.ca_file") << e.what();
+  }
 }
