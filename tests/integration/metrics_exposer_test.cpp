@@ -1,0 +1,283 @@
+// The metrics exposition end to end (issue 6, "Metrics"): one exposer on
+// 127.0.0.1, port 0; a real hedging service client (its client_events
+// through the metrics observer), a real coalescing driver and a ledger feed
+// watcher, all against the in-process hub (latency routes, a 3-node oracle
+// cluster, the ledger tier); the
+// metrics poller feeding the snapshot collector. GET /metrics is fetched
+// over a raw socket, checked on exact sample lines, and handed to
+// `promtool check metrics` (Debian package `prometheus`). promtool missing
+// is a failure, not a skip: CI installs it.
+//
+// Real time: every wait is bounded (seconds) so load slows the test down
+// without failing it.
+
+#include "metrics/metrics_exposer.hpp"
+
+#include "actors/client/blocking_client.hpp"
+#include "actors/coalesce/coalescing_driver.hpp"
+#include "actors/feed/feed_watcher.hpp"
+#include "actors/metrics/metrics_observer.hpp"
+#include "actors/metrics/metrics_poller.hpp"
+#include "config/config_error.hpp"
+#include "hub/hub.hpp"
+#include "metrics/outbound_metrics.hpp"
+#include "protocol/io_runner.hpp"
+#include "protocol/ws_session.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+using namespace outbound;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct http_reply {
+  int status = 0;
+  std::string head;
+  std::string body;
+};
+
+/// One GET over a fresh loopback connection (Connection: close); reads to
+/// EOF. status 0 when the connection failed.
+http_reply http_get(uint16_t port, const std::string& target) {
+  http_reply r;
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    return r;
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return r;
+  }
+  auto req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+             + "Connection: close\r\n\r\n";
+  ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  std::string in;
+  char buf[8192];
+  for (;;) {
+    auto n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0)
+      break;
+    in.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  auto end = in.find("\r\n\r\n");
+  if (end == std::string::npos)
+    return r;
+  r.head = in.substr(0, end);
+  r.body = in.substr(end + 4);
+  r.status = std::atoi(r.head.c_str() + r.head.find(' ') + 1);
+  return r;
+}
+
+/// The sample lines of `body` starting with `prefix`.
+std::string lines_of(const std::string& body, const std::string& prefix) {
+  std::string out;
+  std::istringstream is{body};
+  for (std::string line; std::getline(is, line);)
+    if (line.rfind(prefix, 0) == 0)
+      out += line + "\n";
+  return out;
+}
+
+/// Runs `cmd` through the shell; its exit status and combined output.
+std::pair<int, std::string> run(const std::string& cmd) {
+  std::string out;
+  auto* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p)
+    return {-1, "popen failed"};
+  char buf[4096];
+  while (auto n = std::fread(buf, 1, sizeof buf, p))
+    out.append(buf, n);
+  auto st = ::pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+} // namespace
+
+TEST(MetricsExposer, ServesLiveFamiliesOfEverySourceAndPromtoolAcceptsThem) {
+  hub_config hc;
+  hc.seed = 7;
+  hc.cluster_size = 3;
+  hub h{hc};
+  h.start();
+  caf::actor_system_config sys_cfg;
+  sys_cfg.add_message_types<caf::id_block::outbound>();
+  caf::actor_system sys{sys_cfg};
+  auto reg = std::make_shared<metrics_registry>();
+  metrics_exposer ex{reg, 0};
+  ASSERT_GT(ex.port(), 0);
+  EXPECT_EQ(ex.url(),
+            "http://127.0.0.1:" + std::to_string(ex.port()) + "/metrics");
+
+  // A hedging service client whose events feed the client families.
+  client_config cfg;
+  cfg.base_url = h.base_url();
+  cfg.timeout = 5.0;
+  cfg.deadline = 10.0;
+  client_options opts;
+  opts.observer = spawn_metrics_observer(sys, reg->client("hub"));
+  hedging_options hopts;
+  hopts.routes.register_route("*", "/fast", {}, "fast");
+  opts.hedging = hopts;
+  blocking_client client{sys, cfg, std::move(opts)};
+  call_request get;
+  get.path = "/fast";
+  for (int i = 0; i < 3; ++i) {
+    auto o = client.call(get);
+    ASSERT_TRUE(o.ok) << o.error.detail;
+  }
+  // A coalescing driver against the cluster.
+  coalesce_config cc;
+  cc.endpoints = h.oracle_endpoints();
+  auto driver = make_coalescing_driver(sys, cc);
+  caf::scoped_actor self{sys};
+  bool served = false;
+  self->request(driver, 20s, ts_call{})
+    .receive([&](coalesce_reply& r) { served = !r.error; },
+             [](caf::error&) {});
+  ASSERT_TRUE(served);
+
+  // A ledger feed watcher, connected, that has delivered 3 events.
+  auto io = std::make_shared<io_runner>(1);
+  feed_config fc;
+  fc.replay_path = "/v1/events";
+  fc.ws_path = "/ws/feed";
+  fc.poll_interval = 0.5;
+  feed_watcher_options fo;
+  client_config fcc;
+  fcc.base_url = h.base_url();
+  client_options fco;
+  fco.io = io;
+  fo.client = make_service_client(sys, fcc, fco);
+  fo.connector = make_ws_connector(io);
+  fo.ws = feed_ws_endpoint::from(fcc);
+  fo.callbacks.on_event = [](const feed_event&) {};
+  fo.seed = 7;
+  auto watcher = spawn_feed_watcher(sys, fc, fo);
+  for (int i = 0; i < 3; ++i)
+    h.publish("orders/" + std::to_string(i), "created");
+  feed_stats fs;
+  auto feed_ready = [&] { return fs.events_delivered >= 3 && fs.connected; };
+  for (int i = 0; i < 200 && !feed_ready(); ++i) {
+    self->request(watcher, 10s, stats_atom_v)
+      .receive([&](feed_stats& s) { fs = s; }, [](caf::error&) {});
+    if (!feed_ready())
+      std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(fs.events_delivered, 3u);
+  ASSERT_TRUE(fs.connected);
+
+  auto poller = spawn_metrics_poller(sys, reg->collector());
+  self->send(poller, metrics_watch_client{"hub", client.actor()});
+  self->send(poller, metrics_watch_coalescer{"oracle", driver});
+  self->send(poller, metrics_watch_feed{"orders", feed_mode::ledger, watcher});
+  // The client's hedging handles arrive asynchronously: poll until the
+  // round covers hedging (2 requests), the driver and the feed (1 each).
+  uint64_t requests = 0;
+  for (int i = 0; i < 100 && requests < 4; ++i) {
+    self->request(poller, 10s, poll_atom_v)
+      .receive([&](metrics_poll_report& r) { requests = r.requests; },
+               [](caf::error&) {});
+    if (requests < 4)
+      std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(requests, 4u);
+
+  auto r = http_get(ex.port(), "/metrics");
+  ASSERT_EQ(r.status, 200) << r.head;
+  auto& b = r.body;
+  EXPECT_EQ(lines_of(b, "outbound_client_requests_total{"),
+            "outbound_client_requests_total{method=\"GET\",outcome=\"ok\","
+            "service=\"hub\"} 3\n");
+  EXPECT_EQ(lines_of(b, "outbound_client_responses_total{"),
+            "outbound_client_responses_total{method=\"GET\",service=\"hub\","
+            "status_class=\"2xx\"} 3\n");
+  EXPECT_EQ(lines_of(b, "outbound_client_request_duration_seconds_count{"),
+            "outbound_client_request_duration_seconds_count{method=\"GET\","
+            "service=\"hub\"} 3\n");
+  EXPECT_EQ(lines_of(b, "outbound_hedge_requests_total{"),
+            "outbound_hedge_requests_total{key=\"endpoint:fast\",service="
+            "\"hub\"} 3\n");
+  EXPECT_EQ(lines_of(b, "outbound_breaker_state{key=\"endpoint:fast\""),
+            "outbound_breaker_state{key=\"endpoint:fast\",scope=\"endpoint\","
+            "service=\"hub\"} 0\n");
+  EXPECT_EQ(lines_of(b, "outbound_coalesce_calls_total{"),
+            "outbound_coalesce_calls_total{outcome=\"ok\",service="
+            "\"oracle\"} 1\n"
+            "outbound_coalesce_calls_total{outcome=\"error\",service="
+            "\"oracle\"} 0\n");
+  EXPECT_EQ(lines_of(b, "outbound_coalesce_waiters_total{"),
+            "outbound_coalesce_waiters_total{service=\"oracle\"} 1\n");
+  EXPECT_EQ(lines_of(b, "outbound_coalesce_rpcs_total{"),
+            "outbound_coalesce_rpcs_total{service=\"oracle\"} 1\n");
+  EXPECT_EQ(lines_of(b, "outbound_metrics_sources{"),
+            "outbound_metrics_sources{kind=\"coalescer\"} 1\n"
+            "outbound_metrics_sources{kind=\"feed\"} 1\n"
+            "outbound_metrics_sources{kind=\"hedging\"} 1\n"
+            "outbound_metrics_sources{kind=\"pool\"} 0\n");
+  EXPECT_EQ(lines_of(b, "outbound_feed_events_total{"),
+            "outbound_feed_events_total{feed=\"orders\",mode=\"ledger\"} 3\n");
+  EXPECT_EQ(lines_of(b, "outbound_feed_position{"),
+            "outbound_feed_position{feed=\"orders\",mode=\"ledger\"} 3\n");
+  EXPECT_EQ(lines_of(b, "outbound_feeds{"),
+            "outbound_feeds{mode=\"ledger\",state=\"connected\"} 1\n");
+  EXPECT_NE(b.find("# TYPE outbound_hedge_delay_seconds gauge\n"),
+            std::string::npos);
+  EXPECT_NE(b.find("# TYPE outbound_hedge_fired_total counter\n"),
+            std::string::npos);
+  // Only /metrics is served.
+  EXPECT_EQ(http_get(ex.port(), "/").status, 404);
+
+  // promtool: required (CI installs the `prometheus` package).
+  auto which = run("command -v promtool");
+  ASSERT_EQ(which.first, 0)
+    << "promtool not found: apt-get install prometheus";
+  auto path = ::testing::TempDir() + "outbound_metrics_"
+              + std::to_string(::getpid()) + ".txt";
+  {
+    std::ofstream f{path, std::ios::binary};
+    f << b;
+  }
+  auto check = run("promtool check metrics < '" + path + "'");
+  EXPECT_EQ(check.first, 0) << check.second << "\n--- body ---\n" << b;
+  std::remove(path.c_str());
+
+  self->send_exit(poller, caf::exit_reason::user_shutdown);
+  self->request(watcher, 10s, stop_atom_v)
+    .receive([](feed_stats&) {}, [](caf::error&) {});
+  h.stop();
+}
+
+TEST(MetricsExposer, PortInUseIsAConfigErrorNamingTheField) {
+  auto reg = std::make_shared<metrics_registry>();
+  metrics_exposer first{reg, 0};
+  try {
+    metrics_exposer second{reg, first.port()};
+    FAIL() << "bound twice on port " << first.port();
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "metrics.port");
+  }
+}
