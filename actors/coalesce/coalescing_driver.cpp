@@ -43,6 +43,9 @@ struct rpc_run {
   /// The transport error of the last answered attempt (none: an HTTP
   /// answer), to tell a TLS failure from a configuration one.
   transport_error_kind last_error = transport_error_kind::none;
+  /// Some attempt may have reached a server (bytes written or an answer):
+  /// a failed RPC's waiters get nothing_sent = !maybe_sent.
+  bool maybe_sent = false;
 };
 
 struct driver_state {
@@ -265,12 +268,15 @@ std::string leader_key(self_ptr self, coalesce_time now) {
 /// Hands each delivery to its waiter.
 void deliver_all(self_ptr self, const std::vector<delivery>& ds,
                  const std::string& endpoint, int attempts,
-                 std::optional<error_kind> failed_kind = std::nullopt) {
+                 std::optional<error_kind> failed_kind = std::nullopt,
+                 bool nothing_sent = false) {
   auto n = static_cast<uint32_t>(ds.size());
   for (auto& d : ds) {
     auto r = reply_of(d, endpoint, n, attempts);
-    if (failed_kind && d.outcome == waiter_outcome::rpc_failed && r.error)
+    if (failed_kind && d.outcome == waiter_outcome::rpc_failed && r.error) {
       r.error->kind = *failed_kind;
+      r.error->nothing_sent = nothing_sent;
+    }
     answer(self, d.waiter_id, std::move(r));
   }
 }
@@ -313,7 +319,9 @@ void fail_rpc(self_ptr self, uint64_t rpc_id, const discovery_action& a) {
       && a.error == discovery_error::fatal
       && it->second.last_error == transport_error_kind::tls)
     kind = error_kind::service_unavailable;
-  deliver_all(self, ds, {}, a.attempts, kind);
+  auto it = st.rpcs.find(rpc_id);
+  bool nothing_sent = it != st.rpcs.end() && !it->second.maybe_sent;
+  deliver_all(self, ds, {}, a.attempts, kind, nothing_sent);
   finish_rpc(self, rpc_id);
 }
 
@@ -326,6 +334,8 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
   auto& run = it->second;
   run.in_exchange = false;
   run.last_error = r.error;
+  run.maybe_sent = run.maybe_sent || r.request_sent
+                   || r.error == transport_error_kind::none;
   attempt_report rep;
   rep.cls = classify_attempt(r.error, r.request_sent, r.response.status);
   if (rep.cls == attempt_class::not_leader) {
@@ -563,6 +573,7 @@ driver_impl(self_ptr self, coalesce_config cfg, coalesce_options opts,
         return;
       auto& run = it->second;
       run.in_exchange = false;
+      run.maybe_sent = true; // it may be on the wire
       run.token = st.next_token++; // a late answer is stale now
       self->send(run.transport, cancel_atom_v, run.exchange_id);
       act(self, rpc_id,

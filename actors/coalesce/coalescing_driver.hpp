@@ -109,7 +109,8 @@ struct coalesce_stats {
   uint64_t attempts = 0;
   /// 421 answers followed to a hinted endpoint.
   uint64_t redirects = 0;
-  /// Times the cached leader changed endpoint.
+  /// Times the cached leader changed endpoint (the first seating, from no
+  /// leader, counts too).
   uint64_t leader_changes = 0;
   /// RPCs that failed for good (discovery gave up), all causes.
   uint64_t rpc_errors = 0;

@@ -652,6 +652,22 @@ TEST_F(CoalescingDriver, NoLeaderAnywhereIsRiddenOutThenServiceUnavailable) {
   EXPECT_GT(total_requests(), 3u) << "more than one pass";
 }
 
+TEST_F(CoalescingDriver, EveryNodeRefusingFailsWithNothingSent) {
+  cfg.retry.overall = 1.0;
+  for (auto& k : {A, B, C})
+    node(k).role = node_role::refuse;
+  auto r = ts();
+  ASSERT_TRUE(run_to_quiescence());
+  EXPECT_EQ(failed(r), error_kind::service_unavailable);
+  EXPECT_TRUE(r->reply->error->nothing_sent) << "only refused connects";
+  // A follower's 421 is an answer: then something was sent.
+  node(B).role = node_role::follower;
+  auto r2 = ts();
+  ASSERT_TRUE(run_to_quiescence());
+  EXPECT_EQ(failed(r2), error_kind::service_unavailable);
+  EXPECT_FALSE(r2->reply->error->nothing_sent);
+}
+
 TEST_F(CoalescingDriver, AnElectionEndingWithinTheDeadlineIsRiddenOut) {
   for (auto& k : {A, B, C})
     node(k).role = node_role::follower;
