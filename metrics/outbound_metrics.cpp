@@ -73,6 +73,8 @@ double breaker_state_value(breaker_phase p) {
 void add_feed_counters(feed_stats& sum, const feed_stats& s) {
   sum.events_delivered += s.events_delivered;
   sum.resets += s.resets;
+  for (std::size_t c = 0; c < reset_cause_count; ++c)
+    sum.resets_by_cause[c] += s.resets_by_cause[c];
   sum.reconnects += s.reconnects;
   sum.peer_timeouts += s.peer_timeouts;
   sum.drain_errors += s.drain_errors;
@@ -82,13 +84,36 @@ void add_feed_counters(feed_stats& sum, const feed_stats& s) {
   sum.reset_callback_errors += s.reset_callback_errors;
 }
 
+/// True if a feed of `mode` can reset with `cause` (its series is exported
+/// from the start, at 0; other causes appear once they happen).
+bool expected_cause(const std::string& mode, reset_cause cause) {
+  switch (cause) {
+    case reset_cause::retention: return mode == "ledger";
+    case reset_cause::resync:
+    case reset_cause::epoch_changed:
+    case reset_cause::gap: return mode == "catchup";
+    case reset_cause::reconnect:
+    case reset_cause::inferred:
+    case reset_cause::wake: return mode == "ephemeral";
+  }
+  return false;
+}
+
+/// `l` is {feed, mode} (in that order).
 void render_feed(family_set& out, const label_list& l, const feed_stats& s) {
   out.counter("outbound_feed_events_total",
               "Feed events acknowledged by the subscriber", l,
               as_double(s.events_delivered));
-  out.counter("outbound_feed_resets_total",
-              "Feed resets delivered (ranges the application must resync)",
-              l, as_double(s.resets));
+  for (std::size_t c = 0; c < reset_cause_count; ++c) {
+    auto cause = static_cast<reset_cause>(c);
+    if (s.resets_by_cause[c] == 0 && !expected_cause(l[1].value, cause))
+      continue;
+    out.counter("outbound_feed_resets_total",
+                "Feed resets delivered (ranges the application must "
+                "resync), by cause",
+                {{"cause", to_string(cause)}, l[0], l[1]},
+                as_double(s.resets_by_cause[c]));
+  }
   out.counter("outbound_feed_reconnects_total",
               "WebSocket sessions dialled after the first one", l,
               as_double(s.reconnects));

@@ -15,6 +15,7 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -80,6 +81,8 @@ struct feed_stats {
   uint64_t peer_timeouts = 0;
   /// Resets delivered (or, for a ledger reset, fired).
   uint64_t resets = 0;
+  /// The same by cause, indexed by reset_cause (sums to `resets`).
+  std::array<uint64_t, reset_cause_count> resets_by_cause{};
   /// Bad replay pages and full pages that did not move the cursor.
   uint64_t drain_errors = 0;
   /// Replay calls that failed (unreachable, non-JSON, HTTP error); retried

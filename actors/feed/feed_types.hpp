@@ -5,6 +5,7 @@
 // Asio, no clock reads.
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 
 namespace outbound {
@@ -52,6 +53,12 @@ enum class reset_cause : uint8_t {
   /// seqs; (last_seq, new_seq] were never received.
   gap,
 };
+
+/// Number of reset_cause values (the size of per-cause counter arrays).
+inline constexpr std::size_t reset_cause_count = 7;
+static_assert(static_cast<std::size_t>(reset_cause::gap) + 1
+                == reset_cause_count,
+              "reset_cause_count must follow reset_cause");
 
 /// "retention", "resync", "epoch_changed", "reconnect", "inferred", "wake",
 /// "gap".

@@ -117,6 +117,7 @@ struct watcher_state {
   std::size_t frames_bytes = 0;
   uint64_t poll_token = 0;
   uint64_t frame_resets = 0;
+  std::array<uint64_t, reset_cause_count> frame_resets_by_cause{};
   feed_stats counters;
 
   static inline const char* name = "outbound.feed_watcher";
@@ -138,6 +139,10 @@ feed_stats make_stats(self_ptr self) {
   s.client_id = st.client_id;
   s.epoch = st.neg->epoch();
   s.resets = st.frame_resets + (st.drain ? st.drain->resets() : 0);
+  s.resets_by_cause = st.frame_resets_by_cause;
+  // Every reset of the ledger drain is a retention reset.
+  s.resets_by_cause[static_cast<std::size_t>(reset_cause::retention)]
+    += st.drain ? st.drain->resets() : 0;
   s.drain_errors = st.drain ? st.drain->drain_errors() : 0;
   s.pages = st.drain ? st.drain->pages() : 0;
   return s;
@@ -356,6 +361,7 @@ void enqueue_frame_reset(self_ptr self, const frame_reset_info& info,
   st.queue.push_back(std::move(d));
   ++st.frames_queued;
   ++st.frame_resets;
+  ++st.frame_resets_by_cause.at(static_cast<std::size_t>(info.cause));
 }
 
 void enqueue_frame_event(self_ptr self, parsed_message& m,

@@ -283,6 +283,8 @@ TEST_F(FeedWatcher, RetentionFloorGivesExactlyOneResetThenTheRestInOrder) {
   EXPECT_EQ(subs->resets().size(), 1u);
   auto s = stats();
   EXPECT_EQ(s.resets, 1u);
+  EXPECT_EQ(s.resets_by_cause[static_cast<std::size_t>(reset_cause::retention)],
+            1u);
   EXPECT_EQ(s.cursor, 200);
 }
 
@@ -390,6 +392,9 @@ TEST_F(FeedWatcher, CatchupResumesAndAChangedEpochIsExactlyOneReset) {
   EXPECT_EQ(subs->seqs(), (ids{1, 2, 3, 4, 3}));
   auto s = stats();
   EXPECT_EQ(s.resets, 2u);
+  EXPECT_EQ(
+    s.resets_by_cause[static_cast<std::size_t>(reset_cause::epoch_changed)],
+    1u);
   EXPECT_EQ(s.last_seq, 3);
   EXPECT_EQ(s.epoch, "e2");
   EXPECT_EQ(s.mode, feed_mode::catchup);
@@ -415,6 +420,8 @@ TEST_F(FeedWatcher, EphemeralResetsOnEveryReconnect) {
   }
   auto s = stats();
   EXPECT_EQ(s.resets, 3u);
+  EXPECT_EQ(s.resets_by_cause[static_cast<std::size_t>(reset_cause::reconnect)],
+            3u);
   EXPECT_EQ(s.connects, 3u);
   EXPECT_EQ(s.disconnects, 3u);
   EXPECT_EQ(s.reconnects, 3u);

@@ -221,6 +221,7 @@ feed_stats feed(uint64_t events, bool connected, int64_t cursor) {
   feed_stats s;
   s.events_delivered = events;
   s.resets = 1;
+  s.resets_by_cause[static_cast<std::size_t>(reset_cause::retention)] = 1;
   s.reconnects = 2;
   s.connected = connected;
   s.mode = feed_mode::ledger;
@@ -269,11 +270,20 @@ TEST(SnapshotCollector, FeedsPastTheCapAreSummedIntoOtherAndNeverDecrease) {
               "outbound_feed_events_total{feed=\"users\",mode=\"catchup\"} 20",
               "outbound_feed_events_total{feed=\"_other\",mode=\"ledger\"} "
               "75"}));
+  // By cause: a catchup feed shows its three causes from 0 and any other
+  // cause that happened (here a retention reset set by the test helper).
   EXPECT_EQ(lines_starting(body, "outbound_feed_resets_total{"),
             (std::vector<std::string>{
-              "outbound_feed_resets_total{feed=\"users\",mode=\"catchup\"} 1",
-              "outbound_feed_resets_total{feed=\"_other\",mode=\"ledger\"} "
-              "3"}));
+              "outbound_feed_resets_total{cause=\"retention\",feed=\"users\","
+              "mode=\"catchup\"} 1",
+              "outbound_feed_resets_total{cause=\"resync\",feed=\"users\","
+              "mode=\"catchup\"} 0",
+              "outbound_feed_resets_total{cause=\"epoch_changed\",feed="
+              "\"users\",mode=\"catchup\"} 0",
+              "outbound_feed_resets_total{cause=\"gap\",feed=\"users\","
+              "mode=\"catchup\"} 0",
+              "outbound_feed_resets_total{cause=\"retention\",feed=\"_other\","
+              "mode=\"ledger\"} 3"}));
 }
 
 TEST(SnapshotCollector, PoolAndPollerFamilies) {
