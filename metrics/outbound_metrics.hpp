@@ -22,6 +22,19 @@
 //                                                 metrics_registry ─┴─► GET
 //                                                 (metrics_exposer)    /metrics
 //
+// Wiring, once per process (tests/integration/metrics_exposer_test.cpp):
+//
+//   auto reg = std::make_shared<metrics_registry>();
+//   metrics_exposer ex{reg, port};                    // GET /metrics
+//   client_options o;                                 // event families
+//   o.observer = spawn_metrics_observer(sys, reg->client("users"));
+//   auto poller = spawn_metrics_poller(sys, reg->collector());
+//   anon_send(poller, metrics_watch_client{"users", client});   // hedging
+//   anon_send(poller, metrics_watch_coalescer{"oracle", driver});
+//   anon_send(poller, metrics_watch_feed{"orders", feed_mode::ledger, w});
+//   ...
+//   anon_send_exit(poller, exit_reason::user_shutdown); // before sys ends
+//
 // Naming follows the Prometheus conventions (https://prometheus.io/docs/
 // practices/naming/): `outbound_` prefix, base units (seconds), `_total`
 // on counters. Labels are bounded: `service` (a name the user gives a

@@ -20,6 +20,7 @@
 #include "actors/metrics/metrics_poller.hpp"
 #include "config/config_error.hpp"
 #include "hub/hub.hpp"
+#include "metrics/client_metrics.hpp"
 #include "metrics/outbound_metrics.hpp"
 #include "protocol/io_runner.hpp"
 #include "protocol/ws_session.hpp"
@@ -272,6 +273,75 @@ TEST(MetricsExposer, ServesLiveFamiliesOfEverySourceAndPromtoolAcceptsThem) {
   self->request(watcher, 10s, stop_atom_v)
     .receive([](feed_stats&) {}, [](caf::error&) {});
   h.stop();
+}
+
+// Every snapshot family at once (breakers in every phase, feeds past the
+// cap, pools, poller errors), served and linted: the live test above cannot
+// reach all of them.
+TEST(MetricsExposer, EverySnapshotFamilyPassesPromtool) {
+  metrics_limits lim;
+  lim.max_labelled_feeds = 1;
+  auto reg = std::make_shared<metrics_registry>(lim);
+  auto& c = *reg->collector();
+  hedge_key_metrics k;
+  k.key = "endpoint:user";
+  k.stats.total_requests = 10;
+  k.stats.hedged_requests = 2;
+  k.tokens = 0.5;
+  k.delay = 0.012;
+  c.set_hedge_keys("users", {k});
+  breaker_key_snapshot open{breaker_scope::host, "host:127.0.0.1:80", {}};
+  open.snapshot.phase = breaker_phase::open;
+  open.snapshot.opens = 1;
+  breaker_key_snapshot half{breaker_scope::endpoint, "endpoint:user", {}};
+  half.snapshot.phase = breaker_phase::half_open;
+  c.set_breakers("users", {open, half});
+  coalesce_stats cs;
+  cs.calls = 4;
+  cs.calls_failed = 1;
+  c.set_coalescer("oracle", cs);
+  feed_stats fs;
+  fs.events_delivered = 7;
+  fs.resets = 2;
+  fs.resets_by_cause[static_cast<std::size_t>(reset_cause::wake)] = 2;
+  c.set_feed("first", "ephemeral", fs);
+  c.set_feed("second", "catchup", fs);
+  c.set_feed("third", "catchup", fs);
+  c.remove_feed("third");
+  pool_stats ps;
+  ps.dialled = 1;
+  c.set_pool("users", ps);
+  c.set_sources("feed", 2);
+  c.count_poll_error("pool");
+  c.set_snapshot_seconds("hedging", "users", 0.0004);
+  reg->client("users")->record([] {
+    client_event e;
+    e.kind = event_kind::answered;
+    e.method = "GET";
+    e.outcome = "ok";
+    e.status = 204;
+    e.latency_ns = 3'000'000;
+    return e;
+  }());
+  metrics_exposer ex{reg, 0};
+  auto r = http_get(ex.port(), "/metrics");
+  ASSERT_EQ(r.status, 200) << r.head;
+  EXPECT_EQ(lines_of(r.body, "outbound_feed_events_total{"),
+            "outbound_feed_events_total{feed=\"first\",mode=\"ephemeral\"} 7\n"
+            "outbound_feed_events_total{feed=\"_other\",mode=\"catchup\"} "
+            "14\n");
+  auto which = run("command -v promtool");
+  ASSERT_EQ(which.first, 0)
+    << "promtool not found: apt-get install prometheus";
+  auto path = ::testing::TempDir() + "outbound_metrics_all_"
+              + std::to_string(::getpid()) + ".txt";
+  {
+    std::ofstream f{path, std::ios::binary};
+    f << r.body;
+  }
+  auto check = run("promtool check metrics < '" + path + "'");
+  EXPECT_EQ(check.first, 0) << check.second << "\n--- body ---\n" << r.body;
+  std::remove(path.c_str());
 }
 
 TEST(MetricsExposer, PortInUseIsAConfigErrorNamingTheField) {
