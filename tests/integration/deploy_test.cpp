@@ -16,6 +16,7 @@
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 #include <gtest/gtest.h>
 
@@ -597,7 +598,8 @@ TEST(RealPrometheus, ScrapesTheDemoWithTheShippedConfigAndEvaluatesTheRules) {
   // Recording rules evaluate (a rate needs two scrapes in its window).
   for (const char* rule :
        {"outbound:client_requests:rate1m", "outbound:client_errors:ratio_rate1m",
-        "outbound:feed_events:rate1m", "outbound:hedge_fired:ratio_rate1m"}) {
+        "outbound:feed_events:rate1m", "outbound:hedge_fired:ratio_rate1m",
+        "outbound:feed_lag_events"}) {
     json::array r;
     auto rule_until = std::chrono::steady_clock::now() + 30s;
     while (std::chrono::steady_clock::now() < rule_until) {
@@ -610,6 +612,12 @@ TEST(RealPrometheus, ScrapesTheDemoWithTheShippedConfigAndEvaluatesTheRules) {
   }
   auto rps = prom_query(prom_port, "outbound:client_requests:rate1m{service=\"demo\"}");
   EXPECT_GT(first_value(rps), 0.0);
+  // 10 labelled ledger feeds, each behind the head by less than the alert's
+  // 1000 events (a feed's position is the last event of its subject group).
+  auto lag = prom_query(prom_port, "outbound:feed_lag_events");
+  EXPECT_EQ(lag.size(), 10u);
+  auto lagging = prom_query(prom_port, "outbound:feed_lag_events > 1000");
+  EXPECT_TRUE(lagging.empty()) << json::serialize(lagging);
 
   prom.signal(SIGTERM);
   auto prom_code = prom.wait_exit(30s);
