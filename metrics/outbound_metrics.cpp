@@ -4,6 +4,8 @@
 
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -97,6 +99,14 @@ bool expected_cause(const std::string& mode, reset_cause cause) {
     case reset_cause::wake: return mode == "ephemeral";
   }
   return false;
+}
+
+/// Ledger lag in events: max(head - cursor, 0) once the hub announced a
+/// head; nullopt otherwise (catchup/ephemeral feeds, or no hello yet).
+std::optional<int64_t> feed_lag(const feed_stats& s) {
+  if (!s.head || s.mode != feed_mode::ledger)
+    return std::nullopt;
+  return std::max<int64_t>(*s.head - s.cursor, 0);
 }
 
 /// `l` is {feed, mode} (in that order).
@@ -355,12 +365,17 @@ std::vector<prometheus::MetricFamily> snapshot_collector::Collect() const {
   // Feeds: labelled ones one by one, the rest summed per mode.
   std::map<std::string, feed_stats> other = retired_other_;
   std::map<std::string, uint64_t> other_connected;
+  std::map<std::string, int64_t> other_lag;
   std::map<std::pair<std::string, bool>, uint64_t> watchers;
   for (auto& [name, e] : feeds_) {
     ++watchers[{e.mode, e.stats.connected}];
     if (!e.labelled) {
       add_feed_counters(other[e.mode], e.stats);
       other_connected[e.mode] += e.stats.connected ? 1 : 0;
+      if (auto lag = feed_lag(e.stats)) {
+        auto& worst = other_lag.emplace(e.mode, 0).first->second;
+        worst = std::max(worst, *lag);
+      }
       continue;
     }
     label_list l{{"feed", name}, {"mode", e.mode}};
@@ -374,6 +389,11 @@ std::vector<prometheus::MetricFamily> snapshot_collector::Collect() const {
     out.gauge("outbound_feed_position",
               "Ledger cursor, else the last in-frame seq received", l,
               static_cast<double>(position));
+    if (auto lag = feed_lag(e.stats))
+      out.gauge("outbound_feed_lag_events",
+                "Ledger events the hub announced that are not delivered yet "
+                "(for _other: the worst feed)",
+                l, static_cast<double>(*lag));
   }
   for (auto& [mode, s] : other) {
     label_list l{{"feed", other_feeds_label}, {"mode", mode}};
@@ -381,6 +401,11 @@ std::vector<prometheus::MetricFamily> snapshot_collector::Collect() const {
     out.gauge("outbound_feed_connected",
               "1 when the feed's session is open (for _other: how many)", l,
               as_double(other_connected[mode]));
+    if (auto i = other_lag.find(mode); i != other_lag.end())
+      out.gauge("outbound_feed_lag_events",
+                "Ledger events the hub announced that are not delivered yet "
+                "(for _other: the worst feed)",
+                l, static_cast<double>(i->second));
   }
   for (auto& [key, n] : watchers)
     out.gauge("outbound_feeds", "Feed watchers, by mode and session state",

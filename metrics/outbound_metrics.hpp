@@ -70,8 +70,9 @@ class client_metrics;
 struct metrics_limits {
   /// Feeds that get their own `feed` label (in registration order). Feeds
   /// registered after these are summed into one series per mode with
-  /// feed="_other" (counters, and outbound_feed_connected as a count); their
-  /// positions are not exported one by one. outbound_feeds{mode,state}
+  /// feed="_other" (counters, and outbound_feed_connected as a count,
+  /// outbound_feed_lag_events as the worst lag); their positions are not
+  /// exported one by one. outbound_feeds{mode,state}
   /// always counts every watcher. [100]
   std::size_t max_labelled_feeds = 100;
 };
@@ -137,6 +138,7 @@ inline constexpr const char* other_feeds_label = "_other";
 /// | outbound_feed_callback_errors_total     | counter | feed, mode | deliveries the subscriber failed |
 /// | outbound_feed_connected                 | gauge   | feed, mode | 1 connected (for "_other": how many) |
 /// | outbound_feed_position                  | gauge   | feed, mode | ledger cursor, else last seq (labelled feeds only) |
+/// | outbound_feed_lag_events                | gauge   | feed, mode | ledger: max(head the hub announced − cursor, 0); for "_other" the worst feed |
 /// | outbound_feeds                          | gauge   | mode, state="connected"\|"disconnected" | every watcher |
 ///
 /// Connection pools (label service):

@@ -64,6 +64,10 @@ struct feed_stats {
   int64_t cursor = 0;
   /// Last in-frame seq received (catchup's resume key).
   std::optional<int64_t> last_seq;
+  /// Ledger: the highest event id the hub announced (a ledger hello's
+  /// cursor, wake hints); nullopt before the first. max(head - cursor, 0) is
+  /// the known lag in events.
+  std::optional<int64_t> head;
   /// A WebSocket session is open and its model is running.
   bool connected = false;
   feed_mode mode = feed_mode::none;

@@ -134,6 +134,7 @@ feed_stats make_stats(self_ptr self) {
   auto s = st.counters;
   s.cursor = st.drain ? st.drain->cursor() : st.cfg.cursor;
   s.last_seq = st.neg->last_seq();
+  s.head = st.drain ? st.drain->target() : std::nullopt;
   s.connected = st.connected;
   s.mode = st.neg->mode();
   s.client_id = st.client_id;

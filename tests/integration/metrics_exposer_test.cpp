@@ -246,6 +246,8 @@ TEST(MetricsExposer, ServesLiveFamiliesOfEverySourceAndPromtoolAcceptsThem) {
             "mode=\"ledger\"} 0\n");
   EXPECT_EQ(lines_of(b, "outbound_feed_position{"),
             "outbound_feed_position{feed=\"orders\",mode=\"ledger\"} 3\n");
+  EXPECT_EQ(lines_of(b, "outbound_feed_lag_events{"),
+            "outbound_feed_lag_events{feed=\"orders\",mode=\"ledger\"} 0\n");
   EXPECT_EQ(lines_of(b, "outbound_feeds{"),
             "outbound_feeds{mode=\"ledger\",state=\"connected\"} 1\n");
   EXPECT_NE(b.find("# TYPE outbound_hedge_delay_seconds gauge\n"),

@@ -201,6 +201,7 @@ TEST_F(FeedWatcher, WakesArrivingOutOfOrderYieldOneToTenExactlyOnceInOrder) {
   advance_by(65s); // poll ticks, re-drains: nothing new, nothing twice
   EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
   EXPECT_EQ(stats().cursor, 10);
+  EXPECT_EQ(stats().head, 10); // the highest wake hint
 }
 
 TEST_F(FeedWatcher, AnyCompleteMessageIsAWakeInTheLedgerModel) {

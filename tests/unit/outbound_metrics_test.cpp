@@ -233,10 +233,17 @@ TEST(SnapshotCollector, FeedsPastTheCapAreSummedIntoOtherAndNeverDecrease) {
   metrics_limits lim;
   lim.max_labelled_feeds = 2;
   snapshot_collector c{lim};
-  c.set_feed("orders", "ledger", feed(10, true, 10));
-  c.set_feed("users", "catchup", feed(20, false, 0));
-  c.set_feed("audit", "ledger", feed(30, true, 30));
-  c.set_feed("billing", "ledger", feed(40, false, 40));
+  auto with_head = [](feed_stats s, int64_t head) {
+    s.head = head;
+    return s;
+  };
+  c.set_feed("orders", "ledger", with_head(feed(10, true, 10), 15));
+  auto catchup = feed(20, false, 0);
+  catchup.mode = feed_mode::catchup;
+  catchup.head = 99; // not a ledger feed: no lag
+  c.set_feed("users", "catchup", catchup);
+  c.set_feed("audit", "ledger", with_head(feed(30, true, 30), 50));
+  c.set_feed("billing", "ledger", with_head(feed(40, false, 40), 30));
   auto body = text(c.Collect());
   EXPECT_EQ(lines_starting(body, "outbound_feed_events_total{"),
             (std::vector<std::string>{
@@ -249,6 +256,12 @@ TEST(SnapshotCollector, FeedsPastTheCapAreSummedIntoOtherAndNeverDecrease) {
               "outbound_feed_connected{feed=\"orders\",mode=\"ledger\"} 1",
               "outbound_feed_connected{feed=\"users\",mode=\"catchup\"} 0",
               "outbound_feed_connected{feed=\"_other\",mode=\"ledger\"} 1"}));
+  // Lag: ledger feeds whose head is known; _other shows the worst.
+  EXPECT_EQ(lines_starting(body, "outbound_feed_lag_events{"),
+            (std::vector<std::string>{
+              "outbound_feed_lag_events{feed=\"orders\",mode=\"ledger\"} 5",
+              "outbound_feed_lag_events{feed=\"_other\",mode=\"ledger\"} "
+              "20"}));
   // Positions only for the labelled feeds.
   EXPECT_EQ(lines_starting(body, "outbound_feed_position{"),
             (std::vector<std::string>{
