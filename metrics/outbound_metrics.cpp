@@ -460,9 +460,20 @@ metrics_registry::client(const std::string& service,
                          prometheus::Histogram::BucketBoundaries buckets) {
   std::lock_guard<std::mutex> guard{mtx_};
   auto& slot = clients_[service];
-  if (!slot)
-    slot = std::make_shared<client_metrics>(*registry_, service,
-                                            std::move(buckets));
+  if (!slot) {
+    // The client metrics hold references into the registry's families: the
+    // handle keeps the registry alive (members destroyed in reverse order).
+    struct holder {
+      holder(std::shared_ptr<prometheus::Registry> r, const std::string& svc,
+             prometheus::Histogram::BucketBoundaries b)
+        : registry(std::move(r)), metrics(*registry, svc, std::move(b)) {
+      }
+      std::shared_ptr<prometheus::Registry> registry;
+      client_metrics metrics;
+    };
+    auto h = std::make_shared<holder>(registry_, service, std::move(buckets));
+    slot = std::shared_ptr<client_metrics>(h, &h->metrics);
+  }
   return slot;
 }
 

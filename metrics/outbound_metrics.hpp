@@ -253,9 +253,10 @@ public:
   }
 
   /// The client metrics of `service` (created on first use, then shared):
-  /// hand it to spawn_metrics_observer. `buckets` are the latency
-  /// histogram's upper bounds in seconds [1 ms doubling to ~33 s]; they
-  /// are fixed by the first call for a service.
+  /// hand it to spawn_metrics_observer (the handle keeps the registry's
+  /// families alive). `buckets` are the latency histogram's upper bounds in
+  /// seconds [1 ms doubling to ~33 s]; they are fixed by the first call for
+  /// a service.
   std::shared_ptr<client_metrics>
   client(const std::string& service,
          prometheus::Histogram::BucketBoundaries buckets = {});

@@ -367,6 +367,20 @@ TEST(MetricsRegistry, Case24HistogramBucketsAreCumulativeAndInfIsTheCount) {
             std::string::npos);
 }
 
+TEST(MetricsRegistry, ClientMetricsOutliveTheRegistryObject) {
+  std::shared_ptr<client_metrics> m;
+  std::weak_ptr<prometheus::Registry> families;
+  {
+    metrics_registry reg;
+    m = reg.client("users");
+    families = reg.registry();
+  }
+  EXPECT_FALSE(families.expired());
+  m->record(answered(0.5)); // no dangling family reference
+  m.reset();
+  EXPECT_TRUE(families.expired());
+}
+
 TEST(MetricsRegistry, OneClientMetricsPerServiceAndBothSourcesSerialized) {
   metrics_registry reg;
   auto a = reg.client("users");
