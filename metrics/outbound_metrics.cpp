@@ -5,6 +5,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -31,6 +32,26 @@ public:
              label_list labels, double value) {
     auto& m = add(name, help, MetricType::Gauge, std::move(labels));
     m.gauge.value = value;
+  }
+
+  /// A histogram from per-bucket (non-cumulative) counts; `counts` has one
+  /// entry more than `bounds` (the +Inf bucket).
+  template <class Bounds, class Counts>
+  void histogram(const std::string& name, const std::string& help,
+                 label_list labels, const Bounds& bounds,
+                 const Counts& counts, double sum) {
+    auto& m = add(name, help, MetricType::Histogram, std::move(labels));
+    uint64_t cumulative = 0;
+    for (std::size_t i = 0; i < bounds.size(); ++i) {
+      cumulative += counts[i];
+      m.histogram.bucket.push_back(
+        {cumulative, static_cast<double>(bounds[i])});
+    }
+    cumulative += counts[bounds.size()];
+    m.histogram.bucket.push_back(
+      {cumulative, std::numeric_limits<double>::infinity()});
+    m.histogram.sample_count = cumulative;
+    m.histogram.sample_sum = sum;
   }
 
   std::vector<MetricFamily> take() {
@@ -323,6 +344,9 @@ std::vector<prometheus::MetricFamily> snapshot_collector::Collect() const {
                 "Callers that joined a batch", l, as_double(s.batches.joined));
     out.counter("outbound_coalesce_rpcs_total", "Batched RPCs started", l,
                 as_double(s.batches.rpcs));
+    out.histogram("outbound_coalesce_batch_size",
+                  "Waiters per batched RPC sent", l, coalesce_batch_bounds,
+                  s.batch_sizes, as_double(s.batch_size_sum));
     out.counter("outbound_coalesce_attempts_total",
                 "Exchanges sent to the oracle (each discovery attempt)", l,
                 as_double(s.attempts));

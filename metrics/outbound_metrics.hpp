@@ -111,6 +111,7 @@ inline constexpr const char* other_feeds_label = "_other";
 /// | outbound_coalesce_calls_total           | counter | service, outcome="ok"\|"error" | get_ts/get_seq calls answered |
 /// | outbound_coalesce_waiters_total         | counter | service | callers that joined a batch |
 /// | outbound_coalesce_rpcs_total            | counter | service | batched RPCs (mean batch size = rate(waiters)/rate(rpcs)) |
+/// | outbound_coalesce_batch_size            | histogram | service | waiters per RPC sent (buckets 1, 2, 4, ..., 4096, +Inf) |
 /// | outbound_coalesce_attempts_total        | counter | service | exchanges sent (each discovery attempt) |
 /// | outbound_coalesce_rejected_total        | counter | service, reason="backpressure"\|"invalid" | callers refused at entry |
 /// | outbound_coalesce_cancelled_total       | counter | service | waiters that left (their own timeout) |

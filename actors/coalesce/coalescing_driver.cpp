@@ -9,6 +9,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include <algorithm>
 #include <random>
 #include <unordered_map>
 
@@ -424,6 +425,12 @@ void start_rpc(self_ptr self, rpc_plan plan) {
   auto& st = self->state;
   auto now = now_of(self);
   auto id = plan.rpc_id;
+  auto n = plan.parts.size();
+  auto b = std::lower_bound(coalesce_batch_bounds.begin(),
+                            coalesce_batch_bounds.end(), n)
+           - coalesce_batch_bounds.begin();
+  ++st.stats.batch_sizes[static_cast<std::size_t>(b)];
+  st.stats.batch_size_sum += n;
   auto& run = st.rpcs[id];
   run.plan = std::move(plan);
   run.dc.emplace(*st.leaders, run.plan.kind == waiter_kind::seq, now);

@@ -38,6 +38,7 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -98,8 +99,17 @@ struct coalesce_reply {
   uint32_t batch_waiters = 0;
 };
 
+/// Upper bounds of the batch-size histogram (waiters per RPC): 1, 2, 4, ...,
+/// 4096; one more bucket counts the larger batches (+Inf).
+inline constexpr std::array<uint32_t, 13> coalesce_batch_bounds{
+  1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+
 /// Counters and state of a driver: the answer to `stats_atom`.
 struct coalesce_stats {
+  /// Waiters per RPC sent: counts per bucket of coalesce_batch_bounds (NOT
+  /// cumulative; the last entry is the +Inf bucket), and their sum.
+  std::array<uint64_t, coalesce_batch_bounds.size() + 1> batch_sizes{};
+  uint64_t batch_size_sum = 0;
   batcher_stats batches;
   leader_stats leader;
   /// Calls answered (served or failed).

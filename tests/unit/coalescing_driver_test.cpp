@@ -327,6 +327,9 @@ TEST_F(CoalescingDriver, ACrowdArrivingTogetherRidesOneRpcAfterTheFlush) {
   ASSERT_EQ(node(A).seen.size(), 1u);
   EXPECT_EQ(node(A).seen[0].first.at("count").as_int64(), 100);
   EXPECT_EQ(ms(node(A).seen[0].second - t0_), 1);
+  auto st = stats();
+  EXPECT_EQ(st.batch_sizes[7], 1u) << "one RPC in the (64, 128] bucket";
+  EXPECT_EQ(st.batch_size_sum, 100u);
 }
 
 TEST_F(CoalescingDriver, WaitersArrivingDuringAnRpcGoInTheNextBatchAtOnce) {

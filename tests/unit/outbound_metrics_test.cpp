@@ -177,6 +177,10 @@ TEST(SnapshotCollector, CoalescerCountersAndGauges) {
   s.in_flight = 1;
   s.leader_endpoint = "http://10.0.0.1:7000";
   s.transports = 3;
+  s.batch_sizes[0] = 1;  // one RPC of 1 waiter
+  s.batch_sizes[2] = 2;  // two of 3..4
+  s.batch_sizes[13] = 1; // one over 4096
+  s.batch_size_sum = 1 + 3 + 4 + 5000;
   c.set_coalescer("oracle", s);
   auto all = c.Collect();
   EXPECT_EQ(family_text(all, "outbound_coalesce_calls_total"),
@@ -215,6 +219,21 @@ TEST(SnapshotCollector, CoalescerCountersAndGauges) {
             std::string::npos);
   EXPECT_NE(body.find("# TYPE outbound_coalesce_rpcs_total counter\n"),
             std::string::npos);
+  // The batch-size histogram is cumulative and ends at +Inf = count.
+  auto h = lines_starting(body, "outbound_coalesce_batch_size");
+  ASSERT_EQ(h.size(), 16u); // 14 buckets, count, sum
+  EXPECT_EQ(h[0], "outbound_coalesce_batch_size_count{service=\"oracle\"} 4");
+  EXPECT_EQ(h[1], "outbound_coalesce_batch_size_sum{service=\"oracle\"} 5008");
+  EXPECT_EQ(h[2],
+            "outbound_coalesce_batch_size_bucket{service=\"oracle\",le=\"1\"} 1");
+  EXPECT_EQ(h[3],
+            "outbound_coalesce_batch_size_bucket{service=\"oracle\",le=\"2\"} 1");
+  EXPECT_EQ(h[4],
+            "outbound_coalesce_batch_size_bucket{service=\"oracle\",le=\"4\"} 3");
+  EXPECT_EQ(h[14], "outbound_coalesce_batch_size_bucket{service=\"oracle\","
+                   "le=\"4096\"} 3");
+  EXPECT_EQ(h[15], "outbound_coalesce_batch_size_bucket{service=\"oracle\","
+                   "le=\"+Inf\"} 4");
 }
 
 feed_stats feed(uint64_t events, bool connected, int64_t cursor) {
