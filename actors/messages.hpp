@@ -121,6 +121,9 @@ struct client_event {
   std::string outcome;
   /// answered / failed: call latency in nanoseconds (actor clock).
   int64_t latency_ns = 0;
+  /// answered: bytes of the response body as read (after de-chunking; 0
+  /// when an over-cap error body was dropped).
+  uint64_t response_bytes = 0;
 };
 
 /// Counters of a connection pool: the answer of the pool actor to

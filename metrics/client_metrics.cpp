@@ -41,7 +41,11 @@ client_metrics::client_metrics(prometheus::Registry& registry,
     responses_(prometheus::BuildCounter()
                  .Name("outbound_client_responses_total")
                  .Help("Calls answered with an HTTP status, by status class")
-                 .Register(registry)) {
+                 .Register(registry)),
+    response_size_(prometheus::BuildHistogram()
+                     .Name("outbound_client_response_size_bytes")
+                     .Help("Response body bytes of answered calls")
+                     .Register(registry)) {
 }
 
 std::string client_metrics::status_class(int status) {
@@ -85,6 +89,7 @@ void client_metrics::record(const client_event& ev) {
                 {"status_class", status_class(ev.status)}})
           .Increment();
       prometheus::Histogram* h;
+      prometheus::Histogram* size = nullptr;
       {
         std::lock_guard<std::mutex> guard{mtx_};
         auto& slot = duration_by_method_[ev.method];
@@ -92,8 +97,22 @@ void client_metrics::record(const client_event& ev) {
           slot = &duration_.Add({{"service", service_}, {"method", ev.method}},
                                 buckets_);
         h = slot;
+        if (ev.kind == event_kind::answered) {
+          auto& s = size_by_method_[ev.method];
+          if (!s) {
+            // 64 B, 256 B, ..., 64 MiB: the body cap's range (32 MiB).
+            prometheus::Histogram::BucketBoundaries b;
+            for (double x = 64; x <= 64.0 * 1024 * 1024; x *= 4)
+              b.push_back(x);
+            s = &response_size_.Add(
+              {{"service", service_}, {"method", ev.method}}, b);
+          }
+          size = s;
+        }
       }
       h->Observe(static_cast<double>(ev.latency_ns) / 1e9);
+      if (size)
+        size->Observe(static_cast<double>(ev.response_bytes));
       break;
     }
   }

@@ -33,6 +33,7 @@ namespace outbound {
 /// | outbound_client_redials_total               | counter   | service |
 /// | outbound_client_request_duration_seconds    | histogram | service, method |
 /// | outbound_client_responses_total             | counter   | service, method, status_class |
+/// | outbound_client_response_size_bytes         | histogram | service, method (bodies of answered calls; buckets 64 B x4 .. 64 MiB) |
 ///
 /// A service's whole-request view; the snapshot families of the other
 /// actors (hedging, coalescing, feeds, pools) are in
@@ -69,8 +70,10 @@ private:
   prometheus::Counter& redials_;
   prometheus::Family<prometheus::Histogram>& duration_;
   prometheus::Family<prometheus::Counter>& responses_;
+  prometheus::Family<prometheus::Histogram>& response_size_;
   std::mutex mtx_; // guards the lookups of label children below
   std::map<std::string, prometheus::Histogram*> duration_by_method_;
+  std::map<std::string, prometheus::Histogram*> size_by_method_;
 };
 
 } // namespace outbound

@@ -321,6 +321,17 @@ std::vector<prometheus::MetricFamily> snapshot_collector::Collect() const {
       out.counter("outbound_breaker_opens_total",
                   "Hedge breaker transitions to open", l,
                   as_double(b.snapshot.opens));
+      for (auto [to, n] : {std::pair<const char*, uint64_t>{
+                             "open", b.snapshot.opens},
+                           {"half_open", b.snapshot.half_opens},
+                           {"closed", b.snapshot.closes}})
+        out.counter("outbound_breaker_transitions_total",
+                    "Hedge breaker transitions, by the phase entered",
+                    {{"key", b.key},
+                     {"scope", to_string(b.scope)},
+                     {"service", service},
+                     {"to", to}},
+                    as_double(n));
       out.gauge("outbound_breaker_window_samples",
                 "Calls in the breaker's error-rate window", l,
                 as_double(b.snapshot.samples));

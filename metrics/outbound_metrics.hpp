@@ -100,7 +100,8 @@ inline constexpr const char* other_feeds_label = "_other";
 /// | outbound_hedge_budget_tokens            | gauge   | service, key | tokens in the key's bucket |
 /// | outbound_hedge_delay_seconds            | gauge   | service, key | delay the next request would wait before hedging |
 /// | outbound_breaker_state                  | gauge   | service, scope, key | 0 closed, 1 open, 2 half-open |
-/// | outbound_breaker_opens_total            | counter | service, scope, key | transitions to OPEN (the only transition the breaker counts) |
+/// | outbound_breaker_opens_total            | counter | service, scope, key | transitions to OPEN |
+/// | outbound_breaker_transitions_total      | counter | service, scope, key, to="open"\|"half_open"\|"closed" | transitions by the phase entered |
 /// | outbound_breaker_window_samples         | gauge   | service, scope, key | calls in the error-rate window |
 /// | outbound_breaker_window_failures        | gauge   | service, scope, key | failed calls in the window |
 ///

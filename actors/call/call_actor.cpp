@@ -292,6 +292,7 @@ void finish_response(self_ptr self, http_response resp) {
   ev.attempts = o.attempts;
   ev.outcome = o.ok ? "ok" : to_string(o.error.kind);
   ev.latency_ns = latency_ns(self);
+  ev.response_bytes = resp.body.size();
   emit(self, std::move(ev));
   o.headers = std::move(resp.headers);
   deliver(self, std::move(o));

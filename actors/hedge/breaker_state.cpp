@@ -81,6 +81,7 @@ breaker_allow breaker_state::allow(hedge_time now) {
       return r;
     }
     phase_ = breaker_phase::half_open;
+    ++half_opens_;
     ++generation_;
     permits_out_ = trials_ = trial_failures_ = 0;
     r.transition = breaker_transition::half_opened;
@@ -131,6 +132,7 @@ breaker_transition breaker_state::complete_probe(uint64_t generation,
     return breaker_transition::opened;
   }
   phase_ = breaker_phase::closed;
+  ++closes_;
   permits_out_ = trials_ = trial_failures_ = 0;
   cur_samples_ = cur_failures_ = prev_samples_ = prev_failures_ = 0;
   window_start_ = now;
@@ -155,6 +157,8 @@ breaker_snapshot breaker_state::snapshot(hedge_time now) {
   s.trials = trials_;
   s.trial_failures = trial_failures_;
   s.opens = opens_;
+  s.half_opens = half_opens_;
+  s.closes = closes_;
   return s;
 }
 

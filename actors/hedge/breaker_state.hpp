@@ -93,6 +93,10 @@ struct breaker_snapshot {
   int trial_failures = 0;
   /// OPEN transitions so far.
   uint64_t opens = 0;
+  /// HALF-OPEN transitions (cooldown over) and CLOSED transitions (probes
+  /// passed) so far.
+  uint64_t half_opens = 0;
+  uint64_t closes = 0;
 };
 
 /// One breaker (see the header comment).
@@ -153,6 +157,8 @@ private:
   int trials_ = 0;
   int trial_failures_ = 0;
   uint64_t opens_ = 0;
+  uint64_t half_opens_ = 0;
+  uint64_t closes_ = 0;
 };
 
 /// The result of the breaker gate of one hedge.

@@ -77,3 +77,32 @@ TEST(ClientMetrics, EventsDriveCountersWithBoundedLabels) {
   auto text = prometheus::TextSerializer{}.Serialize(reg.Collect());
   EXPECT_EQ(text.find("r1"), std::string::npos);
 }
+
+TEST(ClientMetrics, ResponseSizesAreAHistogramOfAnsweredBodies) {
+  prometheus::Registry reg;
+  client_metrics m{reg, "billing"};
+  for (uint64_t bytes : {0u, 64u, 65u, 5000u}) {
+    auto a = ev(event_kind::answered);
+    a.outcome = "ok";
+    a.response_bytes = bytes;
+    m.record(a);
+  }
+  auto f = ev(event_kind::failed); // no body: not observed
+  f.outcome = "service_unavailable";
+  m.record(f);
+  auto text = prometheus::TextSerializer{}.Serialize(reg.Collect());
+  auto has = [&](const std::string& line) {
+    return text.find(line + "\n") != std::string::npos;
+  };
+  EXPECT_TRUE(has("outbound_client_response_size_bytes_count{method=\"GET\","
+                  "service=\"billing\"} 4"))
+    << text;
+  EXPECT_TRUE(has("outbound_client_response_size_bytes_sum{method=\"GET\","
+                  "service=\"billing\"} 5129"));
+  EXPECT_TRUE(has("outbound_client_response_size_bytes_bucket{method=\"GET\","
+                  "service=\"billing\",le=\"64\"} 2"));
+  EXPECT_TRUE(has("outbound_client_response_size_bytes_bucket{method=\"GET\","
+                  "service=\"billing\",le=\"256\"} 3"));
+  EXPECT_TRUE(has("outbound_client_response_size_bytes_bucket{method=\"GET\","
+                  "service=\"billing\",le=\"16384\"} 4"));
+}

@@ -103,6 +103,8 @@ TEST(BreakerState, HalfOpensLazilyAfterCooldownAndClosesOnGoodTrials) {
   EXPECT_EQ(b.phase(), breaker_phase::closed);
   EXPECT_EQ(b.snapshot(t0 + seconds(22)).samples, 0u);
   EXPECT_EQ(b.snapshot(t0 + seconds(22)).opens, 2u);
+  EXPECT_EQ(b.snapshot(t0 + seconds(22)).half_opens, 2u);
+  EXPECT_EQ(b.snapshot(t0 + seconds(22)).closes, 1u);
 }
 
 TEST(BreakerState, ReleasedPermitIsNotATrialAndIsHandedOutAgain) {

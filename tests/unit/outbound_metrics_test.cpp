@@ -122,6 +122,8 @@ TEST(SnapshotCollector, BreakerStateIsZeroClosedOneOpenTwoHalfOpen) {
   breaker_key_snapshot ep{breaker_scope::endpoint, "endpoint:user", {}};
   ep.snapshot.phase = breaker_phase::half_open;
   ep.snapshot.opens = 1;
+  ep.snapshot.half_opens = 1;
+  ep.snapshot.closes = 0;
   breaker_key_snapshot closed{breaker_scope::endpoint, "endpoint:list", {}};
   c.set_breakers("users", {host, ep, closed});
   auto all = c.Collect();
@@ -146,6 +148,14 @@ TEST(SnapshotCollector, BreakerStateIsZeroClosedOneOpenTwoHalfOpen) {
             "outbound_breaker_opens_total{key=\"endpoint:list\",scope="
             "\"endpoint\",service=\"users\"} 0\n");
   auto body = text(all);
+  EXPECT_EQ(lines_starting(body, "outbound_breaker_transitions_total{key=\"endpoint:user\""),
+            (std::vector<std::string>{
+              "outbound_breaker_transitions_total{key=\"endpoint:user\","
+              "scope=\"endpoint\",service=\"users\",to=\"open\"} 1",
+              "outbound_breaker_transitions_total{key=\"endpoint:user\","
+              "scope=\"endpoint\",service=\"users\",to=\"half_open\"} 1",
+              "outbound_breaker_transitions_total{key=\"endpoint:user\","
+              "scope=\"endpoint\",service=\"users\",to=\"closed\"} 0"}));
   EXPECT_EQ(lines_starting(body, "outbound_breaker_window_failures{"),
             (std::vector<std::string>{
               "outbound_breaker_window_failures{key=\"host:api:443\",scope="
