@@ -599,7 +599,7 @@ TEST(RealPrometheus, ScrapesTheDemoWithTheShippedConfigAndEvaluatesTheRules) {
   for (const char* rule :
        {"outbound:client_requests:rate1m", "outbound:client_errors:ratio_rate1m",
         "outbound:feed_events:rate1m", "outbound:hedge_fired:ratio_rate1m",
-        "outbound:feed_lag_events"}) {
+        "outbound:feed_lag_events:max"}) {
     json::array r;
     auto rule_until = std::chrono::steady_clock::now() + 30s;
     while (std::chrono::steady_clock::now() < rule_until) {
@@ -612,11 +612,10 @@ TEST(RealPrometheus, ScrapesTheDemoWithTheShippedConfigAndEvaluatesTheRules) {
   }
   auto rps = prom_query(prom_port, "outbound:client_requests:rate1m{service=\"demo\"}");
   EXPECT_GT(first_value(rps), 0.0);
-  // 10 labelled ledger feeds, each behind the head by less than the alert's
-  // 1000 events (a feed's position is the last event of its subject group).
-  auto lag = prom_query(prom_port, "outbound:feed_lag_events");
+  // 10 labelled ledger feeds, none past the alert's 1000 events.
+  auto lag = prom_query(prom_port, "outbound_feed_lag_events{mode=\"ledger\"}");
   EXPECT_EQ(lag.size(), 10u);
-  auto lagging = prom_query(prom_port, "outbound:feed_lag_events > 1000");
+  auto lagging = prom_query(prom_port, "outbound_feed_lag_events > 1000");
   EXPECT_TRUE(lagging.empty()) << json::serialize(lagging);
 
   prom.signal(SIGTERM);
