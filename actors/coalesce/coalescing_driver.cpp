@@ -320,6 +320,12 @@ void fail_rpc(self_ptr self, uint64_t rpc_id, const discovery_action& a) {
       && a.error == discovery_error::fatal
       && it->second.last_error == transport_error_kind::tls)
     kind = error_kind::service_unavailable;
+  // A 2xx body over the cap is the server's fault: response_error (exit 6),
+  // as in `outbound request` (protocol/errors.hpp), not config_error.
+  if (auto it = st.rpcs.find(rpc_id); it != st.rpcs.end()
+      && a.error == discovery_error::fatal
+      && it->second.last_error == transport_error_kind::too_large)
+    kind = error_kind::response_error;
   auto it = st.rpcs.find(rpc_id);
   bool nothing_sent = it != st.rpcs.end() && !it->second.maybe_sent;
   deliver_all(self, ds, {}, a.attempts, kind, nothing_sent);

@@ -413,7 +413,7 @@ TEST_F(CoalesceHostile, DISABLED_AHugeEpochStringIsNotCopiedToEveryWaiter) {
   }
 }
 
-TEST_F(CoalesceHostile, DISABLED_BodyOverTheCapIsAResponseErrorForTsAndUncertainForSeq) {
+TEST_F(CoalesceHostile, BodyOverTheCapIsAResponseErrorForTsAndUncertainForSeq) {
   exchange_result big;
   big.error = transport_error_kind::too_large;
   big.request_sent = true;
