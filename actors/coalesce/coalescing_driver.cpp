@@ -163,6 +163,10 @@ transport_actor transport_for(self_ptr self, const std::string& key) {
   auto& st = self->state;
   if (auto it = st.transports.find(key); it != st.transports.end())
     return it->second;
+  // Drop the transports of endpoints the hint LRU evicted before adding
+  // one: a chain of redirects within one RPC never holds more than the
+  // configured + max_hinted_endpoints (+ those in use) transports.
+  sweep_transports(self);
   // Keys come from leader_state: always "scheme://host:port".
   auto ep = parse_oracle_endpoint(key, st.cfg.tls, endpoint_origin::configured);
   if (!ep)

@@ -535,7 +535,7 @@ TEST_F(CoalesceHostile, AStaleEpochHintNeverMovesTheCachedLeader) {
     EXPECT_EQ(b->reply->endpoint, C); // reached by rotation, not the hint
 }
 
-TEST_F(CoalesceHostile, DISABLED_HintsToManyDistinctEndpointsKeepTheTransportsBounded) {
+TEST_F(CoalesceHostile, HintsToManyDistinctEndpointsKeepTheTransportsBounded) {
   // A chain of unconfigured followers, each hinting at the next with a
   // rising epoch; the 30th stalls. Mid-RPC and after it, at most 3
   // configured + 8 hinted transports may live.
