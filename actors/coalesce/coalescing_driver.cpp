@@ -212,6 +212,42 @@ std::optional<uint64_t> u64_field(const json::object& o, const char* name) {
   return std::nullopt;
 }
 
+/// Number of keys of the top-level object of `body`, which json::parse
+/// accepted (so strings and nesting are well formed): a key is a string at
+/// depth 1 followed by ':'.
+std::size_t top_level_keys(const std::string& body) {
+  std::size_t n = 0;
+  int depth = 0;
+  for (std::size_t i = 0; i < body.size(); ++i) {
+    char c = body[i];
+    if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    } else if (c == '"') {
+      for (++i; i < body.size() && body[i] != '"'; ++i)
+        if (body[i] == '\\')
+          ++i;
+      if (depth != 1)
+        continue;
+      auto j = body.find_first_not_of(" \t\r\n", i + 1);
+      if (j != std::string::npos && body[j] == ':')
+        ++n;
+    }
+  }
+  return n;
+}
+
+/// The top-level object of a 2xx body, or nullptr when the body is not a
+/// JSON object or repeats a key (ambiguous: json::parse keeps the last
+/// one, another reader the first; never served).
+const json::object* unambiguous_object(const json::value& v,
+                                       const std::string& body) {
+  if (!v.is_object() || top_level_keys(body) != v.as_object().size())
+    return nullptr;
+  return &v.as_object();
+}
+
 /// Parses a 2xx body. A body that does not parse, or fields out of range,
 /// give default values (count 0): the batcher reports the violation (ts)
 /// or the uncertainty (seq).
@@ -219,9 +255,10 @@ ts_response parse_ts(const std::string& body) {
   ts_response r;
   json::error_code ec;
   auto v = json::parse(body, ec);
-  if (ec || !v.is_object())
+  auto* obj = ec ? nullptr : unambiguous_object(v, body);
+  if (!obj)
     return r;
-  auto& o = v.as_object();
+  auto& o = *obj;
   auto phys = u64_field(o, "physical_ms");
   auto logical = u64_field(o, "logical_start");
   auto count = u64_field(o, "count");
@@ -240,9 +277,10 @@ seq_response parse_seq(const std::string& body) {
   seq_response r;
   json::error_code ec;
   auto v = json::parse(body, ec);
-  if (ec || !v.is_object())
+  auto* obj = ec ? nullptr : unambiguous_object(v, body);
+  if (!obj)
     return r;
-  auto& o = v.as_object();
+  auto& o = *obj;
   auto start = u64_field(o, "start");
   auto count = u64_field(o, "count");
   if (!start || !count || *count > UINT32_MAX)
