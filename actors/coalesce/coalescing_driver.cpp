@@ -248,6 +248,17 @@ const json::object* unambiguous_object(const json::value& v,
   return &v.as_object();
 }
 
+/// The body's "epoch" if it is a decimal leader epoch (1..20 digits, at
+/// most 2^64-1, as hints carry it), else "": a hostile 60 KB epoch is never
+/// copied to every waiter of a batch (ts is served without it, seq becomes
+/// uncertain: check_seq_response wants an epoch).
+std::string decimal_epoch(const json::object& o) {
+  auto* e = o.if_contains("epoch");
+  if (!e || !e->is_string() || !parse_leader_epoch(e->as_string()))
+    return {};
+  return std::string{e->as_string()};
+}
+
 /// Parses a 2xx body. A body that does not parse, or fields out of range,
 /// give default values (count 0): the batcher reports the violation (ts)
 /// or the uncertainty (seq).
@@ -268,8 +279,7 @@ ts_response parse_ts(const std::string& body) {
   r.physical_ms = *phys;
   r.logical_start = static_cast<uint32_t>(*logical);
   r.count = static_cast<uint32_t>(*count);
-  if (auto* e = o.if_contains("epoch"); e && e->is_string())
-    r.epoch = std::string{e->as_string()};
+  r.epoch = decimal_epoch(o);
   return r;
 }
 
@@ -287,8 +297,7 @@ seq_response parse_seq(const std::string& body) {
     return r;
   r.start = *start;
   r.count = static_cast<uint32_t>(*count);
-  if (auto* e = o.if_contains("epoch"); e && e->is_string())
-    r.epoch = std::string{e->as_string()};
+  r.epoch = decimal_epoch(o);
   return r;
 }
 

@@ -91,7 +91,9 @@ struct coalesce_reply {
   ts_range ts;
   /// seq: the caller's block.
   seq_block seq;
-  /// The leader epoch of the answering response, as received.
+  /// The leader epoch of the answering response, as received when it is a
+  /// decimal of 1..20 digits (<= 2^64-1); else empty (ts is served without
+  /// it; seq fails uncertain_outcome).
   std::string epoch;
   /// The endpoint key that served ("http://host:port").
   std::string endpoint;
