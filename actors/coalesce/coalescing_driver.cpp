@@ -10,6 +10,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <unordered_map>
 
@@ -553,7 +554,9 @@ caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
   }
   auto rp = self->make_response_promise<coalesce_reply>();
   st.waiters.emplace(w.id, waiter_slot{rp, w.kind});
-  if (timeout > 0) {
+  // NaN, +-inf and <= 0: no timeout of its own (coalesce_seconds would turn
+  // +inf into 0, an immediate deadline_exceeded).
+  if (std::isfinite(timeout) && timeout > 0) {
     auto delay = coalesce_seconds(timeout);
     self->delayed_send(caf::actor_cast<coalescing_driver_actor>(self), delay,
                        timeout_atom_v, w.id);

@@ -59,8 +59,8 @@ struct ts_call {
   /// The caller's own deadline in seconds from its entry into the driver;
   /// when it passes, the caller gets deadline_exceeded and leaves (the
   /// other waiters are not disturbed; the RPC is cancelled only when every
-  /// waiter of it has gone). 0: none beyond the RPC's own retry policy.
-  /// [0]
+  /// waiter of it has gone). 0, negative, NaN or infinite: none beyond the
+  /// RPC's own retry policy. [0]
   double timeout = 0;
 };
 
