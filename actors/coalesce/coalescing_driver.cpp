@@ -607,10 +607,16 @@ driver_impl(self_ptr self, coalesce_config cfg, coalesce_options opts,
       if (st.waiters.count(waiter_id) == 0)
         return;
       auto c = st.batches->cancel(waiter_id, now_of(self));
+      // Nothing sent for it only if it never rode an RPC, or the RPC it
+      // rode (cancelled now) never reached a server and is not on the wire.
+      bool nothing_sent = c.result == cancel_result::removed
+                          || c.result == cancel_result::not_found;
+      if (c.result == cancel_result::rpc_cancelled)
+        if (auto it = st.rpcs.find(c.rpc_to_cancel); it != st.rpcs.end())
+          nothing_sent = !it->second.maybe_sent && !it->second.in_exchange;
       coalesce_reply r;
       r.error = make_error(error_kind::deadline_exceeded,
-                           "the call's timeout passed",
-                           c.result != cancel_result::abandoned_in_flight);
+                           "the call's timeout passed", nothing_sent);
       answer(self, waiter_id, std::move(r));
       if (c.result == cancel_result::rpc_cancelled) {
         auto it = st.rpcs.find(c.rpc_to_cancel);

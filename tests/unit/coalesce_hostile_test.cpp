@@ -783,7 +783,7 @@ TEST_F(CoalesceHostile, CallersThatAllTimeOutDuringABackoffEndTheRpc) {
   EXPECT_LE(total_requests(), 2u) << "no attempt after every caller left";
 }
 
-TEST_F(CoalesceHostile, DISABLED_SeqCallersThatAllTimeOutInFlightAreNotToldNothingWasSent) {
+TEST_F(CoalesceHostile, SeqCallersThatAllTimeOutInFlightAreNotToldNothingWasSent) {
   // The request is on the wire (the leader stalls); every caller times out:
   // the RPC is cancelled, but the block may be spent.
   all([](const http_request&) { return std::optional<exchange_result>{}; });
