@@ -577,6 +577,66 @@ TEST_F(CoalesceHostile, AHintToARefusingPortMovesOn) {
     << "followed at most once per pass";
 }
 
+TEST_F(CoalesceHostile, AnEndlessChainOfFreshHintsEndsAtTheRedirectCap) {
+  // Every node hints at a new endpoint with a rising epoch, forever.
+  auto next = std::make_shared<int>(1);
+  auto hop = [next](const http_request&) {
+    int i = (*next)++;
+    return std::optional{answer(
+      421, "", {{"leader-hint", "10.2." + std::to_string(i / 250) + "."
+                                  + std::to_string(i % 250 + 1)
+                                  + ":7000; epoch=" + std::to_string(i)}})};
+  };
+  all(hop);
+  net_->make_unknown = [hop](const std::string&) -> node_script {
+    return hop;
+  };
+  auto b = ts(1);
+  ASSERT_TRUE(run_to_quiescence());
+  EXPECT_EQ(failed(b), error_kind::request_error) << "redirect_cap";
+  auto s = stats();
+  EXPECT_EQ(s.rpc_errors_by_cause["redirect_cap"], 1u);
+  // 64 hints counted; the 17th of each of the first three passes ends its
+  // pass (per-pass cap, an election signal) instead of being followed.
+  EXPECT_EQ(s.redirects, 61u);
+  EXPECT_LE(s.transports, 3u + 8u);
+  EXPECT_LE(b->at - t0_, 10s);
+}
+
+TEST_F(CoalesceHostile, AHintWithTheLargestEpochToADeadPortDoesNotStopService) {
+  // A hostile follower seats a dead endpoint at epoch 2^64-1: until its TTL
+  // runs out every RPC tries it first and real hints look stale, but the
+  // configured leader is still reached by rotation: no call fails.
+  node(A).script = follower("127.0.0.1:1; epoch=18446744073709551615");
+  node(B).script = good_leader(3);
+  node(C).script = follower("10.0.0.2:7000; epoch=3");
+  for (int i = 0; i < 6; ++i) {
+    auto b = ts(1);
+    ASSERT_TRUE(run_to_quiescence());
+    EXPECT_EQ(ok(b).endpoint, B) << i;
+  }
+  // After the TTL (30 s) without a success at the dead endpoint, B is the
+  // leader again.
+  advance(31s);
+  node(A).script = follower("10.0.0.2:7000; epoch=3");
+  auto b = ts(1);
+  ASSERT_TRUE(run_to_quiescence());
+  EXPECT_EQ(ok(b).endpoint, B);
+  EXPECT_EQ(stats().leader_endpoint, B);
+}
+
+TEST_F(CoalesceHostile, ThrottledSeqIsRetriedNotUncertain) {
+  // 429 / 503 refuse before processing: a seq RPC may be retried.
+  node(A).script = always(answer(503, ""));
+  node(B).script = always(answer(429, ""));
+  node(C).script = good_leader(1);
+  auto s = seq("k", 2);
+  ASSERT_TRUE(run_to_quiescence());
+  EXPECT_EQ(ok(s).seq.start, 1u);
+  EXPECT_EQ(ok(s).seq.count, 2u);
+  EXPECT_EQ(node(C).seen.size(), 1u);
+}
+
 // -- other statuses -----------------------------------------------------------
 
 TEST_F(CoalesceHostile, RedirectsAreNeverFollowed) {
