@@ -397,6 +397,7 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
                    || r.error == transport_error_kind::none;
   attempt_report rep;
   rep.cls = classify_attempt(r.error, r.request_sent, r.response.status);
+  rep.unreachable = r.error == transport_error_kind::connect;
   if (rep.cls == attempt_class::not_leader) {
     if (auto* h = find_header(r.response.headers, leader_hint_header))
       rep.hint = *h;

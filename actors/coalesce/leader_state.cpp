@@ -200,6 +200,13 @@ std::optional<cached_leader> leader_state::leader(coalesce_time now) const {
   return std::nullopt;
 }
 
+bool leader_state::forget(const std::string& endpoint) {
+  if (!cache_ || cache_->endpoint != endpoint)
+    return false;
+  cache_.reset();
+  return true;
+}
+
 bool leader_state::configured(const std::string& endpoint) const {
   return std::find(endpoints_.begin(), endpoints_.end(), endpoint)
          != endpoints_.end();
@@ -564,6 +571,8 @@ discovery_action discovery_call::on_result(leader_state& ls,
       return after_failure(ls, r.cls, now, rng);
     }
     case attempt_class::refused:
+      if (r.unreachable)
+        ls.forget(from);
       last_ = r.cls;
       last_detail_ = detail;
       return after_failure(ls, r.cls, now, rng);

@@ -239,6 +239,10 @@ public:
   /// endpoints when no leader is known).
   std::vector<std::string> begin_pass(coalesce_time now);
 
+  /// Drops the cached leader if it is `endpoint` (it proved unreachable).
+  /// Returns true if it was dropped.
+  bool forget(const std::string& endpoint);
+
   /// Records an endpoint learned from a hint. Configured endpoints are not
   /// recorded. Hint-only endpoints are kept LRU, at most
   /// max_hinted_endpoints: returns the evicted one (the owner drops its
@@ -351,6 +355,11 @@ struct attempt_report {
   std::optional<uint64_t> epoch;
   /// A short description for the final error (e.g. "connect refused").
   std::string detail;
+  /// refused: the TCP connect itself failed (nothing listens there). If
+  /// the endpoint is the cached leader it is forgotten, so a leader seated
+  /// from a hint (even at the largest epoch) that cannot be reached does not
+  /// hold the cache and the epoch guard until its TTL runs out.
+  bool unreachable = false;
 };
 
 /// The discovery loop of one driver RPC. Use: start() → act on the action

@@ -604,9 +604,10 @@ TEST_F(CoalesceHostile, AnEndlessChainOfFreshHintsEndsAtTheRedirectCap) {
 }
 
 TEST_F(CoalesceHostile, AHintWithTheLargestEpochToADeadPortDoesNotStopService) {
-  // A hostile follower seats a dead endpoint at epoch 2^64-1: until its TTL
-  // runs out every RPC tries it first and real hints look stale, but the
-  // configured leader is still reached by rotation: no call fails.
+  // A hostile follower seats a dead endpoint at epoch 2^64-1. The first
+  // refused connect to it drops it from the cache (it is not a leader), so
+  // the real leader's success seats it again: no call fails, and once B is
+  // cached the calls go straight to it.
   node(A).script = follower("127.0.0.1:1; epoch=18446744073709551615");
   node(B).script = good_leader(3);
   node(C).script = follower("10.0.0.2:7000; epoch=3");
@@ -614,6 +615,7 @@ TEST_F(CoalesceHostile, AHintWithTheLargestEpochToADeadPortDoesNotStopService) {
     auto b = ts(1);
     ASSERT_TRUE(run_to_quiescence());
     EXPECT_EQ(ok(b).endpoint, B) << i;
+    EXPECT_EQ(stats().leader_endpoint, B) << i;
   }
   // After the TTL (30 s) without a success at the dead endpoint, B is the
   // leader again.
