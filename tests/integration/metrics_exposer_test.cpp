@@ -207,7 +207,18 @@ TEST(MetricsExposer, ServesLiveFamiliesOfEverySourceAndPromtoolAcceptsThem) {
   }
   ASSERT_EQ(requests, 4u);
 
-  auto r = http_get(ex.port(), "/metrics");
+  // The calls' events reach client_metrics through the observer actor,
+  // asynchronously (CI under ASan once scraped before any was applied):
+  // wait, bounded, until the three answered calls show.
+  http_reply r;
+  for (int i = 0; i < 200; ++i) {
+    r = http_get(ex.port(), "/metrics");
+    if (r.body.find("outbound_client_request_duration_seconds_count{method="
+                    "\"GET\",service=\"hub\"} 3\n")
+        != std::string::npos)
+      break;
+    std::this_thread::sleep_for(50ms);
+  }
   ASSERT_EQ(r.status, 200) << r.head;
   auto& b = r.body;
   EXPECT_EQ(lines_of(b, "outbound_client_requests_total{"),
