@@ -139,7 +139,7 @@ struct feed_counters {
   std::atomic<uint64_t> events{0};
   std::atomic<uint64_t> resets{0};
   /// Resets by cause (index: reset_cause, gap is the last).
-  std::atomic<uint64_t> by_cause[static_cast<int>(reset_cause::gap) + 1] = {};
+  std::atomic<uint64_t> by_cause[reset_cause_count] = {};
 };
 
 /// Open-loop pacing shared by a pool of worker threads: call n is due at

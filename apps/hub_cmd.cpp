@@ -35,6 +35,9 @@ CLI::App* add_hub_command(CLI::App& app, hub_options& opts) {
   cmd->add_option("--retention", c.retention,
                   "Keep the last R ledger events (0 keeps all)")
     ->capture_default_str();
+  cmd->add_option("--ledger-file", c.ledger_file,
+                  "Keep the ledger in this file: a restarted hub serves the "
+                  "same ledger (same ids, same ledger epoch)");
   cmd->add_option("--replay-limit", c.replay_limit,
                   "Default and maximum replay page")
     ->capture_default_str();

@@ -65,6 +65,8 @@ std::string reset_line(const feed_reset& r) {
   o["new_seq"] = opt_json(r.new_seq);
   o["old_epoch"] = opt_json(r.old_epoch);
   o["new_epoch"] = opt_json(r.new_epoch);
+  o["lost_from"] = opt_json(r.lost_from);
+  o["lost_to"] = opt_json(r.lost_to);
   return boost::json::serialize(o);
 }
 
@@ -130,6 +132,10 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
   cmd->add_option("--cursor-field", n.cursor, "Replay page cursor field")
     ->capture_default_str();
   cmd->add_option("--reset-field", n.reset, "Replay page reset field")
+    ->capture_default_str();
+  cmd
+    ->add_option("--epoch-field", n.epoch,
+                 "Replay page (and ledger hello) incarnation id field")
     ->capture_default_str();
   cmd->add_option("--id-field", n.event_id, "Event id field")
     ->capture_default_str();

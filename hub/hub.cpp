@@ -151,6 +151,23 @@ hub::impl::impl(hub_config c)
   rng = s.rng;
   state.ring().restart(s.epoch);
   profile_seed = cfg.seed ? *cfg.seed : rng();
+  // The ledger lives in this process's memory, so each process is a new
+  // ledger incarnation: its epoch is drawn from std::random_device even
+  // with --seed, or a restarted hub with the same seed would pass for the
+  // old ledger (its watchers would wait for ids that never come).
+  std::random_device rd;
+  std::mt19937_64 ledger_rng{(static_cast<uint64_t>(rd()) << 32) ^ rd()
+                             ^ static_cast<uint64_t>(now_unix_ms())};
+  auto epoch = make_hub_epoch(ledger_rng);
+  if (!cfg.ledger_file.empty()) {
+    // Loaded events were visible before the restart: no lag for them.
+    state.ledger().set_visibility_lag(0);
+    lfile = std::make_unique<ledger_file>(cfg.ledger_file, state.ledger(),
+                                          epoch);
+    state.ledger().set_visibility_lag(cfg.faults.visibility_lag_polls);
+    epoch = lfile->epoch();
+  }
+  state.set_ledger_epoch(std::move(epoch));
 }
 
 hub::impl::~impl() {
@@ -446,6 +463,8 @@ publish_outcome hub::impl::publish(const publish_input& in) {
   auto ts = now_seconds();
   std::lock_guard<std::mutex> lock{mu};
   auto out = state.publish(in, ts);
+  if (!out.duplicate && lfile)
+    lfile->append(*out.event);
   if (!out.duplicate)
     fan_out_locked(out);
   return out;
@@ -675,7 +694,8 @@ hub::impl::http_answer hub::impl::handle_http(const std::string& method,
         std::lock_guard<std::mutex> lock{mu};
         r = state.replay(*q.query);
       }
-      return answer(200, render_page(r.page, r.bare_array));
+      return answer(200,
+                    render_page(r.page, r.bare_array, state.ledger_epoch()));
     }
     return wrong_method();
   }

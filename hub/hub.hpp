@@ -75,6 +75,11 @@ struct hub_config {
   std::size_t dedupe_capacity = 4096;
   /// Largest serialized publish metadata in bytes. [4096]
   std::size_t metadata_max_bytes = 4096;
+  /// Keep the ledger in this file (JSON lines, hub/ledger_file.hpp), so a
+  /// restarted hub serves the same ledger with the same ids and ledger
+  /// epoch (its watchers go on without a reset). Empty: the ledger lives
+  /// in memory and each process is a new ledger incarnation. [""]
+  std::string ledger_file;
   /// Largest HTTP request body in bytes. [1 MiB]
   std::size_t max_request_body = 1024 * 1024;
   /// Largest WebSocket message the hub reads from a client. [64 KiB]

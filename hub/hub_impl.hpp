@@ -14,6 +14,7 @@
 
 #include "hub/hub.hpp"
 #include "hub/hub_state.hpp"
+#include "hub/ledger_file.hpp"
 #include "hub/latency_profile.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -189,6 +190,8 @@ struct hub::impl {
   hub_config cfg;
   std::mutex mu; // guards everything down to `stopping`
   hub_state state;
+  /// The ledger's file (hub_config::ledger_file), if any.
+  std::unique_ptr<ledger_file> lfile;
   std::mt19937_64 rng;
   std::unordered_set<std::shared_ptr<hub_ws_session>> subscribers[3];
   /// Upgraded, not subscribed yet; silent; or detached (oversized frame).

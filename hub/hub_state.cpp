@@ -105,7 +105,7 @@ subscribe_outcome hub_state::subscribe(hub_tier tier,
     case hub_tier::ledger:
       out.decision = resume_decision::resume;
       out.hello = hello_frame(tier, ring_.head(), ledger_.visible(), false,
-                              std::string{});
+                              ledger_epoch_);
       break;
     case hub_tier::catchup: {
       auto r = ring_.resume(req.client_id, req.last_seq, req.epoch,
@@ -197,6 +197,7 @@ json::object hub_state::state_json() const {
   ring["clients"] = ring_.clients();
   o["ring"] = std::move(ring);
   json::object ledger;
+  ledger["epoch"] = ledger_epoch_;
   ledger["head"] = ledger_.head();
   ledger["visible"] = ledger_.visible();
   ledger["floor"] = ledger_.floor();

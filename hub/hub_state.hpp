@@ -114,7 +114,8 @@ public:
 
   /// Answers a subscribe on `tier`:
   /// - ledger: hello {mode ledger, seq: ring head, cursor: visible ledger
-  ///   ceiling, resync false, epoch null}; no replay (the client pulls).
+  ///   ceiling, resync false, epoch: ledger_epoch() or null}; no replay
+  ///   (the client pulls).
   /// - catchup: the ring decides resume or resync (catchup_ring::resume);
   ///   hello {mode catchup, seq: head, cursor, resync, epoch}; on resume the
   ///   retained (last_seq, head] frames matching the prefixes.
@@ -145,6 +146,17 @@ public:
 
   /// The next WebSocket connection's fault plan.
   connection_plan take_connection_plan();
+
+  /// The ledger's incarnation id, sent in ledger hellos and replay pages
+  /// (`"epoch"`): a watcher that sees it change knows the ledger was
+  /// replaced (a restart without the old log, a restore from a backup) and
+  /// that its cursor means nothing here. Empty sends null. [""]
+  void set_ledger_epoch(std::string epoch) {
+    ledger_epoch_ = std::move(epoch);
+  }
+  const std::string& ledger_epoch() const {
+    return ledger_epoch_;
+  }
 
   /// The gapless visible ledger ceiling (`GET /v1/cursor`).
   int64_t cursor() const {
@@ -183,6 +195,7 @@ private:
   hub_state_config cfg_;
   hub_faults faults_;
   ledger_log ledger_;
+  std::string ledger_epoch_;
   catchup_ring ring_;
   hub_counters counters_;
 };

@@ -288,7 +288,8 @@ std::string event_frame(const std::string& subject, const std::string& kind,
   return json::serialize(o);
 }
 
-std::string render_page(const ledger_page& page, bool bare_array) {
+std::string render_page(const ledger_page& page, bool bare_array,
+                        std::string_view epoch) {
   std::size_t n = 64;
   for (const auto& e : page.events)
     n += e->json.size() + 1;
@@ -309,6 +310,10 @@ std::string render_page(const ledger_page& page, bool bare_array) {
   out += std::to_string(page.cursor);
   out += ",\"reset\":";
   out += page.reset ? "true" : "false";
+  if (!epoch.empty()) {
+    out += ",\"epoch\":";
+    out += json::serialize(json::string_view{epoch.data(), epoch.size()});
+  }
   out += '}';
   return out;
 }

@@ -143,9 +143,11 @@ std::string event_frame(const std::string& subject, const std::string& kind,
                         int64_t seq, const std::string& metadata_json,
                         int64_t id, double ts);
 
-/// `{"events":[...],"cursor":N,"reset":B}`, or with `bare_array` only the
-/// events array (fault knob non_object_pages).
-std::string render_page(const ledger_page& page, bool bare_array = false);
+/// `{"events":[...],"cursor":N,"reset":B,"epoch":"..."}` (no epoch key when
+/// `epoch` is empty), or with `bare_array` only the events array (fault
+/// knob non_object_pages).
+std::string render_page(const ledger_page& page, bool bare_array = false,
+                        std::string_view epoch = {});
 
 /// `{"detail":...}`.
 std::string error_body(std::string_view detail);

@@ -111,7 +111,8 @@ void add_feed_counters(feed_stats& sum, const feed_stats& s) {
 /// from the start, at 0; other causes appear once they happen).
 bool expected_cause(const std::string& mode, reset_cause cause) {
   switch (cause) {
-    case reset_cause::retention: return mode == "ledger";
+    case reset_cause::retention:
+    case reset_cause::rewind: return mode == "ledger";
     case reset_cause::resync:
     case reset_cause::epoch_changed:
     case reset_cause::gap: return mode == "catchup";

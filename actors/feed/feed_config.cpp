@@ -79,6 +79,7 @@ void feed_config::validate() const {
   require_name(fields.events, "fields.events");
   require_name(fields.cursor, "fields.cursor");
   require_name(fields.reset, "fields.reset");
+  require_name(fields.epoch, "fields.epoch");
   require_name(fields.event_id, "fields.event_id");
   require_name(fields.wake_cursor, "fields.wake_cursor");
   require_name(fields.after_param, "fields.after_param");

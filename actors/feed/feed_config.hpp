@@ -23,6 +23,10 @@ struct feed_fields {
   std::string cursor = "cursor";
   /// Replay page: the below-retention flag (a bool). ["reset"]
   std::string reset = "reset";
+  /// Replay page: the ledger's incarnation id (a string), if the server
+  /// sends one; a change means the ledger was replaced (reset_cause::rewind).
+  /// A ledger hello's `epoch` is read the same way. ["epoch"]
+  std::string epoch = "epoch";
   /// Each replayed event: its ledger id (an integer). ["id"]
   std::string event_id = "id";
   /// Wake frame: the cursor the hub has reached (a best-effort hint).

@@ -122,6 +122,9 @@ parsed_page parse_page(const json::value& body, const feed_fields& fields,
   auto r = o.find(fields.reset);
   p.summary.reset = r != o.end() && r->value().is_bool()
                     && r->value().get_bool();
+  auto e = o.find(fields.epoch);
+  if (e != o.end() && e->value().is_string())
+    p.summary.epoch = std::string{e->value().get_string()};
   return p;
 }
 

@@ -52,6 +52,21 @@ struct feed_reset {
   std::optional<int64_t> new_seq;
   std::optional<std::string> old_epoch;
   std::optional<std::string> new_epoch;
+  /// What was lost, in the feed's own positions (ledger ids for a ledger
+  /// reset, seqs for catchup / ephemeral): events after `lost_from` up to
+  /// and including `lost_to` were not delivered, so an application can
+  /// resync just that range. `lost_from` nullopt: from the feed's start
+  /// (nothing was received before). `lost_to` nullopt: the end is unknown
+  /// (a rewind, an epoch change, an inferred or wake reset): resync
+  /// everything after `lost_from`. By cause:
+  /// - retention: (from_cursor, to_cursor];
+  /// - rewind: (from_cursor, unknown] of the old incarnation; delivery
+  ///   starts again at the new ledger's start;
+  /// - resync, reconnect (same epoch): (last_seq, new_seq];
+  /// - gap: (last_seq, new_seq];
+  /// - epoch_changed, inferred, wake: (last_seq, unknown].
+  std::optional<int64_t> lost_from;
+  std::optional<int64_t> lost_to;
   /// The replay page (without its events array) or the hello frame that
   /// caused the reset; null when inferred.
   boost::json::value detail;

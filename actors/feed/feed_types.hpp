@@ -52,16 +52,23 @@ enum class reset_cause : uint8_t {
   /// catchup, every subject followed (no prefixes): an event frame skipped
   /// seqs; (last_seq, new_seq] were never received.
   gap,
+  /// ledger: the hub's ledger is a new incarnation (its epoch changed, or
+  /// its head is below the watcher's cursor: a restart with a fresh ledger,
+  /// a restore from a backup). The old cursor means nothing there: the
+  /// watcher starts again from the new ledger's start, and the application
+  /// rebuilds its state (the same "revision rewound" case as etcd/Kubernetes
+  /// watchers after a restore, kubernetes/kubernetes#107457).
+  rewind,
 };
 
 /// Number of reset_cause values (the size of per-cause counter arrays).
-inline constexpr std::size_t reset_cause_count = 7;
-static_assert(static_cast<std::size_t>(reset_cause::gap) + 1
+inline constexpr std::size_t reset_cause_count = 8;
+static_assert(static_cast<std::size_t>(reset_cause::rewind) + 1
                 == reset_cause_count,
               "reset_cause_count must follow reset_cause");
 
 /// "retention", "resync", "epoch_changed", "reconnect", "inferred", "wake",
-/// "gap".
+/// "gap", "rewind".
 const char* to_string(reset_cause c);
 
 /// Seconds to nanoseconds, rounded; negative and non-finite give 0.

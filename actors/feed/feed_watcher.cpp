@@ -139,11 +139,17 @@ feed_stats make_stats(self_ptr self) {
   s.mode = st.neg->mode();
   s.client_id = st.client_id;
   s.epoch = st.neg->epoch();
-  s.resets = st.frame_resets + (st.drain ? st.drain->resets() : 0);
+  if (st.drain && s.mode == feed_mode::ledger)
+    s.epoch = st.drain->epoch();
+  s.resets = st.frame_resets;
   s.resets_by_cause = st.frame_resets_by_cause;
-  // Every reset of the ledger drain is a retention reset.
-  s.resets_by_cause[static_cast<std::size_t>(reset_cause::retention)]
-    += st.drain ? st.drain->resets() : 0;
+  if (st.drain) {
+    s.resets += st.drain->resets() + st.drain->rewinds();
+    s.resets_by_cause[static_cast<std::size_t>(reset_cause::retention)]
+      += st.drain->resets();
+    s.resets_by_cause[static_cast<std::size_t>(reset_cause::rewind)]
+      += st.drain->rewinds();
+  }
   s.drain_errors = st.drain ? st.drain->drain_errors() : 0;
   s.pages = st.drain ? st.drain->pages() : 0;
   return s;
@@ -232,9 +238,13 @@ void on_page(self_ptr self, const call_outcome& o) {
     d.is_reset = true;
     d.page = token;
     d.rs.mode = feed_mode::ledger;
-    d.rs.cause = reset_cause::retention;
+    d.rs.cause = plan.cause;
     d.rs.from_cursor = plan.reset_from;
     d.rs.to_cursor = plan.reset_to;
+    d.rs.lost_from = plan.reset_from;
+    d.rs.lost_to = plan.reset_to;
+    d.rs.old_epoch = std::move(plan.old_epoch);
+    d.rs.new_epoch = std::move(plan.new_epoch);
     // The page without its events, in the page's own key order.
     boost::json::object detail;
     for (auto& kv : o.body.get_object())
@@ -358,6 +368,8 @@ void enqueue_frame_reset(self_ptr self, const frame_reset_info& info,
   d.rs.new_seq = info.new_seq;
   d.rs.old_epoch = info.old_epoch;
   d.rs.new_epoch = info.new_epoch;
+  d.rs.lost_from = info.lost_from;
+  d.rs.lost_to = info.lost_to;
   d.rs.detail = std::move(detail);
   st.queue.push_back(std::move(d));
   ++st.frames_queued;
@@ -421,12 +433,8 @@ void on_hello(self_ptr self, parsed_message& m) {
   switch (r.decision) {
     case hello_decision::ledger:
       st.connected = true;
-      if (st.drain) {
-        st.drain->note_target(m.hello.cursor);
-        if (!st.drain->busy() && m.hello.cursor
-            && st.drain->cursor() < *m.hello.cursor)
-          request_drain(self, drain_trigger::wake);
-      }
+      if (can_drain(self))
+        act(self, st.drain->on_hello(m.hello.epoch, m.hello.cursor));
       break;
     case hello_decision::catchup_resume:
       st.connected = true;

@@ -15,6 +15,19 @@ ledger_drain::ledger_drain(int64_t cursor, int limit,
 drain_action ledger_drain::start() {
   state_ = state::fetching;
   pending_ = false;
+  if (rewind_pending_) {
+    // The page in delivery (the old incarnation's) is done: forget the old
+    // position and read the new ledger from its start.
+    rewind_pending_ = false;
+    rewind_armed_ = rewind_info{cursor_, std::move(pending_old_epoch_)};
+    pending_old_epoch_.reset();
+    last_rewind_.emplace(cursor_, epoch_);
+    cursor_ = 0;
+    target_ = low_head_;
+    low_head_.reset();
+    last_reset_cursor_.reset();
+    redrain_delay_ = redrain_floor;
+  }
   // Any outstanding re-drain timer is superseded by this drain.
   ++redrain_gen_;
   page_start_ = cursor_;
@@ -37,8 +50,69 @@ void ledger_drain::note_target(std::optional<int64_t> target) {
 }
 
 drain_action ledger_drain::on_wake(std::optional<int64_t> target) {
-  note_target(target);
+  if (target && *target < cursor_)
+    low_head_ = target; // maybe a stale hint: the next page decides
+  else
+    note_target(target);
   return request(drain_trigger::wake);
+}
+
+bool ledger_drain::decide_rewind(const std::optional<std::string>& new_epoch) {
+  if (rewind_pending_ || rewind_armed_) {
+    // Already rewinding (the cursor is, or will be, at the new start): a
+    // newer epoch only replaces the one the rewind goes to.
+    if (new_epoch)
+      epoch_ = new_epoch;
+    return true;
+  }
+  auto epoch = new_epoch ? new_epoch : epoch_;
+  if (last_rewind_ && last_rewind_->first == cursor_
+      && last_rewind_->second == epoch) {
+    // The same evidence as the last rewind, after its replay: a server
+    // anomaly, not a new incarnation. Counted, never a reset loop.
+    ++drain_errors_;
+    return false;
+  }
+  rewind_pending_ = true;
+  pending_old_epoch_ = epoch_;
+  epoch_ = std::move(epoch);
+  return true;
+}
+
+bool ledger_drain::shows_rewind(const page_summary& page) const {
+  // A negative head is garbage, not a ledger (never a rewind).
+  if (!page.is_object || page.over_limit || !page.cursor || page_start_ <= 0
+      || *page.cursor < 0 || *page.cursor >= page_start_)
+    return false;
+  for (auto& id : page.ids)
+    if (id && *id > page_start_)
+      return false;
+  return true;
+}
+
+drain_action ledger_drain::on_hello(const std::optional<std::string>& epoch,
+                                    std::optional<int64_t> head) {
+  bool rewound = false;
+  if (epoch) {
+    if (epoch_ && *epoch != *epoch_)
+      rewound = decide_rewind(epoch);
+    else
+      epoch_ = epoch;
+  }
+  if (rewound) {
+    low_head_ = head; // the new ledger's head: the target after the rewind
+    return request(drain_trigger::wake);
+  }
+  if (!head)
+    return drain_action::none;
+  if (*head < cursor_) {
+    low_head_ = head;
+    return request(drain_trigger::wake);
+  }
+  note_target(head);
+  if (*head > cursor_ && state_ == state::idle)
+    return request(drain_trigger::wake);
+  return drain_action::none;
 }
 
 void ledger_drain::quiesce() {
@@ -57,6 +131,24 @@ page_plan ledger_drain::on_page(const page_summary& page) {
   page_plan plan;
   state_ = state::delivering;
   ++pages_;
+  // Incarnation first: a page of another ledger than the one it was asked
+  // of says nothing about this cursor. It is dropped unread, and
+  // on_page_done fetches from the new ledger's start.
+  // A page asked for before a decided rewind applies is stale whatever it
+  // says (its epoch may even be the old one).
+  page_stale_ = rewind_pending_;
+  if (!page_stale_ && page.is_object && page.epoch) {
+    if (epoch_ && *page.epoch != *epoch_)
+      page_stale_ = decide_rewind(page.epoch);
+    else if (!epoch_)
+      epoch_ = page.epoch;
+  }
+  if (!page_stale_ && shows_rewind(page))
+    page_stale_ = decide_rewind(std::nullopt);
+  else if (!page_stale_ && page.cursor && *page.cursor >= page_start_)
+    low_head_.reset(); // the low hint was stale
+  if (page_stale_)
+    return plan;
   page_count_ = page.ids.size();
   page_cursor_ = page.cursor;
   page_bad_ = !page.is_object;
@@ -100,7 +192,19 @@ page_plan ledger_drain::on_page(const page_summary& page) {
     ++drain_errors_;
     plan.anomaly = true;
   }
-  if (page.reset && last_reset_cursor_ != page_start_) {
+  if (rewind_armed_) {
+    // The first page of the new incarnation: one rewind reset before its
+    // events (it stands for a retention reset of this page too: the
+    // application rebuilds from the new start either way).
+    plan.reset = true;
+    plan.cause = reset_cause::rewind;
+    plan.reset_from = rewind_armed_->from;
+    plan.old_epoch = std::move(rewind_armed_->old_epoch);
+    plan.new_epoch = epoch_;
+    rewind_armed_.reset();
+    last_reset_cursor_ = page_start_;
+    ++rewinds_;
+  } else if (page.reset && last_reset_cursor_ != page_start_) {
     last_reset_cursor_ = page_start_;
     ++resets_;
     plan.reset = true;
@@ -140,6 +244,13 @@ void ledger_drain::on_event_delivered(std::optional<int64_t> id) {
 }
 
 drain_next ledger_drain::on_page_done() {
+  if (page_stale_) {
+    page_stale_ = false;
+    drain_next next;
+    next.what = drain_next::kind::fetch;
+    start();
+    return next;
+  }
   if (page_bad_)
     return finish();
   // The cursor of a page cut at the limit covers events not delivered.
@@ -165,7 +276,7 @@ drain_next ledger_drain::on_fetch_failed() {
 drain_next ledger_drain::finish() {
   state_ = state::idle;
   drain_next next;
-  if (pending_) {
+  if (pending_ || rewind_pending_) {
     start();
     next.what = drain_next::kind::fetch;
     return next;

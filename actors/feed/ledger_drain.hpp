@@ -20,12 +20,34 @@
 //
 // A reset page fires one reset per cursor position: a degenerate reset that
 // never moves the cursor is reported (and counted) once.
+//
+// Incarnations. A ledger that is replaced under a running watcher (the hub
+// restarted without its old log, or was restored from a backup) makes the
+// cursor meaningless: asking for ids after it returns nothing, forever. The
+// drain detects a new incarnation from
+//   - the ledger's epoch (a hello's or a replay page's) differing from the
+//     one it saw, or
+//   - a replay page that has no id past the cursor and whose own cursor (the
+//     hub's head) is below it.
+// A hello cursor or a wake hint below the cursor only asks for a drain: a
+// hint may be stale (sharded fan-out), so the page decides. Then, once the
+// page in delivery (if any) is done, the drain rewinds: it forgets the old
+// position, fetches from the new ledger's start (after = 0) and delivers one
+// rewind reset before that page's events; a page fetched before the rewind
+// is dropped unread. A rewind fires once per (cursor, epoch): a server whose
+// head stays below the same cursor in the same epoch after a rewind has
+// been replayed is counted at drain_errors, never rewound again (no reset
+// loop). Compare etcd's "required revision has been compacted" and the
+// Kubernetes watch cache after an etcd restore (kubernetes/kubernetes#107457),
+// where a resource version that moved backward was followed silently.
 
 #include "actors/feed/feed_types.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace outbound {
@@ -57,6 +79,8 @@ struct page_summary {
   /// The events array held more entries than the limit asked for; `ids`
   /// (and the actor's events) keep only the first `limit` of them.
   bool over_limit = false;
+  /// The ledger's incarnation id, when the page carries one.
+  std::optional<std::string> epoch;
 };
 
 /// What a page means.
@@ -74,14 +98,21 @@ enum class page_verdict : uint8_t {
 /// The delivery plan of one page.
 struct page_plan {
   page_verdict verdict = page_verdict::deliver;
-  /// Deliver a retention reset before the events.
+  /// Deliver a reset before the events.
   bool reset = false;
+  /// reset: retention (the page was below the hub's floor) or rewind (a new
+  /// ledger incarnation: the events are the new ledger's first).
+  reset_cause cause = reset_cause::retention;
   /// reset: the cursor the watcher had (events after it were lost).
   int64_t reset_from = 0;
   /// reset: the new floor; events in (reset_from, reset_to] are gone. From
   /// the first event's id - 1 (nullopt when that is not above reset_from),
   /// else (no event has an id) the page cursor; nullopt if neither says.
+  /// Always nullopt for a rewind (the old incarnation's end is unknown).
   std::optional<int64_t> reset_to;
+  /// rewind: the epochs of the old and the new incarnation, where known.
+  std::optional<std::string> old_epoch;
+  std::optional<std::string> new_epoch;
   /// Indices into the page's events array, in delivery order (events whose
   /// id is not above the cursor are skipped: never delivered twice).
   std::vector<std::size_t> deliver;
@@ -125,8 +156,16 @@ public:
   drain_action on_wake(std::optional<int64_t> target);
 
   /// Raises the wake target (restoring the re-drain floor when it does)
-  /// without requesting a drain (a ledger hello's cursor).
+  /// without requesting a drain.
   void note_target(std::optional<int64_t> target);
+
+  /// A ledger hello: `epoch` (null: the hub has none) and `head` (its
+  /// cursor). A new epoch decides a rewind; a head below the cursor asks
+  /// the replay to confirm one; a head above it is a wake target. Returns
+  /// fetch when a drain should start now (a rewind, a head off the cursor),
+  /// queued when one is remembered, none otherwise.
+  drain_action on_hello(const std::optional<std::string>& epoch,
+                        std::optional<int64_t> head);
 
   /// The hub took the feed over with in-frame delivery: the drain stops
   /// where it is (idle, nothing pending, re-drain timers stale). The cursor
@@ -137,7 +176,9 @@ public:
   drain_action on_redrain_timer(uint64_t id);
 
   /// The fetched page arrived. Call on_event_delivered for each delivered
-  /// event, then on_page_done. A page over the limit (`over_limit`) is
+  /// event, then on_page_done. A page from another incarnation than the
+  /// one it was asked of is dropped (no deliveries; on_page_done fetches
+  /// again from the new start). A page over the limit (`over_limit`) is
   /// served as a full page of its first `limit` events: its cursor is
   /// ignored and the next page starts after the last delivered id, so no
   /// event past the cut is skipped.
@@ -184,6 +225,22 @@ public:
     return resets_;
   }
 
+  /// Rewind resets fired (planned into a page).
+  uint64_t rewinds() const {
+    return rewinds_;
+  }
+
+  /// The ledger epoch in force (the last one seen); nullopt when the hub
+  /// sends none.
+  const std::optional<std::string>& epoch() const {
+    return epoch_;
+  }
+
+  /// True while a rewind is decided but its reset not yet planned.
+  bool rewinding() const {
+    return rewind_pending_ || rewind_armed_.has_value();
+  }
+
   /// Pages fetched (answers received, good or bad).
   uint64_t pages() const {
     return pages_;
@@ -199,6 +256,16 @@ private:
 
   drain_action start();
   drain_next finish();
+  /// Decides a rewind to `new_epoch` (nullopt: the epoch did not change).
+  /// False when it would repeat the last one (same cursor and epoch).
+  bool decide_rewind(const std::optional<std::string>& new_epoch);
+  /// A page that shows the ledger head below a non-zero start.
+  bool shows_rewind(const page_summary& page) const;
+
+  struct rewind_info {
+    int64_t from = 0;
+    std::optional<std::string> old_epoch;
+  };
 
   int64_t cursor_;
   int limit_;
@@ -217,6 +284,21 @@ private:
   bool page_over_limit_ = false;
   /// Cursor at which the last reset fired.
   std::optional<int64_t> last_reset_cursor_;
+  /// The current page is dropped unread (another incarnation's).
+  bool page_stale_ = false;
+  /// The ledger's epoch (last seen).
+  std::optional<std::string> epoch_;
+  /// A rewind decided, applied at the next start().
+  bool rewind_pending_ = false;
+  std::optional<std::string> pending_old_epoch_;
+  /// A rewind applied (cursor at the new start), its reset not yet planned.
+  std::optional<rewind_info> rewind_armed_;
+  /// (cursor, epoch) of the last rewind applied.
+  std::optional<std::pair<int64_t, std::optional<std::string>>> last_rewind_;
+  /// The latest head hint below the cursor (the new ledger's head if a
+  /// rewind follows).
+  std::optional<int64_t> low_head_;
+  uint64_t rewinds_ = 0;
   uint64_t drain_errors_ = 0;
   uint64_t resets_ = 0;
   uint64_t pages_ = 0;

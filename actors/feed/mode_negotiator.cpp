@@ -21,6 +21,7 @@ const char* to_string(reset_cause c) {
     case reset_cause::retention: return "retention";
     case reset_cause::resync: return "resync";
     case reset_cause::epoch_changed: return "epoch_changed";
+    case reset_cause::rewind: return "rewind";
     case reset_cause::reconnect: return "reconnect";
     case reset_cause::inferred: return "inferred";
     case reset_cause::wake: return "wake";
@@ -63,6 +64,23 @@ mode_negotiator::make_reset(reset_cause cause, std::optional<int64_t> new_seq,
   r.new_seq = new_seq;
   r.old_epoch = epoch_;
   r.new_epoch = std::move(new_epoch);
+  // The lost range is known only inside one incarnation (same epoch, or a
+  // hub that sends none) and when the hub's seq did not go backward; an
+  // inferred or wake reset says nothing about what was missed.
+  r.lost_from = last_seq_;
+  bool same_incarnation = !(r.new_epoch && r.old_epoch
+                            && *r.new_epoch != *r.old_epoch);
+  bool forward = new_seq && (!last_seq_ || *new_seq >= *last_seq_);
+  switch (cause) {
+    case reset_cause::resync:
+    case reset_cause::reconnect:
+    case reset_cause::gap:
+      if (same_incarnation && forward)
+        r.lost_to = new_seq;
+      break;
+    default:
+      break;
+  }
   return r;
 }
 

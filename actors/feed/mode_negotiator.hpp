@@ -93,6 +93,10 @@ struct frame_reset_info {
   std::optional<int64_t> new_seq;
   std::optional<std::string> old_epoch;
   std::optional<std::string> new_epoch;
+  /// The seqs lost: (lost_from, lost_to]; lost_to nullopt when unknown
+  /// (see feed_reset::lost_from).
+  std::optional<int64_t> lost_from;
+  std::optional<int64_t> lost_to;
 };
 
 struct hello_result {

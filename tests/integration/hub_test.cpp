@@ -679,7 +679,10 @@ TEST_F(HubTest, LedgerHelloThenWakesOnly) {
   EXPECT_EQ(hello.at("seq").as_int64(), 1);
   EXPECT_EQ(hello.at("cursor").as_int64(), 1);
   EXPECT_FALSE(hello.at("resync").as_bool());
-  EXPECT_TRUE(hello.at("epoch").is_null());
+  // The ledger's incarnation id: per process, not the catch-up epoch.
+  ASSERT_TRUE(hello.at("epoch").is_string());
+  EXPECT_EQ(hello.at("epoch").as_string().size(), 16u);
+  EXPECT_NE(hello.at("epoch").as_string(), hub_->epoch());
   publish("s");
   auto wake = ws.next_json();
   EXPECT_EQ(json::serialize(wake), R"({"type":"wake","cursor":2})");

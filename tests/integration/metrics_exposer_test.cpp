@@ -254,6 +254,8 @@ TEST(MetricsExposer, ServesLiveFamiliesOfEverySourceAndPromtoolAcceptsThem) {
             "outbound_feed_events_total{feed=\"orders\",mode=\"ledger\"} 3\n");
   EXPECT_EQ(lines_of(b, "outbound_feed_resets_total{"),
             "outbound_feed_resets_total{cause=\"retention\",feed=\"orders\","
+            "mode=\"ledger\"} 0\n"
+            "outbound_feed_resets_total{cause=\"rewind\",feed=\"orders\","
             "mode=\"ledger\"} 0\n");
   EXPECT_EQ(lines_of(b, "outbound_feed_position{"),
             "outbound_feed_position{feed=\"orders\",mode=\"ledger\"} 3\n");

@@ -485,3 +485,82 @@ TEST_F(WatchCliTls, AnUnknownCaIsRefused) {
   EXPECT_EQ(sum.at("events").as_int64(), 0);
   EXPECT_EQ(sum.at("cursor").as_int64(), 0);
 }
+
+// -- ledger incarnations ---------------------------------------------------------
+
+// The hub restarts on the same port with a fresh, shorter ledger (its
+// ledger lives in memory) under a running `outbound watch`. Before ledger
+// incarnations the watcher kept asking for ids after 8 and printed nothing
+// more: silent loss. Now it prints one rewind reset that names what was
+// lost, then the new ledger's events from its start.
+TEST_F(WatchCli, AHubRestartedWithAShorterLedgerIsOneRewindThenItsEvents) {
+  publish(8);
+  cli_child w{{"watch", "--poll-interval", "30", "--count", "11",
+               hub_->base_url()}};
+  ASSERT_TRUE(w.wait_out_lines(8, 10s)) << w.err();
+  auto port = hub_->port();
+  hub_.reset(); // the process's ledger is gone
+  hub_config c;
+  c.seed = 42; // the same seed: the ledger epoch still differs
+  c.port = port;
+  hub_ = std::make_unique<hub>(c);
+  hub_->start();
+  publish(3);
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << "the new ledger's events never came: " << w.out()
+                    << w.err();
+  EXPECT_EQ(*code, 0) << w.err();
+  auto lines = lines_of(w.out());
+  ASSERT_EQ(lines.size(), 12u) << w.out();
+  std::vector<int64_t> ids;
+  int resets = 0;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    auto v = json::parse(lines[i]).as_object();
+    if (v.at("type").as_string() == "reset") {
+      ++resets;
+      EXPECT_EQ(i, 8u) << "the reset comes between the two ledgers";
+      EXPECT_EQ(v.at("cause").as_string(), "rewind") << lines[i];
+      EXPECT_EQ(v.at("mode").as_string(), "ledger");
+      EXPECT_EQ(v.at("lost_from").as_int64(), 8);
+      EXPECT_TRUE(v.at("lost_to").is_null()) << "the old end is unknown";
+      EXPECT_TRUE(v.at("new_epoch").is_string());
+      EXPECT_NE(v.at("old_epoch"), v.at("new_epoch"));
+      continue;
+    }
+    ids.push_back(v.at("event").at("id").as_int64());
+  }
+  EXPECT_EQ(resets, 1);
+  EXPECT_EQ(ids, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3}));
+  auto sum = summary_of(w.err());
+  EXPECT_EQ(sum.at("events").as_int64(), 11);
+  EXPECT_EQ(sum.at("resets").as_int64(), 1);
+  EXPECT_EQ(sum.at("cursor").as_int64(), 3);
+}
+
+// The same restart with the ledger kept in a file: the same incarnation
+// (same ids, same ledger epoch), so the watcher goes on without a reset.
+TEST_F(WatchCli, AHubRestartedWithItsLedgerFileGoesOnWithoutAReset) {
+  temp_dir dir{"outbound-ledger-"};
+  auto file = dir.file("ledger.jsonl");
+  hub_config c;
+  c.seed = 42;
+  c.ledger_file = file;
+  hub_ = std::make_unique<hub>(c); // replaces the fixture's hub
+  hub_->start();
+  publish(4);
+  cli_child w{{"watch", "--poll-interval", "30", "--count", "7",
+               hub_->base_url()}};
+  ASSERT_TRUE(w.wait_out_lines(4, 10s)) << w.err();
+  c.port = hub_->port();
+  hub_.reset();
+  hub_ = std::make_unique<hub>(c);
+  hub_->start();
+  publish(3);
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << w.out() << w.err();
+  EXPECT_EQ(*code, 0) << w.err();
+  EXPECT_EQ(event_ids(w.out()), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7}));
+  auto sum = summary_of(w.err());
+  EXPECT_EQ(sum.at("resets").as_int64(), 0);
+  EXPECT_EQ(sum.at("cursor").as_int64(), 7);
+}

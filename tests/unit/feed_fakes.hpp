@@ -53,6 +53,12 @@ struct fake_ledger {
   bool non_object = false;
   /// Answer this many next requests with 503.
   int fail_next = 0;
+  /// The ledger's incarnation id sent in every page ("epoch"); empty sends
+  /// none.
+  std::string epoch;
+  /// A short page's cursor is the ledger's head (as the reference hub
+  /// answers), not the `after` it was asked.
+  bool cursor_is_head = false;
   std::vector<request_rec> requests;
 
   void append_to(int64_t last) {
@@ -88,9 +94,16 @@ struct fake_ledger {
     bool reset = after < floor;
     if (reset && evs.empty())
       last = floor;
+    if (cursor_is_head && static_cast<int>(evs.size()) < limit) {
+      last = ids.empty() ? 0 : ids.back();
+      if (visible >= 0)
+        last = std::min(last, visible);
+    }
     boost::json::object o{{"events", std::move(evs)},
                           {"cursor", last},
                           {"reset", reset}};
+    if (!epoch.empty())
+      o["epoch"] = epoch;
     return boost::json::serialize(o);
   }
 };

@@ -842,3 +842,112 @@ TEST_F(FeedWatcher, SpawnNamesTheMissingPort) {
   EXPECT_EQ(field(ws_only, none), "subscriber");
   EXPECT_EQ(field(feed_config{}, o), "replay_path");
 }
+
+// -- ledger incarnations --------------------------------------------------------
+
+TEST_F(FeedWatcher, HubRestartWithANewLedgerEpochIsOneRewindThenTheNewLedger) {
+  cfg.limit = 10;
+  ledger->append_to(5);
+  ledger->epoch = "e1";
+  ledger->cursor_is_head = true;
+  start();
+  ws->last().open();
+  ws->last().message(
+    R"({"type":"hello","mode":"ledger","seq":0,"cursor":5,"resync":false,"epoch":"e1"})");
+  run();
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5}));
+  // The hub restarts with a fresh ledger of two events: the session drops,
+  // the watcher reconnects and the new hello carries the new epoch.
+  ledger->ids = {1, 2};
+  ledger->epoch = "e2";
+  ws->last().peer_close();
+  advance_by(2s);
+  ASSERT_EQ(ws->sessions.size(), 2u);
+  ws->last().open();
+  ws->last().message(
+    R"({"type":"hello","mode":"ledger","seq":0,"cursor":2,"resync":false,"epoch":"e2"})");
+  run();
+  ASSERT_EQ(subs->resets().size(), 1u);
+  auto& r = *subs->resets()[0];
+  EXPECT_EQ(r.mode, feed_mode::ledger);
+  EXPECT_EQ(r.cause, reset_cause::rewind);
+  EXPECT_EQ(r.from_cursor, 5);
+  EXPECT_EQ(r.lost_from, 5);
+  EXPECT_EQ(r.lost_to, std::nullopt);
+  EXPECT_EQ(r.old_epoch, "e1");
+  EXPECT_EQ(r.new_epoch, "e2");
+  // Order: 1..5 of the old ledger, the reset, then 1..2 of the new one.
+  ASSERT_EQ(subs->got.size(), 8u);
+  EXPECT_TRUE(subs->got[5].is_reset);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5, 1, 2}));
+  ledger->append_to(3);
+  ws->last().message(wake(3));
+  run();
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5, 1, 2, 3}));
+  advance_by(61s); // later polls: no second reset
+  auto s = stats();
+  EXPECT_EQ(s.resets, 1u);
+  EXPECT_EQ(s.resets_by_cause[static_cast<std::size_t>(reset_cause::rewind)],
+            1u);
+  EXPECT_EQ(s.cursor, 3);
+  EXPECT_EQ(s.epoch, "e2");
+}
+
+TEST_F(FeedWatcher, PollOnlyWatcherSeesTheNewEpochOnAReplayPage) {
+  cfg.limit = 10;
+  cfg.poll_interval = 30.0;
+  ledger->append_to(4);
+  ledger->epoch = "e1";
+  start(false);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4}));
+  // Restart between two polls with a longer ledger: ids above the old
+  // cursor exist but belong to another incarnation.
+  ledger->ids.clear();
+  ledger->append_to(6);
+  ledger->epoch = "e2";
+  advance_by(30s);
+  ASSERT_EQ(subs->resets().size(), 1u);
+  EXPECT_EQ(subs->resets()[0]->cause, reset_cause::rewind);
+  EXPECT_EQ(subs->resets()[0]->from_cursor, 4);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(ledger->afters(), (std::vector<int64_t>{0, 4, 0}))
+    << "the page of the new ledger asked after 4 was dropped unread";
+}
+
+TEST_F(FeedWatcher, HeadBelowTheCursorWithoutEpochsIsARewindNotSilence) {
+  // A hub without epochs restarts with a shorter ledger: before this the
+  // watcher asked for ids after 6 forever and delivered nothing.
+  cfg.limit = 10;
+  ledger->append_to(6);
+  ledger->cursor_is_head = true;
+  start();
+  ws->last().open();
+  run();
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5, 6}));
+  ledger->ids.clear();
+  ledger->append_to(3);
+  ws->last().message(wake(3)); // a wake from the new hub: head 3 < 6
+  run();
+  ASSERT_EQ(subs->resets().size(), 1u);
+  EXPECT_EQ(subs->resets()[0]->cause, reset_cause::rewind);
+  EXPECT_EQ(subs->resets()[0]->lost_from, 6);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5, 6, 1, 2, 3}));
+  auto s = stats();
+  EXPECT_EQ(s.cursor, 3);
+  EXPECT_EQ(s.resets, 1u);
+}
+
+TEST_F(FeedWatcher, AStaleLowWakeIsNoRewind) {
+  cfg.limit = 10;
+  ledger->append_to(6);
+  ledger->cursor_is_head = true;
+  start();
+  ws->last().open();
+  run();
+  ws->last().message(wake(2)); // out of order: the hub's head is 6
+  run();
+  advance_by(61s);
+  EXPECT_TRUE(subs->resets().empty());
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(stats().drain_errors, 0u);
+}

@@ -325,7 +325,9 @@ TEST(SnapshotCollector, FeedsPastTheCapAreSummedIntoOtherAndNeverDecrease) {
               "outbound_feed_resets_total{cause=\"gap\",feed=\"users\","
               "mode=\"catchup\"} 0",
               "outbound_feed_resets_total{cause=\"retention\",feed=\"_other\","
-              "mode=\"ledger\"} 3"}));
+              "mode=\"ledger\"} 3",
+              "outbound_feed_resets_total{cause=\"rewind\",feed=\"_other\","
+              "mode=\"ledger\"} 0"}));
 }
 
 TEST(SnapshotCollector, PoolAndPollerFamilies) {

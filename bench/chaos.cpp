@@ -1,0 +1,744 @@
+// bench/chaos: ledger, catchup and ephemeral feed watchers against a real
+// `outbound hub` process that misbehaves on schedule, in one bounded run
+// that stops by itself. Traffic only on 127.0.0.1.
+//
+// The hub child runs with dropped wakes (--drop-wake-probability) and
+// replay visibility lag (--visibility-lag). The publisher thread publishes
+// --events events at --rate, each stamped {"n": publish number, "t": send
+// time}, and at evenly spaced points it also
+//   - sends duplicate and stale wakes      (POST /admin/wakes),
+//   - hard-closes every WebSocket          (POST /admin/drop),
+//   - restarts the catch-up tier           (POST /admin/restart: new epoch),
+//   - kills the hub process (SIGKILL) and starts a new one on the same port,
+//     alternately with a fresh ledger (a new ledger incarnation: ledger
+//     watchers must rewind) and with the same ledger file (the same
+//     incarnation: ledger watchers must go on without a reset).
+// Because the publisher does every restart itself, it knows each confirmed
+// event's hub process, catch-up epoch, ledger id and catch-up seq.
+//
+// Per tier it prints: published (confirmed publishes), deliveries, lost
+// (a confirmed event a watcher neither delivered nor had covered by a typed
+// reset), duplicated and reordered (within the deliveries between two
+// resets), resets by cause, and publish->delivery latency p50/p99 (send
+// time of the publish to the callback; the wake is not visible from here).
+// A reset covers an event when the event is in its lost range
+// (lost_from, lost_to] of the same incarnation, or, when the range's end is
+// unknown, when the event was confirmed before the reset was delivered (the
+// application's resync at that moment reads it from the producer).
+// Exit code 0 only when lost, duplicated and reordered are all 0.
+
+#include "actors/client/blocking_client.hpp"
+#include "actors/client/service_client.hpp"
+#include "actors/feed/feed_config.hpp"
+#include "actors/feed/feed_messages.hpp"
+#include "actors/feed/feed_watcher.hpp"
+#include "actors/messages.hpp"
+#include "config/client_config.hpp"
+#include "protocol/io_runner.hpp"
+#include "protocol/ws_session.hpp"
+
+#include <CLI/CLI.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scheduler/abstract_coordinator.hpp>
+#include <caf/send.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+extern char** environ;
+
+using namespace outbound;
+using namespace std::chrono_literals;
+using clk = std::chrono::steady_clock;
+namespace json = boost::json;
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+           clk::now().time_since_epoch())
+    .count();
+}
+
+int64_t rss_bytes() {
+  std::ifstream in{"/proc/self/statm"};
+  int64_t size = 0, resident = 0;
+  in >> size >> resident;
+  return resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+struct options {
+  std::string cli = OUTBOUND_CLI;
+  int ledger = 10;
+  int catchup = 10;
+  int ephemeral = 10;
+  int64_t events = 20000;
+  double rate = 2000;
+  int hub_restarts = 4;
+  int catchup_restarts = 4;
+  int drops = 4;
+  int dup_wakes = 20;
+  double drop_wake_probability = 0.2;
+  int visibility_lag = 1;
+  int ring_size = 1024;
+  double max_seconds = 300;
+  double settle_seconds = 30;
+  uint64_t seed = 1;
+  std::string ledger_path;
+};
+
+// -- the hub process ----------------------------------------------------------------
+
+/// `outbound hub` as a child; stdout read through a pipe for its first
+/// line ({"listening":"127.0.0.1:P"}).
+class hub_process {
+public:
+  /// `incarnation` offsets the seed: each process draws its own catch-up
+  /// epoch, as a real restart does.
+  hub_process(const options& o, uint16_t port, int incarnation) {
+    std::vector<std::string> args{o.cli,
+                                  "hub",
+                                  "--port",
+                                  std::to_string(port),
+                                  "--seed",
+                                  std::to_string(o.seed + static_cast<uint64_t>(incarnation)),
+                                  "--ring-size",
+                                  std::to_string(o.ring_size),
+                                  "--drop-wake-probability",
+                                  std::to_string(o.drop_wake_probability),
+                                  "--visibility-lag",
+                                  std::to_string(o.visibility_lag),
+                                  "--ledger-file",
+                                  o.ledger_path};
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int out[2];
+    if (::pipe(out) != 0)
+      throw std::runtime_error("pipe");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    auto rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(out[1]);
+    if (rc != 0) {
+      ::close(out[0]);
+      throw std::runtime_error("cannot spawn " + o.cli);
+    }
+    std::string line;
+    char c;
+    while (::read(out[0], &c, 1) == 1 && c != '\n')
+      line += c;
+    ::close(out[0]);
+    auto at = line.find("127.0.0.1:");
+    if (at == std::string::npos)
+      throw std::runtime_error("hub did not start: '" + line + "'");
+    port_ = static_cast<uint16_t>(std::stoi(line.substr(at + 10)));
+  }
+
+  ~hub_process() {
+    kill();
+  }
+
+  hub_process(const hub_process&) = delete;
+  hub_process& operator=(const hub_process&) = delete;
+
+  /// SIGKILL: the process and its in-memory ledger are gone at once.
+  void kill() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+  }
+
+  uint16_t port() const {
+    return port_;
+  }
+
+private:
+  pid_t pid_ = -1;
+  uint16_t port_ = 0;
+};
+
+// -- what happened -------------------------------------------------------------------
+
+/// One confirmed publish.
+struct published {
+  int64_t n = 0;
+  int proc = 0;      ///< hub process incarnation (0, 1, ...)
+  int ring = 0;      ///< catch-up epoch incarnation (0, 1, ...)
+  int64_t id = 0;    ///< ledger id
+  int64_t seq = 0;   ///< catch-up seq
+  int64_t sent = 0;  ///< ns, before the POST
+  int64_t confirmed = 0; ///< ns, after the answer
+};
+
+/// One delivery to a watcher, in delivery order.
+struct delivery_rec {
+  bool reset = false;
+  int64_t n = -1; ///< event: the publish number (-1: not stamped)
+  feed_reset rs;
+  int64_t at = 0; ///< ns
+};
+
+enum class tier : uint8_t { ledger, catchup, ephemeral };
+constexpr std::array<const char*, 3> tier_names{"ledger", "catchup",
+                                                "ephemeral"};
+
+struct watcher_log {
+  tier t = tier::ledger;
+  std::mutex mu;
+  std::vector<delivery_rec> recs;
+};
+
+/// The publisher's record, shared read-only after the run.
+struct ledger_book {
+  std::vector<published> events; ///< confirmed, in publish order
+  std::vector<std::string> ring_epochs; ///< catch-up epoch of each ring inc
+  std::vector<std::string> ledger_epochs; ///< ledger epoch of each process
+  uint64_t failed = 0;
+  int proc_restarts = 0;
+  int fresh_ledgers = 0; ///< restarts that started a new ledger
+  int ring_restarts = 0;
+  int drops = 0;
+  int dup_wake_posts = 0;
+};
+
+std::optional<int64_t> stamp_of(const json::value& ev) {
+  auto* o = ev.if_object();
+  if (!o)
+    return std::nullopt;
+  auto* m = o->if_contains("metadata");
+  if (!m || !m->is_object())
+    return std::nullopt;
+  auto* n = m->get_object().if_contains("n");
+  if (!n || !n->is_int64())
+    return std::nullopt;
+  return n->get_int64();
+}
+
+// -- the checks ---------------------------------------------------------------------
+
+struct tier_result {
+  int watchers = 0;
+  uint64_t deliveries = 0;
+  uint64_t lost = 0;
+  uint64_t duplicated = 0;
+  uint64_t reordered = 0;
+  uint64_t unstamped = 0;
+  uint64_t phantom = 0; ///< a stamp never confirmed nor failed
+  std::array<uint64_t, reset_cause_count> resets{};
+  std::vector<int64_t> latencies;
+  std::vector<std::string> samples; ///< first few problems, for the report
+};
+
+/// Does reset `r` (delivered at `at`) cover confirmed event `e`?
+bool covers(tier t, const feed_reset& r, int64_t at, const published& e,
+            const ledger_book& book, int proc_after) {
+  if (!r.lost_to)
+    return e.confirmed < at;
+  if (t == tier::ledger) {
+    if (e.proc != proc_after)
+      return false;
+    return e.id > r.lost_from.value_or(0) && e.id <= *r.lost_to;
+  }
+  if (!r.new_epoch)
+    return false;
+  auto& eps = book.ring_epochs;
+  auto it = std::find(eps.begin(), eps.end(), *r.new_epoch);
+  if (it == eps.end() || static_cast<int>(it - eps.begin()) != e.ring)
+    return false;
+  return e.seq > r.lost_from.value_or(0) && e.seq <= *r.lost_to;
+}
+
+void check(watcher_log& w, const ledger_book& book,
+           const std::unordered_map<int64_t, std::size_t>& index,
+           const std::set<int64_t>& failed_stamps, tier_result& out) {
+  std::lock_guard<std::mutex> lock{w.mu};
+  auto& recs = w.recs;
+  std::vector<bool> delivered(book.events.size(), false);
+  std::set<int64_t> in_segment;
+  int64_t high = -1;
+  auto note = [&](std::string s) {
+    if (out.samples.size() < 8)
+      out.samples.push_back(std::move(s));
+  };
+  for (auto& r : recs) {
+    if (r.reset) {
+      ++out.resets[static_cast<std::size_t>(r.rs.cause)];
+      in_segment.clear();
+      high = -1;
+      continue;
+    }
+    ++out.deliveries;
+    if (r.n < 0) {
+      ++out.unstamped;
+      continue;
+    }
+    if (!in_segment.insert(r.n).second) {
+      ++out.duplicated;
+      note(std::string{tier_names[static_cast<int>(w.t)]} + ": n="
+           + std::to_string(r.n) + " delivered twice without a reset");
+    }
+    if (r.n < high) {
+      ++out.reordered;
+      note(std::string{tier_names[static_cast<int>(w.t)]} + ": n="
+           + std::to_string(r.n) + " after n=" + std::to_string(high));
+    }
+    high = std::max(high, r.n);
+    auto it = index.find(r.n);
+    if (it != index.end()) {
+      delivered[it->second] = true;
+      out.latencies.push_back(r.at - book.events[it->second].sent);
+    } else if (!failed_stamps.count(r.n)) {
+      ++out.phantom;
+    }
+  }
+  // Resets with the hub process of the first event after each (ledger
+  // known ranges are ids of that process's ledger).
+  struct reset_at {
+    const feed_reset* rs;
+    int64_t at;
+    int proc_after;
+  };
+  std::vector<reset_at> resets;
+  for (std::size_t i = 0; i < recs.size(); ++i) {
+    if (!recs[i].reset)
+      continue;
+    int proc_after = book.proc_restarts;
+    for (std::size_t j = i + 1; j < recs.size(); ++j) {
+      if (recs[j].reset || recs[j].n < 0)
+        continue;
+      if (auto it = index.find(recs[j].n); it != index.end()) {
+        proc_after = book.events[it->second].proc;
+        break;
+      }
+    }
+    resets.push_back({&recs[i].rs, recs[i].at, proc_after});
+  }
+  for (std::size_t k = 0; k < book.events.size(); ++k) {
+    if (delivered[k])
+      continue;
+    auto& e = book.events[k];
+    bool covered = false;
+    for (auto& r : resets)
+      if (covers(w.t, *r.rs, r.at, e, book, r.proc_after)) {
+        covered = true;
+        break;
+      }
+    if (!covered) {
+      ++out.lost;
+      note(std::string{tier_names[static_cast<int>(w.t)]} + ": n="
+           + std::to_string(e.n) + " (proc " + std::to_string(e.proc)
+           + ", id " + std::to_string(e.id) + ", seq "
+           + std::to_string(e.seq) + ") never delivered nor covered");
+    }
+  }
+}
+
+int64_t percentile(std::vector<int64_t>& v, double p) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  auto i = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1));
+  return v[i];
+}
+
+/// Every watcher delivered or had covered every confirmed event.
+bool settled(std::vector<std::shared_ptr<watcher_log>>& logs,
+             const ledger_book& book) {
+  if (book.events.empty())
+    return true;
+  auto last = book.events.back().n;
+  for (auto& w : logs) {
+    std::lock_guard<std::mutex> lock{w->mu};
+    bool seen = false;
+    for (auto it = w->recs.rbegin(); it != w->recs.rend(); ++it)
+      if (!it->reset && it->n == last) {
+        seen = true;
+        break;
+      }
+    if (!seen)
+      return false;
+  }
+  return true;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  CLI::App app{"Feed watchers of three tiers against a hub that drops and "
+               "duplicates wakes, lags replay, drops sockets and restarts "
+               "(catch-up tier and whole process); prints lost, duplicated "
+               "and reordered events per tier. Exit 0 only when all are 0."};
+  app.add_option("--cli", o.cli, "The outbound binary (runs `hub`)")
+    ->capture_default_str();
+  app.add_option("--ledger", o.ledger, "Ledger watchers")->capture_default_str();
+  app.add_option("--catchup", o.catchup, "Catch-up watchers")
+    ->capture_default_str();
+  app.add_option("--ephemeral", o.ephemeral, "Ephemeral watchers")
+    ->capture_default_str();
+  app.add_option("--events", o.events, "Events to publish")
+    ->capture_default_str();
+  app.add_option("--rate", o.rate, "Publishes per second")
+    ->check(CLI::PositiveNumber)
+    ->capture_default_str();
+  app.add_option("--hub-restarts", o.hub_restarts,
+                 "Hub process kills (SIGKILL) and restarts on the same port")
+    ->capture_default_str();
+  app.add_option("--catchup-restarts", o.catchup_restarts,
+                 "Catch-up tier restarts (POST /admin/restart)")
+    ->capture_default_str();
+  app.add_option("--drops", o.drops,
+                 "Hard closes of every WebSocket (POST /admin/drop)")
+    ->capture_default_str();
+  app.add_option("--dup-wakes", o.dup_wakes,
+                 "Duplicate and stale wake bursts (POST /admin/wakes)")
+    ->capture_default_str();
+  app.add_option("--drop-wake-probability", o.drop_wake_probability)
+    ->capture_default_str();
+  app.add_option("--visibility-lag", o.visibility_lag,
+                 "Replay polls that miss each new event")
+    ->capture_default_str();
+  app.add_option("--ring-size", o.ring_size, "Hub catch-up ring size")
+    ->capture_default_str();
+  app.add_option("--max-seconds", o.max_seconds, "Bound on the whole run")
+    ->capture_default_str();
+  app.add_option("--settle-seconds", o.settle_seconds,
+                 "Bound on the wait for the last deliveries")
+    ->capture_default_str();
+  app.add_option("--seed", o.seed, "Hub seed")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  o.ledger_path = "/tmp/outbound-chaos-" + std::to_string(::getpid())
+                  + ".ledger";
+  std::remove(o.ledger_path.c_str());
+
+  auto t_start = clk::now();
+  auto deadline = t_start + std::chrono::duration_cast<clk::duration>(
+                              std::chrono::duration<double>(o.max_seconds));
+  ::signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<hub_process> hubp;
+  try {
+    hubp = std::make_unique<hub_process>(o, 0, 0);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "chaos: %s\n", e.what());
+    return 2;
+  }
+  auto port = hubp->port();
+  auto base = "http://127.0.0.1:" + std::to_string(port);
+
+  caf::actor_system_config cfg;
+  cfg.add_message_types<caf::id_block::outbound>();
+  caf::actor_system sys{cfg};
+  std::printf("caf: scheduler workers %zu (CAF defaults: max(cores, 4)), "
+              "policy stealing\n",
+              sys.scheduler().num_workers());
+
+  auto io = std::make_shared<io_runner>(1);
+  client_config cc;
+  cc.base_url = base;
+  cc.timeout = 2.0;
+  cc.deadline = 5.0;
+  client_options co;
+  co.io = io;
+  auto client = make_service_client(sys, cc, co);
+  auto connector = make_ws_connector(io);
+  auto ws = feed_ws_endpoint::from(cc);
+
+  client_config pc = cc; // the publisher's and admin's own client
+  pc.retry.max_attempts = 1;
+  blocking_client admin{sys, pc};
+
+  std::vector<std::shared_ptr<watcher_log>> logs;
+  std::vector<feed_watcher_actor> watchers;
+  auto add = [&](tier t, int count) {
+    for (int i = 0; i < count; ++i) {
+      auto log = std::make_shared<watcher_log>();
+      log->t = t;
+      feed_config fc;
+      fc.limit = 200;
+      fc.poll_interval = 5.0;
+      fc.reconnect_base_backoff = 0.05;
+      fc.reconnect_max_backoff = 1.0;
+      if (t == tier::ledger) {
+        fc.replay_path = "/v1/events";
+        fc.ws_path = "/ws/ledger";
+      } else {
+        fc.replay_path.clear();
+        fc.ws_path = t == tier::catchup ? "/ws/catchup" : "/ws/ephemeral";
+      }
+      feed_callbacks cbs;
+      cbs.detached = false;
+      cbs.on_event = [log](const feed_event& ev) {
+        delivery_rec r;
+        r.at = now_ns();
+        r.n = stamp_of(ev.event).value_or(-1);
+        std::lock_guard<std::mutex> lock{log->mu};
+        log->recs.push_back(std::move(r));
+      };
+      cbs.on_reset = [log](const feed_reset& rs) {
+        delivery_rec r;
+        r.at = now_ns();
+        r.reset = true;
+        r.rs = rs;
+        r.rs.detail = nullptr;
+        std::lock_guard<std::mutex> lock{log->mu};
+        log->recs.push_back(std::move(r));
+      };
+      feed_watcher_options wo;
+      wo.client = client;
+      wo.connector = connector;
+      wo.ws = ws;
+      wo.callbacks = std::move(cbs);
+      wo.seed = static_cast<uint64_t>(logs.size() + 1);
+      watchers.push_back(spawn_feed_watcher(sys, fc, std::move(wo)));
+      logs.push_back(std::move(log));
+    }
+  };
+  try {
+    add(tier::ledger, o.ledger);
+    add(tier::catchup, o.catchup);
+    add(tier::ephemeral, o.ephemeral);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "chaos: %s\n", e.what());
+    return 2;
+  }
+  auto rss_start = rss_bytes();
+
+  ledger_book book;
+  auto epochs_now = [&](bool with_ledger) {
+    auto st = admin.request_raw("GET", "/admin/state");
+    auto& obj = st.body.as_object();
+    book.ring_epochs.push_back(std::string{obj.at("epoch").as_string()});
+    if (with_ledger)
+      book.ledger_epochs.push_back(
+        std::string{obj.at("ledger").at("epoch").as_string()});
+  };
+  std::set<int64_t> failed_stamps;
+  int proc = 0, ring = 0;
+  bool aborted = false;
+  try {
+    epochs_now(true);
+    // Let every watcher connect before the first event (not required for
+    // correctness: the first subscribe of catchup/ephemeral is a reset).
+    std::this_thread::sleep_for(500ms);
+    auto every = [&](int k) -> int64_t {
+      return k > 0 ? std::max<int64_t>(1, o.events / (k + 1)) : 0;
+    };
+    auto e_proc = every(o.hub_restarts), e_ring = every(o.catchup_restarts),
+         e_drop = every(o.drops), e_dup = every(o.dup_wakes);
+    auto period = std::chrono::duration_cast<clk::duration>(
+      std::chrono::duration<double>(1.0 / o.rate));
+    auto next = clk::now();
+    for (int64_t n = 1; n <= o.events; ++n) {
+      if (clk::now() > deadline) {
+        aborted = true;
+        break;
+      }
+      std::this_thread::sleep_until(next);
+      next += period;
+      if (e_proc && n % e_proc == 0 && book.proc_restarts < o.hub_restarts) {
+        hubp->kill();
+        // Odd restarts: a fresh ledger; even ones: the same ledger file.
+        bool fresh = book.proc_restarts % 2 == 0;
+        if (fresh) {
+          std::remove(o.ledger_path.c_str());
+          ++book.fresh_ledgers;
+        }
+        for (int tries = 0;; ++tries) {
+          try {
+            hubp = std::make_unique<hub_process>(o, port, proc + 1);
+            break;
+          } catch (const std::exception&) {
+            if (tries > 50)
+              throw;
+            std::this_thread::sleep_for(100ms);
+          }
+        }
+        ++proc;
+        ++ring;
+        ++book.proc_restarts;
+        epochs_now(true);
+      }
+      if (e_ring && n % e_ring == 0 && book.ring_restarts < o.catchup_restarts) {
+        auto r = admin.request_raw("POST", "/admin/restart");
+        if (r.status == 200) {
+          ++ring;
+          ++book.ring_restarts;
+          book.ring_epochs.push_back(
+            std::string{r.body.at("epoch").as_string()});
+        }
+      }
+      if (e_drop && n % e_drop == 0 && book.drops < o.drops) {
+        admin.request_raw("POST", "/admin/drop",
+                          json::value{json::object{{"tier", "all"}}});
+        ++book.drops;
+      }
+      if (e_dup && n % e_dup == 0 && !book.events.empty()) {
+        auto head = book.events.back().id;
+        json::array cs{head, head, std::max<int64_t>(head - 5, 0), head};
+        admin.request_raw("POST", "/admin/wakes",
+                          json::value{json::object{{"cursors", cs}}});
+        ++book.dup_wake_posts;
+      }
+      published p;
+      p.n = n;
+      p.proc = proc;
+      p.ring = ring;
+      p.sent = now_ns();
+      json::object body{{"subject", "chaos/" + std::to_string(n % 8)},
+                        {"kind", "k"},
+                        {"metadata", json::object{{"n", n}, {"t", p.sent}}}};
+      call_request c;
+      c.method = "POST";
+      c.path = "/v1/events";
+      c.body = json::serialize(body);
+      c.has_body = true;
+      auto out = admin.call(std::move(c));
+      if (!out.ok || !out.body.is_object()) {
+        ++book.failed;
+        failed_stamps.insert(n);
+        continue;
+      }
+      p.confirmed = now_ns();
+      auto& ob = out.body.get_object();
+      p.id = ob.at("id").to_number<int64_t>();
+      p.seq = ob.at("seq").to_number<int64_t>();
+      book.events.push_back(p);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "chaos: publisher stopped: %s\n", e.what());
+    aborted = true;
+  }
+  auto publish_seconds
+    = std::chrono::duration<double>(clk::now() - t_start).count();
+  // Settle: every watcher has the last event (or the bound passes).
+  auto settle_until = std::min(
+    deadline, clk::now()
+                + std::chrono::duration_cast<clk::duration>(
+                  std::chrono::duration<double>(o.settle_seconds)));
+  while (!settled(logs, book) && clk::now() < settle_until)
+    std::this_thread::sleep_for(50ms);
+  bool all_settled = settled(logs, book);
+  auto rss_end = rss_bytes();
+  for (auto& w : watchers)
+    caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+  watchers.clear();
+
+  std::unordered_map<int64_t, std::size_t> index;
+  for (std::size_t i = 0; i < book.events.size(); ++i)
+    index.emplace(book.events[i].n, i);
+  std::array<tier_result, 3> res;
+  for (auto& w : logs) {
+    auto& r = res[static_cast<int>(w->t)];
+    ++r.watchers;
+    check(*w, book, index, failed_stamps, r);
+  }
+
+  std::printf("chaos: %zu confirmed publishes (%llu failed while the hub "
+              "was down), %d hub process restarts (%d with a fresh ledger), %d "
+              "catch-up restarts, %d "
+              "socket drops, %d duplicate-wake bursts, %.1f s publishing%s\n",
+              book.events.size(),
+              static_cast<unsigned long long>(book.failed),
+              book.proc_restarts, book.fresh_ledgers, book.ring_restarts,
+              book.drops,
+              book.dup_wake_posts, publish_seconds,
+              aborted ? " (ABORTED at the bound)" : "");
+  std::printf("%-10s %8s %10s %6s %6s %6s %6s  %-40s %10s %10s\n", "tier",
+              "watchers", "delivered", "lost", "dup", "reord", "unst",
+              "resets by cause", "p50 ms", "p99 ms");
+  uint64_t bad = 0;
+  std::ostringstream js;
+  js << "{\"bench\":\"chaos\",\"published\":" << book.events.size()
+     << ",\"failed_publishes\":" << book.failed
+     << ",\"hub_restarts\":" << book.proc_restarts
+     << ",\"catchup_restarts\":" << book.ring_restarts
+     << ",\"settled\":" << (all_settled ? "true" : "false") << ",\"tiers\":{";
+  for (int t = 0; t < 3; ++t) {
+    auto& r = res[t];
+    std::string causes;
+    js << (t ? "," : "") << '"' << tier_names[t] << "\":{\"watchers\":"
+       << r.watchers << ",\"delivered\":" << r.deliveries
+       << ",\"lost\":" << r.lost << ",\"duplicated\":" << r.duplicated
+       << ",\"reordered\":" << r.reordered << ",\"resets\":{";
+    bool first = true;
+    for (std::size_t c = 0; c < reset_cause_count; ++c) {
+      if (!r.resets[c])
+        continue;
+      causes += std::string{causes.empty() ? "" : " "}
+                + to_string(static_cast<reset_cause>(c)) + "="
+                + std::to_string(r.resets[c]);
+      js << (first ? "" : ",") << '"'
+         << to_string(static_cast<reset_cause>(c)) << "\":" << r.resets[c];
+      first = false;
+    }
+    auto p50 = percentile(r.latencies, 0.50) / 1e6;
+    auto p99 = percentile(r.latencies, 0.99) / 1e6;
+    js << "},\"p50_ms\":" << p50 << ",\"p99_ms\":" << p99 << '}';
+    std::printf("%-10s %8d %10llu %6llu %6llu %6llu %6llu  %-40s %10.2f "
+                "%10.2f\n",
+                tier_names[t], r.watchers,
+                static_cast<unsigned long long>(r.deliveries),
+                static_cast<unsigned long long>(r.lost),
+                static_cast<unsigned long long>(r.duplicated),
+                static_cast<unsigned long long>(r.reordered),
+                static_cast<unsigned long long>(r.unstamped),
+                causes.empty() ? "-" : causes.c_str(), p50, p99);
+    for (auto& s : r.samples)
+      std::printf("  problem: %s\n", s.c_str());
+    bad += r.lost + r.duplicated + r.reordered + r.phantom;
+  }
+  js << "},\"rss_start\":" << rss_start << ",\"rss_end\":" << rss_end << '}';
+  std::printf("rss: start %.1f MiB, end %.1f MiB\n", rss_start / 1048576.0,
+              rss_end / 1048576.0);
+  std::printf("json: %s\n", js.str().c_str());
+  if (!all_settled)
+    std::printf("chaos: not every watcher had the last event within the "
+                "settle bound (counted as lost above if not covered)\n");
+  std::fflush(stdout);
+  hubp.reset();
+  std::remove(o.ledger_path.c_str());
+  // Ledger watchers rewind once per fresh ledger, never for the same one.
+  auto rewinds = res[0].resets[static_cast<std::size_t>(reset_cause::rewind)];
+  auto want = static_cast<uint64_t>(book.fresh_ledgers) * res[0].watchers;
+  if (rewinds != want)
+    std::printf("chaos: ledger rewinds %llu, expected %llu (one per watcher "
+                "per fresh ledger)\n",
+                static_cast<unsigned long long>(rewinds),
+                static_cast<unsigned long long>(want));
+  return bad == 0 && !aborted && rewinds == want ? 0 : 1;
+}

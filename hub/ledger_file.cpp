@@ -1,0 +1,126 @@
+#include "hub/ledger_file.hpp"
+
+#include "config/config_error.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+
+#include <filesystem>
+#include <vector>
+
+namespace outbound {
+
+namespace json = boost::json;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw config_error("ledger_file", path + ": " + what);
+}
+
+} // namespace
+
+ledger_file::ledger_file(const std::string& path, ledger_log& log,
+                         const std::string& fresh_epoch) {
+  std::vector<std::string> lines;
+  std::vector<std::uintmax_t> ends; // byte offset after each line's '\n'
+  bool torn_tail = false;
+  {
+    std::ifstream in{path, std::ios::binary};
+    if (in) {
+      std::string all{std::istreambuf_iterator<char>{in}, {}};
+      std::size_t pos = 0;
+      while (pos < all.size()) {
+        auto nl = all.find('\n', pos);
+        if (nl == std::string::npos) {
+          torn_tail = true; // killed inside a write: no newline yet
+          break;
+        }
+        lines.push_back(all.substr(pos, nl - pos));
+        ends.push_back(nl + 1);
+        pos = nl + 1;
+      }
+    }
+  }
+  std::uintmax_t good_end = 0;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    boost::system::error_code ec;
+    auto v = json::parse(lines[i], ec);
+    bool last = i + 1 == lines.size();
+    if (ec || !v.is_object()) {
+      if (last) {
+        torn_tail = true;
+        break;
+      }
+      fail(path, "line " + std::to_string(i + 1) + " is not a JSON object");
+    }
+    auto& o = v.get_object();
+    if (i == 0) {
+      auto* e = o.if_contains("ledger_epoch");
+      if (!e || !e->is_string() || e->get_string().empty())
+        fail(path, "line 1 must be {\"ledger_epoch\":\"...\"}");
+      epoch_ = std::string{e->get_string()};
+      good_end = ends[i];
+      continue;
+    }
+    auto* ev = o.if_contains("event");
+    auto* dk = o.if_contains("dedupe_key");
+    const json::object* e = ev ? ev->if_object() : nullptr;
+    auto str = [&](const char* k) -> const json::string* {
+      auto* x = e ? e->if_contains(k) : nullptr;
+      return x ? x->if_string() : nullptr;
+    };
+    auto* id = e ? e->if_contains("id") : nullptr;
+    auto* seq = e ? e->if_contains("seq") : nullptr;
+    auto* ts = e ? e->if_contains("ts") : nullptr;
+    auto* md = e ? e->if_contains("metadata") : nullptr;
+    if (!e || !str("subject") || !str("kind") || !id || !id->is_int64()
+        || !seq || !seq->is_int64() || !ts || !ts->is_number() || !md
+        || !md->is_object() || (dk && !dk->is_string())) {
+      if (last) {
+        torn_tail = true;
+        break;
+      }
+      fail(path, "line " + std::to_string(i + 1) + " is not a stored event");
+    }
+    auto r = log.append(std::string{*str("subject")}, std::string{*str("kind")},
+                        json::serialize(*md),
+                        dk ? std::string{dk->get_string()} : std::string{},
+                        seq->get_int64(), ts->to_number<double>());
+    if (r.duplicate || r.event->id != id->get_int64())
+      fail(path, "line " + std::to_string(i + 1) + " has id "
+                   + std::to_string(id->get_int64()) + ", expected "
+                   + std::to_string(log.head()));
+    ++loaded_;
+    good_end = ends[i];
+  }
+  std::error_code fec;
+  if (epoch_.empty()) {
+    // A new (or empty, or torn-at-the-first-line) file.
+    epoch_ = fresh_epoch;
+    std::filesystem::resize_file(path, 0, fec);
+    out_.open(path, std::ios::binary | std::ios::trunc);
+    if (!out_)
+      fail(path, "cannot be written");
+    out_ << "{\"ledger_epoch\":" << json::serialize(json::string{epoch_})
+         << "}\n";
+    out_.flush();
+    return;
+  }
+  if (torn_tail)
+    std::filesystem::resize_file(path, good_end, fec);
+  if (fec)
+    fail(path, "cannot cut its torn last line: " + fec.message());
+  out_.open(path, std::ios::binary | std::ios::app);
+  if (!out_)
+    fail(path, "cannot be written");
+}
+
+void ledger_file::append(const ledger_event& ev) {
+  out_ << "{\"dedupe_key\":" << json::serialize(json::string{ev.dedupe_key})
+       << ",\"event\":" << ev.json << "}\n";
+  out_.flush();
+}
+
+} // namespace outbound
