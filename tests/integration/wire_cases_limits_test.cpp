@@ -140,9 +140,14 @@ script chunked_in_8_byte_writes(const std::string& body) {
   return s;
 }
 
+/// The defaults with a 1024-byte cap and a 10 s attempt timeout (deadline
+/// 20 s): the 129 writes 5 ms apart take 0.65 s on a quiet machine and more
+/// than the default 1 s on a loaded one, so a 1 s timeout would race them.
 client_config cap_1024(const std::string& base_url) {
   auto cfg = wire_test::defaults(base_url);
   cfg.max_response_bytes = 1024;
+  cfg.timeout = 10;
+  cfg.deadline = 20;
   return cfg;
 }
 
@@ -176,12 +181,7 @@ TEST_F(WireLimits, Case7bChunkedBodyOneByteOverCapIsTooLargeAndNotRetried) {
   ASSERT_EQ(s.size(), 2u + 2u * 129u);
   s.push_back(step::hold()); // no last-chunk: only the cap can end the call
   auto srv = server({s});
-  // A 10 s attempt timeout keeps "ended by the cap" (the 129 writes take
-  // 0.65 s, more under load) far from "ended by the timeout".
-  auto cfg = cap_1024(srv->base_url());
-  cfg.timeout = 10;
-  cfg.deadline = 20;
-  auto c = client(cfg);
+  auto c = client(cap_1024(srv->base_url()));
   auto t0 = wire_clock::now();
   auto err = expect_throw<response_error>(
     [&] { return c->request("GET", "/v1/blob"); });
@@ -226,10 +226,7 @@ TEST_F(WireLimits, Case7cContentLengthOverCapFailsRightAfterHeader) {
                 "Content-Length: 10485760\r\n\r\n"),
      step::hold()},
   });
-  auto cfg = cap_1024(srv->base_url());
-  cfg.timeout = 10; // far from the bound below, even on a loaded machine
-  cfg.deadline = 20;
-  auto c = client(cfg);
+  auto c = client(cap_1024(srv->base_url()));
   auto t0 = wire_clock::now();
   auto err = expect_throw<response_error>(
     [&] { return c->request("GET", "/v1/blob"); });
