@@ -620,12 +620,18 @@ TEST(CliHedge, HedgeDelayFiresOneBackupThatWins) {
                     h.base_url() + "/flaky?key=" + key});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto body = boost::json::parse(r.out);
-  EXPECT_EQ(body.at("arrival").as_int64(), 1); // the hedge answered
+  // The key's fast second arrival answered, not the 900 ms straggler. It
+  // is the hedge's, 50 ms after the primary, unless a loaded machine
+  // delayed the primary's dial and write by more than that (then the
+  // primary arrives second and wins): exactly one leg wins.
+  EXPECT_EQ(body.at("arrival").as_int64(), 1);
   auto lines = r.err_lines();
   ASSERT_FALSE(lines.empty());
   auto counters = boost::json::parse(lines.back()).at("hedging");
   EXPECT_EQ(counters.at("hedged_requests").to_number<int64_t>(), 1);
-  EXPECT_EQ(counters.at("hedge_wins").to_number<int64_t>(), 1);
+  EXPECT_EQ(counters.at("hedge_wins").to_number<int64_t>()
+              + counters.at("primary_wins").to_number<int64_t>(),
+            1);
   // Without --hedge the same kind of key takes the primary's 900 ms.
   auto plain = run_cli({"request", h.base_url() + "/flaky?key=" + key + "x"});
   EXPECT_EQ(plain.exit_code, 0) << plain.err;

@@ -536,8 +536,8 @@ TEST_F(FeedE2E, GoSilentIsADeadPeerThenAStableSession) {
     w, [](const feed_stats& s) { return s.connects >= 1; }, 2s));
   auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(wait_stats(
-    w, [](const feed_stats& s) { return s.peer_timeouts == 1; }, 2200ms));
-  EXPECT_LE(std::chrono::steady_clock::now() - t0, 2200ms);
+    w, [](const feed_stats& s) { return s.peer_timeouts == 1; }, 3500ms));
+  EXPECT_LE(std::chrono::steady_clock::now() - t0, 3500ms); // 2 s + load slack
   ASSERT_TRUE(wait_stats(
     w, [](const feed_stats& s) { return s.connected && s.connects == 2; }));
   std::this_thread::sleep_for(5s);
@@ -596,7 +596,7 @@ TEST_F(FeedE2E, StopIsPromptIdleAndDuringBackoff) {
   collector c;
   auto w = watch(ledger_config(), c);
   ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.connected; }));
-  EXPECT_LT(stop(w), 500ms);
+  EXPECT_LT(stop(w), 2000ms); // loaded machine under ASan
   hub_->set_faults(R"({"accept_then_close":-1})");
   collector c2;
   auto fc = ledger_config();
@@ -607,7 +607,7 @@ TEST_F(FeedE2E, StopIsPromptIdleAndDuringBackoff) {
   auto s = stats(w2);
   EXPECT_FALSE(s.connected);
   EXPECT_EQ(s.reconnects, 0u);
-  EXPECT_LT(stop(w2), 500ms);
+  EXPECT_LT(stop(w2), 2000ms); // not the 5 s backoff
 }
 
 // -- scale -------------------------------------------------------------------

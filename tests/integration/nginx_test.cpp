@@ -489,7 +489,7 @@ TEST_F(NginxTest, HeadResponseWithContentLengthHasNoBody) {
   // nginx answers HEAD with the GET's Content-Length (68) and no body: a
   // client that waits for 68 bytes hangs until its timeout.
   auto cfg = config(nginx_listener::http);
-  cfg.timeout = 2.0;
+  cfg.timeout = 10.0; // far from the bound below, even on a loaded machine
   auto c = client(cfg);
   auto t0 = std::chrono::steady_clock::now();
   auto r = c.request_raw("HEAD", "/v1/items.json");
@@ -500,7 +500,7 @@ TEST_F(NginxTest, HeadResponseWithContentLengthHasNoBody) {
   ASSERT_NE(find_header(r.headers, "Content-Length"), nullptr);
   EXPECT_EQ(*find_header(r.headers, "Content-Length"),
             std::to_string(nginx_instance::items_body.size()));
-  EXPECT_LT(took, std::chrono::milliseconds{1000});
+  EXPECT_LT(took, std::chrono::milliseconds{3000});
   // The connection is still in step: the next GET gets its own body.
   auto r2 = c.request_raw("GET", "/v1/items.json");
   EXPECT_EQ(r2.body, json(nginx_instance::items_body));
@@ -516,8 +516,10 @@ TEST_F(NginxTest, ConnectionClosedByServerWhileIdleIsRedialedWithoutAnAttempt) {
   auto c = client(config(nginx_listener::http));
   auto first = c.request_raw("GET", "/v1/short-idle.json");
   ASSERT_EQ(first.status, 200);
-  // nginx closes the pooled connection 100 ms after that answer.
-  std::this_thread::sleep_for(std::chrono::milliseconds{400});
+  // nginx closes the pooled connection 100 ms after that answer; the wait
+  // leaves a loaded nginx worker well over a second to do it (if it had not,
+  // the next GET would legally reuse the connection).
+  std::this_thread::sleep_for(std::chrono::milliseconds{1500});
   auto second = c.request_raw("GET", "/v1/items.json");
   EXPECT_EQ(second.status, 200);
   EXPECT_EQ(second.body, json(nginx_instance::items_body));
@@ -564,7 +566,9 @@ TEST_F(NginxTest, ByteTrickleCannotOutliveThePerAttemptTimeout) {
   EXPECT_EQ(e->attempts, 2);
   EXPECT_FALSE(e->nothing_sent);
   EXPECT_GE(took, std::chrono::milliseconds{600});
-  EXPECT_LT(took, std::chrono::milliseconds{1500});
+  // Two 300 ms attempts and a backoff under 200 ms, plus the slack of a
+  // loaded machine under ASan; the trickle itself would last 256 s.
+  EXPECT_LT(took, std::chrono::milliseconds{800 + 1500});
   // nginx logs an aborted request when the client closes its connection.
   auto seen = nginx_->requests_with_id(e->request_id, 2);
   ASSERT_EQ(seen.size(), 2u);
@@ -586,7 +590,9 @@ TEST_F(NginxTest, ByteTrickleEndsAtTheOverallDeadline) {
   EXPECT_EQ(e->kind, error_kind::deadline_exceeded);
   EXPECT_EQ(e->attempts, 1);
   EXPECT_GE(took, std::chrono::milliseconds{450});
-  EXPECT_LT(took, std::chrono::milliseconds{1200});
+  // The 0.5 s deadline plus the slack of a loaded machine under ASan; the
+  // attempt's own timeout is 5 s.
+  EXPECT_LT(took, std::chrono::milliseconds{500 + 1500});
 }
 
 // -- TLS ----------------------------------------------------------------------

@@ -182,6 +182,12 @@ bool scripted_server::wait_for_peer_close(std::size_t i,
               t);
 }
 
+bool scripted_server::wait_for_steps(std::size_t i, std::size_t n,
+                                     std::chrono::milliseconds t) {
+  return wait([&] { return i < records_.size() && records_[i].steps_done >= n; },
+              t);
+}
+
 bool scripted_server::wait_for_finished(std::size_t i,
                                         std::chrono::milliseconds t) {
   return wait([&] { return i < records_.size() && records_[i].finished; }, t);
@@ -586,6 +592,11 @@ void scripted_server::run_connection(std::size_t index, int fd) {
           break;
         }
         break;
+    }
+    if (ok) {
+      std::lock_guard<std::mutex> guard{mtx_};
+      records_[index].steps_done = i + 1;
+      cv_.notify_all();
     }
     if (ended)
       break;

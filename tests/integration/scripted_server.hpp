@@ -37,6 +37,13 @@
 
 namespace outbound::testing {
 
+/// The slack of every upper bound on real time in the integration tests:
+/// what a loaded 2-core machine under ASan + UBSan (about 3x slower than -O2)
+/// may add to a wait that the code ends on time. A bound is `expected end +
+/// load_slack_ms` and must stay below the end of the wrong outcome it rules
+/// out (lower bounds need no slack: timers never fire early).
+inline constexpr int64_t load_slack_ms = 1500;
+
 /// One step of a connection script. Build steps with the static factories.
 struct step {
   enum class kind {
@@ -128,6 +135,9 @@ struct connection_record {
   bool peer_closed = false;
   /// The script ran to its end (or stopped on an error).
   bool finished = false;
+  /// Steps of the script completed so far (a `send` is complete once the
+  /// kernel took every byte: on loopback, they are in the client's socket).
+  std::size_t steps_done = 0;
   /// A step failed (e.g. a read timed out); the text says which.
   std::string error;
 };
@@ -183,6 +193,11 @@ public:
 
   /// Waits until connection `i` saw the client close; false on timeout.
   bool wait_for_peer_close(std::size_t i, std::chrono::milliseconds timeout);
+
+  /// Waits until connection `i` completed its first `n` steps; false on
+  /// timeout. Lets a test act after a given write instead of sleeping.
+  bool wait_for_steps(std::size_t i, std::size_t n,
+                      std::chrono::milliseconds timeout);
 
   /// Waits until connection `i` finished its script; false on timeout.
   bool wait_for_finished(std::size_t i, std::chrono::milliseconds timeout);

@@ -142,6 +142,11 @@ public:
     }
   }
 
+  /// When the child was spawned.
+  std::chrono::steady_clock::time_point started() const {
+    return started_;
+  }
+
   /// From spawn to exit (valid after wait_exit returned a code).
   std::chrono::milliseconds lifetime() const {
     return std::chrono::duration_cast<std::chrono::milliseconds>(ended_
@@ -252,20 +257,31 @@ protected:
 
 TEST_F(WatchCli, DurationEndsItByItselfWithTheSummary) {
   publish(2);
-  cli_child w{{"watch", "--poll-interval", "0.5", "--duration", "1.5",
+  cli_child w{{"watch", "--poll-interval", "0.5", "--duration", "4",
                hub_->base_url()}};
   ASSERT_TRUE(w.wait_out_lines(2, 10s)) << w.err();
-  publish(1); // delivered live (a wake) before the time is up
-  ASSERT_TRUE(w.wait_out_lines(3, 10s)) << w.err();
+  publish(1);
+  // The 4 s start no earlier than the spawn. Published with at least 1.5 s
+  // left, event 3 must be delivered live (a wake) before the time is up;
+  // published later (a slow start on a loaded machine), the time may run
+  // out first, and both outcomes are legal.
+  bool time_left = std::chrono::steady_clock::now() - w.started() < 4s - 1500ms;
+  w.wait_out_lines(3, 10s);
   auto code = w.wait_exit(15s);
   ASSERT_TRUE(code) << "still running long after --duration";
   EXPECT_EQ(*code, 0) << w.err();
-  EXPECT_GE(w.lifetime(), 1500ms);
-  EXPECT_LT(w.lifetime(), 10s);
-  EXPECT_EQ(event_ids(w.out()), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_GE(w.lifetime(), 4000ms);
+  EXPECT_LT(w.lifetime(), 15s);
+  const std::vector<int64_t> all{1, 2, 3}, first_two{1, 2};
+  auto ids = event_ids(w.out());
+  if (time_left)
+    EXPECT_EQ(ids, all);
+  else
+    EXPECT_TRUE(ids == all || ids == first_two) << w.out();
+  ASSERT_FALSE(ids.empty());
   auto sum = summary_of(w.err());
-  EXPECT_EQ(sum.at("events").as_int64(), 3);
-  EXPECT_EQ(sum.at("cursor").as_int64(), 3);
+  EXPECT_EQ(sum.at("events").as_int64(), static_cast<int64_t>(ids.size()));
+  EXPECT_EQ(sum.at("cursor").as_int64(), ids.back());
   EXPECT_EQ(sum.at("resets").as_int64(), 0);
   EXPECT_EQ(sum.at("reconnects").as_int64(), 0);
 }
@@ -291,9 +307,11 @@ void expect_clean_exit_on(int sig, hub& h) {
   ASSERT_TRUE(w.wait_out_lines(2, 10s)) << w.err();
   auto t0 = std::chrono::steady_clock::now();
   w.signal(sig);
-  auto code = w.wait_exit(10s);
-  ASSERT_TRUE(code) << "still running 10 s after signal " << sig;
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << "still running 20 s after signal " << sig;
+  // Generous for a loaded machine under ASan; a watcher that ignored the
+  // signal would run forever.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
   EXPECT_EQ(*code, 0) << w.err();
   EXPECT_EQ(event_ids(w.out()), (std::vector<int64_t>{1, 2}));
   auto sum = summary_of(w.err());
@@ -319,9 +337,9 @@ TEST_F(WatchCli, SigtermWhileTheHubIsGoneEndsItCleanly) {
   std::this_thread::sleep_for(700ms);
   auto t0 = std::chrono::steady_clock::now();
   w.signal(SIGTERM);
-  auto code = w.wait_exit(10s);
-  ASSERT_TRUE(code) << "still running 10 s after SIGTERM";
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << "still running 20 s after SIGTERM";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s); // loaded machine
   EXPECT_EQ(*code, 0) << w.err();
   auto sum = summary_of(w.err());
   EXPECT_EQ(sum.at("events").as_int64(), 1);
@@ -338,9 +356,11 @@ TEST_F(WatchCli, SigtermWhileTheServerNeverAnswersEndsItPromptly) {
   std::this_thread::sleep_for(200ms);
   auto t0 = std::chrono::steady_clock::now();
   w.signal(SIGTERM);
-  auto code = w.wait_exit(10s);
-  ASSERT_TRUE(code) << "still running 10 s after SIGTERM: " << w.err();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << "still running 20 s after SIGTERM: " << w.err();
+  // Far below the 30 s deadline it must not wait for, with the slack of a
+  // loaded machine under ASan.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
   EXPECT_EQ(*code, 0) << w.err();
   auto sum = summary_of(w.err());
   EXPECT_EQ(sum.at("events").as_int64(), 0);

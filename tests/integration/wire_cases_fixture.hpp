@@ -87,6 +87,38 @@ inline int64_t ms(wire_clock::duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
 
+/// The detail of an attempt that timed out. The call actor's attempt timer
+/// and the connection's own timer are armed for the same instant, and either
+/// may fire first: the call actor writes "no answer within the attempt's time
+/// budget", the connection "timed out after <N> ms while <phase>". Succeeds
+/// when `detail` holds one of them, the second with a phase in `phases` (the
+/// phases the exchange can legally be in when the timer fires, e.g. "writing
+/// the request").
+inline ::testing::AssertionResult
+is_attempt_timeout(const std::string& detail,
+                   const std::vector<std::string>& phases) {
+  if (detail.find("no answer within the attempt's time budget")
+      != std::string::npos)
+    return ::testing::AssertionSuccess();
+  const std::string head = "timed out after ";
+  for (auto at = detail.find(head); at != std::string::npos;
+       at = detail.find(head, at + 1)) {
+    auto i = at + head.size();
+    auto digits = i;
+    while (i < detail.size() && detail[i] >= '0' && detail[i] <= '9')
+      ++i;
+    if (i == digits)
+      continue;
+    for (const auto& p : phases) {
+      const std::string tail = " ms while " + p;
+      if (detail.compare(i, tail.size(), tail) == 0)
+        return ::testing::AssertionSuccess();
+    }
+  }
+  return ::testing::AssertionFailure()
+         << "not an attempt timeout in an allowed phase: " << detail;
+}
+
 /// The base of every wire-case test.
 class wire_test : public ::testing::Test {
 protected:

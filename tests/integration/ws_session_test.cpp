@@ -276,12 +276,12 @@ TEST_F(ws_session_test, OpensSubscribesAndReceivesHelloAndWakesFromTheHub) {
   h.start();
   auto log = std::make_shared<event_log>();
   auto s = open(options(h.base_url()), log, 42);
-  auto opened = log->wait_for(kind::opened, 2s);
+  auto opened = log->wait_for(kind::opened, 5s);
   ASSERT_TRUE(opened);
   EXPECT_EQ(opened->ev.session_id, 42u);
   s->send_text(R"({"type":"subscribe","prefixes":["orders/"],"client_id":"c1",)"
                R"("last_seq":null,"cursor":0,"epoch":null})");
-  ASSERT_TRUE(log->wait_count(kind::message, 1, 2s));
+  ASSERT_TRUE(log->wait_count(kind::message, 1, 5s));
   auto hello = log->wait_for(kind::message, 0ms)->ev;
   EXPECT_NE(hello.payload.find(R"("type":"hello")"), std::string::npos)
     << hello.payload;
@@ -290,14 +290,14 @@ TEST_F(ws_session_test, OpensSubscribesAndReceivesHelloAndWakesFromTheHub) {
   EXPECT_FALSE(hello.binary);
   EXPECT_EQ(hello.session_id, 42u);
   h.publish("orders/1", "created");
-  ASSERT_TRUE(log->wait_count(kind::message, 2, 2s));
+  ASSERT_TRUE(log->wait_count(kind::message, 2, 5s));
   std::vector<std::string> messages;
   for (auto& e : log->snapshot())
     if (e.ev.what == kind::message)
       messages.push_back(e.ev.payload);
   EXPECT_EQ(messages.at(1), R"({"type":"wake","cursor":1})");
   s->close();
-  auto closed = log->wait_for(kind::closed, 1s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::local);
   expect_closed_once_last(*log);
@@ -311,16 +311,16 @@ TEST_F(ws_session_test, FragmentedHubMessageIsReassembledAndFlagged) {
   h.set_faults(R"({"fragment_frames":1,"fragment_bytes":16})");
   auto log = std::make_shared<event_log>();
   auto s = open(options(h.base_url()), log);
-  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
+  ASSERT_TRUE(log->wait_for(kind::opened, 5s));
   s->send_text(R"({"type":"subscribe","prefixes":[],"client_id":"c2"})");
-  ASSERT_TRUE(log->wait_count(kind::message, 1, 2s));
+  ASSERT_TRUE(log->wait_count(kind::message, 1, 5s));
   auto hello = log->wait_for(kind::message, 0ms)->ev;
   EXPECT_TRUE(hello.fragmented);
   EXPECT_GT(hello.payload.size(), 16u);
   EXPECT_EQ(hello.payload.rfind(R"({"type":"hello")", 0), 0u) << hello.payload;
   EXPECT_EQ(hello.payload.back(), '}');
   s->close();
-  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
   expect_closed_once_last(*log);
 }
 
@@ -330,16 +330,16 @@ TEST_F(ws_session_test, PingToTheHubYieldsActivityFromThePong) {
   h.start();
   auto log = std::make_shared<event_log>();
   auto s = open(options(h.base_url()), log);
-  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
+  ASSERT_TRUE(log->wait_for(kind::opened, 5s));
   // Past the activity rate limit that starts at the open.
   std::this_thread::sleep_for(150ms);
   EXPECT_EQ(log->count(kind::activity), 0u);
   s->ping();
-  auto act = log->wait_for(kind::activity, 1s);
+  auto act = log->wait_for(kind::activity, 5s);
   ASSERT_TRUE(act);
   EXPECT_EQ(log->count(kind::message), 0u);
   s->close();
-  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
   expect_closed_once_last(*log);
 }
 
@@ -350,9 +350,9 @@ TEST_F(ws_session_test, OversizedFrameFromTheHubEndsTheSessionAtOnce) {
   h.set_faults(R"({"oversized_frame":1})"); // announces 8 MiB + 1
   auto log = std::make_shared<event_log>();
   auto s = open(options(h.base_url()), log);
-  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
+  ASSERT_TRUE(log->wait_for(kind::opened, 5s));
   s->send_text(R"({"type":"subscribe","prefixes":[]})");
-  auto closed = log->wait_for(kind::closed, 2s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large) << closed->ev.detail;
   expect_closed_once_last(*log);
@@ -367,8 +367,8 @@ TEST_F(ws_session_test, UpgradeRequestCarriesHostPathAndExtraHeaders) {
   auto o = options(srv.base_url(), "/ws/feed?x=1");
   o.headers = {{"Authorization", "Bearer secret"}, {"Upgrade", "bogus"}};
   auto s = open(o, log);
-  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
-  ASSERT_TRUE(log->wait_for(kind::message, 2s));
+  ASSERT_TRUE(log->wait_for(kind::opened, 5s));
+  ASSERT_TRUE(log->wait_for(kind::message, 5s));
   auto reqs = srv.requests();
   ASSERT_EQ(reqs.size(), 1u);
   EXPECT_EQ(reqs[0].method, "GET");
@@ -388,7 +388,7 @@ TEST_F(ws_session_test, UpgradeRequestCarriesHostPathAndExtraHeaders) {
     upgrades += ::strcasecmp(n.c_str(), "Upgrade") == 0 ? 1 : 0;
   EXPECT_EQ(upgrades, 1u);
   s->close();
-  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
 }
 
 TEST_F(ws_session_test, FramesInTheSamePacketAsThe101AreDelivered) {
@@ -397,14 +397,14 @@ TEST_F(ws_session_test, FramesInTheSamePacketAsThe101AreDelivered) {
                         step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  ASSERT_TRUE(log->wait_count(kind::message, 2, 2s));
+  ASSERT_TRUE(log->wait_count(kind::message, 2, 5s));
   std::vector<std::string> got;
   for (auto& e : log->snapshot())
     if (e.ev.what == kind::message)
       got.push_back(e.ev.payload);
   EXPECT_EQ(got, (std::vector<std::string>{"one", "two"}));
   s->close();
-  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
   expect_closed_once_last(*log);
 }
 
@@ -417,12 +417,12 @@ TEST_F(ws_session_test, UpgradeHeaderBlockOf20KiBIsAccepted) {
                         step::send(text_frame("ok")), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
-  auto m = log->wait_for(kind::message, 2s);
+  ASSERT_TRUE(log->wait_for(kind::opened, 5s));
+  auto m = log->wait_for(kind::message, 5s);
   ASSERT_TRUE(m);
   EXPECT_EQ(m->ev.payload, "ok");
   s->close();
-  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
 }
 
 TEST_F(ws_session_test, UpgradeHeaderBlockOver64KiBIsAHandshakeFailure) {
@@ -432,7 +432,7 @@ TEST_F(ws_session_test, UpgradeHeaderBlockOver64KiBIsAHandshakeFailure) {
   scripted_server srv{{{step::read_request(), step::ws_accept(pad), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  auto closed = log->wait_for(kind::closed, 2s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::handshake);
   EXPECT_EQ(closed->ev.detail,
@@ -448,7 +448,7 @@ TEST_F(ws_session_test, Non101AnswerIsAHandshakeFailureWithTheStatus) {
                         step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  auto closed = log->wait_for(kind::closed, 2s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::handshake);
   EXPECT_NE(closed->ev.detail.find("403"), std::string::npos)
@@ -465,7 +465,7 @@ TEST_F(ws_session_test, WrongAcceptValueIsAHandshakeFailure) {
                         step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  auto closed = log->wait_for(kind::closed, 2s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::handshake);
   EXPECT_EQ(closed->ev.detail,
@@ -477,7 +477,7 @@ TEST_F(ws_session_test, ConnectionClosedBeforeTheAnswerIsAHandshakeFailure) {
   scripted_server srv{{{step::read_request(), step::close()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  auto closed = log->wait_for(kind::closed, 2s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::handshake);
   EXPECT_EQ(closed->ev.detail, "connection closed before the upgrade response");
@@ -487,7 +487,7 @@ TEST_F(ws_session_test, RefusedConnectIsAConnectFailure) {
   auto log = std::make_shared<event_log>();
   auto s = open(options("http://127.0.0.1:" + std::to_string(closed_port())),
                 log);
-  auto closed = log->wait_for(kind::closed, 2s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::connect);
   EXPECT_EQ(log->count(kind::opened), 0u);
@@ -525,7 +525,7 @@ TEST_F(ws_session_test, SilentUpgradeIsATimeoutAtTheHandshakeBound) {
   o.handshake_timeout_ns = 200'000'000;
   auto start = clock_type::now();
   auto s = open(o, log);
-  auto closed = log->wait_for(kind::closed, 2s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::timeout);
   EXPECT_NE(closed->ev.detail.find("reading the upgrade response"),
@@ -533,7 +533,8 @@ TEST_F(ws_session_test, SilentUpgradeIsATimeoutAtTheHandshakeBound) {
     << closed->ev.detail;
   auto took = closed->at - start;
   EXPECT_GE(took, 190ms);
-  EXPECT_LT(took, 600ms);
+  // The scripted peer would hold the connection for 10 s.
+  EXPECT_LT(took, 200ms + std::chrono::milliseconds{testing::load_slack_ms});
   EXPECT_TRUE(srv.wait_for_peer_close(0, 1s));
   expect_closed_once_last(*log);
 }
@@ -546,17 +547,21 @@ TEST_F(ws_session_test, CloseTearsDownASilentPeerAtOnce) {
                         step::send(text_frame("last words")), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  ASSERT_TRUE(log->wait_for(kind::message, 2s));
+  ASSERT_TRUE(log->wait_for(kind::message, 5s));
   s->ping(); // never answered
   std::this_thread::sleep_for(50ms);
   auto asked = clock_type::now();
   s->close();
-  auto closed = log->wait_for(kind::closed, 1s);
+  // "At once": not after waiting for the silent peer's close frame, which
+  // never comes (the peer holds until the server stops). The bounds carry
+  // the slack of a loaded machine under ASan.
+  const std::chrono::milliseconds slack{testing::load_slack_ms};
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::local);
-  EXPECT_LT(closed->at - asked, 100ms);
-  EXPECT_TRUE(srv.wait_for_peer_close(0, 100ms));
-  EXPECT_LT(clock_type::now() - asked, 200ms);
+  EXPECT_LT(closed->at - asked, slack);
+  EXPECT_TRUE(srv.wait_for_peer_close(0, slack));
+  EXPECT_LT(clock_type::now() - asked, 2 * slack);
   expect_closed_once_last(*log);
 }
 
@@ -564,9 +569,9 @@ TEST_F(ws_session_test, DroppingTheSessionClosesIt) {
   scripted_server srv{{{step::read_request(), step::ws_accept(), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
+  ASSERT_TRUE(log->wait_for(kind::opened, 5s));
   s.reset();
-  auto closed = log->wait_for(kind::closed, 1s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::local);
   EXPECT_TRUE(srv.wait_for_peer_close(0, 500ms));
@@ -579,7 +584,7 @@ TEST_F(ws_session_test, CloseDuringTheUpgradeIsLocalAndFinal) {
   ASSERT_TRUE(srv.wait_for_requests(1, 2s));
   s->close();
   s->close(); // idempotent
-  auto closed = log->wait_for(kind::closed, 1s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::local);
   EXPECT_EQ(log->count(kind::opened), 0u);
@@ -621,7 +626,7 @@ TEST_F(ws_session_test, PeerCloseFrameIsPeerClosedWithItsCode) {
                         step::read_bytes(8), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  auto closed = log->wait_for(kind::closed, 2s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::peer_closed);
   EXPECT_EQ(closed->ev.detail, "peer sent close frame 1001 (bye)");
@@ -640,7 +645,7 @@ TEST_F(ws_session_test, PeerClosingTcpIsPeerClosed) {
                         step::send(text_frame("x")), step::close()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  auto closed = log->wait_for(kind::closed, 2s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::peer_closed);
   EXPECT_EQ(log->count(kind::message), 1u);
@@ -655,7 +660,7 @@ TEST_F(ws_session_test, BinaryAndFragmentedMessagesAreFlagged) {
                         step::send(frames), step::read_bytes(6), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  ASSERT_TRUE(log->wait_count(kind::message, 2, 2s));
+  ASSERT_TRUE(log->wait_count(kind::message, 2, 5s));
   std::vector<ws_event> msgs;
   for (auto& e : log->snapshot())
     if (e.ev.what == kind::message)
@@ -667,14 +672,14 @@ TEST_F(ws_session_test, BinaryAndFragmentedMessagesAreFlagged) {
   EXPECT_FALSE(msgs[1].binary);
   EXPECT_TRUE(msgs[1].fragmented);
   // Beast answered the ping with a masked pong.
-  ASSERT_TRUE(srv.wait_for_requests(1, 1s));
-  for (int i = 0; i < 100 && srv.requests().at(0).body.size() < 6; ++i)
+  ASSERT_TRUE(srv.wait_for_requests(1, 5s));
+  for (int i = 0; i < 500 && srv.requests().at(0).body.size() < 6; ++i)
     std::this_thread::sleep_for(10ms);
   auto sent = parse_client_frames(srv.requests().at(0).body);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].opcode, 0xAu);
   s->close();
-  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
   expect_closed_once_last(*log);
 }
 
@@ -694,10 +699,10 @@ TEST_F(ws_session_test, SendsAreSerialisedInOrderAsSingleMaskedFrames) {
     if (i == n / 2)
       s->send_text(big);
   }
-  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
-  for (int i = 0; i < 300 && srv.requests().empty(); ++i)
+  ASSERT_TRUE(log->wait_for(kind::opened, 5s));
+  for (int i = 0; i < 500 && srv.requests().empty(); ++i)
     std::this_thread::sleep_for(10ms);
-  for (int i = 0; i < 300 && srv.requests().at(0).body.size() < expected; ++i)
+  for (int i = 0; i < 500 && srv.requests().at(0).body.size() < expected; ++i)
     std::this_thread::sleep_for(10ms);
   auto frames = parse_client_frames(srv.requests().at(0).body);
   ASSERT_EQ(frames.size(), static_cast<std::size_t>(n + 1));
@@ -717,7 +722,7 @@ TEST_F(ws_session_test, SendsAreSerialisedInOrderAsSingleMaskedFrames) {
     }
   }
   s->close();
-  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
 }
 
 TEST_F(ws_session_test, PongFromThePeerIsActivity) {
@@ -727,36 +732,42 @@ TEST_F(ws_session_test, PongFromThePeerIsActivity) {
                         step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
+  ASSERT_TRUE(log->wait_for(kind::opened, 5s));
   s->ping();
-  auto act = log->wait_for(kind::activity, 2s);
+  auto act = log->wait_for(kind::activity, 5s);
   ASSERT_TRUE(act);
   auto sent = parse_client_frames(srv.requests().at(0).body);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].opcode, 9u);
   EXPECT_TRUE(sent[0].masked);
   s->close();
-  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
   expect_closed_once_last(*log);
 }
 
 TEST_F(ws_session_test, ActivityIsRateLimitedForAChattyPeerButNeverLost) {
-  // Two bursts of 100 pings 30 ms apart, then one more ping 300 ms later.
+  // Two bursts of 100 pings 30 ms apart, then one more ping 2 s later (far
+  // enough that a late timer or a late server thread cannot blur it with the
+  // second burst's activity).
   std::string pings;
   for (int i = 0; i < 100; ++i)
     pings += frame(0x89, "p");
   scripted_server srv{{{step::read_request(), step::ws_accept(),
                         step::sleep(150ms), step::send(pings),
                         step::sleep(30ms), step::send(pings),
-                        step::read_bytes(200 * 7), step::sleep(300ms),
+                        step::read_bytes(200 * 7), step::sleep(2s),
                         step::send(frame(0x89, "q")), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  ASSERT_TRUE(log->wait_count(kind::activity, 3, 3s));
+  ASSERT_TRUE(log->wait_count(kind::activity, 3, 10s));
   std::this_thread::sleep_for(150ms);
   // Every ping answered (7-byte masked pongs), but at most one activity
   // event per 100 ms: the first burst gives one at once, the second (inside
-  // the interval) one when the interval ends, the late ping a third.
+  // the interval) one when the interval ends, the late ping a third. Under
+  // load the second burst may arrive after the interval: then its activity
+  // comes at once, still at least 100 ms after the first. Either way it is
+  // reported on its own, long before the late ping (the gap below), so it
+  // was not held back until the next event.
   auto sent = parse_client_frames(srv.requests().at(0).body);
   EXPECT_EQ(sent.size(), 200u);
   std::vector<clock_type::time_point> at;
@@ -765,10 +776,10 @@ TEST_F(ws_session_test, ActivityIsRateLimitedForAChattyPeerButNeverLost) {
       at.push_back(e.at);
   ASSERT_EQ(at.size(), 3u);
   EXPECT_GE(at[1] - at[0], 95ms);
-  EXPECT_LT(at[1] - at[0], 150ms);
+  EXPECT_LT(at[1] - at[0], 100ms + std::chrono::milliseconds{testing::load_slack_ms});
   EXPECT_GE(at[2] - at[1], 200ms);
   s->close();
-  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
   expect_closed_once_last(*log);
 }
 
@@ -781,15 +792,17 @@ TEST_F(ws_session_test, PongRightAfterAMessageIsReportedLate) {
                         step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  auto m = log->wait_for(kind::message, 2s);
+  auto m = log->wait_for(kind::message, 5s);
   ASSERT_TRUE(m);
-  auto act = log->wait_for(kind::activity, 1s);
+  auto act = log->wait_for(kind::activity, 5s);
   ASSERT_TRUE(act);
   EXPECT_GE(act->at - m->at, 95ms);
-  EXPECT_LT(act->at - m->at, 200ms);
+  // At the interval's end, or at once if a loaded server sent the pong
+  // after it; never dropped (then no activity would come at all).
+  EXPECT_LT(act->at - m->at, 100ms + std::chrono::milliseconds{testing::load_slack_ms});
   EXPECT_EQ(log->count(kind::activity), 1u);
   s->close();
-  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
   expect_closed_once_last(*log);
 }
 
@@ -813,7 +826,7 @@ TEST_F(ws_session_test, Case21aReassemblyOverTheCapIsRefusedWith1009) {
   auto o = options(srv.base_url());
   o.max_frame_bytes = 64 * 1024;
   auto s = open(o, log);
-  auto closed = log->wait_for(kind::closed, 2s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large);
   EXPECT_EQ(closed->ev.detail, "message exceeds 65536 bytes");
@@ -837,15 +850,18 @@ TEST_F(ws_session_test, Case21bEmptyContinuationFloodEndsInBoundedTime) {
   srv.set_step_timeout(2s);
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  ASSERT_TRUE(log->wait_for(kind::opened, 2s));
+  ASSERT_TRUE(log->wait_for(kind::opened, 5s));
   auto cpu0 = cpu_time();
-  auto closed = log->wait_for(kind::closed, 2s);
+  auto closed = log->wait_for(kind::closed, 5s);
   auto cpu = cpu_time() - cpu0;
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large);
   EXPECT_EQ(closed->ev.detail, "message exceeds 64 fragments");
-  EXPECT_LT(closed->at - log->wait_for(kind::opened, 0ms)->at, 500ms);
-  EXPECT_LT(cpu, 500ms);
+  // Bounded: a session that swallowed the flood would never close (and
+  // spin meanwhile). The bounds carry the slack of a loaded ASan machine.
+  const std::chrono::milliseconds slack{testing::load_slack_ms};
+  EXPECT_LT(closed->at - log->wait_for(kind::opened, 0ms)->at, slack);
+  EXPECT_LT(cpu, slack);
   EXPECT_EQ(log->count(kind::message), 0u);
   expect_closed_once_last(*log);
 }
@@ -861,7 +877,7 @@ TEST_F(ws_session_test, Case21bClientSendsClose1009) {
   srv.set_step_timeout(2s);
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  auto closed = log->wait_for(kind::closed, 2s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large);
   ASSERT_TRUE(srv.wait_for_finished(0, 2s));
@@ -881,12 +897,12 @@ TEST_F(ws_session_test, SixtyFourFragmentsAreStillOneMessage) {
                         step::send(frames), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  auto m = log->wait_for(kind::message, 2s);
+  auto m = log->wait_for(kind::message, 5s);
   ASSERT_TRUE(m);
   EXPECT_EQ(m->ev.payload, "az");
   EXPECT_TRUE(m->ev.fragmented);
   s->close();
-  ASSERT_TRUE(log->wait_for(kind::closed, 1s));
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
   expect_closed_once_last(*log);
 }
 
@@ -903,13 +919,15 @@ TEST_F(ws_session_test, Case21cHugeAnnouncedFrameIsRefusedAtOnce) {
   auto o = options(srv.base_url());
   o.max_frame_bytes = 64 * 1024;
   auto s = open(o, log);
-  auto opened = log->wait_for(kind::opened, 2s);
+  auto opened = log->wait_for(kind::opened, 5s);
   ASSERT_TRUE(opened);
-  auto closed = log->wait_for(kind::closed, 2s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large);
-  // 100 ms of script sleep, then at once.
-  EXPECT_LT(closed->at - opened->at, 300ms);
+  // 100 ms of script sleep, then at once (plus the slack of a loaded
+  // machine; the server gives up on its read after 2 s).
+  EXPECT_LT(closed->at - opened->at,
+            100ms + std::chrono::milliseconds{testing::load_slack_ms});
   ASSERT_TRUE(srv.wait_for_finished(0, 2s));
   auto sent = parse_client_frames(srv.requests().at(0).body);
   ASSERT_EQ(sent.size(), 1u);
@@ -924,7 +942,7 @@ TEST_F(ws_session_test, MaskedServerFrameIsBroken) {
                         step::send(masked), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
-  auto closed = log->wait_for(kind::closed, 2s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::broken) << closed->ev.detail;
   EXPECT_EQ(log->count(kind::message), 0u);
@@ -956,23 +974,24 @@ TEST_F(ws_session_tls_test, OpensOverTlsAndReceivesMessages) {
                       {pki.server.cert, pki.server.key, ""}};
   auto log = std::make_shared<event_log>();
   auto s = tls_connector->connect(1, options(srv.base_url()), handler_of(log));
-  auto m = log->wait_for(kind::message, 3s);
+  auto m = log->wait_for(kind::message, 5s);
   ASSERT_TRUE(m) << (log->wait_for(kind::closed, 0ms)
                        ? log->wait_for(kind::closed, 0ms)->ev.detail
                        : "");
   EXPECT_EQ(m->ev.payload, "secure");
   s->send_text("hello");
-  for (int i = 0; i < 200 && srv.requests().at(0).body.size() < 11; ++i)
+  for (int i = 0; i < 500 && srv.requests().at(0).body.size() < 11; ++i)
     std::this_thread::sleep_for(10ms);
   auto sent = parse_client_frames(srv.requests().at(0).body);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].payload, "hello");
   auto asked = clock_type::now();
   s->close();
-  auto closed = log->wait_for(kind::closed, 1s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::local);
-  EXPECT_LT(closed->at - asked, 100ms);
+  // At once, not after a close handshake with a peer that never answers it.
+  EXPECT_LT(closed->at - asked, std::chrono::milliseconds{testing::load_slack_ms});
   expect_closed_once_last(*log);
 }
 
@@ -982,7 +1001,7 @@ TEST_F(ws_session_tls_test, CertificateWithoutTheIpIsATlsFailure) {
                       {pki.server_dns.cert, pki.server_dns.key, ""}};
   auto log = std::make_shared<event_log>();
   auto s = tls_connector->connect(1, options(srv.base_url()), handler_of(log));
-  auto closed = log->wait_for(kind::closed, 3s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::tls);
   EXPECT_NE(closed->ev.detail.find("certificate verify failed"),
@@ -1000,10 +1019,10 @@ TEST_F(ws_session_tls_test, Case21cOverTlsIsRefusedAtOnce) {
                       {pki.server.cert, pki.server.key, ""}};
   auto log = std::make_shared<event_log>();
   auto s = tls_connector->connect(1, options(srv.base_url()), handler_of(log));
-  auto closed = log->wait_for(kind::closed, 3s);
+  auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large) << closed->ev.detail;
-  EXPECT_TRUE(srv.wait_for_peer_close(0, 500ms));
+  EXPECT_TRUE(srv.wait_for_peer_close(0, 3s));
   expect_closed_once_last(*log);
 }
 
