@@ -29,6 +29,15 @@ namespace {
 namespace http = boost::beast::http;
 using parser_t = http::response_parser<http::string_body>;
 
+/// The end of the input is the peer's EOF, handled as Beast's read does
+/// (http/impl/read.hpp): end_of_stream before any byte, else put_eof.
+void eof(parser_t& p, boost::system::error_code& ec) {
+  if (!p.got_some())
+    ec = http::error::end_of_stream;
+  else
+    p.put_eof(ec);
+}
+
 /// Feeds bytes [off, size) to `p` until `done(p)` or an error; returns the
 /// new offset. At the end of the input the parser sees EOF.
 template <class Done>
@@ -36,21 +45,18 @@ std::size_t feed(parser_t& p, const uint8_t* data, std::size_t size,
                  std::size_t off, boost::system::error_code& ec, Done done) {
   while (!done(p)) {
     if (off == size) {
-      p.put_eof(ec);
+      eof(p, ec);
       return off;
     }
     auto n = p.put(boost::asio::buffer(data + off, size - off), ec);
     off += n;
     if (ec == http::error::need_more) {
-      // Beast wants more than there is: the peer closed.
+      // Beast was given every byte left and wants more: the peer closed.
       ec = {};
-      if (off == size) {
-        p.put_eof(ec);
-        return off;
-      }
-      continue;
+      eof(p, ec);
+      return off;
     }
-    if (ec)
+    if (ec || n == 0)
       return off;
   }
   return off;

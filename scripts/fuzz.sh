@@ -64,9 +64,10 @@ failed=0
 printf '%-14s %12s %8s %8s %10s %5s\n' target executions exec/s findings peak_rss_mb rc
 for t in "${targets[@]}"; do
   log=$bdir/logs/$t.log
-  execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{print $2}')
-  rate=$(grep -o 'stat::average_exec_per_sec: [0-9]*' "$log" | awk '{print $2}')
-  rss=$(grep -o 'stat::peak_rss_mb: [0-9]*' "$log" | awk '{print $2}')
+  stat() { awk -v k="stat::$1:" '$1 == k { print $2 }' "$log" | tail -1; }
+  execs=$(stat number_of_executed_units)
+  rate=$(stat average_exec_per_sec)
+  rss=$(stat peak_rss_mb)
   findings=$(find "$bdir/artifacts/$t" -type f | wc -l)
   rc=$(cat "$log.rc")
   printf '%-14s %12s %8s %8s %10s %5s\n' "$t" "${execs:-?}" "${rate:-?}" \
