@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 1: {
         auto u = url_parts::parse(text);
-        (void) u.authority();
+        (void)u.authority();
         client_config c;
         c.base_url = text;
         c.validate();
@@ -44,7 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         c.tls = text.size() % 2 == 1;
         c.validate();
-        (void) c.parsed_endpoints();
+        (void)c.parsed_endpoints();
         break;
       }
     }

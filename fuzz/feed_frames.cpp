@@ -10,7 +10,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::input in{data, size};
   std::string wake_field{in.until('\0')};
   auto payload = in.rest();
-  (void) parse_message(payload, wake_field);
-  (void) parse_message(payload, "cursor");
+  (void)parse_message(payload, wake_field);
+  (void)parse_message(payload, "cursor");
   return 0;
 }

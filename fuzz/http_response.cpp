@@ -137,11 +137,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto& r = res.response;
   if (r.status >= 200 && r.status < 300) {
     boost::system::error_code jec;
-    (void) boost::json::parse(r.body, jec);
+    (void)boost::json::parse(r.body, jec);
   } else {
     auto e = classify_status(r.status, extract_detail(r.body));
-    (void) e.message();
-    (void) find_header(r.headers, "location");
+    (void)e.message();
+    (void)find_header(r.headers, "location");
   }
 
   // The retry loop's verdict, Retry-After included.
@@ -149,7 +149,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   retry_time start{};
   wall_time wall{std::chrono::seconds{1767225600}};
   retry_state rs{cfg, idempotent, start};
-  (void) rs.begin_attempt(start);
+  (void)rs.begin_attempt(start);
   call_rng rng{7};
   auto step = rs.on_result(res, start, wall, rng);
   if (step.delay.count() < 0)

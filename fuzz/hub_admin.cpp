@@ -4,9 +4,9 @@
 // (oracle_state::apply_admin). Both are all or nothing: a refused patch
 // must change nothing. Input: selector byte, then the body.
 
+#include "fuzz/fuzz_input.hpp"
 #include "hub/hub_state.hpp"
 #include "hub/oracle_state.hpp"
-#include "fuzz/fuzz_input.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -32,13 +32,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (ec || !v.is_object())
       return 0;
     auto before = boost::json::serialize(to_json(st.faults()));
-    auto err = st.apply_admin(v.get_object(),
-                              {"seed", "silence_now", "drop_now"});
+    auto err
+      = st.apply_admin(v.get_object(), {"seed", "silence_now", "drop_now"});
     if (err && boost::json::serialize(to_json(st.faults())) != before)
       std::abort(); // a refused patch changed a knob
-    (void) st.take_due_script();
-    (void) st.take_connection_plan();
-    (void) st.state_json();
+    (void)st.take_due_script();
+    (void)st.take_connection_plan();
+    (void)st.state_json();
   } else {
     oracle_config cfg;
     cfg.nodes = 3;
@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto err = o.apply_admin(body);
     if (err && boost::json::serialize(o.state_json()) != before)
       std::abort(); // all or nothing
-    (void) o.handle(0, oracle_op::ts, "{\"count\":1}", 1767225600000);
+    (void)o.handle(0, oracle_op::ts, "{\"count\":1}", 1767225600000);
   }
   return 0;
 }

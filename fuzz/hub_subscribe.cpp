@@ -12,7 +12,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace outbound;
   std::string_view text{reinterpret_cast<const char*>(data), size};
-  (void) is_json_ping(text);
+  (void)is_json_ping(text);
   auto sub = parse_subscribe(text);
   if (!sub)
     return 0;
@@ -29,8 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     state.publish(in, 1.0 + i);
   }
   for (auto tier : {hub_tier::ledger, hub_tier::catchup, hub_tier::ephemeral}) {
-    (void) state.subscribe(tier, *sub);
-    (void) state.subscribe(tier, *sub, true); // a reconnect, without hello
+    (void)state.subscribe(tier, *sub);
+    (void)state.subscribe(tier, *sub, true); // a reconnect, without hello
   }
   return 0;
 }

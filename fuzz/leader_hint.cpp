@@ -16,13 +16,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!parse_oracle_endpoint(h->endpoint, false, endpoint_origin::wire))
       std::abort(); // the hint parser promises a parseable endpoint
   }
-  (void) parse_leader_epoch(value);
+  (void)parse_leader_epoch(value);
   for (bool tls : {false, true})
     for (auto origin : {endpoint_origin::configured, endpoint_origin::wire}) {
       endpoint_parse_error why = endpoint_parse_error::none;
       if (auto ep = parse_oracle_endpoint(value, tls, origin, &why)) {
-        (void) ep->key();
-        (void) ep->authority();
+        (void)ep->key();
+        (void)ep->authority();
       }
     }
   coalesce_rng rng{1};
@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cfg.tls = true;
   leader_state ls{cfg, rng};
   coalesce_time now{};
-  (void) ls.seat("https://b.test:7001", 5, seat_source::success, now);
-  (void) ls.check_hint(&value, "https://a.test:7000", now);
+  (void)ls.seat("https://b.test:7001", 5, seat_source::success, now);
+  (void)ls.check_hint(&value, "https://a.test:7000", now);
   return 0;
 }

@@ -9,8 +9,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace outbound;
   std::string body{reinterpret_cast<const char*>(data), size};
-  (void) parse_ts_body(body);
-  (void) parse_seq_body(body);
-  (void) parse_body_epoch(body);
+  (void)parse_ts_body(body);
+  (void)parse_seq_body(body);
+  (void)parse_body_epoch(body);
   return 0;
 }

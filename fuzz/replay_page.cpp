@@ -32,6 +32,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto page = parse_page(v, fields, max_events);
   if (page.events.size() > max_events)
     std::abort(); // a hostile page must not queue more than asked for
-  (void) parse_page(v, feed_fields{});
+  (void)parse_page(v, feed_fields{});
   return 0;
 }

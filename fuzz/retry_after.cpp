@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort(); // a delay is never negative
   if (auto d = parse_retry_after(value, now); d && d->count() < 0)
     std::abort();
-  (void) parse_http_date(value);
+  (void)parse_http_date(value);
   header_list headers;
   while (!in.empty()) {
     auto line = in.until('\n');

@@ -5,8 +5,8 @@
 // fragment cap, the following bytes are fed in batches whose sizes come
 // from the input too (a header split across reads must parse the same).
 
-#include "protocol/ws_wire.hpp"
 #include "fuzz/fuzz_input.hpp"
+#include "protocol/ws_wire.hpp"
 
 #include <cstdlib>
 

@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& field : res)
     headers.emplace_back(std::string{field.name_string()},
                          std::string{field.value()});
-  (void) detail::check_upgrade_response(res.version(), res.result_int(),
-                                        headers, key);
+  (void)detail::check_upgrade_response(res.version(), res.result_int(), headers,
+                                       key);
   return 0;
 }
