@@ -9,7 +9,7 @@ packages=(
   libssl-dev libgtest-dev libgmock-dev libcli11-dev
   nginx openssl ca-certificates
   prometheus
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev libfuzzer-14-dev
 )
 
 missing=()

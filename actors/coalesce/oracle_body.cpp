@@ -1,0 +1,129 @@
+#include "actors/coalesce/oracle_body.hpp"
+
+#include "actors/coalesce/leader_state.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+
+#include <cstdint>
+
+namespace outbound {
+
+namespace json = boost::json;
+
+namespace {
+
+std::optional<uint64_t> u64_field(const json::object& o, const char* name) {
+  auto* v = o.if_contains(name);
+  if (!v)
+    return std::nullopt;
+  if (v->is_uint64())
+    return v->as_uint64();
+  if (v->is_int64() && v->as_int64() >= 0)
+    return static_cast<uint64_t>(v->as_int64());
+  return std::nullopt;
+}
+
+/// Number of keys of the top-level object of `body`, which json::parse
+/// accepted (so strings and nesting are well formed): a key is a string at
+/// depth 1 followed by ':'.
+std::size_t top_level_keys(const std::string& body) {
+  std::size_t n = 0;
+  int depth = 0;
+  for (std::size_t i = 0; i < body.size(); ++i) {
+    char c = body[i];
+    if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    } else if (c == '"') {
+      for (++i; i < body.size() && body[i] != '"'; ++i)
+        if (body[i] == '\\')
+          ++i;
+      if (depth != 1)
+        continue;
+      auto j = body.find_first_not_of(" \t\r\n", i + 1);
+      if (j != std::string::npos && body[j] == ':')
+        ++n;
+    }
+  }
+  return n;
+}
+
+/// The top-level object of a 2xx body, or nullptr when the body is not a
+/// JSON object or repeats a key (ambiguous: json::parse keeps the last
+/// one, another reader the first; never served).
+const json::object* unambiguous_object(const json::value& v,
+                                       const std::string& body) {
+  if (!v.is_object() || top_level_keys(body) != v.as_object().size())
+    return nullptr;
+  return &v.as_object();
+}
+
+/// The body's "epoch" if it is a decimal leader epoch (1..20 digits, at
+/// most 2^64-1, as hints carry it), else "": a hostile 60 KB epoch is never
+/// copied to every waiter of a batch (ts is served without it, seq becomes
+/// uncertain: check_seq_response wants an epoch).
+std::string decimal_epoch(const json::object& o) {
+  auto* e = o.if_contains("epoch");
+  if (!e || !e->is_string() || !parse_leader_epoch(e->as_string()))
+    return {};
+  return std::string{e->as_string()};
+}
+
+} // namespace
+
+// A body that does not parse, or fields out of range, give default values
+// (count 0): the batcher reports the violation (ts) or the uncertainty (seq).
+
+ts_response parse_ts_body(const std::string& body) {
+  ts_response r;
+  json::error_code ec;
+  auto v = json::parse(body, ec);
+  auto* obj = ec ? nullptr : unambiguous_object(v, body);
+  if (!obj)
+    return r;
+  auto& o = *obj;
+  auto phys = u64_field(o, "physical_ms");
+  auto logical = u64_field(o, "logical_start");
+  auto count = u64_field(o, "count");
+  if (!phys || !logical || !count || *logical > UINT32_MAX
+      || *count > UINT32_MAX)
+    return r;
+  r.physical_ms = *phys;
+  r.logical_start = static_cast<uint32_t>(*logical);
+  r.count = static_cast<uint32_t>(*count);
+  r.epoch = decimal_epoch(o);
+  return r;
+}
+
+seq_response parse_seq_body(const std::string& body) {
+  seq_response r;
+  json::error_code ec;
+  auto v = json::parse(body, ec);
+  auto* obj = ec ? nullptr : unambiguous_object(v, body);
+  if (!obj)
+    return r;
+  auto& o = *obj;
+  auto start = u64_field(o, "start");
+  auto count = u64_field(o, "count");
+  if (!start || !count || *count > UINT32_MAX)
+    return r;
+  r.start = *start;
+  r.count = static_cast<uint32_t>(*count);
+  r.epoch = decimal_epoch(o);
+  return r;
+}
+
+std::optional<uint64_t> parse_body_epoch(const std::string& body) {
+  json::error_code ec;
+  auto v = json::parse(body, ec);
+  if (ec || !v.is_object())
+    return std::nullopt;
+  auto* e = v.as_object().if_contains("epoch");
+  if (!e || !e->is_string())
+    return std::nullopt;
+  return parse_leader_epoch(e->as_string());
+}
+
+} // namespace outbound

@@ -1,0 +1,34 @@
+#pragma once
+
+// Readers of the oracle's 2xx response bodies (`POST /v1/ts`, `POST
+// /v1/seq`): pure functions over the body text, no CAF, no Asio, so the
+// fuzz harnesses (fuzz/) can call them directly. The coalescing driver
+// (coalescing_driver.cpp) hands their results to the batcher.
+
+#include "actors/coalesce/batcher.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace outbound {
+
+/// Parses a GetTs 2xx body `{"physical_ms":P,"logical_start":L,"count":N,
+/// "epoch":"E"}`. A body that does not parse, is not a JSON object, repeats
+/// a top-level key (ambiguous: Boost.JSON keeps the last one, another reader
+/// the first) or has a field out of range gives a default ts_response
+/// (count 0): the batcher reports the violation. `epoch` is kept only when it
+/// is a decimal leader epoch (parse_leader_epoch), else empty. Never throws.
+ts_response parse_ts_body(const std::string& body);
+
+/// Parses a GetSeq 2xx body `{"start":S,"count":N,"epoch":"E"}` under the
+/// rules of parse_ts_body (a missing epoch leaves `epoch` empty, which the
+/// batcher treats as an uncertain outcome, as tsoracle's seq_attempt.rs
+/// does). Never throws.
+seq_response parse_seq_body(const std::string& body);
+
+/// The decimal `"epoch"` string of a JSON object body, if any (a follower's
+/// refusal may carry it); nullopt otherwise. Never throws.
+std::optional<uint64_t> parse_body_epoch(const std::string& body);
+
+} // namespace outbound

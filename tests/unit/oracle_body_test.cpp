@@ -1,0 +1,51 @@
+// The oracle body readers (actors/coalesce/oracle_body.hpp), directly: the
+// fuzz target fuzz/oracle_body.cpp throws arbitrary bytes at them; these
+// pin what a well-formed and an ambiguous body read as.
+
+#include "actors/coalesce/oracle_body.hpp"
+
+#include <gtest/gtest.h>
+
+namespace outbound {
+namespace {
+
+TEST(OracleBody, TsBodyReadsEveryField) {
+  auto r = parse_ts_body(
+    R"({"physical_ms":1767225600000,"logical_start":7,"count":4,"epoch":"9"})");
+  EXPECT_EQ(r.physical_ms, 1767225600000u);
+  EXPECT_EQ(r.logical_start, 7u);
+  EXPECT_EQ(r.count, 4u);
+  EXPECT_EQ(r.epoch, "9");
+}
+
+TEST(OracleBody, RepeatedTopLevelKeyReadsAsNoAnswer) {
+  EXPECT_EQ(parse_seq_body(R"({"start":1,"count":2,"start":5})").count, 0u);
+  // A key repeated only inside a nested value or a string is not ambiguous.
+  auto r = parse_seq_body(
+    R"({"x":{"start":1},"s":"\"start\":","start":3,"count":2})");
+  EXPECT_EQ(r.start, 3u);
+  EXPECT_EQ(r.count, 2u);
+}
+
+TEST(OracleBody, NonDecimalEpochIsDropped) {
+  EXPECT_EQ(parse_seq_body(R"({"start":1,"count":2,"epoch":"x"})").epoch, "");
+  EXPECT_EQ(
+    parse_ts_body(
+      R"({"physical_ms":1,"logical_start":0,"count":1,"epoch":"123456789012345678901"})")
+      .epoch,
+    "");
+  EXPECT_EQ(parse_body_epoch(R"({"epoch":"18446744073709551615"})"),
+            std::optional<uint64_t>{18446744073709551615ull});
+  EXPECT_EQ(parse_body_epoch("not json"), std::nullopt);
+}
+
+TEST(OracleBody, OutOfRangeFieldsReadAsNoAnswer) {
+  EXPECT_EQ(
+    parse_ts_body(R"({"physical_ms":-1,"logical_start":0,"count":1})").count,
+    0u);
+  EXPECT_EQ(parse_seq_body(R"({"start":0,"count":4294967296})").count, 0u);
+  EXPECT_EQ(parse_seq_body("[]").count, 0u);
+}
+
+} // namespace
+} // namespace outbound
