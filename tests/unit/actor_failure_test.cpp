@@ -9,6 +9,7 @@
 
 #include "actors/client/service_client.hpp"
 #include "actors/coalesce/coalescing_driver.hpp"
+#include "actors/coalesce/leader_state.hpp"
 #include "actors/handler_guard.hpp"
 #include "config/config_error.hpp"
 
@@ -231,6 +232,9 @@ TEST_F(DriverFailure, KillingTheDriverAnswersEveryWaiterAtOnce) {
     ASSERT_TRUE(r->reply->error);
     EXPECT_EQ(r->reply->error->kind, error_kind::service_unavailable);
   }
+  // The stalled fake holds a promise that refers to itself: stop it, or the
+  // cycle outlives the test (LSan).
+  kill_transport(0);
 }
 
 TEST(CoalescePoolConfig, ExplicitHttpIsPlaintextEvenWithTlsConfigured) {
@@ -272,6 +276,33 @@ TEST(CoalescePoolConfig, AnHttpLeaderHintUnderTlsIsRefusedAsADowngrade) {
                                      endpoint_origin::wire, &why);
   ASSERT_TRUE(plain);
   EXPECT_EQ(plain->key(), "http://10.0.0.9:7000");
+}
+
+TEST(CoalescePoolConfig, ABareHintNamingAConfiguredNodeKeepsItsConfiguredScheme) {
+  // Mixed list under TLS: node 1 plain (explicit http://), node 2 bare
+  // (https). A follower's bare hint names the node, not the scheme.
+  coalesce_config c;
+  c.tls = true;
+  c.endpoints = {"http://10.0.0.1:7000", "10.0.0.2:7000"};
+  coalesce_rng rng{1};
+  leader_state ls{c, rng};
+  auto t0 = coalesce_time{} + std::chrono::hours{1};
+  std::string to_plain = "10.0.0.1:7000; epoch=2";
+  auto a = ls.check_hint(&to_plain, "https://10.0.0.2:7000", t0);
+  EXPECT_EQ(a.verdict, hint_verdict::usable);
+  EXPECT_EQ(a.endpoint, "http://10.0.0.1:7000");
+  std::string to_tls = "10.0.0.2:7000; epoch=2";
+  auto b = ls.check_hint(&to_tls, "http://10.0.0.1:7000", t0);
+  EXPECT_EQ(b.endpoint, "https://10.0.0.2:7000");
+  // An unknown bare node takes the configured scheme; an explicit http://
+  // hint is still refused, even for a node configured plain.
+  std::string unknown = "10.0.0.9:7000; epoch=2";
+  EXPECT_EQ(ls.check_hint(&unknown, "http://10.0.0.1:7000", t0).endpoint,
+            "https://10.0.0.9:7000");
+  std::string explicit_plain = "http://10.0.0.1:7000; epoch=2";
+  auto d = ls.check_hint(&explicit_plain, "https://10.0.0.2:7000", t0);
+  EXPECT_EQ(d.verdict, hint_verdict::rejected_downgrade);
+  EXPECT_EQ(ls.stats().downgrade_hints, 1u);
 }
 
 class DriverConstruction : public virtual_time_fixture {};
