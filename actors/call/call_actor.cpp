@@ -2,6 +2,7 @@
 
 #include "actors/call/request_builder.hpp"
 #include "actors/call/retry_state.hpp"
+#include "actors/handler_guard.hpp"
 
 #include <boost/json/parse.hpp>
 #include <caf/actor_cast.hpp>
@@ -86,6 +87,20 @@ struct call_state {
   /// x-retry-count of the current attempt.
   int retry_count = 0;
 
+  /// Runs when the actor terminates for any reason: a caller still waiting
+  /// is answered at once, never left to its own timeout.
+  ~call_state() {
+    if (done || !rp.pending())
+      return;
+    call_outcome o;
+    o.ok = false;
+    o.request_id = request_id;
+    o.error.kind = error_kind::service_unavailable;
+    o.error.detail = "call actor stopped";
+    o.error.request_id = request_id;
+    rp.deliver(std::move(o));
+  }
+
   static inline const char* name = "outbound.call";
 };
 
@@ -165,8 +180,13 @@ call_health health_of(const call_outcome& o) {
 
 void maybe_quit(self_ptr self) {
   auto& st = self->state;
-  if (st.done && st.gates_pending == 0)
+  if (st.done && st.gates_pending == 0) {
+    // CAF 0.17 keeps a monitor on the observed actor until it is removed:
+    // a long-lived pool would collect one per finished call.
+    if (st.ctx && st.ctx->transport)
+      self->demonitor(st.ctx->transport.address());
     self->quit();
+  }
 }
 
 // Feeds the winner's latency and the call's health to the hedging actors
@@ -466,11 +486,18 @@ void send_leg(self_ptr self, call_state::leg& l, http_request req,
   l.sent_at = self->clock().now();
   req.exchange_id = l.exchange_id;
   req.timeout_ns = budget.count();
+  // A throw while handling the answer (a retry decision, a JSON body) ends
+  // the call with a typed error, not the actor.
+  auto failed = [self](call_error e) { finish_error(self, std::move(e)); };
   self->request(st.ctx->transport, budget, std::move(req))
-    .then([self, send_id](exchange_result& r) { on_result(self, send_id, r); },
-          [self, send_id](caf::error& err) {
-            on_failure(self, send_id, err);
-          });
+    .then(
+      [self, send_id, failed](exchange_result& r) {
+        guarded("call actor", [&] { on_result(self, send_id, r); }, failed);
+      },
+      [self, send_id, failed](caf::error& err) {
+        guarded("call actor", [&] { on_failure(self, send_id, err); },
+                failed);
+      });
 }
 
 void arm_hedge_timer(self_ptr self) {
@@ -589,9 +616,32 @@ void send_attempt(self_ptr self) {
   arm_hedge_timer(self);
 }
 
+// The transport (the client's connection pool) terminated: it will never
+// answer, and every later send would bounce, so the call fails now with the
+// cause instead of at the end of its attempt budget and backoffs.
+void on_transport_down(self_ptr self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  if (!st.started || st.done || dm.source != st.ctx->transport.address())
+    return;
+  bool sent = st.primary.send_id != 0;
+  st.primary.in_flight = false;
+  st.hedge.in_flight = false;
+  if (st.permit) {
+    self->send(st.ctx->hedging->breakers, breaker_release{std::move(*st.permit)});
+    st.permit.reset();
+  }
+  call_error e;
+  e.kind = error_kind::service_unavailable;
+  e.cause = transport_error_kind::interrupted;
+  e.detail = "connection pool terminated: " + self->system().render(dm.reason);
+  e.nothing_sent = !sent;
+  finish_error(self, std::move(e));
+}
+
 void start(self_ptr self, call_request call) {
   auto& st = self->state;
   st.started = true;
+  self->monitor(st.ctx->transport);
   st.start = self->clock().now();
   st.call = std::move(call);
   auto built = build_request(st.ctx->cfg, st.ctx->url, st.call, st.rng);
@@ -644,6 +694,8 @@ call_actor::behavior_type call_impl(self_ptr self,
                                     uint64_t seed) {
   self->state.ctx = std::move(ctx);
   self->state.rng.seed(seed);
+  self->set_down_handler(
+    [self](caf::down_msg& dm) { on_transport_down(self, dm); });
   return {
     [self](call_request& req) -> caf::typed_response_promise<call_outcome> {
       auto& st = self->state;
@@ -658,7 +710,12 @@ call_actor::behavior_type call_impl(self_ptr self,
         return rp;
       }
       st.rp = rp;
-      start(self, std::move(req));
+      guarded(
+        "call actor", [&] { start(self, std::move(req)); },
+        [self](call_error e) {
+          e.nothing_sent = self->state.send_id == 0;
+          finish_error(self, std::move(e));
+        });
       return rp;
     },
     [self](retry_atom, uint64_t send_id) {
@@ -666,9 +723,13 @@ call_actor::behavior_type call_impl(self_ptr self,
       if (st.done || st.primary.in_flight || st.hedge.in_flight
           || send_id != st.send_id)
         return;
-      send_attempt(self);
+      guarded("call actor", [&] { send_attempt(self); },
+              [self](call_error e) { finish_error(self, std::move(e)); });
     },
-    [self](hedge_due& d) { on_hedge_due(self, d.token); },
+    [self](hedge_due& d) {
+      guarded("call actor", [&] { on_hedge_due(self, d.token); },
+              [self](call_error e) { finish_error(self, std::move(e)); });
+    },
   };
 }
 

@@ -2,6 +2,7 @@
 
 #include "actors/call/call_actor.hpp"
 #include "actors/call/retry_state.hpp"
+#include "actors/handler_guard.hpp"
 #include "actors/pool/connection_pool.hpp"
 
 #include <caf/stateful_actor.hpp>
@@ -17,6 +18,9 @@ struct service_client_state {
   std::shared_ptr<const call_context> ctx;
   /// Seeds each call actor's own generator.
   call_rng rng;
+  /// Set once the transport (the connection pool) terminated: its exit
+  /// reason. Every later call fails at once with it.
+  std::optional<std::string> transport_down;
 
   static inline const char* name = "outbound.service_client";
 };
@@ -26,12 +30,42 @@ service_client_impl(service_client_actor::stateful_pointer<service_client_state>
                     std::shared_ptr<const call_context> ctx, uint64_t seed) {
   self->state.ctx = std::move(ctx);
   self->state.rng.seed(seed);
+  // The client depends on its pool: once the pool is gone no call can
+  // succeed, so calls fail at once (the call actors in flight see the same
+  // down message and fail theirs) instead of each waiting its budget.
+  self->monitor(self->state.ctx->transport);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    if (dm.source == self->state.ctx->transport.address())
+      self->state.transport_down = self->system().render(dm.reason);
+  });
   return {
-    [self](call_request& req) -> caf::delegated<call_outcome> {
+    [self](call_request& req) -> caf::result<call_outcome> {
       auto& st = self->state;
-      auto call = spawn_call_actor(self->system(), st.ctx, st.rng());
-      // The call actor answers the original requester directly.
-      return self->delegate(call, std::move(req));
+      auto fail = [](call_error e) {
+        call_outcome o;
+        o.ok = false;
+        o.error = std::move(e);
+        return caf::result<call_outcome>{std::move(o)};
+      };
+      if (st.transport_down) {
+        call_error e;
+        e.kind = error_kind::service_unavailable;
+        e.cause = transport_error_kind::interrupted;
+        e.detail = "connection pool terminated: " + *st.transport_down;
+        e.nothing_sent = true;
+        return fail(std::move(e));
+      }
+      return guarded(
+        "service client",
+        [&]() -> caf::result<call_outcome> {
+          auto call = spawn_call_actor(self->system(), st.ctx, st.rng());
+          // The call actor answers the original requester directly.
+          return self->delegate(call, std::move(req));
+        },
+        [&](call_error e) {
+          e.nothing_sent = true;
+          return fail(std::move(e));
+        });
     },
     [self](hedging_handles_request) -> hedging_handles {
       const auto& h = self->state.ctx->hedging;

@@ -59,6 +59,13 @@ struct client_options {
 /// first and throws config_error naming the bad field (nothing is spawned
 /// then); also throws
 /// config_error (field `tls.*`) when a certificate or key cannot be loaded.
+///
+/// The client and each of its call actors monitor the transport (the
+/// connection pool, or `opts.transport`): when it terminates, a call in
+/// flight and every later call fail at once with service_unavailable
+/// ("connection pool terminated: <exit reason>", cause `interrupted`),
+/// never by a timeout. An exception while a call is handled becomes that
+/// call's typed error; the client serves the next one.
 service_client_actor make_service_client(caf::actor_system& sys,
                                          client_config cfg,
                                          client_options opts = {});

@@ -1,6 +1,7 @@
 #include "actors/coalesce/coalescing_driver.hpp"
 
 #include "actors/coalesce/oracle_body.hpp"
+#include "actors/handler_guard.hpp"
 #include "actors/pool/connection_pool.hpp"
 #include "protocol/tls_context.hpp"
 
@@ -49,6 +50,10 @@ struct rpc_run {
   /// Some attempt may have reached a server (bytes written or an answer):
   /// a failed RPC's waiters get nothing_sent = !maybe_sent.
   bool maybe_sent = false;
+  /// The caller's error kind when the attempt could not even be made (no
+  /// transport): config_error, or service_unavailable for an internal
+  /// failure.
+  std::optional<error_kind> fatal_kind;
 };
 
 struct driver_state {
@@ -67,6 +72,20 @@ struct driver_state {
   std::optional<coalesce_time> flush_armed;
   uint64_t flush_token = 0;
   coalesce_stats stats;
+
+  /// Runs when the driver terminates (any exit reason): every caller still
+  /// waiting is answered at once instead of waiting for its own timeout.
+  ~driver_state() {
+    for (auto& [id, w] : waiters) {
+      if (!w.rp.pending())
+        continue;
+      coalesce_reply r;
+      r.error.emplace();
+      r.error->kind = error_kind::service_unavailable;
+      r.error->detail = "coalescing driver stopped";
+      w.rp.deliver(std::move(r));
+    }
+  }
 
   static inline const char* name = "outbound.coalescing_driver";
 };
@@ -133,6 +152,16 @@ coalesce_reply reply_of(const delivery& d, const std::string& endpoint,
   return r;
 }
 
+void fail_everything(self_ptr self, const call_error& e);
+
+/// Runs a timer, answer or down handler's `body`; a throw fails every
+/// caller held (fail_everything) instead of killing the driver.
+template <class Body>
+void guarded_step(self_ptr self, Body&& body) {
+  guarded("coalescing driver", std::forward<Body>(body),
+          [self](const call_error& e) { fail_everything(self, e); });
+}
+
 /// Sends what the batcher has ready at `now` (read from the clock when
 /// absent) and arms the cold-start flush.
 void pump(self_ptr self, std::optional<coalesce_time> at = std::nullopt);
@@ -161,7 +190,11 @@ void sweep_transports(self_ptr self) {
   }
 }
 
-transport_actor transport_for(self_ptr self, const std::string& key) {
+/// The transport of endpoint `key`, made on first use; empty with `error`
+/// set when it cannot be made (the key does not parse, the factory or the
+/// pool's own checks threw).
+transport_actor transport_for(self_ptr self, const std::string& key,
+                              call_error& error) {
   auto& st = self->state;
   if (auto it = st.transports.find(key); it != st.transports.end())
     return it->second;
@@ -171,16 +204,34 @@ transport_actor transport_for(self_ptr self, const std::string& key) {
   sweep_transports(self);
   // Keys come from leader_state: always "scheme://host:port".
   auto ep = parse_oracle_endpoint(key, st.cfg.tls, endpoint_origin::configured);
-  if (!ep)
+  if (!ep) {
+    error.kind = error_kind::config_error;
+    error.detail = "endpoint does not parse: " + key;
     return {};
-  transport_actor t;
-  if (st.opts.transports) {
-    t = st.opts.transports(*ep);
-  } else {
-    client_config c = st.opts.tls_template;
-    c.base_url = ep->key();
-    t = spawn_connection_pool(self->system(), c, st.opts.io);
   }
+  // Both can throw (a user factory; a TLS file removed since construction):
+  // the attempt fails with the cause, the driver lives on.
+  auto t = guarded(
+    "coalescing driver (transport of " + key + ")",
+    [&] {
+      if (st.opts.transports)
+        return st.opts.transports(*ep);
+      return spawn_connection_pool(self->system(),
+                                   coalesce_pool_config(st.opts.tls_template,
+                                                        *ep),
+                                   st.opts.io);
+    },
+    [&](call_error e) {
+      error = std::move(e);
+      return transport_actor{};
+    });
+  if (!t) {
+    if (error.detail.empty())
+      error.detail = "no transport for " + key;
+    return {};
+  }
+  // A transport that dies fails its attempt at once (on_transport_down).
+  self->monitor(t);
   st.transports.emplace(key, t);
   return t;
 }
@@ -269,6 +320,9 @@ void fail_rpc(self_ptr self, uint64_t rpc_id, const discovery_action& a) {
       && it->second.last_error == transport_error_kind::too_large)
     kind = error_kind::response_error;
   auto it = st.rpcs.find(rpc_id);
+  if (it != st.rpcs.end() && a.error == discovery_error::fatal
+      && it->second.fatal_kind)
+    kind = *it->second.fatal_kind;
   bool nothing_sent = it != st.rpcs.end() && !it->second.maybe_sent;
   deliver_all(self, ds, {}, a.attempts, kind, nothing_sent);
   finish_rpc(self, rpc_id);
@@ -325,11 +379,13 @@ void act(self_ptr self, uint64_t rpc_id, discovery_action a) {
   auto me = caf::actor_cast<coalescing_driver_actor>(self);
   switch (a.step) {
     case discovery_step::send: {
-      auto t = transport_for(self, a.endpoint);
+      call_error why;
+      auto t = transport_for(self, a.endpoint, why);
       if (!t) {
         attempt_report rep;
         rep.cls = attempt_class::fatal;
-        rep.detail = "endpoint does not parse";
+        rep.detail = why.detail;
+        run.fatal_kind = why.kind;
         return act(self, rpc_id,
                    run.dc->on_result(*st.leaders, rep, now_of(self), st.rng));
       }
@@ -344,14 +400,14 @@ void act(self_ptr self, uint64_t rpc_id, discovery_action a) {
       self->request(t, caf::infinite, std::move(req))
         .then(
           [self, rpc_id, token](exchange_result& r) {
-            on_exchange(self, rpc_id, token, r);
+            guarded_step(self, [&] { on_exchange(self, rpc_id, token, r); });
           },
           [self, rpc_id, token](caf::error& err) {
             exchange_result r;
             r.error = transport_error_kind::interrupted;
             r.request_sent = true; // unknown: assume it may have left
             r.detail = "transport failed: " + self->system().render(err);
-            on_exchange(self, rpc_id, token, r);
+            guarded_step(self, [&] { on_exchange(self, rpc_id, token, r); });
           });
       self->delayed_send(me, a.budget + attempt_slack, cancel_atom_v, rpc_id,
                          token);
@@ -399,6 +455,60 @@ void pump(self_ptr self, std::optional<coalesce_time> at) {
   auto delay = *due > now ? *due - now : coalesce_duration{0};
   self->delayed_send(caf::actor_cast<coalescing_driver_actor>(self), delay,
                      poll_atom_v, token);
+}
+
+/// A transport the driver monitors terminated: forget it (the next attempt
+/// to its endpoint makes a new one) and fail the attempts in flight on it
+/// now, as a reset connection (it may have sent the request), instead of at
+/// the end of their budget.
+void on_transport_down(self_ptr self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  std::string key;
+  for (auto it = st.transports.begin(); it != st.transports.end();) {
+    if (it->second.address() == dm.source) {
+      key = it->first;
+      it = st.transports.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> hit; // rpc id, token
+  for (auto& [id, run] : st.rpcs)
+    if (run.in_exchange && run.transport
+        && run.transport.address() == dm.source)
+      hit.emplace_back(id, run.token);
+  for (auto& [id, token] : hit) {
+    exchange_result r;
+    r.error = transport_error_kind::interrupted;
+    r.request_sent = true; // unknown: assume it may have left
+    r.detail = "transport" + (key.empty() ? std::string{} : " of " + key)
+               + " terminated: " + self->system().render(dm.reason);
+    on_exchange(self, id, token, r);
+  }
+}
+
+/// A handler threw (see actors/handler_guard.hpp): the batcher and the RPC
+/// table may be half-updated, so every caller held gets `e` now and the
+/// driver starts clean (the leader cache and the transports are kept). The
+/// driver stays alive for the next call.
+void fail_everything(self_ptr self, const call_error& e) {
+  auto& st = self->state;
+  auto waiters = std::move(st.waiters);
+  st.waiters.clear();
+  for (auto& [id, w] : waiters) {
+    coalesce_reply r;
+    r.error = e;
+    ++st.stats.calls;
+    ++st.stats.calls_failed;
+    if (w.rp.pending())
+      w.rp.deliver(std::move(r));
+  }
+  for (auto& [id, run] : st.rpcs)
+    if (run.in_exchange && run.transport)
+      self->send(run.transport, cancel_atom_v, run.exchange_id);
+  st.rpcs.clear();
+  st.batches.emplace(st.cfg);
+  st.flush_armed.reset();
 }
 
 caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
@@ -456,6 +566,66 @@ caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
   return rp;
 }
 
+coalesce_stats driver_stats(self_ptr self) {
+  auto& st = self->state;
+  auto s = st.stats;
+  s.batches = st.batches->stats();
+  s.leader = st.leaders->stats();
+  s.held = st.batches->held();
+  s.in_flight = st.batches->in_flight();
+  if (auto l = st.leaders->leader(now_of(self))) {
+    s.leader_endpoint = l->endpoint;
+    s.leader_epoch = l->epoch;
+  }
+  s.transports = st.transports.size();
+  return s;
+}
+
+/// A caller's own timeout passed.
+void on_waiter_timeout(self_ptr self, uint64_t waiter_id) {
+  auto& st = self->state;
+  if (st.waiters.count(waiter_id) == 0)
+    return;
+  auto c = st.batches->cancel(waiter_id, now_of(self));
+  // Nothing sent for it only if it never rode an RPC, or the RPC it
+  // rode (cancelled now) never reached a server and is not on the wire.
+  bool nothing_sent = c.result == cancel_result::removed
+                      || c.result == cancel_result::not_found;
+  if (c.result == cancel_result::rpc_cancelled)
+    if (auto it = st.rpcs.find(c.rpc_to_cancel); it != st.rpcs.end())
+      nothing_sent = !it->second.maybe_sent && !it->second.in_exchange;
+  coalesce_reply r;
+  r.error = make_error(error_kind::deadline_exceeded,
+                       "the call's timeout passed", nothing_sent);
+  answer(self, waiter_id, std::move(r));
+  if (c.result == cancel_result::rpc_cancelled) {
+    auto it = st.rpcs.find(c.rpc_to_cancel);
+    if (it != st.rpcs.end()) {
+      if (it->second.in_exchange && it->second.transport)
+        self->send(it->second.transport, cancel_atom_v,
+                   it->second.exchange_id);
+      st.rpcs.erase(it);
+    }
+  }
+  pump(self);
+}
+
+/// The attempt's own time limit: the transport did not answer.
+void on_attempt_limit(self_ptr self, uint64_t rpc_id, uint64_t token) {
+  auto& st = self->state;
+  auto it = st.rpcs.find(rpc_id);
+  if (it == st.rpcs.end() || it->second.token != token
+      || !it->second.in_exchange)
+    return;
+  auto& run = it->second;
+  run.in_exchange = false;
+  run.maybe_sent = true; // it may be on the wire
+  run.token = st.next_token++; // a late answer is stale now
+  self->send(run.transport, cancel_atom_v, run.exchange_id);
+  act(self, rpc_id,
+      run.dc->on_attempt_timeout(*st.leaders, now_of(self), st.rng));
+}
+
 coalescing_driver_actor::behavior_type
 driver_impl(self_ptr self, coalesce_config cfg, coalesce_options opts,
             uint64_t seed) {
@@ -465,89 +635,69 @@ driver_impl(self_ptr self, coalesce_config cfg, coalesce_options opts,
   st.opts = std::move(opts);
   st.batches.emplace(cfg);
   st.leaders.emplace(cfg, st.rng);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    guarded_step(self, [&] { on_transport_down(self, dm); });
+  });
+  // A call whose handling throws is answered with the error (so is every
+  // other caller held, see fail_everything).
+  auto call_failed = [self](const call_error& e) {
+    fail_everything(self, e);
+    coalesce_reply r;
+    r.error = e;
+    return caf::result<coalesce_reply>{std::move(r)};
+  };
   return {
-    [self](ts_call& c) -> caf::result<coalesce_reply> {
-      waiter_request w;
-      w.kind = waiter_kind::ts;
-      w.count = c.count;
-      return join_call(self, std::move(w), c.timeout);
+    [self, call_failed](ts_call& c) -> caf::result<coalesce_reply> {
+      return guarded(
+        "coalescing driver",
+        [&] {
+          waiter_request w;
+          w.kind = waiter_kind::ts;
+          w.count = c.count;
+          return join_call(self, std::move(w), c.timeout);
+        },
+        call_failed);
     },
-    [self](seq_call& c) -> caf::result<coalesce_reply> {
-      waiter_request w;
-      w.kind = waiter_kind::seq;
-      w.key = std::move(c.key);
-      w.count = c.count;
-      return join_call(self, std::move(w), c.timeout);
+    [self, call_failed](seq_call& c) -> caf::result<coalesce_reply> {
+      return guarded(
+        "coalescing driver",
+        [&] {
+          waiter_request w;
+          w.kind = waiter_kind::seq;
+          w.key = std::move(c.key);
+          w.count = c.count;
+          return join_call(self, std::move(w), c.timeout);
+        },
+        call_failed);
     },
     [self](stats_atom) -> coalesce_stats {
-      auto& st = self->state;
-      auto s = st.stats;
-      s.batches = st.batches->stats();
-      s.leader = st.leaders->stats();
-      s.held = st.batches->held();
-      s.in_flight = st.batches->in_flight();
-      if (auto l = st.leaders->leader(now_of(self))) {
-        s.leader_endpoint = l->endpoint;
-        s.leader_epoch = l->epoch;
-      }
-      s.transports = st.transports.size();
-      return s;
+      return guarded(
+        "coalescing driver", [&] { return driver_stats(self); },
+        [](const call_error&) { return coalesce_stats{}; });
     },
     [self](timeout_atom, uint64_t waiter_id) {
-      auto& st = self->state;
-      if (st.waiters.count(waiter_id) == 0)
-        return;
-      auto c = st.batches->cancel(waiter_id, now_of(self));
-      // Nothing sent for it only if it never rode an RPC, or the RPC it
-      // rode (cancelled now) never reached a server and is not on the wire.
-      bool nothing_sent = c.result == cancel_result::removed
-                          || c.result == cancel_result::not_found;
-      if (c.result == cancel_result::rpc_cancelled)
-        if (auto it = st.rpcs.find(c.rpc_to_cancel); it != st.rpcs.end())
-          nothing_sent = !it->second.maybe_sent && !it->second.in_exchange;
-      coalesce_reply r;
-      r.error = make_error(error_kind::deadline_exceeded,
-                           "the call's timeout passed", nothing_sent);
-      answer(self, waiter_id, std::move(r));
-      if (c.result == cancel_result::rpc_cancelled) {
-        auto it = st.rpcs.find(c.rpc_to_cancel);
-        if (it != st.rpcs.end()) {
-          if (it->second.in_exchange && it->second.transport)
-            self->send(it->second.transport, cancel_atom_v,
-                       it->second.exchange_id);
-          st.rpcs.erase(it);
-        }
-      }
-      pump(self);
+      guarded_step(self, [&] { on_waiter_timeout(self, waiter_id); });
     },
     [self](retry_atom, uint64_t rpc_id, uint64_t token) {
-      auto& st = self->state;
-      auto it = st.rpcs.find(rpc_id);
-      if (it == st.rpcs.end() || it->second.token != token)
-        return;
-      act(self, rpc_id,
-          it->second.dc->resume(*st.leaders, now_of(self), st.rng));
+      guarded_step(self, [&] {
+        auto& st = self->state;
+        auto it = st.rpcs.find(rpc_id);
+        if (it == st.rpcs.end() || it->second.token != token)
+          return;
+        act(self, rpc_id,
+            it->second.dc->resume(*st.leaders, now_of(self), st.rng));
+      });
     },
     [self](cancel_atom, uint64_t rpc_id, uint64_t token) {
-      // The attempt's own time limit: the transport did not answer.
-      auto& st = self->state;
-      auto it = st.rpcs.find(rpc_id);
-      if (it == st.rpcs.end() || it->second.token != token
-          || !it->second.in_exchange)
-        return;
-      auto& run = it->second;
-      run.in_exchange = false;
-      run.maybe_sent = true; // it may be on the wire
-      run.token = st.next_token++; // a late answer is stale now
-      self->send(run.transport, cancel_atom_v, run.exchange_id);
-      act(self, rpc_id,
-          run.dc->on_attempt_timeout(*st.leaders, now_of(self), st.rng));
+      guarded_step(self, [&] { on_attempt_limit(self, rpc_id, token); });
     },
     [self](poll_atom, uint64_t token) {
-      auto& st = self->state;
-      if (token == st.flush_token)
-        st.flush_armed.reset();
-      pump(self);
+      guarded_step(self, [&] {
+        auto& st = self->state;
+        if (token == st.flush_token)
+          st.flush_armed.reset();
+        pump(self);
+      });
     },
   };
 }
@@ -572,10 +722,25 @@ error_kind coalesce_error_kind(discovery_error e) {
   return error_kind::service_unavailable;
 }
 
+client_config coalesce_pool_config(const client_config& tmpl,
+                                   const oracle_endpoint& ep) {
+  client_config c = tmpl;
+  c.base_url = ep.key();
+  if (!ep.tls())
+    c.tls = tls_config{}; // explicit http:// beats configured TLS
+  return c;
+}
+
 coalescing_driver_actor make_coalescing_driver(caf::actor_system& sys,
                                                coalesce_config cfg,
                                                coalesce_options opts) {
   cfg.validate();
+  // Everything the default pools check on spawn, checked now, for every
+  // configured endpoint (hinted ones differ only in host and port): a
+  // mixed plain/TLS list must not fail inside the driver on first use.
+  if (!opts.transports)
+    for (auto& ep : cfg.parsed_endpoints())
+      coalesce_pool_config(opts.tls_template, ep).validate();
   // The default pools build their TLS context on first use, inside the
   // actor, where a throw would kill the driver: a file that does not load
   // fails here instead, naming its field (tls.ca_file, ...).

@@ -177,10 +177,34 @@ struct coalesce_options {
   uint64_t seed = 0;
 };
 
+/// The configuration of the default connection pool of endpoint `ep`:
+/// `tmpl` with base_url set to `ep.key()`. An `http://` endpoint gets no
+/// TLS files: an operator's explicit `http://` is dialled as plaintext even
+/// when TLS is configured ("explicit beats configured", tsoracle
+/// docs/client-api-and-usage.md "Scheme rule"), and a plain pool carries
+/// no identity. An `https://` endpoint keeps them (none: the system trust
+/// store). Never throws; validate() the result.
+client_config coalesce_pool_config(const client_config& tmpl,
+                                   const oracle_endpoint& ep);
+
 /// Spawns a coalescing driver. Validates `cfg` (throws config_error naming
 /// the field, e.g. `coalesce.endpoints[1]`) before anything is spawned;
-/// without `opts.transports`, also loads the TLS files of
-/// `opts.tls_template` (config_error `tls.ca_file`, ...).
+/// without `opts.transports`, also validates the pool configuration of every
+/// configured endpoint (coalesce_pool_config; config_error naming the
+/// client_config field, e.g. `timeout`) and loads the TLS files of
+/// `opts.tls_template` (config_error `tls.ca_file`, ...), so that nothing
+/// the driver checks later can fail on first use. Plain and TLS endpoints
+/// may be mixed.
+///
+/// The driver monitors each transport: when one terminates, the attempt in
+/// flight on it fails at once (transport_error_kind::interrupted, as if the
+/// connection was reset: ts moves on, seq is uncertain_outcome) and the
+/// next attempt to that endpoint gets a new transport. An exception inside
+/// a handler (a transport factory that throws, a TLS file gone since
+/// construction) becomes a typed error answer (error_kind::config_error for
+/// a config_error, else service_unavailable "internal error ..."); the
+/// driver stays alive. When the driver itself terminates, every caller still
+/// waiting gets service_unavailable at once.
 coalescing_driver_actor make_coalescing_driver(caf::actor_system& sys,
                                                coalesce_config cfg,
                                                coalesce_options opts = {});

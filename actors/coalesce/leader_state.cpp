@@ -267,6 +267,16 @@ hint_check leader_state::check_hint(const std::string* header,
     return r;
   }
   r.endpoint = ep->key();
+  // A bare hint that names a configured node is dialled as the operator
+  // configured that node (an explicit http:// one stays plain in a mixed
+  // list): the peer names the node, the operator chose its scheme, so this
+  // is no downgrade by the peer. Any other bare hint takes the configured
+  // scheme (tsoracle's leader-hint table).
+  if (h->endpoint.find("://") == std::string::npos)
+    for (auto& e : endpoints_)
+      if (auto s = e.find("://"); s != std::string::npos
+          && e.compare(s + 3, std::string::npos, ep->authority()) == 0)
+        r.endpoint = e;
   r.epoch = h->epoch;
   if (r.endpoint == from) {
     r.verdict = hint_verdict::self_reference;

@@ -228,7 +228,8 @@ public:
                      coalesce_time now);
 
   /// Judges the `leader-hint` header of a 421 from `from` (nullptr: no
-  /// header): parse, scheme rule (TLS downgrade guard), epoch guard,
+  /// header): parse, scheme rule (TLS downgrade guard; a bare hint naming
+  /// a configured node takes that node's configured scheme), epoch guard,
   /// self-reference.
   hint_check check_hint(const std::string* header, const std::string& from,
                         coalesce_time now);

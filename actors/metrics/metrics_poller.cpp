@@ -1,5 +1,7 @@
 #include "actors/metrics/metrics_poller.hpp"
 
+#include "actors/handler_guard.hpp"
+
 #include "config/config_error.hpp"
 #include "metrics/outbound_metrics.hpp"
 
@@ -57,6 +59,16 @@ struct poller_state {
   std::map<std::string, feed_source> feeds;
   std::map<std::string, caf::actor_addr> pools;
   std::map<uint64_t, poll_round> rounds;
+  /// Snapshot requests not answered yet, by ask id: their round, the
+  /// source asked and its kind. A source that terminates fails its asks at
+  /// once (on_down); an answer whose ask is gone is dropped.
+  struct open_ask {
+    uint64_t round = 0;
+    caf::actor_addr source;
+    std::string kind;
+  };
+  std::map<uint64_t, open_ask> asks;
+  uint64_t next_ask = 0;
   uint64_t next_round = 0;
   uint64_t timer_token = 0;
 };
@@ -100,8 +112,25 @@ void drop_pool(self_ptr self, const std::string& name) {
 }
 
 /// Drops every source whose actor is `addr` (a down message).
+void finish_one(self_ptr self, uint64_t id, bool ok);
+
 void on_down(self_ptr self, const caf::actor_addr& addr) {
   auto& st = self->state;
+  // Its snapshot requests will never be answered: fail them now, so a
+  // poll (and whoever waits for its report) does not wait for the
+  // request timeout.
+  std::vector<uint64_t> failed_rounds;
+  for (auto i = st.asks.begin(); i != st.asks.end();) {
+    if (i->second.source == addr) {
+      st.collector->count_poll_error(i->second.kind);
+      failed_rounds.push_back(i->second.round);
+      i = st.asks.erase(i);
+    } else {
+      ++i;
+    }
+  }
+  for (auto round : failed_rounds)
+    finish_one(self, round, false);
   std::vector<std::string> names;
   for (auto& [name, h] : st.hedging)
     if (h.stats == addr || h.breakers == addr)
@@ -149,21 +178,43 @@ double elapsed_since(self_ptr self, caf::actor_clock::time_point t0) {
 
 /// Sends one snapshot request of round `id` to `dest`; `on_reply` hands
 /// the answer to the collector.
+/// Closes ask `ask_id`; false when it was closed already (its source went
+/// down first).
+bool close_ask(self_ptr self, uint64_t ask_id) {
+  return self->state.asks.erase(ask_id) > 0;
+}
+
 template <class Reply, class Handle, class Request, class OnReply>
 void ask(self_ptr self, uint64_t id, const std::string& kind,
          const Handle& dest, Request req, OnReply on_reply) {
   auto& st = self->state;
   ++st.rounds[id].pending;
   ++st.rounds[id].report.requests;
+  auto ask_id = st.next_ask++;
+  st.asks[ask_id] = poller_state::open_ask{id, dest.address(), kind};
   auto collector = st.collector;
   self
     ->request(dest, to_duration(st.cfg.request_timeout), std::move(req))
     .then(
-      [self, id, on_reply](Reply& reply) mutable {
-        on_reply(reply);
-        finish_one(self, id, true);
+      [self, id, ask_id, kind, collector, on_reply](Reply& reply) mutable {
+        if (!close_ask(self, ask_id))
+          return;
+        // A collector that throws (a label it refuses, memory) counts as a
+        // failed poll of this source; the poller lives on.
+        bool ok = guarded(
+          "metrics poller",
+          [&] {
+            on_reply(reply);
+            return true;
+          },
+          [](const call_error&) { return false; });
+        if (!ok)
+          collector->count_poll_error(kind);
+        finish_one(self, id, ok);
       },
-      [self, id, kind, collector](caf::error&) {
+      [self, id, ask_id, kind, collector](caf::error&) {
+        if (!close_ask(self, ask_id))
+          return;
         collector->count_poll_error(kind);
         finish_one(self, id, false);
       });
@@ -258,20 +309,11 @@ uint64_t start_round(self_ptr self) {
     }
     auto t0 = self->clock().now();
     auto service = name;
-    auto& r = st.rounds[id];
-    ++r.pending;
-    ++r.report.requests;
-    self->request(pool, to_duration(st.cfg.request_timeout), stats_atom_v)
-      .then(
-        [self, id, collector, service, t0](pool_stats& s) {
+    ask<pool_stats>(self, id, "pool", pool, stats_atom_v,
+        [self, collector, service, t0](pool_stats& s) {
           collector->set_pool(service, s);
           collector->set_snapshot_seconds("pool", service,
                                           elapsed_since(self, t0));
-          finish_one(self, id, true);
-        },
-        [self, id, collector](caf::error&) {
-          collector->count_poll_error("pool");
-          finish_one(self, id, false);
         });
   }
   for (auto& n : gone)

@@ -340,3 +340,19 @@ TEST_F(CoalesceCli, SeqOnALeaderThatCommitsWithoutReplyingExitsEight) {
   EXPECT_EQ(u64(leader.at("unanswered_commits")), 1u);
   EXPECT_EQ(u64(st.at("seq_issued")), 2u);
 }
+
+TEST_F(CoalesceCli, ExplicitHttpEndpointsWithACaFileAreDialledPlain) {
+  // "Explicit beats configured" (tsoracle's scheme rule): a CA file makes
+  // bare endpoints https, but an operator's explicit http:// is dialled as
+  // plaintext. This used to kill the coalescing driver on its first call
+  // (the plain pool's config check threw inside the actor) and the caller
+  // waited its whole timeout.
+  outbound::testing::temp_dir dir{"outbound-coalesce-mixed-"};
+  auto ca = outbound::testing::make_ca(dir.path(), "ca", "outbound test CA");
+  auto r = run_cli({"ts", "--endpoints",
+                    "http://" + nodes_[0] + ",http://" + nodes_[1]
+                      + ",http://" + nodes_[2],
+                    "--ca-file", ca.cert, "--timeout", "10"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(u64(r.out_json().at("count")), 1u) << r.out;
+}

@@ -612,3 +612,24 @@ TEST_F(CoalesceE2E, ACaFileThatDoesNotLoadFailsAtConstructionNamingTheField) {
     EXPECT_EQ(e.field(), "tls.ca_file") << e.what();
   }
 }
+
+TEST_F(CoalesceE2E, ExplicitHttpEndpointsUnderTlsAreDialledPlainAndTheDriverLives) {
+  // TLS configured (a real CA file), every endpoint an explicit http://:
+  // explicit beats configured, so each is a plain pool without the TLS
+  // files. The driver used to die on its first call (the plain pool's
+  // config check threw inside it).
+  outbound::testing::temp_dir dir{"outbound-coalesce-mixed-"};
+  auto ca = outbound::testing::make_ca(dir.path(), "ca", "outbound test CA");
+  auto c = config({key(0), key(1), key(2)});
+  c.tls = true;
+  coalesce_options o;
+  o.seed = 3;
+  o.tls_template.tls.ca_file = ca.cert;
+  auto d = make_coalescing_driver(sys, c, o);
+  drivers_.push_back(d);
+  for (int i = 0; i < 3; ++i) {
+    auto r = ts(d);
+    EXPECT_FALSE(r.error) << describe(r);
+    EXPECT_EQ(r.endpoint.rfind("http://", 0), 0u) << r.endpoint;
+  }
+}

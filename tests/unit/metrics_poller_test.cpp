@@ -359,3 +359,36 @@ TEST_F(MetricsPoller, BadConfigNamesTheField) {
 
 } // namespace
 } // namespace outbound::testing
+
+namespace outbound::testing {
+namespace {
+
+TEST_F(MetricsPoller, ASourceKilledMidPollFailsItsRequestAtOnce) {
+  metrics_poller_config cfg;
+  cfg.interval = 3600; // no interval poll during the test
+  cfg.request_timeout = 5.0;
+  auto p = poller(cfg);
+  auto log = std::make_shared<fake_log>();
+  auto stuck = fake_feed(feed_stats{}, log, true);
+  tell(p, metrics_watch_feed{"stuck", feed_mode::ledger, stuck});
+  auto report = start_poll();
+  ASSERT_EQ(log->stats_requests, 1);
+  EXPECT_FALSE(*report);
+  // The source dies holding the request: the poll fails it now, not after
+  // request_timeout.
+  log->held.clear();
+  caf::anon_send_exit(stuck, caf::exit_reason::kill);
+  run();
+  ASSERT_TRUE(*report) << "the poll waited for the request timeout";
+  EXPECT_EQ((*report)->requests, 1u);
+  EXPECT_EQ((*report)->failed, 1u);
+  EXPECT_EQ(lines_of(body(), "outbound_metrics_poll_errors_total{"),
+            "outbound_metrics_poll_errors_total{kind=\"feed\"} 1\n");
+  // The request's own timeout, later, is not counted a second time.
+  advance(6s);
+  EXPECT_EQ(lines_of(body(), "outbound_metrics_poll_errors_total{"),
+            "outbound_metrics_poll_errors_total{kind=\"feed\"} 1\n");
+}
+
+} // namespace
+} // namespace outbound::testing
