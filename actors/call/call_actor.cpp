@@ -189,6 +189,8 @@ void deliver(self_ptr self, call_outcome o) {
     return;
   st.done = true;
   record_health(self, o);
+  if (!o.ok)
+    settle_nothing_billed(o.error);
   redact(st.ctx->cfg, o.error.detail);
   redact(st.ctx->cfg, o.error.location);
   st.rp.deliver(std::move(o));
@@ -654,6 +656,7 @@ call_actor::behavior_type call_impl(self_ptr self,
         o.error.kind = error_kind::config_error;
         o.error.detail = "a call actor runs exactly one call";
         o.error.nothing_sent = true;
+        o.error.nothing_billed = true;
         rp.deliver(std::move(o));
         return rp;
       }
