@@ -581,15 +581,16 @@ TEST_F(CoalesceE2E, ARefusingNodeIsSkipped) {
 
 TEST_F(CoalesceE2E, ATlsFailureIsServiceUnavailableNotAConfigError) {
   // TLS configured against the plain-HTTP cluster: every handshake fails.
-  // As in `outbound request`, that is service_unavailable (exit 7), not
-  // retried, and no oracle request reached a node.
+  // Each failure moves on to the next endpoint; the worklist exhausted, the
+  // last one is surfaced: as in `outbound request`, service_unavailable
+  // (exit 7), and no oracle request reached a node.
   auto c = config({nodes_[0], nodes_[1], nodes_[2]});
   c.tls = true;
   auto d = driver(c);
   auto r = ts(d);
   ASSERT_TRUE(r.error);
   EXPECT_EQ(r.error->kind, error_kind::service_unavailable) << describe(r);
-  EXPECT_EQ(r.error->attempts, 1);
+  EXPECT_EQ(r.error->attempts, 3) << "each endpoint once";
   EXPECT_NE(r.error->detail.find("tls"), std::string::npos) << describe(r);
   EXPECT_EQ(hub_requests(), 0u);
 }
