@@ -44,6 +44,7 @@ std::string error_json(const call_error& e) {
   o["attempts"] = e.attempts;
   o["request_id"] = e.request_id;
   o["nothing_sent"] = e.nothing_sent;
+  o["nothing_billed"] = e.nothing_billed;
   return boost::json::serialize(o);
 }
 
@@ -156,7 +157,7 @@ void add_common_options(CLI::App& cmd, oracle_options& o,
                "The driver's counters as one JSON line on stderr");
   cmd.footer(
     "Failure: one JSON line on stderr {\"error\",\"status\",\"detail\","
-    "\"attempts\",\"request_id\",\"nothing_sent\"}.\n"
+    "\"attempts\",\"request_id\",\"nothing_sent\",\"nothing_billed\"}.\n"
     "Exit codes: 0 ok, 2 usage/config_error, 4 request_error, 5 "
     "server_error,\n6 response_error, 7 service_unavailable or "
     "deadline_exceeded, 8 uncertain_outcome\n(seq: the block may have been "

@@ -209,6 +209,7 @@ std::string error_json(const call_error& e) {
   o["attempts"] = e.attempts;
   o["request_id"] = e.request_id;
   o["nothing_sent"] = e.nothing_sent;
+  o["nothing_billed"] = e.nothing_billed;
   return boost::json::serialize(o);
 }
 
@@ -333,6 +334,7 @@ std::string usage_error_json(const std::string& type,
   o["attempts"] = 0;
   o["request_id"] = "";
   o["nothing_sent"] = true;
+  o["nothing_billed"] = true;
   return boost::json::serialize(o);
 }
 
@@ -387,7 +389,7 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
   cmd->footer(
     "Output: the response body as compact JSON on stdout (null when empty).\n"
     "Failure: one JSON line on stderr {\"error\",\"status\",\"detail\","
-    "\"attempts\",\"request_id\",\"nothing_sent\"}.\n"
+    "\"attempts\",\"request_id\",\"nothing_sent\",\"nothing_billed\"}.\n"
     "Exit codes: 0 ok, 2 usage/config_error, 3 auth_error, 4 request_error,\n"
     "5 server_error, 6 response_error, 7 service_unavailable or "
     "deadline_exceeded.");

@@ -120,6 +120,7 @@ oracle_config oracle_config_of(const hub_config& c) {
   o.nodes = c.cluster_size;
   o.stall_seconds = c.oracle_stall_seconds;
   o.max_seq_keys = c.oracle_max_seq_keys;
+  o.seq_supported = c.oracle_seq_supported;
   return o;
 }
 

@@ -95,6 +95,9 @@ struct hub_config {
   double oracle_stall_seconds = 30.0;
   /// Distinct sequence keys the oracle keeps (>= 1). [4096]
   std::size_t oracle_max_seq_keys = 4096;
+  /// Whether the oracle serves `POST /v1/seq`; false answers every seq
+  /// request 501 "not supported" (hub/oracle_state.hpp). [true]
+  bool oracle_seq_supported = true;
 
   /// Throws config_error naming the first bad field (`replay_limit`,
   /// `threads`, `queue_max`, `host`, `cluster_size`,

@@ -18,6 +18,19 @@ namespace outbound {
 
 namespace json = boost::json;
 
+namespace {
+
+// An error body with the pre-commit marker (see the header comment): the
+// oracle proves this request committed nothing.
+std::string precommit_error_body(std::string_view detail) {
+  json::object o;
+  o["detail"] = detail;
+  o["committed"] = false;
+  return json::serialize(o);
+}
+
+} // namespace
+
 // -- config ------------------------------------------------------------------------
 
 void oracle_config::validate() const {
@@ -230,6 +243,7 @@ oracle_reply oracle_state::misdirected_reply() const {
   else
     o["leader"] = nullptr;
   o["epoch"] = std::to_string(epoch_);
+  o["committed"] = false;
   r.body = json::serialize(o);
   r.leader_hint = leader_hint();
   return r;
@@ -245,7 +259,7 @@ oracle_reply oracle_state::handle(std::size_t node, oracle_op op,
     case oracle_node_mode::refuse:
       ++c.refused;
       r.status = 503;
-      r.body = error_body("node refuses (admin mode refuse)");
+      r.body = precommit_error_body("node refuses (admin mode refuse)");
       return r;
     case oracle_node_mode::stall:
       ++c.stalled;
@@ -262,7 +276,7 @@ oracle_reply oracle_state::handle(std::size_t node, oracle_op op,
   auto bad = [&](std::string detail) {
     ++c.bad_requests;
     r.status = 400;
-    r.body = error_body(detail);
+    r.body = precommit_error_body(detail);
     return r;
   };
   json::object o;
@@ -273,7 +287,7 @@ oracle_reply oracle_state::handle(std::size_t node, oracle_op op,
     auto g = ts_.allocate(*p.count, now_ms);
     if (!g) {
       r.status = 503;
-      r.body = error_body("timestamp space exhausted");
+      r.body = precommit_error_body("timestamp space exhausted");
       return r;
     }
     timestamps_issued_ += g->count;
@@ -281,6 +295,13 @@ oracle_reply oracle_state::handle(std::size_t node, oracle_op op,
     o["logical_start"] = g->logical_start;
     o["count"] = g->count;
   } else {
+    if (!cfg_.seq_supported) {
+      ++c.unsupported;
+      r.status = 501;
+      r.body = precommit_error_body(
+        "dense sequences are not supported by this oracle");
+      return r;
+    }
     auto p = parse_seq_request(body, cfg_.max_seq_key_bytes,
                                cfg_.max_seq_count);
     if (!p.req)
@@ -405,6 +426,7 @@ json::object oracle_state::state_json() const {
     n["stalled"] = c.stalled;
     n["unanswered_commits"] = c.unanswered_commits;
     n["bad_requests"] = c.bad_requests;
+    n["unsupported"] = c.unsupported;
     n["commits"] = c.commits;
     nodes.push_back(std::move(n));
   }

@@ -13,9 +13,24 @@
 //   POST /v1/seq {"key":"K","count":N} key 1..128 bytes, 1 <= N <= 65,536
 //     200 {"start":S,"count":N,"epoch":"E"}   the block [S, S + N) of K
 //   any node that is not the leader:
-//     421 {"detail":"not the leader","leader":"host:port"|null,"epoch":"E"}
+//     421 {"detail":"not the leader","leader":"host:port"|null,"epoch":"E",
+//          "committed":false}
 //         + header `leader-hint: host:port; epoch=E` while a leader is known
-//   400 {"detail":"'count' must be ..."}   validation, naming the field
+//   400 {"detail":"'count' must be ...","committed":false}
+//         validation, naming the field (also the key-cardinality cap)
+//   501 {"detail":"dense sequences are not supported ...","committed":false}
+//         /v1/seq on an oracle built with seq_supported = false
+//
+// The pre-commit marker. Every rejection the oracle can prove committed
+// nothing carries `"committed":false` in its JSON body: 400 (bad key or
+// count, the key-cardinality cap), 421 (not the leader), 501 (not
+// supported) and 503 (admin mode refuse, timestamp space exhausted). A
+// non-2xx without the marker (a proxy's 502/503/504, a 500) says nothing
+// about the allocation: a non-idempotent client must treat it as an
+// uncertain outcome. The idea is tsoracle's split of GetSeq errors into
+// pre-commit-certain statuses (INVALID_ARGUMENT, RESOURCE_EXHAUSTED,
+// UNIMPLEMENTED, FAILED_PRECONDITION) and everything else (SeqUncertain);
+// HTTP has no such status class, so the oracle states it in the body.
 //
 // Timestamps follow tsoracle's layout (shared/REFERENCE.md D.1): 46 bits of
 // physical milliseconds since the Unix epoch, 18 bits of logical counter.
@@ -89,6 +104,11 @@ struct oracle_config {
   /// How long a stalled node holds a request before closing it without an
   /// answer, seconds (> 0). [30]
   double stall_seconds = 30.0;
+  /// Whether `POST /v1/seq` is served. False: every seq request (on the
+  /// leader, after the fault modes) is a 501 "not supported" with the
+  /// pre-commit marker, like a tsoracle driver without dense sequences
+  /// (UNIMPLEMENTED). [true]
+  bool seq_supported = true;
 
   /// Throws config_error naming the first bad field (`oracle.nodes`,
   /// `oracle.max_seq_keys`, `oracle.max_seq_key_bytes`,
@@ -243,6 +263,8 @@ struct oracle_node_counters {
   uint64_t unanswered_commits = 0;
   /// Answered 400.
   uint64_t bad_requests = 0;
+  /// Answered 501 (seq_supported is false).
+  uint64_t unsupported = 0;
   /// Allocations applied (timestamps and sequence blocks).
   uint64_t commits = 0;
 };

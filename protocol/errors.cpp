@@ -77,6 +77,16 @@ std::string call_error::message() const {
   return s;
 }
 
+bool refused_outright(int status) {
+  return status == 401 || status == 403 || status == 429;
+}
+
+void settle_nothing_billed(call_error& e) {
+  e.nothing_billed = e.nothing_sent
+                     || (e.attempts <= 1 && e.status != 0
+                         && refused_outright(e.status));
+}
+
 call_error classify_status(int status, std::string detail) {
   call_error e;
   e.status = status;

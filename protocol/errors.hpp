@@ -60,6 +60,14 @@ struct call_error {
   /// True only if no attempt can have reached the server: the caller may
   /// safely repeat a non-idempotent request.
   bool nothing_sent = false;
+  /// True only if nothing can have been billed (or committed) for the call:
+  /// the request was never built or never sent (nothing_sent), or its one
+  /// attempt was refused outright (401, 403 or 429: answered with nothing
+  /// processed), or, for the coalescing driver, the oracle proved that
+  /// every attempt committed nothing (its pre-commit marker). A spend guard
+  /// uses it to decide whether to release what it held for the request
+  /// (the `nothing_billed()` of the jev-client SDK's errors).
+  bool nothing_billed = false;
   /// The Location header of a refused redirect (empty otherwise).
   std::string location;
   /// The last transport error kind, `none` when the error is an HTTP status.
@@ -76,6 +84,14 @@ struct call_error {
 /// for a 3xx). An SDK that gives a few statuses its own meaning special-cases
 /// those and delegates the rest here.
 call_error classify_status(int status, std::string detail = {});
+
+/// True for a status that refuses a request outright, before any work:
+/// 401, 403 (credential or grant) and 429 (rate limit).
+bool refused_outright(int status);
+
+/// Sets `e.nothing_billed` from what the error says: nothing_sent, or one
+/// attempt (or none) answered with a status refused_outright.
+void settle_nothing_billed(call_error& e);
 
 /// Extracts the `detail` field of a JSON error body if it is a string (other
 /// JSON values are serialised); empty for non-JSON bodies.
@@ -106,6 +122,10 @@ public:
   }
   bool nothing_sent() const noexcept {
     return err_.nothing_sent;
+  }
+  /// See call_error::nothing_billed.
+  bool nothing_billed() const noexcept {
+    return err_.nothing_billed;
   }
   error_kind kind() const noexcept {
     return err_.kind;

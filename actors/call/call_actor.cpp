@@ -169,15 +169,6 @@ int64_t latency_ns(self_ptr self) {
     .count();
 }
 
-// The health of a finished call for the error counters and the breakers.
-call_health health_of(const call_outcome& o) {
-  if (o.status >= 500)
-    return call_health::server_error;
-  if (o.status > 0)
-    return call_health::success;
-  return call_health::failure;
-}
-
 void maybe_quit(self_ptr self) {
   auto& st = self->state;
   if (st.done && st.gates_pending == 0) {
@@ -189,14 +180,18 @@ void maybe_quit(self_ptr self) {
   }
 }
 
-// Feeds the winner's latency and the call's health to the hedging actors
-// (the winner only: a cancelled loser is never observed).
-void record_health(self_ptr self, const call_outcome& o) {
+// Feeds one attempt's outcome — the winner of its race: a cancelled loser
+// is never observed — to the hedging actors: its latency to the sketch, its
+// health to the error counters and the breakers. Every attempt counts, not
+// only the call's last one, so a backend that fails half of its attempts
+// opens its breaker even when retries hide the failures from the caller
+// (Finagle's FailureAccrualFactory and gRPC's outlier detection count
+// per request to a host, not per logical call).
+void record_attempt(self_ptr self, call_health health) {
   auto& st = self->state;
   const auto& h = st.ctx->hedging;
   if (!h || st.key.empty())
     return;
-  auto health = health_of(o);
   if (st.hedgeable)
     self->send(h->stats, hedge_observation{st.key, st.winner_latency, health});
   self->send(h->breakers, breaker_record{st.host_key, st.key,
@@ -208,7 +203,8 @@ void deliver(self_ptr self, call_outcome o) {
   if (st.done)
     return;
   st.done = true;
-  record_health(self, o);
+  if (!o.ok)
+    settle_nothing_billed(o.error);
   redact(st.ctx->cfg, o.error.detail);
   redact(st.ctx->cfg, o.error.location);
   st.rp.deliver(std::move(o));
@@ -419,6 +415,13 @@ call_health health_of(const exchange_result& r) {
                                   : call_health::success;
 }
 
+// False for a send that provably never left on a pooled connection found
+// dead (a redial, a local retry): the backend is not to blame.
+bool reached_backend(const retry_step& step) {
+  return step.decision != retry_decision::redial
+         && step.decision != retry_decision::retry_local;
+}
+
 void on_result(self_ptr self, uint64_t send_id, exchange_result& r) {
   auto& st = self->state;
   auto* l = find_leg(self, send_id);
@@ -433,9 +436,12 @@ void on_result(self_ptr self, uint64_t send_id, exchange_result& r) {
     }
     cancel_leg(self, other);
   }
-  end_attempt(self, *l, health_of(r));
+  auto health = health_of(r);
+  end_attempt(self, *l, health);
   auto step = st.retry->on_result(r, self->clock().now(),
                                   st.ctx->wall_clock(), st.rng);
+  if (reached_backend(step))
+    record_attempt(self, health);
   act(self, step, &r.response);
 }
 
@@ -471,6 +477,8 @@ void on_failure(self_ptr self, uint64_t send_id, const caf::error& err) {
     step = st.retry->on_result(r, self->clock().now(), st.ctx->wall_clock(),
                                st.rng);
   }
+  if (reached_backend(step))
+    record_attempt(self, call_health::failure);
   act(self, step, nullptr);
 }
 
@@ -532,13 +540,14 @@ void release_permit(self_ptr self, hedge_permit p) {
     self->send(st.ctx->hedging->breakers, breaker_release{std::move(p)});
 }
 
-void fire_hedge(self_ptr self, hedge_permit p) {
+// Sends the hedge unless no time is left; true if it went out.
+bool fire_hedge(self_ptr self, hedge_permit p) {
   auto& st = self->state;
   auto now = self->clock().now();
   auto budget = st.primary_deadline - now;
   if (budget <= std::chrono::nanoseconds{0}) {
     release_permit(self, std::move(p));
-    return;
+    return false;
   }
   if (p.holds_probe())
     st.permit = std::move(p);
@@ -548,6 +557,7 @@ void fire_hedge(self_ptr self, hedge_permit p) {
   if (st.retry_count > 0)
     set_header(req.headers, "x-retry-count", std::to_string(st.retry_count));
   send_leg(self, st.hedge, std::move(req), budget);
+  return true;
 }
 
 // The hedge timer of attempt `token` ran out: breakers, then budget.
@@ -576,10 +586,17 @@ void on_hedge_due(self_ptr self, uint64_t token) {
         self->request(h->stats, caf::infinite, hedge_token_request{st.key})
           .then(
             [self, token, p = std::move(g.permit)](bool granted) mutable {
+              auto& st = self->state;
+              bool sent = false;
               if (granted && hedge_still_wanted(self, token))
-                fire_hedge(self, std::move(p));
+                sent = fire_hedge(self, std::move(p));
               else
                 release_permit(self, std::move(p));
+              // Only a hedge that went out counts (hedged_requests,
+              // on_hedge_fired); an unused token goes back to the bucket.
+              if (granted)
+                self->send(st.ctx->hedging->stats,
+                           hedge_token_outcome{st.key, sent});
               gate_answered(self);
             },
             [self, p = g.permit](caf::error&) mutable {
@@ -706,6 +723,7 @@ call_actor::behavior_type call_impl(self_ptr self,
         o.error.kind = error_kind::config_error;
         o.error.detail = "a call actor runs exactly one call";
         o.error.nothing_sent = true;
+        o.error.nothing_billed = true;
         rp.deliver(std::move(o));
         return rp;
       }

@@ -102,6 +102,7 @@ call_error make_error(error_kind k, std::string detail, bool nothing_sent,
   e.kind = k;
   e.detail = std::move(detail);
   e.nothing_sent = nothing_sent;
+  e.nothing_billed = nothing_sent;
   e.attempts = attempts;
   return e;
 }
@@ -263,13 +264,14 @@ std::string leader_key(self_ptr self, coalesce_time now) {
 void deliver_all(self_ptr self, const std::vector<delivery>& ds,
                  const std::string& endpoint, int attempts,
                  std::optional<error_kind> failed_kind = std::nullopt,
-                 bool nothing_sent = false) {
+                 bool nothing_sent = false, bool nothing_billed = false) {
   auto n = static_cast<uint32_t>(ds.size());
   for (auto& d : ds) {
     auto r = reply_of(d, endpoint, n, attempts);
     if (failed_kind && d.outcome == waiter_outcome::rpc_failed && r.error) {
       r.error->kind = *failed_kind;
       r.error->nothing_sent = nothing_sent;
+      r.error->nothing_billed = nothing_sent || nothing_billed;
     }
     answer(self, d.waiter_id, std::move(r));
   }
@@ -309,22 +311,23 @@ void fail_rpc(self_ptr self, uint64_t rpc_id, const discovery_action& a) {
   auto kind = coalesce_error_kind(a.error);
   // A TLS failure is a transport failure, not retried: service_unavailable
   // as in `outbound request` (README "Errors"), not config_error.
-  if (auto it = st.rpcs.find(rpc_id); it != st.rpcs.end()
-      && a.error == discovery_error::fatal
-      && it->second.last_error == transport_error_kind::tls)
+  if (a.error == discovery_error::fatal
+      && a.cause == transport_error_kind::tls)
     kind = error_kind::service_unavailable;
   // A 2xx body over the cap is the server's fault: response_error (exit 6),
   // as in `outbound request` (protocol/errors.hpp), not config_error.
-  if (auto it = st.rpcs.find(rpc_id); it != st.rpcs.end()
-      && a.error == discovery_error::fatal
-      && it->second.last_error == transport_error_kind::too_large)
+  if (a.error == discovery_error::fatal
+      && a.cause == transport_error_kind::too_large)
     kind = error_kind::response_error;
   auto it = st.rpcs.find(rpc_id);
   if (it != st.rpcs.end() && a.error == discovery_error::fatal
       && it->second.fatal_kind)
     kind = *it->second.fatal_kind;
   bool nothing_sent = it != st.rpcs.end() && !it->second.maybe_sent;
-  deliver_all(self, ds, {}, a.attempts, kind, nothing_sent);
+  // Nothing billed: every attempt provably committed nothing (the oracle's
+  // pre-commit marker, or nothing left the client).
+  deliver_all(self, ds, {}, a.attempts, kind, nothing_sent,
+              a.nothing_committed);
   finish_rpc(self, rpc_id);
 }
 
@@ -340,7 +343,13 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
   run.maybe_sent = run.maybe_sent || r.request_sent
                    || r.error == transport_error_kind::none;
   attempt_report rep;
-  rep.cls = classify_attempt(r.error, r.request_sent, r.response.status);
+  bool answered_error = r.error == transport_error_kind::none
+                        && (r.response.status < 200
+                            || r.response.status > 299);
+  rep.cls = classify_attempt(r.error, r.request_sent, r.response.status,
+                             answered_error
+                               && marks_nothing_committed(r.response.body));
+  rep.cause = r.error;
   rep.unreachable = r.error == transport_error_kind::connect;
   if (rep.cls == attempt_class::not_leader) {
     if (auto* h = find_header(r.response.headers, leader_hint_header))
@@ -718,6 +727,7 @@ error_kind coalesce_error_kind(discovery_error e) {
     case discovery_error::fatal: return error_kind::config_error;
     case discovery_error::uncertain_outcome:
       return error_kind::uncertain_outcome;
+    case discovery_error::not_supported: return error_kind::server_error;
   }
   return error_kind::service_unavailable;
 }

@@ -1,5 +1,8 @@
 #include "actors/coalesce/leader_state.hpp"
 
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+
 #include <algorithm>
 #include <cctype>
 #include <random>
@@ -103,9 +106,13 @@ const char* to_string(attempt_class c) {
     case attempt_class::success: return "success";
     case attempt_class::not_leader: return "not_leader";
     case attempt_class::refused: return "refused";
+    case attempt_class::busy: return "busy";
     case attempt_class::lost: return "lost";
     case attempt_class::server_error: return "server_error";
+    case attempt_class::unexpected_status: return "unexpected_status";
     case attempt_class::rejected: return "rejected";
+    case attempt_class::not_supported: return "not_supported";
+    case attempt_class::handshake_failed: return "handshake_failed";
     case attempt_class::fatal: return "fatal";
     case attempt_class::fatal_after_send: return "fatal_after_send";
   }
@@ -113,19 +120,24 @@ const char* to_string(attempt_class c) {
 }
 
 attempt_class classify_attempt(transport_error_kind error, bool request_sent,
-                               int status) {
+                               int status, bool marked) {
   switch (error) {
     case transport_error_kind::none:
       if (status >= 200 && status <= 299)
         return attempt_class::success;
       if (status == 421)
         return attempt_class::not_leader;
-      // Refused before processing: nothing committed (issue 5 item 6).
-      if (status == 503 || status == 429)
-        return attempt_class::refused;
+      if (status == 501)
+        return attempt_class::not_supported;
       if (status >= 500 && status <= 999)
-        return attempt_class::server_error;
-      return attempt_class::rejected;
+        return marked ? attempt_class::refused
+               : status == 503 ? attempt_class::busy
+                               : attempt_class::server_error;
+      if (status == 429)
+        return marked ? attempt_class::refused : attempt_class::busy;
+      if (status >= 400 && status <= 499 && marked)
+        return attempt_class::rejected;
+      return attempt_class::unexpected_status;
     case transport_error_kind::not_sent:
     case transport_error_kind::connect:
     case transport_error_kind::local_resource:
@@ -135,7 +147,7 @@ attempt_class classify_attempt(transport_error_kind error, bool request_sent,
       return request_sent ? attempt_class::lost : attempt_class::refused;
     case transport_error_kind::tls:
       return request_sent ? attempt_class::fatal_after_send
-                          : attempt_class::fatal;
+                          : attempt_class::handshake_failed;
     case transport_error_kind::too_large:
       return attempt_class::fatal_after_send;
     case transport_error_kind::config:
@@ -144,8 +156,32 @@ attempt_class classify_attempt(transport_error_kind error, bool request_sent,
   return attempt_class::fatal;
 }
 
+bool marks_nothing_committed(std::string_view body) {
+  if (body.empty() || body.size() > 64 * 1024)
+    return false;
+  boost::system::error_code ec;
+  auto v = boost::json::parse(body, ec);
+  if (ec || !v.is_object())
+    return false;
+  auto* m = v.get_object().if_contains("committed");
+  return m && m->is_bool() && !m->get_bool();
+}
+
+bool proves_nothing_committed(attempt_class c) {
+  switch (c) {
+    case attempt_class::not_leader:
+    case attempt_class::refused:
+    case attempt_class::rejected:
+    case attempt_class::not_supported:
+    case attempt_class::handshake_failed:
+    case attempt_class::fatal: return true;
+    default: return false;
+  }
+}
+
 bool is_transport_class(attempt_class c) {
-  return c == attempt_class::refused || c == attempt_class::lost;
+  return c == attempt_class::refused || c == attempt_class::busy
+         || c == attempt_class::lost;
 }
 
 coalesce_duration full_jitter_backoff(coalesce_duration base,
@@ -191,7 +227,10 @@ leader_state::leader_state(const coalesce_config& cfg, coalesce_rng& rng)
   ttl_ = coalesce_seconds(cfg_.leader_ttl);
   for (auto& ep : cfg_.parsed_endpoints())
     endpoints_.push_back(ep.key());
-  offset_ = static_cast<std::size_t>(rng() % endpoints_.size());
+  // The first worklist is the configured order: an operator puts the
+  // most-likely leader first (tsoracle client docs, "Configuration").
+  (void) rng;
+  offset_ = 0;
 }
 
 std::optional<cached_leader> leader_state::leader(coalesce_time now) const {
@@ -349,6 +388,7 @@ const char* to_string(discovery_error e) {
     case discovery_error::rejected: return "rejected";
     case discovery_error::fatal: return "fatal";
     case discovery_error::uncertain_outcome: return "uncertain_outcome";
+    case discovery_error::not_supported: return "not_supported";
   }
   return "?";
 }
@@ -458,11 +498,14 @@ discovery_action discovery_call::end_pass(leader_state&, coalesce_time now,
   return surfaced(false);
 }
 
-discovery_action discovery_call::fail(discovery_error e, std::string detail) {
+discovery_action discovery_call::fail(discovery_error e, std::string detail,
+                                      transport_error_kind cause) {
   discovery_action a;
   a.step = discovery_step::failed;
   a.error = e;
   a.detail = std::move(detail);
+  a.cause = cause;
+  a.nothing_committed = nothing_committed_;
   a.attempts = attempts_;
   return a;
 }
@@ -470,8 +513,14 @@ discovery_action discovery_call::fail(discovery_error e, std::string detail) {
 discovery_action discovery_call::surfaced(bool deadline) {
   // Precedence (tsoracle retry.rs): non-transport last error > sticky
   // election signal > transport last error > nothing tried.
-  if (last_non_transport_)
-    return fail(discovery_error::server_error, last_non_transport_detail_);
+  if (last_non_transport_) {
+    auto e = *last_non_transport_ == attempt_class::server_error
+               ? discovery_error::server_error
+             : *last_non_transport_ == attempt_class::unexpected_status
+               ? discovery_error::rejected
+               : discovery_error::fatal;
+    return fail(e, last_non_transport_detail_, last_non_transport_cause_);
+  }
   if (election_sticky_)
     return fail(discovery_error::no_leader,
                 "no leader elected within the deadline"
@@ -479,12 +528,13 @@ discovery_action discovery_call::surfaced(bool deadline) {
   if (deadline)
     return fail(discovery_error::deadline_exceeded,
                 "overall deadline exceeded"
-                  + (last_detail_.empty() ? std::string() : ": " + last_detail_));
+                  + (last_detail_.empty() ? std::string() : ": " + last_detail_),
+                last_cause_);
   if (last_ && *last_ == attempt_class::not_leader)
     return fail(discovery_error::no_leader,
                 "no usable leader hint: " + last_detail_);
   if (last_)
-    return fail(discovery_error::unreachable, last_detail_);
+    return fail(discovery_error::unreachable, last_detail_, last_cause_);
   return fail(discovery_error::no_endpoints, "no endpoint could be tried");
 }
 
@@ -494,6 +544,7 @@ discovery_action discovery_call::on_attempt_timeout(leader_state& ls,
   attempt_report r;
   r.cls = attempt_class::lost;
   r.detail = "attempt timed out";
+  r.cause = transport_error_kind::timeout;
   return on_result(ls, r, now, rng);
 }
 
@@ -529,6 +580,15 @@ discovery_action discovery_call::on_result(leader_state& ls,
   const std::string detail
     = from + ": "
       + (r.detail.empty() ? std::string(to_string(r.cls)) : r.detail);
+  if (r.cls != attempt_class::success && !proves_nothing_committed(r.cls))
+    nothing_committed_ = false;
+  // seq: a failure after the request may have committed, and not marked
+  // pre-commit by the oracle, is uncertain: exactly one server call, never
+  // retried (tsoracle client docs, "Non-idempotency and SeqUncertain").
+  if (non_idempotent_ && r.cls != attempt_class::success
+      && !proves_nothing_committed(r.cls))
+    return fail(discovery_error::uncertain_outcome,
+                "uncertain outcome: " + detail, r.cause);
   switch (r.cls) {
     case attempt_class::success: {
       ls.seat(from, r.epoch, seat_source::success, now);
@@ -548,6 +608,7 @@ discovery_action discovery_call::on_result(leader_state& ls,
         election_in_pass_ = election_sticky_ = true;
         last_ = attempt_class::not_leader;
         last_detail_ = from + ": not leader, hint points back";
+        last_cause_ = r.cause;
         return after_failure(ls, r.cls, now, rng);
       }
       if (hc.verdict == hint_verdict::usable) {
@@ -561,6 +622,7 @@ discovery_action discovery_call::on_result(leader_state& ls,
           election_in_pass_ = election_sticky_ = true;
           last_ = attempt_class::not_leader;
           last_detail_ = "leader-hint redirect cap per pass reached";
+          last_cause_ = r.cause;
           return end_pass(ls, now, rng);
         }
         ls.seat(hc.endpoint, hc.epoch, seat_source::hint, now);
@@ -578,39 +640,39 @@ discovery_action discovery_call::on_result(leader_state& ls,
       last_ = attempt_class::not_leader;
       last_detail_ = from + ": not leader (hint " + to_string(hc.verdict)
                      + ")";
+      last_cause_ = r.cause;
       return after_failure(ls, r.cls, now, rng);
     }
     case attempt_class::refused:
+    case attempt_class::busy:
+    case attempt_class::lost:
       if (r.unreachable)
         ls.forget(from);
       last_ = r.cls;
       last_detail_ = detail;
-      return after_failure(ls, r.cls, now, rng);
-    case attempt_class::lost:
-      if (non_idempotent_)
-        return fail(discovery_error::uncertain_outcome,
-                    "uncertain outcome: " + detail);
-      last_ = r.cls;
-      last_detail_ = detail;
+      last_cause_ = r.cause;
       return after_failure(ls, r.cls, now, rng);
     case attempt_class::server_error:
-      if (non_idempotent_)
-        return fail(discovery_error::uncertain_outcome,
-                    "uncertain outcome: " + detail);
+    case attempt_class::unexpected_status:
+    case attempt_class::handshake_failed:
+    case attempt_class::fatal_after_send:
+      // Any other error: try the next endpoint; the call fails only when
+      // the worklist is exhausted (tsoracle client docs, "Leader discovery
+      // and retries").
       last_ = r.cls;
       last_detail_ = detail;
+      last_cause_ = r.cause;
       last_non_transport_ = r.cls;
       last_non_transport_detail_ = detail;
+      last_non_transport_cause_ = r.cause;
       return after_failure(ls, r.cls, now, rng);
     case attempt_class::rejected:
-      return fail(discovery_error::rejected, detail);
+      return fail(discovery_error::rejected, detail, r.cause);
+    case attempt_class::not_supported:
+      return fail(discovery_error::not_supported, "not supported: " + detail,
+                  r.cause);
     case attempt_class::fatal:
-      return fail(discovery_error::fatal, detail);
-    case attempt_class::fatal_after_send:
-      if (non_idempotent_)
-        return fail(discovery_error::uncertain_outcome,
-                    "uncertain outcome: " + detail);
-      return fail(discovery_error::fatal, detail);
+      return fail(discovery_error::fatal, detail, r.cause);
   }
   return fail(discovery_error::fatal, detail);
 }

@@ -24,14 +24,28 @@
 //      │     │                        per pass → election signal, ends the
 //      │     │                        pass; per call → redirect_cap)
 //      │     ├─ 421 without usable hint ─► next endpoint, cache untouched
-//      │     ├─ transport-class failure ─► wait full jitter, next endpoint
-//      │     │    (seq after a possible commit: ─► failed uncertain_outcome)
-//      │     ├─ other 5xx ─► next endpoint (seq: uncertain_outcome)
-//      │     └─ 4xx / TLS / config ─► failed (definitive)
+//      │     ├─ 501 ─► failed not_supported (final, never retried)
+//      │     ├─ marked 4xx (bad key/count, key cap) ─► failed rejected
+//      │     ├─ refused / busy / lost ─► wait full jitter, next endpoint
+//      │     ├─ 5xx, unmarked 4xx, TLS or handshake failure, a 2xx the
+//      │     │  client cannot use ─► next endpoint
+//      │     │    seq: anything after the request may have committed and
+//      │     │    not marked pre-commit by the oracle ─► failed
+//      │     │    uncertain_outcome (busy, lost, 5xx, unmarked 4xx, ...)
+//      │     └─ local configuration failure ─► failed fatal
 //      └─ worklist empty or attempts spent:
 //            election signal seen and time left ─► wait jitter(pass), new pass
-//            else ─► failed (precedence: non-transport > election >
-//                    transport > no_endpoints)
+//            else ─► failed with the last error (precedence:
+//                    non-transport > election > transport > no_endpoints)
+//
+// The pre-commit marker: the oracle's error bodies carry
+// `"committed": false` when it proves the request committed nothing
+// (hub/oracle_state.hpp). tsoracle's gRPC statuses say the same
+// (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED, FAILED_PRECONDITION
+// are pre-commit-certain; anything else on GetSeq is SeqUncertain): HTTP
+// has no such class, and a proxy's 502/503/504 or a 500 cannot be told
+// from a failed commit, so without the marker a seq failure after sending
+// is uncertain ("Retrying an uncertain call risks a double-spend").
 //
 // Pure: time and randomness are arguments; no clock reads; no CAF.
 
@@ -84,25 +98,43 @@ enum class attempt_class : uint8_t {
   /// 2xx: the endpoint served the RPC (the body goes to the batcher).
   success,
   /// 421 Misdirected Request: not the leader (maybe with a hint). Provably
-  /// nothing committed.
+  /// nothing committed (RFC 9110 section 15.5.20: not processed).
   not_leader,
-  /// Nothing left the client, or the server refused before processing:
-  /// connect failure, not_sent, local_resource, a failure before any byte
-  /// was written, 503 / 429. Transport-class (backoff); safe for seq.
+  /// Nothing committed, provably: nothing left the client (connect
+  /// failure, not_sent, local_resource, a failure before any byte was
+  /// written), or a 5xx / 429 the oracle marked pre-commit (its 503 of
+  /// mode refuse). Transport-class (backoff); safe for seq.
   refused,
+  /// An unmarked 503 or 429 (a proxy, a load shedder): most likely nothing
+  /// was processed, but nothing proves it. Transport-class (backoff); for
+  /// seq: uncertain.
+  busy,
   /// The request may have reached the server and been processed: a timeout
-  /// or broken exchange after bytes were written. Transport-class
+  /// or broken exchange (a reset) after bytes were written. Transport-class
   /// (backoff); for seq: uncertain.
   lost,
-  /// A 5xx other than 503 (the server processed and failed, or a proxy
-  /// cannot tell): next endpoint, no backoff; for seq: uncertain.
+  /// An unmarked 5xx other than 501 / 503 (the server processed and failed,
+  /// or a proxy cannot tell): next endpoint, no backoff; for seq: uncertain.
   server_error,
-  /// Any other 4xx (bad count/key, ...): definitive, nothing committed.
+  /// An unmarked 4xx (other than 421 / 429), 1xx or 3xx: not an answer of
+  /// the oracle's protocol (a proxy's 404, a 403): next endpoint; for seq:
+  /// uncertain.
+  unexpected_status,
+  /// A 4xx the oracle marked pre-commit (bad key or count, the key
+  /// cardinality cap): definitive, nothing committed, not retried.
   rejected,
-  /// TLS or configuration failure before sending: definitive.
+  /// 501 Not Implemented (the oracle does not serve this RPC, like
+  /// tsoracle's UNIMPLEMENTED): definitive at the first call, nothing
+  /// committed, not retried.
+  not_supported,
+  /// The TLS handshake (or another TLS failure) before any byte of the
+  /// request was written: nothing committed; next endpoint.
+  handshake_failed,
+  /// Local configuration failure before sending: definitive.
   fatal,
-  /// A 2xx body over the cap, or another failure after the server answered
-  /// in a way the client cannot use: definitive; for seq: uncertain.
+  /// A 2xx body over the cap, a TLS failure after sending, or another
+  /// failure after the server answered in a way the client cannot use:
+  /// next endpoint; for seq: uncertain.
   fatal_after_send,
 };
 
@@ -110,9 +142,21 @@ enum class attempt_class : uint8_t {
 const char* to_string(attempt_class c);
 
 /// Classifies one exchange: the transport's error kind, whether any byte of
-/// the request was written, and the HTTP status (when error == none).
+/// the request was written, the HTTP status (when error == none) and
+/// whether the response body carries the oracle's pre-commit marker
+/// (`marks_nothing_committed`).
 attempt_class classify_attempt(transport_error_kind error, bool request_sent,
-                               int status);
+                               int status, bool marked_pre_commit);
+
+/// True if an oracle error body carries the pre-commit marker: a JSON
+/// object whose `committed` member is `false`. Anything else (not JSON, no
+/// member, another value, over 64 KiB) is false. Never throws.
+bool marks_nothing_committed(std::string_view body);
+
+/// True if an attempt of this class provably committed nothing (safe to
+/// retry a non-idempotent RPC after it): not_leader, refused, rejected,
+/// not_supported, handshake_failed, fatal.
+bool proves_nothing_committed(attempt_class c);
 
 /// True if the class is transport-class: a backoff follows it (tsoracle:
 /// Unavailable, DeadlineExceeded, Transport).
@@ -210,8 +254,8 @@ struct leader_stats {
 /// hints, shared by every RPC of one driver. Not thread-safe.
 class leader_state {
 public:
-  /// Validates `cfg` (throws config_error); draws the random rotation
-  /// offset of the worklist from `rng`.
+  /// Validates `cfg` (throws config_error). `rng` is not drawn from (the
+  /// first worklist is the configured order); kept for the callers.
   leader_state(const coalesce_config& cfg, coalesce_rng& rng);
 
   /// The cached leader if fresh at `now` (the TTL is lazy: an expired entry
@@ -236,8 +280,10 @@ public:
 
   /// The first worklist of a new RPC: the fresh leader, then the configured
   /// endpoints rotated from the current offset (the leader not repeated).
-  /// Advances the offset by one (successive RPCs start at different
-  /// endpoints when no leader is known).
+  /// The offset starts at 0, so the first worklist is the configured order
+  /// (tsoracle: "put the most-likely-leader first"); each call advances it
+  /// by one (successive RPCs start at different endpoints when no leader is
+  /// known).
   std::vector<std::string> begin_pass(coalesce_time now);
 
   /// Drops the cached leader if it is `endpoint` (it proved unreachable).
@@ -310,6 +356,9 @@ enum class discovery_error : uint8_t {
   /// seq only: a failure after the request may have committed. Exactly one
   /// server call was made for it; never retried.
   uncertain_outcome,
+  /// The oracle answered 501: it does not serve this RPC. Final at the
+  /// first call, never retried (tsoracle: UNIMPLEMENTED).
+  not_supported,
 };
 
 /// "none", "no_endpoints", ...
@@ -343,6 +392,12 @@ struct discovery_action {
   discovery_error error = discovery_error::none;
   /// failed: a human-readable detail (no header values).
   std::string detail;
+  /// failed: the transport error kind of the attempt whose error is
+  /// surfaced (`none` for an HTTP status or when nothing was tried).
+  transport_error_kind cause = transport_error_kind::none;
+  /// failed: true when every attempt sent provably committed nothing
+  /// (proves_nothing_committed), or none was sent.
+  bool nothing_committed = true;
   /// Attempts sent so far in this RPC (a redirect's send counts here too).
   int attempts = 0;
 };
@@ -356,6 +411,8 @@ struct attempt_report {
   std::optional<uint64_t> epoch;
   /// A short description for the final error (e.g. "connect refused").
   std::string detail;
+  /// The transport error kind of the exchange (`none` for an HTTP answer).
+  transport_error_kind cause = transport_error_kind::none;
   /// refused: the TCP connect itself failed (nothing listens there). If
   /// the endpoint is the cached leader it is forgotten, so a leader seated
   /// from a hint (even at the largest epoch) that cannot be reached does not
@@ -414,7 +471,9 @@ private:
                             coalesce_rng& rng);
   void begin_pass(leader_state& ls, coalesce_time now);
   bool can_send_more() const;
-  discovery_action fail(discovery_error e, std::string detail);
+  discovery_action fail(discovery_error e, std::string detail,
+                        transport_error_kind cause
+                        = transport_error_kind::none);
   discovery_action surfaced(bool deadline);
   discovery_action after_failure(leader_state& ls, attempt_class cls,
                                  coalesce_time now, coalesce_rng& rng);
@@ -445,9 +504,13 @@ private:
   /// The last failure, for the surfaced error.
   std::optional<attempt_class> last_;
   std::string last_detail_;
-  /// The last non-transport failure (5xx), sticky.
+  transport_error_kind last_cause_ = transport_error_kind::none;
+  /// The last non-transport failure (5xx, unexpected status, TLS), sticky.
   std::optional<attempt_class> last_non_transport_;
   std::string last_non_transport_detail_;
+  transport_error_kind last_non_transport_cause_ = transport_error_kind::none;
+  /// False once an attempt ended in a class that may have committed.
+  bool nothing_committed_ = true;
 };
 
 } // namespace outbound

@@ -36,11 +36,16 @@ endpoint_stats_actor::behavior_type endpoint_stats_impl(self_ptr self,
       return self->state.stats->plan(r.key, r.config, self->clock().now());
     },
     [self](hedge_token_request& r) {
-      bool ok = self->state.stats->try_take_token(r.key, self->clock().now());
-      if (ok)
-        for (auto& s : self->state.subscribers)
-          self->send(s, hedge_fired{r.key});
-      return ok;
+      return self->state.stats->try_take_token(r.key, self->clock().now());
+    },
+    [self](hedge_token_outcome& o) {
+      if (!o.sent) {
+        self->state.stats->return_token(o.key);
+        return;
+      }
+      self->state.stats->hedge_sent(o.key);
+      for (auto& s : self->state.subscribers)
+        self->send(s, hedge_fired{o.key});
     },
     [self](hedge_observation& o) {
       self->state.stats->observe(o.key, o.latency, o.health,

@@ -77,14 +77,23 @@ bool endpoint_stats_state::try_take_token(const std::string& key,
   auto* k = keys_.touch(key);
   if (!k)
     return false;
-  if (k->bucket.try_take(now)) {
-    ++k->stats.hedged_requests;
-    ++global_.hedged_requests;
-    return true;
-  }
+  if (k->bucket.try_take(now))
+    return true; // counted by hedge_sent, once the hedge is out
+
   ++k->stats.budget_exhausted;
   ++global_.budget_exhausted;
   return false;
+}
+
+void endpoint_stats_state::hedge_sent(const std::string& key) {
+  ++global_.hedged_requests;
+  if (auto* k = keys_.peek(key))
+    ++k->stats.hedged_requests;
+}
+
+void endpoint_stats_state::return_token(const std::string& key) {
+  if (auto* k = keys_.peek(key))
+    k->bucket.give_back();
 }
 
 void endpoint_stats_state::count_circuit_blocked(const std::string& key) {

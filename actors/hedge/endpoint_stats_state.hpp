@@ -13,8 +13,10 @@
 //   [delay passes, primary not done; breaker gate allowed, else
 //    count_circuit_blocked(key)]
 //   try_take_token(key, now)         the budget gate (false: not hedged)
+//   hedge_sent(key) | return_token(key)   the hedge went out | was not sent
 //   record_race(key, hedged, hedge_won)   when a hedge was fired
-//   observe(key, latency, health, now)    the winner's latency and health
+//   observe(key, latency, health, now)    each attempt's winner: latency
+//                                         and health
 //
 // Pure: time is an argument; no clock is read.
 
@@ -94,10 +96,20 @@ public:
   hedge_plan plan(const std::string& key, const effective_hedge_config& cfg,
                   hedge_time now);
 
-  /// The budget gate: takes one hedge token of `key`. True: the hedge goes
-  /// out (hedged_requests +1). False: budget_exhausted +1, or `key` is
-  /// not tracked (plan it first; evicted meanwhile) — nothing counted.
+  /// The budget gate: takes one hedge token of `key`. True: the caller
+  /// holds a token and must settle it with hedge_sent or return_token.
+  /// False: budget_exhausted +1, or `key` is not tracked (plan it first;
+  /// evicted meanwhile) — nothing counted.
   bool try_take_token(const std::string& key, hedge_time now);
+
+  /// A hedge of `key` whose token was granted actually went out:
+  /// hedged_requests +1 (the counter counts only hedges sent).
+  void hedge_sent(const std::string& key);
+
+  /// A token of `key` was granted but its hedge was not sent (the primary
+  /// answered meanwhile, or no time was left): the token goes back to the
+  /// bucket, nothing counted. A no-op if `key` is no longer tracked.
+  void return_token(const std::string& key);
 
   /// A hedge of `key` was not sent because a breaker was open.
   void count_circuit_blocked(const std::string& key);

@@ -25,8 +25,9 @@ namespace outbound {
 // -- hooks --------------------------------------------------------------------
 
 /// on_hedge_fired(key): a hedge of `key` passed every gate (breakers and
-/// budget) and goes out. Sent by the endpoint_stats actor when it grants a
-/// token, the last gate.
+/// budget) and went out. Sent by the endpoint_stats actor when the call
+/// actor reports the hedge sent (hedge_token_outcome), never for a token
+/// granted and then not used.
 struct hedge_fired {
   std::string key;
 };
@@ -60,10 +61,18 @@ struct hedge_plan_request {
   effective_hedge_config config;
 };
 
-/// The budget gate: answers `bool` (true: a token was taken, the hedge goes
-/// out, hedge_fired is sent to the subscribers).
+/// The budget gate: answers `bool` (true: a token was taken; the asker
+/// settles it with one hedge_token_outcome).
 struct hedge_token_request {
   std::string key;
+};
+
+/// What became of a granted token: `sent` true — the hedge went out
+/// (hedged_requests +1, hedge_fired to the subscribers); false — it was not
+/// sent and the token goes back to the bucket.
+struct hedge_token_outcome {
+  std::string key;
+  bool sent = false;
 };
 
 /// The winner's latency (seconds from the request's start) and health.
@@ -184,6 +193,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_subscribe)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_plan_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_plan)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_token_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_token_outcome)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_observation)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_race_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_circuit_blocked)

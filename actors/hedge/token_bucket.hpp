@@ -43,6 +43,12 @@ public:
     return false;
   }
 
+  /// Puts back a token taken by try_take that was not used (a hedge granted
+  /// and then not sent), never above the burst.
+  void give_back() {
+    tokens_ = std::min(tokens_ + 1.0, burst_);
+  }
+
   /// Refills up to `now` at the old rate, then recomputes rate and burst
   /// for the new `rps` and clips the tokens to the new burst.
   void set_rps(double rps, hedge_time now) {

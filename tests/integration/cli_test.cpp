@@ -150,13 +150,17 @@ void expect_failure(const cli_result& r, const std::string& type,
   EXPECT_EQ(r.out, "");
   ASSERT_EQ(r.err_lines().size(), 1u) << r.err;
   auto e = r.error();
-  EXPECT_EQ(e.size(), 6u) << r.err;
+  EXPECT_EQ(e.size(), 7u) << r.err;
   EXPECT_EQ(e.at("error").as_string(), type) << r.err;
   EXPECT_TRUE(e.contains("status"));
   EXPECT_TRUE(e.at("detail").is_string());
   EXPECT_TRUE(e.at("attempts").is_int64());
   EXPECT_TRUE(e.at("request_id").is_string());
   EXPECT_TRUE(e.at("nothing_sent").is_bool());
+  EXPECT_TRUE(e.at("nothing_billed").is_bool());
+  // Nothing sent implies nothing billed.
+  if (e.at("nothing_sent").as_bool())
+    EXPECT_TRUE(e.at("nothing_billed").as_bool()) << r.err;
 }
 
 std::string detail_of(const cli_result& r) {
@@ -475,6 +479,9 @@ TEST_F(CliNginx, UnauthorizedAndForbiddenAreAuthErrors) {
   expect_failure(r401, "auth_error", 3);
   EXPECT_EQ(r401.error().at("status").as_int64(), 401);
   EXPECT_EQ(r401.error().at("detail").as_string(), "bad token");
+  // Its one attempt was refused outright: sent, but nothing billed.
+  EXPECT_FALSE(r401.error().at("nothing_sent").as_bool());
+  EXPECT_TRUE(r401.error().at("nothing_billed").as_bool());
   auto r403 = run_cli({"request", url("/v1/forbidden")});
   expect_failure(r403, "auth_error", 3);
   EXPECT_EQ(r403.error().at("status").as_int64(), 403);
@@ -490,6 +497,7 @@ TEST_F(CliNginx, ServerErrorIsNotRetriedByDefault) {
   EXPECT_EQ(e.at("attempts").as_int64(), 1);
   EXPECT_EQ(e.at("request_id").as_string(), "cli-boom-1");
   EXPECT_EQ(server_->requests_with_id("cli-boom-1").size(), 1u);
+  EXPECT_FALSE(e.at("nothing_billed").as_bool()) << "a 500 may have billed";
 }
 
 TEST_F(CliNginx, RetryStatusRetriesA503UntilTheAttemptsAreSpent) {

@@ -572,24 +572,25 @@ TEST_F(CoalesceE2E, ARefusingNodeIsSkipped) {
     EXPECT_EQ(stats(d).uncertain, 0u);
   }
   expect_tiles(blocks, seq_total, "skip");
-  // Some drivers started their worklist at the refusing node; it committed
-  // nothing.
-  EXPECT_GE(node_counter(1, "refused"), 1u);
+  // Every driver started its worklist at the refusing node (the configured
+  // order); its marked 503 committed nothing.
+  EXPECT_GE(node_counter(1, "refused"), 6u);
   EXPECT_EQ(node_counter(1, "commits"), 0u);
   EXPECT_EQ(node_counter(0, "answered"), 12u);
 }
 
 TEST_F(CoalesceE2E, ATlsFailureIsServiceUnavailableNotAConfigError) {
   // TLS configured against the plain-HTTP cluster: every handshake fails.
-  // As in `outbound request`, that is service_unavailable (exit 7), not
-  // retried, and no oracle request reached a node.
+  // Each failure moves on to the next endpoint; the worklist exhausted, the
+  // last one is surfaced: as in `outbound request`, service_unavailable
+  // (exit 7), and no oracle request reached a node.
   auto c = config({nodes_[0], nodes_[1], nodes_[2]});
   c.tls = true;
   auto d = driver(c);
   auto r = ts(d);
   ASSERT_TRUE(r.error);
   EXPECT_EQ(r.error->kind, error_kind::service_unavailable) << describe(r);
-  EXPECT_EQ(r.error->attempts, 1);
+  EXPECT_EQ(r.error->attempts, 3) << "each endpoint once";
   EXPECT_NE(r.error->detail.find("tls"), std::string::npos) << describe(r);
   EXPECT_EQ(hub_requests(), 0u);
 }
@@ -632,4 +633,32 @@ TEST_F(CoalesceE2E, ExplicitHttpEndpointsUnderTlsAreDialledPlainAndTheDriverLive
     EXPECT_FALSE(r.error) << describe(r);
     EXPECT_EQ(r.endpoint.rfind("http://", 0), 0u) << r.endpoint;
   }
+}
+
+// An oracle without dense sequences answers 501 with the pre-commit marker:
+// a final typed error at the first call, neither retried nor uncertain, and
+// nothing billed.
+TEST_F(CoalesceE2E, AnOracleWithoutSeqSupportFailsTheFirstCallFinally) {
+  hub_config hc;
+  hc.cluster_size = 1;
+  hc.oracle_seq_supported = false;
+  hub h{hc};
+  h.start();
+  auto d = driver(config({h.oracle_endpoints().at(0)}));
+  auto s = seq(d, "k", 2);
+  ASSERT_TRUE(s.error);
+  EXPECT_EQ(s.error->kind, error_kind::server_error) << describe(s);
+  EXPECT_NE(s.error->detail.find("not supported"), std::string::npos)
+    << describe(s);
+  EXPECT_FALSE(s.error->nothing_sent);
+  EXPECT_TRUE(s.error->nothing_billed);
+  EXPECT_EQ(stats(d).uncertain, 0u);
+  auto t = ts(d);
+  EXPECT_FALSE(t.error) << describe(t);
+  auto o = json::parse(h.state_json()).at("oracle").as_object();
+  auto& n = o.at("nodes").as_array().at(0).as_object();
+  EXPECT_EQ(n.at("unsupported").to_number<uint64_t>(), 1u) << "one call";
+  EXPECT_EQ(n.at("requests").to_number<uint64_t>(), 2u);
+  caf::anon_send_exit(d, caf::exit_reason::user_shutdown);
+  h.stop();
 }

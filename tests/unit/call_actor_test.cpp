@@ -855,3 +855,56 @@ TEST(BlockingClient, ConstructionValidatesTheConfig) {
     EXPECT_EQ(e.field(), "retry.base_backoff");
   }
 }
+
+// -- nothing_billed ---------------------------------------------------------------------
+//
+// Whether anything can have been billed (the jev-client SDK's
+// nothing_billed()): only when the request was never built or sent, or its
+// one attempt was refused outright (401, 403, 429).
+
+TEST_F(CallActor, ARequestThatWasNeverBuiltBilledNothing) {
+  auto o = run_call(get("v1/item"));
+  EXPECT_TRUE(o.error.nothing_sent);
+  EXPECT_TRUE(o.error.nothing_billed);
+}
+
+TEST_F(CallActor, OneAttemptRefusedOutrightBilledNothing) {
+  for (int status : {401, 403, 429}) {
+    SCOPED_TRACE(status);
+    log->requests.clear();
+    log->script = {fake_step::status(status, R"({"detail":"no"})")};
+    auto o = run_call(post("/v1/orders"));
+    EXPECT_FALSE(o.ok);
+    EXPECT_EQ(o.error.attempts, 1);
+    EXPECT_FALSE(o.error.nothing_sent) << "it was sent";
+    EXPECT_TRUE(o.error.nothing_billed);
+  }
+}
+
+TEST_F(CallActor, AnythingElseMayHaveBilled) {
+  // A 5xx, a 4xx that may have been processed, a reset after sending.
+  for (int status : {500, 503, 400, 409}) {
+    SCOPED_TRACE(status);
+    log->requests.clear();
+    log->script = {fake_step::status(status, R"({"detail":"no"})")};
+    auto o = run_call(post("/v1/orders"));
+    EXPECT_FALSE(o.ok);
+    EXPECT_FALSE(o.error.nothing_billed);
+  }
+  log->requests.clear();
+  log->script = {fake_step::fail(ek::interrupted, true, "connection reset")};
+  auto o = run_call(post("/v1/orders"));
+  EXPECT_FALSE(o.error.nothing_sent);
+  EXPECT_FALSE(o.error.nothing_billed);
+}
+
+TEST_F(CallActor, ARefusalAfterEarlierAttemptsMayHaveBilled) {
+  // 503 (retried), then a 429: the first attempt may have been processed.
+  cfg.retry.retry_statuses = {503};
+  cfg.retry.base_backoff = 0.01;
+  log->script = {fake_step::status(503), fake_step::status(429)};
+  auto o = run_call(get("/v1/item"));
+  EXPECT_EQ(o.error.status, 429);
+  EXPECT_EQ(o.error.attempts, 2);
+  EXPECT_FALSE(o.error.nothing_billed);
+}

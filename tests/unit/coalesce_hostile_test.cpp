@@ -423,14 +423,16 @@ TEST_F(CoalesceHostile, BodyOverTheCapIsAResponseErrorForTsAndUncertainForSeq) {
   ASSERT_TRUE(run_to_quiescence());
   EXPECT_EQ(failed(t), error_kind::response_error)
     << "a hostile body is not a configuration error";
-  ASSERT_EQ(total_requests(), 1u);
+  // Any other error moves on to the next endpoint: each node once, then the
+  // last error (still a response_error).
+  ASSERT_EQ(total_requests(), 3u);
   for (auto& [k, n] : net_->nodes)
     for (auto& req : n->seen)
       EXPECT_EQ(req.max_body_bytes, 64u * 1024u);
   auto s = seq("k", 1);
   ASSERT_TRUE(run_to_quiescence());
   EXPECT_EQ(failed(s), error_kind::uncertain_outcome);
-  EXPECT_EQ(total_requests(), 2u);
+  EXPECT_EQ(total_requests(), 4u) << "seq: one call, never retried";
 }
 
 // -- hostile leader hints -----------------------------------------------------
@@ -628,9 +630,10 @@ TEST_F(CoalesceHostile, AHintWithTheLargestEpochToADeadPortDoesNotStopService) {
 }
 
 TEST_F(CoalesceHostile, ThrottledSeqIsRetriedNotUncertain) {
-  // 429 / 503 refuse before processing: a seq RPC may be retried.
-  node(A).script = always(answer(503, ""));
-  node(B).script = always(answer(429, ""));
+  // A 429 / 503 the oracle marks pre-commit ("committed": false) provably
+  // committed nothing: a seq RPC may be retried.
+  node(A).script = always(answer(503, R"({"detail":"x","committed":false})"));
+  node(B).script = always(answer(429, R"({"committed":false})"));
   node(C).script = good_leader(1);
   auto s = seq("k", 2);
   ASSERT_TRUE(run_to_quiescence());
@@ -647,24 +650,126 @@ TEST_F(CoalesceHostile, RedirectsAreNeverFollowed) {
     auto before = total_requests();
     all(always(answer(status, "", {{"location", "http://10.0.0.2:7000/v1/ts"}})));
     auto t = ts(1);
+    ASSERT_TRUE(run_to_quiescence());
+    // An unexpected status: ts tries each configured endpoint once (never
+    // the Location), then fails with the last error.
+    EXPECT_EQ(failed(t), error_kind::request_error);
+    EXPECT_EQ(total_requests() - before, 3u) << "each endpoint once";
+    EXPECT_EQ(net_->nodes.size(), 3u) << "the Location was never dialled";
+    // seq: an unmarked answer after sending is uncertain, one call.
+    before = total_requests();
+    auto s = seq("k", 1);
+    ASSERT_TRUE(run_to_quiescence());
+    EXPECT_EQ(failed(s), error_kind::uncertain_outcome);
+    EXPECT_EQ(total_requests() - before, 1u);
+  }
+}
+
+TEST_F(CoalesceHostile, AMarked4xxIsDefinitiveAndNotRetried) {
+  for (int status : {400, 404, 409, 418}) {
+    SCOPED_TRACE(status);
+    auto before = total_requests();
+    all(always(answer(status, R"({"detail":"no","committed":false})")));
+    auto t = ts(1);
     auto s = seq("k", 1);
     ASSERT_TRUE(run_to_quiescence());
     EXPECT_EQ(failed(t), error_kind::request_error);
     EXPECT_EQ(failed(s), error_kind::request_error);
-    EXPECT_EQ(total_requests() - before, 2u) << "one call each, no follow";
+    EXPECT_EQ(total_requests() - before, 2u) << "one call each";
+    // The oracle proved nothing was committed: nothing billed, though the
+    // request was sent.
+    EXPECT_FALSE(s->reply->error->nothing_sent);
+    EXPECT_TRUE(s->reply->error->nothing_billed);
   }
 }
 
-TEST_F(CoalesceHostile, A4xxIsDefinitiveAndNotRetried) {
-  for (int status : {400, 401, 404, 409, 418}) {
+TEST_F(CoalesceHostile, AnUnmarked4xxMovesOnToTheNextEndpoint) {
+  for (int status : {400, 401, 403, 404}) {
     SCOPED_TRACE(status);
     auto before = total_requests();
     all(always(answer(status, R"({"detail":"no"})")));
     auto t = ts(1);
     ASSERT_TRUE(run_to_quiescence());
     EXPECT_EQ(failed(t), error_kind::request_error);
+    EXPECT_EQ(total_requests() - before, 3u) << "each endpoint once";
+    EXPECT_FALSE(t->reply->error->nothing_billed);
+  }
+}
+
+TEST_F(CoalesceHostile, NotSupportedIsFinalAtTheFirstCall) {
+  all(always(answer(501, R"({"detail":"dense sequences are not supported",)"
+                         R"("committed":false})")));
+  auto before = total_requests();
+  auto s = seq("k", 2);
+  ASSERT_TRUE(run_to_quiescence());
+  EXPECT_EQ(failed(s), error_kind::server_error) << "not uncertain";
+  EXPECT_NE(s->reply->error->detail.find("not supported"), std::string::npos)
+    << s->reply->error->detail;
+  EXPECT_TRUE(s->reply->error->nothing_billed);
+  EXPECT_EQ(total_requests() - before, 1u) << "never retried";
+  EXPECT_EQ(stats().uncertain, 0u);
+  // The same without the marker (a proxy's 501): still final, one call.
+  all(always(answer(501, "")));
+  before = total_requests();
+  auto t = ts(1);
+  ASSERT_TRUE(run_to_quiescence());
+  EXPECT_EQ(failed(t), error_kind::server_error);
+  EXPECT_EQ(total_requests() - before, 1u);
+}
+
+TEST_F(CoalesceHostile, UnmarkedProxyRefusalsOfSeqAreUncertain) {
+  // A proxy's 502/503/504 or 429 cannot prove the oracle behind it did not
+  // commit: retrying would risk a double-spend.
+  for (int status : {429, 502, 503, 504}) {
+    SCOPED_TRACE(status);
+    auto before = total_requests();
+    all(always(answer(status, "<html>bad gateway</html>")));
+    auto s = seq("k", 3);
+    ASSERT_TRUE(run_to_quiescence());
+    EXPECT_EQ(failed(s), error_kind::uncertain_outcome);
+    EXPECT_FALSE(s->reply->error->nothing_sent);
+    EXPECT_FALSE(s->reply->error->nothing_billed);
     EXPECT_EQ(total_requests() - before, 1u);
   }
+}
+
+TEST_F(CoalesceHostile, AHandshakeFailureOrResetMovesOnToTheNextEndpoint) {
+  exchange_result tls;
+  tls.error = transport_error_kind::tls;
+  tls.detail = "certificate verify failed";
+  exchange_result reset;
+  reset.error = transport_error_kind::interrupted;
+  reset.request_sent = true;
+  reset.detail = "connection reset";
+  node(A).script = always(tls);
+  node(B).script = always(reset);
+  node(C).script = good_leader(1);
+  auto t = ts(1);
+  ASSERT_TRUE(run_to_quiescence());
+  EXPECT_EQ(ok(t).endpoint, C);
+  // The configured order is the first worklist's order.
+  EXPECT_EQ(node(A).seen.size(), 1u);
+  EXPECT_EQ(node(B).seen.size(), 1u);
+  ASSERT_EQ(node(C).seen.size(), 1u);
+  EXPECT_LT(node(A).seen_at[0], node(C).seen_at[0]);
+  // Only TLS failures: the call fails with the last one, as a transport
+  // failure (service_unavailable), after every endpoint was tried.
+  all(always(tls));
+  auto before = total_requests();
+  auto u = ts(1);
+  ASSERT_TRUE(run_to_quiescence());
+  EXPECT_EQ(failed(u), error_kind::service_unavailable);
+  EXPECT_EQ(total_requests() - before, 3u);
+}
+
+TEST_F(CoalesceHostile, TheFirstWorklistIsTheConfiguredOrder) {
+  node(A).script = good_leader(1);
+  node(B).script = good_leader(1);
+  node(C).script = good_leader(1);
+  auto t = ts(1);
+  ASSERT_TRUE(run_to_quiescence());
+  EXPECT_EQ(ok(t).endpoint, A) << "the most-likely leader is put first";
+  EXPECT_EQ(total_requests(), 1u);
 }
 
 TEST_F(CoalesceHostile, ThrottlingBacksOffWithinJitterBoundsAndTheDeadline) {

@@ -215,3 +215,35 @@ TEST(Exceptions, ThrowErrorRaisesTheMatchingType) {
   d.kind = error_kind::auth_error;
   EXPECT_THROW(throw_error(d), service_error);
 }
+
+TEST(Errors, NothingBilledIsNothingSentOrOneAttemptRefusedOutright) {
+  for (int st : {401, 403, 429})
+    EXPECT_TRUE(refused_outright(st)) << st;
+  for (int st : {0, 200, 400, 404, 409, 500, 503})
+    EXPECT_FALSE(refused_outright(st)) << st;
+  call_error e = classify_status(429);
+  e.attempts = 1;
+  settle_nothing_billed(e);
+  EXPECT_TRUE(e.nothing_billed);
+  e.attempts = 2; // an earlier attempt may have been processed
+  settle_nothing_billed(e);
+  EXPECT_FALSE(e.nothing_billed);
+  call_error unsent;
+  unsent.nothing_sent = true;
+  unsent.attempts = 3;
+  settle_nothing_billed(unsent);
+  EXPECT_TRUE(unsent.nothing_billed);
+  call_error boom = classify_status(500);
+  boom.attempts = 1;
+  settle_nothing_billed(boom);
+  EXPECT_FALSE(boom.nothing_billed);
+  // The exceptions carry it.
+  e.attempts = 1;
+  settle_nothing_billed(e);
+  try {
+    throw_error(e);
+  } catch (const service_error& ex) {
+    EXPECT_TRUE(ex.nothing_billed());
+    EXPECT_FALSE(ex.nothing_sent());
+  }
+}

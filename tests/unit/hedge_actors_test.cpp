@@ -131,7 +131,7 @@ TEST_F(HedgeActors, SketchWindowFollowsVirtualTime) {
   EXPECT_FALSE(q->seconds);
 }
 
-TEST_F(HedgeActors, GrantedTokenFiresTheHookAndTheBucketRefillsOnVirtualTime) {
+TEST_F(HedgeActors, ASentHedgeFiresTheHookAndTheBucketRefillsOnVirtualTime) {
   auto st = spawn_endpoint_stats(sys(), cfg);
   tell(st, hedge_subscribe{spawn_hooks()});
   endpoint_config ep;
@@ -140,11 +140,15 @@ TEST_F(HedgeActors, GrantedTokenFiresTheHookAndTheBucketRefillsOnVirtualTime) {
   EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e"}), true);
   EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e"}), true);
   EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e"}), false);
+  EXPECT_TRUE(log->fired.empty()) << "granted is not fired";
+  tell(st, hedge_token_outcome{"endpoint:e", true});
+  tell(st, hedge_token_outcome{"endpoint:e", true});
   EXPECT_EQ(log->fired, (std::vector<std::string>{"endpoint:e", "endpoint:e"}));
   advance(999ms);
   EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e"}), false);
   advance(1ms);
   EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e"}), true);
+  tell(st, hedge_token_outcome{"endpoint:e", true});
   EXPECT_EQ(log->fired.size(), 3u);
   tell(st, hedge_race_result{"endpoint:e", true, true});
   tell(st, hedge_circuit_blocked{"endpoint:e"});
@@ -154,6 +158,24 @@ TEST_F(HedgeActors, GrantedTokenFiresTheHookAndTheBucketRefillsOnVirtualTime) {
   EXPECT_EQ(g->budget_exhausted, 2u);
   EXPECT_EQ(g->hedge_wins, 1u);
   EXPECT_EQ(g->circuit_blocked, 1u);
+}
+
+TEST_F(HedgeActors, ATokenWhoseHedgeWasNotSentGoesBackUncounted) {
+  auto st = spawn_endpoint_stats(sys(), cfg);
+  tell(st, hedge_subscribe{spawn_hooks()});
+  endpoint_config ep;
+  ep.estimated_rps = 10.0; // 1 token/s, burst 2
+  ask<hedge_plan>(st, hedge_plan_request{"endpoint:e", eff(ep)});
+  EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e"}), true);
+  EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e"}), true);
+  EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e"}), false);
+  tell(st, hedge_token_outcome{"endpoint:e", false}); // primary answered
+  EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e"}), true)
+    << "the unused token went back";
+  auto g = ask<hedge_stats_snapshot>(st, hedge_global_stats_request{});
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->hedged_requests, 0u);
+  EXPECT_TRUE(log->fired.empty());
 }
 
 TEST_F(HedgeActors, BreakerSendsOneOpenPerOpenTransition) {
@@ -229,6 +251,7 @@ TEST_F(HedgeActors, HooksCanBeCallbacks) {
   tell(st, hedge_subscribe{hooks});
   ask<hedge_plan>(st, hedge_plan_request{"host:a", eff()});
   EXPECT_EQ(ask<bool>(st, hedge_token_request{"host:a"}), true);
+  tell(st, hedge_token_outcome{"host:a", true});
   breaker_config strict = cfg.breaker;
   strict.min_samples = 1000; // only the host tier trips
   for (int i = 0; i < 4; ++i)

@@ -453,3 +453,65 @@ TEST_F(HedgeRace, AHalfOpenProbeCancelledByItsPrimaryReleasesThePermit) {
   EXPECT_EQ(b->permits_out, 0);
   EXPECT_EQ(b->trials, 0);
 }
+
+// Breakers and error counters learn from every attempt (the winner of each
+// race), not only from the call's final outcome: a backend that fails half
+// of its attempts opens its breaker even though each call's retry hides the
+// failure from the caller.
+TEST_F(HedgeRace, ABackendFailingHalfItsAttemptsOpensItsBreakerBehindRetries) {
+  hedging.config.breaker.min_samples = 4;
+  hedging.config.breaker.cooldown = 60.0;
+  hedging.config.breaker.error_rate_threshold = 0.5;
+  cfg.retry.base_backoff = 0.001; // retry almost at once
+  for (int i = 0; i < 2; ++i) {
+    log->script.push_back(fake_step::status(503)); // retryable
+    log->script.push_back(fake_step::status(200, R"({"v":1})"));
+  }
+  for (int i = 0; i < 2; ++i) {
+    auto o = run_call(get("/x"));
+    EXPECT_TRUE(o.ok) << "the retry hides the failure from the caller";
+    EXPECT_EQ(o.attempts, 2);
+  }
+  ASSERT_EQ(log->requests.size(), 4u) << "no hedge: every answer is at once";
+  auto b = breaker(breaker_scope::host, host_key);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->phase, breaker_phase::open) << "2 of 4 attempts failed";
+  EXPECT_EQ(*opened_, std::vector<std::string>{std::string{"host "} + host_key});
+  auto s = stats(host_key);
+  EXPECT_EQ(s.errors, 2u) << "one per failed attempt";
+}
+
+TEST_F(HedgeRace, AlwaysSucceedingAttemptsNeverOpenTheBreaker) {
+  hedging.config.breaker.min_samples = 4;
+  for (int i = 0; i < 6; ++i)
+    log->script.push_back(fake_step::status(200, R"({"v":1})"));
+  for (int i = 0; i < 6; ++i)
+    EXPECT_TRUE(run_call(get("/x")).ok);
+  auto b = breaker(breaker_scope::host, host_key);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->phase, breaker_phase::closed);
+  EXPECT_EQ(stats(host_key).errors, 0u);
+}
+
+// A primary answering right at the hedge delay races the gates: whether the
+// hedge goes out or not, on_hedge_fired and hedged_requests count exactly
+// the hedges the transport saw (a token granted and not used goes back).
+TEST_F(HedgeRace, OnlyHedgesActuallySentAreCountedWhateverTheRace) {
+  for (nanoseconds d : {nanoseconds{9999us}, nanoseconds{10ms}, nanoseconds{10001us},
+                        nanoseconds{10002us}, nanoseconds{10005us},
+                        nanoseconds{10010us}}) {
+    SCOPED_TRACE(d.count());
+    log->requests.clear();
+    log->script = {ok_after(d, R"({"who":"primary"})"),
+                   ok_after(500ms, R"({"who":"hedge"})")};
+    auto before_fired = fired_->size();
+    auto before = stats(host_key).hedged_requests;
+    auto o = run_call(get("/x"));
+    ASSERT_TRUE(o.ok);
+    EXPECT_EQ(o.body.at("who").as_string(), "primary");
+    auto hedges_sent = log->requests.size() - 1;
+    EXPECT_LE(hedges_sent, 1u);
+    EXPECT_EQ(stats(host_key).hedged_requests - before, hedges_sent);
+    EXPECT_EQ(fired_->size() - before_fired, hedges_sent);
+  }
+}

@@ -106,14 +106,41 @@ TEST(HedgeStats, BudgetGateCountsHedgesAndExhaustion) {
   st.plan("k", eff(ep), t0);
   EXPECT_DOUBLE_EQ(*st.tokens("k", t0), 2.0);
   EXPECT_TRUE(st.try_take_token("k", t0));
+  st.hedge_sent("k");
   EXPECT_TRUE(st.try_take_token("k", t0));
+  st.hedge_sent("k");
   EXPECT_FALSE(st.try_take_token("k", t0));
   EXPECT_TRUE(st.try_take_token("k", t0 + seconds(1)));
+  st.hedge_sent("k");
   auto s = *st.snapshot("k");
   EXPECT_EQ(s.hedged_requests, 3u);
   EXPECT_EQ(s.budget_exhausted, 1u);
   EXPECT_FALSE(st.try_take_token("never-planned", t0));
   EXPECT_EQ(st.global_snapshot().budget_exhausted, 1u);
+}
+
+// hedged_requests counts hedges sent, not tokens granted: a token granted
+// for a hedge that was then not sent (its primary answered meanwhile) goes
+// back to the bucket.
+TEST(HedgeStats, AGrantedTokenNotSentIsReturnedAndNotCounted) {
+  endpoint_stats_state st{hedge_config{}};
+  endpoint_config ep;
+  ep.estimated_rps = 10.0; // 1 token/s, burst 2
+  st.plan("k", eff(ep), t0);
+  EXPECT_TRUE(st.try_take_token("k", t0));
+  EXPECT_TRUE(st.try_take_token("k", t0));
+  EXPECT_DOUBLE_EQ(*st.tokens("k", t0), 0.0);
+  EXPECT_EQ(st.snapshot("k")->hedged_requests, 0u) << "granted, not sent";
+  st.return_token("k");
+  EXPECT_DOUBLE_EQ(*st.tokens("k", t0), 1.0);
+  st.hedge_sent("k");
+  EXPECT_EQ(st.snapshot("k")->hedged_requests, 1u);
+  EXPECT_EQ(st.global_snapshot().hedged_requests, 1u);
+  // Never above the burst; an untracked key is a no-op.
+  st.return_token("k");
+  st.return_token("k");
+  EXPECT_DOUBLE_EQ(*st.tokens("k", t0), 2.0);
+  st.return_token("never-planned");
 }
 
 TEST(HedgeStats, ZeroBudgetSuppressesEveryHedge) {

@@ -82,33 +82,88 @@ TEST(LeaderHint, RandomBytesNeverCrash) {
 
 TEST(LeaderClassify, MapsExchangesToAttemptClasses) {
   using k = transport_error_kind;
-  EXPECT_EQ(classify_attempt(k::none, true, 200), attempt_class::success);
-  EXPECT_EQ(classify_attempt(k::none, true, 421), attempt_class::not_leader);
-  EXPECT_EQ(classify_attempt(k::none, true, 503), attempt_class::refused);
-  EXPECT_EQ(classify_attempt(k::none, true, 429), attempt_class::refused);
-  EXPECT_EQ(classify_attempt(k::none, true, 500),
-            attempt_class::server_error);
-  EXPECT_EQ(classify_attempt(k::none, true, 504),
-            attempt_class::server_error);
-  EXPECT_EQ(classify_attempt(k::none, true, 400), attempt_class::rejected);
-  EXPECT_EQ(classify_attempt(k::none, true, 302), attempt_class::rejected);
-  EXPECT_EQ(classify_attempt(k::connect, false, 0), attempt_class::refused);
-  EXPECT_EQ(classify_attempt(k::not_sent, false, 0), attempt_class::refused);
-  EXPECT_EQ(classify_attempt(k::local_resource, false, 0),
+  for (bool m : {false, true}) {
+    EXPECT_EQ(classify_attempt(k::none, true, 200, m), attempt_class::success);
+    EXPECT_EQ(classify_attempt(k::none, true, 421, m),
+              attempt_class::not_leader);
+    // 501: not supported, final at the first call, marked or not.
+    EXPECT_EQ(classify_attempt(k::none, true, 501, m),
+              attempt_class::not_supported);
+  }
+  // The oracle's pre-commit marker turns a refusal into a provable one.
+  EXPECT_EQ(classify_attempt(k::none, true, 503, true), attempt_class::refused);
+  EXPECT_EQ(classify_attempt(k::none, true, 429, true), attempt_class::refused);
+  EXPECT_EQ(classify_attempt(k::none, true, 500, true), attempt_class::refused);
+  EXPECT_EQ(classify_attempt(k::none, true, 400, true),
+            attempt_class::rejected);
+  // Unmarked: a proxy's 503 / 429 is busy, a 5xx a server error, any other
+  // status unexpected; none proves nothing was committed.
+  EXPECT_EQ(classify_attempt(k::none, true, 503, false), attempt_class::busy);
+  EXPECT_EQ(classify_attempt(k::none, true, 429, false), attempt_class::busy);
+  for (int st : {500, 502, 504, 599})
+    EXPECT_EQ(classify_attempt(k::none, true, st, false),
+              attempt_class::server_error)
+      << st;
+  for (int st : {400, 403, 404, 302, 100})
+    EXPECT_EQ(classify_attempt(k::none, true, st, false),
+              attempt_class::unexpected_status)
+      << st;
+  EXPECT_EQ(classify_attempt(k::none, true, 302, true),
+            attempt_class::unexpected_status);
+  EXPECT_EQ(classify_attempt(k::connect, false, 0, false),
             attempt_class::refused);
-  EXPECT_EQ(classify_attempt(k::timeout, false, 0), attempt_class::refused);
-  EXPECT_EQ(classify_attempt(k::timeout, true, 0), attempt_class::lost);
-  EXPECT_EQ(classify_attempt(k::interrupted, true, 0), attempt_class::lost);
-  EXPECT_EQ(classify_attempt(k::interrupted, false, 0),
+  EXPECT_EQ(classify_attempt(k::not_sent, false, 0, false),
             attempt_class::refused);
-  EXPECT_EQ(classify_attempt(k::tls, false, 0), attempt_class::fatal);
-  EXPECT_EQ(classify_attempt(k::too_large, true, 0),
+  EXPECT_EQ(classify_attempt(k::local_resource, false, 0, false),
+            attempt_class::refused);
+  EXPECT_EQ(classify_attempt(k::timeout, false, 0, false),
+            attempt_class::refused);
+  EXPECT_EQ(classify_attempt(k::timeout, true, 0, false), attempt_class::lost);
+  EXPECT_EQ(classify_attempt(k::interrupted, true, 0, false),
+            attempt_class::lost);
+  EXPECT_EQ(classify_attempt(k::interrupted, false, 0, false),
+            attempt_class::refused);
+  EXPECT_EQ(classify_attempt(k::tls, false, 0, false),
+            attempt_class::handshake_failed);
+  EXPECT_EQ(classify_attempt(k::tls, true, 0, false),
             attempt_class::fatal_after_send);
-  EXPECT_EQ(classify_attempt(k::config, false, 0), attempt_class::fatal);
+  EXPECT_EQ(classify_attempt(k::too_large, true, 0, false),
+            attempt_class::fatal_after_send);
+  EXPECT_EQ(classify_attempt(k::config, false, 0, false), attempt_class::fatal);
   EXPECT_TRUE(is_transport_class(attempt_class::refused));
+  EXPECT_TRUE(is_transport_class(attempt_class::busy));
   EXPECT_TRUE(is_transport_class(attempt_class::lost));
   EXPECT_FALSE(is_transport_class(attempt_class::server_error));
   EXPECT_FALSE(is_transport_class(attempt_class::not_leader));
+  EXPECT_FALSE(is_transport_class(attempt_class::handshake_failed));
+}
+
+TEST(LeaderClassify, OnlyProvablyUncommittedClassesAreSafeForSeq) {
+  for (auto c : {attempt_class::not_leader, attempt_class::refused,
+                 attempt_class::rejected, attempt_class::not_supported,
+                 attempt_class::handshake_failed, attempt_class::fatal})
+    EXPECT_TRUE(proves_nothing_committed(c)) << to_string(c);
+  for (auto c : {attempt_class::success, attempt_class::busy,
+                 attempt_class::lost, attempt_class::server_error,
+                 attempt_class::unexpected_status,
+                 attempt_class::fatal_after_send})
+    EXPECT_FALSE(proves_nothing_committed(c)) << to_string(c);
+}
+
+TEST(LeaderClassify, ThePreCommitMarkerIsCommittedFalseInAJsonObject) {
+  EXPECT_TRUE(marks_nothing_committed(R"({"detail":"x","committed":false})"));
+  EXPECT_TRUE(marks_nothing_committed(R"({"committed":false})"));
+  EXPECT_FALSE(marks_nothing_committed(R"({"committed":true})"));
+  EXPECT_FALSE(marks_nothing_committed(R"({"committed":"false"})"));
+  EXPECT_FALSE(marks_nothing_committed(R"({"committed":0})"));
+  EXPECT_FALSE(marks_nothing_committed(R"({"detail":"bad gateway"})"));
+  EXPECT_FALSE(marks_nothing_committed("<html>502 Bad Gateway</html>"));
+  EXPECT_FALSE(marks_nothing_committed(R"([{"committed":false}])"));
+  EXPECT_FALSE(marks_nothing_committed(""));
+  EXPECT_FALSE(marks_nothing_committed(R"({"committed":false)"));
+  std::string huge = R"({"committed":false,"pad":")"
+                     + std::string(70000, 'x') + R"("})";
+  EXPECT_FALSE(marks_nothing_committed(huge));
 }
 
 TEST(LeaderBackoff, FullJitterStaysWithinItsCeiling) {

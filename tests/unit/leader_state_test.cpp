@@ -106,20 +106,21 @@ run drive(leader_state& ls, discovery_call& call, coalesce_time now,
 TEST(LeaderWorklist, CachedLeaderFirstThenConfiguredRotatedEachOnce) {
   coalesce_rng rng{3};
   leader_state ls{three(), rng};
-  EXPECT_LT(ls.offset(), 3u);
-  align(ls, 1);
+  // The first worklist is the configured order (the operator puts the
+  // most-likely leader first).
+  EXPECT_EQ(ls.offset(), 0u);
+  EXPECT_EQ(ls.begin_pass(t0), (std::vector<std::string>{A, B, C}));
   EXPECT_EQ(ls.begin_pass(t0), (std::vector<std::string>{B, C, A}));
   EXPECT_EQ(ls.begin_pass(t0), (std::vector<std::string>{C, A, B}));
   EXPECT_EQ(ls.seat(B, 4, seat_source::success, t0), seat_decision::seated);
   EXPECT_EQ(ls.begin_pass(t0), (std::vector<std::string>{B, A, C}));
   EXPECT_EQ(ls.begin_pass(t0), (std::vector<std::string>{B, C, A}));
-  // Different seeds start at different offsets (the random offset).
-  std::set<std::size_t> offsets;
+  // Whatever the seed, the first worklist is the configured order.
   for (uint64_t seed = 0; seed < 32; ++seed) {
     coalesce_rng r{seed};
-    offsets.insert(leader_state{three(), r}.offset());
+    leader_state fresh{three(), r};
+    EXPECT_EQ(fresh.begin_pass(t0), (std::vector<std::string>{A, B, C}));
   }
-  EXPECT_EQ(offsets.size(), 3u);
 }
 
 TEST(LeaderCache, TtlExpiresWithoutSuccessAndEverySuccessRefreshesIt) {
@@ -392,6 +393,73 @@ TEST(LeaderDiscovery, DefinitiveRejectionsEndTheRpcAtOnce) {
   });
   EXPECT_EQ(r2.last.error, discovery_error::fatal);
   EXPECT_EQ(r2.sends.size(), 1u);
+  // 501: the oracle does not serve the RPC; final at the first call, for
+  // ts and seq alike, and it committed nothing.
+  for (bool seq : {false, true}) {
+    discovery_call call3{ls, seq, t0};
+    auto r3 = drive(ls, call3, t0, rng, [](const std::string&, coalesce_time) {
+      return of(attempt_class::not_supported);
+    });
+    EXPECT_EQ(r3.last.error, discovery_error::not_supported) << seq;
+    EXPECT_EQ(r3.sends.size(), 1u) << seq;
+    EXPECT_TRUE(r3.last.nothing_committed) << seq;
+  }
+}
+
+// Any other error from one endpoint — a TLS handshake failure, a reset, an
+// unexpected status, a server error, a 2xx the client cannot use — moves on
+// to the next endpoint; the RPC fails only when the worklist is exhausted,
+// with the last error (tsoracle client docs: "Any other error — try the
+// next endpoint").
+TEST(LeaderDiscovery, AnyOtherErrorMovesOnToTheNextEndpoint) {
+  for (auto cls : {attempt_class::handshake_failed, attempt_class::lost,
+                   attempt_class::unexpected_status,
+                   attempt_class::server_error, attempt_class::busy,
+                   attempt_class::fatal_after_send}) {
+    coalesce_rng rng{5};
+    leader_state ls{three(), rng};
+    discovery_call call{ls, false, t0};
+    auto r = drive(ls, call, t0, rng,
+                   [&](const std::string& ep, coalesce_time) {
+                     return ep == C ? ok(1) : of(cls);
+                   });
+    EXPECT_EQ(r.last.step, discovery_step::succeeded) << to_string(cls);
+    EXPECT_EQ(r.sends, (std::vector<std::string>{A, B, C})) << to_string(cls);
+  }
+}
+
+TEST(LeaderDiscovery, AnExhaustedWorklistFailsWithTheLastErrorAndItsCause) {
+  coalesce_rng rng{5};
+  leader_state ls{three(), rng};
+  discovery_call call{ls, false, t0};
+  auto r = drive(ls, call, t0, rng, [](const std::string& ep, coalesce_time) {
+    attempt_report rep;
+    if (ep == C) {
+      rep.cls = attempt_class::handshake_failed;
+      rep.cause = transport_error_kind::tls;
+      rep.detail = "certificate verify failed";
+    } else {
+      rep.cls = attempt_class::unexpected_status;
+      rep.detail = "status 404";
+    }
+    return rep;
+  });
+  EXPECT_EQ(r.sends, (std::vector<std::string>{A, B, C}));
+  EXPECT_EQ(r.last.step, discovery_step::failed);
+  EXPECT_EQ(r.last.error, discovery_error::fatal);
+  EXPECT_EQ(r.last.cause, transport_error_kind::tls);
+  EXPECT_NE(r.last.detail.find(C), std::string::npos);
+  // The last an unexpected status: rejected (a request_error), no cause.
+  discovery_call call2{ls, false, t0};
+  auto r2 = drive(ls, call2, t0, rng, [](const std::string&, coalesce_time) {
+    attempt_report rep;
+    rep.cls = attempt_class::unexpected_status;
+    rep.detail = "status 404";
+    return rep;
+  });
+  EXPECT_EQ(r2.sends.size(), 3u);
+  EXPECT_EQ(r2.last.error, discovery_error::rejected);
+  EXPECT_EQ(r2.last.cause, transport_error_kind::none);
 }
 
 TEST(LeaderDiscovery, AnElectionIsRiddenOutWithinTheDeadline) {
@@ -590,7 +658,12 @@ TEST(LeaderHinted, ARedirectToAnUnconfiguredEndpointIsRemembered) {
 // -- non-idempotent seq ---------------------------------------------------------
 
 TEST(LeaderSeq, APossiblyCommittedFailureIsUncertainAfterExactlyOneCall) {
+  // Everything after the request may have committed and that the oracle
+  // did not mark pre-commit: a reset or timeout after sending, a proxy's
+  // 502/503/504 or 429, a 500, an unexpected status, a TLS failure after
+  // sending. Retrying it risks a double-spend.
   for (auto cls : {attempt_class::lost, attempt_class::server_error,
+                   attempt_class::busy, attempt_class::unexpected_status,
                    attempt_class::fatal_after_send}) {
     coalesce_rng rng{11};
     leader_state ls{three(), rng};
@@ -605,7 +678,33 @@ TEST(LeaderSeq, APossiblyCommittedFailureIsUncertainAfterExactlyOneCall) {
       << to_string(cls);
     EXPECT_EQ(server_calls, 1) << to_string(cls);
     EXPECT_EQ(r.last.attempts, 1);
+    EXPECT_FALSE(r.last.nothing_committed) << to_string(cls);
   }
+}
+
+TEST(LeaderSeq, MarkedRejectionsFailPlainlyAndCommittedNothing) {
+  coalesce_rng rng{11};
+  leader_state ls{three(), rng};
+  discovery_call call{ls, true, t0};
+  int server_calls = 0;
+  auto r = drive(ls, call, t0, rng, [&](const std::string&, coalesce_time) {
+    ++server_calls;
+    return of(attempt_class::rejected); // the oracle's marked 400
+  });
+  EXPECT_EQ(r.last.error, discovery_error::rejected);
+  EXPECT_EQ(server_calls, 1);
+  EXPECT_TRUE(r.last.nothing_committed);
+}
+
+TEST(LeaderSeq, AHandshakeFailureMovesOnForSeqToo) {
+  coalesce_rng rng{11};
+  leader_state ls{three(), rng};
+  discovery_call call{ls, true, t0};
+  auto r = drive(ls, call, t0, rng, [&](const std::string& ep, coalesce_time) {
+    return ep == A ? of(attempt_class::handshake_failed) : ok(2);
+  });
+  EXPECT_EQ(r.last.step, discovery_step::succeeded);
+  EXPECT_EQ(r.sends, (std::vector<std::string>{A, B}));
 }
 
 TEST(LeaderSeq, AnOwnAttemptTimeoutIsUncertain) {
@@ -631,7 +730,7 @@ TEST(LeaderSeq, FailuresThatCommittedNothingAreRetried) {
   discovery_call call{ls, true, t0};
   auto r = drive(ls, call, t0, rng, [](const std::string& ep, coalesce_time) {
     if (ep == A)
-      return of(attempt_class::refused); // connect refused / 503 / not_sent
+      return of(attempt_class::refused); // connect refused / marked 503
     if (ep == B)
       return not_leader(std::nullopt); // 421: nothing committed
     return ok(3);

@@ -186,6 +186,7 @@ TEST_F(MetricsPoller, PollNowHandsEverySnapshotToTheCollector) {
   ep.estimated_rps = 10.0; // 1 token/s, burst 2
   ask<hedge_plan>(stats, hedge_plan_request{"endpoint:user", resolve(hcfg, ep)});
   EXPECT_EQ(ask<bool>(stats, hedge_token_request{"endpoint:user"}), true);
+  tell(stats, hedge_token_outcome{"endpoint:user", true}); // the hedge went out
   tell(stats, hedge_race_result{"endpoint:user", true, true});
   tell(breakers, breaker_record{"host:api:443", "endpoint:user", hcfg.breaker,
                                 call_health::success});

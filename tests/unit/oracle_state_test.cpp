@@ -529,3 +529,54 @@ TEST(OracleCluster, StateJsonCountsPerNode) {
   EXPECT_EQ(nodes[2].at("mode").as_string(), "normal");
   EXPECT_THROW(s.set_addresses({"a"}), std::invalid_argument);
 }
+
+// The pre-commit marker: every rejection that provably committed nothing
+// says so in its body ("committed": false), so a non-idempotent client can
+// tell it from a proxy's 502/503/504 or a 500, which it cannot.
+TEST(OracleCluster, EveryPreCommitRejectionCarriesTheMarker) {
+  oracle_config c;
+  c.nodes = 3;
+  c.max_seq_keys = 1;
+  oracle_state s{c};
+  s.set_addresses({"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"});
+  auto marked = [](const oracle_reply& r) {
+    auto b = body_of(r);
+    auto* m = b.if_contains("committed");
+    return m && m->is_bool() && !m->as_bool() && !r.committed;
+  };
+  EXPECT_EQ(s.handle(0, oracle_op::seq, seq_body("a", 1), 1).status, 200);
+  auto bad = s.handle(0, oracle_op::seq, seq_body("", 1), 1);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_TRUE(marked(bad));
+  auto cap = s.handle(0, oracle_op::seq, seq_body("b", 1), 1);
+  EXPECT_EQ(cap.status, 400);
+  EXPECT_TRUE(marked(cap));
+  auto follower = s.handle(1, oracle_op::seq, seq_body("a", 1), 1);
+  EXPECT_EQ(follower.status, 421);
+  EXPECT_TRUE(marked(follower));
+  s.set_mode(2, oracle_node_mode::refuse);
+  auto refused = s.handle(2, oracle_op::ts, ts_body(1), 1);
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_TRUE(marked(refused));
+  // A success carries no marker.
+  auto ok = s.handle(0, oracle_op::ts, ts_body(1), 1);
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_FALSE(body_of(ok).if_contains("committed"));
+}
+
+TEST(OracleCluster, WithoutSeqSupportSeqIsA501ThatCommitsNothing) {
+  oracle_config c;
+  c.seq_supported = false;
+  oracle_state s{c};
+  auto r = s.handle(0, oracle_op::seq, seq_body("k", 1), 1);
+  EXPECT_EQ(r.status, 501);
+  EXPECT_FALSE(r.committed);
+  EXPECT_EQ(body_of(r).at("committed").as_bool(), false);
+  EXPECT_NE(std::string{body_of(r).at("detail").as_string()}.find(
+              "not supported"),
+            std::string::npos);
+  EXPECT_EQ(s.sequences().peek("k"), 0u);
+  EXPECT_EQ(s.counters(0).unsupported, 1u);
+  // Timestamps are unaffected.
+  EXPECT_EQ(s.handle(0, oracle_op::ts, ts_body(1), 1).status, 200);
+}
