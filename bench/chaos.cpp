@@ -26,6 +26,13 @@
 // unknown, when the event was confirmed before the reset was delivered (the
 // application's resync at that moment reads it from the producer).
 // Exit code 0 only when lost, duplicated and reordered are all 0.
+//
+// Soak mode (--soak-seconds S): --soak-feeds ledger watchers (10,000) stay
+// connected while a load actor sends --soak-rps calls per second (5,000) to
+// the hub's /fast route and events are published at --rate, for S seconds;
+// it prints RSS at the start (after every watcher connected), every 10 % of
+// the run and at the end, and exits 0 only when the growth from start to
+// end is below 5 % and no call failed.
 
 #include "actors/client/blocking_client.hpp"
 #include "actors/client/service_client.hpp"
@@ -45,9 +52,11 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/scheduler/abstract_coordinator.hpp>
+#include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -110,6 +119,9 @@ struct options {
   double settle_seconds = 30;
   uint64_t seed = 1;
   std::string ledger_path;
+  double soak_seconds = 0;
+  int soak_feeds = 10000;
+  double soak_rps = 5000;
 };
 
 // -- the hub process ----------------------------------------------------------------
@@ -198,6 +210,7 @@ struct published {
   int64_t n = 0;
   int proc = 0;      ///< hub process incarnation (0, 1, ...)
   int ring = 0;      ///< catch-up epoch incarnation (0, 1, ...)
+  int gen = 0;       ///< ledger generation (a new one per fresh ledger)
   int64_t id = 0;    ///< ledger id
   int64_t seq = 0;   ///< catch-up seq
   int64_t sent = 0;  ///< ns, before the POST
@@ -233,7 +246,21 @@ struct ledger_book {
   int ring_restarts = 0;
   int drops = 0;
   int dup_wake_posts = 0;
+
+  /// The last catch-up ring incarnation index.
+  int ring_restarts_total() const {
+    return static_cast<int>(ring_epochs.size()) - 1;
+  }
 };
+
+/// Raises RLIMIT_NOFILE to the hard limit (children inherit it).
+void raise_nofile() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
 
 std::optional<int64_t> stamp_of(const json::value& ev) {
   auto* o = ev.if_object();
@@ -258,28 +285,53 @@ struct tier_result {
   uint64_t reordered = 0;
   uint64_t unstamped = 0;
   uint64_t phantom = 0; ///< a stamp never confirmed nor failed
+  uint64_t stale = 0;   ///< an old incarnation's event after a reset
+  uint64_t bad_rewinds = 0; ///< watchers with a wrong rewind count
   std::array<uint64_t, reset_cause_count> resets{};
   std::vector<int64_t> latencies;
   std::vector<std::string> samples; ///< first few problems, for the report
 };
 
-/// Does reset `r` (delivered at `at`) cover confirmed event `e`?
-bool covers(tier t, const feed_reset& r, int64_t at, const published& e,
-            const ledger_book& book, int proc_after) {
-  if (!r.lost_to)
-    return e.confirmed < at;
-  if (t == tier::ledger) {
-    if (e.proc != proc_after)
-      return false;
-    return e.id > r.lost_from.value_or(0) && e.id <= *r.lost_to;
+/// The incarnation an event belongs to in a tier's own position space:
+/// the ledger generation (a new one per fresh ledger) for the ledger tier,
+/// the catch-up ring incarnation for the in-frame tiers.
+int inc_of(tier t, const published& e) {
+  return t == tier::ledger ? e.gen : e.ring;
+}
+
+/// One reset of a watcher, with the incarnations around it.
+struct reset_at {
+  const feed_reset* rs;
+  int64_t at;
+  int before; ///< incarnation the watcher followed before it
+  int after;  ///< incarnation it follows after it
+};
+
+/// Does reset `r` cover confirmed event `e` (not delivered)?
+/// - Known range (lost_to set): `e` is in the incarnation after the reset
+///   and its position is in (lost_from, lost_to].
+/// - Unknown end: `e` is older than the incarnation the watcher moved to,
+///   after lost_from when it is of the incarnation it left, and confirmed
+///   before the reset was delivered (the application's resync then reads
+///   it from the producer). Events of the new incarnation are covered only
+///   up to what the reset says was there before the watcher subscribed
+///   (new_seq for in-frame tiers, the new ledger's floor for a rewind).
+bool covers(tier t, const reset_at& r, const published& e) {
+  auto pos = t == tier::ledger ? e.id : e.seq;
+  auto inc = inc_of(t, e);
+  auto& rs = *r.rs;
+  if (rs.lost_to)
+    return inc == r.after && pos > rs.lost_from.value_or(0)
+           && pos <= *rs.lost_to;
+  if (inc < r.after)
+    return (inc != r.before || pos > rs.lost_from.value_or(0))
+           && e.confirmed < r.at;
+  if (inc == r.after) {
+    if (t == tier::ledger)
+      return rs.to_cursor && pos <= *rs.to_cursor;
+    return rs.new_seq && pos <= *rs.new_seq;
   }
-  if (!r.new_epoch)
-    return false;
-  auto& eps = book.ring_epochs;
-  auto it = std::find(eps.begin(), eps.end(), *r.new_epoch);
-  if (it == eps.end() || static_cast<int>(it - eps.begin()) != e.ring)
-    return false;
-  return e.seq > r.lost_from.value_or(0) && e.seq <= *r.lost_to;
+  return false;
 }
 
 void check(watcher_log& w, const ledger_book& book,
@@ -287,18 +339,56 @@ void check(watcher_log& w, const ledger_book& book,
            const std::set<int64_t>& failed_stamps, tier_result& out) {
   std::lock_guard<std::mutex> lock{w.mu};
   auto& recs = w.recs;
+  auto name = std::string{tier_names[static_cast<int>(w.t)]};
+  auto note = [&](std::string s) {
+    if (out.samples.size() < 8)
+      out.samples.push_back(name + ": " + std::move(s));
+  };
+  auto last_inc
+    = w.t == tier::ledger ? book.fresh_ledgers : book.ring_restarts_total();
+  // The incarnation after each reset: from its epoch (in-frame tiers), else
+  // from the first event delivered after it, else the last one.
+  std::vector<reset_at> resets;
+  int following = 0; // the incarnation of the last event delivered
+  for (std::size_t i = 0; i < recs.size(); ++i) {
+    if (!recs[i].reset) {
+      if (auto it = index.find(recs[i].n); it != index.end())
+        following = inc_of(w.t, book.events[it->second]);
+      continue;
+    }
+    int after = -1;
+    if (w.t != tier::ledger && recs[i].rs.new_epoch) {
+      auto& eps = book.ring_epochs;
+      auto it = std::find(eps.begin(), eps.end(), *recs[i].rs.new_epoch);
+      if (it != eps.end())
+        after = static_cast<int>(it - eps.begin());
+    }
+    for (std::size_t j = i + 1; after < 0 && j < recs.size(); ++j) {
+      if (recs[j].reset)
+        continue;
+      if (auto it = index.find(recs[j].n); it != index.end())
+        after = inc_of(w.t, book.events[it->second]);
+    }
+    if (after < 0)
+      after = last_inc;
+    resets.push_back({&recs[i].rs, recs[i].at, following, after});
+    following = after;
+  }
+  // Deliveries: no duplicate and no reorder between two resets, nothing of
+  // an incarnation older than the one the last reset moved to.
   std::vector<bool> delivered(book.events.size(), false);
   std::set<int64_t> in_segment;
   int64_t high = -1;
-  auto note = [&](std::string s) {
-    if (out.samples.size() < 8)
-      out.samples.push_back(std::move(s));
-  };
+  int floor = 0;
+  std::size_t k = 0;
+  uint64_t rewinds = 0;
   for (auto& r : recs) {
     if (r.reset) {
       ++out.resets[static_cast<std::size_t>(r.rs.cause)];
+      rewinds += r.rs.cause == reset_cause::rewind;
       in_segment.clear();
       high = -1;
+      floor = std::max(floor, resets[k++].after);
       continue;
     }
     ++out.deliveries;
@@ -308,61 +398,55 @@ void check(watcher_log& w, const ledger_book& book,
     }
     if (!in_segment.insert(r.n).second) {
       ++out.duplicated;
-      note(std::string{tier_names[static_cast<int>(w.t)]} + ": n="
-           + std::to_string(r.n) + " delivered twice without a reset");
+      note("n=" + std::to_string(r.n) + " delivered twice without a reset");
     }
     if (r.n < high) {
       ++out.reordered;
-      note(std::string{tier_names[static_cast<int>(w.t)]} + ": n="
-           + std::to_string(r.n) + " after n=" + std::to_string(high));
+      note("n=" + std::to_string(r.n) + " after n=" + std::to_string(high));
     }
     high = std::max(high, r.n);
     auto it = index.find(r.n);
     if (it != index.end()) {
+      auto& e = book.events[it->second];
       delivered[it->second] = true;
-      out.latencies.push_back(r.at - book.events[it->second].sent);
+      out.latencies.push_back(r.at - e.sent);
+      if (inc_of(w.t, e) < floor) {
+        ++out.stale;
+        note("n=" + std::to_string(r.n) + " of incarnation "
+             + std::to_string(inc_of(w.t, e)) + " delivered after a reset to "
+             + std::to_string(floor));
+      }
     } else if (!failed_stamps.count(r.n)) {
       ++out.phantom;
+      note("n=" + std::to_string(r.n) + " was never published");
     }
   }
-  // Resets with the hub process of the first event after each (ledger
-  // known ranges are ids of that process's ledger).
-  struct reset_at {
-    const feed_reset* rs;
-    int64_t at;
-    int proc_after;
-  };
-  std::vector<reset_at> resets;
-  for (std::size_t i = 0; i < recs.size(); ++i) {
-    if (!recs[i].reset)
-      continue;
-    int proc_after = book.proc_restarts;
-    for (std::size_t j = i + 1; j < recs.size(); ++j) {
-      if (recs[j].reset || recs[j].n < 0)
-        continue;
-      if (auto it = index.find(recs[j].n); it != index.end()) {
-        proc_after = book.events[it->second].proc;
-        break;
-      }
+  // Every ledger watcher rewinds once per fresh ledger (two restarts in
+  // one disconnection may be one rewind), never for the same ledger.
+  if (w.t == tier::ledger) {
+    auto fresh = static_cast<uint64_t>(book.fresh_ledgers);
+    if (rewinds > fresh || (fresh > 0 && rewinds == 0)) {
+      ++out.bad_rewinds;
+      note(std::to_string(rewinds) + " rewinds for " + std::to_string(fresh)
+           + " fresh ledgers");
     }
-    resets.push_back({&recs[i].rs, recs[i].at, proc_after});
   }
-  for (std::size_t k = 0; k < book.events.size(); ++k) {
-    if (delivered[k])
+  for (std::size_t i = 0; i < book.events.size(); ++i) {
+    if (delivered[i])
       continue;
-    auto& e = book.events[k];
+    auto& e = book.events[i];
     bool covered = false;
     for (auto& r : resets)
-      if (covers(w.t, *r.rs, r.at, e, book, r.proc_after)) {
+      if (covers(w.t, r, e)) {
         covered = true;
         break;
       }
     if (!covered) {
       ++out.lost;
-      note(std::string{tier_names[static_cast<int>(w.t)]} + ": n="
-           + std::to_string(e.n) + " (proc " + std::to_string(e.proc)
-           + ", id " + std::to_string(e.id) + ", seq "
-           + std::to_string(e.seq) + ") never delivered nor covered");
+      note("n=" + std::to_string(e.n) + " (ledger " + std::to_string(e.gen)
+           + " id " + std::to_string(e.id) + ", ring "
+           + std::to_string(e.ring) + " seq " + std::to_string(e.seq)
+           + ") never delivered nor covered");
     }
   }
 }
@@ -393,6 +477,149 @@ bool settled(std::vector<std::shared_ptr<watcher_log>>& logs,
       return false;
   }
   return true;
+}
+
+/// Counters of the soak's call load.
+struct load_counters {
+  std::atomic<uint64_t> sent{0};
+  std::atomic<uint64_t> ok{0};
+  std::atomic<uint64_t> failed{0};
+};
+
+int soak(const options& o, const std::string& base, caf::actor_system& sys,
+         const service_client_actor& client,
+         const std::shared_ptr<ws_connector>& connector,
+         const feed_ws_endpoint& ws, blocking_client& admin) {
+  auto delivered = std::make_shared<std::atomic<uint64_t>>(0);
+  std::vector<feed_watcher_actor> watchers;
+  for (int i = 0; i < o.soak_feeds; ++i) {
+    feed_config fc;
+    fc.replay_path = "/v1/events";
+    fc.ws_path = "/ws/ledger";
+    fc.poll_interval = 30.0;
+    feed_callbacks cbs;
+    cbs.detached = false;
+    cbs.on_event = [delivered](const feed_event&) {
+      delivered->fetch_add(1, std::memory_order_relaxed);
+    };
+    feed_watcher_options wo;
+    wo.client = client;
+    wo.connector = connector;
+    wo.ws = ws;
+    wo.callbacks = std::move(cbs);
+    wo.seed = static_cast<uint64_t>(i + 1);
+    watchers.push_back(spawn_feed_watcher(sys, fc, std::move(wo)));
+  }
+  // Connected: the hub counts ledger connections.
+  auto connected = [&] {
+    auto st = admin.request_raw("GET", "/admin/state");
+    auto* c = st.body.is_object() ? st.body.as_object().if_contains(
+                "connections")
+                                  : nullptr;
+    return c ? c->at("ledger").to_number<int64_t>() : int64_t{0};
+  };
+  auto until = clk::now() + 120s;
+  while (connected() < o.soak_feeds && clk::now() < until)
+    std::this_thread::sleep_for(200ms);
+  auto conns = connected();
+  std::printf("soak: %lld of %d watchers connected\n",
+              static_cast<long long>(conns), o.soak_feeds);
+  auto counters = std::make_shared<load_counters>();
+  // The load: every 10 ms a tick sends rps/100 calls through the client.
+  auto per_tick = std::max(1, static_cast<int>(o.soak_rps / 100.0));
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  auto load = sys.spawn([client, counters, per_tick,
+                         stop](caf::event_based_actor* self) {
+    self->send(self, caf::ok_atom_v);
+    return caf::behavior{[=](caf::ok_atom) {
+      if (stop->load()) {
+        self->quit();
+        return;
+      }
+      for (int i = 0; i < per_tick; ++i) {
+        call_request c;
+        c.path = "/fast";
+        counters->sent.fetch_add(1, std::memory_order_relaxed);
+        self->request(client, 30s, std::move(c))
+          .then(
+            [counters](const call_outcome& out) {
+              (out.ok ? counters->ok : counters->failed)
+                .fetch_add(1, std::memory_order_relaxed);
+            },
+            [counters](const caf::error&) {
+              counters->failed.fetch_add(1, std::memory_order_relaxed);
+            });
+      }
+      self->delayed_send(self, 10ms, caf::ok_atom_v);
+    }};
+  });
+  std::this_thread::sleep_for(2s); // warm-up: pools and buffers fill
+  auto rss0 = rss_bytes();
+  auto t0 = clk::now();
+  auto total = std::chrono::duration<double>(o.soak_seconds);
+  auto period = std::chrono::duration_cast<clk::duration>(
+    std::chrono::duration<double>(1.0 / o.rate));
+  auto next = clk::now();
+  int64_t n = 0;
+  int step = 1;
+  std::printf("soak: rss start %.1f MiB\n", rss0 / 1048576.0);
+  while (clk::now() - t0 < total) {
+    std::this_thread::sleep_until(next);
+    next += period;
+    call_request c;
+    c.method = "POST";
+    c.path = "/v1/events";
+    c.body = json::serialize(json::object{
+      {"subject", "soak/" + std::to_string(++n % 8)}, {"kind", "k"}});
+    c.has_body = true;
+    admin.call(std::move(c));
+    auto done = std::chrono::duration<double>(clk::now() - t0) / total;
+    if (done >= step / 10.0) {
+      std::printf("soak: %3d %%  rss %.1f MiB  calls ok %llu failed %llu  "
+                  "events delivered %llu\n",
+                  step * 10, rss_bytes() / 1048576.0,
+                  static_cast<unsigned long long>(counters->ok.load()),
+                  static_cast<unsigned long long>(counters->failed.load()),
+                  static_cast<unsigned long long>(delivered->load()));
+      std::fflush(stdout);
+      ++step;
+    }
+  }
+  auto rss1 = rss_bytes();
+  auto secs = std::chrono::duration<double>(clk::now() - t0).count();
+  stop->store(true);
+  std::this_thread::sleep_for(1s);
+  auto growth = rss0 > 0 ? 100.0 * static_cast<double>(rss1 - rss0)
+                             / static_cast<double>(rss0)
+                         : 0.0;
+  std::printf("soak: %.0f s, %lld watchers, %.0f calls/s done (%llu ok, %llu "
+              "failed), %lld events published, %llu deliveries\n",
+              secs, static_cast<long long>(conns),
+              static_cast<double>(counters->ok.load()) / secs,
+              static_cast<unsigned long long>(counters->ok.load()),
+              static_cast<unsigned long long>(counters->failed.load()),
+              static_cast<long long>(n),
+              static_cast<unsigned long long>(delivered->load()));
+  std::printf("soak: rss start %.1f MiB, end %.1f MiB, growth %.2f %% "
+              "(goal < 5 %%)\n",
+              rss0 / 1048576.0, rss1 / 1048576.0, growth);
+  std::printf("json: {\"bench\":\"chaos-soak\",\"seconds\":%.0f,"
+              "\"watchers\":%lld,\"calls_ok\":%llu,\"calls_failed\":%llu,"
+              "\"rss_start\":%lld,\"rss_end\":%lld,\"growth_pct\":%.2f}\n",
+              secs, static_cast<long long>(conns),
+              static_cast<unsigned long long>(counters->ok.load()),
+              static_cast<unsigned long long>(counters->failed.load()),
+              static_cast<long long>(rss0), static_cast<long long>(rss1),
+              growth);
+  std::fflush(stdout);
+  for (auto& w : watchers)
+    caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+  (void) base;
+  (void) load;
+  return growth < 5.0 && counters->failed.load() == 0
+             && conns == o.soak_feeds
+           ? 0
+           : 1;
 }
 
 } // namespace
@@ -440,7 +667,15 @@ int main(int argc, char** argv) {
                  "Bound on the wait for the last deliveries")
     ->capture_default_str();
   app.add_option("--seed", o.seed, "Hub seed")->capture_default_str();
+  app.add_option("--soak-seconds", o.soak_seconds,
+                 "Soak mode: run this long instead of the chaos run")
+    ->capture_default_str();
+  app.add_option("--soak-feeds", o.soak_feeds, "Soak mode: ledger watchers")
+    ->capture_default_str();
+  app.add_option("--soak-rps", o.soak_rps, "Soak mode: calls per second")
+    ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  raise_nofile();
   o.ledger_path = "/tmp/outbound-chaos-" + std::to_string(::getpid())
                   + ".ledger";
   std::remove(o.ledger_path.c_str());
@@ -481,6 +716,18 @@ int main(int argc, char** argv) {
   client_config pc = cc; // the publisher's and admin's own client
   pc.retry.max_attempts = 1;
   blocking_client admin{sys, pc};
+
+  if (o.soak_seconds > 0) {
+    int rc = 1;
+    try {
+      rc = soak(o, base, sys, client, connector, ws, admin);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "chaos: soak: %s\n", e.what());
+    }
+    hubp.reset();
+    std::remove(o.ledger_path.c_str());
+    return rc;
+  }
 
   std::vector<std::shared_ptr<watcher_log>> logs;
   std::vector<feed_watcher_actor> watchers;
@@ -572,7 +819,8 @@ int main(int argc, char** argv) {
       next += period;
       if (e_proc && n % e_proc == 0 && book.proc_restarts < o.hub_restarts) {
         hubp->kill();
-        // Odd restarts: a fresh ledger; even ones: the same ledger file.
+        // The 1st, 3rd, ... restart: a fresh ledger; the 2nd, 4th, ...:
+        // the same ledger file.
         bool fresh = book.proc_restarts % 2 == 0;
         if (fresh) {
           std::remove(o.ledger_path.c_str());
@@ -618,6 +866,7 @@ int main(int argc, char** argv) {
       p.n = n;
       p.proc = proc;
       p.ring = ring;
+      p.gen = book.fresh_ledgers;
       p.sent = now_ns();
       json::object body{{"subject", "chaos/" + std::to_string(n % 8)},
                         {"kind", "k"},
@@ -720,7 +969,14 @@ int main(int argc, char** argv) {
                 causes.empty() ? "-" : causes.c_str(), p50, p99);
     for (auto& s : r.samples)
       std::printf("  problem: %s\n", s.c_str());
-    bad += r.lost + r.duplicated + r.reordered + r.phantom;
+    if (r.stale || r.phantom || r.bad_rewinds)
+      std::printf("  %s: stale %llu, phantom %llu, watchers with a wrong "
+                  "rewind count %llu\n",
+                  tier_names[t], static_cast<unsigned long long>(r.stale),
+                  static_cast<unsigned long long>(r.phantom),
+                  static_cast<unsigned long long>(r.bad_rewinds));
+    bad += r.lost + r.duplicated + r.reordered + r.phantom + r.stale
+           + r.bad_rewinds;
   }
   js << "},\"rss_start\":" << rss_start << ",\"rss_end\":" << rss_end << '}';
   std::printf("rss: start %.1f MiB, end %.1f MiB\n", rss_start / 1048576.0,
@@ -732,13 +988,5 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   hubp.reset();
   std::remove(o.ledger_path.c_str());
-  // Ledger watchers rewind once per fresh ledger, never for the same one.
-  auto rewinds = res[0].resets[static_cast<std::size_t>(reset_cause::rewind)];
-  auto want = static_cast<uint64_t>(book.fresh_ledgers) * res[0].watchers;
-  if (rewinds != want)
-    std::printf("chaos: ledger rewinds %llu, expected %llu (one per watcher "
-                "per fresh ledger)\n",
-                static_cast<unsigned long long>(rewinds),
-                static_cast<unsigned long long>(want));
-  return bad == 0 && !aborted && rewinds == want ? 0 : 1;
+  return bad == 0 && !aborted ? 0 : 1;
 }

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 
@@ -464,8 +465,11 @@ publish_outcome hub::impl::publish(const publish_input& in) {
   auto ts = now_seconds();
   std::lock_guard<std::mutex> lock{mu};
   auto out = state.publish(in, ts);
-  if (!out.duplicate && lfile)
-    lfile->append(*out.event);
+  if (!out.duplicate && lfile && !lfile->append(*out.event) && !lfile_failed) {
+    lfile_failed = true;
+    std::fprintf(stderr, "hub: writing the ledger file failed; it was "
+                         "emptied: a restart is a new ledger incarnation\n");
+  }
   if (!out.duplicate)
     fan_out_locked(out);
   return out;

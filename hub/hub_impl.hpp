@@ -192,6 +192,7 @@ struct hub::impl {
   hub_state state;
   /// The ledger's file (hub_config::ledger_file), if any.
   std::unique_ptr<ledger_file> lfile;
+  bool lfile_failed = false;
   std::mt19937_64 rng;
   std::unordered_set<std::shared_ptr<hub_ws_session>> subscribers[3];
   /// Upgraded, not subscribed yet; silent; or detached (oversized frame).

@@ -7,6 +7,7 @@
 #include <boost/json/value.hpp>
 
 #include <filesystem>
+#include <string_view>
 #include <vector>
 
 namespace outbound {
@@ -34,7 +35,17 @@ ledger_file::ledger_file(const std::string& path, ledger_log& log,
       while (pos < all.size()) {
         auto nl = all.find('\n', pos);
         if (nl == std::string::npos) {
-          torn_tail = true; // killed inside a write: no newline yet
+          // Killed inside a write: no newline yet. A file that does not
+          // even start as a ledger file is someone else's: never cut it.
+          std::string_view hdr = "{\"ledger_epoch\":";
+          std::string_view tail{all.data() + pos, all.size() - pos};
+          bool header_like = tail.size() < hdr.size()
+                               ? hdr.substr(0, tail.size()) == tail
+                               : tail.substr(0, hdr.size()) == hdr;
+          if (lines.empty() && !header_like)
+            fail(path, "is not a ledger file (no {\"ledger_epoch\":...} "
+                       "first line)");
+          torn_tail = true;
           break;
         }
         lines.push_back(all.substr(pos, nl - pos));
@@ -47,14 +58,9 @@ ledger_file::ledger_file(const std::string& path, ledger_log& log,
   for (std::size_t i = 0; i < lines.size(); ++i) {
     boost::system::error_code ec;
     auto v = json::parse(lines[i], ec);
-    bool last = i + 1 == lines.size();
-    if (ec || !v.is_object()) {
-      if (last) {
-        torn_tail = true;
-        break;
-      }
+    // A line that ended with its newline was written whole: it must read.
+    if (ec || !v.is_object())
       fail(path, "line " + std::to_string(i + 1) + " is not a JSON object");
-    }
     auto& o = v.get_object();
     if (i == 0) {
       auto* e = o.if_contains("ledger_epoch");
@@ -77,21 +83,23 @@ ledger_file::ledger_file(const std::string& path, ledger_log& log,
     auto* md = e ? e->if_contains("metadata") : nullptr;
     if (!e || !str("subject") || !str("kind") || !id || !id->is_int64()
         || !seq || !seq->is_int64() || !ts || !ts->is_number() || !md
-        || !md->is_object() || (dk && !dk->is_string())) {
-      if (last) {
-        torn_tail = true;
-        break;
-      }
+        || !md->is_object() || (dk && !dk->is_string()))
       fail(path, "line " + std::to_string(i + 1) + " is not a stored event");
-    }
+    // Every stored line is an event, whatever the dedupe index says now:
+    // its LRU order at run time (refreshed by duplicate publishes, which
+    // are not written) need not be replayed by appends, so a key the index
+    // still holds is stored without it.
+    auto key = dk ? std::string{dk->get_string()} : std::string{};
+    if (!key.empty() && log.find_duplicate(key))
+      key.clear();
+    auto expected = log.head() + 1;
     auto r = log.append(std::string{*str("subject")}, std::string{*str("kind")},
-                        json::serialize(*md),
-                        dk ? std::string{dk->get_string()} : std::string{},
-                        seq->get_int64(), ts->to_number<double>());
+                        json::serialize(*md), key, seq->get_int64(),
+                        ts->to_number<double>());
     if (r.duplicate || r.event->id != id->get_int64())
       fail(path, "line " + std::to_string(i + 1) + " has id "
                    + std::to_string(id->get_int64()) + ", expected "
-                   + std::to_string(log.head()));
+                   + std::to_string(expected));
     ++loaded_;
     good_end = ends[i];
   }
@@ -106,6 +114,7 @@ ledger_file::ledger_file(const std::string& path, ledger_log& log,
     out_ << "{\"ledger_epoch\":" << json::serialize(json::string{epoch_})
          << "}\n";
     out_.flush();
+    path_ = path;
     return;
   }
   if (torn_tail)
@@ -115,12 +124,26 @@ ledger_file::ledger_file(const std::string& path, ledger_log& log,
   out_.open(path, std::ios::binary | std::ios::app);
   if (!out_)
     fail(path, "cannot be written");
+  path_ = path;
 }
 
-void ledger_file::append(const ledger_event& ev) {
+bool ledger_file::append(const ledger_event& ev) {
+  if (broken_)
+    return false;
   out_ << "{\"dedupe_key\":" << json::serialize(json::string{ev.dedupe_key})
        << ",\"event\":" << ev.json << "}\n";
   out_.flush();
+  if (out_)
+    return true;
+  // A write failed (disk full, I/O error): the file no longer holds this
+  // ledger. Empty it, so that a restart is a new incarnation (a new epoch:
+  // watchers rewind) instead of the same epoch with fewer ids, whose next
+  // events would reuse ids the watchers already have.
+  broken_ = true;
+  out_.close();
+  std::error_code ec;
+  std::filesystem::resize_file(path_, 0, ec);
+  return false;
 }
 
 } // namespace outbound

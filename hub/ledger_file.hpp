@@ -8,9 +8,13 @@
 //   {"ledger_epoch":"8c1f..."}                        first line
 //   {"dedupe_key":"k","event":{"id":1,"seq":1,...}}   one per event
 //
-// A torn last line (the process was killed inside a write) is dropped and
-// cut from the file on load; any other bad line is a config_error. The
-// retention floor and the catch-up ring are not kept.
+// A torn last line (no newline: the process was killed inside a write) is
+// dropped and cut from the file on load; a whole line that does not read,
+// or a file that does not start as a ledger file, is a config_error (the
+// file is never cut then). The retention floor and the catch-up ring are
+// not kept; writes are flushed to the OS, not fsynced (a power loss can
+// lose the last events: that ledger comes back shorter under the same
+// epoch).
 
 #include "hub/ledger_log.hpp"
 
@@ -39,11 +43,15 @@ public:
   }
 
   /// Appends one stored event and flushes it to the OS (call under the
-  /// hub's lock, in ledger order).
-  void append(const ledger_event& ev);
+  /// hub's lock, in ledger order). False once a write has failed: the file
+  /// is then emptied and written no more, so a restart starts a new
+  /// incarnation rather than the same epoch with fewer ids.
+  bool append(const ledger_event& ev);
 
 private:
   std::ofstream out_;
+  std::string path_;
+  bool broken_ = false;
   std::string epoch_;
   std::size_t loaded_ = 0;
 };

@@ -184,6 +184,13 @@ void quiesce_drain(self_ptr self) {
   ++st.fetch_token; // an answer in flight is dropped
   ++st.page_token;  // queued deliveries of the page no longer finish it
   st.page_active = false;
+  // Ledger deliveries not yet sent are dropped: the cursor has not moved
+  // past them, so a later drain reads them again (and an in-frame model
+  // starts with its own reset). The one in flight, if any, stays.
+  auto first = st.queue.begin() + (st.delivering ? 1 : 0);
+  st.queue.erase(std::remove_if(first, st.queue.end(),
+                                [](const delivery& d) { return d.ledger; }),
+                 st.queue.end());
 }
 
 void act(self_ptr self, drain_action a) {
@@ -322,7 +329,10 @@ void on_delivered(self_ptr self, bool ok) {
   if (d.ledger) {
     // The cursor moves past a delivered event even when its callback
     // failed: the failure is counted, the feed goes on.
-    if (!d.is_reset)
+    // Only the page in force moves the cursor: a delivery of a page the
+    // drain has since given up (a mode switch) must not move a cursor a
+    // rewind has set back.
+    if (!d.is_reset && d.page == st.page_token)
       st.drain->on_event_delivered(d.ev.id);
     if (st.page_active && d.page == st.page_token
         && --st.page_outstanding == 0)

@@ -21,7 +21,7 @@ drain_action ledger_drain::start() {
     rewind_pending_ = false;
     rewind_armed_ = rewind_info{cursor_, std::move(pending_old_epoch_)};
     pending_old_epoch_.reset();
-    last_rewind_.emplace(cursor_, epoch_);
+    last_rewind_.emplace(cursor_, std::move(pending_key_));
     cursor_ = 0;
     target_ = low_head_;
     low_head_.reset();
@@ -57,25 +57,41 @@ drain_action ledger_drain::on_wake(std::optional<int64_t> target) {
   return request(drain_trigger::wake);
 }
 
-bool ledger_drain::decide_rewind(const std::optional<std::string>& new_epoch) {
+std::optional<std::string>* ledger_drain::slot(epoch_source src) {
+  switch (src) {
+    case epoch_source::hello: return &hello_epoch_;
+    case epoch_source::page: return &page_epoch_;
+    case epoch_source::head: break;
+  }
+  return nullptr;
+}
+
+bool ledger_drain::decide_rewind(epoch_source src,
+                                 const std::optional<std::string>& new_epoch) {
+  auto* slot = this->slot(src);
   if (rewind_pending_ || rewind_armed_) {
     // Already rewinding (the cursor is, or will be, at the new start): a
     // newer epoch only replaces the one the rewind goes to.
-    if (new_epoch)
-      epoch_ = new_epoch;
+    if (slot && new_epoch)
+      *slot = new_epoch;
     return true;
   }
-  auto epoch = new_epoch ? new_epoch : epoch_;
+  auto old = epoch();
+  auto key = new_epoch ? new_epoch : old;
   if (last_rewind_ && last_rewind_->first == cursor_
-      && last_rewind_->second == epoch) {
+      && last_rewind_->second == key) {
     // The same evidence as the last rewind, after its replay: a server
     // anomaly, not a new incarnation. Counted, never a reset loop.
     ++drain_errors_;
     return false;
   }
   rewind_pending_ = true;
-  pending_old_epoch_ = epoch_;
-  epoch_ = std::move(epoch);
+  pending_old_epoch_ = std::move(old);
+  pending_source_ = src;
+  pending_key_ = key;
+  pending_source_old_ = slot ? *slot : std::nullopt;
+  if (slot && new_epoch)
+    *slot = new_epoch;
   return true;
 }
 
@@ -94,10 +110,18 @@ drain_action ledger_drain::on_hello(const std::optional<std::string>& epoch,
                                     std::optional<int64_t> head) {
   bool rewound = false;
   if (epoch) {
-    if (epoch_ && *epoch != *epoch_)
-      rewound = decide_rewind(epoch);
-    else
-      epoch_ = epoch;
+    if (rewind_pending_ && pending_source_ == epoch_source::hello
+        && pending_source_old_ == epoch) {
+      // Back to the incarnation the pending rewind left (a failover back
+      // before the rewind applied): nothing to rewind.
+      rewind_pending_ = false;
+      hello_epoch_ = epoch;
+      pending_old_epoch_.reset();
+    } else if (hello_epoch_ && *epoch != *hello_epoch_) {
+      rewound = decide_rewind(epoch_source::hello, epoch);
+    } else {
+      hello_epoch_ = epoch;
+    }
   }
   if (rewound) {
     low_head_ = head; // the new ledger's head: the target after the rewind
@@ -138,13 +162,13 @@ page_plan ledger_drain::on_page(const page_summary& page) {
   // says (its epoch may even be the old one).
   page_stale_ = rewind_pending_;
   if (!page_stale_ && page.is_object && page.epoch) {
-    if (epoch_ && *page.epoch != *epoch_)
-      page_stale_ = decide_rewind(page.epoch);
-    else if (!epoch_)
-      epoch_ = page.epoch;
+    if (rewind_armed_ || !page_epoch_)
+      page_epoch_ = page.epoch; // the new start, whatever it says: adopt
+    else if (*page.epoch != *page_epoch_)
+      page_stale_ = decide_rewind(epoch_source::page, page.epoch);
   }
   if (!page_stale_ && shows_rewind(page))
-    page_stale_ = decide_rewind(std::nullopt);
+    page_stale_ = decide_rewind(epoch_source::head, std::nullopt);
   else if (!page_stale_ && page.cursor && *page.cursor >= page_start_)
     low_head_.reset(); // the low hint was stale
   if (page_stale_)
@@ -200,7 +224,16 @@ page_plan ledger_drain::on_page(const page_summary& page) {
     plan.cause = reset_cause::rewind;
     plan.reset_from = rewind_armed_->from;
     plan.old_epoch = std::move(rewind_armed_->old_epoch);
-    plan.new_epoch = epoch_;
+    plan.new_epoch = epoch();
+    if (page.reset) {
+      // The new ledger was trimmed before it was read: its floor.
+      for (auto& id : page.ids)
+        if (id) {
+          if (*id > 1)
+            plan.reset_to = *id - 1;
+          break;
+        }
+    }
     rewind_armed_.reset();
     last_reset_cursor_ = page_start_;
     ++rewinds_;

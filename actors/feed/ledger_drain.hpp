@@ -105,10 +105,12 @@ struct page_plan {
   reset_cause cause = reset_cause::retention;
   /// reset: the cursor the watcher had (events after it were lost).
   int64_t reset_from = 0;
-  /// reset: the new floor; events in (reset_from, reset_to] are gone. From
+  /// reset: the new floor; events in (reset_from, reset_to] are gone. For a
+  /// rewind: the new ledger's retention floor when its first page was
+  /// below it (its ids up to here were trimmed before they were read),
+  /// else nullopt (the old incarnation's end is unknown). From
   /// the first event's id - 1 (nullopt when that is not above reset_from),
   /// else (no event has an id) the page cursor; nullopt if neither says.
-  /// Always nullopt for a rewind (the old incarnation's end is unknown).
   std::optional<int64_t> reset_to;
   /// rewind: the epochs of the old and the new incarnation, where known.
   std::optional<std::string> old_epoch;
@@ -230,10 +232,10 @@ public:
     return rewinds_;
   }
 
-  /// The ledger epoch in force (the last one seen); nullopt when the hub
-  /// sends none.
+  /// The ledger epoch in force (the replay pages', else the hellos');
+  /// nullopt when the hub sends none.
   const std::optional<std::string>& epoch() const {
-    return epoch_;
+    return page_epoch_ ? page_epoch_ : hello_epoch_;
   }
 
   /// True while a rewind is decided but its reset not yet planned.
@@ -256,9 +258,14 @@ private:
 
   drain_action start();
   drain_next finish();
-  /// Decides a rewind to `new_epoch` (nullopt: the epoch did not change).
-  /// False when it would repeat the last one (same cursor and epoch).
-  bool decide_rewind(const std::optional<std::string>& new_epoch);
+  /// What showed a new incarnation.
+  enum class epoch_source : uint8_t { hello, page, head };
+  std::optional<std::string>* slot(epoch_source src);
+  /// Decides a rewind; the source's epoch takes `new_epoch` (head: the
+  /// head said so, no epoch). False when it would repeat the last one
+  /// (same cursor and epoch).
+  bool decide_rewind(epoch_source src,
+                     const std::optional<std::string>& new_epoch);
   /// A page that shows the ledger head below a non-zero start.
   bool shows_rewind(const page_summary& page) const;
 
@@ -286,8 +293,15 @@ private:
   std::optional<int64_t> last_reset_cursor_;
   /// The current page is dropped unread (another incarnation's).
   bool page_stale_ = false;
-  /// The ledger's epoch (last seen).
-  std::optional<std::string> epoch_;
+  /// The ledger's epoch as the hellos and as the replay pages say it: each
+  /// is compared only with itself (a server may name them differently).
+  std::optional<std::string> hello_epoch_;
+  std::optional<std::string> page_epoch_;
+  /// What decided the pending rewind, and that source's epoch before it.
+  epoch_source pending_source_ = epoch_source::head;
+  std::optional<std::string> pending_source_old_;
+  /// The epoch the pending rewind goes to (its once-only key).
+  std::optional<std::string> pending_key_;
   /// A rewind decided, applied at the next start().
   bool rewind_pending_ = false;
   std::optional<std::string> pending_old_epoch_;

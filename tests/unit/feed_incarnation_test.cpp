@@ -44,10 +44,14 @@ page_plan serve(ledger_drain& d, const page_summary& p,
   return plan;
 }
 
-// A drain that has delivered ids 1..5 of incarnation "e1" and is idle.
+// A drain that has delivered ids 1..5 of incarnation "e1" (announced by a
+// hello and carried by the page) and is idle.
 ledger_drain at_five(std::optional<std::string> epoch = "e1") {
   ledger_drain d{0, 10, 30s};
-  EXPECT_EQ(d.request(drain_trigger::start), drain_action::fetch);
+  if (epoch)
+    EXPECT_EQ(d.on_hello(epoch, 5), drain_action::fetch);
+  else
+    EXPECT_EQ(d.request(drain_trigger::start), drain_action::fetch);
   serve(d, page({1, 2, 3, 4, 5}, 5, epoch));
   EXPECT_EQ(d.cursor(), 5);
   EXPECT_FALSE(d.busy());
@@ -235,16 +239,43 @@ TEST(LedgerIncarnation, ABadPageKeepsTheRewindForTheNextPage) {
 TEST(LedgerIncarnation, TwoRestartsBeforeTheResetIsPlannedAreOneReset) {
   auto d = at_five();
   EXPECT_EQ(d.on_hello(std::string{"e2"}, 3), drain_action::fetch);
-  // The fetch from the new start meets a third incarnation.
-  drain_next next;
-  serve(d, page({1}, 1, "e3"), nullptr, &next);
-  EXPECT_EQ(next.what, drain_next::kind::fetch);
-  auto plan = serve(d, page({1, 2}, 2, "e3"));
+  // The fetch from the new start meets a third incarnation: it is the new
+  // start all the same (never a refetch loop on a changing epoch).
+  std::vector<int64_t> got;
+  auto plan = serve(d, page({1, 2}, 2, "e3"), &got);
   ASSERT_TRUE(plan.reset);
   EXPECT_EQ(plan.reset_from, 5);
   EXPECT_EQ(plan.old_epoch, "e1");
   EXPECT_EQ(plan.new_epoch, "e3");
+  EXPECT_EQ(got, (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(d.rewinds(), 1u);
+}
+
+TEST(LedgerIncarnation, AnEpochThatChangesOnEveryPageIsNoRefetchLoop) {
+  auto d = at_five();
+  EXPECT_EQ(d.request(drain_trigger::poll), drain_action::fetch);
+  drain_next next;
+  serve(d, page({6}, 6, "x1"), nullptr, &next); // stale: a rewind
+  EXPECT_EQ(next.what, drain_next::kind::fetch);
+  std::vector<int64_t> got;
+  auto plan = serve(d, page({1, 2}, 2, "x2"), &got, &next);
+  EXPECT_TRUE(plan.reset) << "the page after the rewind is the new start";
+  EXPECT_EQ(got, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(next.what, drain_next::kind::idle);
+}
+
+TEST(LedgerIncarnation, AHelloBackToTheOldEpochCancelsAPendingRewind) {
+  auto d = at_five();
+  EXPECT_EQ(d.request(drain_trigger::poll), drain_action::fetch);
+  EXPECT_EQ(d.on_hello(std::string{"e2"}, 5), drain_action::queued);
+  EXPECT_TRUE(d.rewinding());
+  d.on_hello(std::string{"e1"}, 5); // failover back before it applied
+  EXPECT_FALSE(d.rewinding());
+  std::vector<int64_t> got;
+  auto plan = serve(d, page({6}, 6, "e1"), &got);
+  EXPECT_FALSE(plan.reset);
+  EXPECT_EQ(got, (std::vector<int64_t>{6}));
+  EXPECT_EQ(d.rewinds(), 0u);
 }
 
 TEST(LedgerIncarnation, AServerWhoseHeadStaysBelowAfterARewindIsNoResetLoop) {
@@ -287,6 +318,7 @@ TEST(LedgerIncarnation, ARewindPageBelowRetentionIsOneResetNotTwo) {
   auto plan = serve(d, page({41, 42}, 42, "e2", true));
   ASSERT_TRUE(plan.reset);
   EXPECT_EQ(plan.cause, reset_cause::rewind);
+  EXPECT_EQ(plan.reset_to, 40) << "the new ledger's trimmed start is said";
   EXPECT_EQ(d.rewinds(), 1u);
   EXPECT_EQ(d.resets(), 0u);
   EXPECT_EQ(d.cursor(), 42);

@@ -119,6 +119,12 @@ TEST_F(LedgerFile, ABadLineInTheMiddleIsAConfigError) {
   EXPECT_EQ(field_of_error(), "ledger_file");
   write("[1,2]\n{}\n");
   EXPECT_EQ(field_of_error(), "ledger_file");
+  // Someone else's file (a typo in --ledger-file) is refused, never cut.
+  write("#!/bin/sh\necho hi\n");
+  EXPECT_EQ(field_of_error(), "ledger_file");
+  write("no newline at all");
+  EXPECT_EQ(field_of_error(), "ledger_file");
+  EXPECT_EQ(slurp(), "no newline at all");
   // Ids out of order (a hand-edited file).
   write("{\"ledger_epoch\":\"aaaa\"}\n"
         R"({"dedupe_key":"","event":{"id":5,"seq":1,"subject":"s","kind":"k","metadata":{},"ts":1}})"
@@ -146,4 +152,26 @@ TEST_F(LedgerFile, AnEmptyOrMissingFileStartsANewLedger) {
 TEST_F(LedgerFile, AnUnwritablePathIsAConfigError) {
   path_ = "/nonexistent-dir/outbound/ledger";
   EXPECT_EQ(field_of_error(), "ledger_file");
+}
+
+TEST_F(LedgerFile, ALedgerWhoseDedupeIndexWasRefreshedReloads) {
+  // Capacity 2: A, B, a duplicate publish of A (refreshes it, not
+  // written), C (evicts B), B again (a new event). Replaying the appends
+  // alone would evict A instead and see B as a duplicate.
+  ledger_config lc;
+  lc.dedupe_capacity = 2;
+  {
+    ledger_log log{lc};
+    ledger_file f{path_, log, "aaaa"};
+    store(log, f, "a", "A");
+    store(log, f, "b", "B");
+    EXPECT_TRUE(log.find_duplicate("A"));
+    store(log, f, "c", "C");
+    store(log, f, "b2", "B");
+    EXPECT_EQ(log.head(), 4);
+  }
+  ledger_log log{lc};
+  ledger_file f{path_, log, "bbbb"};
+  EXPECT_EQ(log.head(), 4);
+  EXPECT_EQ(log.get(4)->subject, "b2");
 }
