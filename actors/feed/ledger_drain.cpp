@@ -76,6 +76,14 @@ bool ledger_drain::decide_rewind(epoch_source src,
       *slot = new_epoch;
     return true;
   }
+  if (new_epoch && last_rewind_ && last_rewind_->second == new_epoch) {
+    // The other source catching up with the incarnation the watcher has
+    // already rewound to (the page saw it before the hello, or the other
+    // way round): nothing new.
+    if (slot)
+      *slot = new_epoch;
+    return false;
+  }
   auto old = epoch();
   auto key = new_epoch ? new_epoch : old;
   if (last_rewind_ && last_rewind_->first == cursor_

@@ -425,3 +425,37 @@ TEST(FrameLostRange, InferredResetHasAnUnknownEnd) {
   EXPECT_EQ(r.reset->cause, reset_cause::inferred);
   EXPECT_EQ(r.reset->lost_to, std::nullopt);
 }
+
+TEST(LedgerIncarnation, ThePageAndTheHelloSeeingOneRestartAreOneRewind) {
+  auto d = at_five();
+  // The new hub's page arrives before its hello (the WebSocket reconnects
+  // later): the page decides the rewind ...
+  EXPECT_EQ(d.request(drain_trigger::poll), drain_action::fetch);
+  drain_next next;
+  serve(d, page({}, 2, "e2"), nullptr, &next);
+  EXPECT_EQ(next.what, drain_next::kind::fetch);
+  std::vector<int64_t> got;
+  auto plan = serve(d, page({1, 2}, 2, "e2"), &got);
+  EXPECT_TRUE(plan.reset);
+  EXPECT_EQ(d.rewinds(), 1u);
+  // ... and the hello that follows, with the same new epoch, is no second
+  // one (the cursor has moved since, so only the epoch can tell).
+  d.on_hello(std::string{"e2"}, 2);
+  EXPECT_FALSE(d.rewinding());
+  EXPECT_EQ(d.request(drain_trigger::poll), drain_action::fetch);
+  plan = serve(d, page({3}, 3, "e2"), &got);
+  EXPECT_FALSE(plan.reset);
+  EXPECT_EQ(d.rewinds(), 1u);
+  EXPECT_EQ(got, (std::vector<int64_t>{1, 2, 3}));
+}
+
+TEST(LedgerIncarnation, TheHelloThenThePageSeeingOneRestartAreOneRewind) {
+  auto d = at_five();
+  EXPECT_EQ(d.on_hello(std::string{"e2"}, 0), drain_action::fetch);
+  auto plan = serve(d, page({1}, 1, "e2"));
+  EXPECT_TRUE(plan.reset);
+  EXPECT_EQ(d.request(drain_trigger::poll), drain_action::fetch);
+  plan = serve(d, page({2}, 2, "e2"));
+  EXPECT_FALSE(plan.reset);
+  EXPECT_EQ(d.rewinds(), 1u);
+}
