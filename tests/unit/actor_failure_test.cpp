@@ -55,6 +55,17 @@ protected:
     cfg.retry.base_backoff = 0; // a retry goes out at once
   }
 
+  ~DriverFailure() override {
+    // A fake transport keeps the promises of stalled requests, and each
+    // promise refers to the driver: stop them, or a killed driver and its
+    // transports keep each other alive past the test (LeakSanitizer).
+    for (auto& t : *made_)
+      caf::anon_send_exit(t, caf::exit_reason::user_shutdown);
+    if (driver_)
+      caf::anon_send_exit(*driver_, caf::exit_reason::user_shutdown);
+    run();
+  }
+
   /// The n-th transport made (0-based, whatever its endpoint) follows the
   /// n-th script (the last one repeats); `thrower`, when set, runs first
   /// with the number of the factory call and may throw instead.
