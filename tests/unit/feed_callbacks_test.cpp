@@ -30,22 +30,42 @@ TEST(FeedCallbacks, ABlockedCallbackNeverBlocksAStop) {
   cc.base_url = "http://127.0.0.1:8080";
   client_options co;
   co.transport = spawn_ledger_transport(sys, ledger);
-  std::promise<void> entered;
-  std::promise<void> release;
-  auto released = release.get_future().share();
-  std::atomic<int> calls{0};
+  // The callback runs on the helper's own thread and may still be inside
+  // wait() when the test body returns, so everything it touches is shared
+  // with it, and the test waits for it to leave before its locals go away.
+  struct gate {
+    std::promise<void> entered;
+    std::promise<void> release;
+    std::shared_future<void> released = release.get_future().share();
+    std::promise<void> left;
+    std::atomic<int> calls{0};
+  };
+  auto g = std::make_shared<gate>();
+  // On an early ASSERT return the callback must still be let go, or the
+  // actor system's destructor would wait for it forever.
+  struct release_on_exit {
+    std::shared_ptr<gate> g;
+    bool done = false;
+    ~release_on_exit() {
+      if (!done)
+        g->release.set_value();
+    }
+  } releaser{g};
+  auto entered = g->entered.get_future();
+  auto left = g->left.get_future();
   feed_watcher_options o;
   o.client = make_service_client(sys, cc, co);
-  o.callbacks.on_event = [&](const feed_event&) {
-    if (calls++ == 0) {
-      entered.set_value();
-      released.wait();
+  o.callbacks.on_event = [g](const feed_event&) {
+    if (g->calls++ == 0) {
+      g->entered.set_value();
+      g->released.wait();
+      g->left.set_value();
     }
   };
   feed_config fc;
   fc.replay_path = "/v1/events";
   auto w = spawn_feed_watcher(sys, fc, o);
-  ASSERT_EQ(entered.get_future().wait_for(std::chrono::seconds{10}),
+  ASSERT_EQ(entered.wait_for(std::chrono::seconds{10}),
             std::future_status::ready);
   caf::scoped_actor self{sys};
   self->monitor(w);
@@ -63,8 +83,11 @@ TEST(FeedCallbacks, ABlockedCallbackNeverBlocksAStop) {
   self->receive([&](const caf::down_msg&) { down = true; },
                 caf::after(std::chrono::seconds{10}) >> [] {});
   EXPECT_TRUE(down) << "the watcher quit while its callback was blocked";
-  release.set_value();
-  EXPECT_EQ(calls.load(), 1);
+  releaser.done = true;
+  g->release.set_value();
+  EXPECT_EQ(left.wait_for(std::chrono::seconds{10}),
+            std::future_status::ready);
+  EXPECT_EQ(g->calls.load(), 1);
 }
 
 TEST(FeedCallbacks, EventsReachDetachedCallbacksInOrder) {
