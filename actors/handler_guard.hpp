@@ -14,9 +14,14 @@
 #include "config/config_error.hpp"
 #include "protocol/errors.hpp"
 
+#include <caf/error.hpp>
+#include <caf/result.hpp>
+#include <caf/sec.hpp>
+
 #include <exception>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace outbound {
@@ -61,6 +66,32 @@ auto guarded(const std::string& where, Body&& body, OnError&& on_error)
   } catch (...) {
     return std::forward<OnError>(on_error)(
       error_of_exception(std::current_exception(), where));
+  }
+}
+
+/// For a request handler whose reply is a plain value (no call_error in its
+/// type): the value of `body()`, or, when it throws, a caf::error
+/// (sec::runtime_error whose context is error_of_exception's detail), which
+/// reaches the requester's error handler. The actor stays alive.
+template <class Body>
+auto guarded_result(const std::string& where, Body&& body)
+  -> caf::result<std::decay_t<decltype(body())>> {
+  try {
+    return std::forward<Body>(body)();
+  } catch (...) {
+    auto err = error_of_exception(std::current_exception(), where);
+    return caf::make_error(caf::sec::runtime_error, std::move(err.detail));
+  }
+}
+
+/// For a handler with no reply: runs `body()`; an exception it throws is
+/// dropped (the message is lost, the actor stays alive). Use only where
+/// losing the one message is harmless, e.g. a statistics update.
+template <class Body>
+void guarded_void(Body&& body) noexcept {
+  try {
+    std::forward<Body>(body)();
+  } catch (...) {
   }
 }
 

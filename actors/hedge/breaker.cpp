@@ -1,5 +1,7 @@
 #include "actors/hedge/breaker.hpp"
 
+#include "actors/handler_guard.hpp"
+
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -40,37 +42,57 @@ breaker_actor::behavior_type breaker_impl(self_ptr self, hedge_config cfg) {
                               }),
                subs.end());
   });
+  // Every handler is guarded (actors/handler_guard.hpp): a breaker can
+  // throw on a per-endpoint configuration it cannot hold or on allocation;
+  // the requester gets an error (a hedge is then not sent), every other
+  // breaker keeps its state, and the actor serves the next call.
+  static const std::string where = "breakers";
   return {
     [self](breaker_allow_request& r) {
       // allow_hedge only ever half-opens a breaker: nothing to announce.
-      return self->state.registry->allow_hedge(
-        r.host_key, r.endpoint_key, r.endpoint_breaker, self->clock().now());
+      return guarded_result(where, [&] {
+        return self->state.registry->allow_hedge(r.host_key, r.endpoint_key,
+                                                 r.endpoint_breaker,
+                                                 self->clock().now());
+      });
     },
     [self](breaker_record& r) {
-      auto c = self->state.registry->record(r.host_key, r.endpoint_key,
-                                            r.endpoint_breaker, r.health,
-                                            self->clock().now());
-      announce(self, c, r.host_key, r.endpoint_key);
+      guarded_void([&] {
+        auto c = self->state.registry->record(r.host_key, r.endpoint_key,
+                                              r.endpoint_breaker, r.health,
+                                              self->clock().now());
+        announce(self, c, r.host_key, r.endpoint_key);
+      });
     },
     [self](breaker_complete& r) {
-      auto c = self->state.registry->complete(r.permit, r.health,
-                                              self->clock().now());
-      announce(self, c, r.permit.host_key, r.permit.endpoint_key);
+      guarded_void([&] {
+        auto c = self->state.registry->complete(r.permit, r.health,
+                                                self->clock().now());
+        announce(self, c, r.permit.host_key, r.permit.endpoint_key);
+      });
     },
-    [self](breaker_release& r) { self->state.registry->release(r.permit); },
+    [self](breaker_release& r) {
+      guarded_void([&] { self->state.registry->release(r.permit); });
+    },
     [self](breaker_snapshot_request& r) {
-      return breaker_snapshot_reply{
-        self->state.registry->snapshot(r.scope, r.key, self->clock().now())};
+      return guarded_result(where, [&] {
+        return breaker_snapshot_reply{self->state.registry->snapshot(
+          r.scope, r.key, self->clock().now())};
+      });
     },
     [self](breaker_all_request&) {
-      return breaker_all_reply{
-        self->state.registry->all_snapshots(self->clock().now())};
+      return guarded_result(where, [&] {
+        return breaker_all_reply{
+          self->state.registry->all_snapshots(self->clock().now())};
+      });
     },
     [self](hedge_subscribe& s) {
-      if (!s.subscriber)
-        return;
-      self->monitor(s.subscriber);
-      self->state.subscribers.push_back(std::move(s.subscriber));
+      guarded_void([&] {
+        if (!s.subscriber)
+          return;
+        self->monitor(s.subscriber);
+        self->state.subscribers.push_back(std::move(s.subscriber));
+      });
     },
   };
 }

@@ -1,5 +1,7 @@
 #include "actors/hedge/endpoint_stats.hpp"
 
+#include "actors/handler_guard.hpp"
+
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -31,54 +33,80 @@ endpoint_stats_actor::behavior_type endpoint_stats_impl(self_ptr self,
                               }),
                subs.end());
   });
+  // Every handler is guarded (actors/handler_guard.hpp): a key's state can
+  // throw on a configuration it cannot hold (e.g. a zero sketch window in a
+  // per-call config) or on allocation; the requester gets an error, the
+  // statistics of every other key stay, and the actor serves the next call.
+  static const std::string where = "endpoint stats";
   return {
     [self](hedge_plan_request& r) {
-      return self->state.stats->plan(r.key, r.config, self->clock().now());
+      return guarded_result(where, [&] {
+        return self->state.stats->plan(r.key, r.config, self->clock().now());
+      });
     },
     [self](hedge_token_request& r) {
-      return self->state.stats->try_take_token(r.key, self->clock().now());
+      return guarded_result(where, [&] {
+        return self->state.stats->try_take_token(r.key, self->clock().now());
+      });
     },
     [self](hedge_token_outcome& o) {
-      if (!o.sent) {
-        self->state.stats->return_token(o.key);
-        return;
-      }
-      self->state.stats->hedge_sent(o.key);
-      for (auto& s : self->state.subscribers)
-        self->send(s, hedge_fired{o.key});
+      guarded_void([&] {
+        if (!o.sent) {
+          self->state.stats->return_token(o.key);
+          return;
+        }
+        self->state.stats->hedge_sent(o.key);
+        for (auto& s : self->state.subscribers)
+          self->send(s, hedge_fired{o.key});
+      });
     },
     [self](hedge_observation& o) {
-      self->state.stats->observe(o.key, o.latency, o.health,
-                                 self->clock().now());
+      guarded_void([&] {
+        self->state.stats->observe(o.key, o.latency, o.health,
+                                   self->clock().now());
+      });
     },
     [self](hedge_race_result& r) {
-      self->state.stats->record_race(r.key, r.hedged, r.hedge_won);
+      guarded_void([&] {
+        self->state.stats->record_race(r.key, r.hedged, r.hedge_won);
+      });
     },
     [self](hedge_circuit_blocked& b) {
-      self->state.stats->count_circuit_blocked(b.key);
+      guarded_void([&] { self->state.stats->count_circuit_blocked(b.key); });
     },
     [self](latency_quantile_request& r) {
-      return latency_quantile_reply{
-        self->state.stats->latency_quantile(r.key, r.q, self->clock().now())};
+      return guarded_result(where, [&] {
+        return latency_quantile_reply{self->state.stats->latency_quantile(
+          r.key, r.q, self->clock().now())};
+      });
     },
     [self](hedge_stats_request& r) {
-      return hedge_stats_reply{self->state.stats->snapshot(r.key)};
+      return guarded_result(where, [&] {
+        return hedge_stats_reply{self->state.stats->snapshot(r.key)};
+      });
     },
     [self](hedge_global_stats_request&) {
-      return self->state.stats->global_snapshot();
+      return guarded_result(where,
+                            [&] { return self->state.stats->global_snapshot(); });
     },
     [self](hedge_all_stats_request&) {
-      return hedge_all_stats_reply{self->state.stats->all_snapshots()};
+      return guarded_result(where, [&] {
+        return hedge_all_stats_reply{self->state.stats->all_snapshots()};
+      });
     },
     [self](hedge_metrics_request&) {
-      return hedge_metrics_reply{
-        self->state.stats->all_metrics(self->clock().now())};
+      return guarded_result(where, [&] {
+        return hedge_metrics_reply{
+          self->state.stats->all_metrics(self->clock().now())};
+      });
     },
     [self](hedge_subscribe& s) {
-      if (!s.subscriber)
-        return;
-      self->monitor(s.subscriber);
-      self->state.subscribers.push_back(std::move(s.subscriber));
+      guarded_void([&] {
+        if (!s.subscriber)
+          return;
+        self->monitor(s.subscriber);
+        self->state.subscribers.push_back(std::move(s.subscriber));
+      });
     },
   };
 }

@@ -276,3 +276,33 @@ TEST_F(HedgeActors, SpawnRejectsABadConfigByField) {
     EXPECT_EQ(e.field(), "hedge.percentile");
   }
 }
+
+// A per-call config the stats actor cannot hold (a zero sketch window makes
+// the key's windowed sketch throw) is answered with an error; the actor
+// stays alive, keeps every other key's statistics and serves the next call.
+// Before the handlers were guarded this request ended the actor.
+TEST_F(HedgeActors, AThrowingRequestIsAnsweredWithAnErrorAndTheActorLivesOn) {
+  auto st = spawn_endpoint_stats(sys(), cfg);
+  ASSERT_TRUE(ask<hedge_plan>(st, hedge_plan_request{"k", eff()}));
+  auto bad = eff();
+  bad.window_duration = 0.0;
+  auto err = std::make_shared<std::optional<caf::error>>();
+  auto answered = std::make_shared<bool>(false);
+  sys().spawn([=](caf::event_based_actor* self) {
+    self->request(st, caf::infinite, hedge_plan_request{"poison", bad})
+      .then([=](hedge_plan&) { *answered = true; },
+            [=](caf::error& e) { *err = std::move(e); });
+  });
+  run();
+  EXPECT_FALSE(*answered);
+  ASSERT_TRUE(*err);
+  EXPECT_EQ(**err, caf::sec::runtime_error);
+  EXPECT_NE(sys().render(**err).find("endpoint stats"), std::string::npos)
+    << sys().render(**err);
+  // Still alive, and "k" kept its count.
+  tell(st, hedge_observation{"poison", 0.01, call_health::success});
+  auto s = ask<hedge_stats_reply>(st, hedge_stats_request{"k"});
+  ASSERT_TRUE(s && s->stats);
+  EXPECT_EQ(s->stats->total_requests, 1u);
+  ASSERT_TRUE(ask<hedge_plan>(st, hedge_plan_request{"k", eff()}));
+}
