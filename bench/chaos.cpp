@@ -217,11 +217,12 @@ struct published {
   int64_t confirmed = 0; ///< ns, after the answer
 };
 
-/// One delivery to a watcher, in delivery order.
+/// One delivery to a watcher, in delivery order. Kept small (a 1M-event run
+/// records tens of millions): a reset's fields live behind a pointer.
 struct delivery_rec {
   bool reset = false;
   int64_t n = -1; ///< event: the publish number (-1: not stamped)
-  feed_reset rs;
+  std::shared_ptr<const feed_reset> rs; ///< set for a reset only
   int64_t at = 0; ///< ns
 };
 
@@ -357,9 +358,9 @@ void check(watcher_log& w, const ledger_book& book,
       continue;
     }
     int after = -1;
-    if (w.t != tier::ledger && recs[i].rs.new_epoch) {
+    if (w.t != tier::ledger && recs[i].rs->new_epoch) {
       auto& eps = book.ring_epochs;
-      auto it = std::find(eps.begin(), eps.end(), *recs[i].rs.new_epoch);
+      auto it = std::find(eps.begin(), eps.end(), *recs[i].rs->new_epoch);
       if (it != eps.end())
         after = static_cast<int>(it - eps.begin());
     }
@@ -371,7 +372,7 @@ void check(watcher_log& w, const ledger_book& book,
     }
     if (after < 0)
       after = last_inc;
-    resets.push_back({&recs[i].rs, recs[i].at, following, after});
+    resets.push_back({recs[i].rs.get(), recs[i].at, following, after});
     following = after;
   }
   // Deliveries: no duplicate and no reorder between two resets, nothing of
@@ -384,8 +385,8 @@ void check(watcher_log& w, const ledger_book& book,
   uint64_t rewinds = 0;
   for (auto& r : recs) {
     if (r.reset) {
-      ++out.resets[static_cast<std::size_t>(r.rs.cause)];
-      rewinds += r.rs.cause == reset_cause::rewind;
+      ++out.resets[static_cast<std::size_t>(r.rs->cause)];
+      rewinds += r.rs->cause == reset_cause::rewind;
       in_segment.clear();
       high = -1;
       floor = std::max(floor, resets[k++].after);
@@ -661,7 +662,8 @@ int main(int argc, char** argv) {
     ->capture_default_str();
   app.add_option("--ring-size", o.ring_size, "Hub catch-up ring size")
     ->capture_default_str();
-  app.add_option("--max-seconds", o.max_seconds, "Bound on the whole run")
+  app.add_option("--max-seconds", o.max_seconds,
+                 "Bound on publishing (settling adds at most --settle-seconds)")
     ->capture_default_str();
   app.add_option("--settle-seconds", o.settle_seconds,
                  "Bound on the wait for the last deliveries")
@@ -760,8 +762,9 @@ int main(int argc, char** argv) {
         delivery_rec r;
         r.at = now_ns();
         r.reset = true;
-        r.rs = rs;
-        r.rs.detail = nullptr;
+        auto copy = std::make_shared<feed_reset>(rs);
+        copy->detail = nullptr;
+        r.rs = std::move(copy);
         std::lock_guard<std::mutex> lock{log->mu};
         log->recs.push_back(std::move(r));
       };
@@ -895,10 +898,11 @@ int main(int argc, char** argv) {
   auto publish_seconds
     = std::chrono::duration<double>(clk::now() - t_start).count();
   // Settle: every watcher has the last event (or the bound passes).
-  auto settle_until = std::min(
-    deadline, clk::now()
-                + std::chrono::duration_cast<clk::duration>(
-                  std::chrono::duration<double>(o.settle_seconds)));
+  // Settling has its own bound, also after an aborted publish: the events
+  // confirmed just before the --max-seconds bound get their time too.
+  auto settle_until = clk::now()
+                      + std::chrono::duration_cast<clk::duration>(
+                        std::chrono::duration<double>(o.settle_seconds));
   while (!settled(logs, book) && clk::now() < settle_until)
     std::this_thread::sleep_for(50ms);
   bool all_settled = settled(logs, book);
