@@ -9,9 +9,13 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
 
 #include <fcntl.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -48,6 +52,19 @@ metrics_route route_of(http::verb method, beast::string_view target) {
     return metrics_route::metrics;
   return metrics_route::method_not_allowed;
 }
+
+/// Why the listener closed a connection that got no answer; one label
+/// value of outbound_metrics_connections_closed_total each.
+enum class close_reason {
+  header_timeout,
+  idle_timeout,
+  write_timeout,
+  evicted,
+  refused,
+};
+
+constexpr std::array<const char*, 5> close_reason_labels{
+  "header_timeout", "idle_timeout", "write_timeout", "evicted", "refused"};
 
 /// Pause before accepting again after an accept error (EMFILE, ...), so an
 /// exhausted descriptor table does not turn into a busy loop.
@@ -94,6 +111,16 @@ struct metrics_exposer::server {
       idle_timeout_(to_duration(limits.idle_timeout)),
       write_timeout_(to_duration(limits.write_timeout)),
       max_connections_(limits.max_connections) {
+    // Every label value from the start: a 0 is a sample, an absent series
+    // is not (https://prometheus.io/docs/practices/instrumentation/).
+    auto& family =
+      prometheus::BuildCounter()
+        .Name("outbound_metrics_connections_closed_total")
+        .Help("Connections the /metrics listener closed without an answer, "
+              "by reason")
+        .Register(*registry_->registry());
+    for (std::size_t i = 0; i < close_reason_labels.size(); ++i)
+      closed_[i] = &family.Add({{"reason", close_reason_labels[i]}});
   }
 
   /// Opens, binds and listens; the bound port. Throws config_error.
@@ -111,12 +138,18 @@ struct metrics_exposer::server {
   void forget(session_list::iterator it) {
     open_.erase(it);
   }
+  void count(close_reason r) {
+    closed_[static_cast<std::size_t>(r)]->Increment();
+  }
 
   std::shared_ptr<metrics_registry> registry_;
   std::chrono::steady_clock::duration header_timeout_;
   std::chrono::steady_clock::duration idle_timeout_;
   std::chrono::steady_clock::duration write_timeout_;
   std::size_t max_connections_;
+  /// outbound_metrics_connections_closed_total by close_reason; the
+  /// registry (kept alive by registry_) owns the counters.
+  std::array<prometheus::Counter*, close_reason_labels.size()> closed_{};
   // Declared before every I/O object: it is destroyed after them.
   net::io_context ioc_{1};
   tcp::acceptor acceptor_{ioc_};
@@ -177,7 +210,9 @@ private:
     if (phase_ == phase::closed)
       return;
     if (ec) {
-      close(); // timeout (the idle limit), EOF, reset or stop
+      if (ec == beast::error::timeout)
+        server_.count(close_reason::idle_timeout);
+      close(); // the idle limit, EOF, reset or stop
       return;
     }
     buffer_.commit(n);
@@ -202,6 +237,8 @@ private:
         || ec == net::error::operation_aborted) {
       // A deadline passed (Beast closed the socket), the client left (in
       // the middle of a header, too), or stop().
+      if (ec == beast::error::timeout)
+        server_.count(close_reason::header_timeout);
       close();
       return;
     }
@@ -292,6 +329,8 @@ private:
   void on_write(beast::error_code ec, bool keep_alive) {
     if (phase_ == phase::closed)
       return;
+    if (ec == beast::error::timeout)
+      server_.count(close_reason::write_timeout);
     if (ec || !keep_alive) {
       close();
       return;
@@ -399,6 +438,7 @@ void metrics_exposer::server::on_accept(beast::error_code ec,
   // leak if it ever does) leaves an expired entry.
   open_.remove_if([](const std::weak_ptr<session>& w) { return w.expired(); });
   if (open_.size() >= max_connections_ && !make_room()) {
+    count(close_reason::refused);
     socket.close(ec);
   } else {
     auto s = std::make_shared<session>(*this, std::move(socket));
@@ -419,6 +459,7 @@ bool metrics_exposer::server::make_room() {
   }
   if (!oldest)
     return false;
+  count(close_reason::evicted);
   oldest->close();
   return true;
 }

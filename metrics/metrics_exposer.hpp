@@ -40,13 +40,15 @@ struct metrics_exposer_limits {
   /// Seconds a connection has to deliver a complete request header,
   /// counted from accept, or from the first byte of a request on a
   /// keep-alive connection. A client that sends nothing or half a header
-  /// is disconnected when it runs out. (> 0) [5]
+  /// is disconnected when it runs out. (0, 86400] [5]
   double header_timeout = 5.0;
   /// Seconds a keep-alive connection may wait, between requests, for the
-  /// first byte of the next one. (> 0) [75, nginx's keepalive_timeout]
+  /// first byte of the next one. (0, 86400] [75, nginx's
+  /// keepalive_timeout]
   double idle_timeout = 75.0;
   /// Seconds a response may take to be written (a client that does not
-  /// read is disconnected). (> 0) [10, Prometheus's default scrape timeout]
+  /// read is disconnected). (0, 86400] [10, Prometheus's default scrape
+  /// timeout]
   double write_timeout = 10.0;
   /// Connections open at once. A connection accepted at the cap closes the
   /// oldest one waiting for a request (idle or with a partial header);
@@ -60,6 +62,13 @@ struct metrics_exposer_limits {
 /// registry on `address:port`, over HTTP/1.1 with keep-alive. Other paths
 /// answer 404, other methods on `/metrics` 405. One io thread, owned by
 /// the exposer; each scrape serialises the registry on that thread.
+///
+/// The listener adds one family to the registry, so that clients that
+/// hold connections without using them show on the scrape:
+///
+/// | metric | type | labels | counts |
+/// |--------|------|--------|--------|
+/// | outbound_metrics_connections_closed_total | counter | reason | connections closed without an answer: `header_timeout`, `idle_timeout`, `write_timeout`, `evicted` (the oldest waiting one, at the cap), `refused` (at the cap, every connection answering) |
 class metrics_exposer {
 public:
   /// Binds `address:port` (port 0: the system picks one; see port()) and

@@ -586,8 +586,16 @@ TEST(MetricsExposer, HalfARequestHeaderIsClosedAtTheDeadlineWhileScrapesGoOn) {
   // The deadline runs from accept, which follows connect: never early.
   EXPECT_GE(closed_at, 950.0);
   EXPECT_LT(closed_at, 5000.0);
-  // The listener still serves.
-  EXPECT_EQ(http_get(ex.port(), "/metrics").status, 200);
+  // The listener still serves, and counts what it closed.
+  auto r = http_get(ex.port(), "/metrics");
+  EXPECT_EQ(r.status, 200);
+  for (std::string reason : {"header_timeout", "idle_timeout",
+                              "write_timeout", "evicted", "refused"}) {
+    auto line = "outbound_metrics_connections_closed_total{reason=\""
+                + reason + "\"}";
+    EXPECT_EQ(lines_of(r.body, line),
+              line + (reason == "header_timeout" ? " 1\n" : " 0\n"));
+  }
 }
 
 TEST(MetricsExposer, IdleKeepAliveConnectionIsClosedAfterTheIdleTimeout) {
@@ -609,6 +617,11 @@ TEST(MetricsExposer, IdleKeepAliveConnectionIsClosedAfterTheIdleTimeout) {
               closed_at);
   EXPECT_GE(closed_at, 500.0);
   EXPECT_LT(closed_at, 5000.0);
+  EXPECT_EQ(lines_of(http_get(ex.port(), "/metrics").body,
+                     "outbound_metrics_connections_closed_total{reason="
+                     "\"idle_timeout\"}"),
+            "outbound_metrics_connections_closed_total{reason="
+            "\"idle_timeout\"} 1\n");
 }
 
 TEST(MetricsExposer, TwoScrapesOnOneKeepAliveConnection) {
@@ -693,7 +706,15 @@ TEST(MetricsExposer, AtTheConnectionCapTheOldestIdleConnectionMakesRoom) {
     idle.push_back(std::make_unique<tcp_client>(ex.port()));
     ASSERT_GE(idle.back()->fd, 0);
   }
-  EXPECT_EQ(http_get(ex.port(), "/metrics").status, 200);
+  auto r = http_get(ex.port(), "/metrics");
+  EXPECT_EQ(r.status, 200);
+  // One for the first scrape; of the 20 new connections the first takes
+  // the slot the scrape left, the other 19 each close one; one for the
+  // second scrape.
+  EXPECT_EQ(lines_of(r.body, "outbound_metrics_connections_closed_total{"
+                             "reason=\"evicted\"}"),
+            "outbound_metrics_connections_closed_total{reason=\"evicted\"} "
+            "21\n");
 }
 
 TEST(MetricsExposer, ShutsDownWellUnderASecondAfterServingRequests) {
