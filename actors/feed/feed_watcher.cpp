@@ -546,6 +546,7 @@ void enqueue_unreadable_frame(self_ptr self, const parsed_message& m) {
 
 void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
   auto& st = self->state;
+  auto before = st.neg->mode();
   auto r = st.neg->on_frame(m.frame);
   switch (r.decision) {
     case frame_decision::wake:
@@ -569,10 +570,10 @@ void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
       break;
   }
   // Catchup and ephemeral deliver events from frames: a frame that cannot
-  // be read may be an event (the ledger takes any message for a wake).
+  // be read may be an event (the ledger takes any message for a wake; a
+  // frame before any hello only makes the watcher infer ephemeral).
   if (m.frame.type == frame_type::not_json
-      && (st.neg->mode() == feed_mode::catchup
-          || st.neg->mode() == feed_mode::ephemeral))
+      && (before == feed_mode::catchup || before == feed_mode::ephemeral))
     enqueue_unreadable_frame(self, m);
   pump(self);
   if (frames_over(st, st.cfg.max_pending_frames,

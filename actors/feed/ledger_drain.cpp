@@ -45,6 +45,7 @@ drain_action ledger_drain::start() {
   raised_since_start_ = false;
   if (rewind_pending_) {
     stop_isolating(); // the old ledger's poison is not the new one's
+    checked_low_.reset();
     // The page in delivery (the old incarnation's) is done: forget the old
     // position and read the new ledger from its start.
     rewind_pending_ = false;
@@ -81,6 +82,12 @@ void ledger_drain::note_target(std::optional<int64_t> target) {
 
 drain_action ledger_drain::on_wake(std::optional<int64_t> target) {
   bool raised = false;
+  if (target && (*target < 0 || (checked_low_ && *target == *checked_low_))) {
+    // A negative head is garbage, and a low hint a page has already
+    // disproved says nothing new: neither is worth a replay call.
+    ++wakes_coalesced_;
+    return drain_action::none;
+  }
   if (target && *target < cursor_) {
     low_head_ = target; // maybe a stale hint: the next page decides
   } else if (target) {
@@ -239,8 +246,11 @@ page_plan ledger_drain::on_page(const page_summary& page) {
   }
   if (!page_stale_ && shows_rewind(page))
     page_stale_ = decide_rewind(epoch_source::head, std::nullopt);
-  else if (!page_stale_ && page.cursor && *page.cursor >= page_start_)
-    low_head_.reset(); // the low hint was stale
+  else if (!page_stale_ && page.cursor && *page.cursor >= page_start_) {
+    if (low_head_)
+      checked_low_ = low_head_; // the low hint was stale: remember it
+    low_head_.reset();
+  }
   if (page_stale_)
     return plan;
   if (isolate_ == isolate_phase::probing) {

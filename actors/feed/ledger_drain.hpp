@@ -423,6 +423,8 @@ private:
   /// The latest head hint below the cursor (the new ledger's head if a
   /// rewind follows).
   std::optional<int64_t> low_head_;
+  /// The last low hint a page disproved (repeats of it are coalesced).
+  std::optional<int64_t> checked_low_;
   uint64_t rewinds_ = 0;
   std::array<uint64_t, drain_error_reason_count> drain_errors_{};
   /// Poison-pill isolation.
