@@ -62,6 +62,9 @@ struct call_request {
   /// request_raw semantics: definitive HTTP statuses are returned in the
   /// outcome instead of as errors.
   bool raw = false;
+  /// Cap on this call's response body in bytes, instead of the client's
+  /// max_response_bytes (a feed watcher's replay pages). [the client's]
+  std::optional<std::size_t> max_response_bytes;
   /// Hedging clients only: key this call by the registered endpoint of this
   /// name, bypassing route matching. An unknown name fails the call with a
   /// config_error before anything is sent (never a fallback). [none]

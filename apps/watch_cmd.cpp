@@ -27,6 +27,7 @@
 #include <ostream>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 namespace outbound::apps {
 
@@ -67,6 +68,28 @@ std::string reset_line(const feed_reset& r) {
   o["new_epoch"] = opt_json(r.new_epoch);
   o["lost_from"] = opt_json(r.lost_from);
   o["lost_to"] = opt_json(r.lost_to);
+  if (r.cause == reset_cause::undeliverable) {
+    o["event_id"] = opt_json(r.event_id);
+    o["reason"] = r.reason;
+  }
+  return boost::json::serialize(o);
+}
+
+std::string failure_line(const feed_failure& f) {
+  boost::json::object o;
+  o["type"] = "failure";
+  o["source"] = f.source;
+  o["kind"] = f.kind;
+  o["status"] = f.status ? boost::json::value(f.status)
+                         : boost::json::value(nullptr);
+  o["detail"] = f.detail;
+  o["request_id"] = f.request_id;
+  if (!f.reason.empty())
+    o["reason"] = f.reason;
+  if (f.after)
+    o["after"] = *f.after;
+  if (f.limit)
+    o["limit"] = *f.limit;
   return boost::json::serialize(o);
 }
 
@@ -78,6 +101,11 @@ struct watch_sink {
   uint64_t limit = 0;
   uint64_t events = 0;
   uint64_t resets = 0;
+  /// Failures reported (one stderr line each), and the last one's kind.
+  std::ostream* err = nullptr;
+  std::vector<std::string> secrets;
+  uint64_t failures = 0;
+  std::optional<error_kind> last_error;
   /// Set on exit: nothing more is printed.
   bool closed = false;
 
@@ -100,8 +128,13 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
   cmd->footer(
     "Output: {\"type\":\"event\",\"event\":{...}} or {\"type\":\"reset\","
     "...} per line.\nEnds after --count events, after --duration seconds, "
-    "or on SIGINT/SIGTERM: the watcher stops, the summary goes to stderr, "
-    "exit 0.\nExit codes: 0 ok, 2 usage/config_error, 1 internal_error.");
+    "or on SIGINT/SIGTERM: the watcher stops, the summary goes to stderr.\n"
+    "Failures (replay errors, unreadable pages, WebSocket failures) are "
+    "JSON lines on stderr as they happen.\nExit codes: 0 the feed was "
+    "reached; never reached (or --fail-after gave up): 3 auth_error, 4 "
+    "request_error, 5 server_error, 6 response_error, 7 "
+    "service_unavailable (the last failure's kind); 2 usage/config_error, "
+    "1 internal_error.");
   auto& f = opts.feed;
   cmd->add_option("base_url", opts.base_url, "The hub's base URL")->required();
   cmd
@@ -157,6 +190,16 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
   cmd
     ->add_option("--duration", opts.duration, "Exit after S seconds (0: never)")
     ->capture_default_str();
+  cmd
+    ->add_option("--fail-after", opts.fail_after,
+                 "Give up (exit non-zero) after S seconds without having "
+                 "reached the feed (0: never)")
+    ->capture_default_str();
+  cmd
+    ->add_option("--max-response-bytes", f.replay_max_response_bytes,
+                 "Cap on one replay response, bytes (0: the client's, 32 "
+                 "MiB); a page over it is narrowed, not lost")
+    ->capture_default_str();
   return cmd;
 }
 
@@ -166,6 +209,8 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
   try {
     if (opts.duration < 0)
       throw usage_error("--duration must be >= 0");
+    if (!(opts.fail_after >= 0))
+      throw usage_error("--fail-after must be >= 0");
     auto fc = opts.feed;
     for (auto& p : opts.params) {
       auto eq = p.find('=');
@@ -182,6 +227,8 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     auto client = make_service_client(sys, cfg, copts);
     auto sink = std::make_shared<watch_sink>();
     sink->out = &out;
+    sink->err = &err;
+    sink->secrets = secrets;
     sink->limit = opts.count;
     feed_watcher_options wo;
     wo.client = client;
@@ -210,20 +257,49 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
       *sink->out << reset_line(r) << '\n' << std::flush;
       ++sink->resets;
     };
+    // Runs on the watcher's thread: a quick, locked write.
+    wo.on_failure = [sink](const feed_failure& f) {
+      std::lock_guard<std::mutex> lock{sink->mu};
+      ++sink->failures;
+      if (f.error)
+        sink->last_error = f.error;
+      if (sink->closed)
+        return;
+      *sink->err << redact(failure_line(f), sink->secrets) << '\n'
+                 << std::flush;
+    };
     stop_signal = 0;
     auto old_int = std::signal(SIGINT, on_stop_signal);
     auto old_term = std::signal(SIGTERM, on_stop_signal);
     auto w = spawn_feed_watcher(sys, fc, std::move(wo));
     auto t0 = std::chrono::steady_clock::now();
+    bool gave_up = false;
     {
       std::unique_lock<std::mutex> lock{sink->mu};
+      bool reach_checked = opts.fail_after <= 0;
       for (;;) {
         if (sink->done() || stop_signal)
           break;
+        auto elapsed = std::chrono::steady_clock::now() - t0;
         if (opts.duration > 0
-            && std::chrono::steady_clock::now() - t0
-                 >= std::chrono::duration<double>(opts.duration))
+            && elapsed >= std::chrono::duration<double>(opts.duration))
           break;
+        if (!reach_checked
+            && elapsed >= std::chrono::duration<double>(opts.fail_after)) {
+          // Not under the lock: the watcher's failure reports take it.
+          lock.unlock();
+          bool reached = false;
+          caf::scoped_actor self{sys};
+          self->request(w, std::chrono::seconds(5), stats_atom_v)
+            .receive([&](const feed_stats& s) { reached = s.reached; },
+                     [&](const caf::error&) {});
+          lock.lock();
+          reach_checked = true;
+          if (!reached) {
+            gave_up = true;
+            break;
+          }
+        }
         sink->cv.wait_for(lock, std::chrono::milliseconds(50));
       }
     }
@@ -281,8 +357,31 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     sum["drain_errors"] = st.drain_errors;
     sum["reconnects"] = st.reconnects;
     sum["peer_timeouts"] = st.peer_timeouts;
-    err << boost::json::serialize(sum) << '\n';
-    return 0;
+    sum["replay_errors"] = st.replay_errors;
+    boost::json::object by_reason;
+    for (std::size_t r = 0; r < drain_error_reason_count; ++r)
+      if (st.drain_errors_by_reason[r] > 0)
+        by_reason[to_string(static_cast<drain_error_reason>(r))]
+          = st.drain_errors_by_reason[r];
+    sum["drain_errors_by_reason"] = std::move(by_reason);
+    sum["undeliverable"]
+      = st.resets_by_cause[static_cast<std::size_t>(
+        reset_cause::undeliverable)];
+    sum["wakes_coalesced"] = st.wakes_coalesced;
+    std::optional<error_kind> last_error;
+    {
+      std::lock_guard<std::mutex> lock{sink->mu};
+      sum["failures"] = sink->failures;
+      last_error = sink->last_error;
+    }
+    sum["reached"] = st.reached;
+    if (gave_up)
+      sum["gave_up"] = true;
+    err << redact(boost::json::serialize(sum), secrets) << '\n';
+    if (st.reached)
+      return 0;
+    // Never reached the feed: a broken feed is not a quiet one.
+    return exit_code(last_error.value_or(error_kind::service_unavailable));
   } catch (const config_error& e) {
     err << redact(usage_error_json("config_error", e.what()), secrets) << '\n';
     return usage_exit_code;

@@ -101,6 +101,8 @@ void add_feed_counters(feed_stats& sum, const feed_stats& s) {
   sum.reconnects += s.reconnects;
   sum.peer_timeouts += s.peer_timeouts;
   sum.drain_errors += s.drain_errors;
+  for (std::size_t r = 0; r < drain_error_reason_count; ++r)
+    sum.drain_errors_by_reason[r] += s.drain_errors_by_reason[r];
   sum.replay_errors += s.replay_errors;
   sum.overflows += s.overflows;
   sum.event_callback_errors += s.event_callback_errors;
@@ -119,6 +121,7 @@ bool expected_cause(const std::string& mode, reset_cause cause) {
     case reset_cause::reconnect:
     case reset_cause::inferred:
     case reset_cause::wake: return mode == "ephemeral";
+    case reset_cause::undeliverable: return false; // any mode, once seen
   }
   return false;
 }
@@ -152,9 +155,18 @@ void render_feed(family_set& out, const label_list& l, const feed_stats& s) {
   out.counter("outbound_feed_peer_timeouts_total",
               "WebSocket sessions closed as a dead peer (keepalive)", l,
               as_double(s.peer_timeouts));
-  out.counter("outbound_feed_drain_errors_total",
-              "Bad replay pages and full pages that did not move the cursor",
-              l, as_double(s.drain_errors));
+  for (std::size_t r = 0; r < drain_error_reason_count; ++r) {
+    // A ledger feed exports every reason from 0; others once seen.
+    if (s.drain_errors_by_reason[r] == 0 && l[1].value != "ledger")
+      continue;
+    out.counter("outbound_feed_drain_errors_total",
+                "Replay pages the watcher could not read or use, by reason "
+                "(unparseable, over_cap, bad_page, bad_event, anomaly, "
+                "stalled)",
+                {{"reason", to_string(static_cast<drain_error_reason>(r))},
+                 l[0], l[1]},
+                as_double(s.drain_errors_by_reason[r]));
+  }
   out.counter("outbound_feed_replay_errors_total",
               "Replay calls that failed (retried on the next tick)", l,
               as_double(s.replay_errors));

@@ -134,7 +134,7 @@ inline constexpr const char* other_feeds_label = "_other";
 /// | outbound_feed_resets_total              | counter | feed, mode, cause | resets delivered, by reset_cause (the mode's causes from 0, others once seen) |
 /// | outbound_feed_reconnects_total          | counter | feed, mode | sessions dialled after the first |
 /// | outbound_feed_peer_timeouts_total       | counter | feed, mode | sessions closed as a dead peer |
-/// | outbound_feed_drain_errors_total        | counter | feed, mode | bad or stuck replay pages |
+/// | outbound_feed_drain_errors_total        | counter | feed, mode, reason | replay pages not read or used, by drain_error_reason (ledger feeds: every reason from 0) |
 /// | outbound_feed_replay_errors_total       | counter | feed, mode | replay calls that failed |
 /// | outbound_feed_overflows_total           | counter | feed, mode | sessions closed for undelivered frames |
 /// | outbound_feed_callback_errors_total     | counter | feed, mode | deliveries the subscriber failed |

@@ -255,7 +255,9 @@ void finish_response(self_ptr self, http_response resp) {
     call_error e;
     e.kind = error_kind::response_error;
     e.detail = "response body over max_response_bytes ("
-               + std::to_string(cfg.max_response_bytes) + " bytes)";
+               + std::to_string(st.call.max_response_bytes.value_or(
+                 cfg.max_response_bytes))
+               + " bytes)";
     return e;
   };
   std::optional<call_error> err;
@@ -552,7 +554,8 @@ bool fire_hedge(self_ptr self, hedge_permit p) {
   if (p.holds_probe())
     st.permit = std::move(p);
   http_request req = st.base;
-  req.max_body_bytes = st.ctx->cfg.max_response_bytes;
+  req.max_body_bytes
+    = st.call.max_response_bytes.value_or(st.ctx->cfg.max_response_bytes);
   req.fresh_connection = false;
   if (st.retry_count > 0)
     set_header(req.headers, "x-retry-count", std::to_string(st.retry_count));
@@ -621,7 +624,8 @@ void send_attempt(self_ptr self) {
   st.hedge = {};
   st.hedge_tried = false;
   http_request req = st.base;
-  req.max_body_bytes = st.ctx->cfg.max_response_bytes;
+  req.max_body_bytes
+    = st.call.max_response_bytes.value_or(st.ctx->cfg.max_response_bytes);
   req.fresh_connection = plan.fresh_connection;
   if (plan.retry_count > 0) {
     auto n = std::to_string(plan.retry_count);

@@ -222,7 +222,7 @@ built_request build_request(const client_config& cfg, const url_parts& base,
 
   if (call.has_body)
     req.body = call.body;
-  req.max_body_bytes = cfg.max_response_bytes;
+  req.max_body_bytes = call.max_response_bytes.value_or(cfg.max_response_bytes);
   r.ok = true;
   r.request_id = std::move(request_id);
   return r;

@@ -58,6 +58,12 @@ struct feed_config {
   int64_t cursor = 0;
   /// Replay page size (>= 1). [500]
   int limit = 500;
+  /// Cap on one replay response body in bytes, for this watcher's replay
+  /// calls only; 0 uses the service client's max_response_bytes (32 MiB by
+  /// default). A page over the cap is not lost: the drain narrows it (see
+  /// ledger_drain), so the cap bounds memory, not what can be delivered
+  /// short of one event over it. [0]
+  std::size_t replay_max_response_bytes = 0;
   /// Period of the ledger poll tick that self-heals lost wakes (> 0). [30]
   double poll_interval = 30.0;
   /// A session connected this long counts as healthy for the reconnect

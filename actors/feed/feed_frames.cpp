@@ -63,6 +63,7 @@ parsed_message parse_message(std::string_view payload,
   auto v = json::parse(payload, ec);
   if (ec || !v.is_object()) {
     m.frame.type = frame_type::not_json;
+    m.error = ec ? ec.message() : "not a JSON object";
     return m;
   }
   auto& o = v.get_object();
@@ -128,18 +129,39 @@ parsed_page parse_page(const json::value& body, const feed_fields& fields,
   return p;
 }
 
-call_request replay_request(const feed_config& cfg, int64_t after) {
+call_request replay_request(const feed_config& cfg, int64_t after,
+                            int limit) {
   call_request c;
   c.method = "GET";
   c.path = cfg.replay_path;
+  if (cfg.replay_max_response_bytes > 0)
+    c.max_response_bytes = cfg.replay_max_response_bytes;
   auto& f = cfg.fields;
   c.params.emplace_back(f.after_param, std::to_string(after));
-  c.params.emplace_back(f.limit_param, std::to_string(cfg.limit));
+  c.params.emplace_back(f.limit_param,
+                        std::to_string(limit > 0 ? limit : cfg.limit));
   for (auto& p : cfg.prefixes)
     c.params.emplace_back(f.prefix_param, p);
   for (auto& kv : f.extra_params)
     c.params.push_back(kv);
   return c;
+}
+
+std::optional<drain_error_reason> unreadable_reason(const call_error& e) {
+  if (e.kind != error_kind::response_error)
+    return std::nullopt;
+  // A 2xx over the cap ends as the transport's too_large, before (or
+  // without) a status: the answer was there, too big to read.
+  if (e.cause == transport_error_kind::too_large)
+    return drain_error_reason::over_cap;
+  if (e.status < 200 || e.status >= 300)
+    return std::nullopt;
+  // The client's 2xx response errors: a body over the cap (the transport's
+  // too_large, or actors/call/call_actor.cpp "response body over
+  // max_response_bytes (N bytes)"), and a body that is not JSON.
+  if (e.detail.find("max_response_bytes") != std::string::npos)
+    return drain_error_reason::over_cap;
+  return drain_error_reason::unparseable;
 }
 
 } // namespace outbound

@@ -51,6 +51,8 @@ struct parsed_message {
   frame_info frame;
   /// The parsed JSON object (null when the message is not a JSON object).
   boost::json::value json;
+  /// not_json: why ("<parser message>" or "not a JSON object").
+  std::string error;
 };
 
 /// Classifies a message. Never throws: a payload that is not a JSON object
@@ -76,8 +78,16 @@ parsed_page parse_page(const boost::json::value& body,
                        const feed_fields& fields,
                        std::size_t max_events = static_cast<std::size_t>(-1));
 
-/// The replay call: GET replay_path with after=`after`, limit, one prefix
-/// parameter per prefix, then the extra parameters.
-call_request replay_request(const feed_config& cfg, int64_t after);
+/// The replay call: GET replay_path with after=`after`, limit (`limit`, or
+/// cfg.limit when 0), one prefix parameter per prefix, then the extra
+/// parameters; capped at cfg.replay_max_response_bytes when set.
+call_request replay_request(const feed_config& cfg, int64_t after,
+                            int limit = 0);
+
+/// The drain error of a replay answer that came back but cannot be read
+/// (a 2xx response_error: over the cap, or a body that does not parse);
+/// nullopt for every other failure (a transport error, an HTTP status),
+/// which is a replay error, retried as it is.
+std::optional<drain_error_reason> unreadable_reason(const call_error& e);
 
 } // namespace outbound

@@ -64,9 +64,20 @@ struct feed_reset {
   ///   starts again at the new ledger's start;
   /// - resync, reconnect (same epoch): (last_seq, new_seq];
   /// - gap: (last_seq, new_seq];
-  /// - epoch_changed, inferred, wake: (last_seq, unknown].
+  /// - epoch_changed, inferred, wake: (last_seq, unknown];
+  /// - undeliverable, ledger: (from_cursor, event_id] -- the one event the
+  ///   watcher could not read (with prefixes the ids between are other
+  ///   subjects'); in-frame: (last_seq, unknown].
   std::optional<int64_t> lost_from;
   std::optional<int64_t> lost_to;
+  /// undeliverable, ledger: the id of the event that could not be read
+  /// (found by narrowing the page to one event); the cursor moves past it
+  /// once this reset is acknowledged.
+  std::optional<int64_t> event_id;
+  /// undeliverable: why it could not be read, "<drain_error_reason>: <the
+  /// client's detail>" (e.g. "over_cap: response body over
+  /// max_response_bytes (33554432 bytes)"); empty for other causes.
+  std::string reason;
   /// The replay page (without its events array) or the hello frame that
   /// caused the reset; null when inferred.
   boost::json::value detail;
@@ -102,8 +113,22 @@ struct feed_stats {
   uint64_t resets = 0;
   /// The same by cause, indexed by reset_cause (sums to `resets`).
   std::array<uint64_t, reset_cause_count> resets_by_cause{};
-  /// Bad replay pages and full pages that did not move the cursor.
+  /// Replay pages the watcher could not read or use: unparseable or
+  /// over-cap bodies (each page of a narrowing counts), bad pages, full
+  /// pages that did not move the cursor. Sum of `drain_errors_by_reason`.
   uint64_t drain_errors = 0;
+  /// The same by reason, indexed by drain_error_reason.
+  std::array<uint64_t, drain_error_reason_count> drain_errors_by_reason{};
+  /// Wakes that started no drain: one was in flight with one already
+  /// pending, a re-drain / retry backoff was armed and the wake did not
+  /// raise the target, or the wake announced the cursor already reached.
+  uint64_t wakes_coalesced = 0;
+  /// Event frames (catchup / ephemeral) that were not a JSON object and
+  /// were delivered as an undeliverable reset.
+  uint64_t unreadable_frames = 0;
+  /// The feed was reached at least once: a replay page was read (a watcher
+  /// with a replay path), or a WebSocket session opened (ws-only).
+  bool reached = false;
   /// Replay calls that failed (unreachable, non-JSON, HTTP error); retried
   /// on the next tick with the cursor untouched.
   uint64_t replay_errors = 0;
@@ -117,6 +142,33 @@ struct feed_stats {
   uint64_t pages = 0;
   /// Sessions closed because undelivered in-frame events piled up.
   uint64_t overflows = 0;
+};
+
+/// A failure the watcher met on its way to the feed, reported as it
+/// happens to `feed_watcher_options::on_failure` (for `outbound watch`'s
+/// stderr); the watcher goes on (retries, reconnects) either way.
+struct feed_failure {
+  /// "replay" (a replay call failed), "page" (a replay page could not be
+  /// read: a drain error), "websocket" (a session failed to open or broke),
+  /// "frame" (an event frame could not be read).
+  std::string source;
+  /// replay / websocket: the error kind ("auth_error", "request_error",
+  /// "service_unavailable", ...); page: the drain_error_reason; frame:
+  /// "unreadable".
+  std::string kind;
+  /// The error kind as a value (replay and websocket), for exit codes.
+  std::optional<error_kind> error;
+  /// The HTTP status seen (0: none).
+  int status = 0;
+  /// The client's or the session's description (never the credential).
+  std::string detail;
+  /// The replay call's x-request-id (empty for WebSocket failures).
+  std::string request_id;
+  /// websocket: the ws_close_reason ("connect", "tls", "handshake", ...).
+  std::string reason;
+  /// replay / page: the query asked (`after`, `limit`).
+  std::optional<int64_t> after;
+  std::optional<int> limit;
 };
 
 /// Typed interface of a subscriber: answers each delivery with `ack_atom`

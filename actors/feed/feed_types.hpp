@@ -59,17 +59,54 @@ enum class reset_cause : uint8_t {
   /// rebuilds its state (the same "revision rewound" case as etcd/Kubernetes
   /// watchers after a restore, kubernetes/kubernetes#107457).
   rewind,
+  /// Any mode: one event the watcher cannot read (a replay page that does
+  /// not parse, nests too deep or exceeds the response cap even at limit 1;
+  /// an event frame that is not a JSON object). The "poison pill" of a
+  /// Kafka consumer, surfaced instead of stalling: the application decides
+  /// (fetch it another way, or skip it). Ledger: `event_id` names it, the
+  /// lost range is (cursor before it, event_id]; in-frame: the seq is
+  /// unknown. `reason` says why it could not be read.
+  undeliverable,
 };
 
 /// Number of reset_cause values (the size of per-cause counter arrays).
-inline constexpr std::size_t reset_cause_count = 8;
-static_assert(static_cast<std::size_t>(reset_cause::rewind) + 1
+inline constexpr std::size_t reset_cause_count = 9;
+static_assert(static_cast<std::size_t>(reset_cause::undeliverable) + 1
                 == reset_cause_count,
               "reset_cause_count must follow reset_cause");
 
 /// "retention", "resync", "epoch_changed", "reconnect", "inferred", "wake",
-/// "gap", "rewind".
+/// "gap", "rewind", "undeliverable".
 const char* to_string(reset_cause c);
+
+/// Why a replay page counted at drain_errors (one metric label each).
+enum class drain_error_reason : uint8_t {
+  /// A 2xx body that is not JSON, or JSON nested deeper than the parser's
+  /// limit: the page is narrowed to isolate the event.
+  unparseable,
+  /// A body over the replay response cap: the page is narrowed.
+  over_cap,
+  /// Not a JSON object, or ids above the cursor that go backward (the
+  /// ledger's order is broken): never narrowed, retried on the next tick.
+  bad_page,
+  /// Events without an id on a page that does not move the cursor: the
+  /// page is narrowed to isolate the event.
+  bad_event,
+  /// Repeated ids or more events than the limit (delivered once each).
+  anomaly,
+  /// A full page that did not move the cursor, or the same rewind
+  /// evidence twice.
+  stalled,
+};
+
+/// Number of drain_error_reason values.
+inline constexpr std::size_t drain_error_reason_count = 6;
+static_assert(static_cast<std::size_t>(drain_error_reason::stalled) + 1
+                == drain_error_reason_count,
+              "drain_error_reason_count must follow drain_error_reason");
+
+/// "unparseable", "over_cap", "bad_page", "bad_event", "anomaly", "stalled".
+const char* to_string(drain_error_reason r);
 
 /// Seconds to nanoseconds, rounded; negative and non-finite give 0.
 feed_duration feed_seconds(double seconds);

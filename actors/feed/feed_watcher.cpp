@@ -15,6 +15,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include <cstdlib>
 #include <algorithm>
 #include <deque>
 #include <exception>
@@ -118,6 +119,8 @@ struct watcher_state {
   uint64_t poll_token = 0;
   uint64_t frame_resets = 0;
   std::array<uint64_t, reset_cause_count> frame_resets_by_cause{};
+  /// The feed was reached (feed_stats::reached).
+  bool reached = false;
   feed_stats counters;
 
   static inline const char* name = "outbound.feed_watcher";
@@ -149,7 +152,15 @@ feed_stats make_stats(self_ptr self) {
       += st.drain->resets();
     s.resets_by_cause[static_cast<std::size_t>(reset_cause::rewind)]
       += st.drain->rewinds();
+    s.resets += st.drain->undeliverable();
+    s.resets_by_cause[static_cast<std::size_t>(reset_cause::undeliverable)]
+      += st.drain->undeliverable();
+    for (std::size_t r = 0; r < drain_error_reason_count; ++r)
+      s.drain_errors_by_reason[r]
+        = st.drain->drain_errors(static_cast<drain_error_reason>(r));
+    s.wakes_coalesced = st.drain->wakes_coalesced();
   }
+  s.reached = st.reached;
   s.drain_errors = st.drain ? st.drain->drain_errors() : 0;
   s.pages = st.drain ? st.drain->pages() : 0;
   return s;
@@ -166,6 +177,32 @@ void shutdown(self_ptr self) {
     st.session->reset();
   }
   self->quit();
+}
+
+void report(self_ptr self, feed_failure f) {
+  auto& fn = self->state.opts.on_failure;
+  if (!fn)
+    return;
+  try {
+    fn(f);
+  } catch (...) {
+    // An observer must not take the watcher down.
+  }
+}
+
+void report_replay(self_ptr self, const call_error& e, const char* source,
+                   std::string kind) {
+  auto& st = self->state;
+  feed_failure f;
+  f.source = source;
+  f.kind = std::move(kind);
+  f.error = e.kind;
+  f.status = e.status;
+  f.detail = e.detail;
+  f.request_id = e.request_id;
+  f.after = st.drain->fetch_after();
+  f.limit = st.drain->fetch_limit();
+  report(self, std::move(f));
 }
 
 bool can_drain(self_ptr self) {
@@ -196,6 +233,9 @@ void quiesce_drain(self_ptr self) {
 void act(self_ptr self, drain_action a) {
   if (a == drain_action::fetch)
     do_fetch(self);
+  else if (a == drain_action::rearm)
+    self->delayed_send(self, self->state.drain->rearm_delay(), redrain_atom_v,
+                       self->state.drain->rearm_id());
 }
 
 void request_drain(self_ptr self, drain_trigger why) {
@@ -226,15 +266,29 @@ void page_done(self_ptr self) {
   after_drain(self, st.drain->on_page_done());
 }
 
+void on_fetch_error(self_ptr self, const call_error& e) {
+  auto& st = self->state;
+  if (auto why = unreadable_reason(e)) {
+    // The replay answered, but the page cannot be read: a drain error,
+    // narrowed to the event that causes it (ledger_drain).
+    report_replay(self, e, "page", to_string(*why));
+    after_drain(self, st.drain->on_unreadable(*why, e.detail));
+    return;
+  }
+  ++st.counters.replay_errors;
+  report_replay(self, e, "replay", to_string(e.kind));
+  after_drain(self, st.drain->on_fetch_failed());
+}
+
 void on_page(self_ptr self, const call_outcome& o) {
   auto& st = self->state;
   if (!o.ok) {
-    ++st.counters.replay_errors;
-    after_drain(self, st.drain->on_fetch_failed());
+    on_fetch_error(self, o.error);
     return;
   }
+  st.reached = true;
   auto page = parse_page(o.body, st.cfg.fields,
-                         static_cast<std::size_t>(st.drain->limit()));
+                         static_cast<std::size_t>(st.drain->fetch_limit()));
   auto plan = st.drain->on_page(page.summary);
   st.page_active = true;
   st.page_outstanding = 0;
@@ -252,11 +306,14 @@ void on_page(self_ptr self, const call_outcome& o) {
     d.rs.lost_to = plan.reset_to;
     d.rs.old_epoch = std::move(plan.old_epoch);
     d.rs.new_epoch = std::move(plan.new_epoch);
+    d.rs.event_id = plan.event_id;
+    d.rs.reason = std::move(plan.reason);
     // The page without its events, in the page's own key order.
     boost::json::object detail;
-    for (auto& kv : o.body.get_object())
-      if (kv.key() != st.cfg.fields.events)
-        detail.emplace(kv.key(), kv.value());
+    if (o.body.is_object())
+      for (auto& kv : o.body.get_object())
+        if (kv.key() != st.cfg.fields.events)
+          detail.emplace(kv.key(), kv.value());
     d.rs.detail = std::move(detail);
     st.queue.push_back(std::move(d));
     ++st.page_outstanding;
@@ -282,19 +339,22 @@ void do_fetch(self_ptr self) {
   auto token = ++st.fetch_token;
   self
     ->request(st.opts.client, caf::infinite,
-              replay_request(st.cfg, st.drain->cursor()))
+              replay_request(st.cfg, st.drain->fetch_after(),
+                             st.drain->fetch_limit()))
     .then(
       [self, token](call_outcome& o) {
         if (token != self->state.fetch_token)
           return;
         on_page(self, o);
       },
-      [self, token](caf::error&) {
+      [self, token](caf::error& err) {
         auto& st = self->state;
         if (token != st.fetch_token)
           return;
-        ++st.counters.replay_errors;
-        after_drain(self, st.drain->on_fetch_failed());
+        call_error e;
+        e.kind = error_kind::service_unavailable;
+        e.detail = "replay call failed: " + caf::to_string(err);
+        on_fetch_error(self, e);
       });
 }
 
@@ -463,8 +523,30 @@ bool frames_over(const watcher_state& st, std::size_t frames,
   return st.frames_queued > frames || st.frames_bytes > bytes;
 }
 
+/// An in-frame event that cannot be read: one undeliverable reset in its
+/// place (the seq is unknown), never silence.
+void enqueue_unreadable_frame(self_ptr self, const parsed_message& m) {
+  auto& st = self->state;
+  ++st.counters.unreadable_frames;
+  frame_reset_info info;
+  info.cause = reset_cause::undeliverable;
+  info.last_seq = st.neg->last_seq();
+  info.lost_from = st.neg->last_seq();
+  info.old_epoch = st.neg->epoch();
+  info.new_epoch = st.neg->epoch();
+  auto reason = "unparseable: " + m.error;
+  feed_failure f;
+  f.source = "frame";
+  f.kind = "unparseable";
+  f.detail = reason;
+  report(self, std::move(f));
+  enqueue_frame_reset(self, info, nullptr, false);
+  st.queue.back().rs.reason = std::move(reason);
+}
+
 void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
   auto& st = self->state;
+  auto before = st.neg->mode();
   auto r = st.neg->on_frame(m.frame);
   switch (r.decision) {
     case frame_decision::wake:
@@ -487,6 +569,12 @@ void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
                           r.reset->cause == reset_cause::inferred);
       break;
   }
+  // Catchup and ephemeral deliver events from frames: a frame that cannot
+  // be read may be an event (the ledger takes any message for a wake; a
+  // frame before any hello only makes the watcher infer ephemeral).
+  if (m.frame.type == frame_type::not_json
+      && (before == feed_mode::catchup || before == feed_mode::ephemeral))
+    enqueue_unreadable_frame(self, m);
   pump(self);
   if (frames_over(st, st.cfg.max_pending_frames,
                   st.cfg.max_pending_frame_bytes)
@@ -512,6 +600,8 @@ void on_ws_event(self_ptr self, ws_event& ev) {
       st.opened = true;
       st.opened_at = now;
       ++st.counters.connects;
+      if (!st.drain)
+        st.reached = true; // ws-only: the session is the feed
       std::optional<int64_t> cursor;
       if (st.drain)
         cursor = st.drain->cursor();
@@ -546,6 +636,28 @@ void on_ws_event(self_ptr self, ws_event& ev) {
         st.ka->on_activity(now);
       break;
     case ws_event::kind::closed:
+      if (ev.reason != ws_close_reason::local
+          && ev.reason != ws_close_reason::peer_closed) {
+        feed_failure f;
+        f.source = "websocket";
+        f.reason = to_string(ev.reason);
+        f.detail = ev.detail;
+        f.kind = "service_unavailable";
+        f.error = error_kind::service_unavailable;
+        // "upgrade refused: HTTP 401 ..." (protocol/ws_session.cpp).
+        auto at = ev.detail.find("HTTP ");
+        if (ev.reason == ws_close_reason::handshake
+            && at != std::string::npos) {
+          auto status = std::atoi(ev.detail.c_str() + at + 5);
+          if (status >= 100 && status <= 999 && status != 101) {
+            f.status = status;
+            auto e = classify_status(status);
+            f.error = e.kind;
+            f.kind = to_string(e.kind);
+          }
+        }
+        report(self, std::move(f));
+      }
       end_session(self, false);
       break;
   }

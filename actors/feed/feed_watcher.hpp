@@ -94,6 +94,12 @@ struct feed_watcher_options {
   /// Seed of the watcher's jitter and client-id generator; 0 seeds from
   /// std::random_device. [0]
   uint64_t seed = 0;
+  /// Called on the watcher's own thread for every failure on the way to
+  /// the feed (a replay call that failed, a page it could not read, a
+  /// WebSocket session that failed to open or broke, an unreadable event
+  /// frame), as it happens; the watcher goes on either way. Must be quick
+  /// and must not block; an exception it throws is dropped. [none]
+  std::function<void(const feed_failure&)> on_failure;
 };
 
 /// Spawns a watcher and starts it (drain, poll tick, dial). It runs until

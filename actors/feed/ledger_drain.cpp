@@ -1,6 +1,8 @@
 #include "actors/feed/ledger_drain.hpp"
 
 #include <algorithm>
+#include <limits>
+#include <numeric>
 
 namespace outbound {
 
@@ -9,13 +11,41 @@ ledger_drain::ledger_drain(int64_t cursor, int limit,
   : cursor_(cursor),
     limit_(std::max(limit, 1)),
     redrain_cap_(std::max<feed_duration>(std::chrono::seconds{3},
-                                         poll_interval)) {
+                                         poll_interval)),
+    fetch_limit_(limit_) {
+}
+
+uint64_t ledger_drain::drain_errors() const {
+  return std::accumulate(drain_errors_.begin(), drain_errors_.end(),
+                         uint64_t{0});
+}
+
+void ledger_drain::count(drain_error_reason why) {
+  ++drain_errors_[static_cast<std::size_t>(why)];
+}
+
+int64_t ledger_drain::fetch_after() const {
+  return isolate_ == isolate_phase::probing ? probe_x_ : cursor_;
+}
+
+void ledger_drain::stop_isolating() {
+  isolate_ = isolate_phase::none;
+  fetch_limit_ = limit_;
+  probe_hi_.reset();
+  probe_step_ = 0;
+  probe_linear_ = 0;
+  skip_to_.reset();
+  give_up_ = false;
 }
 
 drain_action ledger_drain::start() {
   state_ = state::fetching;
   pending_ = false;
+  armed_ = false;
+  raised_since_start_ = false;
   if (rewind_pending_) {
+    stop_isolating(); // the old ledger's poison is not the new one's
+    checked_low_.reset();
     // The page in delivery (the old incarnation's) is done: forget the old
     // position and read the new ledger from its start.
     rewind_pending_ = false;
@@ -46,15 +76,51 @@ void ledger_drain::note_target(std::optional<int64_t> target) {
   if (target && (!target_ || *target > *target_)) {
     target_ = target;
     redrain_delay_ = redrain_floor;
+    raised_since_start_ = true;
   }
 }
 
 drain_action ledger_drain::on_wake(std::optional<int64_t> target) {
-  if (target && *target < cursor_)
+  bool raised = false;
+  if (target && (*target < 0 || (checked_low_ && *target == *checked_low_))) {
+    // A negative head is garbage, and a low hint a page has already
+    // disproved says nothing new: neither is worth a replay call.
+    ++wakes_coalesced_;
+    return drain_action::none;
+  }
+  if (target && *target < cursor_) {
     low_head_ = target; // maybe a stale hint: the next page decides
-  else
+  } else if (target) {
+    raised = !target_ || *target > *target_;
     note_target(target);
-  return request(drain_trigger::wake);
+  }
+  if (state_ != state::idle) {
+    // One drain in flight, at most one pending: whatever the wake rate.
+    if (pending_)
+      ++wakes_coalesced_;
+    pending_ = true;
+    return drain_action::queued;
+  }
+  if (armed_) {
+    // A re-drain or retry timer runs the next drain: a wake must not undo
+    // its backoff (seed 000: an unreachable target decays to the poll
+    // cadence however many wakes repeat it). A raised target brings the
+    // timer forward to the floor, once.
+    if (raised && armed_delay_ > redrain_floor) {
+      armed_delay_ = redrain_floor;
+      ++redrain_gen_;
+      return drain_action::rearm;
+    }
+    ++wakes_coalesced_;
+    return drain_action::none;
+  }
+  if (!armed_ && target && *target == cursor_
+      && (!target_ || cursor_ >= *target_)) {
+    // The hub announces exactly what has been delivered: nothing to read.
+    ++wakes_coalesced_;
+    return drain_action::none;
+  }
+  return start();
 }
 
 std::optional<std::string>* ledger_drain::slot(epoch_source src) {
@@ -90,7 +156,7 @@ bool ledger_drain::decide_rewind(epoch_source src,
       && last_rewind_->second == key) {
     // The same evidence as the last rewind, after its replay: a server
     // anomaly, not a new incarnation. Counted, never a reset loop.
-    ++drain_errors_;
+    count(drain_error_reason::stalled);
     return false;
   }
   rewind_pending_ = true;
@@ -150,6 +216,9 @@ drain_action ledger_drain::on_hello(const std::optional<std::string>& epoch,
 void ledger_drain::quiesce() {
   state_ = state::idle;
   pending_ = false;
+  armed_ = false;
+  page_probe_ = false;
+  stop_isolating();
   ++redrain_gen_;
 }
 
@@ -177,13 +246,42 @@ page_plan ledger_drain::on_page(const page_summary& page) {
   }
   if (!page_stale_ && shows_rewind(page))
     page_stale_ = decide_rewind(epoch_source::head, std::nullopt);
-  else if (!page_stale_ && page.cursor && *page.cursor >= page_start_)
-    low_head_.reset(); // the low hint was stale
+  else if (!page_stale_ && page.cursor && *page.cursor >= page_start_) {
+    if (low_head_)
+      checked_low_ = low_head_; // the low hint was stale: remember it
+    low_head_.reset();
+  }
   if (page_stale_)
     return plan;
+  if (isolate_ == isolate_phase::probing) {
+    // A probe: only "readable or not" matters; nothing is delivered from
+    // it (the events after the poison come with the next page, in order).
+    page_probe_ = true;
+    bool readable = page.is_object && (page.ids.empty() || page.ids.front());
+    if (!readable)
+      count(page.is_object ? drain_error_reason::bad_event
+                           : drain_error_reason::bad_page);
+    else
+      retry_delay_ = redrain_floor;
+    probe_step(readable);
+    if (skip_to_) {
+      plan.reset = true;
+      plan.cause = reset_cause::undeliverable;
+      plan.reset_from = page_start_;
+      plan.reset_to = skip_to_;
+      plan.event_id = skip_to_;
+      plan.reason = std::string{to_string(isolate_reason_)} + ": "
+                    + isolate_detail_;
+      ++undeliverable_;
+    }
+    return plan;
+  }
+  if (page.is_object)
+    retry_delay_ = redrain_floor; // the replay answers again
   page_count_ = page.ids.size();
   page_cursor_ = page.cursor;
   page_bad_ = !page.is_object;
+  page_bad_event_ = false;
   page_over_limit_ = page.over_limit;
   // Ids above the cursor must not go backward: a page that does has lost
   // the ledger's order, and neither delivering it (a reorder) nor skipping
@@ -212,16 +310,21 @@ page_plan ledger_drain::on_page(const page_summary& page) {
     bool progress = high > page_start_
                     || (!page.over_limit && page.cursor
                         && *page.cursor > page_start_);
-    if (unpositioned && !progress)
+    if (unpositioned && !progress && !page_bad_) {
+      // Events that can be neither delivered nor passed: narrow the page
+      // to isolate them (on_page_done).
       page_bad_ = true;
+      page_bad_event_ = true;
+    }
   }
   if (page_bad_) {
-    ++drain_errors_;
+    count(page_bad_event_ ? drain_error_reason::bad_event
+                          : drain_error_reason::bad_page);
     plan.verdict = page_verdict::bad_page;
     return plan;
   }
   if (repeated || page.over_limit) {
-    ++drain_errors_;
+    count(drain_error_reason::anomaly);
     plan.anomaly = true;
   }
   if (rewind_armed_) {
@@ -285,44 +388,174 @@ void ledger_drain::on_event_delivered(std::optional<int64_t> id) {
 }
 
 drain_next ledger_drain::on_page_done() {
+  drain_next next;
+  next.what = drain_next::kind::fetch;
   if (page_stale_) {
     page_stale_ = false;
-    drain_next next;
-    next.what = drain_next::kind::fetch;
     start();
     return next;
   }
-  if (page_bad_)
+  if (page_probe_) {
+    page_probe_ = false;
+    if (skip_to_) {
+      // The undeliverable reset is acknowledged: move past the poison,
+      // back to full pages.
+      cursor_ = std::max(cursor_, *skip_to_);
+      stop_isolating();
+    } else if (give_up_) {
+      stop_isolating();
+      return finish(true);
+    }
+    start();
+    return next;
+  }
+  if (page_bad_) {
+    if (page_bad_event_) {
+      page_bad_event_ = false;
+      return narrow(drain_error_reason::bad_event,
+                    "events without an id do not move the cursor");
+    }
     return finish();
+  }
   // The cursor of a page cut at the limit covers events not delivered.
   if (!page_over_limit_ && page_cursor_ && *page_cursor_ > cursor_)
     cursor_ = *page_cursor_;
-  if (!page_over_limit_ && page_count_ < static_cast<std::size_t>(limit_))
+  if (!page_over_limit_
+      && page_count_ < static_cast<std::size_t>(fetch_limit_))
     return finish();
   if (cursor_ == page_start_) {
     // A full page that did not move the cursor would loop hot.
-    ++drain_errors_;
+    count(drain_error_reason::stalled);
     return finish();
   }
-  drain_next next;
-  next.what = drain_next::kind::fetch;
   start();
   return next;
 }
 
 drain_next ledger_drain::on_fetch_failed() {
-  return finish();
+  stop_isolating();
+  return finish(true);
 }
 
-drain_next ledger_drain::finish() {
+drain_next ledger_drain::on_unreadable(drain_error_reason why,
+                                       const std::string& detail) {
+  count(why);
+  if (isolate_ == isolate_phase::probing) {
+    probe_step(false);
+    if (give_up_) {
+      stop_isolating();
+      return finish(true);
+    }
+    drain_next next;
+    next.what = drain_next::kind::fetch;
+    start();
+    return next;
+  }
+  return narrow(why, detail);
+}
+
+drain_next ledger_drain::narrow(drain_error_reason why,
+                                const std::string& detail) {
+  isolate_reason_ = why;
+  isolate_detail_ = detail;
+  drain_next next;
+  next.what = drain_next::kind::fetch;
+  if (fetch_limit_ > 1) {
+    // Halve: the readable events before the bad one still come through.
+    isolate_ = isolate_phase::narrowing;
+    fetch_limit_ /= 2;
+    start();
+    return next;
+  }
+  // One event after the cursor cannot be read: find its id.
+  if (cursor_ == std::numeric_limits<int64_t>::max()) {
+    stop_isolating();
+    return finish(true);
+  }
+  isolate_ = isolate_phase::probing;
+  probe_lo_ = cursor_;
+  probe_hi_.reset();
+  probe_step_ = 0;
+  probe_linear_ = 0;
+  probe_x_ = cursor_ + 1;
+  start();
+  return next;
+}
+
+void ledger_drain::probe_step(bool readable) {
+  // after = probe_lo_ was unreadable; after = *probe_hi_ was readable: an
+  // unreadable event lies in (lo, hi], and lo + 1 = hi names it.
+  if (readable) {
+    if (probe_x_ == probe_lo_ + 1) {
+      skip_to_ = probe_x_;
+      return;
+    }
+    probe_hi_ = probe_x_;
+  } else {
+    probe_lo_ = probe_x_;
+    if (probe_hi_ && *probe_hi_ <= probe_lo_)
+      probe_hi_.reset(); // the answers contradict each other: gallop on
+    if (!probe_hi_ && probe_linear_ < linear_probe_steps
+        && probe_lo_ < std::numeric_limits<int64_t>::max()) {
+      // Linear first: exact (no readable event is passed over).
+      ++probe_linear_;
+      probe_x_ = probe_lo_ + 1;
+      return;
+    }
+    if (!probe_hi_) {
+      if (++probe_step_ >= max_probe_steps) {
+        give_up_ = true;
+        return;
+      }
+      auto d = int64_t{1} << probe_step_;
+      if (probe_lo_ > std::numeric_limits<int64_t>::max() - d) {
+        give_up_ = true;
+        return;
+      }
+      probe_x_ = probe_lo_ + d;
+      return;
+    }
+    if (*probe_hi_ == probe_lo_ + 1) {
+      probe_x_ = *probe_hi_; // ask hi again: its readable answer names p
+      return;
+    }
+  }
+  probe_x_ = probe_lo_ + (*probe_hi_ - probe_lo_) / 2;
+}
+
+drain_next ledger_drain::finish(bool failed) {
   state_ = state::idle;
   drain_next next;
-  if (pending_ || rewind_pending_) {
+  stop_isolating();
+  if (rewind_pending_) {
     start();
     next.what = drain_next::kind::fetch;
     return next;
   }
-  if (target_ && cursor_ < *target_) {
+  if (failed) {
+    // The replay did not answer usefully: retry after a backoff, and let
+    // wakes meanwhile wait for it rather than hammer a failing endpoint.
+    pending_ = false;
+    armed_ = true;
+    armed_delay_ = retry_delay_;
+    next.what = drain_next::kind::redrain;
+    next.delay = retry_delay_;
+    next.redrain_id = ++redrain_gen_;
+    retry_delay_ = std::min(retry_delay_ * 2, redrain_cap_);
+    return next;
+  }
+  bool below = target_ && cursor_ < *target_;
+  if (pending_ && (!below || raised_since_start_)) {
+    // A wake came during the drain with news (a higher target, or no hint
+    // at all): read again now. One pending, whatever the wake rate.
+    start();
+    next.what = drain_next::kind::fetch;
+    return next;
+  }
+  pending_ = false;
+  if (below) {
+    armed_ = true;
+    armed_delay_ = redrain_delay_;
     next.what = drain_next::kind::redrain;
     next.delay = redrain_delay_;
     next.redrain_id = ++redrain_gen_;

@@ -21,6 +21,45 @@
 // A reset page fires one reset per cursor position: a degenerate reset that
 // never moves the cursor is reported (and counted) once.
 //
+// Wakes are coalesced: one drain in flight and at most one pending,
+// whatever the wake rate. A drain that ends below the wake target re-drains
+// on the backoff above, and while that timer (or the retry timer of a
+// failed fetch: same floor and cap) is armed, a wake that does not raise
+// the target starts nothing -- a hint repeated 10,000 times a second costs
+// what one costs. A wake that raises the target restores the floor
+// (shared/seeds/000 "Wake targets and re-drain": "the floor is restored
+// only when a fresh wake raises the target"): the timer is re-armed at
+// 0.05 s if it was longer, so rising bogus hints cost at most one replay
+// call per floor, never one per wake. A drain that ends below the target
+// with a wake pending drains again at once only if that wake raised the
+// target; else it waits for its timer.
+//
+// Poison pills. A page the watcher cannot read -- a 2xx body that does not
+// parse (or nests deeper than the parser allows), a body over the response
+// cap, events without an id that do not move the cursor -- must not stall
+// the feed silently, nor be skipped whole. The drain narrows: it asks the
+// same cursor again with half the limit (down to 1), delivering whatever
+// readable pages come before the bad event. When one event after the
+// cursor c still cannot be read, its id is found without reading it, from
+// the replay contract alone: after=x answers the first event with an id
+// above x. The drain probes after = c+1, c+2, ... (limit 1): if after=y is
+// unreadable for every y in [c, x) and after=x is readable, every event in
+// (c, x] is unreadable (an event r there would make after=r-1 readable)
+// and x is one (after=x-1 answered it). So the first readable probe x ends
+// the search exactly: one `undeliverable` reset (lost range (c, x],
+// event_id x; a run of adjacent bad events is one reset). With sparse ids
+// (prefixes) the linear probe stops after `linear_probe_steps`; the drain
+// then gallops (x = lo + 2^k) to a readable hi and bisects to a
+// readable/unreadable pair x-1, x: x is still an unreadable event, but
+// (c, x] may then hold readable events too -- lost and said so by the
+// reset's range, never silently. The reset is delivered in order, and the
+// feed moves on past it -- the dead-letter practice of
+// Kafka consumers (a record that cannot be deserialised is reported and
+// skipped, not retried forever). A page unreadable at every probe (a proxy
+// answering HTML to everything) isolates nothing: the drain gives up after
+// `max_probe_steps` gallop steps and retries on the backoff, skipping
+// nothing. The narrowed limit holds until the drain goes idle.
+//
 // Incarnations. A ledger that is replaced under a running watcher (the hub
 // restarted without its old log, or was restored from a backup) makes the
 // cursor meaningless: asking for ids after it returns nothing, forever. The
@@ -43,6 +82,7 @@
 
 #include "actors/feed/feed_types.hpp"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -61,8 +101,12 @@ enum class drain_action : uint8_t {
   fetch,
   /// A drain is running: one more is remembered and runs when it ends.
   queued,
-  /// Nothing (a stale re-drain timer).
+  /// Nothing (a stale re-drain timer, a coalesced wake).
   none,
+  /// A wake raised the target while a longer re-drain backoff was armed:
+  /// send (redrain, rearm_id()) to yourself after rearm_delay() (the
+  /// floor); the older timer is stale.
+  rearm,
 };
 
 /// The parts of a replay response the drain reads (the actor keeps the
@@ -122,6 +166,10 @@ struct page_plan {
   /// the limit: delivered (once each, the first `limit`), and drain_errors
   /// + 1 so that the server's fault is seen.
   bool anomaly = false;
+  /// undeliverable: the id of the event that could not be read.
+  std::optional<int64_t> event_id;
+  /// undeliverable: "<drain_error_reason>: <detail>".
+  std::string reason;
 };
 
 /// What the actor does when a page has been handled or a fetch failed.
@@ -146,6 +194,13 @@ public:
   /// Re-drain backoff floor. [0.05 s]
   static constexpr feed_duration redrain_floor = std::chrono::milliseconds{50};
 
+  /// Linear probe steps (after = c+1, c+2, ...) before galloping. [32]
+  static constexpr int linear_probe_steps = 32;
+
+  /// Gallop steps of a poison-pill probe (after = lo + 2^k) before the page
+  /// is taken for unreadable everywhere. [41]
+  static constexpr int max_probe_steps = 41;
+
   /// `cursor`: start after this id; `limit`: page size (>= 1);
   /// `poll_interval`: caps the re-drain backoff at max(3 s, poll_interval).
   ledger_drain(int64_t cursor, int limit, feed_duration poll_interval);
@@ -154,7 +209,8 @@ public:
   drain_action request(drain_trigger why);
 
   /// A wake with an optional cursor hint: raises the target (and restores
-  /// the re-drain floor when it does), then requests a drain.
+  /// the re-drain floor when it does), then asks for a drain unless the
+  /// wake is coalesced (see the header comment): none when it is.
   drain_action on_wake(std::optional<int64_t> target);
 
   /// Raises the wake target (restoring the re-drain floor when it does)
@@ -193,9 +249,27 @@ public:
   /// Every delivery of the page is acknowledged.
   drain_next on_page_done();
 
-  /// The replay call failed (unreachable, non-JSON, over-cap, HTTP error):
-  /// the cursor is untouched; the next tick (or re-drain) tries again.
+  /// The replay call failed (unreachable, HTTP error): the cursor is
+  /// untouched; the drain retries after a backoff (0.05 s doubling up to
+  /// max(3 s, poll_interval), reset by a page read), and wakes meanwhile
+  /// are coalesced into that retry.
   drain_next on_fetch_failed();
+
+  /// The page asked for (fetch_after(), fetch_limit()) came back but could
+  /// not be read (`why`: unparseable or over_cap; `detail`: the client's
+  /// description). Counted at drain_errors; narrows the page, probes for
+  /// the poison event's id, or gives up (see the header comment).
+  drain_next on_unreadable(drain_error_reason why, const std::string& detail);
+
+  /// The `after` of the next (or current) replay request: the cursor, or
+  /// a probe's position while isolating an unreadable event.
+  int64_t fetch_after() const;
+
+  /// The `limit` of the next (or current) replay request: the configured
+  /// limit, or less while a page is narrowed.
+  int fetch_limit() const {
+    return fetch_limit_;
+  }
 
   /// Current cursor: the id of the last delivered event (or the page
   /// cursor past it).
@@ -203,6 +277,7 @@ public:
     return cursor_;
   }
 
+  /// The configured page size.
   int limit() const {
     return limit_;
   }
@@ -217,9 +292,35 @@ public:
     return state_ != state::idle;
   }
 
-  /// Bad pages and full pages that did not move the cursor.
-  uint64_t drain_errors() const {
-    return drain_errors_;
+  /// Pages counted at drain_errors (sum over the reasons).
+  uint64_t drain_errors() const;
+
+  /// Pages counted at drain_errors for `why`.
+  uint64_t drain_errors(drain_error_reason why) const {
+    return drain_errors_[static_cast<std::size_t>(why)];
+  }
+
+  /// Undeliverable resets planned (poison events isolated and skipped).
+  uint64_t undeliverable() const {
+    return undeliverable_;
+  }
+
+  /// Wakes that started no drain (coalesced).
+  uint64_t wakes_coalesced() const {
+    return wakes_coalesced_;
+  }
+
+  /// rearm: the id and the delay of the new re-drain timer.
+  uint64_t rearm_id() const {
+    return redrain_gen_;
+  }
+  feed_duration rearm_delay() const {
+    return armed_delay_;
+  }
+
+  /// True while an unreadable page is being narrowed or probed.
+  bool isolating() const {
+    return isolate_ != isolate_phase::none;
   }
 
   /// Retention resets fired.
@@ -255,9 +356,19 @@ public:
 
 private:
   enum class state : uint8_t { idle, fetching, delivering };
+  enum class isolate_phase : uint8_t { none, narrowing, probing };
 
   drain_action start();
-  drain_next finish();
+  /// `failed`: a fetch failed or nothing could be isolated: back off.
+  drain_next finish(bool failed = false);
+  void count(drain_error_reason why);
+  /// Ends a narrowing / probe; the page size is the configured one again.
+  void stop_isolating();
+  /// Narrows the page (or starts the probe at limit 1).
+  drain_next narrow(drain_error_reason why, const std::string& detail);
+  /// Moves the probe after an answer at probe_x_: the next probe_x_, or
+  /// skip_to_ (found), or give_up_.
+  void probe_step(bool readable);
   /// What showed a new incarnation.
   enum class epoch_source : uint8_t { hello, page, head };
   std::optional<std::string>* slot(epoch_source src);
@@ -312,8 +423,36 @@ private:
   /// The latest head hint below the cursor (the new ledger's head if a
   /// rewind follows).
   std::optional<int64_t> low_head_;
+  /// The last low hint a page disproved (repeats of it are coalesced).
+  std::optional<int64_t> checked_low_;
   uint64_t rewinds_ = 0;
-  uint64_t drain_errors_ = 0;
+  std::array<uint64_t, drain_error_reason_count> drain_errors_{};
+  /// Poison-pill isolation.
+  int fetch_limit_;
+  isolate_phase isolate_ = isolate_phase::none;
+  drain_error_reason isolate_reason_ = drain_error_reason::unparseable;
+  std::string isolate_detail_;
+  int64_t probe_lo_ = 0;
+  std::optional<int64_t> probe_hi_;
+  int64_t probe_x_ = 0;
+  int probe_step_ = 0;
+  int probe_linear_ = 0;
+  /// The current page is a probe (its events are not delivered).
+  bool page_probe_ = false;
+  /// The probe found nothing readable: the drain backs off.
+  bool give_up_ = false;
+  /// The current page has events that can be neither delivered nor passed.
+  bool page_bad_event_ = false;
+  /// The poison event found: the cursor moves to it when the page is done.
+  std::optional<int64_t> skip_to_;
+  uint64_t undeliverable_ = 0;
+  /// Coalescing: a re-drain or retry timer is armed; the target was raised
+  /// since the current drain started; the retry backoff of failed fetches.
+  bool armed_ = false;
+  bool raised_since_start_ = false;
+  feed_duration armed_delay_{0};
+  feed_duration retry_delay_ = redrain_floor;
+  uint64_t wakes_coalesced_ = 0;
   uint64_t resets_ = 0;
   uint64_t pages_ = 0;
 };

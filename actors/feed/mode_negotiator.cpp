@@ -26,6 +26,19 @@ const char* to_string(reset_cause c) {
     case reset_cause::inferred: return "inferred";
     case reset_cause::wake: return "wake";
     case reset_cause::gap: return "gap";
+    case reset_cause::undeliverable: return "undeliverable";
+  }
+  return "unknown";
+}
+
+const char* to_string(drain_error_reason r) {
+  switch (r) {
+    case drain_error_reason::unparseable: return "unparseable";
+    case drain_error_reason::over_cap: return "over_cap";
+    case drain_error_reason::bad_page: return "bad_page";
+    case drain_error_reason::bad_event: return "bad_event";
+    case drain_error_reason::anomaly: return "anomaly";
+    case drain_error_reason::stalled: return "stalled";
   }
   return "unknown";
 }

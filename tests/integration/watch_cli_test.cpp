@@ -170,8 +170,10 @@ private:
 /// The single summary line of stderr as an object (fails the test if
 /// stderr is not exactly one JSON object line).
 json::object summary_of(const std::string& err) {
+  // Failure lines (one per failure, as they happen) come first; the
+  // summary is the last line.
   auto lines = lines_of(err);
-  EXPECT_EQ(lines.size(), 1u) << err;
+  EXPECT_GE(lines.size(), 1u) << err;
   if (lines.empty())
     return {};
   boost::system::error_code ec;
@@ -361,9 +363,11 @@ TEST_F(WatchCli, SigtermWhileTheServerNeverAnswersEndsItPromptly) {
   // Far below the 30 s deadline it must not wait for, with the slack of a
   // loaded machine under ASan.
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
-  EXPECT_EQ(*code, 0) << w.err();
+  // It never reached the feed: not a quiet feed, exit 7.
+  EXPECT_EQ(*code, 7) << w.err();
   auto sum = summary_of(w.err());
   EXPECT_EQ(sum.at("events").as_int64(), 0);
+  EXPECT_FALSE(sum.at("reached").as_bool());
 }
 
 TEST_F(WatchCli, ReconnectsThroughADroppedConnectionWithoutLosingAnEvent) {
@@ -499,11 +503,18 @@ TEST_F(WatchCliTls, AnUnknownCaIsRefused) {
   publish(1);
   auto code = w.wait_exit(15s);
   ASSERT_TRUE(code);
-  EXPECT_EQ(*code, 0) << w.err();
+  // The TLS failure is said on stderr and in the exit code (7: the
+  // replay never answered), not a quiet exit 0.
+  EXPECT_EQ(*code, 7) << w.err();
   EXPECT_TRUE(w.out().empty()) << w.out();
   auto sum = summary_of(w.err());
   EXPECT_EQ(sum.at("events").as_int64(), 0);
   EXPECT_EQ(sum.at("cursor").as_int64(), 0);
+  EXPECT_FALSE(sum.at("reached").as_bool());
+  EXPECT_GE(sum.at("failures").as_int64(), 1);
+  EXPECT_NE(w.err().find(R"("source":"replay","kind":"service_unavailable")"),
+            std::string::npos)
+    << w.err();
 }
 
 // -- ledger incarnations ---------------------------------------------------------
@@ -583,4 +594,123 @@ TEST_F(WatchCli, AHubRestartedWithItsLedgerFileGoesOnWithoutAReset) {
   auto sum = summary_of(w.err());
   EXPECT_EQ(sum.at("resets").as_int64(), 0);
   EXPECT_EQ(sum.at("cursor").as_int64(), 7);
+}
+
+// -- failures a user can see ------------------------------------------------------
+
+namespace {
+
+/// The failure lines of a watch's stderr (every line but the summary).
+std::vector<json::object> failure_lines(const std::string& err) {
+  std::vector<json::object> r;
+  for (auto& l : lines_of(err)) {
+    boost::system::error_code ec;
+    auto v = json::parse(l, ec);
+    if (!ec && v.is_object() && v.as_object().contains("type")
+        && v.as_object().at("type") == "failure")
+      r.push_back(v.as_object());
+  }
+  return r;
+}
+
+/// A port on 127.0.0.1 that refuses connections (bound, then closed).
+uint16_t refused_port() {
+  blackhole_listener l;
+  return l.port();
+}
+
+} // namespace
+
+TEST_F(WatchCli, ConnectionRefusedIsReportedAndGivesUpNonZero) {
+  auto url = "http://127.0.0.1:" + std::to_string(refused_port());
+  cli_child w{{"watch", "--fail-after", "1", "--token", "s3cr3t-tok", url}};
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << "--fail-after 1 did not end it: " << w.err();
+  EXPECT_EQ(*code, 7) << w.err();
+  auto fails = failure_lines(w.err());
+  ASSERT_FALSE(fails.empty()) << w.err();
+  bool replay = false;
+  for (auto& f : fails) {
+    EXPECT_TRUE(f.contains("kind") && f.contains("status")
+                && f.contains("detail") && f.contains("request_id"))
+      << f.size();
+    if (f.at("source") == "replay") {
+      replay = true;
+      EXPECT_EQ(f.at("kind"), "service_unavailable");
+      EXPECT_FALSE(f.at("request_id").as_string().empty());
+    }
+  }
+  EXPECT_TRUE(replay) << w.err();
+  EXPECT_EQ(w.err().find("s3cr3t-tok"), std::string::npos) << w.err();
+  auto sum = summary_of(w.err());
+  EXPECT_FALSE(sum.at("reached").as_bool());
+  EXPECT_TRUE(sum.at("gave_up").as_bool());
+  EXPECT_GE(sum.at("failures").as_int64(), 1);
+  EXPECT_GE(sum.at("replay_errors").as_int64(), 1);
+}
+
+TEST_F(WatchCli, A404OnReplayIsARequestErrorNotAQuietFeed) {
+  cli_child w{{"watch", "--replay-path", "/v1/no-such-feed", "--fail-after",
+               "1", hub_->base_url()}};
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << w.err();
+  EXPECT_EQ(*code, 4) << w.err(); // request_error
+  auto fails = failure_lines(w.err());
+  ASSERT_FALSE(fails.empty()) << w.err();
+  EXPECT_EQ(fails[0].at("source"), "replay");
+  EXPECT_EQ(fails[0].at("kind"), "request_error");
+  EXPECT_EQ(fails[0].at("status").as_int64(), 404);
+  EXPECT_FALSE(fails[0].at("request_id").as_string().empty());
+  auto sum = summary_of(w.err());
+  EXPECT_GE(sum.at("replay_errors").as_int64(), 1);
+}
+
+TEST_F(WatchCli, ARefusedWebSocketUpgradeIsReportedWithItsStatus) {
+  cli_child w{{"watch", "--replay-path", "", "--ws-path", "/ws/no-such-feed",
+               "--fail-after", "1", hub_->base_url()}};
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << w.err();
+  EXPECT_EQ(*code, 4) << w.err();
+  auto fails = failure_lines(w.err());
+  ASSERT_FALSE(fails.empty()) << w.err();
+  EXPECT_EQ(fails[0].at("source"), "websocket");
+  EXPECT_EQ(fails[0].at("reason"), "handshake");
+  EXPECT_EQ(fails[0].at("status").as_int64(), 404);
+  EXPECT_EQ(fails[0].at("kind"), "request_error");
+}
+
+TEST_F(WatchCli, AnEventOverTheReplayCapIsOneUndeliverableResetInOrder) {
+  // Before: a page over the cap was retried forever and nothing printed.
+  hub_->publish("orders/1", "created");
+  hub_->publish("orders/2", "created",
+                R"({"blob":")" + std::string(3500, 'x') + R"("})");
+  hub_->publish("orders/3", "created");
+  cli_child w{{"watch", "--ws-path", "", "--poll-interval", "0.2",
+               "--max-response-bytes", "3000", "--count", "2",
+               hub_->base_url()}};
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << "stalled: " << w.out() << w.err();
+  EXPECT_EQ(*code, 0) << w.err();
+  auto lines = lines_of(w.out());
+  ASSERT_EQ(lines.size(), 3u) << w.out();
+  auto l0 = json::parse(lines[0]).as_object();
+  auto l1 = json::parse(lines[1]).as_object();
+  auto l2 = json::parse(lines[2]).as_object();
+  EXPECT_EQ(l0.at("event").at("id").as_int64(), 1);
+  EXPECT_EQ(l1.at("type"), "reset");
+  EXPECT_EQ(l1.at("cause"), "undeliverable");
+  EXPECT_EQ(l1.at("event_id").as_int64(), 2);
+  EXPECT_EQ(l1.at("lost_from").as_int64(), 1);
+  EXPECT_EQ(l1.at("lost_to").as_int64(), 2);
+  EXPECT_EQ(l1.at("reason").as_string().subview().substr(0, 9), "over_cap:");
+  EXPECT_EQ(l2.at("event").at("id").as_int64(), 3);
+  auto sum = summary_of(w.err());
+  EXPECT_GE(sum.at("drain_errors").as_int64(), 1);
+  EXPECT_GE(sum.at("drain_errors_by_reason").at("over_cap").as_int64(), 1);
+  EXPECT_EQ(sum.at("undeliverable").as_int64(), 1);
+  // Each unreadable page was said on stderr as it happened.
+  auto fails = failure_lines(w.err());
+  ASSERT_FALSE(fails.empty()) << w.err();
+  EXPECT_EQ(fails[0].at("source"), "page");
+  EXPECT_EQ(fails[0].at("kind"), "over_cap");
 }

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,6 +61,10 @@ struct fake_ledger {
   /// answers), not the `after` it was asked.
   bool cursor_is_head = false;
   std::vector<request_rec> requests;
+  /// Events served as this exact text instead of the generated object
+  /// (too deep to parse, over a cap, malformed): a page holding one
+  /// carries it verbatim.
+  std::map<int64_t, std::string> raw_events;
 
   void append_to(int64_t last) {
     int64_t next = ids.empty() ? 1 : ids.back() + 1;
@@ -104,7 +109,16 @@ struct fake_ledger {
                           {"reset", reset}};
     if (!epoch.empty())
       o["epoch"] = epoch;
-    return boost::json::serialize(o);
+    auto text = boost::json::serialize(o);
+    for (auto& [id, raw] : raw_events) {
+      auto plain = boost::json::serialize(boost::json::object{
+        {"id", id}, {"subject", "orders/" + std::to_string(id)},
+        {"kind", "k"}});
+      auto at = text.find(plain);
+      if (at != std::string::npos)
+        text.replace(at, plain.size(), raw);
+    }
+    return text;
   }
 };
 
@@ -153,6 +167,13 @@ inline transport_actor spawn_ledger_transport(caf::actor_system& sys,
         res.response.status = 200;
         res.response.headers = {{"Content-Type", "application/json"}};
         res.response.body = lg->page(rec.after, rec.limit);
+        if (res.response.body.size() > req.max_body_bytes) {
+          // As the real session does: a 2xx body over the cap is not read.
+          res.response.body.clear();
+          res.error = transport_error_kind::too_large;
+          res.detail = "response body exceeds the cap of "
+                       + std::to_string(req.max_body_bytes) + " bytes";
+        }
         return res;
       },
       [](cancel_atom, uint64_t) {},

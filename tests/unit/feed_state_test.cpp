@@ -368,12 +368,17 @@ TEST(LedgerDrain, CursorNeverMovesBackward) {
   EXPECT_EQ(d.cursor(), 11);
 }
 
-TEST(LedgerDrain, FullPageThatDidNotMoveTheCursorIsADrainErrorAndStops) {
+TEST(LedgerDrain, FullPageThatDidNotMoveTheCursorIsADrainErrorAndNarrowed) {
+  // Id-less events that neither an id nor the cursor moves past cannot be
+  // delivered (they would come again on every tick): the page is narrowed
+  // to isolate them (feed_poison_test.cpp), never delivered, cursor kept.
   ledger_drain d{5, 2, 30s};
   d.request(drain_trigger::start);
   auto n = deliver_all(d, page({std::nullopt, std::nullopt}, 5));
-  EXPECT_EQ(n.what, drain_next::kind::idle);
+  EXPECT_EQ(n.what, drain_next::kind::fetch);
+  EXPECT_EQ(d.fetch_limit(), 1);
   EXPECT_EQ(d.drain_errors(), 1u);
+  EXPECT_EQ(d.drain_errors(drain_error_reason::bad_event), 1u);
   EXPECT_EQ(d.cursor(), 5);
 }
 
@@ -477,11 +482,16 @@ TEST(LedgerDrain, FloorRestoredOnlyWhenANewWakeRaisesTheTarget) {
   d.on_redrain_timer(n.redrain_id);
   n = deliver_all(d, page({2}, 2)); // progress, still below: no reset
   EXPECT_EQ(n.delay, 100ms);
-  // A wake with a lower target does not restore the floor.
-  d.on_wake(8);
+  // A wake with a lower target does not restore the floor: it waits for
+  // the armed re-drain (coalesced).
+  EXPECT_EQ(d.on_wake(8), drain_action::none);
+  EXPECT_EQ(d.on_redrain_timer(n.redrain_id), drain_action::fetch);
   n = deliver_all(d, page({}, 2));
   EXPECT_EQ(n.delay, 200ms);
-  d.on_wake(12);
+  // A raised target brings the re-drain forward to the floor.
+  EXPECT_EQ(d.on_wake(12), drain_action::rearm);
+  EXPECT_EQ(d.rearm_delay(), 50ms);
+  EXPECT_EQ(d.on_redrain_timer(d.rearm_id()), drain_action::fetch);
   n = deliver_all(d, page({}, 2));
   EXPECT_EQ(n.delay, 50ms);
 }
@@ -512,7 +522,9 @@ TEST(LedgerDrain, FetchFailureLeavesTheCursor) {
   ledger_drain d{4, 10, 30s};
   d.request(drain_trigger::poll);
   auto n = d.on_fetch_failed();
-  EXPECT_EQ(n.what, drain_next::kind::idle);
+  // Retried after the backoff floor (wakes meanwhile wait for it).
+  EXPECT_EQ(n.what, drain_next::kind::redrain);
+  EXPECT_EQ(n.delay, ledger_drain::redrain_floor);
   EXPECT_EQ(d.cursor(), 4);
   EXPECT_FALSE(d.busy());
   EXPECT_EQ(d.drain_errors(), 0u);

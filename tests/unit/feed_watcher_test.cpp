@@ -303,15 +303,17 @@ TEST_F(FeedWatcher, NonObjectPageCountsADrainErrorAndLeavesTheCursor) {
   EXPECT_EQ(stats().drain_errors, 1u);
 }
 
-TEST_F(FeedWatcher, FailedReplayIsRetriedOnTheNextTickWithTheCursorUntouched) {
+TEST_F(FeedWatcher, FailedReplayIsRetriedAfterABackoffWithTheCursorUntouched) {
   ledger->append_to(2);
   ledger->fail_next = 1;
   start(false);
   EXPECT_TRUE(subs->got.empty());
   EXPECT_EQ(stats().replay_errors, 1u);
-  advance_by(30s);
+  advance_by(50ms); // the retry backoff's floor
   EXPECT_EQ(subs->ids(), (ids{1, 2}));
   EXPECT_EQ(ledger->afters(), (ids{0, 0}));
+  EXPECT_EQ(ledger->requests[1].at - ledger->requests[0].at,
+            nanoseconds{50ms});
 }
 
 // -- subscribe frame, catchup, ephemeral --------------------------------------------
