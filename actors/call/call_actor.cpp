@@ -289,11 +289,10 @@ void finish_response(self_ptr self, http_response resp) {
     if (resp.body_over_cap) {
       err = over_cap();
     } else {
-      // Raw mode hands over a body that is not JSON as null, but never
-      // one that blew a limit.
+      // Raw mode hands over a body it cannot read as null (it promises
+      // status and headers), but never one that blew the memory bound.
       auto r = parse_body(resp.body, cfg.response_json_limits());
-      if (r.error == json_parse_error::none
-          || r.error == json_parse_error::syntax) {
+      if (r.error != json_parse_error::too_large) {
         o.ok = true;
         o.body = std::move(r.value);
       } else {
