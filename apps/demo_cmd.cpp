@@ -290,8 +290,12 @@ demo_config resolve_demo_config(const demo_options& opts) {
     c.rate = opts.rate;
   if (given(opts.metrics_port_opt))
     c.metrics_port = opts.metrics_port;
-  if (given(opts.hub_opt))
+  if (given(opts.hub_opt)) {
+    // Checked here so the error names the option the user typed.
+    if (!opts.hub.empty())
+      (void)url_parts::parse(opts.hub, "--hub");
     c.hub = opts.hub;
+  }
   if (given(opts.oracle_opt))
     c.oracle_endpoints = opts.oracle_endpoints;
   c.validate();
@@ -558,8 +562,10 @@ int run_demo(const demo_options& opts, std::ostream& out, std::ostream& err) {
           boost::json::object body;
           body["subject"] = subject;
           body["kind"] = "tick";
-          body["metadata"] = boost::json::parse(meta);
+          // The metadata text is spliced in as written, not re-serialised.
           req.body = boost::json::serialize(body);
+          req.body.pop_back();
+          req.body += ",\"metadata\":" + meta + "}";
           req.has_body = true;
           req.headers.emplace_back("content-type", "application/json");
           bool ok = false;

@@ -41,6 +41,16 @@ CLI::App* add_hub_command(CLI::App& app, hub_options& opts) {
   cmd->add_option("--replay-limit", c.replay_limit,
                   "Default and maximum replay page")
     ->capture_default_str();
+  cmd->add_option("--subject-max-bytes", c.subject_max_bytes,
+                  "Longest publish subject in bytes (longer: 400)")
+    ->capture_default_str();
+  cmd->add_option("--metadata-max-depth", c.metadata_max_depth,
+                  "Deepest publish metadata ({} is 1; deeper: 400)")
+    ->capture_default_str();
+  cmd->add_option("--event-max-bytes", c.event_max_bytes,
+                  "Largest stored event in bytes (larger: 400); "
+                  "replay-limit x this must be <= 5 MiB")
+    ->capture_default_str();
   cmd->add_option("--seed", opts.seed,
                   "Seed of the hub's rng (epochs, wake drops); <0 random")
     ->capture_default_str();

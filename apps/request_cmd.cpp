@@ -5,10 +5,10 @@
 #include "actors/observer.hpp"
 #include "config/config_error.hpp"
 #include "protocol/errors.hpp"
+#include "protocol/json_parse.hpp"
 
 #include <CLI/CLI.hpp>
 #include <boost/json/object.hpp>
-#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 #include <caf/actor_system.hpp>
@@ -289,11 +289,12 @@ call_request make_request(const request_options& opts, path_and_query target) {
   for (auto& p : opts.params)
     req.params.push_back(split_param(p));
   if (opts.json_opt && opts.json_opt->count() > 0) {
-    boost::system::error_code ec;
-    auto v = boost::json::parse(opts.json_body, ec);
-    if (ec)
-      throw usage_error("--json is not valid JSON: " + ec.message());
-    req.body = boost::json::serialize(v);
+    // Checked, then sent byte for byte: re-serialising would rewrite the
+    // user's numbers (1.0 -> 1E0) and whitespace.
+    auto parsed = parse_json(opts.json_body);
+    if (!parsed)
+      throw usage_error("--json is not valid JSON: " + parsed.detail);
+    req.body = opts.json_body;
     req.has_body = true;
   }
   if (opts.idempotent)

@@ -6,13 +6,20 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 
 namespace outbound {
 
 namespace {
 
 void require_readable(const std::string& path, const std::string& field) {
+  // An ifstream opens a directory on Linux and then reads nothing: say
+  // what it is instead of calling it empty.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw config_error(field, "'" + path + "' is a directory, not a file");
   std::ifstream in{path, std::ios::binary};
   if (!in)
     throw config_error(field, "cannot read file '" + path + "'");
@@ -168,6 +175,16 @@ url_parts url_parts::parse(const std::string& url, const std::string& field) {
   return r;
 }
 
+json_limits client_config::response_json_limits() const {
+  json_limits l;
+  l.max_depth = json_max_depth;
+  auto cap = std::numeric_limits<std::size_t>::max();
+  l.max_bytes = max_response_bytes > cap / json_memory_factor
+                  ? cap
+                  : max_response_bytes * json_memory_factor;
+  return l;
+}
+
 void client_config::validate() const {
   if (base_url.empty())
     throw config_error("base_url", "must not be empty");
@@ -183,6 +200,10 @@ void client_config::validate() const {
                        "TLS files are set but the URL is not https");
   if (max_response_bytes == 0)
     throw config_error("max_response_bytes", "must be > 0");
+  if (json_max_depth < 1 || json_max_depth > 1024)
+    throw config_error("json_max_depth", "must be 1..1024");
+  if (json_memory_factor < 1 || json_memory_factor > 64)
+    throw config_error("json_memory_factor", "must be 1..64");
   if (max_redials < 0)
     throw config_error("max_redials", "must be >= 0");
   if (!finite_non_negative(local_retry_deadline))
@@ -235,6 +256,10 @@ void env_settings::apply_to(client_config& cfg) const {
 
 client_config from_env(const std::string& prefix, client_config explicit_cfg) {
   env_settings::read(prefix).apply_to(explicit_cfg);
+  // The URL is the one variable without which nothing works: name the
+  // variable the user has to set, not the struct field.
+  if (explicit_cfg.base_url.empty())
+    throw config_error(prefix + "_URL", "is not set (or empty)");
   explicit_cfg.validate();
   return explicit_cfg;
 }

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "protocol/json_parse.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -103,6 +105,16 @@ struct client_config {
   tls_config tls;
   /// Cap on every response body, success or error, in bytes (> 0). [32 MiB]
   std::size_t max_response_bytes = 32u * 1024u * 1024u;
+  /// Maximum nesting depth of arrays and objects in a response body (1 ..
+  /// 1024). A deeper body is a response_error. [64, default_json_max_depth
+  /// of protocol/json_parse.hpp]
+  std::size_t json_max_depth = 64;
+  /// Bound on the memory of a parsed response body, as a multiple of
+  /// max_response_bytes (1 .. 64): the parsed form of any response costs at
+  /// most json_memory_factor * max_response_bytes bytes, and a body whose
+  /// form would be larger (e.g. megabytes of `[[],[],...]`: 48 bytes of
+  /// parsed form per 3 bytes of text) is a response_error. [4]
+  std::size_t json_memory_factor = 4;
   /// Extra headers sent with every request.
   std::vector<std::pair<std::string, std::string>> default_headers;
   /// Redials of requests that provably never left, per call. [2]
@@ -116,6 +128,10 @@ struct client_config {
   /// Validates every field; throws config_error naming the first bad one.
   /// Reads (opens) the TLS files to check that they are readable.
   void validate() const;
+
+  /// Limits of every response-body parse (json_max_depth, and
+  /// json_memory_factor * max_response_bytes, saturating).
+  json_limits response_json_limits() const;
 
   /// The parsed base URL (validate() first).
   url_parts parsed_url() const {

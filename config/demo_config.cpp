@@ -1,8 +1,9 @@
 #include "config/demo_config.hpp"
 
+#include "config/client_config.hpp"
 #include "config/config_error.hpp"
+#include "protocol/json_parse.hpp"
 
-#include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
 #include <cmath>
@@ -181,6 +182,8 @@ void demo_config::validate() const {
   if (!hub.empty() && hub.rfind("http://", 0) != 0
       && hub.rfind("https://", 0) != 0)
     throw config_error("demo.hub", "must be an http:// or https:// URL");
+  if (!hub.empty())
+    (void)url_parts::parse(hub, "demo.hub");
   for (std::size_t i = 0; i < oracle_endpoints.size(); ++i)
     if (oracle_endpoints[i].empty())
       throw config_error("demo.oracle_endpoints[" + std::to_string(i) + "]",
@@ -233,10 +236,14 @@ void demo_config::validate() const {
 }
 
 demo_config parse_demo_config(std::string_view json_text) {
-  boost::json::error_code ec;
-  auto v = boost::json::parse(json_text, ec);
-  if (ec)
-    throw config_error("demo", "not valid JSON: " + ec.message());
+  json_limits limits;
+  limits.reject_duplicate_keys = true;
+  auto parsed = parse_json(json_text, limits);
+  if (parsed.error == json_parse_error::duplicate_key)
+    throw config_error("demo." + parsed.field, "key appears more than once");
+  if (!parsed)
+    throw config_error("demo", "not valid JSON: " + parsed.detail);
+  auto& v = parsed.value;
   demo_config c;
   auto& t = c.traffic;
   auto& o = c.oracle;

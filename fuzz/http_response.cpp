@@ -14,11 +14,12 @@
 #include "protocol/errors.hpp"
 #include "protocol/http_types.hpp"
 #include "protocol/http_wire.hpp"
+#include "protocol/json_parse.hpp"
 
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
-#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -136,8 +137,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The call actor's mapping (actors/call/call_actor.cpp finish_response).
   const auto& r = res.response;
   if (r.status >= 200 && r.status < 300) {
-    boost::system::error_code jec;
-    (void)boost::json::parse(r.body, jec);
+    json_limits limits;
+    limits.max_bytes = 4 * cap; // json_memory_factor's default
+    auto parsed = parse_json(r.body, limits);
+    if (parsed && !parsed.value.is_null())
+      (void)boost::json::serialize(parsed.value);
   } else {
     auto e = classify_status(r.status, extract_detail(r.body));
     (void)e.message();

@@ -7,6 +7,7 @@
 #include "fuzz/fuzz_input.hpp"
 #include "hub/hub_state.hpp"
 #include "hub/oracle_state.hpp"
+#include "protocol/json_parse.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -27,9 +28,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       p.subject = "a.b";
       st.publish(p, 1.0);
     }
-    boost::system::error_code ec;
-    auto v = boost::json::parse(body, ec);
-    if (ec || !v.is_object())
+    auto parsed = outbound::parse_json(body);
+    auto& v = parsed.value;
+    if (!parsed || !v.is_object())
       return 0;
     auto before = boost::json::serialize(to_json(st.faults()));
     auto err

@@ -5,8 +5,8 @@
 
 #include "actors/feed/feed_frames.hpp"
 #include "fuzz/fuzz_input.hpp"
+#include "protocol/json_parse.hpp"
 
-#include <boost/json/parse.hpp>
 
 #include <cstdlib>
 
@@ -25,10 +25,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   name(fields.reset);
   name(fields.event_id);
   auto body = in.rest();
-  boost::system::error_code ec;
-  auto v = boost::json::parse(body, ec);
-  if (ec)
+  // As the call actor parses a page (protocol/json_parse.hpp).
+  auto parsed = outbound::parse_json(body);
+  if (!parsed)
     return 0;
+  auto& v = parsed.value;
   auto page = parse_page(v, fields, max_events);
   if (page.events.size() > max_events)
     std::abort(); // a hostile page must not queue more than asked for

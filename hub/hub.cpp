@@ -1,5 +1,7 @@
 #include "hub/hub.hpp"
 
+#include "protocol/json_parse.hpp"
+
 #include "config/config_error.hpp"
 #include "hub/hub_impl.hpp"
 #include "hub/subject.hpp"
@@ -9,7 +11,6 @@
 #include <boost/asio/strand.hpp>
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
-#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
@@ -29,6 +30,15 @@ namespace json = boost::json;
 
 // -- hub_config ----------------------------------------------------------------
 
+publish_limits hub_config::publishing() const {
+  publish_limits l;
+  l.metadata_max_bytes = metadata_max_bytes;
+  l.metadata_max_depth = metadata_max_depth;
+  l.subject_max_bytes = subject_max_bytes;
+  l.event_max_bytes = event_max_bytes;
+  return l;
+}
+
 void hub_config::validate() const {
   boost::system::error_code ec;
   net::ip::make_address(host, ec);
@@ -42,6 +52,24 @@ void hub_config::validate() const {
     throw config_error("queue_max", "must be >= 1");
   if (metadata_max_bytes < 2)
     throw config_error("metadata_max_bytes", "must be >= 2");
+  // A replay page wraps metadata in three levels (page, events, event).
+  if (metadata_max_depth < 1 || metadata_max_depth + 3 > default_json_max_depth)
+    throw config_error("metadata_max_depth",
+                       "must be in [1, "
+                         + std::to_string(default_json_max_depth - 3) + "]");
+  if (subject_max_bytes < 1)
+    throw config_error("subject_max_bytes", "must be >= 1");
+  if (event_max_bytes < metadata_max_bytes + event_json_overhead + 4)
+    throw config_error("event_max_bytes",
+                       "must be >= metadata_max_bytes + "
+                         + std::to_string(event_json_overhead + 4));
+  if (replay_limit >= 1
+      && event_max_bytes > max_replay_page_bytes
+                             / static_cast<std::size_t>(replay_limit))
+    throw config_error("event_max_bytes",
+                       "replay_limit * event_max_bytes must be <= "
+                         + std::to_string(max_replay_page_bytes)
+                         + " (a page a default client can read)");
   if (ws_read_max < 1024)
     throw config_error("ws_read_max", "must be >= 1024");
   if (faults.fragment_bytes < 1)
@@ -558,9 +586,9 @@ std::string hub::impl::restart() {
 }
 
 std::optional<std::string> hub::impl::apply_faults(const std::string& body) {
-  boost::system::error_code ec;
-  auto v = json::parse(body, ec);
-  if (ec || !v.is_object())
+  auto parsed = parse_json(body);
+  auto& v = parsed.value;
+  if (!parsed || !v.is_object())
     return std::string{"body must be a JSON object of fault knobs"};
   const auto& patch = v.get_object();
   std::optional<uint64_t> seed;
@@ -685,7 +713,7 @@ hub::impl::http_answer hub::impl::handle_http(const std::string& method,
   };
   if (t.path == "/v1/events") {
     if (method == "POST") {
-      auto p = parse_publish(body, cfg.metadata_max_bytes);
+      auto p = parse_publish(body, cfg.publishing());
       if (!p.input)
         return answer(400, error_body(p.error));
       return answer(200, publish(*p.input).event->json);
@@ -729,10 +757,10 @@ hub::impl::http_answer hub::impl::handle_http(const std::string& method,
   if (t.path == "/admin/wakes") {
     if (method != "POST")
       return wrong_method();
-    boost::system::error_code ec;
-    auto v = json::parse(body, ec);
+    auto parsed = parse_json(body);
+    auto& v = parsed.value;
     const json::array* cursors = nullptr;
-    if (!ec && v.is_object())
+    if (parsed && v.is_object())
       if (auto* c = v.get_object().if_contains("cursors"); c && c->is_array())
         cursors = &c->get_array();
     if (!cursors)
@@ -757,9 +785,9 @@ hub::impl::http_answer hub::impl::handle_http(const std::string& method,
     // Body: {"tier":"ledger"|"catchup"|"ephemeral"|"all"}; empty: all.
     std::string tier = "all";
     if (!body.empty()) {
-      boost::system::error_code ec;
-      auto v = json::parse(body, ec);
-      bool ok = !ec && v.is_object();
+      auto parsed = parse_json(body);
+      auto& v = parsed.value;
+      bool ok = parsed && v.is_object();
       if (ok)
         if (auto* t = v.get_object().if_contains("tier")) {
           ok = t->is_string() && is_drop_tier(t->get_string());
@@ -858,17 +886,22 @@ std::string hub::base_url() const {
 hub_published hub::publish(const std::string& subject, const std::string& kind,
                            const std::string& metadata_json,
                            const std::string& dedupe_key) {
-  json::object body;
-  body["subject"] = subject;
-  body["kind"] = kind;
-  boost::system::error_code ec;
-  auto md = json::parse(metadata_json.empty() ? "{}" : metadata_json, ec);
-  if (ec)
+  // The metadata text is spliced in, not re-parsed here, so parse_publish
+  // reports its depth, numbers and size as it does for POST /v1/events.
+  const std::string md = metadata_json.empty() ? "{}" : metadata_json;
+  auto check = parse_json(md);
+  if (check.error == json_parse_error::syntax
+      || (check && !check.value.is_object()))
     throw std::invalid_argument("metadata must be an object");
-  body["metadata"] = std::move(md);
+  json::object head;
+  head["subject"] = subject;
+  head["kind"] = kind;
   if (!dedupe_key.empty())
-    body["dedupe_key"] = dedupe_key;
-  auto p = parse_publish(json::serialize(body), impl_->cfg.metadata_max_bytes);
+    head["dedupe_key"] = dedupe_key;
+  auto body = json::serialize(head);
+  body.pop_back();
+  body += ",\"metadata\":" + md + "}";
+  auto p = parse_publish(body, impl_->cfg.publishing());
   if (!p.input)
     throw std::invalid_argument(p.error);
   auto out = impl_->publish(*p.input);

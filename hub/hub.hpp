@@ -75,6 +75,17 @@ struct hub_config {
   std::size_t dedupe_capacity = 4096;
   /// Largest serialized publish metadata in bytes. [4096]
   std::size_t metadata_max_bytes = 4096;
+  /// Deepest publish metadata (`{}` is 1; 1 .. 61, so that a replay page,
+  /// three levels more, parses under the client's default depth of 64).
+  /// Deeper is a 400. [32]
+  std::size_t metadata_max_depth = 32;
+  /// Longest publish subject in bytes (>= 1). Longer is a 400. [1024]
+  std::size_t subject_max_bytes = 1024;
+  /// Largest stored event (as replay serves it) in bytes; at least
+  /// metadata_max_bytes + 132, and replay_limit * event_max_bytes at most
+  /// max_replay_page_bytes (5 MiB: 1024 events at the default). Larger is
+  /// a 400. [5120]
+  std::size_t event_max_bytes = 5120;
   /// Keep the ledger in this file (JSON lines, hub/ledger_file.hpp), so a
   /// restarted hub serves the same ledger with the same ids and ledger
   /// epoch (its watchers go on without a reset). Empty: the ledger lives
@@ -99,8 +110,12 @@ struct hub_config {
   /// request 501 "not supported" (hub/oracle_state.hpp). [true]
   bool oracle_seq_supported = true;
 
+  /// The publish limits above, as parse_publish takes them.
+  publish_limits publishing() const;
+
   /// Throws config_error naming the first bad field (`replay_limit`,
-  /// `threads`, `queue_max`, `host`, `cluster_size`,
+  /// `threads`, `queue_max`, `host`, `metadata_max_depth`,
+  /// `subject_max_bytes`, `event_max_bytes`, `cluster_size`,
   /// `oracle_stall_seconds`, `oracle_max_seq_keys`).
   void validate() const;
 };

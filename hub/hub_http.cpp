@@ -89,8 +89,17 @@ private:
       send(404, error_body("not found"), false);
       return;
     }
-    auto a = hub_.handle_http(std::string{req.method_string()},
-                              std::string{req.target()}, req.body(), node_);
+    // Every request gets an answer: an exception out of a handler would
+    // otherwise unwind through the io loop and drop the connection silently.
+    hub::impl::http_answer a;
+    try {
+      a = hub_.handle_http(std::string{req.method_string()},
+                           std::string{req.target()}, req.body(), node_);
+    } catch (const std::exception& e) {
+      a = {};
+      a.status = 500;
+      a.body = error_body(std::string{"internal error: "} + e.what());
+    }
     if (a.close_without_answer) {
       hold_then_close(a.delay);
       return;

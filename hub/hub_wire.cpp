@@ -1,8 +1,9 @@
 #include "hub/hub_wire.hpp"
 
+#include "protocol/json_parse.hpp"
+
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
-#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
@@ -35,11 +36,24 @@ std::optional<hub_tier> parse_hub_tier(std::string_view name) {
 namespace {
 
 std::optional<json::value> try_parse(std::string_view text) {
-  boost::system::error_code ec;
-  auto v = json::parse(json::string_view{text.data(), text.size()}, ec);
-  if (ec)
+  auto r = parse_json(text);
+  if (!r)
     return std::nullopt;
-  return v;
+  return std::move(r.value);
+}
+
+/// Stored metadata text (serialize() of a parsed object, so it parses
+/// under the default limits) as a value; {} for "" as at publish.
+json::value metadata_value(const std::string& metadata_json) {
+  auto r = parse_json(metadata_json.empty() ? "{}" : metadata_json);
+  if (!r)
+    return json::object{};
+  return std::move(r.value);
+}
+
+/// Serialized size of a string (quotes and escapes included).
+std::size_t json_string_bytes(std::string_view s) {
+  return json::serialize(json::string_view{s.data(), s.size()}).size();
 }
 
 int hex_value(char c) {
@@ -101,12 +115,35 @@ bool all_digits(std::string_view s) {
 
 publish_parse parse_publish(std::string_view body,
                             std::size_t metadata_max_bytes) {
+  publish_limits l;
+  l.metadata_max_bytes = metadata_max_bytes;
+  return parse_publish(body, l);
+}
+
+publish_parse parse_publish(std::string_view body,
+                            const publish_limits& limits) {
   publish_parse r;
-  auto v = try_parse(body);
-  if (!v) {
+  json_limits jl;
+  jl.max_depth = limits.metadata_max_depth + 1; // the body object
+  // Within the request body cap (1 MiB) a parse is at most ~24 bytes of
+  // parsed form per byte of text; no memory bound needed here.
+  auto parsed = parse_json(body, jl);
+  if (parsed.error == json_parse_error::too_deep) {
+    r.error = "metadata nests deeper than "
+              + std::to_string(limits.metadata_max_depth) + " levels";
+    return r;
+  }
+  if (parsed.error == json_parse_error::number_out_of_range) {
+    r.error = parsed.field.empty()
+                ? std::string{"number out of range"}
+                : parsed.field + ": number out of range (IEEE 754 binary64)";
+    return r;
+  }
+  if (!parsed) {
     r.error = "body is not JSON";
     return r;
   }
+  auto* v = &parsed.value;
   if (!v->is_object()) {
     r.error = "body must be a JSON object";
     return r;
@@ -119,6 +156,11 @@ publish_parse parse_publish(std::string_view body,
     return r;
   }
   in.subject = std::string{subject->get_string()};
+  if (in.subject.size() > limits.subject_max_bytes) {
+    r.error = "subject exceeds " + std::to_string(limits.subject_max_bytes)
+              + " bytes";
+    return r;
+  }
   if (auto* kind = o.if_contains("kind"); kind && !kind->is_null()) {
     if (!kind->is_string()) {
       r.error = "kind must be a string";
@@ -132,9 +174,9 @@ publish_parse parse_publish(std::string_view body,
       return r;
     }
     in.metadata_json = json::serialize(*md);
-    if (in.metadata_json.size() > metadata_max_bytes) {
-      r.error = "metadata exceeds " + std::to_string(metadata_max_bytes)
-                + " bytes";
+    if (in.metadata_json.size() > limits.metadata_max_bytes) {
+      r.error = "metadata exceeds "
+                + std::to_string(limits.metadata_max_bytes) + " bytes";
       return r;
     }
   }
@@ -144,6 +186,14 @@ publish_parse parse_publish(std::string_view body,
       return r;
     }
     in.dedupe_key = std::string{key->get_string()};
+  }
+  auto event_bytes = json_string_bytes(in.subject)
+                     + json_string_bytes(in.kind) + in.metadata_json.size()
+                     + event_json_overhead;
+  if (event_bytes > limits.event_max_bytes) {
+    r.error = "event exceeds " + std::to_string(limits.event_max_bytes)
+              + " bytes";
+    return r;
   }
   r.input = std::move(in);
   return r;
@@ -282,7 +332,8 @@ std::string event_frame(const std::string& subject, const std::string& kind,
   o["subject"] = subject;
   o["kind"] = kind;
   o["seq"] = seq;
-  o["metadata"] = json::parse(metadata_json.empty() ? "{}" : metadata_json);
+  // Stored metadata was produced by serialize() at publish.
+  o["metadata"] = metadata_value(metadata_json);
   o["id"] = id;
   o["ts"] = ts;
   return json::serialize(o);

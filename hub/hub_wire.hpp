@@ -38,6 +38,35 @@ std::optional<hub_tier> parse_hub_tier(std::string_view name);
 /// Largest serialized metadata object a publish may carry, in bytes. [4096]
 constexpr std::size_t default_metadata_max_bytes = 4096;
 
+/// What a publish may carry, so that every stored event can be replayed to
+/// a client with default limits (protocol/json_parse.hpp,
+/// config/client_config.hpp). A publish over any of them is a 400 naming it.
+struct publish_limits {
+  /// Largest serialized metadata object, bytes. [4096]
+  std::size_t metadata_max_bytes = default_metadata_max_bytes;
+  /// Deepest metadata nesting (`{}` is 1). A replay page adds three levels
+  /// (page object, events array, event object), so 32 stays well inside
+  /// default_json_max_depth (64). [32]
+  std::size_t metadata_max_depth = 32;
+  /// Longest subject, bytes of UTF-8. [1024]
+  std::size_t subject_max_bytes = 1024;
+  /// Largest stored event (its JSON as replay serves it: id, seq, subject,
+  /// kind, metadata, ts), bytes. [5120]
+  std::size_t event_max_bytes = 5120;
+};
+
+/// Largest replay page (replay_limit full-size events) the hub may serve:
+/// 5 MiB. A default client (config/client_config.hpp) caps a response at
+/// 32 MiB and its parsed form at 4 x 32 MiB; a JSON text costs at most about
+/// 24 bytes of parsed form per byte (`[0,0,...]`: 2 bytes of text, two
+/// 24-byte value slots, protocol/json_parse.cpp), so any 5 MiB page parses
+/// within that bound.
+constexpr std::size_t max_replay_page_bytes = 5u * 1024u * 1024u;
+
+/// Bytes an event takes in a replay page beyond its escaped subject, kind
+/// and metadata: field names, id, seq and ts at their longest.
+constexpr std::size_t event_json_overhead = 128;
+
 /// A validated `POST /v1/events` body.
 struct publish_input {
   std::string subject;
@@ -54,13 +83,19 @@ struct publish_parse {
   std::string error;
 };
 
-/// Validates a publish body: a JSON object; `subject` a non-empty string;
+/// Validates a publish body: a JSON object (protocol/json_parse.hpp: no
+/// number beyond binary64, nesting within `limits.metadata_max_depth` + 1);
+/// `subject` a non-empty string of at most `limits.subject_max_bytes`;
 /// `kind` a string (absent: ""); `metadata` an object (absent or null: {})
-/// of at most `metadata_max_bytes` serialized; `dedupe_key` a string or
-/// null. Other fields are ignored.
+/// of at most `limits.metadata_max_bytes` serialized; `dedupe_key` a string
+/// or null; the resulting event at most `limits.event_max_bytes`. Other
+/// fields are ignored. Never throws for bad input.
 publish_parse parse_publish(std::string_view body,
-                            std::size_t metadata_max_bytes
-                            = default_metadata_max_bytes);
+                            const publish_limits& limits = {});
+
+/// Same, with only the metadata size set (the other limits default).
+publish_parse parse_publish(std::string_view body,
+                            std::size_t metadata_max_bytes);
 
 /// Query parameters in order, percent-decoded ('+' is a space).
 using hub_query = std::vector<std::pair<std::string, std::string>>;

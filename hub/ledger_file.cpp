@@ -1,8 +1,8 @@
 #include "hub/ledger_file.hpp"
 
 #include "config/config_error.hpp"
+#include "protocol/json_parse.hpp"
 
-#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
@@ -56,10 +56,10 @@ ledger_file::ledger_file(const std::string& path, ledger_log& log,
   }
   std::uintmax_t good_end = 0;
   for (std::size_t i = 0; i < lines.size(); ++i) {
-    boost::system::error_code ec;
-    auto v = json::parse(lines[i], ec);
+    auto parsed = parse_json(lines[i]);
+    auto& v = parsed.value;
     // A line that ended with its newline was written whole: it must read.
-    if (ec || !v.is_object())
+    if (!parsed || !v.is_object())
       fail(path, "line " + std::to_string(i + 1) + " is not a JSON object");
     auto& o = v.get_object();
     if (i == 0) {

@@ -1,9 +1,9 @@
 #include "hub/ledger_log.hpp"
 
 #include "hub/subject.hpp"
+#include "protocol/json_parse.hpp"
 
 #include <boost/json/object.hpp>
-#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
@@ -55,8 +55,14 @@ ledger_log::append(const std::string& subject, const std::string& kind,
   obj["seq"] = seq;
   obj["subject"] = subject;
   obj["kind"] = kind;
-  obj["metadata"] = boost::json::parse(metadata_json.empty() ? "{}"
-                                                             : metadata_json);
+  // metadata_json is serialize() of a parsed object (parse_publish), so
+  // it parses; a failure would keep the event with empty metadata rather
+  // than throw out of the request handler.
+  auto md = parse_json(metadata_json.empty() ? "{}" : metadata_json);
+  if (md)
+    obj["metadata"] = std::move(md.value);
+  else
+    obj["metadata"] = boost::json::object{};
   obj["ts"] = ts;
   ev->json = boost::json::serialize(obj);
   ledger_event_ptr stored = std::move(ev);

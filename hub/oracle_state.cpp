@@ -2,10 +2,10 @@
 
 #include "config/config_error.hpp"
 #include "hub/hub_wire.hpp"
+#include "protocol/json_parse.hpp"
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
-#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
@@ -131,9 +131,9 @@ std::optional<uint64_t> integer_in(const json::value& v, uint64_t lo,
 
 ts_request_parse parse_ts_request(std::string_view body) {
   ts_request_parse out;
-  boost::system::error_code ec;
-  auto v = json::parse(body, ec);
-  if (ec || !v.is_object()) {
+  auto parsed = parse_json(body);
+  auto& v = parsed.value;
+  if (!parsed || !v.is_object()) {
     out.error = "body must be a JSON object {\"count\":N}";
     return out;
   }
@@ -152,9 +152,9 @@ seq_request_parse parse_seq_request(std::string_view body,
                                     std::size_t max_key_bytes,
                                     uint32_t max_count) {
   seq_request_parse out;
-  boost::system::error_code ec;
-  auto v = json::parse(body, ec);
-  if (ec || !v.is_object()) {
+  auto parsed = parse_json(body);
+  auto& v = parsed.value;
+  if (!parsed || !v.is_object()) {
     out.error = "body must be a JSON object {\"key\":\"...\",\"count\":N}";
     return out;
   }
@@ -330,9 +330,9 @@ oracle_reply oracle_state::handle(std::size_t node, oracle_op op,
 }
 
 std::optional<std::string> oracle_state::apply_admin(std::string_view body) {
-  boost::system::error_code ec;
-  auto v = json::parse(body, ec);
-  if (ec || !v.is_object())
+  auto parsed = parse_json(body);
+  auto& v = parsed.value;
+  if (!parsed || !v.is_object())
     return std::string{"body must be a JSON object"};
   const auto& o = v.get_object();
   auto node_range = "an integer in [0, " + std::to_string(cfg_.nodes - 1)

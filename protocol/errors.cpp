@@ -1,6 +1,5 @@
 #include "protocol/errors.hpp"
 
-#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
@@ -113,12 +112,13 @@ call_error classify_status(int status, std::string detail) {
   return e;
 }
 
-std::string extract_detail(const std::string& body) {
+std::string extract_detail(const std::string& body,
+                           const json_limits& limits) {
   if (body.empty())
     return {};
-  boost::system::error_code ec;
-  auto v = boost::json::parse(body, ec);
-  if (ec || !v.is_object())
+  auto r = parse_json(body, limits);
+  auto& v = r.value;
+  if (!r || !v.is_object())
     return {};
   auto* d = v.as_object().if_contains("detail");
   if (!d || d->is_null())

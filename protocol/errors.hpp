@@ -6,6 +6,7 @@
 // boundaries; the blocking facade throws the matching exception type.
 
 #include "protocol/http_types.hpp"
+#include "protocol/json_parse.hpp"
 
 #include <optional>
 #include <stdexcept>
@@ -94,8 +95,10 @@ bool refused_outright(int status);
 void settle_nothing_billed(call_error& e);
 
 /// Extracts the `detail` field of a JSON error body if it is a string (other
-/// JSON values are serialised); empty for non-JSON bodies.
-std::string extract_detail(const std::string& body);
+/// JSON values are serialised); empty for non-JSON bodies and for bodies
+/// that exceed `limits` (default: depth 64, no memory bound).
+std::string extract_detail(const std::string& body,
+                           const json_limits& limits = {});
 
 // -- exceptions of the blocking facade ---------------------------------------
 

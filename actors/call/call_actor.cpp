@@ -4,7 +4,8 @@
 #include "actors/call/retry_state.hpp"
 #include "actors/handler_guard.hpp"
 
-#include <boost/json/parse.hpp>
+#include "protocol/json_parse.hpp"
+
 #include <caf/actor_cast.hpp>
 #include <caf/sec.hpp>
 #include <caf/stateful_actor.hpp>
@@ -233,15 +234,39 @@ void finish_error(self_ptr self, call_error e) {
   deliver(self, std::move(o));
 }
 
-// Empty → null; not JSON → std::nullopt.
-std::optional<boost::json::value> parse_body(const std::string& body) {
+// Empty → null; otherwise the parse under the client's JSON limits.
+json_parse_result parse_body(const std::string& body, const json_limits& l) {
   if (body.empty())
-    return boost::json::value{};
-  boost::system::error_code ec;
-  auto v = boost::json::parse(body, ec);
-  if (ec)
-    return std::nullopt;
-  return v;
+    return {};
+  return parse_json(body, l);
+}
+
+// The response_error of a body that did not parse, naming the limit that
+// stopped it so the user knows which setting to raise.
+call_error unreadable_body(const json_parse_result& r, int status,
+                           const client_config& cfg) {
+  call_error e;
+  e.kind = error_kind::response_error;
+  switch (r.error) {
+    case json_parse_error::too_deep:
+      e.detail = "response body nests deeper than json_max_depth ("
+                 + std::to_string(cfg.json_max_depth) + " levels)";
+      break;
+    case json_parse_error::too_large:
+      e.detail = "response body's parsed form exceeds json_memory_factor * "
+                 "max_response_bytes ("
+                 + std::to_string(cfg.response_json_limits().max_bytes)
+                 + " bytes)";
+      break;
+    case json_parse_error::number_out_of_range:
+      e.detail = "response body has a " + r.detail;
+      break;
+    default:
+      e.detail = "response body is not JSON";
+      break;
+  }
+  e.detail += " (HTTP " + std::to_string(status) + ")";
+  return e;
 }
 
 void finish_response(self_ptr self, http_response resp) {
@@ -266,21 +291,24 @@ void finish_response(self_ptr self, http_response resp) {
     if (resp.body_over_cap) {
       err = over_cap();
     } else {
-      o.ok = true;
-      o.body = parse_body(resp.body).value_or(boost::json::value{});
+      // Raw mode hands over a body it cannot read as null (it promises
+      // status and headers), but never one that blew the memory bound.
+      auto r = parse_body(resp.body, cfg.response_json_limits());
+      if (r.error != json_parse_error::too_large) {
+        o.ok = true;
+        o.body = std::move(r.value);
+      } else {
+        err = unreadable_body(r, resp.status, cfg);
+      }
     }
   } else if (success) {
     if (resp.body_over_cap) {
       err = over_cap();
-    } else if (auto v = parse_body(resp.body)) {
+    } else if (auto r = parse_body(resp.body, cfg.response_json_limits())) {
       o.ok = true;
-      o.body = std::move(*v);
+      o.body = std::move(r.value);
     } else {
-      call_error e;
-      e.kind = error_kind::response_error;
-      e.detail = "response body is not JSON (HTTP " + std::to_string(resp.status)
-                 + ")";
-      err = std::move(e);
+      err = unreadable_body(r, resp.status, cfg);
     }
   } else if (resp.status >= 300 && resp.status < 400) {
     auto e = classify_status(resp.status);
@@ -294,7 +322,9 @@ void finish_response(self_ptr self, http_response resp) {
     e.detail.clear();
     err = std::move(e);
   } else {
-    err = classify_status(resp.status, extract_detail(resp.body));
+    err = classify_status(resp.status,
+                          extract_detail(resp.body,
+                                         cfg.response_json_limits()));
   }
   if (err) {
     err->status = resp.status;

@@ -1,6 +1,7 @@
 #include "actors/coalesce/leader_state.hpp"
 
-#include <boost/json/parse.hpp>
+#include "protocol/json_parse.hpp"
+
 #include <boost/json/value.hpp>
 
 #include <algorithm>
@@ -159,9 +160,9 @@ attempt_class classify_attempt(transport_error_kind error, bool request_sent,
 bool marks_nothing_committed(std::string_view body) {
   if (body.empty() || body.size() > 64 * 1024)
     return false;
-  boost::system::error_code ec;
-  auto v = boost::json::parse(body, ec);
-  if (ec || !v.is_object())
+  auto r = parse_json(body);
+  auto& v = r.value;
+  if (!r || !v.is_object())
     return false;
   auto* m = v.get_object().if_contains("committed");
   return m && m->is_bool() && !m->get_bool();

@@ -1,8 +1,9 @@
 #include "actors/coalesce/oracle_body.hpp"
 
+#include "protocol/json_parse.hpp"
+
 #include "actors/coalesce/leader_state.hpp"
 
-#include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
 #include <cstdint>
@@ -24,7 +25,7 @@ std::optional<uint64_t> u64_field(const json::object& o, const char* name) {
   return std::nullopt;
 }
 
-/// Number of keys of the top-level object of `body`, which json::parse
+/// Number of keys of the top-level object of `body`, which parse_json
 /// accepted (so strings and nesting are well formed): a key is a string at
 /// depth 1 followed by ':'.
 std::size_t top_level_keys(const std::string& body) {
@@ -51,7 +52,7 @@ std::size_t top_level_keys(const std::string& body) {
 }
 
 /// The top-level object of a 2xx body, or nullptr when the body is not a
-/// JSON object or repeats a key (ambiguous: json::parse keeps the last
+/// JSON object or repeats a key (ambiguous: parse_json keeps the last
 /// one, another reader the first; never served).
 const json::object* unambiguous_object(const json::value& v,
                                        const std::string& body) {
@@ -78,9 +79,9 @@ std::string decimal_epoch(const json::object& o) {
 
 ts_response parse_ts_body(const std::string& body) {
   ts_response r;
-  json::error_code ec;
-  auto v = json::parse(body, ec);
-  auto* obj = ec ? nullptr : unambiguous_object(v, body);
+  auto parsed = parse_json(body);
+  auto& v = parsed.value;
+  auto* obj = parsed ? unambiguous_object(v, body) : nullptr;
   if (!obj)
     return r;
   auto& o = *obj;
@@ -99,9 +100,9 @@ ts_response parse_ts_body(const std::string& body) {
 
 seq_response parse_seq_body(const std::string& body) {
   seq_response r;
-  json::error_code ec;
-  auto v = json::parse(body, ec);
-  auto* obj = ec ? nullptr : unambiguous_object(v, body);
+  auto parsed = parse_json(body);
+  auto& v = parsed.value;
+  auto* obj = parsed ? unambiguous_object(v, body) : nullptr;
   if (!obj)
     return r;
   auto& o = *obj;
@@ -116,9 +117,9 @@ seq_response parse_seq_body(const std::string& body) {
 }
 
 std::optional<uint64_t> parse_body_epoch(const std::string& body) {
-  json::error_code ec;
-  auto v = json::parse(body, ec);
-  if (ec || !v.is_object())
+  auto parsed = parse_json(body);
+  auto& v = parsed.value;
+  if (!parsed || !v.is_object())
     return std::nullopt;
   auto* e = v.as_object().if_contains("epoch");
   if (!e || !e->is_string())

@@ -1,5 +1,7 @@
 #include "actors/feed/feed_frames.hpp"
 
+#include "protocol/json_parse.hpp"
+
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -59,9 +61,9 @@ std::string string_field(const json::object& o, std::string_view k) {
 parsed_message parse_message(std::string_view payload,
                              const std::string& wake_cursor_field) {
   parsed_message m;
-  json::error_code ec;
-  auto v = json::parse(payload, ec);
-  if (ec || !v.is_object()) {
+  auto parsed = parse_json(payload);
+  auto& v = parsed.value;
+  if (!parsed || !v.is_object()) {
     m.frame.type = frame_type::not_json;
     m.error = ec ? ec.message() : "not a JSON object";
     return m;

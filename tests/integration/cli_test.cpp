@@ -6,6 +6,7 @@
 #include "hub/hub.hpp"
 #include "hub/latency_profile.hpp"
 #include "nginx_fixture.hpp"
+#include "scripted_server.hpp"
 #include "test_certs.hpp"
 
 #include <boost/json/parse.hpp>
@@ -313,11 +314,12 @@ TEST(CliConfig, UnreadableCaFileIsAConfigErrorNamingTheField) {
   EXPECT_EQ(detail_of(r).rfind("tls.ca_file: ", 0), 0u) << r.err;
 }
 
-TEST(CliConfig, EnvPrefixWithoutUrlVariableIsAConfigErrorNamingBaseUrl) {
+TEST(CliConfig, EnvPrefixWithoutUrlVariableIsAConfigErrorNamingTheVariable) {
   auto r
     = run_cli({"request", "--env", "OUTBOUND_CLI_TEST_UNSET", "/v1/items"});
   expect_failure(r, "config_error", 2);
-  EXPECT_EQ(detail_of(r).rfind("base_url: ", 0), 0u) << r.err;
+  EXPECT_EQ(detail_of(r).rfind("OUTBOUND_CLI_TEST_UNSET_URL: ", 0), 0u)
+    << r.err;
 }
 
 // -- transport failures, a closed port
@@ -659,4 +661,74 @@ TEST(CliHedge, BadHedgeSettingsAreConfigErrorsNamingTheField) {
   EXPECT_NE(d.error().at("detail").as_string().find("hedge_delay"),
             std::string::npos)
     << d.err;
+}
+
+// -- JSON limits and numbers end to end (protocol/json_parse.hpp) ---------------
+
+TEST(CliJson, JsonBodyGoesOnTheWireByteForByte) {
+  scripted_server srv{{{step::read_request(),
+                        step::send(scripted_server::json_response(200, "{}"))}}};
+  const std::string body
+    = "{ \"t\": 1.7961554897535605E9, \"one\": 1.0, \"big\": 12345678901234567890123 }";
+  auto r = run_cli({"request", "-X", "POST", "--json", body,
+                    srv.base_url() + "/v1/x"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(srv.wait_for_requests(1, 5000ms));
+  EXPECT_EQ(srv.requests().at(0).body, body);
+}
+
+TEST(CliJson, ResponseDoublesArePrintedExactly) {
+  scripted_server srv{{{step::read_request(),
+                        step::send(scripted_server::json_response(
+                          200, R"({"t":1.7961554897535605E9})"))}}};
+  auto r = run_cli({"request", srv.base_url() + "/v1/x"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"t\":1.7961554897535605E9}\n");
+}
+
+TEST(CliJson, ValidJsonDeeperThan32LevelsIsPrintedNotCalledNotJson) {
+  std::string deep = std::string(40, '[') + "1" + std::string(40, ']');
+  scripted_server srv{{{step::read_request(),
+                        step::send(scripted_server::json_response(200, deep))}}};
+  auto r = run_cli({"request", srv.base_url() + "/v1/x"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, deep + "\n");
+}
+
+TEST(CliJson, AnOverflowingNumberIsAResponseErrorNotInfinity) {
+  scripted_server srv{{{step::read_request(),
+                        step::send(scripted_server::json_response(
+                          200, R"({"v":[1e400]})"))}}};
+  auto r = run_cli({"request", srv.base_url() + "/v1/x"});
+  expect_failure(r, "response_error", 6);
+  EXPECT_NE(detail_of(r).find("out of range"), std::string::npos) << r.err;
+  EXPECT_NE(detail_of(r).find("v[0]"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("Infinity"), std::string::npos) << r.err;
+}
+
+TEST(CliJson, ADeepErrorBodyKeepsItsDetail) {
+  std::string deep = std::string(40, '[') + std::string(40, ']');
+  scripted_server srv{{{step::read_request(),
+                        step::send(scripted_server::json_response(
+                          400, R"({"detail":"bad shape","at":)" + deep + "}"))}}};
+  auto r = run_cli({"request", srv.base_url() + "/v1/x"});
+  expect_failure(r, "request_error", 4);
+  EXPECT_EQ(detail_of(r), "bad shape");
+}
+
+// -- small items: errors that name what the user typed --------------------------
+
+TEST(CliConfig, CaFileThatIsADirectoryIsCalledADirectory) {
+  auto r = run_cli(
+    {"request", "--ca-file", "/tmp",
+     "https://127.0.0.1:" + std::to_string(closed_port()) + "/v1/items"});
+  expect_failure(r, "config_error", 2);
+  EXPECT_EQ(detail_of(r), "tls.ca_file: '/tmp' is a directory, not a file")
+    << r.err;
+}
+
+TEST(CliConfig, DemoHubWithoutAHostNamesTheHubOption) {
+  auto r = run_cli({"demo", "--hub", "http://", "--duration", "1"});
+  expect_failure(r, "config_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("--hub: ", 0), 0u) << r.err;
 }

@@ -910,8 +910,8 @@ std::string nested_array(std::size_t depth) {
   return std::string(depth, '[') + std::string(depth, ']');
 }
 
-// 100000 levels: Boost.JSON's depth limit answers, the stack does not.
-TEST_F(Hostile, DeeplyNestedJsonIsNotJsonAndDoesNotOverflowTheStack) {
+// 100000 levels: the depth limit (json_max_depth) answers, the stack does not.
+TEST_F(Hostile, DeeplyNestedJsonIsAResponseErrorAndDoesNotOverflowTheStack) {
   auto body = nested_array(100000);
   auto srv = server({{step::read_request(),
                       step::send(scripted_server::json_response(200, body)),
@@ -920,9 +920,10 @@ TEST_F(Hostile, DeeplyNestedJsonIsNotJsonAndDoesNotOverflowTheStack) {
   auto c = client(one_shot(srv->base_url()));
   auto err = expect_throw<response_error>([&] { return c->request("GET", "/v1/j"); });
   ASSERT_TRUE(err);
-  EXPECT_EQ(err->detail, "response body is not JSON (HTTP 200)");
+  EXPECT_EQ(err->detail, "response body nests deeper than json_max_depth "
+                         "(64 levels) (HTTP 200)");
   EXPECT_EQ(err->status, 200);
-  // request_raw degrades a non-JSON body to null.
+  // request_raw degrades a body it cannot read to null.
   auto r = c->request_raw("GET", "/v1/j");
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.body, boost::json::value{});

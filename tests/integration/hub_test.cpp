@@ -15,6 +15,7 @@
 #include "config/config_error.hpp"
 #include "config/client_config.hpp"
 #include "protocol/errors.hpp"
+#include "protocol/json_parse.hpp"
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -1811,4 +1812,103 @@ TEST(HubCli, ABadHostIsAConfigErrorWithExitTwo) {
   EXPECT_NE(std::string{v.at("detail").as_string()}.find("host"),
             std::string::npos)
     << text;
+}
+
+// -- publish limits: anything stored can be replayed to a default client --------
+
+namespace {
+
+call_request raw_publish(std::string body) {
+  call_request c;
+  c.method = "POST";
+  c.path = "/v1/events";
+  c.body = std::move(body);
+  c.has_body = true;
+  c.headers.emplace_back("content-type", "application/json");
+  return c;
+}
+
+std::string nested_metadata(int depth) {
+  std::string md;
+  for (int i = 1; i < depth; ++i)
+    md += R"({"n":)";
+  md += "{}";
+  md += std::string(static_cast<std::size_t>(depth - 1), '}');
+  return md;
+}
+
+} // namespace
+
+TEST_F(HubTest, APublishWithAnOverflowingNumberIsAnswered400NamingTheField) {
+  start();
+  for (const std::string& number : {std::string{"1e400"},
+                                    std::string(5000, '9')}) {
+    auto o = http().call(
+      raw_publish(R"({"subject":"s","metadata":{"x":[1,)" + number + "]}}"));
+    EXPECT_EQ(o.status, 400) << o.error.message();
+    EXPECT_EQ(o.error.detail,
+              "metadata.x[1]: number out of range (IEEE 754 binary64)");
+  }
+  // Nothing was stored; the hub still answers.
+  EXPECT_EQ(replay(0).at("events").as_array().size(), 0u);
+}
+
+TEST_F(HubTest, PublishRejectsWhatReplayCouldNotServeWith400AndAReason) {
+  hub_config c;
+  c.subject_max_bytes = 16;
+  start(c);
+  auto deep = http().call(raw_publish(
+    R"({"subject":"s","metadata":)" + nested_metadata(33) + "}"));
+  EXPECT_EQ(deep.status, 400);
+  EXPECT_EQ(deep.error.detail, "metadata nests deeper than 32 levels");
+  auto long_subject = http().call(
+    raw_publish("{\"subject\":\"" + std::string(17, 's') + "\"}"));
+  EXPECT_EQ(long_subject.status, 400);
+  EXPECT_EQ(long_subject.error.detail, "subject exceeds 16 bytes");
+  auto big = http().call(raw_publish(
+    "{\"subject\":\"s\",\"kind\":\"" + std::string(6000, 'k') + "\"}"));
+  EXPECT_EQ(big.status, 400);
+  EXPECT_EQ(big.error.detail, "event exceeds 5120 bytes");
+}
+
+TEST_F(HubTest, TheDeepestAcceptedMetadataReplaysToADefaultClient) {
+  start();
+  auto ok = http().call(raw_publish(
+    R"({"subject":"s","metadata":)" + nested_metadata(32) + "}"));
+  ASSERT_TRUE(ok.ok) << ok.error.message();
+  publish("after");
+  auto page = replay(0); // a default client: depth 64
+  ASSERT_EQ(ids(page), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(json_depth(page), 35u); // page, events, event + 32
+}
+
+TEST_F(HubTest, PublishedDoublesReplayExactly) {
+  start();
+  auto o = http().call(
+    raw_publish(R"({"subject":"s","metadata":{"t":1.7961554897535605E9}})"));
+  ASSERT_TRUE(o.ok) << o.error.message();
+  auto page = replay(0);
+  EXPECT_EQ(json::serialize(page.at("events").at(0).at("metadata")),
+            R"({"t":1.7961554897535605E9})");
+}
+
+TEST(HubConfigLimits, LimitsThatReplayCouldNotServeAreConfigErrors) {
+  auto field = [](hub_config c) {
+    try {
+      c.validate();
+    } catch (const config_error& e) {
+      return e.field();
+    }
+    return std::string{"<valid>"};
+  };
+  EXPECT_EQ(field({}), "<valid>");
+  hub_config deep;
+  deep.metadata_max_depth = 62; // + 3 > 64
+  EXPECT_EQ(field(deep), "metadata_max_depth");
+  hub_config subject;
+  subject.subject_max_bytes = 0;
+  EXPECT_EQ(field(subject), "subject_max_bytes");
+  hub_config page;
+  page.replay_limit = 2000; // 2000 * 5 KiB > 5 MiB
+  EXPECT_EQ(field(page), "event_max_bytes");
 }

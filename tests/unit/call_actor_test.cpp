@@ -8,6 +8,7 @@
 #include "actors/call/retry_state.hpp"
 #include "actors/client/service_client.hpp"
 #include "config/config_error.hpp"
+#include "protocol/json_parse.hpp"
 
 #include "fake_transport.hpp"
 #include "virtual_time_fixture.hpp"
@@ -907,4 +908,81 @@ TEST_F(CallActor, ARefusalAfterEarlierAttemptsMayHaveBilled) {
   EXPECT_EQ(o.error.status, 429);
   EXPECT_EQ(o.error.attempts, 2);
   EXPECT_FALSE(o.error.nothing_billed);
+}
+
+// -- JSON limits of response bodies (protocol/json_parse.hpp) ----------------------
+
+namespace {
+
+std::string nested(std::size_t depth, const std::string& inner = "1") {
+  return std::string(depth, '[') + inner + std::string(depth, ']');
+}
+
+} // namespace
+
+TEST_F(CallActor, ABodyNestedDeeperThan32LevelsIsNotReportedAsNotJson) {
+  log->script = {fake_step::status(200, R"({"a":)" + nested(40) + "}")};
+  auto o = run_call(get("/v1/item"));
+  ASSERT_TRUE(o.ok) << o.error.message();
+  EXPECT_EQ(json_depth(o.body), 41u);
+}
+
+TEST_F(CallActor, ABodyDeeperThanJsonMaxDepthIsAResponseErrorNamingIt) {
+  cfg.json_max_depth = 8;
+  log->script = {fake_step::status(200, nested(9))};
+  auto o = run_call(get("/v1/item"));
+  ASSERT_FALSE(o.ok);
+  EXPECT_EQ(o.error.kind, error_kind::response_error);
+  EXPECT_EQ(o.error.detail,
+            "response body nests deeper than json_max_depth (8 levels) "
+            "(HTTP 200)");
+}
+
+TEST_F(CallActor, AnErrorBodyWithADeepFieldKeepsItsDetail) {
+  log->script = {fake_step::status(
+    400, R"({"detail":"bad shape","where":)" + nested(40) + "}")};
+  auto o = run_call(get("/v1/item"));
+  ASSERT_FALSE(o.ok);
+  EXPECT_EQ(o.error.kind, error_kind::request_error);
+  EXPECT_EQ(o.error.detail, "bad shape");
+}
+
+TEST_F(CallActor, TinyArraysOverTheMemoryBoundAreAResponseError) {
+  // 60 KiB of `[],` under a 64 KiB cap: about 16x that once parsed, over
+  // json_memory_factor (4) * max_response_bytes.
+  cfg.max_response_bytes = 64 * 1024;
+  std::string body = "[";
+  for (int i = 0; i < 20 * 1024; ++i)
+    body += "[],";
+  body += "[]]";
+  log->script = {fake_step::status(200, body)};
+  auto o = run_call(get("/v1/item"));
+  ASSERT_FALSE(o.ok);
+  EXPECT_EQ(o.error.kind, error_kind::response_error);
+  EXPECT_EQ(o.error.detail,
+            "response body's parsed form exceeds json_memory_factor * "
+            "max_response_bytes (262144 bytes) (HTTP 200)");
+  // The same body with a larger factor parses.
+  cfg.json_memory_factor = 16;
+  log->requests.clear();
+  log->script = {fake_step::status(200, body)};
+  auto ok = run_call(get("/v1/item"));
+  EXPECT_TRUE(ok.ok) << ok.error.message();
+}
+
+TEST_F(CallActor, AnOverflowingNumberIsAResponseErrorNamingTheField) {
+  log->script = {fake_step::status(200, R"({"rows":[{"v":1e400}]})")};
+  auto o = run_call(get("/v1/item"));
+  ASSERT_FALSE(o.ok);
+  EXPECT_EQ(o.error.kind, error_kind::response_error);
+  EXPECT_EQ(o.error.detail,
+            "response body has a number out of range (IEEE 754 binary64) at "
+            "rows[0].v (HTTP 200)");
+}
+
+TEST_F(CallActor, DoublesInABodyRoundTripExactly) {
+  log->script = {fake_step::status(200, R"({"t":1.7961554897535605E9})")};
+  auto o = run_call(get("/v1/item"));
+  ASSERT_TRUE(o.ok) << o.error.message();
+  EXPECT_EQ(boost::json::serialize(o.body), R"({"t":1.7961554897535605E9})");
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 
 using namespace outbound;
 
@@ -246,4 +247,49 @@ TEST(Errors, NothingBilledIsNothingSentOrOneAttemptRefusedOutright) {
     EXPECT_TRUE(ex.nothing_billed());
     EXPECT_FALSE(ex.nothing_sent());
   }
+}
+
+TEST(FromEnv, AnUnsetUrlVariableIsNamed) {
+  unsetenv("OBTEST2_URL");
+  try {
+    from_env("OBTEST2");
+    FAIL() << "no error";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "OBTEST2_URL");
+    EXPECT_NE(std::string{e.what()}.find("OBTEST2_URL"), std::string::npos)
+      << e.what();
+  }
+}
+
+TEST(TlsConfig, ACaFileThatIsADirectoryIsCalledADirectory) {
+  auto c = valid();
+  c.base_url = "https://localhost:8443";
+  c.tls.ca_file = "/tmp";
+  try {
+    c.validate();
+    FAIL() << "no error";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "tls.ca_file");
+    std::string what = e.what();
+    EXPECT_NE(what.find("is a directory"), std::string::npos) << what;
+    EXPECT_EQ(what.find("empty"), std::string::npos) << what;
+  }
+}
+
+TEST(ClientConfig, JsonLimitsAreValidatedAndDerivedFromTheCap) {
+  auto c = valid();
+  EXPECT_EQ(c.json_max_depth, 64u);
+  EXPECT_EQ(c.json_memory_factor, 4u);
+  auto l = c.response_json_limits();
+  EXPECT_EQ(l.max_depth, 64u);
+  EXPECT_EQ(l.max_bytes, 4u * 32u * 1024u * 1024u);
+  c.json_max_depth = 0;
+  EXPECT_EQ(field_of(c), "json_max_depth");
+  c.json_max_depth = 64;
+  c.json_memory_factor = 0;
+  EXPECT_EQ(field_of(c), "json_memory_factor");
+  c.json_memory_factor = 4;
+  c.max_response_bytes = std::numeric_limits<std::size_t>::max();
+  EXPECT_EQ(c.response_json_limits().max_bytes,
+            std::numeric_limits<std::size_t>::max()); // saturates
 }

@@ -186,3 +186,27 @@ TEST(DemoConfig, MissingFileNamesDemo) {
     EXPECT_EQ(e.field(), "demo");
   }
 }
+
+TEST(DemoConfig, DuplicateKeysAreAConfigErrorNamingTheKey) {
+  try {
+    parse_demo_config(R"({"feeds":2,"traffic":{"timeout":1,"timeout":2}})");
+    FAIL() << "no error";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "demo.traffic.timeout");
+  }
+  try {
+    parse_demo_config(R"({"feeds":2,"feeds":3})");
+    FAIL() << "no error";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "demo.feeds");
+  }
+}
+
+TEST(DemoConfig, AHubUrlWithoutAHostIsNamedDemoHub) {
+  try {
+    parse_demo_config(R"({"hub":"http://"})");
+    FAIL() << "no error";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "demo.hub");
+  }
+}

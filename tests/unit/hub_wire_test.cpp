@@ -181,3 +181,60 @@ TEST(HubWire, TierNames) {
   EXPECT_FALSE(parse_hub_tier("durable"));
   EXPECT_STREQ(to_string(hub_tier::ephemeral), "ephemeral");
 }
+
+// -- publish limits: what replay can serve to a default client ----------------
+
+TEST(HubWire, PublishRejectsMetadataDeeperThanTheLimitWithAReason) {
+  std::string md32, md33;
+  for (int i = 0; i < 31; ++i)
+    md32 += R"({"n":)";
+  md32 += "{}" + std::string(31, '}');
+  md33 = R"({"n":)" + md32 + "}";
+  auto ok = parse_publish(R"({"subject":"s","metadata":)" + md32 + "}");
+  EXPECT_TRUE(ok.input) << ok.error;
+  auto deep = parse_publish(R"({"subject":"s","metadata":)" + md33 + "}");
+  EXPECT_FALSE(deep.input);
+  EXPECT_EQ(deep.error, "metadata nests deeper than 32 levels");
+  // Far deeper than any parser default: still the same 400 detail.
+  std::string md80 = std::string(80, '[') + std::string(80, ']');
+  auto deeper
+    = parse_publish(R"({"subject":"s","metadata":{"a":)" + md80 + "}}");
+  EXPECT_EQ(deeper.error, "metadata nests deeper than 32 levels");
+}
+
+TEST(HubWire, PublishRejectsALongSubject) {
+  publish_limits l;
+  l.subject_max_bytes = 8;
+  EXPECT_TRUE(parse_publish(R"({"subject":"12345678"})", l).input);
+  EXPECT_EQ(parse_publish(R"({"subject":"123456789"})", l).error,
+            "subject exceeds 8 bytes");
+  // The default bound: 1024.
+  EXPECT_EQ(parse_publish("{\"subject\":\"" + std::string(1025, 's') + "\"}")
+              .error,
+            "subject exceeds 1024 bytes");
+}
+
+TEST(HubWire, PublishRejectsAnEventOverTheEventSize) {
+  // Within the subject and metadata limits, over the event size: the kind
+  // has no limit of its own.
+  auto p = parse_publish("{\"subject\":\"s\",\"kind\":\""
+                         + std::string(6000, 'k') + "\"}");
+  EXPECT_EQ(p.error, "event exceeds 5120 bytes");
+}
+
+TEST(HubWire, PublishRejectsOverflowingNumbersNamingTheField) {
+  auto p = parse_publish(R"({"subject":"s","metadata":{"x":[0,1e400]}})");
+  EXPECT_FALSE(p.input);
+  EXPECT_EQ(p.error,
+            "metadata.x[1]: number out of range (IEEE 754 binary64)");
+  auto q = parse_publish("{\"subject\":\"s\",\"metadata\":{\"big\":"
+                         + std::string(5000, '9') + "}}");
+  EXPECT_EQ(q.error, "metadata.big: number out of range (IEEE 754 binary64)");
+}
+
+TEST(HubWire, PublishKeepsDoublesExactly) {
+  auto p = parse_publish(
+    R"({"subject":"s","metadata":{"t":1.7961554897535605E9}})");
+  ASSERT_TRUE(p.input) << p.error;
+  EXPECT_EQ(p.input->metadata_json, R"({"t":1.7961554897535605E9})");
+}

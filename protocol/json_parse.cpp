@@ -1,0 +1,313 @@
+#include "protocol/json_parse.hpp"
+
+#include <boost/json/basic_parser_impl.hpp>
+#include <boost/json/error.hpp>
+#include <boost/json/value_stack.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <system_error>
+#include <vector>
+
+namespace outbound {
+
+namespace json = boost::json;
+
+const char* to_string(json_parse_error e) {
+  switch (e) {
+    case json_parse_error::none: return "none";
+    case json_parse_error::syntax: return "syntax";
+    case json_parse_error::too_deep: return "too_deep";
+    case json_parse_error::too_large: return "too_large";
+    case json_parse_error::number_out_of_range: return "number_out_of_range";
+    case json_parse_error::duplicate_key: return "duplicate_key";
+  }
+  return "syntax";
+}
+
+namespace {
+
+// A basic_parser handler that builds the value like boost::json::parser's
+// own (boost/json/detail/impl/handler.ipp: a value_stack fed event by
+// event), and in addition counts the memory of the parsed form, converts
+// doubles exactly and tracks the path of the current value for errors.
+class handler {
+public:
+  static constexpr std::size_t max_object_size = json::object::max_size();
+  static constexpr std::size_t max_array_size = json::array::max_size();
+  static constexpr std::size_t max_key_size = json::string::max_size();
+  static constexpr std::size_t max_string_size = json::string::max_size();
+
+  handler(std::size_t max_bytes, bool reject_duplicates)
+    : max_bytes_(max_bytes), reject_duplicates_(reject_duplicates) {
+  }
+
+  json::value_stack st;
+  json_parse_error failure = json_parse_error::none;
+  std::string failed_field;
+
+  bool on_document_begin(json::error_code&) {
+    return true;
+  }
+  bool on_document_end(json::error_code&) {
+    return true;
+  }
+
+  bool on_object_begin(json::error_code& ec) {
+    if (!begin_value(ec))
+      return false;
+    path_.push_back(frame{false, 0, {}, {}});
+    return true;
+  }
+  bool on_object_end(std::size_t n, json::error_code&) {
+    path_.pop_back();
+    st.push_object(n);
+    return true;
+  }
+  bool on_array_begin(json::error_code& ec) {
+    if (!begin_value(ec))
+      return false;
+    path_.push_back(frame{true, 0, {}, {}});
+    return true;
+  }
+  bool on_array_end(std::size_t n, json::error_code&) {
+    path_.pop_back();
+    st.push_array(n);
+    return true;
+  }
+
+  bool on_key_part(json::string_view s, std::size_t, json::error_code& ec) {
+    if (!charge(s.size(), ec))
+      return false;
+    path_.back().key.append(s.data(), s.size());
+    st.push_chars(s);
+    return true;
+  }
+  bool on_key(json::string_view s, std::size_t n, json::error_code& ec) {
+    // A key is a string on the value stack plus a key_value_pair slot.
+    if (!charge(2 * sizeof(json::value) + s.size(), ec))
+      return false;
+    auto& f = path_.back();
+    if (n == s.size())
+      f.key.assign(s.data(), s.size());
+    else
+      f.key.append(s.data(), s.size());
+    if (reject_duplicates_ && !f.seen.insert(f.key).second) {
+      fail(json_parse_error::duplicate_key, ec);
+      return false;
+    }
+    st.push_key(s);
+    return true;
+  }
+  bool on_string_part(json::string_view s, std::size_t, json::error_code& ec) {
+    if (!charge(s.size(), ec))
+      return false;
+    st.push_chars(s);
+    return true;
+  }
+  bool on_string(json::string_view s, std::size_t n, json::error_code& ec) {
+    if (!begin_value(ec) || !charge(s.size() + 1, ec))
+      return false;
+    (void)n;
+    st.push_string(s);
+    return true;
+  }
+
+  bool on_number_part(json::string_view s, json::error_code&) {
+    number_.append(s.data(), s.size());
+    return true;
+  }
+  bool on_int64(std::int64_t i, json::string_view, json::error_code& ec) {
+    number_.clear();
+    if (!begin_value(ec))
+      return false;
+    st.push_int64(i);
+    return true;
+  }
+  bool on_uint64(std::uint64_t u, json::string_view, json::error_code& ec) {
+    number_.clear();
+    if (!begin_value(ec))
+      return false;
+    st.push_uint64(u);
+    return true;
+  }
+  bool on_double(double d, json::string_view s, json::error_code& ec) {
+    if (!begin_value(ec))
+      return false;
+    std::string_view text;
+    if (number_.empty()) {
+      text = std::string_view{s.data(), s.size()};
+    } else {
+      number_.append(s.data(), s.size());
+      text = number_;
+    }
+    // std::from_chars is correctly rounded (C++17 [charconv.from.chars]
+    // refers to strtod's rounding in the "C" locale), unlike Boost.JSON
+    // 1.81's fast path.
+    double exact = 0;
+    auto r = std::from_chars(text.data(), text.data() + text.size(), exact);
+    if (r.ec == std::errc::result_out_of_range) {
+      // Overflow is an error; underflow keeps Boost.JSON's (tiny or zero)
+      // value, which serializes as valid JSON.
+      if (std::isinf(d) || std::abs(d) > std::numeric_limits<double>::max()) {
+        fail(json_parse_error::number_out_of_range, ec);
+        return false;
+      }
+      exact = d;
+    } else if (r.ec != std::errc{} || !std::isfinite(exact)) {
+      if (!std::isfinite(d)) {
+        fail(json_parse_error::number_out_of_range, ec);
+        return false;
+      }
+      exact = d;
+    }
+    number_.clear();
+    st.push_double(exact);
+    return true;
+  }
+  bool on_bool(bool b, json::error_code& ec) {
+    if (!begin_value(ec))
+      return false;
+    st.push_bool(b);
+    return true;
+  }
+  bool on_null(json::error_code& ec) {
+    if (!begin_value(ec))
+      return false;
+    st.push_null();
+    return true;
+  }
+  bool on_comment_part(json::string_view, json::error_code&) {
+    return true;
+  }
+  bool on_comment(json::string_view, json::error_code&) {
+    return true;
+  }
+
+private:
+  struct frame {
+    bool array;
+    std::size_t next_index;
+    std::string key;
+    std::set<std::string> seen; // keys so far, with reject_duplicates_
+  };
+
+  // Every value costs a value_stack slot and a slot in its container.
+  bool begin_value(json::error_code& ec) {
+    if (!path_.empty() && path_.back().array)
+      ++path_.back().next_index;
+    return charge(2 * sizeof(json::value), ec);
+  }
+
+  bool charge(std::size_t n, json::error_code& ec) {
+    used_ += n;
+    if (max_bytes_ != 0 && used_ > max_bytes_) {
+      fail(json_parse_error::too_large, ec);
+      return false;
+    }
+    return true;
+  }
+
+  void fail(json_parse_error e, json::error_code& ec) {
+    failure = e;
+    if (e == json_parse_error::number_out_of_range
+        || e == json_parse_error::duplicate_key)
+      failed_field = path();
+    ec = json::error::exception;
+  }
+
+  // "a.b[2].c": keys of the enclosing objects, indexes of the enclosing
+  // arrays (the current value is the last one counted).
+  std::string path() const {
+    std::string out;
+    for (const auto& f : path_) {
+      if (f.array) {
+        out += '[';
+        out += std::to_string(f.next_index == 0 ? 0 : f.next_index - 1);
+        out += ']';
+      } else {
+        if (!out.empty())
+          out += '.';
+        out += f.key;
+      }
+    }
+    return out;
+  }
+
+  std::size_t max_bytes_;
+  bool reject_duplicates_;
+  std::size_t used_ = 0;
+  std::vector<frame> path_;
+  std::string number_;
+};
+
+} // namespace
+
+json_parse_result parse_json(std::string_view text,
+                             const json_limits& limits) {
+  json_parse_result r;
+  json::parse_options opt;
+  opt.max_depth = limits.max_depth;
+  json::basic_parser<handler> p{opt, limits.max_bytes,
+                                limits.reject_duplicate_keys};
+  p.handler().st.reset();
+  json::error_code ec;
+  auto n = p.write_some(false, text.data(), text.size(), ec);
+  if (!ec && n < text.size())
+    ec = json::error::extra_data;
+  if (!ec) {
+    r.value = p.handler().st.release();
+    return r;
+  }
+  auto& h = p.handler();
+  if (h.failure != json_parse_error::none) {
+    r.error = h.failure;
+  } else if (ec == json::error::too_deep) {
+    r.error = json_parse_error::too_deep;
+  } else {
+    r.error = json_parse_error::syntax;
+  }
+  switch (r.error) {
+    case json_parse_error::too_deep:
+      r.detail = "nesting deeper than " + std::to_string(limits.max_depth)
+                 + " levels";
+      break;
+    case json_parse_error::too_large:
+      r.detail = "parsed form over " + std::to_string(limits.max_bytes)
+                 + " bytes";
+      break;
+    case json_parse_error::number_out_of_range:
+      r.field = h.failed_field;
+      r.detail = "number out of range (IEEE 754 binary64)";
+      if (!r.field.empty())
+        r.detail += " at " + r.field;
+      break;
+    case json_parse_error::duplicate_key:
+      r.field = h.failed_field;
+      r.detail = "duplicate key " + r.field;
+      break;
+    default:
+      r.detail = ec.message();
+      break;
+  }
+  return r;
+}
+
+std::size_t json_depth(const json::value& v) {
+  std::size_t inner = 0;
+  if (v.is_object()) {
+    for (const auto& kv : v.get_object())
+      inner = std::max(inner, json_depth(kv.value()));
+    return inner + 1;
+  }
+  if (v.is_array()) {
+    for (const auto& e : v.get_array())
+      inner = std::max(inner, json_depth(e));
+    return inner + 1;
+  }
+  return 0;
+}
+
+} // namespace outbound

@@ -1,0 +1,100 @@
+#pragma once
+
+// The one JSON parser of the library. Every place that turns text into a
+// boost::json::value calls parse_json(), so the nesting limit, the memory
+// bound and the number rules are the same for the client, the hub, the CLI
+// and the fuzz harnesses.
+//
+// RFC 8259 section 9 lets a parser limit nesting depth, text size and the
+// range and precision of numbers; section 6 notes that numbers beyond
+// IEEE 754 binary64 are not interoperable. Built on Boost.JSON's public
+// basic_parser + value_stack (the pieces boost::json::parser is made of),
+// with two differences from boost::json::parse in Boost 1.81:
+//  - doubles are converted with std::from_chars (correctly rounded), so
+//    serialize(parse(x)) round-trips to the same binary64 value;
+//    Boost.JSON 1.81 has no parse_options::numbers (number_precision came
+//    later) and its fast path can be one ulp off;
+//  - a number that overflows binary64 (`1e400`, a 5000-digit integer) is an
+//    error naming the field instead of an infinity that serialize() would
+//    print as invalid JSON.
+
+#include <boost/json/value.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace outbound {
+
+/// Default maximum nesting depth of arrays and objects (Boost.JSON's own
+/// default is 32). Well above what the reference hub accepts in event
+/// metadata (hub_config::metadata_max_depth, 32) plus the two levels a
+/// replay page wraps around each event.
+inline constexpr std::size_t default_json_max_depth = 64;
+
+/// Limits of one parse.
+struct json_limits {
+  /// Maximum nesting depth of arrays and objects (>= 1). A document nested
+  /// deeper is json_parse_error::too_deep. [64]
+  std::size_t max_depth = default_json_max_depth;
+  /// Bound in bytes on the memory the parsed form may take (values, keys,
+  /// strings and the parser's value stack, counted as the parse goes);
+  /// 0 = no bound. Exceeding it is json_parse_error::too_large and stops
+  /// the parse at that point. [0]
+  std::size_t max_bytes = 0;
+  /// Treat a key repeated within one object as an error
+  /// (json_parse_error::duplicate_key). RFC 8259 section 4 leaves the
+  /// meaning of repeated names unpredictable; boost::json keeps the last.
+  /// For configuration files, where a repeated key is a mistake. [false]
+  bool reject_duplicate_keys = false;
+};
+
+/// Why a parse failed. Stable lower-case names via to_string().
+enum class json_parse_error : uint8_t {
+  none,
+  /// Not JSON per RFC 8259 (syntax, invalid UTF-8, trailing data, empty).
+  syntax,
+  /// Nested deeper than json_limits::max_depth.
+  too_deep,
+  /// The parsed form would exceed json_limits::max_bytes.
+  too_large,
+  /// A number outside the range of IEEE 754 binary64.
+  number_out_of_range,
+  /// A key repeated in one object (only with
+  /// json_limits::reject_duplicate_keys).
+  duplicate_key,
+};
+
+/// "none", "syntax", "too_deep", "too_large", "number_out_of_range",
+/// "duplicate_key".
+const char* to_string(json_parse_error e);
+
+/// Outcome of parse_json(): the value, or why not.
+struct json_parse_result {
+  /// The parsed document (null when error != none).
+  boost::json::value value;
+  json_parse_error error = json_parse_error::none;
+  /// One-line reason when error != none, e.g. "nesting deeper than 64
+  /// levels", "number out of range at metadata.n[2]". Never contains the
+  /// input text beyond a field name.
+  std::string detail;
+  /// Where the failing number or repeated key was (`a.b[3]`, `a.b`), "" for
+  /// other errors or at the top level.
+  std::string field;
+
+  explicit operator bool() const {
+    return error == json_parse_error::none;
+  }
+};
+
+/// Parses `text` as one complete JSON document under `limits`. Never
+/// throws for bad input (allocation failure still throws std::bad_alloc).
+json_parse_result parse_json(std::string_view text,
+                             const json_limits& limits = {});
+
+/// Nesting depth of `v`: 0 for a scalar, 1 for `[]` or `{}`, one more per
+/// level (the same count as json_limits::max_depth).
+std::size_t json_depth(const boost::json::value& v);
+
+} // namespace outbound
