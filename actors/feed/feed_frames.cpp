@@ -65,7 +65,7 @@ parsed_message parse_message(std::string_view payload,
   auto& v = parsed.value;
   if (!parsed || !v.is_object()) {
     m.frame.type = frame_type::not_json;
-    m.error = ec ? ec.message() : "not a JSON object";
+    m.error = !parsed ? parsed.detail : "not a JSON object";
     return m;
   }
   auto& o = v.get_object();

@@ -311,7 +311,8 @@ std::string wake(int64_t cursor) {
   return R"({"type":"wake","cursor":)" + std::to_string(cursor) + "}";
 }
 
-/// JSON nested `depth` arrays deep (Boost.JSON's default parser stops at 32).
+/// JSON nested `depth` arrays deep (the client parser stops at
+/// client_config::json_max_depth, 64 by default).
 std::string deep(int depth) {
   return std::string(depth, '[') + std::string(depth, ']');
 }
@@ -424,7 +425,7 @@ TEST_F(FeedPoison, ADeepEventBetweenTwoOrdinaryOnesIsOneUndeliverableReset) {
   // not even event 1 of the same page -- and drain_errors stayed 0.
   ledger->append_to(3);
   ledger->raw_events[2]
-    = R"({"id":2,"subject":"deep","kind":"k","metadata":)" + deep(40) + "}";
+    = R"({"id":2,"subject":"deep","kind":"k","metadata":)" + deep(100) + "}";
   start(false);
   EXPECT_EQ(got(), (std::vector<std::string>{"e1", "r:undeliverable", "e3"}));
   auto rs = subs->resets();
@@ -551,7 +552,7 @@ TEST_F(FeedPoison, AnUnreadableCatchupFrameIsAnUndeliverableResetInOrder) {
     R"({"type":"hello","mode":"catchup","seq":0,"cursor":0,"resync":false,"epoch":"e1"})");
   ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":1})");
   ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":2,"metadata":)"
-                     + deep(40) + "}");
+                     + deep(100) + "}");
   ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":3})");
   run();
   auto g = got();
