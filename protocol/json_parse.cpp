@@ -78,10 +78,16 @@ public:
     return true;
   }
 
-  bool on_key_part(json::string_view s, std::size_t, json::error_code& ec) {
+  bool on_key_part(json::string_view s, std::size_t n, json::error_code& ec) {
     if (!charge(s.size(), ec))
       return false;
-    path_.back().key.append(s.data(), s.size());
+    // The first part of a key (n is the length so far) replaces the previous
+    // key; Boost.JSON sends a part before each escape sequence.
+    auto& key = path_.back().key;
+    if (n == s.size())
+      key.assign(s.data(), s.size());
+    else
+      key.append(s.data(), s.size());
     st.push_chars(s);
     return true;
   }
@@ -146,12 +152,19 @@ public:
     // std::from_chars is correctly rounded (C++17 [charconv.from.chars]
     // refers to strtod's rounding in the "C" locale), unlike Boost.JSON
     // 1.81's fast path.
+    // An integer that reaches here is beyond int64 and uint64: as a double
+    // it would lose digits silently, so it is out of range.
+    if (text.find_first_of(".eE") == std::string_view::npos) {
+      fail(json_parse_error::number_out_of_range, ec);
+      return false;
+    }
     double exact = 0;
     auto r = std::from_chars(text.data(), text.data() + text.size(), exact);
     if (r.ec == std::errc::result_out_of_range) {
-      // Overflow is an error; underflow keeps Boost.JSON's (tiny or zero)
-      // value, which serializes as valid JSON.
-      if (std::isinf(d) || std::abs(d) > std::numeric_limits<double>::max()) {
+      // Overflow is an error (also when Boost.JSON rounded it to DBL_MAX);
+      // underflow keeps Boost.JSON's (tiny or zero) value, which serializes
+      // as valid JSON.
+      if (!std::isfinite(d) || std::abs(d) >= 1.0) {
         fail(json_parse_error::number_out_of_range, ec);
         return false;
       }

@@ -103,8 +103,8 @@ drain_action ledger_drain::on_wake(std::optional<int64_t> target) {
   }
   if (armed_) {
     // A re-drain or retry timer runs the next drain: a wake must not undo
-    // its backoff (seed 000: an unreachable target decays to the poll
-    // cadence however many wakes repeat it). A raised target brings the
+    // its backoff (hyperdjango's ChangeFeedWatcher: an unreachable target
+    // decays to the poll cadence however many wakes repeat it). A raised target brings the
     // timer forward to the floor, once.
     if (raised && armed_delay_ > redrain_floor) {
       armed_delay_ = redrain_floor;

@@ -27,8 +27,9 @@
 // failed fetch: same floor and cap) is armed, a wake that does not raise
 // the target starts nothing -- a hint repeated 10,000 times a second costs
 // what one costs. A wake that raises the target restores the floor
-// (shared/seeds/000 "Wake targets and re-drain": "the floor is restored
-// only when a fresh wake raises the target"): the timer is re-armed at
+// (hyperdjango's serviceclient docs, ChangeFeedWatcher, "Wake targets and
+// re-drain": "the floor is restored only when a fresh wake raises the
+// target"): the timer is re-armed at
 // 0.05 s if it was longer, so rising bogus hints cost at most one replay
 // call per floor, never one per wake. A drain that ends below the target
 // with a wake pending drains again at once only if that wake raised the

@@ -5,8 +5,8 @@
 // `undeliverable` reset -- the poison-pill / dead-letter practice of Kafka
 // consumers -- and the feed moves on. Wakes are coalesced: a flood of wakes
 // announcing a cursor that replay never reaches costs the re-drain backoff
-// of shared/seeds/000, not one replay call per wake. Pure-state tests with
-// a scripted ledger, then actor tests on CAF's deterministic coordinator.
+// of hyperdjango's ChangeFeedWatcher, not one replay call per wake.
+// Pure-state tests with a scripted ledger, then actor tests on CAF's deterministic coordinator.
 
 #include "actors/client/service_client.hpp"
 #include "actors/feed/feed_frames.hpp"
@@ -515,7 +515,7 @@ TEST_F(FeedPoison, AWakeFloodForAnUnreachableCursorCostsTheBackoffNotACallPerWak
     advance_by(1ms);
   }
   auto calls = ledger->requests.size() - before;
-  // The re-drain backoff of seed 000: 0.05, 0.1, 0.2, 0.4, 0.8, 1.6 s ...
+  // The re-drain backoff of hyperdjango's ChangeFeedWatcher: 0.05, 0.1, 0.2, 0.4, 0.8, 1.6 s ...
   // -- six re-drains in 3 s (one more for the wake that set the target).
   EXPECT_LE(calls, 8u);
   EXPECT_GE(calls, 5u);
