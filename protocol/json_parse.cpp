@@ -152,12 +152,6 @@ public:
     // std::from_chars is correctly rounded (C++17 [charconv.from.chars]
     // refers to strtod's rounding in the "C" locale), unlike Boost.JSON
     // 1.81's fast path.
-    // An integer that reaches here is beyond int64 and uint64: as a double
-    // it would lose digits silently, so it is out of range.
-    if (text.find_first_of(".eE") == std::string_view::npos) {
-      fail(json_parse_error::number_out_of_range, ec);
-      return false;
-    }
     double exact = 0;
     auto r = std::from_chars(text.data(), text.data() + text.size(), exact);
     if (r.ec == std::errc::result_out_of_range) {

@@ -16,8 +16,7 @@
 //    later) and its fast path can be one ulp off;
 //  - a number that overflows binary64 (`1e400`, a 5000-digit integer) is an
 //    error naming the field instead of an infinity that serialize() would
-//    print as invalid JSON; so is an integer beyond int64/uint64, which
-//    Boost.JSON would turn into a double with fewer digits.
+//    print as invalid JSON.
 
 #include <boost/json/value.hpp>
 
@@ -60,8 +59,7 @@ enum class json_parse_error : uint8_t {
   too_deep,
   /// The parsed form would exceed json_limits::max_bytes.
   too_large,
-  /// A number outside the range of IEEE 754 binary64, or an integer
-  /// outside int64/uint64 (it would lose digits as a double).
+  /// A number outside the range of IEEE 754 binary64.
   number_out_of_range,
   /// A key repeated in one object (only with
   /// json_limits::reject_duplicate_keys).

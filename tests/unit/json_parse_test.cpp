@@ -113,10 +113,11 @@ TEST(JsonParse, IntegersStayIntegers) {
   EXPECT_EQ(parse_json("-5").value.as_int64(), -5);
   EXPECT_EQ(parse_json("18446744073709551615").value.as_uint64(),
             18446744073709551615ull);
-  // Beyond uint64: boost::json::parse makes it a double and drops digits;
-  // here it is out of range instead of silently changed.
+  // Beyond uint64 but within binary64: a double, as boost::json::parse.
+  // (`request --json` sends the user's text byte for byte all the same.)
   auto r = parse_json("123456789012345678901234567890");
-  EXPECT_EQ(r.error, json_parse_error::number_out_of_range);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r.value.is_double());
 }
 
 TEST(JsonParse, OverflowingNumbersAreAnErrorNamingTheField) {
@@ -131,10 +132,6 @@ TEST(JsonParse, OverflowingNumbersAreAnErrorNamingTheField) {
   // Just past DBL_MAX: Boost.JSON alone rounds it to DBL_MAX.
   EXPECT_EQ(parse_json("[1.7976931348623159e308]").error,
             json_parse_error::number_out_of_range);
-  // An integer beyond uint64 would lose digits as a double.
-  auto big = parse_json(R"({"n":18446744073709551616})");
-  EXPECT_EQ(big.error, json_parse_error::number_out_of_range);
-  EXPECT_EQ(big.field, "n");
   EXPECT_TRUE(parse_json("[18446744073709551615,-9223372036854775808]"));
 }
 
