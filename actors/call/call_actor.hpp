@@ -1,9 +1,9 @@
 #pragma once
 
-// The call actor (DESIGN.md "The user's picture"): one short-lived actor per
-// call that runs the retry loop of shared/seeds/002 against the transport
-// port. A thin adapter: request_builder shapes the request, retry_state
-// decides, this actor sends, waits on the actor clock and reports.
+// The call actor (docs/ARCHITECTURE.md, "The actor tree"): one short-lived
+// actor per call that runs the patient retry loop (as in jev-client) against
+// the transport port. A thin adapter: request_builder shapes the request,
+// retry_state decides; this actor sends, waits on the actor clock, reports.
 
 #include "actors/call/hedging.hpp"
 #include "actors/messages.hpp"
@@ -55,7 +55,7 @@ struct hedge_due {
 ///
 /// - `hedge_due`: the hedge timer of an attempt, sent to itself.
 ///
-/// Hedging (issue 4; Dean & Barroso, "The Tail at Scale", CACM 2013), when
+/// Hedging (httpx-hedged; Dean & Barroso, "The Tail at Scale", CACM 2013), if
 /// the client hedges and the call is eligible (hedge_eligible): the primary
 /// goes out at once — never delayed, never suppressed — while the actor asks
 /// the endpoint_stats actor for the key's hedge delay. When the delay passes

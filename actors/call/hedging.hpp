@@ -1,6 +1,6 @@
 #pragma once
 
-// Adaptive hedging of a service client (issue 4): what a user configures
+// Adaptive hedging of a service client: what a user configures
 // (hedging_options, in client_options) and what every call actor of that
 // client shares (hedging_context). The race itself runs in the call actor
 // (actors/call/call_actor.cpp); the learned delays and the budget live in
@@ -8,8 +8,8 @@
 // (actors/hedge/).
 //
 // Sources: Dean & Barroso, "The Tail at Scale" (CACM 2013) for hedged
-// requests; httpx-hedged and hedge-python (shared/REFERENCE.md B, C) for the
-// defaults, the gates and the per-endpoint registration.
+// requests; httpx-hedged 0.5.0 (transport.py, _config.py) and hedge-python
+// for the defaults, the gates and the per-endpoint registration.
 
 #include "actors/hedge/breaker.hpp"
 #include "actors/hedge/endpoint_stats.hpp"

@@ -2,9 +2,9 @@
 
 // Turns a call_request into the http_request the transport sends (pure: no
 // CAF, no clock; the request-id generator is an argument). The shape follows
-// hyperdjango's ServiceClient (shared/seeds/000): JSON in and out, the
+// hyperdjango's ServiceClient (its serviceclient.md): JSON in and out, the
 // credential in one configurable header, a request id on every request
-// (shared/seeds/002).
+// ("jev-client — the patient one").
 
 #include "actors/call/retry_state.hpp"
 #include "actors/messages.hpp"

@@ -310,7 +310,7 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
         next_ = next_send::redial;
         return s;
       }
-      // Out of redials: a broken exchange like any other (seeds/002).
+      // Out of redials: a broken exchange like any other (as in jev-client).
       return transport_failure(r, transport_error_kind::interrupted, now, rng);
     case transport_error_kind::local_resource: {
       if (!first_local_failure_)

@@ -1,10 +1,10 @@
 #pragma once
 
-// The retry loop of one call as a pure state machine (shared/seeds/002 "One
-// ask, start to finish"; hyperdjango's retry contract, shared/seeds/000 and
-// shared/REFERENCE.md A.1). No CAF, no Asio, no clock reads: `now`, the wall
-// clock and the random generator are arguments. The call actor asks it what
-// to do and does it.
+// The retry loop of one call as a pure state machine ("jev-client — the
+// patient one", "One ask, start to finish"; hyperdjango's serviceclient docs
+// "Retry contract" and serviceclient.py defaults). No CAF, no Asio, no clock
+// reads: `now`, the wall clock and the random generator are arguments. The
+// call actor asks it what to do and does it.
 //
 //              begin_attempt(now)
 //   start ───────────────► [in flight] ──response / error / own timeout──┐
@@ -84,7 +84,7 @@ bool method_is_idempotent(const std::string& method);
 std::chrono::nanoseconds seconds_to_ns(double seconds);
 
 /// The backoff before retry `n` (0-based):
-/// `min(base·2^n, max_backoff) + U[0, base)` seconds (REFERENCE.md A.1).
+/// `min(base·2^n, max_backoff) + U[0, base)` seconds (hyperdjango RetryPolicy).
 /// A zero base gives exactly min(0, max) = 0: no jitter, no wait.
 std::chrono::nanoseconds backoff_delay(const retry_policy& policy, int n,
                                        call_rng& rng);

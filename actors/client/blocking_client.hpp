@@ -1,8 +1,8 @@
 #pragma once
 
-// Blocking facade for non-actor callers (DESIGN.md "Errors"): the same calls
-// as the service_client actor, answered synchronously; failures raise the
-// typed exception hierarchy of protocol/errors.hpp.
+// Blocking facade for non-actor callers (docs/ARCHITECTURE.md, "Errors"): the
+// same calls as the service_client actor, answered synchronously; failures
+// raise the typed exception hierarchy of protocol/errors.hpp.
 
 #include "actors/client/service_client.hpp"
 #include "actors/hedge/endpoint_stats_state.hpp"

@@ -1,8 +1,8 @@
 #pragma once
 
-// The service client's front door (DESIGN.md "The user's picture"): a typed
-// actor that takes call_requests, spawns one short-lived call actor per
-// request (the retry loop, shared/seeds/002) and delegates the answer to it.
+// The service client's front door (docs/ARCHITECTURE.md, "The actor tree"): a
+// typed actor that takes call_requests, spawns one short-lived call actor per
+// request (the retry loop, as in jev-client) and delegates the answer to it.
 // The calls reach the network through the client's connection_pool actor.
 
 #include "actors/call/hedging.hpp"

@@ -1,6 +1,6 @@
 #pragma once
 
-// The coalescing state of the driver (issue 5 items 1-2) as a pure state
+// The coalescing state of the driver (batching and chunking) as a pure state
 // machine: it turns a crowd of get_ts / get_seq waiters into a few batched
 // RPCs and hands each waiter its share of the answers. The ideas are
 // tsoracle-client's driver.rs (one batch in flight, cold-start flush only,

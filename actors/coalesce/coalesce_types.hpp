@@ -1,6 +1,6 @@
 #pragma once
 
-// Vocabulary of the coalescing driver's pure state (issue 5): the clock and
+// Vocabulary of the coalescing driver's pure state: the clock and
 // random types, the timestamp layout (tsoracle-client: 46-bit physical
 // milliseconds, 18-bit logical) and the values handed to waiters. No CAF,
 // no clock reads.

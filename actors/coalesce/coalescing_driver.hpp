@@ -1,6 +1,6 @@
 #pragma once
 
-// The coalescing driver (issue 5; DESIGN.md "coalescing_driver actor"): one
+// The coalescing driver (docs/ARCHITECTURE.md, "The actor tree"): one
 // actor that turns a crowd of get_ts / get_ts_batch / get_seq callers into a
 // few batched RPCs against a leader-based oracle cluster, and finds and
 // caches the cluster's leader. A thin adapter over two pure state machines:
@@ -13,8 +13,8 @@
 //                   election ride-out, full-jitter backoff, the
 //                   uncertain-outcome rule for the non-idempotent seq RPC.
 //
-// The ideas are tsoracle-client's (driver.rs, retry.rs, channel_pool.rs;
-// shared/seeds/003, shared/REFERENCE.md D). The actor owns one transport
+// The ideas are tsoracle-client's (prisma-risk/tsoracle: driver.rs, retry.rs,
+// channel_pool.rs, docs/client-api-and-usage.md). The actor owns one transport
 // (a connection_pool by default) per oracle endpoint, configured or learned
 // from a hint; an endpoint evicted from the hint LRU has its pool stopped.
 //

@@ -1,6 +1,6 @@
 #pragma once
 
-// Leader discovery of the coalescing driver (issue 5 items 3-6) as pure
+// Leader discovery of the coalescing driver (hints, cache, ride-out) as pure
 // state: the leader-hint parser, the shared leader cache and endpoint book
 // (`leader_state`, one per driver), and the ride-out loop of one RPC
 // (`discovery_call`). The ideas are tsoracle-client's: retry.rs
