@@ -87,7 +87,7 @@ struct call_outcome {
   std::string request_id;
 };
 
-/// Observer events (shared/seeds/002 "Observer"): what happens inside a call,
+/// Observer events (as jev-client's Observer): what happens inside a call,
 /// as it happens. The same events drive the client's metrics.
 enum class event_kind : uint8_t {
   /// An attempt is about to be handed to the transport.

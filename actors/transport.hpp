@@ -1,8 +1,8 @@
 #pragma once
 
-// The transport port (DESIGN.md "Ports"): "send one HTTP request, answer with
-// the whole response or a transport error whose kind says what happened".
-// The connection_pool actor is the real implementation; tests script a fake.
+// The transport port (docs/ARCHITECTURE.md, "Ports"): "send one HTTP request,
+// answer with the whole response or a transport error whose kind says what
+// happened". The connection_pool actor is the real one; tests script a fake.
 
 #include "actors/messages.hpp"
 

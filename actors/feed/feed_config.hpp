@@ -1,7 +1,7 @@
 #pragma once
 
-// Configuration of one change-feed watcher (issue 3; hyperdjango's
-// ChangeFeedWatcher constructor, shared/REFERENCE.md A.1). Plain data with
+// Configuration of one change-feed watcher (hyperdjango serviceclient.py,
+// the ChangeFeedWatcher constructor and its defaults). Plain data with
 // the reference defaults; validate() runs when a watcher is spawned and
 // throws config_error naming the first bad field.
 
@@ -15,7 +15,7 @@ namespace outbound {
 
 /// Names of the fields and query parameters of the feed protocol, so a
 /// service with other names is expressed without changing the watcher
-/// (shared/seeds/000 "Response shape"; issue 3 item 7).
+/// (hyperdjango's serviceclient docs, "Response shape").
 struct feed_fields {
   /// Replay page: the array of events. ["events"]
   std::string events = "events";
@@ -78,8 +78,8 @@ struct feed_config {
   double ws_ping_interval = 20.0;
   /// Optional pong deadline: a ping not followed by any inbound activity
   /// within this time declares the peer dead (websocket-client's
-  /// ping_timeout, shared/cases/feeds.md case 19); 0: only the three silent
-  /// ping intervals rule (>= 0). [0]
+  /// ping_timeout; websocket-client #411: a dead peer went unnoticed while
+  /// no data arrived); 0: only the three silent ping intervals rule. [0]
   double ws_pong_timeout = 0.0;
   /// Largest accepted WebSocket message in bytes (> 0). [8 MiB]
   uint64_t ws_max_frame_bytes = 8u * 1024u * 1024u;

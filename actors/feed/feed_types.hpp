@@ -17,7 +17,7 @@ using feed_time = std::chrono::steady_clock::time_point;
 /// Durations of the feed machines.
 using feed_duration = std::chrono::nanoseconds;
 
-/// The delivery model a watcher runs (shared/seeds/000 "Delivery models").
+/// The delivery model a watcher runs (hyperdjango docs, "Delivery models").
 enum class feed_mode : uint8_t {
   /// No model yet: a ws-only watcher waiting for the hub's hello.
   none,

@@ -1,8 +1,8 @@
 #pragma once
 
 // Keepalive and dead-peer detection of one feed WebSocket session as a pure
-// state machine (shared/seeds/000 "Reconnect backoff"; shared/REFERENCE.md
-// A.1 "Keepalive"; shared/cases/feeds.md case 19). A ping goes out every
+// state machine (hyperdjango's serviceclient docs, "Reconnect backoff", and
+// serviceclient.py's keepalive; websocket-client #411). A ping goes out every
 // interval; the peer is declared dead when three whole intervals pass
 // without any inbound activity (a message, a pong, any frame), or — when a
 // pong timeout is configured — when a ping is not followed by activity

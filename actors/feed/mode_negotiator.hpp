@@ -1,7 +1,7 @@
 #pragma once
 
 // Mode negotiation and in-frame delivery of one watcher as a pure state
-// machine (shared/REFERENCE.md A.1 "Mode negotiation rules"; shared/seeds/000
+// machine (hyperdjango serviceclient.py's mode negotiation; its docs,
 // "Delivery models"). The watcher's configuration proposes a model (a replay
 // path means ledger, a ws-only feed means in-frame delivery); the hub's hello
 // decides. No CAF, no Asio, no clock reads.

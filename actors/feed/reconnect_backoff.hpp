@@ -1,7 +1,7 @@
 #pragma once
 
 // Reconnect backoff of the feed WebSocket as a pure state machine
-// (shared/seeds/000 "Reconnect backoff"; shared/REFERENCE.md A.1). The delay
+// (hyperdjango's serviceclient docs, "Reconnect backoff"). The delay
 // before a reconnect is `min(backoff, max) + U[0, backoff)`, then the backoff
 // doubles (capped at max). It returns to the base only after a healthy
 // session — one that received at least one complete message or stayed

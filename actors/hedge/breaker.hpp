@@ -1,6 +1,6 @@
 #pragma once
 
-// The breaker actor (issue 4 item 3): a thin wrapper over
+// The breaker actor (the host and endpoint breakers of hedging): a wrapper of
 // breaker_registry, one per client (host and endpoint tiers). It only ever
 // gates hedges. Time is the actor clock (virtual time on the test
 // coordinator). Every OPEN transition of either tier is announced to the

@@ -1,6 +1,6 @@
 #pragma once
 
-// The health circuit breaker of hedging (issue 4 item 3; httpx-hedged
+// The health circuit breaker of hedging (httpx-hedged 0.5.0
 // _health.py, Nygard's "Release It!" circuit breaker). It only ever
 // suppresses hedges: the primary request always goes out.
 //
@@ -209,7 +209,7 @@ struct breaker_gate_result {
   breaker_changes changes;
 };
 
-/// One breaker of a registry, for metrics exporters (issue 6).
+/// One breaker of a registry, for metrics exporters (metrics_poller).
 struct breaker_key_snapshot {
   breaker_scope scope = breaker_scope::host;
   std::string key;

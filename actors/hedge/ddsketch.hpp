@@ -4,7 +4,7 @@
 // guarantees (Masson, Rim, Lee, "DDSketch: A Fast and Fully-Mergeable
 // Quantile Sketch with Relative-Error Guarantees", PVLDB 12(12), 2019), and
 // the sliding window of two sketches that learns a key's hedge delay
-// (issue 4 item 1; httpx-hedged sketch/_windowed.py).
+// (httpx-hedged sketch/_windowed.py; hedge-python sketch/_ddsketch.py).
 //
 // Mapping: γ = (1+α)/(1−α); a value x > 0 goes to bin i = ⌈log_γ x⌉, i.e.
 // γ^(i−1) < x ≤ γ^i, and bin i is represented by 2γ^i/(γ+1), which is within

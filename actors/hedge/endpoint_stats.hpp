@@ -1,6 +1,6 @@
 #pragma once
 
-// The endpoint_stats actor (issue 4 items 2 and 6): a thin wrapper over
+// The endpoint_stats actor (hedge delays, budgets, stats, hooks): a wrapper of
 // endpoint_stats_state, one per client. Time is the actor clock (virtual
 // time on the test coordinator). Grants of a hedge token are announced to
 // the hook subscribers as hedge_fired(key).

@@ -1,6 +1,6 @@
 #pragma once
 
-// Per-key hedging state (issue 4 item 2; httpx-hedged transport.py,
+// Per-key hedging state (httpx-hedged 0.5.0 transport.py,
 // _stats.py, _rate.py, budget/_token_bucket.py): for every key (an
 // "endpoint:<name>" or a "host:<host[:port]>") a windowed latency sketch, a
 // rolling RPS estimate, a hedge token bucket and the counters; at most
@@ -66,7 +66,7 @@ struct hedge_stats_snapshot {
   uint64_t errors = 0;
 };
 
-/// Counters and gauges of one key, for metrics exporters (issue 6).
+/// Counters and gauges of one key, for metrics exporters (metrics_poller).
 struct hedge_key_metrics {
   /// "endpoint:<name>" or "host:<host[:port]>".
   std::string key;

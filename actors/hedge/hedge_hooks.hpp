@@ -1,6 +1,6 @@
 #pragma once
 
-// The hedging hooks as callbacks (issue 4 item 6; httpx-hedged's
+// The hedging hooks as callbacks (httpx-hedged's
 // on_hedge_fired / on_circuit_open): a hook subscriber actor that calls
 // plain functions. Subscribe it to both hedging actors with
 // `hedge_subscribe{spawn_hedge_hook_callbacks(sys, cbs)}`.

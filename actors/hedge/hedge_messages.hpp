@@ -1,6 +1,6 @@
 #pragma once
 
-// Messages of the hedging actors (issue 4 items 2, 3 and 6): the
+// Messages of the hedging actors (budget, breakers, stats and hooks): the
 // endpoint_stats actor (actors/hedge/endpoint_stats.hpp), the breaker actor
 // (actors/hedge/breaker.hpp) and the hook subscriber. Each request has its
 // own struct, so no new atom is needed; like actors/messages.hpp the types
@@ -127,7 +127,7 @@ struct hedge_all_stats_reply {
 };
 
 /// Counters, tokens and next hedge delay of every tracked key →
-/// hedge_metrics_reply (metrics exporters, issue 6).
+/// hedge_metrics_reply (metrics exporters: the metrics poller).
 struct hedge_metrics_request {};
 
 struct hedge_metrics_reply {
@@ -177,8 +177,8 @@ struct breaker_snapshot_reply {
   std::optional<breaker_snapshot> snapshot;
 };
 
-/// Every breaker of both tiers → breaker_all_reply (metrics exporters,
-/// issue 6).
+/// Every breaker of both tiers → breaker_all_reply (metrics exporters:
+/// the metrics poller).
 struct breaker_all_request {};
 
 struct breaker_all_reply {

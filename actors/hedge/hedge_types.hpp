@@ -1,6 +1,6 @@
 #pragma once
 
-// Small vocabulary shared by the pure hedging state (issue 4): the time
+// Small vocabulary shared by the pure hedging state: the time
 // type, the health outcome of a finished call and the breaker scopes. No
 // CAF, no clock reads: every state class is handed `now`.
 

@@ -1,7 +1,7 @@
 #pragma once
 
-// Rolling requests-per-second estimate of one key (issue 4 item 2;
-// httpx-hedged _rate.py): counts in a current and a previous window of W
+// Rolling requests-per-second estimate of one key (httpx-hedged 0.5.0
+// _rate.py): counts in a current and a previous window of W
 // seconds, rotated lazily like windowed_sketch (elapsed < W: none;
 // [W, 2W): current → previous, new window starts at `now`; >= 2W: both
 // cleared), and

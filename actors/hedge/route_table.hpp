@@ -1,7 +1,7 @@
 #pragma once
 
-// Endpoint registration and request → key mapping for hedging (issue 4
-// item 4; httpx-hedged _matcher.py). Each registered endpoint gets its own
+// Endpoint registration and request → key mapping for hedging
+// (httpx-hedged 0.5.0 _matcher.py). Each registered endpoint gets its own
 // latency sketch, budget and breaker; everything else is tracked per host.
 //
 // Patterns: an absolute path; a segment that is exactly `{name}` or `*`

@@ -1,6 +1,6 @@
 #pragma once
 
-// The hedge budget of one key (issue 4 item 2; httpx-hedged
+// The hedge budget of one key (httpx-hedged 0.5.0
 // budget/_token_bucket.py, itself from hedge-python and bhope/hedge): a
 // token bucket refilling at rps × budget_percent / 100 tokens per second,
 // holding at most burst = max(2 × rate, 1) tokens, starting full. During an

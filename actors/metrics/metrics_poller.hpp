@@ -1,11 +1,11 @@
 #pragma once
 
-// The metrics poller (issue 6, "Metrics"): one actor per process that asks
-// every registered source for its snapshot every interval and hands the
-// answers to the snapshot collector (metrics/outbound_metrics.hpp), which
-// renders them when Prometheus scrapes. Sources keep their counters in
-// their own state; the poller never blocks (request(...).then) and drops a
-// source when it terminates (it monitors each one).
+// The metrics poller (docs/ARCHITECTURE.md, "Metrics"): one actor per process
+// that asks every registered source for its snapshot every interval and
+// hands the answers to the snapshot collector (metrics/outbound_metrics.hpp),
+// which renders them when Prometheus scrapes. Sources keep their counters
+// in their own state; the poller never blocks (request(...).then) and drops
+// a source when it terminates (it monitors each one).
 //
 //   register ─► sources ─┬─ every interval: (poll_atom, token) ─┐
 //                        └─ poll_atom (on demand) ──────────────┴─► round:

@@ -20,7 +20,7 @@ namespace outbound {
 namespace {
 
 /// An io-thread completion, forwarded to the pool actor (the one thing a
-/// completion does, DESIGN.md). Tagged with the exchange id so that the
+/// completion does, docs/ARCHITECTURE.md). Tagged with the exchange id so the
 /// completion of a cancelled exchange is dropped.
 struct exchange_done {
   uint64_t exchange_id = 0;

@@ -1,6 +1,6 @@
 #pragma once
 
-// The connection_pool actor (DESIGN.md): one per client; owns the client's
+// The connection_pool actor (docs/ARCHITECTURE.md): one per client; owns its
 // keep-alive HTTP/1.1 connections (plain and TLS) per endpoint and runs each
 // exchange on the io runner. It is the real implementation of the transport
 // port (actors/transport.hpp).

@@ -1,8 +1,8 @@
 #pragma once
 
-// The connection pool's bookkeeping as a pure state machine (STYLE.md 1): no
-// CAF, no Asio, no clock. The actor (connection_pool.cpp) decodes messages,
-// asks this state what to do and does it.
+// The connection pool's bookkeeping as a pure state machine ("pure core, thin
+// actor", docs/ARCHITECTURE.md): no CAF, no Asio, no clock. The actor
+// (connection_pool.cpp) decodes messages, asks this state what to do, does it.
 //
 // One exchange:
 //
