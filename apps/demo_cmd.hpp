@@ -1,6 +1,6 @@
 #pragma once
 
-// `outbound demo` (issue 6, "the main job"): a backend that hosts many feeds
+// `outbound demo` (the main job, README): a backend that hosts many feeds
 // and calls its services through outbound, on one command with no
 // arguments. It starts the reference hub in-process (oracle cluster of 3,
 // latency profiles, the ledger/catchup/ephemeral tiers and replay) unless

@@ -1,9 +1,9 @@
 #pragma once
 
-// `outbound hub [options]`: runs the reference hub (issue 3) until SIGINT or
+// `outbound hub [options]`: runs the reference hub (hub/) until SIGINT or
 // SIGTERM. The first stdout line is `{"listening":"127.0.0.1:PORT"}`
 // (flushed), so scripts and tests started with `--port 0` can find it.
-// With `--cluster N` (N > 1, the oracle cluster of issue 5) the line also
+// With `--cluster N` (N > 1, an oracle cluster of N nodes) the line also
 // lists every node and the leader:
 // `{"listening":"127.0.0.1:P0","cluster":["127.0.0.1:P0","127.0.0.1:P1",
 // "127.0.0.1:P2"],"leader":"127.0.0.1:P0"}`.

@@ -21,7 +21,7 @@
 
 namespace {
 
-/// Subcommands named in DESIGN.md that later issues add. They are listed by
+/// Subcommands planned but not implemented yet. They are listed by
 /// `outbound --help` and fail with a usage error until then.
 struct planned_command {
   const char* name;

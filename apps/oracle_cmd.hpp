@@ -1,6 +1,6 @@
 #pragma once
 
-// `outbound ts` and `outbound seq` (issue 5, item 7): one call through a
+// `outbound ts` and `outbound seq` (README, the command line): one call via a
 // coalescing driver (actors/coalesce/coalescing_driver.hpp) against a
 // leader-based oracle cluster such as `outbound hub --cluster 3`. The
 // driver finds the leader through leader hints; the answer is one JSON line

@@ -1,6 +1,6 @@
 #pragma once
 
-// `outbound watch [options] BASE_URL` (issue 3): one feed watcher against a
+// `outbound watch [options] BASE_URL`: one feed watcher against a
 // hub, one JSON line per delivery on stdout (`{"type":"event","event":...}`
 // or `{"type":"reset",...}`), one summary line on stderr on exit.
 

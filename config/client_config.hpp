@@ -11,7 +11,7 @@
 namespace outbound {
 
 /// Retry policy of the service client (hyperdjango `RetryPolicy`, see
-/// shared/REFERENCE.md A.1).
+/// hyperdjango/serviceclient.py and its docs, "Retry contract").
 ///
 /// The delay before retry n (0-based) is
 /// `min(base_backoff * 2^n, max_backoff) + U[0, base_backoff)` seconds: the
@@ -81,7 +81,7 @@ struct url_parts {
 };
 
 /// Everything a service client needs. Plain data with the defaults of
-/// shared/REFERENCE.md A.1; `validate()` runs at construction of every client.
+/// hyperdjango serviceclient.py; `validate()` runs when a client is made.
 struct client_config {
   /// Absolute http or https URL of the service; a trailing '/' is stripped.
   std::string base_url;

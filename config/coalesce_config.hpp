@@ -1,7 +1,7 @@
 #pragma once
 
 // Configuration of the coalescing driver and of its leader discovery
-// (issue 5; shared/REFERENCE.md D.1, the defaults of tsoracle-client's
+// (prisma-risk/tsoracle crates/tsoracle-client: the defaults of its
 // ClientBuilder, RetryPolicy (retry_policy.rs), driver.rs and retry.rs).
 // Plain data, durations in seconds as doubles (like
 // config/client_config.hpp). `validate()` throws config_error naming the

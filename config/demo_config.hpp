@@ -1,6 +1,6 @@
 #pragma once
 
-// Settings of `outbound demo` (issue 6, "the main job"): how many feed
+// Settings of `outbound demo` (the main job, README): how many feed
 // watchers, how long, how many events and requests per second, where the
 // metrics are served, and the hedging settings of the demo's service client.
 // Plain data with defaults; `outbound demo --config FILE` reads them from a

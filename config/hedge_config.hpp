@@ -1,6 +1,6 @@
 #pragma once
 
-// Configuration of adaptive hedging (issue 4; shared/REFERENCE.md B.1, the
+// Configuration of adaptive hedging (httpx-hedged 0.5.0 _config.py: the
 // defaults of httpx-hedged's HedgeConfig / EndpointConfig /
 // CircuitBreakerConfig). Plain data, durations in seconds as doubles (like
 // config/client_config.hpp). `validate()` throws config_error naming the
