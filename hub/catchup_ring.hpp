@@ -1,7 +1,7 @@
 #pragma once
 
-// The hub's catch-up tier as a pure state machine (issue 3; the ring
-// contract of `catchup.py`, shared/REFERENCE.md A.1). No clock, no I/O; the
+// The hub's catch-up tier as a pure state machine (the ring contract of
+// hyperdjango's services/hypermanager/catchup.py). No clock, no I/O; the
 // epoch is drawn by the caller (make_hub_epoch with its rng).
 //
 //   seq:  1 ... floor | floor+1 ......... head
@@ -85,7 +85,7 @@ struct resume_result {
   }
 };
 
-/// Default capacity of the ring (REFERENCE A.1). [1024]
+/// Default capacity of the ring (hypermanager's catch_up_ring_size). [1024]
 constexpr std::size_t default_ring_size = 1024;
 
 /// Default size of the client registry.
@@ -106,7 +106,7 @@ public:
   int64_t publish(std::string subject, std::shared_ptr<const std::string> frame);
 
   /// Decides a subscribe (see the diagram) and registers `client_id`.
-  /// `epoch` absent or empty counts as "not foreign" (REFERENCE A.1: null on
+  /// `epoch` absent or empty counts as "not foreign" (catchup.py: null on
   /// a first connect, where last_seq is null too).
   resume_result resume(const std::string& client_id,
                        std::optional<int64_t> last_seq,

@@ -246,7 +246,7 @@ void hub::impl::start() {
                              + std::to_string(cfg.port) + ": "
                              + ec.message());
   bound_port = acceptor->local_endpoint().port();
-  // The other oracle nodes (issue 5): one listener each, same io context.
+  // The other oracle nodes: one listener each, same io context.
   std::vector<std::string> addresses{host_port(cfg.host, bound_port)};
   for (std::size_t i = 1; i < cfg.cluster_size; ++i) {
     uint16_t port = cfg.port == 0 ? 0 : static_cast<uint16_t>(cfg.port + i);

@@ -1,8 +1,8 @@
 #pragma once
 
-// The reference hub (issue 3): a real HTTP + WebSocket server for the feed
-// protocol, run by `outbound hub`, by the tests, the benchmarks and the demo
-// in-process. Beast stays in the .cpp files; this header is plain C++.
+// The reference hub (docs/ARCHITECTURE.md): a real HTTP + WebSocket server for
+// the feed protocol, run by `outbound hub`, by the tests, the benchmarks and
+// the demo in-process. Beast stays in the .cpp files; this header is plain C++.
 //
 //   HTTP    POST /v1/events            publish (dedupe_key honoured)
 //           GET  /v1/events?after&limit&prefix   replay page
@@ -12,17 +12,17 @@
 //   admin   POST /admin/faults  POST /admin/restart  POST /admin/wakes
 //           POST /admin/drop    GET  /admin/state
 //   latency /fast /slow /flaky /lognormal?mean_ms&sd_ms&straggler&mult&
-//           straggler_ms&key&seed — answered after a drawn delay (issue 4;
+//           straggler_ms&key&seed — answered after a drawn delay (hedging;
 //           hub/latency_profile.hpp); the seed defaults to hub_config::seed
-//   oracle  POST /v1/ts  POST /v1/seq  (issue 5; hub/oracle_state.hpp)
+//   oracle  POST /v1/ts  POST /v1/seq  (coalescing; hub/oracle_state.hpp)
 //           POST /admin/oracle  GET /admin/oracle
 //
-// Oracle cluster (issue 5). With cluster_size = n > 1 the hub listens on n
-// ports (node 0 on port(), the others on oracle_endpoints()); every port
-// serves every route, and the n nodes share one oracle state, as if
-// replicated. The oracle routes answer on the leader only; a follower
-// answers 421 with `leader-hint: host:port; epoch=E` (no header while
-// leaderless). A hub with cluster_size 1 is a cluster of one leader.
+// Oracle cluster (for the coalescing driver). With cluster_size = n > 1 the
+// hub listens on n ports (node 0 on port(), the others on
+// oracle_endpoints()); every port serves every route, and the n nodes share
+// one oracle state, as if replicated. The oracle routes answer on the leader
+// only; a follower answers 421 with `leader-hint: host:port; epoch=E` (no
+// header while leaderless). A hub with cluster_size 1 is one leader alone.
 //
 // Example:
 //
@@ -47,7 +47,7 @@
 
 namespace outbound {
 
-/// Settings of one hub. Defaults are the reference hub's (REFERENCE A.1).
+/// Settings of one hub. Defaults are hyperdjango's hypermanager hub's.
 struct hub_config {
   /// Address to bind; loopback only unless changed. ["127.0.0.1"]
   std::string host = "127.0.0.1";
@@ -186,7 +186,7 @@ public:
   /// The current epoch.
   std::string epoch() const;
 
-  // -- oracle cluster (issue 5) --------------------------------------------
+  // -- oracle cluster ------------------------------------------------------
 
   /// The nodes' `host:port` addresses, node i at index i (after start()).
   std::vector<std::string> oracle_endpoints() const;

@@ -1,9 +1,9 @@
 #pragma once
 
-// Fault knobs of the reference hub (issue 3, "Fault knobs"), settable by
-// command-line flags (`outbound hub --drop-wakes ...`) and at run time by
-// `POST /admin/faults` with a JSON object of the same names. The hub has to
-// be able to produce every fault of shared/cases/feeds.md and issue 3.
+// Fault knobs of the reference hub, settable by command-line flags
+// (`outbound hub --drop-wakes ...`) and at run time by `POST /admin/faults`
+// with a JSON object of the same names. The hub has to be able to produce
+// every fault the feed watcher is tested against (the knobs below).
 //
 // Per-connection knobs are counts of upcoming WebSocket connections (any
 // tier): N > 0 applies to the next N connections, -1 to every connection

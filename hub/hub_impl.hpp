@@ -208,7 +208,7 @@ struct hub::impl {
   uint64_t profile_seed = 0;
   arrival_counter profile_arrivals;
 
-  /// The oracle cluster (issue 5), guarded by `oracle_mu` (not `mu`).
+  /// The oracle cluster, guarded by `oracle_mu` (not `mu`).
   mutable std::mutex oracle_mu;
   oracle_state oracle;
   /// Ports of oracle nodes 1 .. cluster_size-1 (node 0 is `bound_port`).

@@ -1,6 +1,6 @@
 #pragma once
 
-// Everything the reference hub knows, as one pure state machine (issue 3):
+// Everything the reference hub knows, as one pure state machine:
 // the ledger log, the catch-up ring, the fault knobs and the counters. The
 // server (hub.cpp, hub_http.cpp, hub_ws.cpp) holds it under one mutex,
 // passes the time and its rng in, and turns the outcomes into bytes on
@@ -33,7 +33,7 @@
 
 namespace outbound {
 
-/// Sizes and limits of the hub's state (REFERENCE A.1 defaults).
+/// Sizes and limits of the hub's state (hypermanager's defaults).
 struct hub_state_config {
   /// Catch-up ring capacity; 0 makes every catch-up subscribe resync. [1024]
   std::size_t ring_size = default_ring_size;

@@ -1,7 +1,7 @@
 #pragma once
 
-// The hub's side of the feed protocol as pure codecs (issue 3,
-// shared/REFERENCE.md A.1): request parsing with the reference hub's
+// The hub's side of the feed protocol as pure codecs (hyperdjango's
+// hypermanager app.py): request parsing with the reference hub's
 // validation rules, and the frames and pages it sends. No I/O.
 //
 //   client -> hub  {"type":"subscribe","prefixes":[...],"client_id":...,
@@ -125,7 +125,7 @@ struct replay_query_parse {
   std::string error;
 };
 
-/// Largest `after` a replay accepts (INT4_MAX, REFERENCE A.1).
+/// Largest `after` a replay accepts (INT4_MAX, as hypermanager's replay).
 constexpr int64_t max_replay_after = 2147483647;
 
 /// Validates `after` (decimal digits, at most 18 of them, <= 2^31-1),

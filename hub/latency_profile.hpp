@@ -1,14 +1,14 @@
 #pragma once
 
-// Backend latency profiles of the reference hub (issue 4, item 7): routes
+// Backend latency profiles of the reference hub: routes
 // that answer after a delay drawn from a named distribution, so hedging can
 // be tested and benchmarked against a real server on loopback.
 //
 //   GET /fast       uniform 5–15 ms                     (httpx-hedged
 //   GET /slow       800 ms                               examples/app.py,
-//   GET /flaky      10 % → 900 ms, else uniform 5–15 ms  REFERENCE.md B.3)
+//   GET /flaky      10 % → 900 ms, else uniform 5–15 ms  of 0.5.0)
 //   GET /lognormal  lognormal(mean, sd) with stragglers  (hedge-python's
-//                                                         benchmark, C.3)
+//                                                         README benchmark)
 //
 // Query parameters (all optional):
 //   key=K        the draw's identity (see below)       [none: arrival order]

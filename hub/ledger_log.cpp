@@ -79,7 +79,7 @@ ledger_log::append(const std::string& subject, const std::string& kind,
 
 void ledger_log::advance_visible() {
   // Visibility is a gapless prefix: an event shows only when every retained
-  // event before it shows (the "gapless ceiling" of REFERENCE A.1).
+  // event before it shows (hypermanager's "gapless ceiling").
   if (visible_ < floor_)
     visible_ = floor_;
   while (visible_ < head_) {

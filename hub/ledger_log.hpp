@@ -1,7 +1,7 @@
 #pragma once
 
-// The hub's ledger tier as a pure state machine (issue 3, shared/REFERENCE.md
-// A.1): an append-only log with ids 1..N, a retention floor, replay pages,
+// The hub's ledger tier as a pure state machine (hyperdjango's hypermanager
+// hub): an append-only log with ids 1..N, a retention floor, replay pages,
 // dedupe by key and an injectable visibility lag. No clock, no I/O: the
 // server passes the publish time in.
 //
@@ -14,8 +14,8 @@
 //
 // Visibility lag (fault knob): an event appended while the lag is K is missed
 // by the next K replay polls and shown by the one after, so a wake can
-// announce a cursor that replay does not show yet (the seed's "replay
-// ceiling lagged the wake"). Lag 0 shows every event at once.
+// announce a cursor that replay does not show yet (hyperdjango docs, "Wake
+// targets and re-drain": the replay ceiling lagged the wake). Lag 0: at once.
 
 #include <cstddef>
 #include <cstdint>
@@ -48,7 +48,7 @@ struct ledger_event {
 /// Shared, immutable event.
 using ledger_event_ptr = std::shared_ptr<const ledger_event>;
 
-/// Settings of the ledger (hub defaults of REFERENCE A.1).
+/// Settings of the ledger (hypermanager's hub defaults).
 struct ledger_config {
   /// Keep the last `retention` events; 0 keeps all. [0]
   uint64_t retention = 0;

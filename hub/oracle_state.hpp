@@ -1,6 +1,6 @@
 #pragma once
 
-// The hub's oracle cluster (issue 5) as pure state: a timestamp oracle, a
+// The hub's oracle cluster as pure state: a timestamp oracle, a
 // gapless sequence oracle, and the leadership and fault modes of a cluster
 // of nodes that share one replicated state. No I/O, no clock: the wall
 // clock arrives as an argument (`now_ms`). The hub (hub/hub.cpp) routes
@@ -32,7 +32,7 @@
 // UNIMPLEMENTED, FAILED_PRECONDITION) and everything else (SeqUncertain);
 // HTTP has no such status class, so the oracle states it in the body.
 //
-// Timestamps follow tsoracle's layout (shared/REFERENCE.md D.1): 46 bits of
+// Timestamps follow tsoracle's Timestamp packing (response.rs): 46 bits of
 // physical milliseconds since the Unix epoch, 18 bits of logical counter.
 // They strictly increase across calls, whatever the wall clock does: the
 // physical part is max(now, last); a batch that does not fit in the rest of
@@ -41,7 +41,7 @@
 //
 // Epochs are decimal strings of a counter that starts at 1 and increases by
 // one on every leadership change (set_leader), so a client can order them
-// (the epoch guard of issue 5, item 4).
+// (the epoch guard of the client's leader cache).
 //
 // Node modes (fault injection for the client's tests; checked before the
 // leader check, so they apply to leader and followers alike):
@@ -90,7 +90,7 @@ constexpr uint32_t oracle_logical_max = (1u << oracle_logical_bits) - 1;
 /// space, 262,144.
 constexpr uint32_t oracle_max_ts_count = oracle_logical_max + 1;
 
-/// Settings of the oracle. Defaults follow tsoracle (REFERENCE D.1).
+/// Settings of the oracle. Limits follow tsoracle-client's (get_seq key, count).
 struct oracle_config {
   /// Nodes of the cluster (1..16). [1]
   std::size_t nodes = 1;

@@ -1,8 +1,8 @@
 #pragma once
 
-// Subject matching of the reference hub (issue 3): subscribers and replay
+// Subject matching of the reference hub: subscribers and replay
 // readers name the subjects they want by prefix. Plain string prefixes, as
-// the seed's hub does it: "orders/" matches "orders/1" and "orders/eu/2";
+// hypermanager does it: "orders/" matches "orders/1" and "orders/eu/2";
 // "orders" also matches "orders-archive" (end a prefix with the separator to
 // stay inside one subtree).
 
