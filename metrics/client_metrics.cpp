@@ -3,7 +3,7 @@
 namespace outbound {
 
 // Latency buckets in seconds: 1 ms .. ~33 s, doubling. Cumulative as
-// Prometheus requires (shared/cases/metrics.md).
+// Prometheus requires (prometheus-cpp #43 once counted only one bucket).
 prometheus::Histogram::BucketBoundaries client_metrics::default_buckets() {
   prometheus::Histogram::BucketBoundaries b;
   for (double x = 0.001; x < 40.0; x *= 2)

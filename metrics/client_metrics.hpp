@@ -1,8 +1,8 @@
 #pragma once
 
 // Prometheus metric families of the service client, declared once
-// (STYLE.md habit 10). They are driven by the same client_events the observer
-// actor receives (issue 2, item 11), so what a dashboard shows and what an
+// (one list per component). They are driven by the same client_events the
+// observer actor receives, so what a dashboard shows and what an
 // observer sees can never disagree.
 
 #include "actors/messages.hpp"

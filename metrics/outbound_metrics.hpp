@@ -1,7 +1,7 @@
 #pragma once
 
-// Prometheus exposition of every outbound actor (issue 6, "Metrics";
-// DESIGN.md "Metrics"). Two kinds of families live in one registry:
+// Prometheus exposition of every outbound actor (docs/ARCHITECTURE.md,
+// "Metrics"). Two kinds of families live in one registry:
 //
 //   event-driven   client_metrics (metrics/client_metrics.hpp): the service
 //                  client's client_events, recorded as they happen through

@@ -1,8 +1,8 @@
 #pragma once
 
 // The error taxonomy of the service client (hyperdjango.serviceclient's
-// ServiceError family, shared/seeds/000; request ids on every error as in
-// shared/seeds/002). Errors are values (`call_error`) across actor
+// ServiceError family, its docs "Error hierarchy"; request ids on every
+// error as in jev-client). Errors are values (`call_error`) across actor
 // boundaries; the blocking facade throws the matching exception type.
 
 #include "protocol/http_types.hpp"

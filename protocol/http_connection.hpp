@@ -2,7 +2,7 @@
 
 // One keep-alive HTTP/1.1 connection (plain TCP or TLS) to one origin, the
 // Beast way: one session object on its own strand, `shared_from_this`,
-// `on_<step>` handlers, exactly one report per exchange (STYLE.md 7). Beast,
+// `on_<step>` handlers, exactly one report per exchange. Beast,
 // Asio and OpenSSL stay in protocol/http_connection*.cpp.
 //
 //            async_exchange                 done(result, reusable=true)

@@ -52,7 +52,7 @@ struct http_response {
   bool body_over_cap = false;
 };
 
-/// What went wrong in one exchange (DESIGN.md "Ports").
+/// What went wrong in one exchange (docs/ARCHITECTURE.md, "Ports").
 enum class transport_error_kind : uint8_t {
   none = 0,
   /// Provably nothing left: a pooled connection found closed before any byte

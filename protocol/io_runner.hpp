@@ -1,7 +1,7 @@
 #pragma once
 
-// The io runner (DESIGN.md): owns the asio io_context and its threads, where
-// every socket of outbound lives. Not an actor. Asio stays out of this header.
+// The io runner (docs/ARCHITECTURE.md): owns the asio io_context and threads
+// where every socket of outbound lives. Not an actor. No Asio in this header.
 
 #include <cstddef>
 #include <memory>

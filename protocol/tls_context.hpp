@@ -1,7 +1,7 @@
 #pragma once
 
-// A client TLS context built once per client from its tls_config (DESIGN.md
-// "TLS done properly"). OpenSSL and Asio stay out of this header; protocol/
+// A client TLS context built once per client from its tls_config
+// (docs/ARCHITECTURE.md, "TLS done properly"). No OpenSSL, Asio here; protocol/
 // .cpp files reach the asio::ssl::context through tls_context_impl.hpp.
 
 #include "config/client_config.hpp"

@@ -29,7 +29,7 @@
 namespace outbound::detail {
 
 /// Largest number of data frames (first + continuations) in one message
-/// (REFERENCE.md A.1 "wake reassembly caps"; websockets/ws `maxFragments`).
+/// (hyperdjango's wake reassembly cap; websockets/ws `maxFragments`).
 constexpr uint32_t ws_max_fragments = 64;
 
 /// Least interval between two `activity` reports of one session (ns): a
