@@ -1,5 +1,5 @@
 // coalescing: calls/s and per-call latency of timestamp calls against the
-// reference hub's 3-node oracle cluster (issue 5, Benchmark), each cell
+// reference hub's 3-node oracle cluster (bench/README.md), each cell
 // measured twice in the same run:
 //
 //   coalesced  N caller actors, each looping request(driver, ts_call{count})
@@ -19,10 +19,10 @@
 //              request/response alone allows on this machine.
 //
 // Cells: 1, 16, 256 and 1024 callers with count 1 (get_ts), and 64 callers
-// with count 64 (get_ts_batch(64)). The goal of issue 5: >= 500k calls/s at
-// 1024 callers with p99 <= 3 ms on this 2-core machine (the published
-// reference, another client on a much larger machine: 437k calls/s, p99
-// 3.4 ms).
+// with count 64 (get_ts_batch(64)). The goal: >= 500k calls/s at 1024
+// callers with p99 <= 3 ms on this 2-core machine (tsoracle's published
+// benchmarks/minimal/README.md, its client on a much larger machine: 437k
+// calls/s, p99 3.4 ms).
 //
 // The hub runs in this process on its own io threads (--hub-threads) and
 // shares the machine's cores with the callers, CAF's scheduler and the

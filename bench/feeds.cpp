@@ -1,4 +1,4 @@
-// bench/feeds (issue 3, Benchmark): feed watchers against the reference hub
+// bench/feeds (bench/README.md): feed watchers against the reference hub
 // on 127.0.0.1, in one bounded run.
 //
 //   1. memory: N watchers (ledger tier: replay + /ws/feed) connected and

@@ -1,9 +1,9 @@
 // hedging: what adaptive hedging buys on a heavy-tailed backend, and what it
-// costs (issue 4's showcase). One run, one seed for every configuration:
+// costs (hedging's showcase). One run, one seed for every configuration:
 //
 //   workloads  w1  lognormal mean 5 ms, sd 2 ms, 5 % stragglers x10 (the
 //                  setup of hedge-python's published benchmark,
-//                  shared/REFERENCE.md C.3: p99 51.3 -> 18.8 ms for 7 %
+//                  in its README: p99 51.3 -> 18.8 ms for 7 %
 //                  extra requests)
 //              w2  lognormal mean 5 ms, sd 2 ms, 1 % of requests take 1 s
 //                  ("The Tail at Scale" style)
