@@ -1,4 +1,4 @@
-# Install test (issue 2): installs the current build tree into a fresh
+# Install test (README, "Using the client"): installs the build into a fresh
 # prefix, then configures, builds and runs the consumer project of this
 # folder against it with find_package(outbound).
 #

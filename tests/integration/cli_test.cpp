@@ -609,7 +609,7 @@ TEST_F(CliNginx, TlsWithoutTheCaFailsWithoutRetryAsServiceUnavailable) {
   EXPECT_EQ(r.error().at("attempts").as_int64(), 1);
 }
 
-// issue 4 item 8: `outbound request --hedge` against the hub's /flaky
+// Hedging from the CLI: `outbound request --hedge` against the hub's /flaky
 // profile, with a key whose primary straggles (900 ms) and whose hedge
 // (the key's second arrival) is fast.
 TEST(CliHedge, HedgeDelayFiresOneBackupThatWins) {

@@ -1,4 +1,4 @@
-// `outbound ts` and `outbound seq` (issue 5, item 7) as child processes
+// `outbound ts` and `outbound seq` (apps/oracle_cmd.hpp) as child processes
 // against `outbound hub --cluster 3 --port 0`, itself a child (its first
 // stdout line lists the nodes and the leader). Checks the one-line JSON
 // answers, the usage errors (exit 2 naming the field), an unreachable

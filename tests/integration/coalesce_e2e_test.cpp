@@ -1,5 +1,5 @@
-// The coalescing driver end to end (issue 5, "end to end against --cluster
-// 3"): a real driver with its real per-endpoint connection pools against
+// The coalescing driver end to end (against `outbound hub --cluster 3`'s
+// cluster): a real driver with its real per-endpoint connection pools against
 // the hub's in-process 3-node oracle cluster on 127.0.0.1, real time.
 //
 // What is checked, on exact values: a crowd of 1000 concurrent ts callers

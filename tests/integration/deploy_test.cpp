@@ -1,4 +1,4 @@
-// deploy/ and `outbound demo` (issue 6): the rules pass `promtool test
+// deploy/ and `outbound demo` (deploy/README.md): rules pass `promtool test
 // rules`, the scrape config and rules pass `promtool check`, the example
 // config loads, the Grafana dashboard parses and names only metrics that a
 // live demo exports (or that the recording rules make), the demo CLI runs

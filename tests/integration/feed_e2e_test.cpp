@@ -1,4 +1,4 @@
-// The feed watcher end to end (issue 3, shared/cases/feeds.md): the real
+// The feed watcher end to end (docs/ARCHITECTURE.md, the feed flow): the real
 // watcher (service client + connection pool for replay, Beast WebSocket
 // connector) against an in-process reference hub on 127.0.0.1, driven
 // through the hub's fault knobs. Deliveries go to callbacks that record them.
@@ -613,7 +613,7 @@ TEST_F(FeedE2E, StopIsPromptIdleAndDuringBackoff) {
 // -- scale -------------------------------------------------------------------
 
 /// Watchers of the scale test: OUTBOUND_E2E_WATCHERS if set (>= 1), else
-/// 1000 (issue 3: "1000 watchers in one process on one hub").
+/// 1000 (the goal: "1000 watchers in one process on one hub").
 std::size_t scale_watchers() {
   if (auto* v = std::getenv("OUTBOUND_E2E_WATCHERS")) {
     auto n = std::strtoul(v, nullptr, 10);

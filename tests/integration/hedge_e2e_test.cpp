@@ -1,4 +1,4 @@
-// Hedging end to end (issue 4): a real service client with hedging against
+// Hedging end to end: a real service client with hedging against
 // the reference hub's latency profiles on 127.0.0.1, real time. The hub's
 // draws are pure functions of (seed, key, arrival), so a test picks a key
 // whose primary straggles and whose hedge does not (and checks the choice

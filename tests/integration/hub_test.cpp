@@ -1,4 +1,4 @@
-// The reference hub end to end (issue 3): a hub started in-process on port
+// The reference hub end to end (hub/hub.hpp): a hub started in-process, port
 // 0, published to and replayed through outbound's own blocking client, and
 // subscribed to over real WebSockets — a Beast client for the protocol and a
 // raw-socket client that sees exact frame bytes (fragments, oversized

@@ -1,4 +1,4 @@
-// outbound against a real nginx on 127.0.0.1 (issue 2, "Tests": JSON files,
+// outbound against a real nginx on 127.0.0.1 (README "Tests": JSON files,
 // status codes, a redirect, chunked responses, TLS, and mTLS that nginx
 // verifies). Certificates are made at test time with the openssl CLI; nginx
 // runs as a child process in a temporary prefix, once per suite. Skipped only
@@ -305,7 +305,7 @@ TEST_F(NginxTest, BodyExactlyAtTheCapIsAccepted) {
 }
 
 TEST_F(NginxTest, OverCapErrorBodyStillMapsToItsStatus) {
-  // Issue 2: "An over-cap error body degrades to an empty detail and the
+  // The rule: "An over-cap error body degrades to an empty detail and the
   // status still maps to its type."
   auto cfg = config(nginx_listener::http);
   cfg.max_response_bytes = 4096;

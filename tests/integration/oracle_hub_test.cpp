@@ -1,4 +1,4 @@
-// The hub's oracle cluster end to end (issue 5): three nodes on three ports
+// The hub's oracle cluster end to end: three nodes on three ports
 // in one hub, spoken to over raw HTTP/1.1 sockets so every byte of the
 // outcome is visible — a 200, a 421 with or without its leader-hint header,
 // a 503, a connection held without an answer, a connection closed without

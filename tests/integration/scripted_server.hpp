@@ -1,7 +1,7 @@
 #pragma once
 
 // A scripted loopback HTTP server for protocol tests: exact bytes, exact
-// timing (shared/cases/http.md, STYLE.md 11). Each accepted connection runs a
+// timing (the wire cases of wire_cases_*_test.cpp). Each connection runs a
 // script of steps (read a request, send bytes, trickle bytes, sleep, close,
 // reset, hold) on its own thread; everything the client sends is recorded.
 //

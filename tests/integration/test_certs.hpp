@@ -1,8 +1,8 @@
 #pragma once
 
 // Certificates for TLS / mTLS tests, made at test time with the `openssl`
-// command line tool into a temporary directory (shared/TOOLCHAIN.md "Other
-// facts"). Reusable by every integration test that needs a CA, a server
+// command line tool into a temporary directory (Debian 12's openssl 3.0).
+// Reusable by every integration test that needs a CA, a server
 // identity or a client identity; nothing here touches /etc or the system
 // trust store.
 

@@ -1,6 +1,6 @@
 // Protocol tests of the real transport: the connection_pool actor on a real
 // actor system and a real io_runner, against the scripted loopback server
-// (exact bytes, exact timing). Cases from shared/cases/http.md.
+// (exact bytes, exact timing). Cases: public HTTP-client bug reports (below).
 
 #include "actors/pool/connection_pool.hpp"
 #include "config/config_error.hpp"

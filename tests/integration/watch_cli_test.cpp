@@ -1,4 +1,4 @@
-// `outbound watch` as a child process (issue 3, "outbound watch"): it ends
+// `outbound watch` as a child process (apps/watch_cmd.hpp): it ends
 // by itself after --duration S, cleanly on SIGINT and SIGTERM (exit 0, the
 // summary line on stderr — apps/watch_cmd.cpp, README "Exit codes: 0 ok, 2
 // usage/config_error"), and follows a hub behind a TLS reverse proxy (a real

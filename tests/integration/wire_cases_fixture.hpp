@@ -1,7 +1,7 @@
 #pragma once
 
 // Shared fixture of the wire-case tests (wire_cases_*_test.cpp): every case
-// of shared/cases/http.md and the loopback cases of issue 2, end to end
+// of HTTP-client bug reports and the client's own loopback cases, end to end
 // through the real client (blocking_client → service_client → call actor →
 // connection_pool → http_connection) against the scripted loopback server.
 //

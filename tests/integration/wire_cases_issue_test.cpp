@@ -1,4 +1,4 @@
-// Issue 2's own loopback cases (Tests section): every connection dropped,
+// The client's own loopback cases: every connection dropped,
 // a 500 with a JSON detail, a non-JSON 200, an over-cap error body; and the
 // request id / retry count headers on every attempt.
 

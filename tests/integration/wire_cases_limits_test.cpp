@@ -1,5 +1,5 @@
-// shared/cases/http.md, cases 6 (byte trickle versus deadlines) and 7
-// (response body cap accounting), end to end through the blocking client.
+// Wire cases 6 (byte trickle versus deadlines, seanmonstar/reqwest #243) and 7
+// (body cap accounting, boostorg/beast #1897), end to end, blocking client.
 
 #include "tests/integration/wire_cases_fixture.hpp"
 

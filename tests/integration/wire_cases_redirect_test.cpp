@@ -1,4 +1,4 @@
-// shared/cases/http.md, case 5 (redirects and credentials), and issue 2's
+// Wire case 5 (redirects and credentials, psf/requests #4716) and the
 // loopback case "302 to another host": a redirect is never followed, the
 // credential goes only to the configured origin.
 
@@ -177,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(
                     redirect_case{307, "POST", target::other_host}),
   case_name);
 
-// Issue 2: a 302 from a plain origin to another host is a request_error;
+// The rule: a 302 from a plain origin to another host is a request_error;
 // the origin saw one request, the credential was sent once, the other host
 // saw nothing.
 using WireIssueCases = wire_test;

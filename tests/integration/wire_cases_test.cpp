@@ -1,6 +1,6 @@
-// shared/cases/http.md, cases 1 (stale pooled keep-alive connection),
-// 2 (Content-Length mismatch) and 3 (truncated chunked body), end to end
-// through the blocking client against the scripted loopback server.
+// Wire cases 1 (stale pooled keep-alive connection, hyperium/hyper #2136), 2
+// (Content-Length mismatch, psf/requests #4956) and 3 (truncated chunked body,
+// oven-sh/bun #36068), end to end, blocking client vs scripted loopback server.
 
 #include "tests/integration/wire_cases_fixture.hpp"
 
@@ -159,7 +159,7 @@ TEST_F(WireCases, Case1dPostResetMidBodyIsNotRetried) {
   EXPECT_EQ(rs[0].body, qty_body.substr(0, 4));
 }
 
-// (d) The same RST for a PUT marked idempotent (issue 2: only GET/HEAD/OPTIONS
+// (d) The same RST for a PUT marked idempotent (only GET/HEAD/OPTIONS
 // are idempotent by default, any method with idempotent=true): retried on a
 // fresh connection with Content-Length 9 and the byte-identical body.
 TEST_F(WireCases, Case1dIdempotentPutResetMidBodyIsRetriedWithIdenticalBody) {
@@ -186,8 +186,8 @@ TEST_F(WireCases, Case1dIdempotentPutResetMidBodyIsRetriedWithIdenticalBody) {
             header_or_absent(rs[0], "x-request-id"));
 }
 
-// (d) A PUT without idempotent=true is not idempotent for outbound (issue 2,
-// behaviour 5), so the same RST is not retried.
+// (d) A PUT without idempotent=true is not idempotent for outbound (as in
+// hyperdjango's retry contract), so the same RST is not retried.
 TEST_F(WireCases, Case1dPutWithoutIdempotentFlagIsNotRetried) {
   auto srv = server({
     {step::read_head(), step::read_bytes(4), step::reset()},

@@ -1,7 +1,7 @@
-// The WebSocket client session (protocol/ws_session*, issue 3 item 5) on real
-// loopback sockets: against the reference hub, and against the scripted
-// server for exact frame bytes (shared/cases/feeds.md cases 19 and 21, the
-// 64 KiB upgrade header cap, refusals, TLS). Every wait is bounded.
+// The WebSocket client session (protocol/ws_session*) on real loopback
+// sockets: against the hub, and the scripted server for exact frame bytes
+// (dead peer, websocket-client #411; message cap, denoland/fastwebsockets
+// #140; the 64 KiB upgrade header cap, refusals, TLS). Waits are bounded.
 
 #include "protocol/ws_session.hpp"
 

@@ -1,4 +1,4 @@
-// The coalescing state of the driver (issue 5 items 1-2): arithmetic,
+// The coalescing state of the driver (batching, chunking): arithmetic,
 // chunking, backpressure, cancellation, freshness. Pure, explicit time.
 
 #include "actors/coalesce/batcher.hpp"
@@ -425,7 +425,7 @@ TEST(CoalesceBatcher, CancellingAWaiterOfAChunkNotYetSentShrinksIt) {
   EXPECT_EQ(b.groups(), 0u);
 }
 
-// shared/cases/coalescing.md case 13, as far as it is pure. The window is
+// Cancelled waiter (authzed/spicedb #925), as far as it is pure. The window is
 // widened to 20 ms so that A (t=0) and B (t=10 ms) share the batch. The
 // backend holds the RPC 200 ms. A leaves at 50 ms: the RPC is not cancelled
 // and B is served at 200 ms. C (t=100 ms) joins while the RPC is in flight:

@@ -1,4 +1,4 @@
-// Coalescing driver config (issue 5): defaults, validation naming the field,
+// Coalescing driver config: defaults, validation naming the field,
 // endpoint normal form and the scheme rule.
 
 #include "config/coalesce_config.hpp"

@@ -1,4 +1,4 @@
-// Hostile inputs against the coalescing driver (issue 5), on CAF's test
+// Hostile inputs against the coalescing driver, on CAF's test
 // coordinator in virtual time: scripted oracle nodes (one fake transport per
 // endpoint, as in coalescing_driver_test) that answer with hostile 2xx
 // bodies, hostile leader-hint headers, odd statuses, and hostile callers

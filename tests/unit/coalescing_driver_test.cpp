@@ -1,4 +1,4 @@
-// The coalescing_driver actor (issue 5) on CAF's test coordinator, in
+// The coalescing_driver actor on CAF's test coordinator, in
 // virtual time, against scripted oracle nodes: one fake transport per
 // endpoint that plays leader (answers from a shared oracle), follower (421,
 // with or without a leader-hint), refuses, stalls or commits without
@@ -6,7 +6,7 @@
 // loop) have their own tests (coalesce_batcher_test, leader_*_test); these
 // check that the actor wires them together: one RPC for a crowd, the next
 // batch right after the answer, chunk-by-chunk delivery, caller timeouts
-// that leave their siblings alone (shared/cases/coalescing.md case 13),
+// that leave their siblings alone (authzed/spicedb #925),
 // leader discovery and caching, the hint LRU's transports, and the
 // uncertain outcome of seq.
 
@@ -416,7 +416,7 @@ TEST_F(CoalescingDriver, BackpressureBeyondMaxWaitersAnswersAtOnce) {
   EXPECT_EQ(stats().held, 64u);
 }
 
-// shared/cases/coalescing.md case 13. The backend holds the batch 200 ms.
+// One caller's cancellation (authzed/spicedb #925). The backend holds 200 ms.
 // A (t=0, 50 ms deadline) and B (t=10 ms) share one batch; A's timeout
 // cancels only A. C arrives at 100 ms, after the batch left: it rides the
 // NEXT RPC (deviation from the case's "C gets the value at ~200 ms",

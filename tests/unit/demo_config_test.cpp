@@ -1,4 +1,4 @@
-// `outbound demo` settings (issue 6): defaults, JSON parsing, and every bad
+// `outbound demo` settings: defaults, JSON parsing, and every bad
 // field named as `demo.<path>`.
 
 #include "config/demo_config.hpp"

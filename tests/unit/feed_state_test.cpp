@@ -613,7 +613,7 @@ TEST(Keepalive, ActivityMovesTheDeadline) {
 }
 
 TEST(Keepalive, PongTimeoutDeclaresDeadWithinTheCaseBound) {
-  // shared/cases/feeds.md case 19: ping 1 s, pong timeout 1 s, one message
+  // Dead peer (websocket-client #411): ping 1 s, pong timeout 1 s, 1 message
   // right after the handshake, then silence: dead within 2.2 s.
   keepalive_state k{1s, 1s};
   k.on_open(t0);

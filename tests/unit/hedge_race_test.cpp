@@ -1,4 +1,4 @@
-// The hedging race in the call actor (issue 4 item 5), on CAF's test
+// The hedging race in the call actor, on CAF's test
 // coordinator behind the scripted fake transport: every time asserted here
 // is exact virtual time. Request i of a test gets script step i (the
 // primary of the first call is request 0, its hedge request 1, ...).

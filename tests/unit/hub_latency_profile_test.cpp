@@ -1,4 +1,4 @@
-// The hub's latency profiles (issue 4, item 7): parsing, the shapes of the
+// The hub's latency profiles: parsing, the shapes of the
 // distributions, reproducibility per (seed, key, arrival), the LRU bound.
 
 #include "hub/latency_profile.hpp"

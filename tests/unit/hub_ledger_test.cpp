@@ -1,4 +1,4 @@
-// The hub's ledger log (issue 3): gap-free ids, replay paging, the retention
+// The hub's ledger log: gap-free ids, replay paging, the retention
 // floor and its reset, dedupe, and the visibility-lag fault. Seeded random
 // sequences where a property is checked, exact values everywhere.
 

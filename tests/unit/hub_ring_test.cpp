@@ -1,5 +1,5 @@
-// Property tests of the hub's catch-up ring (issue 3, "Tests"; the ring
-// contract of `catchup.py`, shared/REFERENCE.md A.1): seeded random
+// Property tests of the hub's catch-up ring (the ring contract of
+// hyperdjango's services/hypermanager/catchup.py): seeded random
 // sequences, exact expectations.
 
 #include "hub/catchup_ring.hpp"
@@ -147,7 +147,7 @@ TEST(HubRing, RingSizeZeroAlwaysResyncsButSeqStillAdvances) {
 }
 
 TEST(HubRing, NullEpochWithALastSeqOfAKnownClientResumes) {
-  // REFERENCE A.1: the epoch must match "or be null"; the first connect is a
+  // catchup.py: the epoch must match "or be null"; the first connect is a
   // resync only because last_seq is null too.
   catchup_ring ring{8, epoch};
   ring.resume("c", std::nullopt, std::nullopt, {});

@@ -1,4 +1,4 @@
-// The hub's whole state (issue 3): publish with dedupe and seq, the wake
+// The hub's whole state: publish with dedupe and seq, the wake
 // script, the fault knobs and their admin patch, connection plans,
 // subscribe answers per tier, restart. Pure: explicit time and rng.
 

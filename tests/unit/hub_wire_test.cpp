@@ -1,5 +1,5 @@
-// The hub's request validation and frames (issue 3, shared/REFERENCE.md
-// A.1): exact bytes and exact 400 details.
+// The hub's request validation and frames (as hyperdjango's hypermanager
+// app.py): exact bytes and exact 400 details.
 
 #include "hub/hub_wire.hpp"
 

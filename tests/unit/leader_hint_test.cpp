@@ -1,5 +1,5 @@
-// The leader-hint header parser and the outcome classification (issue 5
-// items 3, 5, 6). Hostile values give no hint, never a crash.
+// The leader-hint header parser and the outcome classification (tsoracle's
+// leader_hint.rs). Hostile values give no hint, never a crash.
 
 #include "actors/coalesce/leader_state.hpp"
 

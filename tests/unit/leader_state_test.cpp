@@ -1,4 +1,4 @@
-// Leader discovery (issue 5 items 3-6): worklist, hints, cache TTL and
+// Leader discovery (as tsoracle-client): worklist, hints, cache TTL and
 // epoch guard, redirect caps, backoff, election ride-out, TLS downgrade
 // guard, seq uncertainty. Pure, explicit time and randomness.
 

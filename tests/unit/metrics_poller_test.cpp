@@ -1,4 +1,4 @@
-// The metrics poller (issue 6, "Metrics") on CAF's test coordinator, in
+// The metrics poller (docs/ARCHITECTURE.md) on CAF's test coordinator, in
 // virtual time: real hedging actors and a real coalescing driver (over a
 // scripted leader transport), fake feed watchers and pools. Checks that a
 // poll hands every source's snapshot to the collector (exact exported

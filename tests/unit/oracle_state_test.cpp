@@ -1,4 +1,4 @@
-// The hub's oracle cluster as pure state (issue 5): timestamp monotonicity
+// The hub's oracle cluster as pure state: timestamp monotonicity
 // across logical overflow and a wall clock going backwards, count bounds,
 // gapless sequences per key, leadership epochs and hints, node modes, the
 // admin body, counters.

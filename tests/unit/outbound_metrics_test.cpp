@@ -1,7 +1,7 @@
-// The snapshot collector and the metrics registry (issue 6, "Metrics"):
+// The snapshot collector and the metrics registry (docs/ARCHITECTURE.md):
 // the exact exposition text of the families for given snapshots, through
 // prometheus::TextSerializer (what the exposer serves), the feed label cap,
-// and shared/cases/metrics.md case 24 on the client latency histogram.
+// and cumulative buckets (prometheus-cpp #43) on the latency histogram.
 
 #include "metrics/outbound_metrics.hpp"
 
@@ -372,7 +372,7 @@ client_event answered(double seconds) {
   return e;
 }
 
-// shared/cases/metrics.md case 24 (prometheus-cpp #43, opentelemetry-swift
+// Histogram cumulativity (jupp0r/prometheus-cpp #43, opentelemetry-swift
 // #357): buckets are cumulative, +Inf is the total count, the bound is
 // inclusive.
 TEST(MetricsRegistry, Case24HistogramBucketsAreCumulativeAndInfIsTheCount) {
