@@ -90,7 +90,7 @@ constexpr uint32_t oracle_logical_max = (1u << oracle_logical_bits) - 1;
 /// space, 262,144.
 constexpr uint32_t oracle_max_ts_count = oracle_logical_max + 1;
 
-/// Settings of the oracle. Limits follow tsoracle-client's (get_seq key, count).
+/// Settings of the oracle. Limits follow tsoracle-client (get_seq key, count).
 struct oracle_config {
   /// Nodes of the cluster (1..16). [1]
   std::size_t nodes = 1;

@@ -1,4 +1,4 @@
-// Hostile peers against the change feed (a review of the feed): the real watcher
+// Hostile peers against the change feed (a feed review): the real watcher
 // (service client + connection pool for replay, Beast WebSocket connector)
 // against a replay server that answers whatever a test scripts and a
 // scripted WebSocket server; and the reference hub against hostile clients
