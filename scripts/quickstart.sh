@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The first command of the README: on a fresh Debian 12 machine (as root),
+# On a fresh Debian 12 machine (as root),
 # install the dependencies, build the `outbound` command line, start a
 # throw-away nginx on 127.0.0.1 that serves a few JSON routes, and call it
 # with `outbound request`. Stops nginx on exit. No arguments.
