@@ -286,7 +286,15 @@ private:
     switch (route) {
       case metrics_route::metrics:
         try {
-          body = server_.registry_->serialize();
+          // Requests pipelined together get one snapshot: serialising the
+          // registry once per pipelined request would let one connection
+          // make the io thread do it max_pipelined_requests times.
+          if (pipelined_ > 0 && snapshot_)
+            body = *snapshot_;
+          else
+            body = server_.registry_->serialize();
+          if (buffer_.size() > 0 && !snapshot_)
+            snapshot_ = std::make_shared<const std::string>(body);
           type = exposition_content_type;
         } catch (const std::exception& e) {
           status = http::status::internal_server_error;
@@ -348,6 +356,13 @@ private:
   template <class Body>
   void send(http::response<Body> res) {
     since_ = server_.tick();
+    // While an answer is being written, closing the socket (eviction, the
+    // write deadline: Beast closes it, or stop()) resets the connection
+    // and drops what is queued, instead of leaving a socket with full
+    // buffers lingering for a client that does not read (nginx's
+    // reset_timedout_connection,
+    // https://nginx.org/en/docs/http/ngx_http_core_module.html#reset_timedout_connection).
+    linger_abortively(true);
     stream_.expires_after(server_.write_timeout_);
     write_some(std::make_shared<outgoing<Body>>(std::move(res)));
   }
@@ -380,9 +395,16 @@ private:
     on_write(ec, out->res.keep_alive());
   }
 
+  void linger_abortively(bool on) {
+    beast::error_code ignored;
+    stream_.socket().set_option(net::socket_base::linger(on, 0), ignored);
+  }
+
   void on_write(beast::error_code ec, bool keep_alive) {
     if (phase_ == phase::closed)
       return;
+    if (!ec)
+      linger_abortively(false); // a Connection: close answer must arrive
     if (ec == beast::error::timeout)
       server_.count(close_reason::write_timeout);
     if (ec || !keep_alive) {
@@ -392,6 +414,7 @@ private:
     phase_ = phase::waiting;
     if (buffer_.size() == 0) {
       pipelined_ = 0;
+      snapshot_.reset();
       wait_idle();
       return;
     }
@@ -416,6 +439,9 @@ private:
   /// Requests answered in a row that were already received when the
   /// answer before them was written.
   std::size_t pipelined_ = 0;
+  /// The exposition served to the first of a run of pipelined requests,
+  /// served again to the rest of the run.
+  std::shared_ptr<const std::string> snapshot_;
 };
 
 uint16_t metrics_exposer::server::listen(const std::string& address,

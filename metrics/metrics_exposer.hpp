@@ -21,8 +21,9 @@
 // extended to writes: a scrape whose answer nobody reads is not worth a
 // slot. A connection that pipelines more than max_pipelined_requests
 // requests in a row is closed too (RFC 9112 §9.3.2: the client resends
-// what was not answered), so no client makes the listener serialise the
-// registry more than that many times per connection.
+// what was not answered), and requests pipelined together are answered
+// from one serialisation of the registry. A connection closed in the middle
+// of a write is reset, so its queued answer does not linger in the kernel.
 //
 //   accept ──► read header ──► answer ──► keep-alive? ──yes──► idle ─┐
 //               (deadline)      (write    │      │          (idle    │
