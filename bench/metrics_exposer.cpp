@@ -79,8 +79,9 @@ bool send_all(int fd, const std::string& s) {
 }
 
 /// One scrape on a fresh connection: milliseconds from connect to EOF, or
-/// a negative value when it failed (refused, timeout, not a 200).
-double scrape(uint16_t port) {
+/// a negative value when it failed (refused, timeout, not a 200). The
+/// response goes to `*out` when given.
+double scrape(uint16_t port, std::string* out = nullptr) {
   auto t0 = bench_clock::now();
   int fd = dial(port);
   if (fd < 0)
@@ -98,6 +99,8 @@ double scrape(uint16_t port) {
   ::close(fd);
   double ms =
     std::chrono::duration<double, std::milli>(bench_clock::now() - t0).count();
+  if (out)
+    *out = in;
   return in.rfind("HTTP/1.1 200", 0) == 0 ? ms : -1;
 }
 
@@ -340,6 +343,19 @@ int main(int argc, char** argv) {
   for (std::size_t s = 1; s < scenarios.size(); ++s)
     for (std::size_t r = 0; r < rows[s].size(); ++r)
       worst_extra = std::max(worst_extra, rows[s][r].max - rows[0][r].max);
+  // What the listener closed over the whole run, by reason.
+  std::string last;
+  scrape(ex.port(), &last);
+  std::printf("\nlistener closes over the run:");
+  const std::string prefix = "outbound_metrics_connections_closed_total{";
+  for (auto at = last.find(prefix); at != std::string::npos;
+       at = last.find(prefix, at + 1)) {
+    auto end = last.find('\n', at);
+    std::printf(" %s", last.substr(at + prefix.size(),
+                                   end - at - prefix.size())
+                          .c_str());
+  }
+  std::printf("\n");
   std::printf("\nworst extra delay over the same round's baseline max: %.2f "
               "ms (bar: 100 ms)\n",
               worst_extra);
