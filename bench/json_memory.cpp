@@ -75,8 +75,8 @@ std::string make_body(const std::string& shape, std::size_t size) {
     b += "{\"events\":[";
     const std::string tail = "],\"cursor\":1}";
     for (long id = 1;; ++id) {
-      auto ev = std::string{id == 1 ? "" : ","} + "{\"id\":" + std::to_string(id)
-                + ",\"key\":\"orders/" + std::to_string(id)
+      auto ev = std::string{id == 1 ? "" : ","} + "{\"id\":"
+                + std::to_string(id) + ",\"key\":\"orders/" + std::to_string(id)
                 + "\",\"type\":\"created\",\"ts\":\"2026-12-01T00:00:00Z\","
                   "\"metadata\":{\"region\":\"eu-west-1\",\"amount\":12.5,"
                   "\"tags\":[\"a\",\"b\"]}}";
@@ -139,8 +139,8 @@ private:
       ::send(c, head.data(), head.size(), MSG_NOSIGNAL);
       std::size_t off = 0;
       while (off < body_.size()) {
-        auto n = ::send(c, body_.data() + off, body_.size() - off,
-                        MSG_NOSIGNAL);
+        auto n
+          = ::send(c, body_.data() + off, body_.size() - off, MSG_NOSIGNAL);
         if (n <= 0)
           break;
         off += static_cast<std::size_t>(n);
@@ -252,8 +252,9 @@ int main(int argc, char** argv) {
   app.add_flag("--child", is_child, "(internal) run one case");
   app.add_option("--shape", shape, "(internal) body shape");
   app.add_option("--bytes", bytes, "(internal) body size");
-  app.add_option("--method", method, "(internal) body | boost_json | "
-                                     "parse_json | client");
+  app.add_option("--method", method,
+                 "(internal) body | boost_json | "
+                 "parse_json | client");
   app.add_option("--shapes", shapes, "body shapes: arrays objects page");
   app.add_option("--sizes", sizes_mib,
                  "body sizes in MiB (the client's cap is 32 MiB)");
@@ -281,11 +282,12 @@ int main(int argc, char** argv) {
       auto cli = run_child(exe, s, size, "client");
       for (auto* r : {&body, &raw, &lib, &cli})
         failed += r->first < 0 ? 1 : 0;
-      auto mb = [](long kib) { return kib * 1024.0 / 1e6; };
+      auto mb = [](long kib) {
+        return kib * 1024.0 / 1e6;
+      };
       std::printf("%-8s %9.1f %10.1f %12.1f %12.1f %12.1f  %s (%s)\n",
-                  s.c_str(), mib, mb(body.first), mb(raw.first),
-                  mb(lib.first), mb(cli.first), cli.second.c_str(),
-                  lib.second.c_str());
+                  s.c_str(), mib, mb(body.first), mb(raw.first), mb(lib.first),
+                  mb(cli.first), cli.second.c_str(), lib.second.c_str());
       std::fflush(stdout);
     }
   return failed == 0 ? 0 : 1;

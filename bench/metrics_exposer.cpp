@@ -97,8 +97,8 @@ double scrape(uint16_t port, std::string* out = nullptr) {
     in.append(buf, static_cast<std::size_t>(n));
   }
   ::close(fd);
-  double ms =
-    std::chrono::duration<double, std::milli>(bench_clock::now() - t0).count();
+  double ms = std::chrono::duration<double, std::milli>(bench_clock::now() - t0)
+                .count();
   if (out)
     *out = in;
   return in.rfind("HTTP/1.1 200", 0) == 0 ? ms : -1;
@@ -222,9 +222,10 @@ int main(int argc, char** argv) {
     ->check(CLI::Range(1, 1000));
   app.add_option("--scrapes", scrapes, "scrapes per scenario and round")
     ->check(CLI::Range(1, 100000));
-  app.add_option("--series", series,
-                 "padding gauge series in the registry (about 42 bytes of "
-                 "exposition each)")
+  app
+    .add_option("--series", series,
+                "padding gauge series in the registry (about 42 bytes of "
+                "exposition each)")
     ->check(CLI::Range(0, 10000000));
   app.add_option("--gap-ms", gap_ms, "pause between two scrapes")
     ->check(CLI::Range(0, 10000));
@@ -257,8 +258,8 @@ int main(int argc, char** argv) {
   auto first = scrape(ex.port());
   std::printf("metrics_exposer bench: 127.0.0.1:%u, default limits (cap %zu, "
               "%zu pipelined), %d padding series, first scrape %.2f ms\n",
-              ex.port(), limits.max_connections,
-              limits.max_pipelined_requests, series, first);
+              ex.port(), limits.max_connections, limits.max_pipelined_requests,
+              series, first);
   std::printf("%d rounds x %d scrapes per scenario, %d ms apart; pipelining "
               "clients send %d requests each\n\n",
               rounds, scrapes, gap_ms, pipelined);
@@ -283,9 +284,9 @@ int main(int argc, char** argv) {
       auto t0 = bench_clock::now();
       crowd c{sc.kind, sc.size, ex.port(), pipelined};
       c.tick();
-      out.setup_ms =
-        std::chrono::duration<double, std::milli>(bench_clock::now() - t0)
-          .count();
+      out.setup_ms
+        = std::chrono::duration<double, std::milli>(bench_clock::now() - t0)
+            .count();
       auto filled = c.reopened();
       std::vector<double> ms;
       for (int i = 0; i < scrapes; ++i) {
@@ -313,8 +314,7 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds{200});
   }
   if (done < rounds)
-    std::printf("\n--max-seconds reached: %d of %d rounds run\n", done,
-                rounds);
+    std::printf("\n--max-seconds reached: %d of %d rounds run\n", done, rounds);
   std::printf("\nranges over %d rounds (min-max of each round's figure):\n",
               done);
   std::printf("%-13s %17s %17s %17s %7s\n", "scenario", "p50 ms", "p99 ms",
@@ -351,9 +351,8 @@ int main(int argc, char** argv) {
   for (auto at = last.find(prefix); at != std::string::npos;
        at = last.find(prefix, at + 1)) {
     auto end = last.find('\n', at);
-    std::printf(" %s", last.substr(at + prefix.size(),
-                                   end - at - prefix.size())
-                          .c_str());
+    std::printf(
+      " %s", last.substr(at + prefix.size(), end - at - prefix.size()).c_str());
   }
   std::printf("\n");
   std::printf("\nworst extra delay over the same round's baseline max: %.2f "

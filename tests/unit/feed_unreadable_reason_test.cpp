@@ -12,7 +12,7 @@ namespace {
 
 /// A response_error as the client reports it.
 call_error failed_answer(int status, transport_error_kind cause,
-                          std::string detail = {}) {
+                         std::string detail = {}) {
   call_error e;
   e.kind = error_kind::response_error;
   e.status = status;
@@ -27,23 +27,23 @@ TEST(UnreadableReason, A503WhoseErrorPageIsOverTheCapIsAStatusFailure) {
   // The transport's too_large keeps the status it read: a large error page
   // of a 503 is still a 503, retried, not a page over the cap.
   auto e = failed_answer(503, transport_error_kind::too_large,
-                          "response body over the size cap");
+                         "response body over the size cap");
   EXPECT_EQ(unreadable_reason(e), std::nullopt);
-  EXPECT_EQ(unreadable_reason(failed_answer(
-              404, transport_error_kind::too_large)),
-            std::nullopt);
-  EXPECT_EQ(unreadable_reason(failed_answer(
-              302, transport_error_kind::too_large)),
-            std::nullopt);
+  EXPECT_EQ(
+    unreadable_reason(failed_answer(404, transport_error_kind::too_large)),
+    std::nullopt);
+  EXPECT_EQ(
+    unreadable_reason(failed_answer(302, transport_error_kind::too_large)),
+    std::nullopt);
 }
 
 TEST(UnreadableReason, A2xxOverTheCapIsOverCapWithOrWithoutItsStatus) {
-  EXPECT_EQ(unreadable_reason(failed_answer(
-              200, transport_error_kind::too_large)),
-            drain_error_reason::over_cap);
-  EXPECT_EQ(unreadable_reason(failed_answer(
-              0, transport_error_kind::too_large)),
-            drain_error_reason::over_cap);
+  EXPECT_EQ(
+    unreadable_reason(failed_answer(200, transport_error_kind::too_large)),
+    drain_error_reason::over_cap);
+  EXPECT_EQ(
+    unreadable_reason(failed_answer(0, transport_error_kind::too_large)),
+    drain_error_reason::over_cap);
   EXPECT_EQ(unreadable_reason(failed_answer(
               200, transport_error_kind::none,
               "response body over max_response_bytes (10 bytes)")),
@@ -51,8 +51,8 @@ TEST(UnreadableReason, A2xxOverTheCapIsOverCapWithOrWithoutItsStatus) {
 }
 
 TEST(UnreadableReason, A2xxThatIsNotJsonIsUnparseable) {
-  EXPECT_EQ(unreadable_reason(failed_answer(
-              200, transport_error_kind::none, "not JSON")),
+  EXPECT_EQ(unreadable_reason(
+              failed_answer(200, transport_error_kind::none, "not JSON")),
             drain_error_reason::unparseable);
 }
 
