@@ -60,11 +60,14 @@ enum class close_reason {
   idle_timeout,
   write_timeout,
   evicted,
+  evicted_unread,
+  pipeline_limit,
   refused,
 };
 
-constexpr std::array<const char*, 5> close_reason_labels{
-  "header_timeout", "idle_timeout", "write_timeout", "evicted", "refused"};
+constexpr std::array<const char*, 7> close_reason_labels{
+  "header_timeout", "idle_timeout",   "write_timeout", "evicted",
+  "evicted_unread", "pipeline_limit", "refused"};
 
 /// Pause before accepting again after an accept error (EMFILE, ...), so an
 /// exhausted descriptor table does not turn into a busy loop.
@@ -110,7 +113,8 @@ struct metrics_exposer::server {
       header_timeout_(to_duration(limits.header_timeout)),
       idle_timeout_(to_duration(limits.idle_timeout)),
       write_timeout_(to_duration(limits.write_timeout)),
-      max_connections_(limits.max_connections) {
+      max_connections_(limits.max_connections),
+      max_pipelined_(limits.max_pipelined_requests) {
     // Every label value from the start: a 0 is a sample, an absent series
     // is not (https://prometheus.io/docs/practices/instrumentation/).
     auto& family =
@@ -132,9 +136,15 @@ struct metrics_exposer::server {
 
   void do_accept();
   void on_accept(beast::error_code ec, tcp::socket socket);
-  /// At the cap: closes the oldest connection that waits for a request.
-  /// False when every connection is answering.
+  /// At the cap: closes the connection stuck longest (waiting for a
+  /// request, or writing without progress). False when none is open.
   bool make_room();
+  /// A new mark on the server's logical clock: sessions stamp the moment
+  /// they start waiting or last made write progress, and make_room()
+  /// closes the lowest stamp.
+  uint64_t tick() {
+    return ++ticks_;
+  }
   void forget(session_list::iterator it) {
     open_.erase(it);
   }
@@ -147,6 +157,8 @@ struct metrics_exposer::server {
   std::chrono::steady_clock::duration idle_timeout_;
   std::chrono::steady_clock::duration write_timeout_;
   std::size_t max_connections_;
+  std::size_t max_pipelined_;
+  uint64_t ticks_ = 0;
   /// outbound_metrics_connections_closed_total by close_reason; the
   /// registry (kept alive by registry_) owns the counters.
   std::array<prometheus::Counter*, close_reason_labels.size()> closed_{};
@@ -177,9 +189,16 @@ public:
   }
 
   /// Waiting for (the rest of) a request: idle keep-alive, or a header
-  /// still incomplete. Such a connection is the one to close at the cap.
+  /// still incomplete. Otherwise writing an answer.
   bool waiting() const {
     return phase_ == phase::waiting;
+  }
+
+  /// The server tick since which this connection has been stuck: when it
+  /// started to wait for its request, or when its answer last made write
+  /// progress. The lowest one is closed at the cap.
+  uint64_t stuck_since() const {
+    return since_;
   }
 
   void close() {
@@ -198,6 +217,7 @@ private:
   // Keep-alive: wait for the first byte of the next request under the idle
   // limit; the header deadline starts with it.
   void wait_idle() {
+    since_ = server_.tick();
     stream_.expires_after(server_.idle_timeout_);
     stream_.async_read_some(
       buffer_.prepare(idle_read_size),
@@ -220,6 +240,9 @@ private:
   }
 
   void read_header() {
+    // Header bytes that trickle in do not refresh the stamp: a slow header
+    // stays the oldest.
+    since_ = server_.tick();
     parser_.emplace();
     stream_.expires_after(server_.header_timeout_);
     http::async_read_header(
@@ -263,7 +286,15 @@ private:
     switch (route) {
       case metrics_route::metrics:
         try {
-          body = server_.registry_->serialize();
+          // Requests pipelined together get one snapshot: serialising the
+          // registry once per pipelined request would let one connection
+          // make the io thread do it max_pipelined_requests times.
+          if (pipelined_ > 0 && snapshot_)
+            body = *snapshot_;
+          else
+            body = server_.registry_->serialize();
+          if (buffer_.size() > 0 && !snapshot_)
+            snapshot_ = std::make_shared<const std::string>(body);
           type = exposition_content_type;
         } catch (const std::exception& e) {
           status = http::status::internal_server_error;
@@ -313,22 +344,67 @@ private:
     send(std::move(res));
   }
 
+  /// A response and its serializer, alive until the last write.
+  template <class Body>
+  struct outgoing {
+    explicit outgoing(http::response<Body> r) : res(std::move(r)) {
+    }
+    http::response<Body> res;
+    http::response_serializer<Body> sr{res};
+  };
+
   template <class Body>
   void send(http::response<Body> res) {
-    // The response lives in the handler until the write completes.
-    auto sp = std::make_shared<http::response<Body>>(std::move(res));
-    auto& ref = *sp;
+    since_ = server_.tick();
+    // While an answer is being written, closing the socket (eviction, the
+    // write deadline: Beast closes it, or stop()) resets the connection
+    // and drops what is queued, instead of leaving a socket with full
+    // buffers lingering for a client that does not read (nginx's
+    // reset_timedout_connection,
+    // https://nginx.org/en/docs/http/ngx_http_core_module.html#reset_timedout_connection).
+    linger_abortively(true);
     stream_.expires_after(server_.write_timeout_);
-    http::async_write(stream_, ref,
-                      [self = shared_from_this(),
-                       sp = std::move(sp)](beast::error_code ec, std::size_t) {
-                        self->on_write(ec, sp->keep_alive());
-                      });
+    write_some(std::make_shared<outgoing<Body>>(std::move(res)));
+  }
+
+  // Written piece by piece (rather than with http::async_write) so that
+  // every piece the client takes refreshes the stamp: a slow reader keeps
+  // its slot, a client that does not read at all is the one to close.
+  template <class Body>
+  void write_some(std::shared_ptr<outgoing<Body>> out) {
+    auto& sr = out->sr;
+    http::async_write_some(
+      stream_, sr,
+      [self = shared_from_this(), out = std::move(out)](beast::error_code ec,
+                                                        std::size_t n) {
+        self->on_write_some(ec, n, out);
+      });
+  }
+
+  template <class Body>
+  void on_write_some(beast::error_code ec, std::size_t n,
+                     const std::shared_ptr<outgoing<Body>>& out) {
+    if (phase_ == phase::closed)
+      return;
+    if (!ec && n > 0)
+      since_ = server_.tick();
+    if (!ec && !out->sr.is_done()) {
+      write_some(out);
+      return;
+    }
+    on_write(ec, out->res.keep_alive());
+  }
+
+  void linger_abortively(bool on) {
+    beast::error_code ignored;
+    stream_.socket().set_option(net::socket_base::linger(on, 0), ignored);
   }
 
   void on_write(beast::error_code ec, bool keep_alive) {
     if (phase_ == phase::closed)
       return;
+    if (!ec)
+      linger_abortively(false); // a Connection: close answer must arrive
     if (ec == beast::error::timeout)
       server_.count(close_reason::write_timeout);
     if (ec || !keep_alive) {
@@ -336,11 +412,21 @@ private:
       return;
     }
     phase_ = phase::waiting;
-    // A pipelined request may already be in the buffer (RFC 9112 §9.3.2).
-    if (buffer_.size() > 0)
-      read_header();
-    else
+    if (buffer_.size() == 0) {
+      pipelined_ = 0;
+      snapshot_.reset();
       wait_idle();
+      return;
+    }
+    // A pipelined request is already in the buffer (RFC 9112 §9.3.2). Each
+    // one costs a serialisation of the registry, and a client that sends
+    // them without reading the answers is not scraping: cap them.
+    if (++pipelined_ > server_.max_pipelined_) {
+      server_.count(close_reason::pipeline_limit);
+      close();
+      return;
+    }
+    read_header();
   }
 
   server& server_;
@@ -349,6 +435,13 @@ private:
   std::optional<http::request_parser<http::empty_body>> parser_;
   session_list::iterator it_;
   phase phase_ = phase::waiting;
+  uint64_t since_ = 0;
+  /// Requests answered in a row that were already received when the
+  /// answer before them was written.
+  std::size_t pipelined_ = 0;
+  /// The exposition served to the first of a run of pipelined requests,
+  /// served again to the rest of the run.
+  std::shared_ptr<const std::string> snapshot_;
 };
 
 uint16_t metrics_exposer::server::listen(const std::string& address,
@@ -449,18 +542,20 @@ void metrics_exposer::server::on_accept(beast::error_code ec,
 }
 
 bool metrics_exposer::server::make_room() {
-  std::shared_ptr<session> oldest;
+  // Every open connection either waits for a request or writes an answer:
+  // close the one stuck longest, whichever of the two it is. A scrape that
+  // just connected, or whose answer is flowing, has the newest stamp.
+  std::shared_ptr<session> stuck;
   for (auto& w : open_) {
     auto s = w.lock();
-    if (s && s->waiting()) {
-      oldest = std::move(s);
-      break;
-    }
+    if (s && (!stuck || s->stuck_since() < stuck->stuck_since()))
+      stuck = std::move(s);
   }
-  if (!oldest)
+  if (!stuck)
     return false;
-  count(close_reason::evicted);
-  oldest->close();
+  count(stuck->waiting() ? close_reason::evicted
+                         : close_reason::evicted_unread);
+  stuck->close();
   return true;
 }
 

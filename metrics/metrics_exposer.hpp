@@ -11,16 +11,25 @@
 // connections hold back every scrape for longer than Prometheus waits
 // (10 s by default). Here a connection costs a socket and a pending read,
 // never a thread: every connection has a deadline for its request header
-// (metrics_exposer_limits::header_timeout) and a keep-alive idle limit,
-// and at the connection cap the oldest idle connection is closed to make
-// room, the way nginx reuses keep-alive connections when it runs out
-// (https://nginx.org/en/docs/ngx_core_module.html#worker_connections).
+// (metrics_exposer_limits::header_timeout), a keep-alive idle limit and a
+// write deadline, and at the connection cap the connection that has been
+// stuck longest is closed to make room: the one waiting longest for a
+// request, or the one whose response has made no progress for longest (a
+// client that pipelines requests and never reads its answers). That is
+// nginx's reuse of keep-alive connections when it runs out
+// (https://nginx.org/en/docs/ngx_core_module.html#worker_connections),
+// extended to writes: a scrape whose answer nobody reads is not worth a
+// slot. A connection that pipelines more than max_pipelined_requests
+// requests in a row is closed too (RFC 9112 §9.3.2: the client resends
+// what was not answered), and requests pipelined together are answered
+// from one serialisation of the registry. A connection closed in the middle
+// of a write is reset, so its queued answer does not linger in the kernel.
 //
 //   accept ──► read header ──► answer ──► keep-alive? ──yes──► idle ─┐
-//               (deadline)      (write    │                 (idle    │
-//                  ▲            deadline) no                limit)   │
-//                  │                      ▼                          │
-//                  │                    close                        │
+//               (deadline)      (write    │      │          (idle    │
+//                  ▲            deadline) no     └─ more than the    │
+//                  │                      ▼        pipelining cap    │
+//                  │                    close ◄────────┘             │
 //                  └──────────────── first byte ◄────────────────────┘
 //
 // Asio and Beast stay in metrics_exposer.cpp.
@@ -50,11 +59,19 @@ struct metrics_exposer_limits {
   /// read is disconnected). (0, 86400] [10, Prometheus's default scrape
   /// timeout]
   double write_timeout = 10.0;
-  /// Connections open at once. A connection accepted at the cap closes the
-  /// oldest one waiting for a request (idle or with a partial header);
-  /// when every connection is busy answering, it is closed at once.
+  /// Connections open at once. A connection accepted at the cap closes
+  /// the open connection stuck longest: waiting for a request (idle, or a
+  /// header still incomplete) since longest, or writing a response that
+  /// has made no progress since longest (a client that does not read).
   /// (>= 1) [128]
   std::size_t max_connections = 128;
+  /// Requests a connection may pipeline in a row: a request already
+  /// received when the answer to the one before it is written counts as
+  /// pipelined; one more than this closes the connection after that
+  /// answer, leaving the rest unanswered (RFC 9112 §9.3.2). 0 closes a
+  /// connection at its first pipelined request. [16; Prometheus does not
+  /// pipeline]
+  std::size_t max_pipelined_requests = 16;
 };
 
 /// Serves `GET /metrics` and `HEAD /metrics` (Prometheus text format
@@ -68,7 +85,7 @@ struct metrics_exposer_limits {
 ///
 /// | metric | type | labels | counts |
 /// |--------|------|--------|--------|
-/// | outbound_metrics_connections_closed_total | counter | reason | connections closed without an answer: `header_timeout`, `idle_timeout`, `write_timeout`, `evicted` (the oldest waiting one, at the cap), `refused` (at the cap, every connection answering) |
+/// | outbound_metrics_connections_closed_total | counter | reason | connections closed without an answer (to some request): `header_timeout`, `idle_timeout`, `write_timeout`, `evicted` (at the cap, the one waiting for a request since longest), `evicted_unread` (at the cap, the one whose response made no progress since longest), `pipeline_limit` (more than max_pipelined_requests in a row), `refused` (at the cap with nothing to close; kept for dashboards, every open connection is evictable) |
 class metrics_exposer {
 public:
   /// Binds `address:port` (port 0: the system picks one; see port()) and

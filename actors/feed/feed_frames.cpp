@@ -152,11 +152,16 @@ call_request replay_request(const feed_config& cfg, int64_t after,
 std::optional<drain_error_reason> unreadable_reason(const call_error& e) {
   if (e.kind != error_kind::response_error)
     return std::nullopt;
+  // A non-2xx status is a status failure, retried as a replay error, even
+  // when its error page is over the cap (the transport's too_large keeps
+  // the status): the page was never a page of events.
+  if (e.status != 0 && (e.status < 200 || e.status >= 300))
+    return std::nullopt;
   // A 2xx over the cap ends as the transport's too_large, before (or
   // without) a status: the answer was there, too big to read.
   if (e.cause == transport_error_kind::too_large)
     return drain_error_reason::over_cap;
-  if (e.status < 200 || e.status >= 300)
+  if (e.status == 0)
     return std::nullopt;
   // The client's 2xx response errors: a body over the cap (the transport's
   // too_large, or actors/call/call_actor.cpp "response body over

@@ -29,9 +29,11 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 #include <gtest/gtest.h>
+#include <prometheus/gauge.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <strings.h>
@@ -61,23 +63,35 @@ struct http_reply {
   std::string body;
 };
 
-/// One GET over a fresh loopback connection (Connection: close); reads to
-/// EOF. status 0 when the connection failed.
-http_reply http_get(uint16_t port, const std::string& target) {
-  http_reply r;
+/// A blocking TCP socket connected to 127.0.0.1:port whose reads wait at
+/// most 10 s; -1 when it failed. `rcvbuf` > 0 sets SO_RCVBUF before the
+/// connect, which bounds the window the peer may fill.
+int connect_loopback(uint16_t port, int rcvbuf = 0) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0)
-    return r;
+    return -1;
   timeval tv{10, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (rcvbuf > 0)
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     ::close(fd);
-    return r;
+    return -1;
   }
+  return fd;
+}
+
+/// One GET over a fresh loopback connection (Connection: close); reads to
+/// EOF. status 0 when the connection failed.
+http_reply http_get(uint16_t port, const std::string& target) {
+  http_reply r;
+  int fd = connect_loopback(port);
+  if (fd < 0)
+    return r;
   auto req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
              + "Connection: close\r\n\r\n";
   ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
@@ -393,24 +407,12 @@ double ms_since(steady::time_point t0) {
 }
 
 /// A client TCP connection to 127.0.0.1:port (fd -1 when it failed); reads
-/// block at most 10 s.
+/// block at most 10 s. `rcvbuf`: see connect_loopback.
 struct tcp_client {
   int fd = -1;
 
-  explicit tcp_client(uint16_t port) {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-      return;
-    timeval tv{10, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      ::close(fd);
-      fd = -1;
-    }
+  explicit tcp_client(uint16_t port, int rcvbuf = 0)
+    : fd(connect_loopback(port, rcvbuf)) {
   }
   ~tcp_client() {
     if (fd >= 0)
@@ -462,6 +464,22 @@ struct tcp_client {
     char c;
     auto n = ::recv(fd, &c, 1, 0);
     return n == 0 || (n < 0 && errno == ECONNRESET);
+  }
+
+  /// Waits (at most the receive timeout) until `n` bytes are unread.
+  bool await_bytes(std::size_t n) {
+    while (in_.size() < n)
+      if (!fill())
+        return false;
+    return true;
+  }
+
+  /// True when the peer has reset the connection (or half-closed it),
+  /// whatever data is still unread; waits at most `ms`.
+  bool hung_up(int ms = 0) {
+    pollfd p{fd, POLLRDHUP, 0};
+    return ::poll(&p, 1, ms) == 1
+           && (p.revents & (POLLHUP | POLLERR | POLLRDHUP)) != 0;
   }
 
   /// True when the connection is open with nothing to read right now.
@@ -518,6 +536,47 @@ std::shared_ptr<metrics_registry> registry_with_a_call() {
     return e;
   }());
   return reg;
+}
+
+/// A registry whose exposition is about 1 MB: far more than the socket
+/// buffers of a client that does not read can take.
+std::shared_ptr<metrics_registry> registry_of_a_megabyte() {
+  auto reg = registry_with_a_call();
+  auto& family = prometheus::BuildGauge()
+                   .Name("test_padding")
+                   .Help("Series that make the exposition large")
+                   .Register(*reg->registry());
+  // Long label values, few series: a megabyte that is quick to serialise.
+  const std::string pad(1000, 'x');
+  for (int i = 0; i < 1000; ++i)
+    family.Add({{"series", std::to_string(i) + pad}}).Set(i);
+  return reg;
+}
+
+/// Sends four pipelined scrapes of registry_of_a_megabyte() on `c` (a
+/// client with a small receive buffer) and waits for the first bytes of
+/// the answer: the listener is then writing answers that cannot all fit
+/// in the socket buffers, and `c` reads nothing more.
+bool stall_a_write(tcp_client& c) {
+  std::string four;
+  for (int i = 0; i < 4; ++i)
+    four += get_request("/metrics");
+  return c.send(four) && c.await_bytes(12)
+         && c.unread().rfind("HTTP/1.1 200", 0) == 0;
+}
+
+/// The sample line of outbound_metrics_connections_closed_total{reason}.
+std::string closed_line(const std::string& body, const std::string& reason) {
+  return lines_of(body, "outbound_metrics_connections_closed_total{reason=\""
+                          + reason + "\"}");
+}
+
+/// The value of outbound_metrics_connections_closed_total{reason}; -1
+/// when the line is missing.
+double closed_count(const std::string& body, const std::string& reason) {
+  auto line = closed_line(body, reason);
+  auto sp = line.rfind(' ');
+  return sp == std::string::npos ? -1.0 : std::atof(line.c_str() + sp + 1);
 }
 
 constexpr const char* exposition_type =
@@ -589,8 +648,9 @@ TEST(MetricsExposer, HalfARequestHeaderIsClosedAtTheDeadlineWhileScrapesGoOn) {
   // The listener still serves, and counts what it closed.
   auto r = http_get(ex.port(), "/metrics");
   EXPECT_EQ(r.status, 200);
-  for (std::string reason : {"header_timeout", "idle_timeout",
-                              "write_timeout", "evicted", "refused"}) {
+  for (std::string reason :
+       {"header_timeout", "idle_timeout", "write_timeout", "evicted",
+        "evicted_unread", "pipeline_limit", "refused"}) {
     auto line = "outbound_metrics_connections_closed_total{reason=\""
                 + reason + "\"}";
     EXPECT_EQ(lines_of(r.body, line),
@@ -715,6 +775,102 @@ TEST(MetricsExposer, AtTheConnectionCapTheOldestIdleConnectionMakesRoom) {
                              "reason=\"evicted\"}"),
             "outbound_metrics_connections_closed_total{reason=\"evicted\"} "
             "21\n");
+}
+
+TEST(MetricsExposer, PipeliningClientsThatNeverReadAreClosedToMakeRoomForAScrape) {
+  // Every slot holds a client that pipelined requests for a large
+  // exposition and reads nothing: each answer stalls in its write. A long
+  // write deadline, so that only eviction (not a deadline) can let a
+  // scrape in.
+  metrics_exposer_limits lim;
+  lim.max_connections = 4;
+  lim.write_timeout = 60;
+  metrics_exposer ex{registry_of_a_megabyte(), 0, "127.0.0.1", lim};
+  std::vector<std::unique_ptr<tcp_client>> stuck;
+  for (int i = 0; i < 4; ++i) {
+    stuck.push_back(std::make_unique<tcp_client>(ex.port(), 4096));
+    ASSERT_GE(stuck.back()->fd, 0) << "connection " << i;
+    ASSERT_TRUE(stall_a_write(*stuck.back())) << "connection " << i;
+  }
+  auto t0 = steady::now();
+  auto r = http_get(ex.port(), "/metrics");
+  auto took = ms_since(t0);
+  std::printf("[ metrics  ] scrape with every slot held by a non-reading "
+              "pipeliner: %.1f ms (write deadline 60 s)\n",
+              took);
+  ASSERT_EQ(r.status, 200) << "refused: the stalled writes hold every slot";
+  EXPECT_LT(took, 10000.0);
+  // One of them made room and a second scrape takes the slot the first
+  // left. Which label the closed one got depends on whether it was still
+  // between two of its pipelined answers (evicted) or stalled in a write
+  // (evicted_unread, by far the likelier): one of them, once.
+  auto again = http_get(ex.port(), "/metrics");
+  ASSERT_EQ(again.status, 200);
+  EXPECT_EQ(closed_count(again.body, "evicted_unread")
+              + closed_count(again.body, "evicted"),
+            1.0);
+  EXPECT_EQ(closed_line(again.body, "refused"),
+            "outbound_metrics_connections_closed_total{reason="
+            "\"refused\"} 0\n");
+  // The one closed was reset (its queued answer dropped, not left to
+  // linger); the others are still open.
+  int hung_up = 0;
+  for (auto& c : stuck)
+    hung_up += c->hung_up() ? 1 : 0;
+  EXPECT_EQ(hung_up, 1);
+}
+
+TEST(MetricsExposer, AtTheCapAConnectionWaitingSinceBeforeAWriteBeganGoesFirst) {
+  metrics_exposer_limits lim;
+  lim.max_connections = 2;
+  lim.header_timeout = 60;
+  lim.write_timeout = 60;
+  metrics_exposer ex{registry_of_a_megabyte(), 0, "127.0.0.1", lim};
+  tcp_client idle{ex.port()};
+  ASSERT_GE(idle.fd, 0);
+  tcp_client writer{ex.port(), 4096};
+  ASSERT_GE(writer.fd, 0);
+  ASSERT_TRUE(stall_a_write(writer));
+  // The idle one has waited since its accept, before the write began: it
+  // is the one stuck longest, whatever the write does meanwhile.
+  auto r = http_get(ex.port(), "/metrics");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_TRUE(idle.closed_by_peer());
+  EXPECT_EQ(closed_count(r.body, "evicted"), 1.0);
+  EXPECT_EQ(closed_count(r.body, "evicted_unread"), 0.0);
+}
+
+TEST(MetricsExposer, MorePipelinedRequestsThanTheCapCloseTheConnection) {
+  metrics_exposer_limits lim;
+  lim.max_pipelined_requests = 2;
+  metrics_exposer ex{registry_with_a_call(), 0, "127.0.0.1", lim};
+  // Three in one go (one plus two pipelined): all answered, still open.
+  tcp_client within{ex.port()};
+  ASSERT_GE(within.fd, 0);
+  std::string three;
+  for (int i = 0; i < 3; ++i)
+    three += get_request("/metrics");
+  ASSERT_TRUE(within.send(three));
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(within.read_response().status, 200) << "answer " << i;
+  // Five in one go: three answers, then the connection closes.
+  tcp_client over{ex.port()};
+  ASSERT_GE(over.fd, 0);
+  ASSERT_TRUE(over.send(three + get_request("/metrics")
+                        + get_request("/metrics")));
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(over.read_response().status, 200) << "answer " << i;
+  EXPECT_TRUE(over.closed_by_peer());
+  EXPECT_TRUE(within.open_and_quiet());
+  // The count restarts once the client waits for its answers.
+  ASSERT_TRUE(within.send(three));
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(within.read_response().status, 200) << "answer " << i;
+  EXPECT_TRUE(within.open_and_quiet());
+  EXPECT_EQ(closed_line(http_get(ex.port(), "/metrics").body,
+                        "pipeline_limit"),
+            "outbound_metrics_connections_closed_total{reason="
+            "\"pipeline_limit\"} 1\n");
 }
 
 TEST(MetricsExposer, ShutsDownWellUnderASecondAfterServingRequests) {
