@@ -484,11 +484,13 @@ int main(int argc, char** argv) {
     failed |= !w.ok;
     std::printf("%-5d %-9s %10" PRIu64 " %10s %10" PRIu64 " %8" PRIu64
                 " %9.1f %7.2f%s\n",
-                i, "watcher", w.sent, "n/a", w.stats.wakes_coalesced, w.gets,
+                i, "watcher", w.sent, std::to_string(w.stats.wakes).c_str(),
+                w.stats.wakes_coalesced, w.gets,
                 w.cpu_pct, w.wall, w.ok ? "" : "  (peer did not finish)");
     w_cpu.add(w.cpu_pct);
     w_sent.add(static_cast<double>(w.sent));
     w_coal.add(static_cast<double>(w.stats.wakes_coalesced));
+    w_recv.add(static_cast<double>(w.stats.wakes));
     w_gets.add(static_cast<double>(w.gets));
     if (s.skip_baseline)
       continue;
@@ -501,9 +503,10 @@ int main(int argc, char** argv) {
     b_recv.add(static_cast<double>(b.received));
   }
   std::printf("\nranges over %d rounds (min–max):\n", s.rounds);
-  std::printf("  watcher:   cpu %s %% of one core, wakes sent %s, "
-              "coalesced %s, replay GETs %s\n",
+  std::printf("  watcher:   cpu %s %% of one core, wakes sent %s, received "
+              "%s, coalesced %s, replay GETs %s\n",
               fmt_range(w_cpu, "%.1f").c_str(), fmt_range(w_sent, "%.0f").c_str(),
+              fmt_range(w_recv, "%.0f").c_str(),
               fmt_range(w_coal, "%.0f").c_str(),
               fmt_range(w_gets, "%.0f").c_str());
   if (!s.skip_baseline)
