@@ -735,12 +735,13 @@ void dial(self_ptr self) {
       auto cursor = plain_wake_cursor(text, field);
       return cursor && *cursor == hint;
     };
-    // Dropped wakes are proof of life for the silence rule (three ping
-    // intervals); a quarter interval (at most 1 s) is fine enough for it.
+    // Dropped wakes are proof of life only for the silence rule (three
+    // whole ping intervals; pongs keep their own 100 ms path for the pong
+    // timeout): a quarter interval is fine enough, and each report is an
+    // actor message that wakes a scheduler worker.
     auto quarter = feed_seconds(st.cfg.ws_ping_interval).count() / 4;
     if (quarter > 0)
-      o.drop_activity_interval_ns = std::min<int64_t>(
-        std::max<int64_t>(quarter, 100'000'000), o.drop_activity_interval_ns);
+      o.drop_activity_interval_ns = std::max<int64_t>(quarter, 100'000'000);
   }
   caf::weak_actor_ptr weak{self->ctrl()};
   auto handler = [weak](ws_event ev) {
