@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace outbound {
 
@@ -81,6 +82,9 @@ struct ws_event {
   ws_close_reason reason = ws_close_reason::local;
   /// closed: human-readable detail (never a header value).
   std::string detail;
+  /// Text messages `ws_options::drop_text` dropped since the previous
+  /// event of this session (any kind; `closed` carries the remainder).
+  uint64_t dropped = 0;
 };
 
 /// Settings of one session.
@@ -98,6 +102,18 @@ struct ws_options {
   uint64_t max_handshake_bytes = 64u * 1024u;
   /// Bound of connect + TLS + upgrade, in nanoseconds. [5 s]
   int64_t handshake_timeout_ns = 5'000'000'000;
+  /// Optional intake filter, called on the io thread with every complete
+  /// text message (binary ones are always reported): true drops it without
+  /// an event. Dropped messages are counted in the next event's `dropped`
+  /// and are proof of life at most once per `drop_activity_interval_ns`
+  /// (an `activity` report; pongs and other frames keep their own 100 ms
+  /// cadence). Must be cheap, non-blocking and thread-safe; the view is
+  /// valid only during the call. [none]
+  std::function<bool(std::string_view)> drop_text;
+  /// Least interval between two proofs of life drawn from dropped
+  /// messages, in nanoseconds: a flood of dropped messages must not become
+  /// a flood of activity reports. [1 s]
+  int64_t drop_activity_interval_ns = 1'000'000'000;
 };
 
 /// A client WebSocket session. All member functions are thread-safe and

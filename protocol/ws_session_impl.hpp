@@ -67,6 +67,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <string_view>
 #include <utility>
 
 namespace outbound::detail {
@@ -639,11 +640,14 @@ private:
       return;
     if (ec)
       return on_read_error(ec);
+    auto fragmented = shim().tracker().pop_fragmented();
+    if (opts_.drop_text && !ws_.got_binary() && drop_message())
+      return;
     ws_event ev;
     ev.what = ws_event::kind::message;
     ev.payload = beast::buffers_to_string(rbuf_.data());
     ev.binary = ws_.got_binary();
-    ev.fragmented = shim().tracker().pop_fragmented();
+    ev.fragmented = fragmented;
     rbuf_.consume(rbuf_.size());
     // The message is newer proof of life than any activity still pending.
     activity_pending_ = false;
@@ -655,6 +659,26 @@ private:
     emit(std::move(ev));
     if (!finished_)
       do_read();
+  }
+
+  /// Asks the owner's intake filter about the message in rbuf_; a dropped
+  /// one is counted, reported as activity, and the next read starts.
+  bool drop_message() {
+    auto data = rbuf_.cdata();
+    std::string_view text{static_cast<const char*>(data.data()), data.size()};
+    if (!opts_.drop_text(text))
+      return false;
+    rbuf_.consume(rbuf_.size());
+    ++dropped_;
+    auto now = clock::now();
+    if (now - last_drop_activity_ >= std::chrono::nanoseconds{
+          opts_.drop_activity_interval_ns}) {
+      last_drop_activity_ = now;
+      on_inbound_activity();
+    }
+    if (!finished_)
+      do_read();
+    return true;
   }
 
   void on_read_error(const error_code& ec) {
@@ -788,6 +812,7 @@ private:
 
   void emit(ws_event ev) {
     ev.session_id = id_;
+    ev.dropped = std::exchange(dropped_, 0);
     if (on_event_)
       on_event_(std::move(ev));
   }
@@ -807,6 +832,7 @@ private:
     ev.reason = reason;
     ev.detail = std::move(detail);
     ev.session_id = id_;
+    ev.dropped = std::exchange(dropped_, 0);
     auto h = std::move(on_event_);
     on_event_ = nullptr;
     if (h)
@@ -832,7 +858,9 @@ private:
   std::string write_error_;
   clock::time_point started_;
   clock::time_point last_report_;
+  clock::time_point last_drop_activity_;
   phase phase_ = phase::connecting;
+  uint64_t dropped_ = 0;
   bool writing_ = false;
   bool activity_pending_ = false;
   bool close_sent_ = false;

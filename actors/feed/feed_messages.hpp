@@ -121,8 +121,13 @@ struct feed_stats {
   std::array<uint64_t, drain_error_reason_count> drain_errors_by_reason{};
   /// Wakes that started no drain: one was in flight with one already
   /// pending, a re-drain / retry backoff was armed and the wake did not
-  /// raise the target, or the wake announced the cursor already reached.
+  /// raise the target, or the wake announced the cursor already reached
+  /// (including wakes dropped at intake, see `wakes`).
   uint64_t wakes_coalesced = 0;
+  /// Wake frames received in the ledger model: those the drain saw plus
+  /// those dropped at intake (on the io thread, as repeats of a target the
+  /// drain would coalesce; they are counted in wakes_coalesced too).
+  uint64_t wakes = 0;
   /// Event frames (catchup / ephemeral) that were not a JSON object and
   /// were delivered as an undeliverable reset.
   uint64_t unreadable_frames = 0;

@@ -6,6 +6,7 @@
 #include "actors/feed/ledger_drain.hpp"
 #include "actors/feed/mode_negotiator.hpp"
 #include "actors/feed/reconnect_backoff.hpp"
+#include "actors/feed/wake_intake.hpp"
 #include "config/config_error.hpp"
 
 #include <boost/json/object.hpp>
@@ -17,6 +18,7 @@
 
 #include <cstdlib>
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <exception>
 #include <optional>
@@ -82,6 +84,14 @@ struct delivery {
 
 enum class ws_phase : uint8_t { off, connecting, open, backoff, stopped };
 
+/// Shared by the watcher and its session's intake filter (wake_intake.hpp):
+/// the one wake hint the io thread may drop, -1 for none. The watcher
+/// refreshes it after every step that can change its drain; a session
+/// gets a fresh gate, closed until the watcher opens it.
+struct wake_gate {
+  std::atomic<int64_t> hint{-1};
+};
+
 struct watcher_state {
   feed_config cfg;
   feed_watcher_options opts;
@@ -99,6 +109,11 @@ struct watcher_state {
     = std::make_shared<std::shared_ptr<ws_session>>();
   ws_phase phase = ws_phase::off;
   uint64_t session_id = 0;
+  /// The current session's wake gate.
+  std::shared_ptr<wake_gate> gate = std::make_shared<wake_gate>();
+  /// Wake frames the drain saw, and those dropped at intake.
+  uint64_t wakes_seen = 0;
+  uint64_t wakes_dropped = 0;
   bool opened = false;
   caf::actor_clock::time_point opened_at;
   uint64_t messages = 0;
@@ -158,8 +173,9 @@ feed_stats make_stats(self_ptr self) {
     for (std::size_t r = 0; r < drain_error_reason_count; ++r)
       s.drain_errors_by_reason[r]
         = st.drain->drain_errors(static_cast<drain_error_reason>(r));
-    s.wakes_coalesced = st.drain->wakes_coalesced();
+    s.wakes_coalesced = st.drain->wakes_coalesced() + st.wakes_dropped;
   }
+  s.wakes = st.wakes_seen + st.wakes_dropped;
   s.reached = st.reached;
   s.drain_errors = st.drain ? st.drain->drain_errors() : 0;
   s.pages = st.drain ? st.drain->pages() : 0;
@@ -172,6 +188,7 @@ void shutdown(self_ptr self) {
     return;
   st.phase = ws_phase::stopped;
   st.connected = false;
+  st.gate->hint.store(-1, std::memory_order_relaxed);
   if (*st.session) {
     (*st.session)->close();
     st.session->reset();
@@ -209,6 +226,16 @@ bool can_drain(self_ptr self) {
   auto& st = self->state;
   return st.drain && st.neg->mode() == feed_mode::ledger
          && st.phase != ws_phase::stopped;
+}
+
+/// Opens the session's wake gate at the hint the drain would coalesce now,
+/// or closes it. Called after every step that can change the drain.
+void refresh_gate(self_ptr self) {
+  auto& st = self->state;
+  std::optional<int64_t> hint;
+  if (can_drain(self) && st.phase == ws_phase::open)
+    hint = coalesced_wake_hint(*st.drain);
+  st.gate->hint.store(hint ? *hint : -1, std::memory_order_relaxed);
 }
 
 // -- ledger ------------------------------------------------------------------------
@@ -346,6 +373,7 @@ void do_fetch(self_ptr self) {
         if (token != self->state.fetch_token)
           return;
         on_page(self, o);
+        refresh_gate(self);
       },
       [self, token](caf::error& err) {
         auto& st = self->state;
@@ -355,6 +383,7 @@ void do_fetch(self_ptr self) {
         e.kind = error_kind::service_unavailable;
         e.detail = "replay call failed: " + caf::to_string(err);
         on_fetch_error(self, e);
+        refresh_gate(self);
       });
 }
 
@@ -395,8 +424,14 @@ void on_delivered(self_ptr self, bool ok) {
     if (!d.is_reset && d.page == st.page_token)
       st.drain->on_event_delivered(d.ev.id);
     if (st.page_active && d.page == st.page_token
-        && --st.page_outstanding == 0)
+        && --st.page_outstanding == 0) {
       page_done(self);
+      refresh_gate(self);
+    } else if (st.drain->cursor() > st.gate->hint.load(std::memory_order_relaxed)) {
+      // The cursor passed the hint: a wake announcing it would now be a low
+      // hint, which the drain must see (no probe per event on this path).
+      st.gate->hint.store(-1, std::memory_order_relaxed);
+    }
   }
   pump(self);
 }
@@ -480,6 +515,7 @@ void schedule_reconnect(self_ptr self) {
 /// closed by us): count it, back off, dial again later.
 void end_session(self_ptr self, bool close_it) {
   auto& st = self->state;
+  st.gate->hint.store(-1, std::memory_order_relaxed);
   if (close_it && *st.session)
     (*st.session)->close();
   st.session->reset();
@@ -550,6 +586,7 @@ void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
   auto r = st.neg->on_frame(m.frame);
   switch (r.decision) {
     case frame_decision::wake:
+      ++st.wakes_seen;
       if (can_drain(self))
         act(self, st.drain->on_wake(m.frame.wake_cursor));
       break;
@@ -592,6 +629,12 @@ void on_ws_event(self_ptr self, ws_event& ev) {
       || (st.phase != ws_phase::connecting && st.phase != ws_phase::open))
     return; // a stale session's report
   auto now = self->clock().now();
+  if (ev.dropped > 0) {
+    // Wakes dropped at intake: received messages the drain would have
+    // coalesced (their proof of life came as an activity report).
+    st.messages += ev.dropped;
+    st.wakes_dropped += ev.dropped;
+  }
   switch (ev.what) {
     case ws_event::kind::opened: {
       if (st.phase != ws_phase::connecting)
@@ -679,6 +722,27 @@ void dial(self_ptr self) {
   o.headers = st.opts.ws.headers;
   o.max_frame_bytes = st.cfg.ws_max_frame_bytes;
   o.handshake_timeout_ns = feed_seconds(st.cfg.ws_handshake_timeout).count();
+  if (st.drain) {
+    // Wake intake (wake_intake.hpp): a plain wake repeating the hint the
+    // gate holds is dropped on the io thread; everything else, and every
+    // frame while the gate is closed, goes to the actor as before.
+    st.gate = std::make_shared<wake_gate>();
+    o.drop_text = [gate = st.gate, field = st.cfg.fields.wake_cursor](
+                    std::string_view text) {
+      auto hint = gate->hint.load(std::memory_order_relaxed);
+      if (hint < 0)
+        return false;
+      auto cursor = plain_wake_cursor(text, field);
+      return cursor && *cursor == hint;
+    };
+    // Dropped wakes are proof of life only for the silence rule (three
+    // whole ping intervals; pongs keep their own 100 ms path for the pong
+    // timeout): a quarter interval is fine enough, and each report is an
+    // actor message that wakes a scheduler worker.
+    auto quarter = feed_seconds(st.cfg.ws_ping_interval).count() / 4;
+    if (quarter > 0)
+      o.drop_activity_interval_ns = std::max<int64_t>(quarter, 100'000'000);
+  }
   caf::weak_actor_ptr weak{self->ctrl()};
   auto handler = [weak](ws_event ev) {
     if (auto strong = weak.lock())
@@ -775,17 +839,22 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
       shutdown(self);
       return s;
     },
-    [self](ws_event& ev) { on_ws_event(self, ev); },
+    [self](ws_event& ev) {
+      on_ws_event(self, ev);
+      refresh_gate(self);
+    },
     [self](poll_atom, uint64_t token) {
       auto& st = self->state;
       if (token != st.poll_token || st.phase == ws_phase::stopped)
         return;
       schedule_poll(self);
       request_drain(self, drain_trigger::poll);
+      refresh_gate(self);
     },
     [self](redrain_atom, uint64_t id) {
       if (can_drain(self))
         act(self, self->state.drain->on_redrain_timer(id));
+      refresh_gate(self);
     },
     [self](keepalive_atom, uint64_t token) { on_keepalive(self, token); },
     [self](reconnect_atom, uint64_t token) {

@@ -21,6 +21,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -29,6 +30,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -403,6 +405,37 @@ TEST_F(ws_session_test, FramesInTheSamePacketAsThe101AreDelivered) {
     if (e.ev.what == kind::message)
       got.push_back(e.ev.payload);
   EXPECT_EQ(got, (std::vector<std::string>{"one", "two"}));
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
+  expect_closed_once_last(*log);
+}
+
+TEST_F(ws_session_test, DropTextFilterDropsMatchingMessagesAndCountsThem) {
+  scripted_server srv{{{step::read_request(),
+                        step::ws_accept("", text_frame("keep1") + text_frame("drop")
+                                              + text_frame("drop")
+                                              + text_frame("keep2")),
+                        step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  std::atomic<int> asked{0};
+  o.drop_text = [&asked](std::string_view text) {
+    ++asked;
+    return text == "drop";
+  };
+  auto s = open(o, log);
+  ASSERT_TRUE(log->wait_count(kind::message, 2, 5s)) << describe(*log);
+  std::vector<std::string> got;
+  uint64_t dropped = 0;
+  for (auto& e : log->snapshot()) {
+    dropped += e.ev.dropped;
+    if (e.ev.what == kind::message)
+      got.push_back(e.ev.payload);
+  }
+  // Order is kept; the two dropped ones ride on the next event's count.
+  EXPECT_EQ(got, (std::vector<std::string>{"keep1", "keep2"}));
+  EXPECT_EQ(dropped, 2u);
+  EXPECT_EQ(asked.load(), 4);
   s->close();
   ASSERT_TRUE(log->wait_for(kind::closed, 5s));
   expect_closed_once_last(*log);
