@@ -253,8 +253,8 @@ call_error unreadable_body(const json_parse_result& r, int status,
                  + std::to_string(cfg.json_max_depth) + " levels)";
       break;
     case json_parse_error::too_large:
-      e.detail = "response body's parsed form exceeds json_memory_factor * "
-                 "max_response_bytes ("
+      e.detail = "response body's parsed form exceeds the JSON memory "
+                 "bound ("
                  + std::to_string(cfg.response_json_limits().max_bytes)
                  + " bytes)";
       break;
