@@ -309,6 +309,9 @@ void finish_response(self_ptr self, http_response resp) {
       o.body = std::move(r.value);
     } else {
       err = unreadable_body(r, resp.status, cfg);
+      if (st.call.keep_unreadable_body > 0)
+        o.unreadable_body
+          = resp.body.substr(0, st.call.keep_unreadable_body);
     }
   } else if (resp.status >= 300 && resp.status < 400) {
     auto e = classify_status(resp.status);
