@@ -65,6 +65,11 @@ struct call_request {
   /// Cap on this call's response body in bytes, instead of the client's
   /// max_response_bytes (a feed watcher's replay pages). [the client's]
   std::optional<std::size_t> max_response_bytes;
+  /// A 2xx body that does not parse is handed back in
+  /// call_outcome::unreadable_body, its first this many bytes (a feed
+  /// watcher reads the id of the event that broke a replay page from it).
+  /// 0: never. [0]
+  std::size_t keep_unreadable_body = 0;
   /// Hedging clients only: key this call by the registered endpoint of this
   /// name, bypassing route matching. An unknown name fails the call with a
   /// config_error before anything is sent (never a fallback). [none]
@@ -85,6 +90,9 @@ struct call_outcome {
   /// Attempts made (redials and out-of-band local retries not counted).
   int attempts = 0;
   std::string request_id;
+  /// A 2xx body that did not parse (a response_error), cut at
+  /// call_request::keep_unreadable_body bytes; empty otherwise.
+  std::string unreadable_body;
 };
 
 /// Observer events (as jev-client's Observer): what happens inside a call,

@@ -182,6 +182,7 @@ json_limits client_config::response_json_limits() const {
   l.max_bytes = max_response_bytes > cap / json_memory_factor
                   ? cap
                   : max_response_bytes * json_memory_factor;
+  l.max_bytes = std::min(l.max_bytes, json_memory_max_bytes);
   return l;
 }
 
@@ -204,6 +205,8 @@ void client_config::validate() const {
     throw config_error("json_max_depth", "must be 1..1024");
   if (json_memory_factor < 1 || json_memory_factor > 64)
     throw config_error("json_memory_factor", "must be 1..64");
+  if (json_memory_max_bytes < 1024u * 1024u)
+    throw config_error("json_memory_max_bytes", "must be >= 1 MiB");
   if (max_redials < 0)
     throw config_error("max_redials", "must be >= 0");
   if (!finite_non_negative(local_retry_deadline))

@@ -109,12 +109,23 @@ struct client_config {
   /// 1024). A deeper body is a response_error. [64, default_json_max_depth
   /// of protocol/json_parse.hpp]
   std::size_t json_max_depth = 64;
-  /// Bound on the memory of a parsed response body, as a multiple of
-  /// max_response_bytes (1 .. 64): the parsed form of any response costs at
-  /// most json_memory_factor * max_response_bytes bytes, and a body whose
-  /// form would be larger (e.g. megabytes of `[[],[],...]`: 48 bytes of
-  /// parsed form per 3 bytes of text) is a response_error. [4]
-  std::size_t json_memory_factor = 4;
+  /// Bound on the memory of a parsed response body, in bytes of parsed form
+  /// per byte of max_response_bytes (1 .. 64). The parsed form (values,
+  /// keys, strings and the parser's value stack, as parse_json counts it)
+  /// may take min(json_memory_factor * max_response_bytes,
+  /// json_memory_max_bytes) bytes; a body whose form would be larger is a
+  /// response_error ("response body's parsed form exceeds the JSON memory
+  /// bound (N bytes)"). Measured with Boost.JSON 1.81: a replay page of
+  /// tiny events (`{"id":N}`, a few short fields) costs 10.5 to 12.3 bytes
+  /// per byte of text, `[[],[],...]` 16 to 20, `[0,0,...]` 24. The default
+  /// covers any page of tiny events under the cap (up to the ceiling
+  /// below). [16]
+  std::size_t json_memory_factor = 16;
+  /// Ceiling of that bound in bytes (>= 1 MiB), whatever the cap: at the
+  /// defaults, tiny-event pages up to about 15 MiB parse, and a 30 MiB body
+  /// of `[[],[],...]` stops at 192 MiB instead of the 480 MB and more its
+  /// parse would take. [192 MiB]
+  std::size_t json_memory_max_bytes = 192u * 1024u * 1024u;
   /// Extra headers sent with every request.
   std::vector<std::pair<std::string, std::string>> default_headers;
   /// Redials of requests that provably never left, per call. [2]
@@ -130,7 +141,8 @@ struct client_config {
   void validate() const;
 
   /// Limits of every response-body parse (json_max_depth, and
-  /// json_memory_factor * max_response_bytes, saturating).
+  /// min(json_memory_factor * max_response_bytes (saturating),
+  /// json_memory_max_bytes)).
   json_limits response_json_limits() const;
 
   /// The parsed base URL (validate() first).

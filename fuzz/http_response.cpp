@@ -21,6 +21,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <optional>
@@ -138,7 +139,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto& r = res.response;
   if (r.status >= 200 && r.status < 300) {
     json_limits limits;
-    limits.max_bytes = 4 * cap; // json_memory_factor's default
+    // client_config's defaults: min(json_memory_factor * cap,
+    // json_memory_max_bytes).
+    limits.max_bytes = std::min<std::size_t>(16 * cap, 192u << 20);
     auto parsed = parse_json(r.body, limits);
     if (parsed && !parsed.value.is_null())
       (void)boost::json::serialize(parsed.value);

@@ -253,8 +253,8 @@ call_error unreadable_body(const json_parse_result& r, int status,
                  + std::to_string(cfg.json_max_depth) + " levels)";
       break;
     case json_parse_error::too_large:
-      e.detail = "response body's parsed form exceeds json_memory_factor * "
-                 "max_response_bytes ("
+      e.detail = "response body's parsed form exceeds the JSON memory "
+                 "bound ("
                  + std::to_string(cfg.response_json_limits().max_bytes)
                  + " bytes)";
       break;
@@ -309,6 +309,9 @@ void finish_response(self_ptr self, http_response resp) {
       o.body = std::move(r.value);
     } else {
       err = unreadable_body(r, resp.status, cfg);
+      if (st.call.keep_unreadable_body > 0)
+        o.unreadable_body
+          = resp.body.substr(0, st.call.keep_unreadable_body);
     }
   } else if (resp.status >= 300 && resp.status < 400) {
     auto e = classify_status(resp.status);

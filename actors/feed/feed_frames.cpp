@@ -2,6 +2,7 @@
 
 #include "protocol/json_parse.hpp"
 
+#include <boost/json/basic_parser_impl.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -66,6 +67,9 @@ parsed_message parse_message(std::string_view payload,
   if (!parsed || !v.is_object()) {
     m.frame.type = frame_type::not_json;
     m.error = !parsed ? parsed.detail : "not a JSON object";
+    // What the text still shows of an event that cannot be read whole.
+    if (!parsed)
+      m.frame.seq = frame_seq(payload);
     return m;
   }
   auto& o = v.get_object();
@@ -138,6 +142,7 @@ call_request replay_request(const feed_config& cfg, int64_t after,
   c.path = cfg.replay_path;
   if (cfg.replay_max_response_bytes > 0)
     c.max_response_bytes = cfg.replay_max_response_bytes;
+  c.keep_unreadable_body = unreadable_body_keep;
   auto& f = cfg.fields;
   c.params.emplace_back(f.after_param, std::to_string(after));
   c.params.emplace_back(f.limit_param,
@@ -147,6 +152,169 @@ call_request replay_request(const feed_config& cfg, int64_t after,
   for (auto& kv : f.extra_params)
     c.params.push_back(kv);
   return c;
+}
+
+namespace {
+
+// A basic_parser handler that builds nothing: it follows the keys down to
+// one integer -- top-level `key1`, or, with `key2`, the `key2` of the first
+// element of the top-level `key1` array -- and stops the parse there. The
+// parse needs no memory per value and, with a high depth limit, passes
+// whatever nests deep before the integer.
+class integer_scan {
+public:
+  static constexpr std::size_t max_object_size = static_cast<std::size_t>(-1);
+  static constexpr std::size_t max_array_size = static_cast<std::size_t>(-1);
+  static constexpr std::size_t max_key_size = static_cast<std::size_t>(-1);
+  static constexpr std::size_t max_string_size = static_cast<std::size_t>(-1);
+
+  integer_scan(std::string_view key1, std::optional<std::string_view> key2)
+    : key1_(key1), key2_(key2) {
+  }
+
+  std::optional<int64_t> found;
+
+  bool on_document_begin(json::error_code&) {
+    return true;
+  }
+  bool on_document_end(json::error_code&) {
+    return true;
+  }
+  bool on_object_begin(json::error_code&) {
+    if (stage_ == stage::events && depth_ == 2) {
+      stage_ = stage::first_event;
+      key_hit_ = false;
+    }
+    ++depth_;
+    return true;
+  }
+  bool on_object_end(std::size_t, json::error_code& ec) {
+    --depth_;
+    // The top object, or the first event, ended without the integer.
+    if (depth_ == 0 || (stage_ == stage::first_event && depth_ == 2))
+      return stop(ec);
+    return true;
+  }
+  bool on_array_begin(json::error_code& ec) {
+    if (depth_ == 0)
+      return stop(ec); // not an object
+    if (stage_ == stage::events && depth_ == 2)
+      return stop(ec); // the first event is not an object
+    if (stage_ == stage::top && depth_ == 1 && key_hit_ && key2_)
+      stage_ = stage::events;
+    ++depth_;
+    return true;
+  }
+  bool on_array_end(std::size_t, json::error_code& ec) {
+    --depth_;
+    if (stage_ == stage::events && depth_ == 1)
+      return stop(ec); // an empty events array
+    return true;
+  }
+  bool on_key_part(json::string_view s, std::size_t n, json::error_code&) {
+    if (n == s.size())
+      key_.assign(s.data(), s.size());
+    else
+      key_.append(s.data(), s.size());
+    return true;
+  }
+  bool on_key(json::string_view s, std::size_t n, json::error_code& ec) {
+    on_key_part(s, n, ec);
+    if (stage_ == stage::top && depth_ == 1)
+      key_hit_ = key_ == key1_;
+    else if (stage_ == stage::first_event && depth_ == 3)
+      key_hit_ = key_ == *key2_;
+    return true;
+  }
+  bool on_string_part(json::string_view, std::size_t, json::error_code&) {
+    return true;
+  }
+  bool on_string(json::string_view, std::size_t, json::error_code& ec) {
+    return scalar(std::nullopt, ec);
+  }
+  bool on_number_part(json::string_view, json::error_code&) {
+    return true;
+  }
+  bool on_int64(std::int64_t i, json::string_view, json::error_code& ec) {
+    return scalar(i, ec);
+  }
+  bool on_uint64(std::uint64_t u, json::string_view, json::error_code& ec) {
+    if (u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return scalar(static_cast<int64_t>(u), ec);
+    return scalar(std::nullopt, ec);
+  }
+  bool on_double(double, json::string_view, json::error_code& ec) {
+    return scalar(std::nullopt, ec);
+  }
+  bool on_bool(bool, json::error_code& ec) {
+    return scalar(std::nullopt, ec);
+  }
+  bool on_null(json::error_code& ec) {
+    return scalar(std::nullopt, ec);
+  }
+  bool on_comment_part(json::string_view, json::error_code&) {
+    return true;
+  }
+  bool on_comment(json::string_view, json::error_code&) {
+    return true;
+  }
+
+private:
+  enum class stage : uint8_t { top, events, first_event };
+
+  // A scalar value at the current depth.
+  bool scalar(std::optional<int64_t> v, json::error_code& ec) {
+    if (stage_ == stage::top && depth_ == 1 && key_hit_) {
+      if (key2_)
+        return stop(ec); // the events field is not an array
+      found = v;
+      return stop(ec);
+    }
+    if (stage_ == stage::events && depth_ == 2)
+      return stop(ec); // the first event is not an object
+    if (stage_ == stage::first_event && depth_ == 3 && key_hit_) {
+      found = v;
+      return stop(ec);
+    }
+    return true;
+  }
+
+  bool stop(json::error_code& ec) {
+    ec = json::error::exception;
+    return false;
+  }
+
+  std::string_view key1_;
+  std::optional<std::string_view> key2_;
+  std::string key_;
+  bool key_hit_ = false;
+  stage stage_ = stage::top;
+  std::size_t depth_ = 0;
+};
+
+std::optional<int64_t> scan_integer(std::string_view text,
+                                    std::string_view key1,
+                                    std::optional<std::string_view> key2) {
+  json::parse_options opt;
+  // Depth costs the parser a few bytes per level, bounded by the text.
+  opt.max_depth = text.size() + 1;
+  json::basic_parser<integer_scan> p{opt, key1, key2};
+  json::error_code ec;
+  // more = true: a body cut short is not an error before the id.
+  p.write_some(true, text.data(), text.size(), ec);
+  return p.handler().found;
+}
+
+} // namespace
+
+std::optional<int64_t> first_event_id(std::string_view body,
+                                      const feed_fields& fields) {
+  return scan_integer(body, fields.events,
+                      std::string_view{fields.event_id});
+}
+
+std::optional<int64_t> frame_seq(std::string_view payload) {
+  return scan_integer(payload, "seq", std::nullopt);
 }
 
 std::optional<drain_error_reason> unreadable_reason(const call_error& e) {

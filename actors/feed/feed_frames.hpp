@@ -56,7 +56,9 @@ struct parsed_message {
 };
 
 /// Classifies a message. Never throws: a payload that is not a JSON object
-/// is `frame_type::not_json` (in the ledger model still a wake).
+/// is `frame_type::not_json` (in the ledger model still a wake), with the
+/// top-level integer `seq` in `frame.seq` when the text still shows it
+/// (frame_seq).
 /// `wake_cursor_field` names the cursor hint of any JSON object.
 parsed_message parse_message(std::string_view payload,
                              const std::string& wake_cursor_field);
@@ -83,6 +85,24 @@ parsed_page parse_page(const boost::json::value& body,
 /// parameters; capped at cfg.replay_max_response_bytes when set.
 call_request replay_request(const feed_config& cfg, int64_t after,
                             int limit = 0);
+
+/// How much of an unreadable replay body the watcher asks the client to
+/// hand back for first_event_id (the first event's id comes first). [64 KiB]
+inline constexpr std::size_t unreadable_body_keep = 64 * 1024;
+
+/// The id of the first event of a replay body that cannot be read whole
+/// (too deep, too large once parsed, a bad number or a syntax error after
+/// it, cut short), read per `fields` by a scan that builds no values and
+/// stops at that id: the integer `fields.event_id` of the first element of
+/// the top-level object's `fields.events` array. nullopt when the body does
+/// not show it (not an object, no events, a first event that is not an
+/// object or has no integer id, a syntax error before it).
+std::optional<int64_t> first_event_id(std::string_view body,
+                                      const feed_fields& fields);
+
+/// The integer top-level `seq` of an event frame that cannot be read whole,
+/// by the same scan; nullopt when the frame does not show it.
+std::optional<int64_t> frame_seq(std::string_view payload);
 
 /// The drain error of a replay answer that came back but cannot be read
 /// (a 2xx response_error: over the cap, or a body that does not parse);

@@ -67,12 +67,14 @@ struct feed_reset {
   /// - epoch_changed, inferred, wake: (last_seq, unknown];
   /// - undeliverable, ledger: (from_cursor, event_id] -- the one event the
   ///   watcher could not read (with prefixes the ids between are other
-  ///   subjects'); in-frame: (last_seq, unknown].
+  ///   subjects'); in-frame: (last_seq, event_id] when the frame still
+  ///   shows its seq, else (last_seq, unknown].
   std::optional<int64_t> lost_from;
   std::optional<int64_t> lost_to;
   /// undeliverable, ledger: the id of the event that could not be read
   /// (found by narrowing the page to one event); the cursor moves past it
-  /// once this reset is acknowledged.
+  /// once this reset is acknowledged. In-frame: the frame's seq, when its
+  /// text still shows it.
   std::optional<int64_t> event_id;
   /// undeliverable: why it could not be read, "<drain_error_reason>: <the
   /// client's detail>" (e.g. "over_cap: response body over

@@ -144,6 +144,8 @@ struct watcher_state {
 using self_ptr = feed_watcher_actor::stateful_pointer<watcher_state>;
 
 void pump(self_ptr self);
+void enqueue_ledger_reset(self_ptr self, page_plan& plan,
+                          const boost::json::value& body, uint64_t token);
 void do_fetch(self_ptr self);
 void dial(self_ptr self);
 
@@ -284,6 +286,17 @@ void after_drain(self_ptr self, drain_next next) {
       break;
     case drain_next::kind::idle:
       break;
+    case drain_next::kind::reset: {
+      // An unreadable event named from its own body: its reset is a page
+      // of its own.
+      auto& st = self->state;
+      st.page_active = true;
+      st.page_outstanding = 0;
+      auto token = ++st.page_token;
+      enqueue_ledger_reset(self, next.plan, boost::json::value{}, token);
+      pump(self);
+      break;
+    }
   }
 }
 
@@ -293,13 +306,16 @@ void page_done(self_ptr self) {
   after_drain(self, st.drain->on_page_done());
 }
 
-void on_fetch_error(self_ptr self, const call_error& e) {
+void on_fetch_error(self_ptr self, const call_error& e,
+                    std::string_view body = {}) {
   auto& st = self->state;
   if (auto why = unreadable_reason(e)) {
     // The replay answered, but the page cannot be read: a drain error,
-    // narrowed to the event that causes it (ledger_drain).
+    // narrowed to the event that causes it (ledger_drain), whose id the
+    // body may still show.
     report_replay(self, e, "page", to_string(*why));
-    after_drain(self, st.drain->on_unreadable(*why, e.detail));
+    after_drain(self, st.drain->on_unreadable(
+                        *why, e.detail, first_event_id(body, st.cfg.fields)));
     return;
   }
   ++st.counters.replay_errors;
@@ -307,10 +323,39 @@ void on_fetch_error(self_ptr self, const call_error& e) {
   after_drain(self, st.drain->on_fetch_failed());
 }
 
+/// The reset of a page plan, queued as the page's first delivery.
+void enqueue_ledger_reset(self_ptr self, page_plan& plan,
+                          const boost::json::value& body, uint64_t token) {
+  auto& st = self->state;
+  delivery d;
+  d.ledger = true;
+  d.is_reset = true;
+  d.page = token;
+  d.rs.mode = feed_mode::ledger;
+  d.rs.cause = plan.cause;
+  d.rs.from_cursor = plan.reset_from;
+  d.rs.to_cursor = plan.reset_to;
+  d.rs.lost_from = plan.reset_from;
+  d.rs.lost_to = plan.reset_to;
+  d.rs.old_epoch = std::move(plan.old_epoch);
+  d.rs.new_epoch = std::move(plan.new_epoch);
+  d.rs.event_id = plan.event_id;
+  d.rs.reason = std::move(plan.reason);
+  // The page without its events, in the page's own key order.
+  boost::json::object detail;
+  if (body.is_object())
+    for (auto& kv : body.get_object())
+      if (kv.key() != st.cfg.fields.events)
+        detail.emplace(kv.key(), kv.value());
+  d.rs.detail = std::move(detail);
+  st.queue.push_back(std::move(d));
+  ++st.page_outstanding;
+}
+
 void on_page(self_ptr self, const call_outcome& o) {
   auto& st = self->state;
   if (!o.ok) {
-    on_fetch_error(self, o.error);
+    on_fetch_error(self, o.error, o.unreadable_body);
     return;
   }
   st.reached = true;
@@ -320,31 +365,8 @@ void on_page(self_ptr self, const call_outcome& o) {
   st.page_active = true;
   st.page_outstanding = 0;
   auto token = ++st.page_token;
-  if (plan.reset) {
-    delivery d;
-    d.ledger = true;
-    d.is_reset = true;
-    d.page = token;
-    d.rs.mode = feed_mode::ledger;
-    d.rs.cause = plan.cause;
-    d.rs.from_cursor = plan.reset_from;
-    d.rs.to_cursor = plan.reset_to;
-    d.rs.lost_from = plan.reset_from;
-    d.rs.lost_to = plan.reset_to;
-    d.rs.old_epoch = std::move(plan.old_epoch);
-    d.rs.new_epoch = std::move(plan.new_epoch);
-    d.rs.event_id = plan.event_id;
-    d.rs.reason = std::move(plan.reason);
-    // The page without its events, in the page's own key order.
-    boost::json::object detail;
-    if (o.body.is_object())
-      for (auto& kv : o.body.get_object())
-        if (kv.key() != st.cfg.fields.events)
-          detail.emplace(kv.key(), kv.value());
-    d.rs.detail = std::move(detail);
-    st.queue.push_back(std::move(d));
-    ++st.page_outstanding;
-  }
+  if (plan.reset)
+    enqueue_ledger_reset(self, plan, o.body, token);
   for (auto i : plan.deliver) {
     delivery d;
     d.ledger = true;
@@ -560,24 +582,23 @@ bool frames_over(const watcher_state& st, std::size_t frames,
 }
 
 /// An in-frame event that cannot be read: one undeliverable reset in its
-/// place (the seq is unknown), never silence.
+/// place (with its seq when the text shows it), never silence.
 void enqueue_unreadable_frame(self_ptr self, const parsed_message& m) {
   auto& st = self->state;
   ++st.counters.unreadable_frames;
-  frame_reset_info info;
-  info.cause = reset_cause::undeliverable;
-  info.last_seq = st.neg->last_seq();
-  info.lost_from = st.neg->last_seq();
-  info.old_epoch = st.neg->epoch();
-  info.new_epoch = st.neg->epoch();
   auto reason = "unparseable: " + m.error;
   feed_failure f;
   f.source = "frame";
   f.kind = "unparseable";
   f.detail = reason;
   report(self, std::move(f));
-  enqueue_frame_reset(self, info, nullptr, false);
+  auto info = st.neg->on_unreadable_event(m.frame.seq);
+  if (!info)
+    return;
+  enqueue_frame_reset(self, *info, nullptr, false);
   st.queue.back().rs.reason = std::move(reason);
+  if (info->lost_to)
+    st.queue.back().rs.event_id = info->lost_to;
 }
 
 void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {

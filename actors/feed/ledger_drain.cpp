@@ -31,11 +31,10 @@ int64_t ledger_drain::fetch_after() const {
 void ledger_drain::stop_isolating() {
   isolate_ = isolate_phase::none;
   fetch_limit_ = limit_;
-  probe_hi_.reset();
-  probe_step_ = 0;
-  probe_linear_ = 0;
+  probe_steps_ = 0;
+  strike_after_.reset();
   skip_to_.reset();
-  give_up_ = false;
+  probe_unreadable_ = false;
 }
 
 drain_action ledger_drain::start() {
@@ -45,6 +44,7 @@ drain_action ledger_drain::start() {
   raised_since_start_ = false;
   if (rewind_pending_) {
     stop_isolating(); // the old ledger's poison is not the new one's
+    probe_resume_.reset();
     checked_low_.reset();
     // The page in delivery (the old incarnation's) is done: forget the old
     // position and read the new ledger from its start.
@@ -182,6 +182,10 @@ bool ledger_drain::shows_rewind(const page_summary& page) const {
 
 drain_action ledger_drain::on_hello(const std::optional<std::string>& epoch,
                                     std::optional<int64_t> head) {
+  // A hello is the hub's own word on its ledger, newer than any page: a
+  // low hint a page disproved before it may be true now (a hub restarted
+  // on a shorter log), so it is checked again.
+  checked_low_.reset();
   bool rewound = false;
   if (epoch) {
     if (rewind_pending_ && pending_source_ == epoch_source::hello
@@ -214,6 +218,9 @@ drain_action ledger_drain::on_hello(const std::optional<std::string>& epoch,
 }
 
 void ledger_drain::quiesce() {
+  // In-frame delivery takes over: what a page disproved before says nothing
+  // about the hints of the ledger the drain comes back to.
+  checked_low_.reset();
   state_ = state::idle;
   pending_ = false;
   armed_ = false;
@@ -258,24 +265,21 @@ page_plan ledger_drain::on_page(const page_summary& page) {
     // it (the events after the poison come with the next page, in order).
     page_probe_ = true;
     bool readable = page.is_object && (page.ids.empty() || page.ids.front());
-    if (!readable)
-      count(page.is_object ? drain_error_reason::bad_event
-                           : drain_error_reason::bad_page);
-    else
-      retry_delay_ = redrain_floor;
-    probe_step(readable);
-    if (skip_to_) {
-      plan.reset = true;
-      plan.cause = reset_cause::undeliverable;
-      plan.reset_from = page_start_;
-      plan.reset_to = skip_to_;
-      plan.event_id = skip_to_;
-      plan.reason = std::string{to_string(isolate_reason_)} + ": "
-                    + isolate_detail_;
-      ++undeliverable_;
+    if (!readable) {
+      auto why = page.is_object ? drain_error_reason::bad_event
+                                : drain_error_reason::bad_page;
+      count(why);
+      probe_unreadable_ = true;
+      probe_why_ = why;
+      return plan;
     }
-    return plan;
+    retry_delay_ = redrain_floor;
+    // after = x - 1 failed twice, after = x answers: the first event after
+    // x - 1 is x, and it is the one that cannot be read.
+    return declare(probe_x_);
   }
+  if (strike_after_ && *strike_after_ == page_start_)
+    strike_after_.reset(); // the failure did not repeat: it was transient
   if (page.is_object)
     retry_delay_ = redrain_floor; // the replay answers again
   page_count_ = page.ids.size();
@@ -397,14 +401,17 @@ drain_next ledger_drain::on_page_done() {
   }
   if (page_probe_) {
     page_probe_ = false;
+    if (probe_unreadable_) {
+      probe_unreadable_ = false;
+      return unreadable(probe_why_, "the probe's page cannot be read",
+                        std::nullopt);
+    }
     if (skip_to_) {
       // The undeliverable reset is acknowledged: move past the poison,
       // back to full pages.
       cursor_ = std::max(cursor_, *skip_to_);
+      probe_resume_.reset();
       stop_isolating();
-    } else if (give_up_) {
-      stop_isolating();
-      return finish(true);
     }
     start();
     return next;
@@ -412,8 +419,9 @@ drain_next ledger_drain::on_page_done() {
   if (page_bad_) {
     if (page_bad_event_) {
       page_bad_event_ = false;
-      return narrow(drain_error_reason::bad_event,
-                    "events without an id do not move the cursor");
+      return unreadable(drain_error_reason::bad_event,
+                        "events without an id do not move the cursor",
+                        std::nullopt);
     }
     return finish();
   }
@@ -438,20 +446,10 @@ drain_next ledger_drain::on_fetch_failed() {
 }
 
 drain_next ledger_drain::on_unreadable(drain_error_reason why,
-                                       const std::string& detail) {
+                                       const std::string& detail,
+                                       std::optional<int64_t> first_id) {
   count(why);
-  if (isolate_ == isolate_phase::probing) {
-    probe_step(false);
-    if (give_up_) {
-      stop_isolating();
-      return finish(true);
-    }
-    drain_next next;
-    next.what = drain_next::kind::fetch;
-    start();
-    return next;
-  }
-  return narrow(why, detail);
+  return unreadable(why, detail, first_id);
 }
 
 drain_next ledger_drain::narrow(drain_error_reason why,
@@ -460,67 +458,89 @@ drain_next ledger_drain::narrow(drain_error_reason why,
   isolate_detail_ = detail;
   drain_next next;
   next.what = drain_next::kind::fetch;
-  if (fetch_limit_ > 1) {
-    // Halve: the readable events before the bad one still come through.
-    isolate_ = isolate_phase::narrowing;
-    fetch_limit_ /= 2;
-    start();
-    return next;
-  }
-  // One event after the cursor cannot be read: find its id.
-  if (cursor_ == std::numeric_limits<int64_t>::max()) {
-    stop_isolating();
-    return finish(true);
-  }
-  isolate_ = isolate_phase::probing;
-  probe_lo_ = cursor_;
-  probe_hi_.reset();
-  probe_step_ = 0;
-  probe_linear_ = 0;
-  probe_x_ = cursor_ + 1;
+  // Halve: the readable events before the bad one still come through.
+  isolate_ = isolate_phase::narrowing;
+  fetch_limit_ /= 2;
   start();
   return next;
 }
 
-void ledger_drain::probe_step(bool readable) {
-  // after = probe_lo_ was unreadable; after = *probe_hi_ was readable: an
-  // unreadable event lies in (lo, hi], and lo + 1 = hi names it.
-  if (readable) {
-    if (probe_x_ == probe_lo_ + 1) {
-      skip_to_ = probe_x_;
-      return;
-    }
-    probe_hi_ = probe_x_;
-  } else {
-    probe_lo_ = probe_x_;
-    if (probe_hi_ && *probe_hi_ <= probe_lo_)
-      probe_hi_.reset(); // the answers contradict each other: gallop on
-    if (!probe_hi_ && probe_linear_ < linear_probe_steps
-        && probe_lo_ < std::numeric_limits<int64_t>::max()) {
-      // Linear first: exact (no readable event is passed over).
-      ++probe_linear_;
-      probe_x_ = probe_lo_ + 1;
-      return;
-    }
-    if (!probe_hi_) {
-      if (++probe_step_ >= max_probe_steps) {
-        give_up_ = true;
-        return;
-      }
-      auto d = int64_t{1} << probe_step_;
-      if (probe_lo_ > std::numeric_limits<int64_t>::max() - d) {
-        give_up_ = true;
-        return;
-      }
-      probe_x_ = probe_lo_ + d;
-      return;
-    }
-    if (*probe_hi_ == probe_lo_ + 1) {
-      probe_x_ = *probe_hi_; // ask hi again: its readable answer names p
-      return;
-    }
+drain_next ledger_drain::unreadable(drain_error_reason why,
+                                    const std::string& detail,
+                                    std::optional<int64_t> first_id) {
+  if (fetch_limit_ > 1)
+    return narrow(why, detail);
+  isolate_reason_ = why;
+  isolate_detail_ = detail;
+  drain_next next;
+  next.what = drain_next::kind::fetch;
+  auto at = fetch_after();
+  if (!strike_after_ || *strike_after_ != at || strike_reason_ != why) {
+    // One bad answer proves nothing (a truncated or corrupted response):
+    // ask the same question again before anything is declared lost.
+    strike_after_ = at;
+    strike_reason_ = why;
+    if (isolate_ == isolate_phase::none)
+      isolate_ = isolate_phase::narrowing;
+    start();
+    return next;
   }
-  probe_x_ = probe_lo_ + (*probe_hi_ - probe_lo_) / 2;
+  // The same failure twice: the first event after `at` cannot be read, and
+  // (the probe's invariant) neither can any event in (cursor, at].
+  strike_after_.reset();
+  if (first_id && *first_id > at) {
+    // Its id could still be read from the body: no search needed.
+    state_ = state::delivering;
+    page_probe_ = true;
+    next.what = drain_next::kind::reset;
+    next.plan = declare(*first_id);
+    return next;
+  }
+  if (isolate_ != isolate_phase::probing) {
+    isolate_ = isolate_phase::probing;
+    probe_steps_ = 0;
+    // An earlier attempt found every answer up to there unreadable too.
+    if (probe_resume_ && probe_resume_->first == cursor_
+        && probe_resume_->second > at)
+      at = probe_resume_->second;
+  }
+  if (at == std::numeric_limits<int64_t>::max()
+      || ++probe_steps_ > linear_probe_steps) {
+    // Out of steps for this attempt: back off, skipping nothing, and go
+    // on from here next time if the cursor has not moved.
+    probe_resume_.emplace(cursor_, at);
+    stop_isolating();
+    return finish(true);
+  }
+  probe_x_ = at + 1;
+  start();
+  return next;
+}
+
+page_plan ledger_drain::declare(int64_t event_id) {
+  skip_to_ = event_id;
+  ++undeliverable_;
+  page_plan plan;
+  plan.reset = true;
+  plan.cause = reset_cause::undeliverable;
+  plan.reset_from = cursor_;
+  plan.reset_to = event_id;
+  plan.event_id = event_id;
+  plan.reason = std::string{to_string(isolate_reason_)} + ": "
+                + isolate_detail_;
+  return plan;
+}
+
+drain_next ledger_drain::arm_redrain(feed_duration& backoff) {
+  drain_next next;
+  pending_ = false;
+  armed_ = true;
+  armed_delay_ = backoff;
+  next.what = drain_next::kind::redrain;
+  next.delay = backoff;
+  next.redrain_id = ++redrain_gen_;
+  backoff = std::min(backoff * 2, redrain_cap_);
+  return next;
 }
 
 drain_next ledger_drain::finish(bool failed) {
@@ -532,18 +552,10 @@ drain_next ledger_drain::finish(bool failed) {
     next.what = drain_next::kind::fetch;
     return next;
   }
-  if (failed) {
-    // The replay did not answer usefully: retry after a backoff, and let
-    // wakes meanwhile wait for it rather than hammer a failing endpoint.
-    pending_ = false;
-    armed_ = true;
-    armed_delay_ = retry_delay_;
-    next.what = drain_next::kind::redrain;
-    next.delay = retry_delay_;
-    next.redrain_id = ++redrain_gen_;
-    retry_delay_ = std::min(retry_delay_ * 2, redrain_cap_);
-    return next;
-  }
+  // The replay did not answer usefully: retry after a backoff, and let
+  // wakes meanwhile wait for it rather than hammer a failing endpoint.
+  if (failed)
+    return arm_redrain(retry_delay_);
   bool below = target_ && cursor_ < *target_;
   if (pending_ && (!below || raised_since_start_)) {
     // A wake came during the drain with news (a higher target, or no hint
@@ -553,15 +565,8 @@ drain_next ledger_drain::finish(bool failed) {
     return next;
   }
   pending_ = false;
-  if (below) {
-    armed_ = true;
-    armed_delay_ = redrain_delay_;
-    next.what = drain_next::kind::redrain;
-    next.delay = redrain_delay_;
-    next.redrain_id = ++redrain_gen_;
-    redrain_delay_ = std::min(redrain_delay_ * 2, redrain_cap_);
-    return next;
-  }
+  if (below)
+    return arm_redrain(redrain_delay_);
   return next;
 }
 

@@ -40,26 +40,31 @@
 // cap, events without an id that do not move the cursor -- must not stall
 // the feed silently, nor be skipped whole. The drain narrows: it asks the
 // same cursor again with half the limit (down to 1), delivering whatever
-// readable pages come before the bad event. When one event after the
-// cursor c still cannot be read, its id is found without reading it, from
-// the replay contract alone: after=x answers the first event with an id
-// above x. The drain probes after = c+1, c+2, ... (limit 1): if after=y is
-// unreadable for every y in [c, x) and after=x is readable, every event in
-// (c, x] is unreadable (an event r there would make after=r-1 readable)
-// and x is one (after=x-1 answered it). So the first readable probe x ends
-// the search exactly: one `undeliverable` reset (lost range (c, x],
-// event_id x; a run of adjacent bad events is one reset). With sparse ids
-// (prefixes) the linear probe stops after `linear_probe_steps`; the drain
-// then gallops (x = lo + 2^k) to a readable hi and bisects to a
-// readable/unreadable pair x-1, x: x is still an unreadable event, but
-// (c, x] may then hold readable events too -- lost and said so by the
-// reset's range, never silently. The reset is delivered in order, and the
-// feed moves on past it -- the dead-letter practice of
-// Kafka consumers (a record that cannot be deserialised is reported and
-// skipped, not retried forever). A page unreadable at every probe (a proxy
-// answering HTML to everything) isolates nothing: the drain gives up after
-// `max_probe_steps` gallop steps and retries on the backoff, skipping
-// nothing. The narrowed limit holds until the drain goes idle.
+// readable pages come before the bad event. At limit 1 one bad answer
+// proves nothing (a truncated or corrupted response): the drain asks the
+// same `after` again, and only the same failure twice means that the first
+// event after it cannot be read. Its id is then read from the unreadable
+// body itself where possible (the watcher's id-only scan, feed_frames.hpp
+// first_event_id): one `undeliverable` reset (lost range (c, id], event_id
+// id), delivered in order, and the feed moves on past it -- the
+// dead-letter practice of Kafka consumers (a record that cannot be
+// deserialised is reported and skipped, not retried forever).
+//
+// When not even the id can be read (a body over the cap is not kept), it
+// is found from the replay contract alone: after=x answers the first event
+// with an id above x. The drain probes after = c+1, c+2, ... (limit 1,
+// each failure confirmed twice as above): if after=y is unreadable for
+// every y in [c, x) and after=x is readable, every event in (c, x] is
+// unreadable (an event r there would make after=r-1 readable) and x is
+// one (after=x-1 answered it). So the first readable probe x ends the
+// search exactly, and a run of adjacent bad events is one reset. The probe
+// is linear on purpose: an unreadable answer for after=x says nothing
+// about the events in (c, x), so a gallop or a bisection could pass over
+// a readable event between two bad ones. An attempt stops after
+// `linear_probe_steps` positions and retries on the backoff, skipping
+// nothing, going on from where it stopped while the cursor stays (a proxy
+// answering HTML to everything isolates nothing and costs the backoff).
+// The narrowed limit holds until the drain goes idle.
 //
 // Incarnations. A ledger that is replaced under a running watcher (the hub
 // restarted without its old log, or was restored from a backup) makes the
@@ -183,10 +188,16 @@ struct drain_next {
     /// The drain is over below the wake target: send
     /// (redrain, `redrain_id`) to yourself after `delay`.
     redrain,
+    /// An unreadable event was isolated without a readable page: deliver
+    /// `plan` (one undeliverable reset, no events), then call
+    /// on_page_done().
+    reset,
   };
   kind what = kind::idle;
   feed_duration delay{0};
   uint64_t redrain_id = 0;
+  /// reset: the reset to deliver.
+  page_plan plan;
 };
 
 /// One watcher's ledger position and drain loop.
@@ -195,12 +206,10 @@ public:
   /// Re-drain backoff floor. [0.05 s]
   static constexpr feed_duration redrain_floor = std::chrono::milliseconds{50};
 
-  /// Linear probe steps (after = c+1, c+2, ...) before galloping. [32]
+  /// Positions a poison-pill probe asks (after = c+1, c+2, ..., each
+  /// unreadable answer confirmed once) per drain attempt before it backs
+  /// off; the next attempt at the same cursor goes on from there. [32]
   static constexpr int linear_probe_steps = 32;
-
-  /// Gallop steps of a poison-pill probe (after = lo + 2^k) before the page
-  /// is taken for unreadable everywhere. [41]
-  static constexpr int max_probe_steps = 41;
 
   /// `cursor`: start after this id; `limit`: page size (>= 1);
   /// `poll_interval`: caps the re-drain backoff at max(3 s, poll_interval).
@@ -258,9 +267,13 @@ public:
 
   /// The page asked for (fetch_after(), fetch_limit()) came back but could
   /// not be read (`why`: unparseable or over_cap; `detail`: the client's
-  /// description). Counted at drain_errors; narrows the page, probes for
-  /// the poison event's id, or gives up (see the header comment).
-  drain_next on_unreadable(drain_error_reason why, const std::string& detail);
+  /// description; `first_id`: the id of the page's first event if the
+  /// body still showed it, see feed_frames.hpp first_event_id). Counted at
+  /// drain_errors; narrows the page, asks again, declares the event
+  /// undeliverable (kind::reset), probes for its id, or gives up (see the
+  /// header comment).
+  drain_next on_unreadable(drain_error_reason why, const std::string& detail,
+                           std::optional<int64_t> first_id = std::nullopt);
 
   /// The `after` of the next (or current) replay request: the cursor, or
   /// a probe's position while isolating an unreadable event.
@@ -365,11 +378,18 @@ private:
   void count(drain_error_reason why);
   /// Ends a narrowing / probe; the page size is the configured one again.
   void stop_isolating();
-  /// Narrows the page (or starts the probe at limit 1).
+  /// Halves the page (limit > 1).
   drain_next narrow(drain_error_reason why, const std::string& detail);
-  /// Moves the probe after an answer at probe_x_: the next probe_x_, or
-  /// skip_to_ (found), or give_up_.
-  void probe_step(bool readable);
+  /// An unreadable answer for (fetch_after(), fetch_limit()), counted:
+  /// narrows, asks again, declares, probes on, or gives up.
+  drain_next unreadable(drain_error_reason why, const std::string& detail,
+                        std::optional<int64_t> first_id);
+  /// The undeliverable reset of `event_id` (the cursor moves to it when the
+  /// page is done).
+  page_plan declare(int64_t event_id);
+  /// Arms a re-drain (or retry) timer after `backoff`, then doubles it up
+  /// to the cap.
+  drain_next arm_redrain(feed_duration& backoff);
   /// What showed a new incarnation.
   enum class epoch_source : uint8_t { hello, page, head };
   std::optional<std::string>* slot(epoch_source src);
@@ -433,15 +453,21 @@ private:
   isolate_phase isolate_ = isolate_phase::none;
   drain_error_reason isolate_reason_ = drain_error_reason::unparseable;
   std::string isolate_detail_;
-  int64_t probe_lo_ = 0;
-  std::optional<int64_t> probe_hi_;
+  /// The probe's position (after = probe_x_, limit 1).
   int64_t probe_x_ = 0;
-  int probe_step_ = 0;
-  int probe_linear_ = 0;
+  /// Positions probed in this attempt.
+  int probe_steps_ = 0;
+  /// (cursor, position) where the last attempt's probe stopped.
+  std::optional<std::pair<int64_t, int64_t>> probe_resume_;
+  /// The first unreadable answer at limit 1 not yet repeated: its `after`
+  /// and reason.
+  std::optional<int64_t> strike_after_;
+  drain_error_reason strike_reason_ = drain_error_reason::unparseable;
   /// The current page is a probe (its events are not delivered).
   bool page_probe_ = false;
-  /// The probe found nothing readable: the drain backs off.
-  bool give_up_ = false;
+  /// The current probe page was unreadable, for this reason.
+  bool probe_unreadable_ = false;
+  drain_error_reason probe_why_ = drain_error_reason::bad_page;
   /// The current page has events that can be neither delivered nor passed.
   bool page_bad_event_ = false;
   /// The poison event found: the cursor moves to it when the page is done.

@@ -99,6 +99,7 @@ mode_negotiator::make_reset(reset_cause cause, std::optional<int64_t> new_seq,
 
 hello_result mode_negotiator::on_hello(const hello_info& h) {
   hello_seen_ = true;
+  gap_covered_ = false;
   feed_mode wanted;
   if (h.mode == "ledger")
     wanted = has_replay_ ? feed_mode::ledger : feed_mode::ephemeral;
@@ -176,14 +177,16 @@ frame_result mode_negotiator::on_frame(const frame_info& f) {
       res.decision = frame_decision::deliver;
       // The catch-up seq is gap-free; a feed of every subject sees all of
       // it, so a jump is a loss that must not pass silently.
-      if (every_subject_ && f.seq && last_seq_
+      if (every_subject_ && f.seq && last_seq_ && !gap_covered_
           && *last_seq_ < std::numeric_limits<int64_t>::max()
           && *f.seq > *last_seq_ + 1) {
         res.decision = frame_decision::reset_then_deliver;
         res.reset = make_reset(reset_cause::gap, *f.seq - 1, epoch_);
       }
-      if (f.seq)
+      if (f.seq) {
         last_seq_ = f.seq;
+        gap_covered_ = false;
+      }
       return res;
     case feed_mode::ephemeral:
       if (f.type == frame_type::event) {
@@ -197,6 +200,26 @@ frame_result mode_negotiator::on_frame(const frame_info& f) {
       return res;
   }
   return res;
+}
+
+std::optional<frame_reset_info>
+mode_negotiator::on_unreadable_event(std::optional<int64_t> seq) {
+  if (mode_ == feed_mode::catchup && seq && last_seq_ && *seq <= *last_seq_)
+    return std::nullopt; // a repeat of what was delivered: nothing lost
+  frame_reset_info r;
+  r.cause = reset_cause::undeliverable;
+  r.last_seq = last_seq_;
+  r.lost_from = last_seq_;
+  r.old_epoch = epoch_;
+  r.new_epoch = epoch_;
+  if (seq && (!last_seq_ || *seq > *last_seq_)) {
+    r.lost_to = seq;
+    last_seq_ = seq;
+    gap_covered_ = false;
+  } else if (!seq) {
+    gap_covered_ = true;
+  }
+  return r;
 }
 
 } // namespace outbound

@@ -148,6 +148,16 @@ public:
   /// A data message other than a hello arrived.
   frame_result on_frame(const frame_info& f);
 
+  /// An in-frame event that cannot be read whole, with the seq its text
+  /// still shows (nullopt: none): the undeliverable reset to deliver in its
+  /// place, lost (last_seq, seq] (or (last_seq, unknown] without a seq).
+  /// A known seq becomes last_seq, so the next event is no gap; without
+  /// one, the next jump in seq is covered by this reset (its end is
+  /// unknown) and not reported again. nullopt: catchup, and the seq was
+  /// already delivered (nothing lost).
+  std::optional<frame_reset_info> on_unreadable_event(
+    std::optional<int64_t> seq);
+
   /// The mode in force.
   feed_mode mode() const {
     return mode_;
@@ -180,6 +190,9 @@ private:
   bool hello_seen_ = false;
   std::optional<int64_t> last_seq_;
   std::optional<std::string> epoch_;
+  /// An unreadable event of unknown seq was reset: the next seq jump is
+  /// part of that loss, not a second one.
+  bool gap_covered_ = false;
 };
 
 } // namespace outbound

@@ -419,10 +419,6 @@ protected:
       cc.deadline = 4.0;
       cc.retry.max_attempts = 1;
       cc.max_response_bytes = max_response_bytes;
-      // A page of a million {"id":N} events (12.6 MB) parses to about 11x
-      // its text, over the default 4x of a 32 MiB cap: this suite tests
-      // page handling, not the memory bound (CallActor tests cover that).
-      cc.json_memory_factor = 8;
       client_options co;
       co.io = io_;
       client_ = make_service_client(*sys_, cc, co);

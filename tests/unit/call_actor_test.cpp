@@ -949,8 +949,9 @@ TEST_F(CallActor, AnErrorBodyWithADeepFieldKeepsItsDetail) {
 
 TEST_F(CallActor, TinyArraysOverTheMemoryBoundAreAResponseError) {
   // 60 KiB of `[],` under a 64 KiB cap: about 16x that once parsed, over
-  // json_memory_factor (4) * max_response_bytes.
+  // json_memory_factor (4 here) * max_response_bytes.
   cfg.max_response_bytes = 64 * 1024;
+  cfg.json_memory_factor = 4;
   std::string body = "[";
   for (int i = 0; i < 20 * 1024; ++i)
     body += "[],";
@@ -960,8 +961,8 @@ TEST_F(CallActor, TinyArraysOverTheMemoryBoundAreAResponseError) {
   ASSERT_FALSE(o.ok);
   EXPECT_EQ(o.error.kind, error_kind::response_error);
   EXPECT_EQ(o.error.detail,
-            "response body's parsed form exceeds json_memory_factor * "
-            "max_response_bytes (262144 bytes) (HTTP 200)");
+            "response body's parsed form exceeds the JSON memory bound "
+            "(262144 bytes) (HTTP 200)");
   // The same body with a larger factor parses.
   cfg.json_memory_factor = 16;
   log->requests.clear();

@@ -279,10 +279,18 @@ TEST(TlsConfig, ACaFileThatIsADirectoryIsCalledADirectory) {
 TEST(ClientConfig, JsonLimitsAreValidatedAndDerivedFromTheCap) {
   auto c = valid();
   EXPECT_EQ(c.json_max_depth, 64u);
-  EXPECT_EQ(c.json_memory_factor, 4u);
+  EXPECT_EQ(c.json_memory_factor, 16u);
+  EXPECT_EQ(c.json_memory_max_bytes, 192u * 1024u * 1024u);
   auto l = c.response_json_limits();
   EXPECT_EQ(l.max_depth, 64u);
-  EXPECT_EQ(l.max_bytes, 4u * 32u * 1024u * 1024u);
+  // 16 x 32 MiB, held to the 192 MiB ceiling.
+  EXPECT_EQ(l.max_bytes, 192u * 1024u * 1024u);
+  c.max_response_bytes = 1024u * 1024u;
+  EXPECT_EQ(c.response_json_limits().max_bytes, 16u * 1024u * 1024u);
+  c.max_response_bytes = 32u * 1024u * 1024u;
+  c.json_memory_max_bytes = 1024u * 1024u - 1;
+  EXPECT_EQ(field_of(c), "json_memory_max_bytes");
+  c.json_memory_max_bytes = std::numeric_limits<std::size_t>::max();
   c.json_max_depth = 0;
   EXPECT_EQ(field_of(c), "json_max_depth");
   c.json_max_depth = 64;

@@ -23,17 +23,37 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/response_promise.hpp>
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace outbound::testing {
 
 using vtime = caf::actor_clock::time_point;
+
+/// The stats of `watcher`, asked from a helper actor; `run` runs the test
+/// coordinator's ready jobs (the answer arrives within them). A watcher
+/// that does not answer fails the test and gives default stats.
+template <class Watcher, class Run>
+feed_stats ask_stats(caf::actor_system& sys, const Watcher& watcher,
+                     Run&& run) {
+  auto out = std::make_shared<std::optional<feed_stats>>();
+  auto target = caf::actor_cast<caf::actor>(watcher);
+  sys.spawn([out, target](caf::event_based_actor* self) {
+    self->request(target, caf::infinite, stats_atom_v)
+      .then([out](feed_stats s) { *out = s; });
+  });
+  run();
+  EXPECT_TRUE(out->has_value());
+  return out->value_or(feed_stats{});
+}
 
 // -- ledger behind the transport port ------------------------------------------------
 

@@ -22,6 +22,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -41,17 +42,30 @@ struct script_result {
   /// "e<id>" per delivered event, "u<id>" per undeliverable reset.
   std::vector<std::string> log;
   int requests = 0;
+  /// The `after` of every request, in order.
+  std::vector<int64_t> afters;
   drain_next last;
   std::vector<page_plan> resets;
 };
 
+/// How the scripted ledger fails.
+struct ledger_faults {
+  drain_error_reason why = drain_error_reason::unparseable;
+  /// Every page is unreadable.
+  bool broken = false;
+  /// An unreadable page still shows its first event's id (the watcher's
+  /// id-only scan finds it).
+  bool show_ids = false;
+  /// after -> how many more answers for it are unreadable although the
+  /// page is good (a truncated or corrupted response).
+  std::map<int64_t, int> transient;
+};
+
 /// Runs one drain of `d` against a ledger of `ledger_ids` in which the
-/// `poison` ids cannot be read (any page holding one is unreadable for
-/// `why`); `broken` makes every page unreadable.
+/// `poison` ids cannot be read (any page holding one is unreadable).
 script_result run_drain(ledger_drain& d, const ids& ledger_ids,
                         const std::set<int64_t>& poison,
-                        drain_error_reason why = drain_error_reason::unparseable,
-                        bool broken = false, int max_requests = 1000) {
+                        ledger_faults faults, int max_requests = 1000) {
   script_result r;
   auto act = d.request(drain_trigger::poll);
   if (act != drain_action::fetch)
@@ -60,10 +74,11 @@ script_result run_drain(ledger_drain& d, const ids& ledger_ids,
     if (++r.requests > max_requests)
       break;
     auto after = d.fetch_after();
+    r.afters.push_back(after);
     auto limit = d.fetch_limit();
     page_summary p;
     p.is_object = true;
-    bool bad = broken;
+    bool bad = faults.broken;
     for (auto id : ledger_ids) {
       if (id <= after)
         continue;
@@ -72,10 +87,26 @@ script_result run_drain(ledger_drain& d, const ids& ledger_ids,
       p.ids.push_back(id);
       bad = bad || poison.count(id) > 0;
     }
+    if (!bad) {
+      auto t = faults.transient.find(after);
+      if (t != faults.transient.end() && t->second > 0) {
+        --t->second;
+        bad = true;
+      }
+    }
     p.cursor = p.ids.empty() ? after : *p.ids.back();
     drain_next next;
     if (bad) {
-      next = d.on_unreadable(why, "cannot read it");
+      std::optional<int64_t> first;
+      if (faults.show_ids && !p.ids.empty())
+        first = p.ids.front();
+      next = d.on_unreadable(faults.why, "cannot read it", first);
+      if (next.what == drain_next::kind::reset) {
+        EXPECT_EQ(next.plan.cause, reset_cause::undeliverable);
+        r.log.push_back("u" + std::to_string(*next.plan.event_id));
+        r.resets.push_back(next.plan);
+        next = d.on_page_done();
+      }
     } else {
       auto plan = d.on_page(p);
       if (plan.reset && plan.cause == reset_cause::undeliverable) {
@@ -93,6 +124,35 @@ script_result run_drain(ledger_drain& d, const ids& ledger_ids,
       break;
   }
   return r;
+}
+
+script_result run_drain(ledger_drain& d, const ids& ledger_ids,
+                        const std::set<int64_t>& poison,
+                        drain_error_reason why = drain_error_reason::unparseable,
+                        bool broken = false) {
+  ledger_faults f;
+  f.why = why;
+  f.broken = broken;
+  return run_drain(d, ledger_ids, poison, f);
+}
+
+/// Drains until idle (re-draining after every backoff), at most `attempts`
+/// times; the logs of all attempts, in order.
+script_result run_drains(ledger_drain& d, const ids& ledger_ids,
+                         const std::set<int64_t>& poison,
+                         const ledger_faults& faults, int attempts) {
+  script_result all;
+  for (int i = 0; i < attempts; ++i) {
+    auto r = run_drain(d, ledger_ids, poison, faults);
+    all.log.insert(all.log.end(), r.log.begin(), r.log.end());
+    all.resets.insert(all.resets.end(), r.resets.begin(), r.resets.end());
+    all.afters.insert(all.afters.end(), r.afters.begin(), r.afters.end());
+    all.requests += r.requests;
+    all.last = r.last;
+    if (r.last.what == drain_next::kind::idle)
+      break;
+  }
+  return all;
 }
 
 std::vector<std::string> log_of(std::initializer_list<const char*> xs) {
@@ -115,11 +175,12 @@ TEST(LedgerPoison, AnUnreadableEventIsIsolatedByHalvingAndSurfacedInOrder) {
   EXPECT_EQ(d.cursor(), 10);
   EXPECT_EQ(r.last.what, drain_next::kind::idle);
   EXPECT_EQ(d.undeliverable(), 1u);
-  // 0..8 bad, 0..4 ok, 4..8 bad, 4..6 bad, 4..5 ok, 5..6 bad, probe 6 ok,
-  // then 6..10 at the full limit again.
-  EXPECT_EQ(r.requests, 8);
-  EXPECT_EQ(d.drain_errors(drain_error_reason::unparseable), 4u);
-  EXPECT_EQ(d.drain_errors(), 4u);
+  // 0..8 bad, 0..4 ok, 4..8 bad, 4..6 bad, 4..5 ok, 5..6 bad twice (its
+  // id not shown), probe 6 ok, then 6..10 at the full limit again.
+  EXPECT_EQ(r.requests, 9);
+  EXPECT_EQ(r.afters, (ids{0, 0, 4, 4, 4, 5, 5, 6, 6}));
+  EXPECT_EQ(d.drain_errors(drain_error_reason::unparseable), 5u);
+  EXPECT_EQ(d.drain_errors(), 5u);
   EXPECT_EQ(d.fetch_limit(), 8);
   EXPECT_FALSE(d.isolating());
 }
@@ -155,16 +216,95 @@ TEST(LedgerPoison, APoisonEventFollowedByAReadableOneAndAnotherPoison) {
   EXPECT_EQ(r.log, log_of({"e1", "u2", "e3", "u4", "e5", "e6", "e7"}));
 }
 
-TEST(LedgerPoison, FarApartIdsAreFoundByGallopAndTheRangeSaysWhatWasLost) {
-  // Past the linear probe, the search gallops and bisects: it still names
-  // an unreadable event, and the reset's range covers everything skipped.
+TEST(LedgerPoison, FarApartIdsAreReadFromTheUnreadableBody) {
+  // The id-only scan of the unreadable page names the event: no probe.
   ledger_drain d{0, 2, 30s};
-  auto r = run_drain(d, {1, 1000, 5000}, {1000});
+  ledger_faults f;
+  f.show_ids = true;
+  auto r = run_drain(d, {1, 1000, 5000}, {1000}, f);
   EXPECT_EQ(r.log, log_of({"e1", "u1000", "e5000"}));
   ASSERT_EQ(r.resets.size(), 1u);
   EXPECT_EQ(r.resets[0].reset_from, 1);
   EXPECT_EQ(r.resets[0].reset_to, 1000);
-  EXPECT_LT(r.requests, 70);
+  // 0..2 bad, 0..1 ok, 1..2 bad twice (the same failure twice), then
+  // 1000..5000 at the full limit.
+  EXPECT_EQ(r.afters, (ids{0, 0, 1, 1, 1000}));
+}
+
+TEST(LedgerPoison, TwoPoisonEventsAroundAReadableOneAreTwoResetsAndNothingElse) {
+  // Sparse ids, the readable 150 between the bad 100 and 200. The old
+  // gallop probed after = 97 and 161 (both unreadable: 100 and 200), found
+  // 289 readable and bisected to 200: one reset over (1, 200], and 150 was
+  // lost although it could be read.
+  ledger_drain d{0, 8, 30s};
+  ledger_faults f;
+  f.show_ids = true;
+  auto r = run_drain(d, {1, 100, 150, 200, 5000}, {100, 200}, f);
+  EXPECT_EQ(r.log, log_of({"e1", "u100", "e150", "u200", "e5000"}));
+  ASSERT_EQ(r.resets.size(), 2u);
+  EXPECT_EQ(r.resets[0].reset_from, 1);
+  EXPECT_EQ(r.resets[0].event_id, 100);
+  EXPECT_EQ(r.resets[1].reset_from, 150);
+  EXPECT_EQ(r.resets[1].event_id, 200);
+  EXPECT_EQ(d.undeliverable(), 2u);
+  EXPECT_EQ(d.cursor(), 5000);
+}
+
+TEST(LedgerPoison, WithoutTheIdTheProbeNeverPassesAReadableEvent) {
+  // The same ledger when not even the id can be read (over the cap): the
+  // linear probe is slow over sparse ids (it backs off every
+  // linear_probe_steps positions and goes on from there) but exact.
+  ledger_drain d{0, 8, 30s};
+  ledger_faults f;
+  f.why = drain_error_reason::over_cap;
+  auto r = run_drains(d, {1, 100, 150, 200, 5000}, {100, 200}, f, 20);
+  EXPECT_EQ(r.log, log_of({"e1", "u100", "e150", "u200", "e5000"}));
+  ASSERT_EQ(r.resets.size(), 2u);
+  EXPECT_EQ(r.resets[0].reset_from, 1);
+  EXPECT_EQ(r.resets[0].reset_to, 100);
+  EXPECT_EQ(r.resets[1].reset_from, 150);
+  EXPECT_EQ(r.resets[1].reset_to, 200);
+  EXPECT_EQ(r.last.what, drain_next::kind::idle);
+  EXPECT_EQ(d.cursor(), 5000);
+}
+
+TEST(LedgerPoison, ATransientBadAnswerIsAskedAgainAndDeliversNormally) {
+  // One corrupt response for after = 0 at limit 1. Before, the drain
+  // probed after = 1 at once, found it readable and reset event 1, which
+  // could be read.
+  ledger_drain d{0, 1, 30s};
+  ledger_faults f;
+  f.transient[0] = 1;
+  auto r = run_drain(d, {1, 2, 3}, {}, f);
+  EXPECT_EQ(r.log, log_of({"e1", "e2", "e3"}));
+  EXPECT_TRUE(r.resets.empty());
+  EXPECT_EQ(d.undeliverable(), 0u);
+  EXPECT_EQ(d.drain_errors(drain_error_reason::unparseable), 1u);
+  EXPECT_EQ(d.cursor(), 3);
+}
+
+TEST(LedgerPoison, TheSameFailureTwiceForOneAfterIsUndeliverable) {
+  ledger_drain d{0, 1, 30s};
+  ledger_faults f;
+  f.show_ids = true;
+  auto r = run_drain(d, {1, 2, 3}, {2}, f);
+  EXPECT_EQ(r.log, log_of({"e1", "u2", "e3"}));
+  // after = 1 asked twice, and only then event 2 declared.
+  EXPECT_EQ(r.afters, (ids{0, 1, 1, 2, 3}));
+  EXPECT_EQ(d.drain_errors(drain_error_reason::unparseable), 2u);
+}
+
+TEST(LedgerPoison, ATransientBadProbeAnswerDoesNotSkipAReadableEvent) {
+  // No id in the body; the probe's after = 2 (whose answer, event 3, is
+  // readable) fails once. Before, the probe moved on to after = 3 and
+  // declared 3, passing the readable event 3.
+  ledger_drain d{0, 1, 30s};
+  ledger_faults f;
+  f.transient[2] = 1;
+  auto r = run_drain(d, {1, 2, 3, 4}, {2}, f);
+  EXPECT_EQ(r.log, log_of({"e1", "u2", "e3", "e4"}));
+  ASSERT_EQ(r.resets.size(), 1u);
+  EXPECT_EQ(r.resets[0].reset_to, 2);
 }
 
 TEST(LedgerPoison, APoisonEventAtTheHeadIsSurfacedToo) {
@@ -182,15 +322,18 @@ TEST(LedgerPoison, AnEndpointUnreadableEverywhereSkipsNothingAndBacksOff) {
   EXPECT_EQ(d.cursor(), 5);
   EXPECT_EQ(r.last.what, drain_next::kind::redrain);
   EXPECT_EQ(r.last.delay, ledger_drain::redrain_floor);
-  // 8, 4, 2, 1, then the linear probe and the gallop: bounded.
-  EXPECT_EQ(r.requests, 4 + 1 + ledger_drain::linear_probe_steps
-                          + ledger_drain::max_probe_steps - 1);
+  // 8, 4, 2, then 1 at after = 5, 6, ..., each asked twice: bounded.
+  EXPECT_EQ(r.requests, 3 + 2 * (ledger_drain::linear_probe_steps + 1));
   EXPECT_EQ(d.drain_errors(), static_cast<uint64_t>(r.requests));
   EXPECT_FALSE(d.isolating());
   EXPECT_EQ(d.fetch_limit(), 8);
-  // The next attempt waits longer.
+  // The next attempt waits longer, and probes on from where this one
+  // stopped.
   auto r2 = run_drain(d, {6, 7, 8}, {}, drain_error_reason::unparseable, true);
   EXPECT_EQ(r2.last.delay, 2 * ledger_drain::redrain_floor);
+  ASSERT_GE(r2.afters.size(), 6u);
+  EXPECT_EQ(r2.afters[5], 5 + ledger_drain::linear_probe_steps + 1);
+  EXPECT_EQ(d.cursor(), 5);
 }
 
 TEST(LedgerPoison, EventsWithoutAnIdThatCannotBePassedAreIsolatedToo) {
@@ -210,6 +353,52 @@ TEST(LedgerPoison, EventsWithoutAnIdThatCannotBePassedAreIsolatedToo) {
   EXPECT_EQ(next.what, drain_next::kind::fetch);
   EXPECT_EQ(d.fetch_limit(), 1);
   EXPECT_EQ(d.drain_errors(drain_error_reason::bad_event), 1u);
+}
+
+// -- the id-only scan of an unreadable body ----------------------------------------------
+
+TEST(FeedIdScan, TheFirstEventsIdIsReadPastWhatCannotBeParsed) {
+  feed_fields f;
+  auto deep100 = std::string(100, '[') + std::string(100, ']');
+  // Deeper than any parse limit, before and after the id.
+  EXPECT_EQ(first_event_id(R"({"cursor":3,"events":[{"meta":)" + deep100
+                             + R"(,"id":7},{"id":8}]})",
+                           f),
+            7);
+  // A syntax error after the id, a body cut short after it.
+  EXPECT_EQ(first_event_id(R"({"events":[{"id":9,"x":tru}]})", f), 9);
+  EXPECT_EQ(first_event_id(R"({"events":[{"id":10,"subject":"abc)", f), 10);
+  // The id of a nested object or of another field is not the event's.
+  EXPECT_EQ(first_event_id(R"({"x":{"events":[{"id":1}]},"events":[{"m":{"id":2},"id":3}]})",
+                           f),
+            3);
+  for (const char* none :
+       {R"([{"id":1}])", R"({"events":[]})", R"({"events":[[1]]})",
+        R"({"events":[5,{"id":1}]})", R"({"events":[{"id":"1"}]})",
+        R"({"events":[{"id":1.5}]})", R"({"events":[{"x":1}]})",
+        R"({"events":{"id":1}})", R"({"events":[{"x":)", "<html>"})
+    EXPECT_FALSE(first_event_id(none, f)) << none;
+  // The configured field names.
+  feed_fields custom;
+  custom.events = "items";
+  custom.event_id = "seqno";
+  EXPECT_EQ(first_event_id(R"({"events":[{"id":1}],"items":[{"id":2,"seqno":4}]})",
+                           custom),
+            4);
+  EXPECT_FALSE(first_event_id(R"({"events":[{"id":1}]})", custom));
+}
+
+TEST(FeedIdScan, AFrameShowsItsTopLevelSeq) {
+  auto deep100 = std::string(100, '[') + std::string(100, ']');
+  EXPECT_EQ(frame_seq(R"({"type":"event","metadata":)" + deep100
+                      + R"(,"seq":12})"),
+            12);
+  EXPECT_FALSE(frame_seq(R"({"type":"event","m":{"seq":3}})"));
+  EXPECT_FALSE(frame_seq("not json at all"));
+  auto m = parse_message(R"({"type":"event","seq":5,"m":)" + deep100 + "}",
+                         "cursor");
+  EXPECT_EQ(m.frame.type, frame_type::not_json);
+  EXPECT_EQ(m.frame.seq, 5);
 }
 
 // -- pure state: wake coalescing ---------------------------------------------------------
@@ -303,6 +492,38 @@ TEST(LedgerWakes, AFailedFetchBacksOffAndWakesWaitForTheRetry) {
   EXPECT_EQ(d.cursor(), 0);
 }
 
+TEST(LedgerWakes, ALowHintDisprovedBeforeAHelloIsCheckedAgainAfterIt) {
+  auto page_at = [](int64_t cursor) {
+    page_summary p;
+    p.is_object = true;
+    p.cursor = cursor;
+    return p;
+  };
+  ledger_drain d{10, 10, 30s};
+  EXPECT_EQ(d.on_wake(5), drain_action::fetch);
+  d.on_page(page_at(10)); // the head is not below the cursor: disproved
+  EXPECT_EQ(d.on_page_done().what, drain_next::kind::idle);
+  EXPECT_EQ(d.on_wake(5), drain_action::none); // coalesced
+  // A hello (a new session: the hub may have restarted on a shorter log)
+  // makes that disproof stale. Before, the hint stayed coalesced until a
+  // rewind.
+  EXPECT_EQ(d.on_hello(std::nullopt, 10), drain_action::none);
+  EXPECT_EQ(d.on_wake(5), drain_action::fetch);
+}
+
+TEST(LedgerWakes, ALowHintDisprovedBeforeInFrameDeliveryIsCheckedAgainAfterIt) {
+  ledger_drain d{10, 10, 30s};
+  EXPECT_EQ(d.on_wake(5), drain_action::fetch);
+  page_summary p;
+  p.is_object = true;
+  p.cursor = 10;
+  d.on_page(p);
+  d.on_page_done();
+  EXPECT_EQ(d.on_wake(5), drain_action::none);
+  d.quiesce();
+  EXPECT_EQ(d.on_wake(5), drain_action::fetch);
+}
+
 // -- the actor, on virtual time ----------------------------------------------------------
 
 namespace {
@@ -353,34 +574,8 @@ protected:
     run();
   }
 
-  void advance_to(time_point t) {
-    run();
-    for (;;) {
-      auto& sch = sched().clock().schedule();
-      if (sch.empty() || sch.begin()->first > t)
-        break;
-      sched().trigger_timeout();
-      run();
-    }
-    if (sched().clock().current_time < t)
-      sched().clock().current_time = t;
-    run();
-  }
-
-  void advance_by(nanoseconds d) {
-    advance_to(now() + d);
-  }
-
   feed_stats stats() {
-    auto out = std::make_shared<std::optional<feed_stats>>();
-    auto target = w;
-    sys().spawn([out, target](caf::event_based_actor* self) {
-      self->request(target, caf::infinite, stats_atom_v)
-        .then([out](feed_stats s) { *out = s; });
-    });
-    run();
-    EXPECT_TRUE(out->has_value());
-    return out->value_or(feed_stats{});
+    return ask_stats(sys(), w, [this] { run(); });
   }
 
   /// "e<id>" / "e#<seq>" per event, "r:<cause>" per reset, in order.
@@ -556,20 +751,64 @@ TEST_F(FeedPoison, AnUnreadableCatchupFrameIsAnUndeliverableResetInOrder) {
   ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":3})");
   run();
   auto g = got();
-  // Event 1, the unreadable frame in its place, then event 3 (with no
-  // prefixes, the seq jump over it is also a gap reset).
-  EXPECT_EQ(g, (std::vector<std::string>{"e#1", "r:undeliverable", "r:gap",
-                                         "e#3"}));
+  // Event 1, the unreadable frame in its place, then event 3. Before, the
+  // seq jump over it was a gap reset as well: two resets for one event.
+  EXPECT_EQ(g, (std::vector<std::string>{"e#1", "r:undeliverable", "e#3"}));
   auto rs = subs->resets();
-  ASSERT_FALSE(rs.empty());
+  ASSERT_EQ(rs.size(), 1u);
   EXPECT_EQ(rs[0]->cause, reset_cause::undeliverable);
   EXPECT_EQ(rs[0]->mode, feed_mode::catchup);
+  EXPECT_EQ(rs[0]->event_id, 2); // its seq, read from the text
   EXPECT_EQ(rs[0]->lost_from, 1);
-  EXPECT_FALSE(rs[0]->lost_to);
+  EXPECT_EQ(rs[0]->lost_to, 2);
   EXPECT_EQ(rs[0]->reason.rfind("unparseable: ", 0), 0u) << rs[0]->reason;
   auto s = stats();
   EXPECT_EQ(s.unreadable_frames, 1u);
   EXPECT_EQ(s.resets_by_cause[idx(reset_cause::undeliverable)], 1u);
+}
+
+TEST_F(FeedPoison, AnUnreadableCatchupFrameWithoutASeqIsOneResetToo) {
+  cfg.replay_path.clear();
+  start();
+  ws->last().open();
+  run();
+  ws->last().message(
+    R"({"type":"hello","mode":"catchup","seq":0,"cursor":0,"resync":false,"epoch":"e1"})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":1})");
+  ws->last().message("not json at all");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":3})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":5})");
+  run();
+  // The undeliverable reset says (1, unknown]: the jump to 3 is part of
+  // it, not a second reset; a later jump is a gap again.
+  EXPECT_EQ(got(), (std::vector<std::string>{"e#1", "r:undeliverable", "e#3",
+                                             "r:gap", "e#5"}));
+  auto rs = subs->resets();
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[0]->lost_from, 1);
+  EXPECT_FALSE(rs[0]->lost_to);
+  EXPECT_FALSE(rs[0]->event_id);
+}
+
+TEST_F(FeedPoison, TwoDeepEventsAroundAReadableOneAreTwoResetsNamedFromTheirBodies) {
+  // Each deep event's id is read from its unreadable page (the page's
+  // first event): no probe, and the readable event 3 between them is
+  // delivered.
+  ledger->append_to(5);
+  for (int id : {2, 4})
+    ledger->raw_events[id] = R"({"id":)" + std::to_string(id)
+                             + R"(,"subject":"deep","kind":"k","metadata":)"
+                             + deep(100) + "}";
+  start(false);
+  EXPECT_EQ(got(), (std::vector<std::string>{"e1", "r:undeliverable", "e3",
+                                             "r:undeliverable", "e5"}));
+  auto rs = subs->resets();
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[0]->event_id, 2);
+  EXPECT_EQ(rs[0]->from_cursor, 1);
+  EXPECT_EQ(rs[1]->event_id, 4);
+  EXPECT_EQ(rs[1]->from_cursor, 3);
+  EXPECT_EQ(stats().cursor, 5);
 }
 
 TEST_F(FeedPoison, AnUnreadableEphemeralFrameIsAnUndeliverableResetInOrder) {

@@ -104,34 +104,8 @@ protected:
 
   /// Moves virtual time to `t`, firing every timer on the way at its own
   /// due time (advance_time would fire them all at the end time).
-  void advance_to(time_point t) {
-    run();
-    for (;;) {
-      auto& sch = sched().clock().schedule();
-      if (sch.empty() || sch.begin()->first > t)
-        break;
-      sched().trigger_timeout();
-      run();
-    }
-    if (sched().clock().current_time < t)
-      sched().clock().current_time = t;
-    run();
-  }
-
-  void advance_by(nanoseconds d) {
-    advance_to(now() + d);
-  }
-
   feed_stats stats() {
-    auto out = std::make_shared<std::optional<feed_stats>>();
-    auto target = w;
-    sys().spawn([out, target](caf::event_based_actor* self) {
-      self->request(target, caf::infinite, stats_atom_v)
-        .then([out](feed_stats s) { *out = s; });
-    });
-    run();
-    EXPECT_TRUE(out->has_value());
-    return out->value_or(feed_stats{});
+    return ask_stats(sys(), w, [this] { run(); });
   }
 
   std::optional<feed_stats> stop() {

@@ -3,6 +3,8 @@
 
 #include "protocol/json_parse.hpp"
 
+#include "config/client_config.hpp"
+
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -162,4 +164,42 @@ TEST(JsonParse, DuplicateKeysAreAnErrorOnlyWhenAsked) {
   EXPECT_TRUE(parse_json(R"({"zaA":0,"z":1,"a\u0041":2})", strict));
   auto named = parse_json(R"({"z":0,"a\u0041":1e400})");
   EXPECT_EQ(named.field, "aA");
+}
+
+TEST(JsonParse, ATwelveMiBPageOfTinyEventsParsesUnderTheDefaultBound) {
+  // The client's default bound (client_config::response_json_limits, 32 MiB
+  // cap): a replay page of tiny events costs about 11-12 bytes of parsed
+  // form per byte of text. At the old 4 x cap (128 MiB) this page was a
+  // too_large response_error.
+  auto limits = client_config{}.response_json_limits();
+  std::string page = R"({"events":[)";
+  int64_t n = 0;
+  while (page.size() < (12u << 20)) {
+    if (n > 0)
+      page += ',';
+    ++n;
+    page += R"({"id":)" + std::to_string(n) + R"(,"k":"a","v":1})";
+  }
+  page += R"(],"cursor":)" + std::to_string(n) + "}";
+  auto r = parse_json(page, limits);
+  ASSERT_TRUE(r) << r.detail;
+  EXPECT_EQ(r.value.at("events").as_array().size(),
+            static_cast<std::size_t>(n));
+}
+
+TEST(JsonParse, ThirtyMiBOfTinyArraysStillStopsAtTheDefaultBound) {
+  // About 16-20 bytes of parsed form per byte: unbounded, this body takes
+  // the process to about 500 MB; the default bound stops it at 192 MiB.
+  auto limits = client_config{}.response_json_limits();
+  EXPECT_EQ(limits.max_bytes, 192u << 20);
+  std::string text;
+  text.reserve((30u << 20) + 8);
+  text += '[';
+  while (text.size() < (30u << 20))
+    text += "[[]],";
+  text += "[]]";
+  auto r = parse_json(text, limits);
+  EXPECT_EQ(r.error, json_parse_error::too_large);
+  EXPECT_EQ(r.detail, "parsed form over " + std::to_string(192u << 20)
+                        + " bytes");
 }

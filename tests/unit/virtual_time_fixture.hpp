@@ -82,11 +82,11 @@ protected:
     run();
   }
 
-  /// Moves the clock by `d` one timer at a time: each due timer fires at its
-  /// own time and its messages run before the next timer (advance() fires
-  /// every due timer first and runs the jobs afterwards, at the end time).
-  void advance_stepwise(std::chrono::nanoseconds d) {
-    auto target = now() + d;
+  /// Moves the clock to `target` one timer at a time: each due timer fires
+  /// at its own time and its messages run before the next timer (advance()
+  /// fires every due timer first and runs the jobs afterwards, at the end
+  /// time).
+  void advance_to(time_point target) {
     run();
     auto& clk = sched_->clock();
     while (clk.has_pending_timeout() && clk.schedule().begin()->first <= target) {
@@ -96,6 +96,16 @@ protected:
     if (clk.current_time < target)
       clk.current_time = target;
     run();
+  }
+
+  /// advance_to(now() + d).
+  void advance_by(std::chrono::nanoseconds d) {
+    advance_to(now() + d);
+  }
+
+  /// The same as advance_by(d).
+  void advance_stepwise(std::chrono::nanoseconds d) {
+    advance_by(d);
   }
 
   caf::actor_system_config cfg_;
