@@ -182,7 +182,10 @@ json_limits client_config::response_json_limits() const {
   l.max_bytes = max_response_bytes > cap / json_memory_factor
                   ? cap
                   : max_response_bytes * json_memory_factor;
-  l.max_bytes = std::min(l.max_bytes, json_memory_max_bytes);
+  // The ceiling never brings the bound below 4 x the cap (the bound before
+  // the ceiling existed), so a raised max_response_bytes keeps parsing.
+  auto floor = max_response_bytes > cap / 4 ? cap : max_response_bytes * 4;
+  l.max_bytes = std::min(l.max_bytes, std::max(json_memory_max_bytes, floor));
   return l;
 }
 

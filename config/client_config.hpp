@@ -113,7 +113,8 @@ struct client_config {
   /// per byte of max_response_bytes (1 .. 64). The parsed form (values,
   /// keys, strings and the parser's value stack, as parse_json counts it)
   /// may take min(json_memory_factor * max_response_bytes,
-  /// json_memory_max_bytes) bytes; a body whose form would be larger is a
+  /// max(json_memory_max_bytes, 4 * max_response_bytes)) bytes; a body
+  /// whose form would be larger is a
   /// response_error ("response body's parsed form exceeds the JSON memory
   /// bound (N bytes)"). Measured with Boost.JSON 1.81: a replay page of
   /// tiny events (`{"id":N}`, a few short fields) costs 10.5 to 12.3 bytes
@@ -121,10 +122,11 @@ struct client_config {
   /// covers any page of tiny events under the cap (up to the ceiling
   /// below). [16]
   std::size_t json_memory_factor = 16;
-  /// Ceiling of that bound in bytes (>= 1 MiB), whatever the cap: at the
-  /// defaults, tiny-event pages up to about 15 MiB parse, and a 30 MiB body
-  /// of `[[],[],...]` stops at 192 MiB instead of the 480 MB and more its
-  /// parse would take. [192 MiB]
+  /// Ceiling of that bound in bytes (>= 1 MiB); it never lowers the bound
+  /// below 4 * max_response_bytes, so raising the cap keeps large bodies
+  /// parsing. At the defaults, tiny-event pages up to about 15 MiB parse,
+  /// and a 30 MiB body of `[[],[],...]` stops at 192 MiB instead of the
+  /// 480 MB and more its parse would take. [192 MiB]
   std::size_t json_memory_max_bytes = 192u * 1024u * 1024u;
   /// Extra headers sent with every request.
   std::vector<std::pair<std::string, std::string>> default_headers;
@@ -142,7 +144,7 @@ struct client_config {
 
   /// Limits of every response-body parse (json_max_depth, and
   /// min(json_memory_factor * max_response_bytes (saturating),
-  /// json_memory_max_bytes)).
+  /// max(json_memory_max_bytes, 4 * max_response_bytes))).
   json_limits response_json_limits() const;
 
   /// The parsed base URL (validate() first).

@@ -646,16 +646,16 @@ void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
 
 void on_ws_event(self_ptr self, ws_event& ev) {
   auto& st = self->state;
+  // Wakes dropped at intake were received, whichever session read them:
+  // count them even when the report comes from a session already ended.
+  st.wakes_dropped += ev.dropped;
   if (ev.session_id != st.session_id
       || (st.phase != ws_phase::connecting && st.phase != ws_phase::open))
     return; // a stale session's report
   auto now = self->clock().now();
-  if (ev.dropped > 0) {
-    // Wakes dropped at intake: received messages the drain would have
-    // coalesced (their proof of life came as an activity report).
-    st.messages += ev.dropped;
-    st.wakes_dropped += ev.dropped;
-  }
+  // Messages the drain would have coalesced (their proof of life came as
+  // an activity report).
+  st.messages += ev.dropped;
   switch (ev.what) {
     case ws_event::kind::opened: {
       if (st.phase != ws_phase::connecting)

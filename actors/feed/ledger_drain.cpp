@@ -35,6 +35,8 @@ void ledger_drain::stop_isolating() {
   strike_after_.reset();
   skip_to_.reset();
   probe_unreadable_ = false;
+  confirm_x_.reset();
+  confirm_step_ = 0;
 }
 
 drain_action ledger_drain::start() {
@@ -274,9 +276,20 @@ page_plan ledger_drain::on_page(const page_summary& page) {
       return plan;
     }
     retry_delay_ = redrain_floor;
+    if (confirm_x_) {
+      // A fresh look below x answers: the failures were transient (an
+      // outage that ended mid-walk). Start over from the cursor.
+      probe_resume_.reset();
+      stop_isolating();
+      return plan;
+    }
     // after = x - 1 failed twice, after = x answers: the first event after
-    // x - 1 is x, and it is the one that cannot be read.
-    return declare(probe_x_);
+    // x - 1 is x, and it is the one that cannot be read -- once a fresh
+    // look at after = x - 1 and after = cursor says so too.
+    confirm_x_ = probe_x_;
+    confirm_step_ = 1;
+    probe_x_ = *confirm_x_ - 1;
+    return plan;
   }
   if (strike_after_ && *strike_after_ == page_start_)
     strike_after_.reset(); // the failure did not repeat: it was transient
@@ -441,6 +454,11 @@ drain_next ledger_drain::on_page_done() {
 }
 
 drain_next ledger_drain::on_fetch_failed() {
+  // Keep what the probe learnt: every answer up to probe_x_ - 1 was
+  // unreadable twice.
+  if (isolate_ == isolate_phase::probing && !confirm_x_
+      && probe_x_ - 1 > cursor_)
+    probe_resume_.emplace(cursor_, probe_x_ - 1);
   stop_isolating();
   return finish(true);
 }
@@ -474,12 +492,29 @@ drain_next ledger_drain::unreadable(drain_error_reason why,
   isolate_detail_ = detail;
   drain_next next;
   next.what = drain_next::kind::fetch;
+  if (confirm_x_) {
+    // The fresh look is unreadable too: on to the next one, or declare.
+    if (confirm_step_ == 1 && *confirm_x_ - 1 > cursor_) {
+      confirm_step_ = 2;
+      probe_x_ = cursor_;
+      start();
+      return next;
+    }
+    auto x = *confirm_x_;
+    confirm_x_.reset();
+    confirm_step_ = 0;
+    strike_after_.reset();
+    state_ = state::delivering;
+    page_probe_ = true;
+    next.what = drain_next::kind::reset;
+    next.plan = declare(x);
+    return next;
+  }
   auto at = fetch_after();
-  if (!strike_after_ || *strike_after_ != at || strike_reason_ != why) {
+  if (!strike_after_ || *strike_after_ != at) {
     // One bad answer proves nothing (a truncated or corrupted response):
     // ask the same question again before anything is declared lost.
     strike_after_ = at;
-    strike_reason_ = why;
     if (isolate_ == isolate_phase::none)
       isolate_ = isolate_phase::narrowing;
     start();

@@ -64,6 +64,12 @@
 // `linear_probe_steps` positions and retries on the backoff, skipping
 // nothing, going on from where it stopped while the cursor stays (a proxy
 // answering HTML to everything isolates nothing and costs the backoff).
+// Before x is declared, after=x-1 and after=c are asked once more: an
+// outage that ended in the middle of the walk (a proxy's error page served
+// with 200) made every answer unreadable for a while, and a readable answer
+// now starts the drain over from c instead of skipping readable events.
+// Two unreadable answers confirm each other whatever their reasons (a
+// balancer alternating between two broken backends must not loop hot).
 // The narrowed limit holds until the drain goes idle.
 //
 // Incarnations. A ledger that is replaced under a running watcher (the hub
@@ -459,10 +465,14 @@ private:
   int probe_steps_ = 0;
   /// (cursor, position) where the last attempt's probe stopped.
   std::optional<std::pair<int64_t, int64_t>> probe_resume_;
-  /// The first unreadable answer at limit 1 not yet repeated: its `after`
-  /// and reason.
+  /// A readable probe answer at after = x waits for a fresh look at
+  /// after = x - 1 (step 1) and after = cursor (step 2) before x is
+  /// declared: a readable answer there means the failures were transient.
+  std::optional<int64_t> confirm_x_;
+  int confirm_step_ = 0;
+  /// The `after` of the first unreadable answer at limit 1 not yet
+  /// repeated.
   std::optional<int64_t> strike_after_;
-  drain_error_reason strike_reason_ = drain_error_reason::unparseable;
   /// The current page is a probe (its events are not delivered).
   bool page_probe_ = false;
   /// The current probe page was unreadable, for this reason.

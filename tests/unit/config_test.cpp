@@ -287,6 +287,12 @@ TEST(ClientConfig, JsonLimitsAreValidatedAndDerivedFromTheCap) {
   EXPECT_EQ(l.max_bytes, 192u * 1024u * 1024u);
   c.max_response_bytes = 1024u * 1024u;
   EXPECT_EQ(c.response_json_limits().max_bytes, 16u * 1024u * 1024u);
+  // The ceiling never lowers the bound below 4 x a raised cap.
+  c.max_response_bytes = 256u * 1024u * 1024u;
+  EXPECT_EQ(c.response_json_limits().max_bytes, 1024u * 1024u * 1024u);
+  c.json_memory_factor = 2;
+  EXPECT_EQ(c.response_json_limits().max_bytes, 512u * 1024u * 1024u);
+  c.json_memory_factor = 16;
   c.max_response_bytes = 32u * 1024u * 1024u;
   c.json_memory_max_bytes = 1024u * 1024u - 1;
   EXPECT_EQ(field_of(c), "json_memory_max_bytes");

@@ -59,6 +59,12 @@ struct ledger_faults {
   /// after -> how many more answers for it are unreadable although the
   /// page is good (a truncated or corrupted response).
   std::map<int64_t, int> transient;
+  /// When not empty, the reason of the n-th request's unreadable answer is
+  /// whys[n % size] (a balancer alternating between two broken backends).
+  std::vector<drain_error_reason> whys;
+  /// Requests (1-based) whose answer is dropped and replaced by a transport
+  /// failure, after the drain has seen it.
+  std::set<int> fail_at;
 };
 
 /// Runs one drain of `d` against a ledger of `ledger_ids` in which the
@@ -100,13 +106,11 @@ script_result run_drain(ledger_drain& d, const ids& ledger_ids,
       std::optional<int64_t> first;
       if (faults.show_ids && !p.ids.empty())
         first = p.ids.front();
-      next = d.on_unreadable(faults.why, "cannot read it", first);
-      if (next.what == drain_next::kind::reset) {
-        EXPECT_EQ(next.plan.cause, reset_cause::undeliverable);
-        r.log.push_back("u" + std::to_string(*next.plan.event_id));
-        r.resets.push_back(next.plan);
-        next = d.on_page_done();
-      }
+      auto why = faults.why;
+      if (!faults.whys.empty())
+        why = faults.whys[static_cast<std::size_t>(r.requests)
+                          % faults.whys.size()];
+      next = d.on_unreadable(why, "cannot read it", first);
     } else {
       auto plan = d.on_page(p);
       if (plan.reset && plan.cause == reset_cause::undeliverable) {
@@ -118,6 +122,17 @@ script_result run_drain(ledger_drain& d, const ids& ledger_ids,
         r.log.push_back("e" + std::to_string(*p.ids[i]));
       }
       next = d.on_page_done();
+    }
+    while (next.what == drain_next::kind::reset) {
+      // An undeliverable reset, delivered in order; then the drain goes on.
+      EXPECT_EQ(next.plan.cause, reset_cause::undeliverable);
+      r.log.push_back("u" + std::to_string(*next.plan.event_id));
+      r.resets.push_back(next.plan);
+      next = d.on_page_done();
+    }
+    if (faults.fail_at.count(r.requests) > 0) {
+      // The transport failed instead of answering this request.
+      next = d.on_fetch_failed();
     }
     r.last = next;
     if (next.what != drain_next::kind::fetch)
@@ -176,11 +191,12 @@ TEST(LedgerPoison, AnUnreadableEventIsIsolatedByHalvingAndSurfacedInOrder) {
   EXPECT_EQ(r.last.what, drain_next::kind::idle);
   EXPECT_EQ(d.undeliverable(), 1u);
   // 0..8 bad, 0..4 ok, 4..8 bad, 4..6 bad, 4..5 ok, 5..6 bad twice (its
-  // id not shown), probe 6 ok, then 6..10 at the full limit again.
-  EXPECT_EQ(r.requests, 9);
-  EXPECT_EQ(r.afters, (ids{0, 0, 4, 4, 4, 5, 5, 6, 6}));
-  EXPECT_EQ(d.drain_errors(drain_error_reason::unparseable), 5u);
-  EXPECT_EQ(d.drain_errors(), 5u);
+  // id not shown), probe 6 ok, a fresh look at 5 still bad, then 6..10 at
+  // the full limit again.
+  EXPECT_EQ(r.requests, 10);
+  EXPECT_EQ(r.afters, (ids{0, 0, 4, 4, 4, 5, 5, 6, 5, 6}));
+  EXPECT_EQ(d.drain_errors(drain_error_reason::unparseable), 6u);
+  EXPECT_EQ(d.drain_errors(), 6u);
   EXPECT_EQ(d.fetch_limit(), 8);
   EXPECT_FALSE(d.isolating());
 }
@@ -305,6 +321,65 @@ TEST(LedgerPoison, ATransientBadProbeAnswerDoesNotSkipAReadableEvent) {
   EXPECT_EQ(r.log, log_of({"e1", "u2", "e3", "e4"}));
   ASSERT_EQ(r.resets.size(), 1u);
   EXPECT_EQ(r.resets[0].reset_to, 2);
+}
+
+TEST(LedgerPoison, AnOutageThatEndsMidProbeDeclaresNothing) {
+  // Every answer for after = 0, 1, 2 is unreadable twice (a proxy's error
+  // page served with 200), then the replay answers again. Before, the
+  // probe reached after = 3, found it readable and declared event 3 (and
+  // with it 1 and 2) undeliverable, though all three can be read.
+  ledger_drain d{0, 1, 30s};
+  ledger_faults f;
+  f.transient = {{0, 2}, {1, 2}, {2, 2}};
+  auto r = run_drain(d, {1, 2, 3, 4}, {}, f);
+  EXPECT_EQ(r.log, log_of({"e1", "e2", "e3", "e4"}));
+  EXPECT_TRUE(r.resets.empty());
+  EXPECT_EQ(d.undeliverable(), 0u);
+  EXPECT_EQ(d.cursor(), 4);
+}
+
+TEST(LedgerPoison, AReadableAnswerAtTheCursorBeforeTheResetStartsOver) {
+  // The outage ends while the probe is confirming: after = 2 is still
+  // unreadable on the fresh look, after = 0 is readable again.
+  ledger_drain d{0, 1, 30s};
+  ledger_faults f;
+  f.transient = {{0, 2}, {1, 2}, {2, 3}};
+  auto r = run_drain(d, {1, 2, 3, 4}, {}, f);
+  EXPECT_EQ(r.log, log_of({"e1", "e2", "e3", "e4"}));
+  EXPECT_TRUE(r.resets.empty());
+}
+
+TEST(LedgerPoison, TwoUnreadableAnswersConfirmEachOtherWhateverTheirReasons) {
+  // A balancer alternating between a backend that answers over the cap
+  // and one that answers garbage: before, the reasons never matched, no
+  // failure was ever confirmed, and the drain asked again at once forever.
+  ledger_drain d{0, 1, 30s};
+  ledger_faults f;
+  f.whys = {drain_error_reason::over_cap, drain_error_reason::unparseable};
+  auto r = run_drain(d, {1, 2, 3}, {2}, f, 100);
+  EXPECT_EQ(r.log, log_of({"e1", "u2", "e3"}));
+  EXPECT_LT(r.requests, 20);
+  EXPECT_EQ(r.last.what, drain_next::kind::idle);
+}
+
+TEST(LedgerPoison, ATransportFailureMidProbeKeepsWhatTheProbeLearnt) {
+  // Sparse ids, nothing readable from the body: the probe walks after =
+  // 1, 2, ...; the transport fails at the 9th request. The next attempt
+  // goes on from there instead of walking the same positions again.
+  ledger_drain d{0, 1, 30s};
+  ledger_faults f;
+  f.fail_at = {9};
+  auto r = run_drain(d, {1, 100}, {100}, f);
+  EXPECT_EQ(r.last.what, drain_next::kind::redrain);
+  ASSERT_GE(r.afters.size(), 9u);
+  auto walked = r.afters[8]; // the position whose answer was lost
+  ledger_faults g;
+  auto r2 = run_drain(d, {1, 100}, {100}, g);
+  ASSERT_GE(r2.afters.size(), 3u);
+  // Limit 1 at the cursor twice, then the probe resumes past `walked - 1`.
+  EXPECT_EQ(r2.afters[0], 1);
+  EXPECT_EQ(r2.afters[1], 1);
+  EXPECT_EQ(r2.afters[2], walked + 1);
 }
 
 TEST(LedgerPoison, APoisonEventAtTheHeadIsSurfacedToo) {
