@@ -159,8 +159,8 @@ namespace {
 // A basic_parser handler that builds nothing: it follows the keys down to
 // one integer -- top-level `key1`, or, with `key2`, the `key2` of the first
 // element of the top-level `key1` array -- and stops the parse there. The
-// parse needs no memory per value and, with a high depth limit, passes
-// whatever nests deep before the integer.
+// parse needs no memory per value and passes whatever nests deep (up to
+// scan_max_depth) before the integer.
 class integer_scan {
 public:
   static constexpr std::size_t max_object_size = static_cast<std::size_t>(-1);
@@ -292,12 +292,20 @@ private:
   std::size_t depth_ = 0;
 };
 
+// The nesting the scan follows. Boost.JSON's basic_parser recurses once per
+// level, so the depth it is allowed bounds its stack: an unbounded depth
+// lets a hostile text (a frame or body of a few hundred thousand `[`)
+// overflow the stack. The largest response-body depth a client may be
+// configured to read (client_config json_max_depth, at most 1024): what
+// nests deeper is unreadable by every parse, and the scan stops there (the
+// integer is not shown if it comes after that point).
+constexpr std::size_t scan_max_depth = 1024;
+
 std::optional<int64_t> scan_integer(std::string_view text,
                                     std::string_view key1,
                                     std::optional<std::string_view> key2) {
   json::parse_options opt;
-  // Depth costs the parser a few bytes per level, bounded by the text.
-  opt.max_depth = text.size() + 1;
+  opt.max_depth = scan_max_depth;
   json::basic_parser<integer_scan> p{opt, key1, key2};
   json::error_code ec;
   // more = true: a body cut short is not an error before the id.

@@ -401,6 +401,42 @@ TEST(FeedIdScan, AFrameShowsItsTopLevelSeq) {
   EXPECT_EQ(m.frame.seq, 5);
 }
 
+TEST(FeedIdScan, HostileNestingIsNotFollowedToTheEndOfTheText) {
+  // Far deeper than any parse limit: the scan must neither recurse into it
+  // (the stack) nor show an id or seq it never reached.
+  feed_fields f;
+  auto frame = R"({"type":"event","m":)" + std::string(200000, '[');
+  EXPECT_FALSE(frame_seq(frame));
+  EXPECT_FALSE(frame_seq(frame + R"(,"seq":3})"));
+  auto m = parse_message(frame, "cursor");
+  EXPECT_EQ(m.frame.type, frame_type::not_json);
+  EXPECT_FALSE(m.frame.seq);
+  auto body = R"({"x":)" + std::string(65000, '[');
+  EXPECT_FALSE(first_event_id(body, f));
+  EXPECT_FALSE(first_event_id(body + R"(,"events":[{"id":4}]})", f));
+  EXPECT_FALSE(first_event_id(R"({"events":[{"m":)" + std::string(200000, '['),
+                              f));
+  // What comes before the deep part is still shown.
+  EXPECT_EQ(frame_seq(R"({"type":"event","seq":8,"m":)"
+                      + std::string(200000, '[')),
+            8);
+}
+
+TEST(FeedIdScan, AnIdPastAModeratelyDeepValueIsStillFound) {
+  feed_fields f;
+  auto deep = [](std::size_t n) {
+    return std::string(n, '[') + std::string(n, ']');
+  };
+  EXPECT_EQ(first_event_id(R"({"meta":)" + deep(500)
+                             + R"(,"events":[{"m":)" + deep(100)
+                             + R"(,"id":11,"x":tru}]})",
+                           f),
+            11);
+  EXPECT_EQ(frame_seq(R"({"type":"event","m":)" + deep(1000)
+                      + R"(,"seq":13,"x":tru})"),
+            13);
+}
+
 // -- pure state: wake coalescing ---------------------------------------------------------
 
 TEST(LedgerWakes, AFloodOfWakesForAnUnreachableTargetStartsNoDrain) {
