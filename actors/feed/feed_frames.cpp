@@ -158,9 +158,17 @@ namespace {
 
 // A basic_parser handler that builds nothing: it follows the keys down to
 // one integer -- top-level `key1`, or, with `key2`, the `key2` of the first
-// element of the top-level `key1` array -- and stops the parse there. The
-// parse needs no memory per value and passes whatever nests deep (up to
-// scan_max_depth) before the integer.
+// element of the top-level `key1` array -- and stops the parse as soon as
+// the answer is known. The parse needs no memory per value and passes
+// whatever nests deep (up to scan_max_depth) before the integer.
+//
+// With `key2`, the id names the first event only if that event may be the
+// one that cannot be read: the scan goes on past the id to the end of the
+// first event, and a second element after it means that the array holds
+// more events than the one asked for (a server that ignores `limit`), any
+// of which may be the unreadable one -- no id. The end of the array right
+// after it, or the text failing or cut short before another element
+// starts, keeps the id (see result()).
 class integer_scan {
 public:
   static constexpr std::size_t max_object_size = static_cast<std::size_t>(-1);
@@ -172,7 +180,14 @@ public:
     : key1_(key1), key2_(key2) {
   }
 
-  std::optional<int64_t> found;
+  /// The integer, once the parse has returned: the one the scan stopped
+  /// on, or, when the text ended or failed first, the first event's id
+  /// provided no second element had started.
+  std::optional<int64_t> result() const {
+    if (done_)
+      return found_;
+    return candidate_;
+  }
 
   bool on_document_begin(json::error_code&) {
     return true;
@@ -180,7 +195,9 @@ public:
   bool on_document_end(json::error_code&) {
     return true;
   }
-  bool on_object_begin(json::error_code&) {
+  bool on_object_begin(json::error_code& ec) {
+    if (stage_ == stage::after_first && depth_ == 2)
+      return stop(ec); // a second element
     if (stage_ == stage::events && depth_ == 2) {
       stage_ = stage::first_event;
       key_hit_ = false;
@@ -190,16 +207,21 @@ public:
   }
   bool on_object_end(std::size_t, json::error_code& ec) {
     --depth_;
-    // The top object, or the first event, ended without the integer.
-    if (depth_ == 0 || (stage_ == stage::first_event && depth_ == 2))
-      return stop(ec);
+    if (depth_ == 0)
+      return stop(ec); // the top object ended without the integer
+    if (stage_ == stage::first_event && depth_ == 2) {
+      if (!candidate_)
+        return stop(ec); // the first event ended without its id
+      stage_ = stage::after_first;
+    }
     return true;
   }
   bool on_array_begin(json::error_code& ec) {
     if (depth_ == 0)
       return stop(ec); // not an object
-    if (stage_ == stage::events && depth_ == 2)
-      return stop(ec); // the first event is not an object
+    if (depth_ == 2
+        && (stage_ == stage::events || stage_ == stage::after_first))
+      return stop(ec); // the first event is not an object, or a second one
     if (stage_ == stage::top && depth_ == 1 && key_hit_ && key2_)
       stage_ = stage::events;
     ++depth_;
@@ -209,6 +231,10 @@ public:
     --depth_;
     if (stage_ == stage::events && depth_ == 1)
       return stop(ec); // an empty events array
+    if (stage_ == stage::after_first && depth_ == 1) {
+      found_ = candidate_; // exactly one event
+      return stop(ec);
+    }
     return true;
   }
   bool on_key_part(json::string_view s, std::size_t n, json::error_code&) {
@@ -223,17 +249,17 @@ public:
     if (stage_ == stage::top && depth_ == 1)
       key_hit_ = key_ == key1_;
     else if (stage_ == stage::first_event && depth_ == 3)
-      key_hit_ = key_ == *key2_;
+      key_hit_ = !candidate_ && key_ == *key2_;
     return true;
   }
-  bool on_string_part(json::string_view, std::size_t, json::error_code&) {
-    return true;
+  bool on_string_part(json::string_view, std::size_t, json::error_code& ec) {
+    return element_starts(ec);
   }
   bool on_string(json::string_view, std::size_t, json::error_code& ec) {
     return scalar(std::nullopt, ec);
   }
-  bool on_number_part(json::string_view, json::error_code&) {
-    return true;
+  bool on_number_part(json::string_view, json::error_code& ec) {
+    return element_starts(ec);
   }
   bool on_int64(std::int64_t i, json::string_view, json::error_code& ec) {
     return scalar(i, ec);
@@ -260,26 +286,39 @@ public:
   }
 
 private:
-  enum class stage : uint8_t { top, events, first_event };
+  enum class stage : uint8_t { top, events, first_event, after_first };
+
+  // A string or number begins (or goes on) at the current depth: after the
+  // first event, that is a second element.
+  bool element_starts(json::error_code& ec) {
+    if (stage_ == stage::after_first && depth_ == 2)
+      return stop(ec);
+    return true;
+  }
 
   // A scalar value at the current depth.
   bool scalar(std::optional<int64_t> v, json::error_code& ec) {
     if (stage_ == stage::top && depth_ == 1 && key_hit_) {
       if (key2_)
         return stop(ec); // the events field is not an array
-      found = v;
+      found_ = v;
       return stop(ec);
     }
-    if (stage_ == stage::events && depth_ == 2)
-      return stop(ec); // the first event is not an object
+    if (depth_ == 2
+        && (stage_ == stage::events || stage_ == stage::after_first))
+      return stop(ec); // the first event is not an object, or a second one
     if (stage_ == stage::first_event && depth_ == 3 && key_hit_) {
-      found = v;
-      return stop(ec);
+      if (!v)
+        return stop(ec); // an id that is not an integer
+      // Kept until the first event ends and what follows it is seen.
+      candidate_ = v;
+      key_hit_ = false;
     }
     return true;
   }
 
   bool stop(json::error_code& ec) {
+    done_ = true;
     ec = json::error::exception;
     return false;
   }
@@ -290,6 +329,9 @@ private:
   bool key_hit_ = false;
   stage stage_ = stage::top;
   std::size_t depth_ = 0;
+  bool done_ = false;
+  std::optional<int64_t> found_;
+  std::optional<int64_t> candidate_;
 };
 
 // The nesting the scan follows. Boost.JSON's basic_parser recurses once per
@@ -310,7 +352,7 @@ std::optional<int64_t> scan_integer(std::string_view text,
   json::error_code ec;
   // more = true: a body cut short is not an error before the id.
   p.write_some(true, text.data(), text.size(), ec);
-  return p.handler().found;
+  return p.handler().result();
 }
 
 } // namespace

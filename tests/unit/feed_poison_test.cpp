@@ -362,7 +362,7 @@ TEST(FeedIdScan, TheFirstEventsIdIsReadPastWhatCannotBeParsed) {
   auto deep100 = std::string(100, '[') + std::string(100, ']');
   // Deeper than any parse limit, before and after the id.
   EXPECT_EQ(first_event_id(R"({"cursor":3,"events":[{"meta":)" + deep100
-                             + R"(,"id":7},{"id":8}]})",
+                             + R"(,"id":7}]})",
                            f),
             7);
   // A syntax error after the id, a body cut short after it.
@@ -386,6 +386,36 @@ TEST(FeedIdScan, TheFirstEventsIdIsReadPastWhatCannotBeParsed) {
                            custom),
             4);
   EXPECT_FALSE(first_event_id(R"({"events":[{"id":1}]})", custom));
+}
+
+TEST(FeedIdScan, AnIdIsShownOnlyWhenTheFirstEventMayBeTheUnreadableOne) {
+  feed_fields f;
+  // Exactly one event (what limit 1 asks for), the rest of the page after
+  // it.
+  EXPECT_EQ(first_event_id(R"({"events":[{"id":1,"x":2}],"cursor":tru)", f),
+            1);
+  EXPECT_EQ(first_event_id(R"({"events":[{"id":1}])", f), 1);
+  // Failing or cut short inside the first event, or before anything
+  // follows it.
+  for (std::string one :
+       {std::string{R"({"events":[{"id":1,"m":tru}]})"},
+        std::string{R"({"events":[{"id":1,"m":"abc)"},
+        std::string{R"({"events":[{"id":1,"m":{"k":[1,)"},
+        R"({"events":[{"id":1,"m":)" + std::string(2000, '['),
+        std::string{R"({"events":[{"id":1})"},
+        std::string{R"({"events":[{"id":1},)"},
+        std::string{R"({"events":[{"id":1}x)"}})
+    EXPECT_EQ(first_event_id(one, f), 1) << one;
+  // A server that ignores limit: the first event is readable and ends, and
+  // more follow -- any of them may be the one that cannot be read.
+  for (const char* more :
+       {R"({"events":[{"id":1},{"id":2},{"id":3,"m":tru}]})",
+        R"({"events":[{"id":1,"m":[[1]]},{"id":2}]})",
+        R"({"events":[{"id":1},{"id":2)", R"({"events":[{"id":1},{)",
+        R"({"events":[{"id":1},5]})", R"({"events":[{"id":1},12)",
+        R"({"events":[{"id":1},"ab)", R"({"events":[{"id":1},"x"]})",
+        R"({"events":[{"id":1},[)", R"({"events":[{"id":1},null]})"})
+    EXPECT_FALSE(first_event_id(more, f)) << more;
 }
 
 TEST(FeedIdScan, AFrameShowsItsTopLevelSeq) {
