@@ -169,6 +169,10 @@ namespace {
 // of which may be the unreadable one -- no id. The end of the array right
 // after it, or the text failing or cut short before another element
 // starts, keeps the id (see result()).
+//
+// Without `key2` (a frame's seq), the integer counts only in a frame whose
+// top-level `type` is "event", before or after it: a garbled hello or
+// notice says nothing about the event sequence.
 class integer_scan {
 public:
   static constexpr std::size_t max_object_size = static_cast<std::size_t>(-1);
@@ -196,6 +200,8 @@ public:
     return true;
   }
   bool on_object_begin(json::error_code& ec) {
+    if (type_key_ && depth_ == 1)
+      return stop(ec); // the type is not "event"
     if (stage_ == stage::after_first && depth_ == 2)
       return stop(ec); // a second element
     if (stage_ == stage::events && depth_ == 2) {
@@ -219,6 +225,8 @@ public:
   bool on_array_begin(json::error_code& ec) {
     if (depth_ == 0)
       return stop(ec); // not an object
+    if (type_key_ && depth_ == 1)
+      return stop(ec); // the type is not "event"
     if (depth_ == 2
         && (stage_ == stage::events || stage_ == stage::after_first))
       return stop(ec); // the first event is not an object, or a second one
@@ -246,16 +254,37 @@ public:
   }
   bool on_key(json::string_view s, std::size_t n, json::error_code& ec) {
     on_key_part(s, n, ec);
-    if (stage_ == stage::top && depth_ == 1)
+    if (stage_ == stage::top && depth_ == 1) {
       key_hit_ = key_ == key1_;
+      type_key_ = !key2_ && type_ == type::unseen && key_ == "type";
+    }
     else if (stage_ == stage::first_event && depth_ == 3)
       key_hit_ = !candidate_ && key_ == *key2_;
     return true;
   }
-  bool on_string_part(json::string_view, std::size_t, json::error_code& ec) {
+  bool on_string_part(json::string_view s, std::size_t n,
+                      json::error_code& ec) {
+    if (type_key_ && depth_ == 1) {
+      if (n == s.size())
+        type_value_.assign(s.data(), s.size());
+      else
+        type_value_.append(s.data(), s.size());
+    }
     return element_starts(ec);
   }
-  bool on_string(json::string_view, std::size_t, json::error_code& ec) {
+  bool on_string(json::string_view s, std::size_t n, json::error_code& ec) {
+    if (type_key_ && depth_ == 1) {
+      on_string_part(s, n, ec);
+      type_key_ = false;
+      if (type_value_ != "event")
+        return stop(ec);
+      type_ = type::event;
+      if (seq_) {
+        found_ = seq_;
+        return stop(ec);
+      }
+      return true;
+    }
     return scalar(std::nullopt, ec);
   }
   bool on_number_part(json::string_view, json::error_code& ec) {
@@ -287,6 +316,7 @@ public:
 
 private:
   enum class stage : uint8_t { top, events, first_event, after_first };
+  enum class type : uint8_t { unseen, event };
 
   // A string or number begins (or goes on) at the current depth: after the
   // first event, that is a second element.
@@ -298,11 +328,20 @@ private:
 
   // A scalar value at the current depth.
   bool scalar(std::optional<int64_t> v, json::error_code& ec) {
+    if (type_key_ && depth_ == 1)
+      return stop(ec); // the type is not "event"
     if (stage_ == stage::top && depth_ == 1 && key_hit_) {
-      if (key2_)
-        return stop(ec); // the events field is not an array
-      found_ = v;
-      return stop(ec);
+      if (key2_ || !v)
+        return stop(ec); // the events field is not an array, a bad seq
+      if (type_ == type::event) {
+        found_ = v;
+        return stop(ec);
+      }
+      // Kept until the type shows.
+      if (!seq_)
+        seq_ = v;
+      key_hit_ = false;
+      return true;
     }
     if (depth_ == 2
         && (stage_ == stage::events || stage_ == stage::after_first))
@@ -332,6 +371,12 @@ private:
   bool done_ = false;
   std::optional<int64_t> found_;
   std::optional<int64_t> candidate_;
+  // Without key2: the top-level type, while its value is read, and the
+  // seq seen before it.
+  bool type_key_ = false;
+  type type_ = type::unseen;
+  std::string type_value_;
+  std::optional<int64_t> seq_;
 };
 
 // The nesting the scan follows. Boost.JSON's basic_parser recurses once per

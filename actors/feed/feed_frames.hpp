@@ -106,7 +106,10 @@ std::optional<int64_t> first_event_id(std::string_view body,
                                       const feed_fields& fields);
 
 /// The integer top-level `seq` of an event frame that cannot be read whole,
-/// by the same scan; nullopt when the frame does not show it.
+/// by the same scan: shown only when the scan also sees the frame's
+/// top-level `type` to be "event" (before or after the seq); nullopt when
+/// the frame does not show both (another type, a type or seq past a syntax
+/// error, the end of the text or nesting deeper than 1024 levels).
 std::optional<int64_t> frame_seq(std::string_view payload);
 
 /// The drain error of a replay answer that came back but cannot be read

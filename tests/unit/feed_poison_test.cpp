@@ -467,6 +467,27 @@ TEST(FeedIdScan, AnIdPastAModeratelyDeepValueIsStillFound) {
             13);
 }
 
+TEST(FeedIdScan, OnlyAnEventFrameShowsItsSeq) {
+  // The type after the seq counts too.
+  EXPECT_EQ(frame_seq(R"({"seq":12,"subject":"a","type":"event","m":tru})"),
+            12);
+  // Another type, or no type seen: a garbled hello or notice says nothing
+  // about the event sequence.
+  for (const char* none :
+       {R"({"type":"hello","seq":1000,"m":tru})",
+        R"({"seq":1000,"type":"notice","m":tru})",
+        R"({"seq":1000,"m":tru,"type":"event"})", R"({"seq":1000,)",
+        R"({"seq":1000,"type":"eve)", R"({"type":1,"seq":3,x})",
+        R"({"type":["event"],"seq":3,x})", R"({"type":null,"seq":3,x})",
+        R"({"m":{"type":"event"},"seq":3,x})",
+        R"({"type":"events","seq":3,x})", R"({"type":"event","seq":3.5,x})"})
+    EXPECT_FALSE(frame_seq(none)) << none;
+  auto m = parse_message(R"({"type":"hello","mode":"catchup","seq":1000,)",
+                         "cursor");
+  EXPECT_EQ(m.frame.type, frame_type::not_json);
+  EXPECT_FALSE(m.frame.seq);
+}
+
 // -- pure state: wake coalescing ---------------------------------------------------------
 
 TEST(LedgerWakes, AFloodOfWakesForAnUnreachableTargetStartsNoDrain) {
@@ -875,6 +896,29 @@ TEST_F(FeedPoison, TwoDeepEventsAroundAReadableOneAreTwoResetsNamedFromTheirBodi
   EXPECT_EQ(rs[1]->event_id, 4);
   EXPECT_EQ(rs[1]->from_cursor, 3);
   EXPECT_EQ(stats().cursor, 5);
+}
+
+TEST_F(FeedPoison, AnUnreadableFrameOfAnotherTypeDoesNotNameItsSeqAsAnEvent) {
+  cfg.replay_path.clear();
+  start();
+  ws->last().open();
+  run();
+  ws->last().message(
+    R"({"type":"hello","mode":"catchup","seq":0,"cursor":0,"resync":false,"epoch":"e1"})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":1})");
+  // A garbled notice with a far seq: not event 1000, so neither a reset up
+  // to 1000 nor the events before it dropped as already seen.
+  ws->last().message(R"({"type":"notice","seq":1000,"metadata":)" + deep(100)
+                     + "}");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":2})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":3})");
+  run();
+  EXPECT_EQ(got(), (std::vector<std::string>{"e#1", "r:undeliverable", "e#2",
+                                             "e#3"}));
+  auto rs = subs->resets();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_FALSE(rs[0]->event_id);
+  EXPECT_FALSE(rs[0]->lost_to);
 }
 
 TEST_F(FeedPoison, AnUnreadableEphemeralFrameIsAnUndeliverableResetInOrder) {
