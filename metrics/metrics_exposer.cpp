@@ -113,6 +113,7 @@ struct metrics_exposer::server {
       header_timeout_(to_duration(limits.header_timeout)),
       idle_timeout_(to_duration(limits.idle_timeout)),
       write_timeout_(to_duration(limits.write_timeout)),
+      min_write_stall_(to_duration(limits.min_write_stall)),
       max_connections_(limits.max_connections),
       max_pipelined_(limits.max_pipelined_requests) {
     // Every label value from the start: a 0 is a sample, an absent series
@@ -137,7 +138,8 @@ struct metrics_exposer::server {
   void do_accept();
   void on_accept(beast::error_code ec, tcp::socket socket);
   /// At the cap: closes the connection stuck longest (waiting for a
-  /// request, or writing without progress). False when none is open.
+  /// request, or writing without progress for min_write_stall). False
+  /// when none is open or evictable.
   bool make_room();
   /// A new mark on the server's logical clock: sessions stamp the moment
   /// they start waiting or last made write progress, and make_room()
@@ -156,6 +158,7 @@ struct metrics_exposer::server {
   std::chrono::steady_clock::duration header_timeout_;
   std::chrono::steady_clock::duration idle_timeout_;
   std::chrono::steady_clock::duration write_timeout_;
+  std::chrono::steady_clock::duration min_write_stall_;
   std::size_t max_connections_;
   std::size_t max_pipelined_;
   uint64_t ticks_ = 0;
@@ -199,6 +202,15 @@ public:
   /// progress. The lowest one is closed at the cap.
   uint64_t stuck_since() const {
     return since_;
+  }
+
+  /// May be closed to make room at the cap: waiting for a request, or
+  /// writing an answer that has made no progress for min_write_stall (at
+  /// `now`). An answer that flows, however slowly, is not cut off.
+  bool evictable(std::chrono::steady_clock::time_point now) const {
+    return phase_ == phase::waiting
+           || (phase_ == phase::answering
+               && now - progress_at_ >= server_.min_write_stall_);
   }
 
   void close() {
@@ -356,6 +368,7 @@ private:
   template <class Body>
   void send(http::response<Body> res) {
     since_ = server_.tick();
+    progress_at_ = std::chrono::steady_clock::now();
     // While an answer is being written, closing the socket (eviction, the
     // write deadline: Beast closes it, or stop()) resets the connection
     // and drops what is queued, instead of leaving a socket with full
@@ -386,8 +399,10 @@ private:
                      const std::shared_ptr<outgoing<Body>>& out) {
     if (phase_ == phase::closed)
       return;
-    if (!ec && n > 0)
+    if (!ec && n > 0) {
       since_ = server_.tick();
+      progress_at_ = std::chrono::steady_clock::now();
+    }
     if (!ec && !out->sr.is_done()) {
       write_some(out);
       return;
@@ -436,6 +451,8 @@ private:
   session_list::iterator it_;
   phase phase_ = phase::waiting;
   uint64_t since_ = 0;
+  /// While answering: when the answer began or last made write progress.
+  std::chrono::steady_clock::time_point progress_at_{};
   /// Requests answered in a row that were already received when the
   /// answer before them was written.
   std::size_t pipelined_ = 0;
@@ -543,12 +560,16 @@ void metrics_exposer::server::on_accept(beast::error_code ec,
 
 bool metrics_exposer::server::make_room() {
   // Every open connection either waits for a request or writes an answer:
-  // close the one stuck longest, whichever of the two it is. A scrape that
-  // just connected, or whose answer is flowing, has the newest stamp.
+  // close the one stuck longest, whichever of the two it is. A writing one
+  // only when its answer has not moved for min_write_stall: one that is
+  // flowing slowly may have a last write completion older than a waiting
+  // one's stamp, and would be cut off mid-answer.
+  auto now = std::chrono::steady_clock::now();
   std::shared_ptr<session> stuck;
   for (auto& w : open_) {
     auto s = w.lock();
-    if (s && (!stuck || s->stuck_since() < stuck->stuck_since()))
+    if (s && s->evictable(now)
+        && (!stuck || s->stuck_since() < stuck->stuck_since()))
       stuck = std::move(s);
   }
   if (!stuck)
@@ -570,6 +591,7 @@ metrics_exposer::metrics_exposer(std::shared_ptr<metrics_registry> registry,
   check_seconds(limits.header_timeout, "header_timeout");
   check_seconds(limits.idle_timeout, "idle_timeout");
   check_seconds(limits.write_timeout, "write_timeout");
+  check_seconds(limits.min_write_stall, "min_write_stall");
   if (limits.max_connections == 0)
     throw config_error("metrics.max_connections", "must be at least 1");
   server_ = std::make_unique<server>(registry_, limits);

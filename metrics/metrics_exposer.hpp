@@ -62,9 +62,15 @@ struct metrics_exposer_limits {
   /// Connections open at once. A connection accepted at the cap closes
   /// the open connection stuck longest: waiting for a request (idle, or a
   /// header still incomplete) since longest, or writing a response that
-  /// has made no progress since longest (a client that does not read).
-  /// (>= 1) [128]
+  /// has made no progress since longest (a client that does not read) --
+  /// a writing one only once stalled for min_write_stall. With nothing to
+  /// close, the new connection is refused. (>= 1) [128]
   std::size_t max_connections = 128;
+  /// Seconds a response being written must have made no progress (the
+  /// client took none of it) before the connection may be closed to make
+  /// room at the cap: a scrape whose answer is flowing, however slowly,
+  /// keeps its slot. (0, 86400] [1]
+  double min_write_stall = 1.0;
   /// Requests a connection may pipeline in a row: a request already
   /// received when the answer to the one before it is written counts as
   /// pipelined; one more than this closes the connection after that
@@ -85,7 +91,7 @@ struct metrics_exposer_limits {
 ///
 /// | metric | type | labels | counts |
 /// |--------|------|--------|--------|
-/// | outbound_metrics_connections_closed_total | counter | reason | connections closed without an answer (to some request): `header_timeout`, `idle_timeout`, `write_timeout`, `evicted` (at the cap, the one waiting for a request since longest), `evicted_unread` (at the cap, the one whose response made no progress since longest), `pipeline_limit` (more than max_pipelined_requests in a row), `refused` (at the cap with nothing to close; kept for dashboards, every open connection is evictable) |
+/// | outbound_metrics_connections_closed_total | counter | reason | connections closed without an answer (to some request): `header_timeout`, `idle_timeout`, `write_timeout`, `evicted` (at the cap, the one waiting for a request since longest), `evicted_unread` (at the cap, the one whose response made no progress since longest, for at least min_write_stall), `pipeline_limit` (more than max_pipelined_requests in a row), `refused` (at the cap with nothing to close: every open connection is writing a response that made progress within min_write_stall) |
 class metrics_exposer {
 public:
   /// Binds `address:port` (port 0: the system picks one; see port()) and

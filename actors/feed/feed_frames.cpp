@@ -158,9 +158,21 @@ namespace {
 
 // A basic_parser handler that builds nothing: it follows the keys down to
 // one integer -- top-level `key1`, or, with `key2`, the `key2` of the first
-// element of the top-level `key1` array -- and stops the parse there. The
-// parse needs no memory per value and, with a high depth limit, passes
-// whatever nests deep before the integer.
+// element of the top-level `key1` array -- and stops the parse as soon as
+// the answer is known. The parse needs no memory per value and passes
+// whatever nests deep (up to scan_max_depth) before the integer.
+//
+// With `key2`, the id names the first event only if that event may be the
+// one that cannot be read: the scan goes on past the id to the end of the
+// first event, and a second element after it means that the array holds
+// more events than the one asked for (a server that ignores `limit`), any
+// of which may be the unreadable one -- no id. The end of the array right
+// after it, or the text failing or cut short before another element
+// starts, keeps the id (see result()).
+//
+// Without `key2` (a frame's seq), the integer counts only in a frame whose
+// top-level `type` is "event", before or after it: a garbled hello or
+// notice says nothing about the event sequence.
 class integer_scan {
 public:
   static constexpr std::size_t max_object_size = static_cast<std::size_t>(-1);
@@ -172,7 +184,14 @@ public:
     : key1_(key1), key2_(key2) {
   }
 
-  std::optional<int64_t> found;
+  /// The integer, once the parse has returned: the one the scan stopped
+  /// on, or, when the text ended or failed first, the first event's id
+  /// provided no second element had started.
+  std::optional<int64_t> result() const {
+    if (done_)
+      return found_;
+    return candidate_;
+  }
 
   bool on_document_begin(json::error_code&) {
     return true;
@@ -180,7 +199,11 @@ public:
   bool on_document_end(json::error_code&) {
     return true;
   }
-  bool on_object_begin(json::error_code&) {
+  bool on_object_begin(json::error_code& ec) {
+    if (type_key_ && depth_ == 1)
+      return stop(ec); // the type is not "event"
+    if (stage_ == stage::after_first && depth_ == 2)
+      return stop(ec); // a second element
     if (stage_ == stage::events && depth_ == 2) {
       stage_ = stage::first_event;
       key_hit_ = false;
@@ -190,16 +213,23 @@ public:
   }
   bool on_object_end(std::size_t, json::error_code& ec) {
     --depth_;
-    // The top object, or the first event, ended without the integer.
-    if (depth_ == 0 || (stage_ == stage::first_event && depth_ == 2))
-      return stop(ec);
+    if (depth_ == 0)
+      return stop(ec); // the top object ended without the integer
+    if (stage_ == stage::first_event && depth_ == 2) {
+      if (!candidate_)
+        return stop(ec); // the first event ended without its id
+      stage_ = stage::after_first;
+    }
     return true;
   }
   bool on_array_begin(json::error_code& ec) {
     if (depth_ == 0)
       return stop(ec); // not an object
-    if (stage_ == stage::events && depth_ == 2)
-      return stop(ec); // the first event is not an object
+    if (type_key_ && depth_ == 1)
+      return stop(ec); // the type is not "event"
+    if (depth_ == 2
+        && (stage_ == stage::events || stage_ == stage::after_first))
+      return stop(ec); // the first event is not an object, or a second one
     if (stage_ == stage::top && depth_ == 1 && key_hit_ && key2_)
       stage_ = stage::events;
     ++depth_;
@@ -209,6 +239,10 @@ public:
     --depth_;
     if (stage_ == stage::events && depth_ == 1)
       return stop(ec); // an empty events array
+    if (stage_ == stage::after_first && depth_ == 1) {
+      found_ = candidate_; // exactly one event
+      return stop(ec);
+    }
     return true;
   }
   bool on_key_part(json::string_view s, std::size_t n, json::error_code&) {
@@ -220,20 +254,41 @@ public:
   }
   bool on_key(json::string_view s, std::size_t n, json::error_code& ec) {
     on_key_part(s, n, ec);
-    if (stage_ == stage::top && depth_ == 1)
+    if (stage_ == stage::top && depth_ == 1) {
       key_hit_ = key_ == key1_;
+      type_key_ = !key2_ && type_ == type::unseen && key_ == "type";
+    }
     else if (stage_ == stage::first_event && depth_ == 3)
-      key_hit_ = key_ == *key2_;
+      key_hit_ = !candidate_ && key_ == *key2_;
     return true;
   }
-  bool on_string_part(json::string_view, std::size_t, json::error_code&) {
-    return true;
+  bool on_string_part(json::string_view s, std::size_t n,
+                      json::error_code& ec) {
+    if (type_key_ && depth_ == 1) {
+      if (n == s.size())
+        type_value_.assign(s.data(), s.size());
+      else
+        type_value_.append(s.data(), s.size());
+    }
+    return element_starts(ec);
   }
-  bool on_string(json::string_view, std::size_t, json::error_code& ec) {
+  bool on_string(json::string_view s, std::size_t n, json::error_code& ec) {
+    if (type_key_ && depth_ == 1) {
+      on_string_part(s, n, ec);
+      type_key_ = false;
+      if (type_value_ != "event")
+        return stop(ec);
+      type_ = type::event;
+      if (seq_) {
+        found_ = seq_;
+        return stop(ec);
+      }
+      return true;
+    }
     return scalar(std::nullopt, ec);
   }
-  bool on_number_part(json::string_view, json::error_code&) {
-    return true;
+  bool on_number_part(json::string_view, json::error_code& ec) {
+    return element_starts(ec);
   }
   bool on_int64(std::int64_t i, json::string_view, json::error_code& ec) {
     return scalar(i, ec);
@@ -260,26 +315,49 @@ public:
   }
 
 private:
-  enum class stage : uint8_t { top, events, first_event };
+  enum class stage : uint8_t { top, events, first_event, after_first };
+  enum class type : uint8_t { unseen, event };
+
+  // A string or number begins (or goes on) at the current depth: after the
+  // first event, that is a second element.
+  bool element_starts(json::error_code& ec) {
+    if (stage_ == stage::after_first && depth_ == 2)
+      return stop(ec);
+    return true;
+  }
 
   // A scalar value at the current depth.
   bool scalar(std::optional<int64_t> v, json::error_code& ec) {
+    if (type_key_ && depth_ == 1)
+      return stop(ec); // the type is not "event"
     if (stage_ == stage::top && depth_ == 1 && key_hit_) {
-      if (key2_)
-        return stop(ec); // the events field is not an array
-      found = v;
-      return stop(ec);
+      if (key2_ || !v)
+        return stop(ec); // the events field is not an array, a bad seq
+      if (type_ == type::event) {
+        found_ = v;
+        return stop(ec);
+      }
+      // Kept until the type shows.
+      if (!seq_)
+        seq_ = v;
+      key_hit_ = false;
+      return true;
     }
-    if (stage_ == stage::events && depth_ == 2)
-      return stop(ec); // the first event is not an object
+    if (depth_ == 2
+        && (stage_ == stage::events || stage_ == stage::after_first))
+      return stop(ec); // the first event is not an object, or a second one
     if (stage_ == stage::first_event && depth_ == 3 && key_hit_) {
-      found = v;
-      return stop(ec);
+      if (!v)
+        return stop(ec); // an id that is not an integer
+      // Kept until the first event ends and what follows it is seen.
+      candidate_ = v;
+      key_hit_ = false;
     }
     return true;
   }
 
   bool stop(json::error_code& ec) {
+    done_ = true;
     ec = json::error::exception;
     return false;
   }
@@ -290,19 +368,36 @@ private:
   bool key_hit_ = false;
   stage stage_ = stage::top;
   std::size_t depth_ = 0;
+  bool done_ = false;
+  std::optional<int64_t> found_;
+  std::optional<int64_t> candidate_;
+  // Without key2: the top-level type, while its value is read, and the
+  // seq seen before it.
+  bool type_key_ = false;
+  type type_ = type::unseen;
+  std::string type_value_;
+  std::optional<int64_t> seq_;
 };
+
+// The nesting the scan follows. Boost.JSON's basic_parser recurses once per
+// level, so the depth it is allowed bounds its stack: an unbounded depth
+// lets a hostile text (a frame or body of a few hundred thousand `[`)
+// overflow the stack. The largest response-body depth a client may be
+// configured to read (client_config json_max_depth, at most 1024): what
+// nests deeper is unreadable by every parse, and the scan stops there (the
+// integer is not shown if it comes after that point).
+constexpr std::size_t scan_max_depth = 1024;
 
 std::optional<int64_t> scan_integer(std::string_view text,
                                     std::string_view key1,
                                     std::optional<std::string_view> key2) {
   json::parse_options opt;
-  // Depth costs the parser a few bytes per level, bounded by the text.
-  opt.max_depth = text.size() + 1;
+  opt.max_depth = scan_max_depth;
   json::basic_parser<integer_scan> p{opt, key1, key2};
   json::error_code ec;
   // more = true: a body cut short is not an error before the id.
   p.write_some(true, text.data(), text.size(), ec);
-  return p.handler().found;
+  return p.handler().result();
 }
 
 } // namespace

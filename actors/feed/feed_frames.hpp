@@ -92,16 +92,24 @@ inline constexpr std::size_t unreadable_body_keep = 64 * 1024;
 
 /// The id of the first event of a replay body that cannot be read whole
 /// (too deep, too large once parsed, a bad number or a syntax error after
-/// it, cut short), read per `fields` by a scan that builds no values and
-/// stops at that id: the integer `fields.event_id` of the first element of
-/// the top-level object's `fields.events` array. nullopt when the body does
-/// not show it (not an object, no events, a first event that is not an
-/// object or has no integer id, a syntax error before it).
+/// it, cut short), read per `fields` by a scan that builds no values: the
+/// integer `fields.event_id` of the first element of the top-level
+/// object's `fields.events` array, when that event may be the one that
+/// cannot be read -- the array holds it alone, or the body fails, nests
+/// deeper than 1024 levels or is cut short inside it or before another
+/// element starts after it. nullopt when the body does not show it (not an
+/// object, no events, a first event that is not an object or has no
+/// integer id, a syntax error or nesting deeper than 1024 levels before
+/// it), and when another element follows the first event (a server that
+/// ignores the limit: the first event is readable).
 std::optional<int64_t> first_event_id(std::string_view body,
                                       const feed_fields& fields);
 
 /// The integer top-level `seq` of an event frame that cannot be read whole,
-/// by the same scan; nullopt when the frame does not show it.
+/// by the same scan: shown only when the scan also sees the frame's
+/// top-level `type` to be "event" (before or after the seq); nullopt when
+/// the frame does not show both (another type, a type or seq past a syntax
+/// error, the end of the text or nesting deeper than 1024 levels).
 std::optional<int64_t> frame_seq(std::string_view payload);
 
 /// The drain error of a replay answer that came back but cannot be read

@@ -410,6 +410,8 @@ double ms_since(steady::time_point t0) {
 /// block at most 10 s. `rcvbuf`: see connect_loopback.
 struct tcp_client {
   int fd = -1;
+  /// Milliseconds each read waits first: a slow but steady reader.
+  int pace_ms = 0;
 
   explicit tcp_client(uint16_t port, int rcvbuf = 0)
     : fd(connect_loopback(port, rcvbuf)) {
@@ -506,6 +508,8 @@ struct tcp_client {
 
 private:
   bool fill() {
+    if (pace_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(pace_ms));
     char buf[8192];
     auto n = ::recv(fd, buf, sizeof buf, 0);
     if (n <= 0)
@@ -538,9 +542,8 @@ std::shared_ptr<metrics_registry> registry_with_a_call() {
   return reg;
 }
 
-/// A registry whose exposition is about 1 MB: far more than the socket
-/// buffers of a client that does not read can take.
-std::shared_ptr<metrics_registry> registry_of_a_megabyte() {
+/// A registry whose exposition is about `megabytes` MB.
+std::shared_ptr<metrics_registry> registry_of_megabytes(int megabytes) {
   auto reg = registry_with_a_call();
   auto& family = prometheus::BuildGauge()
                    .Name("test_padding")
@@ -548,9 +551,15 @@ std::shared_ptr<metrics_registry> registry_of_a_megabyte() {
                    .Register(*reg->registry());
   // Long label values, few series: a megabyte that is quick to serialise.
   const std::string pad(1000, 'x');
-  for (int i = 0; i < 1000; ++i)
+  for (int i = 0; i < 1000 * megabytes; ++i)
     family.Add({{"series", std::to_string(i) + pad}}).Set(i);
   return reg;
+}
+
+/// A registry whose exposition is about 1 MB: far more than the socket
+/// buffers of a client that does not read can take.
+std::shared_ptr<metrics_registry> registry_of_a_megabyte() {
+  return registry_of_megabytes(1);
 }
 
 /// Sends four pipelined scrapes of registry_of_a_megabyte() on `c` (a
@@ -785,6 +794,7 @@ TEST(MetricsExposer, PipeliningClientsThatNeverReadAreClosedToMakeRoomForAScrape
   metrics_exposer_limits lim;
   lim.max_connections = 4;
   lim.write_timeout = 60;
+  lim.min_write_stall = 0.25;
   metrics_exposer ex{registry_of_a_megabyte(), 0, "127.0.0.1", lim};
   std::vector<std::unique_ptr<tcp_client>> stuck;
   for (int i = 0; i < 4; ++i) {
@@ -792,6 +802,8 @@ TEST(MetricsExposer, PipeliningClientsThatNeverReadAreClosedToMakeRoomForAScrape
     ASSERT_GE(stuck.back()->fd, 0) << "connection " << i;
     ASSERT_TRUE(stall_a_write(*stuck.back())) << "connection " << i;
   }
+  // A write is evictable once stalled for min_write_stall: well past it.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
   auto t0 = steady::now();
   auto r = http_get(ex.port(), "/metrics");
   auto took = ms_since(t0);
@@ -818,6 +830,40 @@ TEST(MetricsExposer, PipeliningClientsThatNeverReadAreClosedToMakeRoomForAScrape
   for (auto& c : stuck)
     hung_up += c->hung_up() ? 1 : 0;
   EXPECT_EQ(hung_up, 1);
+}
+
+TEST(MetricsExposer, AtTheCapAnAnswerThatFlowsSlowlyKeepsItsSlot) {
+  // One slot, held by a scrape of 8 MB (more than the socket buffers hold)
+  // that a client reads slowly but steadily: a connection accepted
+  // meanwhile is refused, the answer is not cut off. A stall minimum far
+  // above the pauses of the reader, so a loaded machine cannot make it
+  // look stalled.
+  metrics_exposer_limits lim;
+  lim.max_connections = 1;
+  lim.write_timeout = 120;
+  lim.min_write_stall = 10;
+  metrics_exposer ex{registry_of_megabytes(8), 0, "127.0.0.1", lim};
+  tcp_client reader{ex.port(), 4096};
+  ASSERT_GE(reader.fd, 0);
+  ASSERT_TRUE(reader.send(get_request("/metrics")));
+  ASSERT_TRUE(reader.await_bytes(64 * 1024));
+  reader.pace_ms = 2;
+  http_reply answer;
+  std::thread slow{[&] { answer = reader.read_response(); }};
+  // Accepted while the answer is being written, at the cap.
+  auto refused = http_get(ex.port(), "/metrics");
+  slow.join();
+  EXPECT_EQ(refused.status, 0) << "served while the slot was held";
+  ASSERT_EQ(answer.status, 200) << "the flowing answer was cut off";
+  EXPECT_GT(answer.body.size(), 7'000'000u);
+  // The same connection, kept alive, reads the counts.
+  reader.pace_ms = 0;
+  ASSERT_TRUE(reader.send(get_request("/metrics")));
+  auto after = reader.read_response();
+  ASSERT_EQ(after.status, 200);
+  EXPECT_EQ(closed_count(after.body, "refused"), 1.0);
+  EXPECT_EQ(closed_count(after.body, "evicted_unread"), 0.0);
+  EXPECT_EQ(closed_count(after.body, "evicted"), 0.0);
 }
 
 TEST(MetricsExposer, AtTheCapAConnectionWaitingSinceBeforeAWriteBeganGoesFirst) {
@@ -920,6 +966,9 @@ TEST(MetricsExposer, BadLimitsAreConfigErrorsNamingTheField) {
   lim = {};
   lim.max_connections = 0;
   EXPECT_EQ(field_of(lim), "metrics.max_connections");
+  lim = {};
+  lim.min_write_stall = 0;
+  EXPECT_EQ(field_of(lim), "metrics.min_write_stall");
   EXPECT_EQ(metrics_exposer_limits{}.header_timeout, 5.0);
   try {
     metrics_exposer ex{reg, 0, "not-an-address"};

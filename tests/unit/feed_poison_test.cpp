@@ -437,7 +437,7 @@ TEST(FeedIdScan, TheFirstEventsIdIsReadPastWhatCannotBeParsed) {
   auto deep100 = std::string(100, '[') + std::string(100, ']');
   // Deeper than any parse limit, before and after the id.
   EXPECT_EQ(first_event_id(R"({"cursor":3,"events":[{"meta":)" + deep100
-                             + R"(,"id":7},{"id":8}]})",
+                             + R"(,"id":7}]})",
                            f),
             7);
   // A syntax error after the id, a body cut short after it.
@@ -463,6 +463,36 @@ TEST(FeedIdScan, TheFirstEventsIdIsReadPastWhatCannotBeParsed) {
   EXPECT_FALSE(first_event_id(R"({"events":[{"id":1}]})", custom));
 }
 
+TEST(FeedIdScan, AnIdIsShownOnlyWhenTheFirstEventMayBeTheUnreadableOne) {
+  feed_fields f;
+  // Exactly one event (what limit 1 asks for), the rest of the page after
+  // it.
+  EXPECT_EQ(first_event_id(R"({"events":[{"id":1,"x":2}],"cursor":tru)", f),
+            1);
+  EXPECT_EQ(first_event_id(R"({"events":[{"id":1}])", f), 1);
+  // Failing or cut short inside the first event, or before anything
+  // follows it.
+  for (std::string one :
+       {std::string{R"({"events":[{"id":1,"m":tru}]})"},
+        std::string{R"({"events":[{"id":1,"m":"abc)"},
+        std::string{R"({"events":[{"id":1,"m":{"k":[1,)"},
+        R"({"events":[{"id":1,"m":)" + std::string(2000, '['),
+        std::string{R"({"events":[{"id":1})"},
+        std::string{R"({"events":[{"id":1},)"},
+        std::string{R"({"events":[{"id":1}x)"}})
+    EXPECT_EQ(first_event_id(one, f), 1) << one;
+  // A server that ignores limit: the first event is readable and ends, and
+  // more follow -- any of them may be the one that cannot be read.
+  for (const char* more :
+       {R"({"events":[{"id":1},{"id":2},{"id":3,"m":tru}]})",
+        R"({"events":[{"id":1,"m":[[1]]},{"id":2}]})",
+        R"({"events":[{"id":1},{"id":2)", R"({"events":[{"id":1},{)",
+        R"({"events":[{"id":1},5]})", R"({"events":[{"id":1},12)",
+        R"({"events":[{"id":1},"ab)", R"({"events":[{"id":1},"x"]})",
+        R"({"events":[{"id":1},[)", R"({"events":[{"id":1},null]})"})
+    EXPECT_FALSE(first_event_id(more, f)) << more;
+}
+
 TEST(FeedIdScan, AFrameShowsItsTopLevelSeq) {
   auto deep100 = std::string(100, '[') + std::string(100, ']');
   EXPECT_EQ(frame_seq(R"({"type":"event","metadata":)" + deep100
@@ -474,6 +504,63 @@ TEST(FeedIdScan, AFrameShowsItsTopLevelSeq) {
                          "cursor");
   EXPECT_EQ(m.frame.type, frame_type::not_json);
   EXPECT_EQ(m.frame.seq, 5);
+}
+
+TEST(FeedIdScan, HostileNestingIsNotFollowedToTheEndOfTheText) {
+  // Far deeper than any parse limit: the scan must neither recurse into it
+  // (the stack) nor show an id or seq it never reached.
+  feed_fields f;
+  auto frame = R"({"type":"event","m":)" + std::string(200000, '[');
+  EXPECT_FALSE(frame_seq(frame));
+  EXPECT_FALSE(frame_seq(frame + R"(,"seq":3})"));
+  auto m = parse_message(frame, "cursor");
+  EXPECT_EQ(m.frame.type, frame_type::not_json);
+  EXPECT_FALSE(m.frame.seq);
+  auto body = R"({"x":)" + std::string(65000, '[');
+  EXPECT_FALSE(first_event_id(body, f));
+  EXPECT_FALSE(first_event_id(body + R"(,"events":[{"id":4}]})", f));
+  EXPECT_FALSE(first_event_id(R"({"events":[{"m":)" + std::string(200000, '['),
+                              f));
+  // What comes before the deep part is still shown.
+  EXPECT_EQ(frame_seq(R"({"type":"event","seq":8,"m":)"
+                      + std::string(200000, '[')),
+            8);
+}
+
+TEST(FeedIdScan, AnIdPastAModeratelyDeepValueIsStillFound) {
+  feed_fields f;
+  auto deep = [](std::size_t n) {
+    return std::string(n, '[') + std::string(n, ']');
+  };
+  EXPECT_EQ(first_event_id(R"({"meta":)" + deep(500)
+                             + R"(,"events":[{"m":)" + deep(100)
+                             + R"(,"id":11,"x":tru}]})",
+                           f),
+            11);
+  EXPECT_EQ(frame_seq(R"({"type":"event","m":)" + deep(1000)
+                      + R"(,"seq":13,"x":tru})"),
+            13);
+}
+
+TEST(FeedIdScan, OnlyAnEventFrameShowsItsSeq) {
+  // The type after the seq counts too.
+  EXPECT_EQ(frame_seq(R"({"seq":12,"subject":"a","type":"event","m":tru})"),
+            12);
+  // Another type, or no type seen: a garbled hello or notice says nothing
+  // about the event sequence.
+  for (const char* none :
+       {R"({"type":"hello","seq":1000,"m":tru})",
+        R"({"seq":1000,"type":"notice","m":tru})",
+        R"({"seq":1000,"m":tru,"type":"event"})", R"({"seq":1000,)",
+        R"({"seq":1000,"type":"eve)", R"({"type":1,"seq":3,x})",
+        R"({"type":["event"],"seq":3,x})", R"({"type":null,"seq":3,x})",
+        R"({"m":{"type":"event"},"seq":3,x})",
+        R"({"type":"events","seq":3,x})", R"({"type":"event","seq":3.5,x})"})
+    EXPECT_FALSE(frame_seq(none)) << none;
+  auto m = parse_message(R"({"type":"hello","mode":"catchup","seq":1000,)",
+                         "cursor");
+  EXPECT_EQ(m.frame.type, frame_type::not_json);
+  EXPECT_FALSE(m.frame.seq);
 }
 
 // -- pure state: wake coalescing ---------------------------------------------------------
@@ -884,6 +971,29 @@ TEST_F(FeedPoison, TwoDeepEventsAroundAReadableOneAreTwoResetsNamedFromTheirBodi
   EXPECT_EQ(rs[1]->event_id, 4);
   EXPECT_EQ(rs[1]->from_cursor, 3);
   EXPECT_EQ(stats().cursor, 5);
+}
+
+TEST_F(FeedPoison, AnUnreadableFrameOfAnotherTypeDoesNotNameItsSeqAsAnEvent) {
+  cfg.replay_path.clear();
+  start();
+  ws->last().open();
+  run();
+  ws->last().message(
+    R"({"type":"hello","mode":"catchup","seq":0,"cursor":0,"resync":false,"epoch":"e1"})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":1})");
+  // A garbled notice with a far seq: not event 1000, so neither a reset up
+  // to 1000 nor the events before it dropped as already seen.
+  ws->last().message(R"({"type":"notice","seq":1000,"metadata":)" + deep(100)
+                     + "}");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":2})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":3})");
+  run();
+  EXPECT_EQ(got(), (std::vector<std::string>{"e#1", "r:undeliverable", "e#2",
+                                             "e#3"}));
+  auto rs = subs->resets();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_FALSE(rs[0]->event_id);
+  EXPECT_FALSE(rs[0]->lost_to);
 }
 
 TEST_F(FeedPoison, AnUnreadableEphemeralFrameIsAnUndeliverableResetInOrder) {
