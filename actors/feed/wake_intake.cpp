@@ -74,10 +74,10 @@ public:
     auto start = i_;
     int64_t v = 0;
     while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
+      if (i_ - start >= max_digits)
+        return false; // checked before the multiply: 19 digits overflow
       v = v * 10 + (s_[i_] - '0');
       ++i_;
-      if (i_ - start > max_digits)
-        return false;
     }
     auto n = i_ - start;
     if (n == 0 || (n > 1 && s_[start] == '0') || (neg && v == 0))
