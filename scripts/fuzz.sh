@@ -6,11 +6,13 @@
 #   2. runs each harness for SECONDS (default 60) with -rss_limit_mb=512,
 #      starting from its checked-in seed corpus fuzz/corpus/<target>/ (new
 #      inputs go to build-fuzz/corpus/<target>/, findings to
-#      build-fuzz/artifacts/<target>/),
+#      build-fuzz/artifacts/<target>/); with RUNS=N each harness stops
+#      after N executions instead, SECONDS then being only its time cap,
 #   3. prints one line per target: executions, exec/s, crashes (and other
 #      findings: sanitizer reports, leaks, timeouts, OOMs), peak RSS.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]. JOBS sets the build
-# parallelism (2), PARALLEL how many harnesses run at once (1).
+# parallelism (2), PARALLEL how many harnesses run at once (1), RUNS an
+# execution count per harness (e.g. RUNS=10000000 bash scripts/fuzz.sh 7200).
 # Exits non-zero if any harness found anything.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +21,7 @@ seconds=${1:-60}
 shift || true
 jobs=${JOBS:-2}
 parallel=${PARALLEL:-1}
+runs=${RUNS:-}
 bdir=build-fuzz
 
 cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -46,17 +49,18 @@ run_one() { # target
   mkdir -p "$work" "$art" "$(dirname "$log")"
   local dict=()
   [[ -f fuzz/dict/$t.dict ]] && dict=(-dict=fuzz/dict/$t.dict)
-  "$bdir/fuzz/fuzz_$t" -max_total_time="$seconds" -rss_limit_mb=512 \
+  local count=()
+  [[ -n $runs ]] && count=(-runs="$runs")
+  "$bdir/fuzz/fuzz_$t" -max_total_time="$seconds" "${count[@]}" -rss_limit_mb=512 \
     -timeout=10 -print_final_stats=1 -artifact_prefix="$art/" "${dict[@]}" \
     "$work" "fuzz/corpus/$t" >"$log" 2>&1
   echo $? >"$log.rc"
 }
 
-i=0
+# A pool of PARALLEL harnesses: the next one starts when any one ends.
 for t in "${targets[@]}"; do
+  while (( $(jobs -rp | wc -l) >= parallel )); do wait -n; done
   run_one "$t" &
-  i=$((i + 1))
-  if (( i % parallel == 0 )); then wait; fi
 done
 wait
 
@@ -77,5 +81,5 @@ for t in "${targets[@]}"; do
     echo "  see $log and $bdir/artifacts/$t/"
   fi
 done
-echo "fuzz.sh: ${#targets[@]} targets, ${seconds} s each: $([[ $failed -eq 0 ]] && echo PASSED || echo FINDINGS)"
+echo "fuzz.sh: ${#targets[@]} targets, ${runs:+$runs runs or }${seconds} s each: $([[ $failed -eq 0 ]] && echo PASSED || echo FINDINGS)"
 exit $failed
