@@ -534,7 +534,7 @@ std::string json_line(const row& r) {
 int main(int argc, char** argv) {
   CLI::App app{"coalescing: calls/s and p50/p99 of get_ts through the "
                "coalescing driver vs one HTTP RPC per call, against an "
-               "in-process 3-node oracle hub (issue 5; see bench/README.md)"};
+               "in-process 3-node oracle hub (see bench/README.md)"};
   std::vector<int> callers{1, 16, 256, 1024};
   int batch_callers = 64;
   uint32_t batch_count = 64;
@@ -771,7 +771,7 @@ int main(int argc, char** argv) {
               load_average().c_str());
   if (goal_row) {
     bool met = goal_row->calls_per_s >= 500000 && goal_row->p99_us <= 3000;
-    std::printf("goal (issue 5): >= 500000 calls/s at 1024 callers with p99 "
+    std::printf("goal: >= 500000 calls/s at 1024 callers with p99 "
                 "<= 3 ms, coalesced, on this machine (hub sharing the "
                 "cores): measured %.0f calls/s, p99 %.2f ms -> %s\n",
                 goal_row->calls_per_s, goal_row->p99_us / 1e3,
@@ -779,7 +779,7 @@ int main(int argc, char** argv) {
     std::printf("reference (another client, much larger machine, in-memory "
                 "backend): 437000 calls/s, p99 3.4 ms\n\n");
   } else {
-    std::printf("goal (issue 5): not evaluated (no coalesced 1024 x 1 "
+    std::printf("goal: not evaluated (no coalesced 1024 x 1 "
                 "cell in this run)\n\n");
   }
   for (auto& r : rows)

@@ -169,7 +169,7 @@ result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
 } // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"outbound hedging benchmark (issue 4)"};
+  CLI::App app{"outbound hedging benchmark: adaptive hedging against no hedging (see bench/README.md)"};
   int requests = 2000;
   int requests_w2 = 4000;
   int requests_concurrent = 20000;

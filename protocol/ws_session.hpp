@@ -1,12 +1,12 @@
 #pragma once
 
-// The WebSocket port of the feed watcher (issue 3, item 5): one client
+// The WebSocket port of the feed watcher (docs/ARCHITECTURE.md "Ports"): one client
 // WebSocket session on Beast (never hand-written framing), plain or TLS, on
 // the io runner. Beast, Asio and OpenSSL stay in protocol/ws_session*.cpp.
 //
 // Like http_connection, a session reports to its owner through a callback
 // that runs on an io thread and must do exactly one thing: send a message to
-// the owning actor (DESIGN.md). The watcher actor drives the session with
+// the owning actor (docs/ARCHITECTURE.md). The watcher actor drives the session with
 // the non-blocking, thread-safe calls below; tests replace the session with
 // a fake through `ws_connector`.
 //
@@ -96,7 +96,7 @@ struct ws_options {
   /// Extra upgrade request headers (e.g. the credential).
   header_list headers;
   /// Largest accepted message (and frame) in bytes; a message may also
-  /// have at most 64 data frames (REFERENCE.md A.1). [8 MiB]
+  /// have at most 64 data frames (the feed protocol's limits). [8 MiB]
   uint64_t max_frame_bytes = 8u * 1024u * 1024u;
   /// Cap of the upgrade response header block in bytes. [64 KiB]
   uint64_t max_handshake_bytes = 64u * 1024u;

@@ -14,7 +14,7 @@
 //
 // Why the upgrade is done by the session and not by Beast's handshake: Beast
 // reads the 101 answer with a parser whose header limit is fixed at 8 KiB,
-// while the protocol allows a 64 KiB header block (REFERENCE.md A.1). So the
+// while the feed protocol allows a 64 KiB header block. So the
 // session sends the upgrade request and reads the answer itself (Beast's HTTP
 // parser, header limit `max_handshake_bytes`), checks it (RFC 6455 4.1), and
 // then lets Beast's handshake run against `ws_shim` in replay mode: the shim

@@ -1,7 +1,7 @@
 #pragma once
 
-// JSON codecs of the feed protocol on the watcher's side (shared/REFERENCE.md
-// A.1 "Wire frames"): the subscribe frame it sends, the hub's messages it
+// JSON codecs of the feed protocol on the watcher's side (the change-feed
+// wire frames of hyperdjango's serviceclient, docs/ARCHITECTURE.md "Sources"): the subscribe frame it sends, the hub's messages it
 // reads, the replay request it makes and the replay page it reads. Pure
 // functions on Boost.JSON; no I/O.
 //

@@ -1,7 +1,7 @@
 #pragma once
 
-// What a feed watcher delivers to the application (issue 3 item 6;
-// DESIGN.md "Delivery guarantees of a feed") and what it reports when asked.
+// What a feed watcher delivers to the application (docs/ARCHITECTURE.md
+// "Delivery guarantees of a feed") and what it reports when asked.
 // The subscriber acknowledges every delivery; the watcher sends the next one
 // only after the acknowledgement (at-least-once, in order, with
 // backpressure).

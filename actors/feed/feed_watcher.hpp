@@ -1,6 +1,6 @@
 #pragma once
 
-// The feed watcher (issue 3; DESIGN.md "feed_watcher actor × N"): one actor
+// The feed watcher (docs/ARCHITECTURE.md "The actor tree"): one actor
 // per feed that owns its cursor, mode, WebSocket session and reconnects, and
 // delivers events in order to a subscriber actor or to callbacks. A thin
 // adapter: mode_negotiator, ledger_drain, reconnect_backoff and

@@ -1,8 +1,9 @@
 #pragma once
 
-// The ledger drain of one watcher as a pure state machine (shared/seeds/000
-// "The ordering principle", "Wake targets and re-drain", "Reset";
-// shared/REFERENCE.md A.1 "Ledger drain rules"). Replay pages are the only
+// The ledger drain of one watcher as a pure state machine (hyperdjango's
+// serviceclient docs, github.com/mattsta/hyperdjango docs/serviceclient.md:
+// "The ordering principle", "Wake targets and re-drain", "Reset", the ledger
+// drain rules). Replay pages are the only
 // source of truth: the cursor moves only when an event of a page has been
 // delivered (and acknowledged), never from a wake, never backward. No CAF,
 // no Asio, no clock reads.

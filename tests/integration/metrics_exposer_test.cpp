@@ -1,4 +1,4 @@
-// The metrics exposition end to end (issue 6, "Metrics"): one exposer on
+// The metrics exposition end to end (docs/ARCHITECTURE.md "Metrics"): one exposer on
 // 127.0.0.1, port 0; a real hedging service client (its client_events
 // through the metrics observer), a real coalescing driver and a ledger feed
 // watcher, all against the in-process hub (latency routes, a 3-node oracle

@@ -1,4 +1,4 @@
-// Hostile-server attacks on the feed watcher's pure state machines (issue 3
+// Hostile-server attacks on the feed watcher's pure state machines (found in
 // review): replay pages out of order, duplicated, over the limit, with
 // absurd cursors and ids; catchup hellos whose seq goes backward; frames
 // with absurd seqs. The rule: a hostile peer gets a counted drain error or a

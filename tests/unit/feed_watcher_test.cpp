@@ -235,7 +235,8 @@ TEST_F(FeedWatcher, WakeTargetNotYetVisibleReDrainsOnADoublingBackoff) {
 }
 
 TEST_F(FeedWatcher, RetentionFloorGivesExactlyOneResetThenTheRestInOrder) {
-  // shared/cases/feeds.md case 16: cursor 100, retention now starts at 150.
+  // cilium/cilium #3011 (cursor below retention must reset, not skip ahead):
+  // cursor 100, retention now starts at 150.
   cfg.cursor = 100;
   cfg.limit = 30;
   ledger->append_to(200);
@@ -454,7 +455,8 @@ TEST_F(FeedWatcher, DeadPeerIsDeclaredAfterThreeSilentPingIntervals) {
 }
 
 TEST_F(FeedWatcher, DeadPeerCase19ReconnectsReplaysAndThenStaysUp) {
-  // shared/cases/feeds.md case 19: ping 1 s, pong timeout 1 s; the hub
+  // websocket-client #411 (dead-peer detection without inbound data):
+  // ping 1 s, pong timeout 1 s; the hub
   // sends one message after the handshake, then goes silent.
   cfg.ws_ping_interval = 1.0;
   cfg.ws_pong_timeout = 1.0;

@@ -1,7 +1,7 @@
 #pragma once
 
 // A GoogleTest fixture around CAF's deterministic test coordinator
-// (shared/TOOLCHAIN.md "Deterministic (virtual) time under GoogleTest"):
+// (CAF 0.17's caf/scheduler/test_coordinator.hpp, driven by hand):
 // every actor runs on the test thread, delayed messages and request timeouts
 // fire only when the test moves the virtual clock. CAF's own dsl.hpp crashes
 // outside its runner, so this drives `test_coordinator` directly.
