@@ -265,10 +265,11 @@ int main(int argc, char** argv) {
   auto exe = self_exe();
   client_config cfg;
   std::printf("json_memory: peak RSS growth (VmHWM) per case, each in a "
-              "fresh process; client cap %zu MiB, json_memory_factor %zu "
-              "(parsed-form bound %zu MiB)\n\n",
+              "fresh process; client cap %zu MiB, json_memory_factor %zu, "
+              "json_memory_max_bytes %zu MiB (parsed-form bound %zu MiB)\n\n",
               cfg.max_response_bytes >> 20, cfg.json_memory_factor,
-              (cfg.max_response_bytes * cfg.json_memory_factor) >> 20);
+              cfg.json_memory_max_bytes >> 20,
+              cfg.response_json_limits().max_bytes >> 20);
   std::printf("%-8s %9s %10s %12s %12s %12s  %s\n", "shape", "size MiB",
               "body MB", "boost_json", "parse_json", "client MB",
               "client outcome (parse_json outcome)");
