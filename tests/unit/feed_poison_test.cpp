@@ -1187,6 +1187,117 @@ TEST_F(FeedPoison, AnUnreadableEphemeralFrameIsAnUndeliverableResetInOrder) {
   EXPECT_EQ(failures->back().source, "frame");
 }
 
+/// The first 64 KiB of an event frame of `seq` whose metadata makes it
+/// 9 MiB long: what a session hands over for a message over the cap.
+std::string oversized_prefix(int64_t seq) {
+  auto head = R"({"type":"event","subject":"a","kind":"k","seq":)"
+              + std::to_string(seq) + R"(,"metadata":")";
+  return head + std::string(64 * 1024 - head.size(), 'x');
+}
+
+TEST_F(FeedPoison, AnOversizedCatchupFrameIsOneUndeliverableResetOnTheSameSession) {
+  // A message over ws_max_frame_bytes: the session discards it and hands
+  // over its first bytes. Before, the session closed on it and the
+  // watcher reconnected into the same frame, delivering nothing, forever.
+  cfg.replay_path.clear();
+  start();
+  ws->last().open();
+  run();
+  ws->last().message(
+    R"({"type":"hello","mode":"catchup","seq":0,"cursor":0,"resync":false,"epoch":"e1"})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":1})");
+  ws->last().too_large(oversized_prefix(2), 9u * 1024u * 1024u);
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":3})");
+  // The hub sends the same huge frame again: already reset, nothing lost.
+  ws->last().too_large(oversized_prefix(2), 9u * 1024u * 1024u);
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":4})");
+  run();
+  EXPECT_EQ(got(), (std::vector<std::string>{"e#1", "r:undeliverable", "e#3",
+                                             "e#4"}));
+  auto rs = subs->resets();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0]->cause, reset_cause::undeliverable);
+  EXPECT_EQ(rs[0]->event_id, 2); // its seq, read from the prefix
+  EXPECT_EQ(rs[0]->lost_from, 1);
+  EXPECT_EQ(rs[0]->lost_to, 2);
+  EXPECT_EQ(rs[0]->reason.rfind("over_cap: ", 0), 0u) << rs[0]->reason;
+  EXPECT_NE(rs[0]->reason.find("9437184 bytes"), std::string::npos)
+    << rs[0]->reason;
+  auto s = stats();
+  EXPECT_EQ(s.oversized_frames, 2u);
+  EXPECT_EQ(s.unreadable_frames, 2u); // both, though the repeat lost nothing
+  EXPECT_EQ(s.resets_by_cause[idx(reset_cause::undeliverable)], 1u);
+  // One session throughout: no reconnect.
+  EXPECT_EQ(ws->sessions.size(), 1u);
+  EXPECT_FALSE(ws->last().closed);
+  EXPECT_EQ(s.connects, 1u);
+  EXPECT_EQ(s.reconnects, 0u);
+  EXPECT_TRUE(s.connected);
+  ASSERT_FALSE(failures->empty());
+  EXPECT_EQ(failures->front().source, "frame");
+  EXPECT_EQ(failures->front().kind, "over_cap");
+}
+
+TEST_F(FeedPoison, AnOversizedEphemeralFrameWithoutASeqIsOneResetOfUnknownEnd) {
+  cfg.replay_path.clear();
+  start();
+  ws->last().open();
+  run();
+  ws->last().message(
+    R"({"type":"hello","mode":"ephemeral","seq":0,"cursor":0,"resync":false,"epoch":"e1"})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":1})");
+  // Its prefix shows no seq (a huge field comes first).
+  ws->last().too_large(R"({"type":"event","metadata":")"
+                         + std::string(60000, 'x'),
+                       20u * 1024u * 1024u);
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":3})");
+  run();
+  EXPECT_EQ(got(), (std::vector<std::string>{"r:reconnect", "e#1",
+                                             "r:undeliverable", "e#3"}));
+  auto rs = subs->resets();
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[1]->lost_from, 1);
+  EXPECT_FALSE(rs[1]->lost_to);
+  EXPECT_FALSE(rs[1]->event_id);
+  EXPECT_EQ(rs[1]->reason.rfind("over_cap: ", 0), 0u) << rs[1]->reason;
+  EXPECT_EQ(ws->sessions.size(), 1u);
+  EXPECT_EQ(stats().reconnects, 0u);
+}
+
+TEST_F(FeedPoison, AnOversizedLedgerFrameIsAnUnreadableWakeNeverAReconnect) {
+  // The ledger's WebSocket carries only hellos and wakes: an oversized one
+  // is counted and taken for a wake without a hint; the drain runs as
+  // before, the session stays.
+  ledger->append_to(2);
+  start();
+  ws->last().open();
+  run();
+  EXPECT_EQ(subs->ids(), (ids{1, 2}));
+  ledger->append_to(4);
+  for (int i = 0; i < 5; ++i)
+    ws->last().too_large(R"({"type":"wake","cursor":4,"pad":")"
+                           + std::string(1000, 'x'),
+                         9u * 1024u * 1024u);
+  run();
+  advance_by(1s);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4}));
+  EXPECT_TRUE(subs->resets().empty());
+  auto s = stats();
+  EXPECT_EQ(s.oversized_frames, 5u);
+  EXPECT_EQ(s.unreadable_frames, 0u);
+  EXPECT_EQ(s.cursor, 4);
+  EXPECT_EQ(ws->sessions.size(), 1u);
+  EXPECT_FALSE(ws->last().closed);
+  EXPECT_EQ(s.reconnects, 0u);
+  ASSERT_FALSE(failures->empty());
+  EXPECT_EQ(failures->back().source, "frame");
+  EXPECT_EQ(failures->back().kind, "over_cap");
+  // The poll tick still drains with no wake at all.
+  ledger->append_to(5);
+  advance_by(31s);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5}));
+}
+
 TEST_F(FeedPoison, ARefusedUpgradeIsReportedWithItsStatus) {
   cfg.replay_path.clear();
   start();
