@@ -27,9 +27,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto k = std::min(n, size - off);
     auto r = split.feed(data + off, k);
     r2.too_many_fragments = r2.too_many_fragments || r.too_many_fragments;
+    r2.bad_length = r2.bad_length || r.bad_length;
     off += k;
   }
   if (r1.too_many_fragments != r2.too_many_fragments
+      || r1.bad_length != r2.bad_length
       || whole.pending_messages() != split.pending_messages())
     std::abort(); // the batch boundaries changed what was seen
   while (whole.pending_messages() > 0)

@@ -105,6 +105,7 @@ void add_feed_counters(feed_stats& sum, const feed_stats& s) {
     sum.drain_errors_by_reason[r] += s.drain_errors_by_reason[r];
   sum.replay_errors += s.replay_errors;
   sum.overflows += s.overflows;
+  sum.oversized_frames += s.oversized_frames;
   sum.event_callback_errors += s.event_callback_errors;
   sum.reset_callback_errors += s.reset_callback_errors;
 }
@@ -173,6 +174,9 @@ void render_feed(family_set& out, const label_list& l, const feed_stats& s) {
   out.counter("outbound_feed_overflows_total",
               "Sessions closed because undelivered in-frame events piled up",
               l, as_double(s.overflows));
+  out.counter("outbound_feed_oversized_frames_total",
+              "WebSocket messages over ws_max_frame_bytes, discarded", l,
+              as_double(s.oversized_frames));
   out.counter("outbound_feed_callback_errors_total",
               "Deliveries (events and resets) the subscriber failed", l,
               as_double(s.event_callback_errors + s.reset_callback_errors));

@@ -137,6 +137,7 @@ inline constexpr const char* other_feeds_label = "_other";
 /// | outbound_feed_drain_errors_total        | counter | feed, mode, reason | replay pages not read or used, by drain_error_reason (ledger feeds: every reason from 0) |
 /// | outbound_feed_replay_errors_total       | counter | feed, mode | replay calls that failed |
 /// | outbound_feed_overflows_total           | counter | feed, mode | sessions closed for undelivered frames |
+/// | outbound_feed_oversized_frames_total    | counter | feed, mode | WebSocket messages over ws_max_frame_bytes, discarded |
 /// | outbound_feed_callback_errors_total     | counter | feed, mode | deliveries the subscriber failed |
 /// | outbound_feed_connected                 | gauge   | feed, mode | 1 connected (for "_other": how many) |
 /// | outbound_feed_position                  | gauge   | feed, mode | ledger cursor, else last seq (labelled feeds only) |

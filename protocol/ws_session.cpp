@@ -300,6 +300,12 @@ void ws_frame_tracker::on_header(result& r) {
   if (len7 == 126) {
     len = (uint64_t{hdr_[2]} << 8) | hdr_[3];
   } else if (len7 == 127) {
+    if (hdr_[2] & 0x80) {
+      // Never a length to wait for (or discard) byte by byte.
+      failed_ = true;
+      r.bad_length = true;
+      return;
+    }
     len = 0;
     for (int i = 0; i < 8; ++i)
       len = (len << 8) | hdr_[2 + i];

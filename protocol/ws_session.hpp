@@ -17,6 +17,7 @@
 #include "config/client_config.hpp"
 #include "protocol/http_types.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -41,10 +42,12 @@ enum class ws_close_reason : uint8_t {
   /// The HTTP upgrade was refused (non-101) or its header block exceeded
   /// `max_handshake_bytes`.
   handshake,
-  /// A frame announced more than `max_frame_bytes`, or a reassembled message
-  /// would exceed it (refused before the payload is read; close 1009).
+  /// A message of more than 64 data frames (refused at the header of the
+  /// 65th frame; close 1009). A message over `max_frame_bytes` does not end
+  /// the session: it is reported as `ws_event::kind::too_large`.
   too_large,
-  /// Reset, EOF mid-frame, protocol violation.
+  /// Reset, EOF mid-frame, protocol violation (a frame announcing 2^63
+  /// bytes or more is one: RFC 6455 section 5.2; close 1002).
   broken,
   /// The handshake did not finish within `handshake_timeout_ns`.
   timeout,
@@ -61,6 +64,11 @@ struct ws_event {
     /// fragments; `fragmented` says whether it arrived in more than one
     /// frame).
     message,
+    /// One data message over `ws_options::max_frame_bytes`, read in
+    /// bounded pieces and discarded: `payload` holds its first
+    /// `ws_too_large_prefix` bytes at most (the whole message is never
+    /// held), `size` its full size. The session stays open and reads on.
+    too_large,
     /// Inbound bytes that are not a data message (a pong, a ping, or a
     /// frame header of a message still arriving): proof of life for the
     /// dead-peer detector. At most one per 100 ms per session; activity
@@ -72,11 +80,14 @@ struct ws_event {
   kind what = kind::opened;
   /// The id given to ws_connector; stale events are dropped by the owner.
   uint64_t session_id = 0;
-  /// message: the payload.
+  /// message: the payload; too_large: the message's first bytes (at most
+  /// `ws_too_large_prefix`).
   std::string payload;
-  /// message: arrived in more than one frame.
+  /// too_large: the full size of the message in bytes.
+  uint64_t size = 0;
+  /// message, too_large: arrived in more than one frame.
   bool fragmented = false;
-  /// message: binary rather than text.
+  /// message, too_large: binary rather than text.
   bool binary = false;
   /// closed: why.
   ws_close_reason reason = ws_close_reason::local;
@@ -87,6 +98,10 @@ struct ws_event {
   uint64_t dropped = 0;
 };
 
+/// Most bytes of an over-cap message a `too_large` event keeps (enough for
+/// the top-level `type` and `seq` of an event frame). [64 KiB]
+inline constexpr std::size_t ws_too_large_prefix = 64 * 1024;
+
 /// Settings of one session.
 struct ws_options {
   /// scheme (http → ws, https → wss), host, port of the hub.
@@ -95,8 +110,13 @@ struct ws_options {
   std::string path;
   /// Extra upgrade request headers (e.g. the credential).
   header_list headers;
-  /// Largest accepted message (and frame) in bytes; a message may also
-  /// have at most 64 data frames (the feed protocol's limits). [8 MiB]
+  /// Largest message (reassembled from its frames) reported as a
+  /// `message`, in bytes. A larger one is read in pieces of at most 64 KiB
+  /// as it arrives, its first `ws_too_large_prefix` bytes kept and the rest
+  /// discarded, and reported as `too_large` once it ends: the session holds
+  /// at most max_frame_bytes + 1 + ws_too_large_prefix bytes of it, never
+  /// what its frame headers announce. A message may also have at most 64
+  /// data frames (the feed protocol's limits). [8 MiB]
   uint64_t max_frame_bytes = 8u * 1024u * 1024u;
   /// Cap of the upgrade response header block in bytes. [64 KiB]
   uint64_t max_handshake_bytes = 64u * 1024u;

@@ -61,6 +61,7 @@
 #include <openssl/ssl.h>
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -88,9 +89,10 @@ class ws_shim_observer {
 public:
   /// Inbound bytes that are proof of life (see ws_frame_tracker::result).
   virtual void on_inbound_activity() = 0;
-  /// A message exceeded ws_max_fragments frames; the read that carried the
-  /// offending header fails right after this call.
-  virtual void on_too_many_fragments() = 0;
+  /// A message exceeded ws_max_fragments frames, or a frame announced 2^63
+  /// bytes or more (`bad_length`); the read that carried the offending
+  /// header fails right after this call.
+  virtual void on_frame_violation(bool bad_length) = 0;
 
 protected:
   ~ws_shim_observer() = default;
@@ -196,9 +198,14 @@ public:
     replay_ = false;
   }
 
-  /// True once the tracker reported too many fragments.
+  /// True once the tracker reported too many fragments or a bad length.
   bool violated() const {
     return violated_;
+  }
+
+  /// The violation was a 64-bit length with its top bit set.
+  bool bad_length() const {
+    return bad_length_;
   }
 
   ws_frame_tracker& tracker() {
@@ -261,14 +268,15 @@ public:
                              take);
       n -= take;
       activity = activity || r.activity;
-      if (r.too_many_fragments) {
+      if (r.too_many_fragments || r.bad_length) {
         violated_ = true;
+        bad_length_ = r.bad_length;
         break;
       }
     }
     if (violated_) {
       if (observer_)
-        observer_->on_too_many_fragments();
+        observer_->on_frame_violation(bad_length_);
       return true;
     }
     if (activity && observer_)
@@ -284,6 +292,7 @@ private:
   std::string leftover_;
   bool replay_ = false;
   bool violated_ = false;
+  bool bad_length_ = false;
 };
 
 /// Beast tears the connection down after a close frame (sent or received)
@@ -586,8 +595,14 @@ private:
     t.idle_timeout = websocket::stream_base::none();
     t.keep_alive_pings = false;
     ws_.set_option(t);
-    ws_.read_message_max(static_cast<std::size_t>(
-      std::max<uint64_t>(opts_.max_frame_bytes, 1)));
+    // No limit in Beast: a message over max_frame_bytes is read in pieces
+    // and discarded by on_read (Beast would fail the whole connection),
+    // and rbuf_ is capped so that it never holds more than the cap + 1.
+    ws_.read_message_max(0);
+    cap_ = static_cast<std::size_t>(std::min<uint64_t>(
+      std::max<uint64_t>(opts_.max_frame_bytes, 1),
+      std::numeric_limits<std::size_t>::max() - 1));
+    rbuf_.max_size(cap_ + 1);
     ws_.auto_fragment(false);
     auto* s = &shim();
     ws_.set_option(websocket::stream_base::decorator(
@@ -628,11 +643,33 @@ private:
 
   // -- reading ----------------------------------------------------------------
 
+  /// Largest piece one read appends to rbuf_ (a bound on what a single
+  /// read may add, whatever a frame header announces).
+  static constexpr std::size_t read_piece = 64 * 1024;
+
   void do_read() {
-    ws_.async_read(rbuf_, [self = this->shared_from_this()](
-                            const error_code& ec, std::size_t) {
-      self->on_read(ec);
-    });
+    // Below the cap, never read past cap + 1 bytes of one message: one
+    // byte over is enough to know it is too large. (Over it, rbuf_ is
+    // empty: the same bound keeps a read within rbuf_'s max_size.)
+    auto room = std::min(read_piece, cap_ + 1 - rbuf_.size());
+    ws_.async_read_some(rbuf_, room,
+                        [self = this->shared_from_this()](
+                          const error_code& ec, std::size_t) {
+                          self->on_read(ec);
+                        });
+  }
+
+  /// Moves what rbuf_ holds of an over-cap message into the prefix (up to
+  /// ws_too_large_prefix bytes) and drops the rest.
+  void discard_read() {
+    over_size_ += rbuf_.size();
+    if (over_prefix_.size() < ws_too_large_prefix) {
+      auto data = rbuf_.cdata();
+      auto take = std::min(ws_too_large_prefix - over_prefix_.size(),
+                           data.size());
+      over_prefix_.append(static_cast<const char*>(data.data()), take);
+    }
+    rbuf_.consume(rbuf_.size());
   }
 
   void on_read(const error_code& ec) {
@@ -640,7 +677,37 @@ private:
       return;
     if (ec)
       return on_read_error(ec);
+    if (!over_ && rbuf_.size() > cap_) {
+      // Over the cap: from now on only the prefix is kept (the piecewise
+      // read of Beast's websocket::stream::read_some; the session goes on,
+      // the owner decides what an over-cap message means).
+      over_ = true;
+      over_size_ = 0;
+      over_prefix_.clear();
+      discard_read();
+      rbuf_.shrink_to_fit();
+    } else if (over_) {
+      discard_read();
+    }
+    if (!ws_.is_message_done())
+      return do_read();
     auto fragmented = shim().tracker().pop_fragmented();
+    if (over_) {
+      over_ = false;
+      ws_event ev;
+      ev.what = ws_event::kind::too_large;
+      ev.payload = std::move(over_prefix_);
+      over_prefix_.clear();
+      ev.size = over_size_;
+      ev.binary = ws_.got_binary();
+      ev.fragmented = fragmented;
+      activity_pending_ = false;
+      last_report_ = clock::now();
+      emit(std::move(ev));
+      if (!finished_)
+        do_read();
+      return;
+    }
     if (opts_.drop_text && !ws_.got_binary() && drop_message())
       return;
     ws_event ev;
@@ -682,14 +749,13 @@ private:
   }
 
   void on_read_error(const error_code& ec) {
+    if (shim().violated() && shim().bad_length())
+      return finish(ws_close_reason::broken,
+                    "frame announces 2^63 bytes or more (RFC 6455 5.2)");
     if (shim().violated())
       return finish(ws_close_reason::too_large,
                     "message exceeds " + std::to_string(ws_max_fragments)
                       + " fragments");
-    if (ec == websocket::error::message_too_big)
-      return finish(ws_close_reason::too_large,
-                    "message exceeds " + std::to_string(opts_.max_frame_bytes)
-                      + " bytes");
     if (ec == websocket::error::closed) {
       auto cr = ws_.reason();
       std::string detail = "peer sent close frame "
@@ -744,16 +810,19 @@ private:
     emit(std::move(ev));
   }
 
-  void on_too_many_fragments() override {
+  void on_frame_violation(bool bad_length) override {
     if (finished_ || close_sent_ || phase_ != phase::open)
       return;
-    // Fail the connection with 1009 (RFC 6455 7.4.1): the close frame goes
-    // out with this write (if the socket takes it at once); the read that
-    // carried the offending header fails right after, and finish() closes
-    // TCP without waiting for the peer's answer.
+    // Fail the connection with 1009 or 1002 (RFC 6455 7.4.1): the close
+    // frame goes out with this write (if the socket takes it at once); the
+    // read that carried the offending header fails right after, and
+    // finish() closes TCP without waiting for the peer's answer.
     close_sent_ = true;
-    ws_.async_close(websocket::close_reason{websocket::close_code::too_big,
-                                            "too many fragments"},
+    auto reason = bad_length
+                    ? websocket::close_reason{websocket::close_code::protocol_error}
+                    : websocket::close_reason{websocket::close_code::too_big,
+                                              "too many fragments"};
+    ws_.async_close(reason,
                     [self = this->shared_from_this()](const error_code&) {});
   }
 
@@ -854,6 +923,13 @@ private:
   beast::flat_buffer hbuf_;
   std::optional<http::response_parser<http::empty_body>> parser_;
   beast::flat_buffer rbuf_;
+  /// max_frame_bytes as a size_t (rbuf_ holds at most cap_ + 1 bytes).
+  std::size_t cap_ = 0;
+  /// The message being read is over the cap: its first bytes and its size
+  /// so far.
+  bool over_ = false;
+  std::string over_prefix_;
+  uint64_t over_size_ = 0;
   std::deque<out_item> outq_;
   std::string write_error_;
   clock::time_point started_;

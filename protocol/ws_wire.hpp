@@ -90,6 +90,10 @@ public:
     /// A message reached more than `max_fragments` frames; the tracker
     /// stops at that header (later bytes are not examined).
     bool too_many_fragments = false;
+    /// A 64-bit payload length with its most significant bit set (RFC 6455
+    /// section 5.2: "the most significant bit MUST be 0"), i.e. 2^63 bytes
+    /// or more announced; the tracker stops at that header.
+    bool bad_length = false;
     /// Proof of life other than a completed data message: a control frame,
     /// a non-final data frame, or a frame (header or payload) still
     /// incomplete at the end of the batch.

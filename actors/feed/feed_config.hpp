@@ -81,7 +81,18 @@ struct feed_config {
   /// ping_timeout; websocket-client #411: a dead peer went unnoticed while
   /// no data arrived); 0: only the three silent ping intervals rule. [0]
   double ws_pong_timeout = 0.0;
-  /// Largest accepted WebSocket message in bytes (> 0). [8 MiB]
+  /// Largest WebSocket message the watcher reads, in bytes: the size of
+  /// one data message reassembled from its frames (> 0). A larger message
+  /// does not end the session: it is read in pieces and discarded as it
+  /// arrives (at most this + 64 KiB of it is ever held, whatever its frame
+  /// headers announce), and it is one unreadable frame -- the poison-pill
+  /// rule of an event frame that does not parse: catchup / ephemeral
+  /// deliver one `undeliverable` reset in its place, reason "over_cap:
+  /// ...", with its seq when its first 64 KiB show it; the ledger tier
+  /// takes it for a wake without a hint. Counted at
+  /// feed_stats::oversized_frames. A frame announcing 2^63 bytes or more
+  /// breaks the protocol (RFC 6455 section 5.2) and ends the session.
+  /// [8 MiB]
   uint64_t ws_max_frame_bytes = 8u * 1024u * 1024u;
   /// Bound of connect + TLS + upgrade of one WebSocket session (> 0). [5]
   double ws_handshake_timeout = 5.0;

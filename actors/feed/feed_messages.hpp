@@ -130,9 +130,16 @@ struct feed_stats {
   /// those dropped at intake (on the io thread, as repeats of a target the
   /// drain would coalesce; they are counted in wakes_coalesced too).
   uint64_t wakes = 0;
-  /// Event frames (catchup / ephemeral) that were not a JSON object and
-  /// were delivered as an undeliverable reset.
+  /// Event frames (catchup / ephemeral) that were not a JSON object or
+  /// were over `ws_max_frame_bytes`: each is delivered as an undeliverable
+  /// reset, unless catchup had already delivered the seq it shows.
   uint64_t unreadable_frames = 0;
+  /// WebSocket messages over `feed_config::ws_max_frame_bytes`, discarded
+  /// by the session (any mode; the session stays open). Catchup and
+  /// ephemeral also count them at `unreadable_frames` (one undeliverable
+  /// reset each, reason "over_cap: ..."); the ledger takes each for a wake
+  /// without a hint.
+  uint64_t oversized_frames = 0;
   /// The feed was reached at least once: a replay page was read (a watcher
   /// with a replay path), or a WebSocket session opened (ws-only).
   bool reached = false;
@@ -161,7 +168,7 @@ struct feed_failure {
   std::string source;
   /// replay / websocket: the error kind ("auth_error", "request_error",
   /// "service_unavailable", ...); page: the drain_error_reason; frame:
-  /// "unreadable".
+  /// "unparseable" or "over_cap".
   std::string kind;
   /// The error kind as a value (replay and websocket), for exit codes.
   std::optional<error_kind> error;

@@ -581,15 +581,17 @@ bool frames_over(const watcher_state& st, std::size_t frames,
   return st.frames_queued > frames || st.frames_bytes > bytes;
 }
 
-/// An in-frame event that cannot be read: one undeliverable reset in its
+/// An in-frame event that cannot be read (`why`: unparseable, or over_cap
+/// for a message over ws_max_frame_bytes): one undeliverable reset in its
 /// place (with its seq when the text shows it), never silence.
-void enqueue_unreadable_frame(self_ptr self, const parsed_message& m) {
+void enqueue_unreadable_frame(self_ptr self, const parsed_message& m,
+                              drain_error_reason why) {
   auto& st = self->state;
   ++st.counters.unreadable_frames;
-  auto reason = "unparseable: " + m.error;
+  auto reason = std::string{to_string(why)} + ": " + m.error;
   feed_failure f;
   f.source = "frame";
-  f.kind = "unparseable";
+  f.kind = to_string(why);
   f.detail = reason;
   report(self, std::move(f));
   auto info = st.neg->on_unreadable_event(m.frame.seq);
@@ -601,7 +603,9 @@ void enqueue_unreadable_frame(self_ptr self, const parsed_message& m) {
     st.queue.back().rs.event_id = info->lost_to;
 }
 
-void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
+void on_frame(self_ptr self, parsed_message& m, std::size_t bytes,
+              drain_error_reason unreadable_why
+              = drain_error_reason::unparseable) {
   auto& st = self->state;
   auto before = st.neg->mode();
   auto r = st.neg->on_frame(m.frame);
@@ -632,7 +636,7 @@ void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
   // frame before any hello only makes the watcher infer ephemeral).
   if (m.frame.type == frame_type::not_json
       && (before == feed_mode::catchup || before == feed_mode::ephemeral))
-    enqueue_unreadable_frame(self, m);
+    enqueue_unreadable_frame(self, m, unreadable_why);
   pump(self);
   if (frames_over(st, st.cfg.max_pending_frames,
                   st.cfg.max_pending_frame_bytes)
@@ -693,6 +697,36 @@ void on_ws_event(self_ptr self, ws_event& ev) {
         on_hello(self, m);
       else
         on_frame(self, m, ev.payload.size());
+      break;
+    }
+    case ws_event::kind::too_large: {
+      // A message over ws_max_frame_bytes, already discarded by the
+      // session (only its first bytes came): a frame that cannot be read,
+      // like one that does not parse. In-frame tiers get one undeliverable
+      // reset (over_cap, with the seq the prefix shows); the ledger takes
+      // it for a wake without a hint (its drain still runs on its timer).
+      // The session stays open: the same frame again is the same reset,
+      // never a reconnect loop.
+      if (st.phase != ws_phase::open)
+        return;
+      ++st.messages;
+      ++st.counters.oversized_frames;
+      st.ka->on_activity(now);
+      parsed_message m;
+      m.frame.type = frame_type::not_json;
+      m.frame.seq = frame_seq(ev.payload);
+      m.error = "message of " + std::to_string(ev.size)
+                + " bytes over ws_max_frame_bytes ("
+                + std::to_string(st.cfg.ws_max_frame_bytes) + ")";
+      auto mode = st.neg->mode();
+      if (mode != feed_mode::catchup && mode != feed_mode::ephemeral) {
+        feed_failure f;
+        f.source = "frame";
+        f.kind = to_string(drain_error_reason::over_cap);
+        f.detail = m.error;
+        report(self, std::move(f));
+      }
+      on_frame(self, m, 0, drain_error_reason::over_cap);
       break;
     }
     case ws_event::kind::activity:

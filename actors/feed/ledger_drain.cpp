@@ -39,10 +39,20 @@ void ledger_drain::stop_isolating() {
   confirm_step_ = 0;
 }
 
+void ledger_drain::advance_to(int64_t id) {
+  if (id <= cursor_)
+    return;
+  cursor_ = id;
+  // Real progress: the next isolation attempt that ends without any starts
+  // from the floor again.
+  start_over_delay_ = redrain_floor;
+}
+
 drain_action ledger_drain::start() {
   state_ = state::fetching;
   pending_ = false;
   armed_ = false;
+  armed_start_over_ = false;
   raised_since_start_ = false;
   if (rewind_pending_) {
     stop_isolating(); // the old ledger's poison is not the new one's
@@ -59,6 +69,7 @@ drain_action ledger_drain::start() {
     low_head_.reset();
     last_reset_cursor_.reset();
     redrain_delay_ = redrain_floor;
+    start_over_delay_ = redrain_floor;
   }
   // Any outstanding re-drain timer is superseded by this drain.
   ++redrain_gen_;
@@ -108,7 +119,9 @@ drain_action ledger_drain::on_wake(std::optional<int64_t> target) {
     // its backoff (hyperdjango's ChangeFeedWatcher: an unreachable target
     // decays to the poll cadence however many wakes repeat it). A raised target brings the
     // timer forward to the floor, once.
-    if (raised && armed_delay_ > redrain_floor) {
+    // Not the timer of a start-over: the event at the cursor is what it
+    // waits for, and a wake says nothing about it.
+    if (raised && armed_delay_ > redrain_floor && !armed_start_over_) {
       armed_delay_ = redrain_floor;
       ++redrain_gen_;
       return drain_action::rearm;
@@ -226,7 +239,9 @@ void ledger_drain::quiesce() {
   state_ = state::idle;
   pending_ = false;
   armed_ = false;
+  armed_start_over_ = false;
   page_probe_ = false;
+  start_over_ = false;
   stop_isolating();
   ++redrain_gen_;
 }
@@ -278,9 +293,11 @@ page_plan ledger_drain::on_page(const page_summary& page) {
     retry_delay_ = redrain_floor;
     if (confirm_x_) {
       // A fresh look below x answers: the failures were transient (an
-      // outage that ended mid-walk). Start over from the cursor.
+      // outage that ended mid-walk). Start over from the cursor, after the
+      // start-over backoff (on_page_done).
       probe_resume_.reset();
       stop_isolating();
+      start_over_ = true;
       return plan;
     }
     // after = x - 1 failed twice, after = x answers: the first event after
@@ -400,8 +417,8 @@ page_plan ledger_drain::on_page(const page_summary& page) {
 }
 
 void ledger_drain::on_event_delivered(std::optional<int64_t> id) {
-  if (id && *id > cursor_)
-    cursor_ = *id;
+  if (id)
+    advance_to(*id);
 }
 
 drain_next ledger_drain::on_page_done() {
@@ -414,6 +431,10 @@ drain_next ledger_drain::on_page_done() {
   }
   if (page_probe_) {
     page_probe_ = false;
+    if (start_over_) {
+      start_over_ = false;
+      return start_over();
+    }
     if (probe_unreadable_) {
       probe_unreadable_ = false;
       return unreadable(probe_why_, "the probe's page cannot be read",
@@ -422,7 +443,7 @@ drain_next ledger_drain::on_page_done() {
     if (skip_to_) {
       // The undeliverable reset is acknowledged: move past the poison,
       // back to full pages.
-      cursor_ = std::max(cursor_, *skip_to_);
+      advance_to(*skip_to_);
       probe_resume_.reset();
       stop_isolating();
     }
@@ -439,8 +460,8 @@ drain_next ledger_drain::on_page_done() {
     return finish();
   }
   // The cursor of a page cut at the limit covers events not delivered.
-  if (!page_over_limit_ && page_cursor_ && *page_cursor_ > cursor_)
-    cursor_ = *page_cursor_;
+  if (!page_over_limit_ && page_cursor_)
+    advance_to(*page_cursor_);
   if (!page_over_limit_
       && page_count_ < static_cast<std::size_t>(fetch_limit_))
     return finish();
@@ -459,6 +480,10 @@ drain_next ledger_drain::on_fetch_failed() {
   if (isolate_ == isolate_phase::probing && !confirm_x_
       && probe_x_ - 1 > cursor_)
     probe_resume_.emplace(cursor_, probe_x_ - 1);
+  // An isolation cut short by an outage starts over: on the start-over
+  // backoff, which a flapping server cannot reset.
+  if (isolating())
+    return start_over();
   stop_isolating();
   return finish(true);
 }
@@ -544,8 +569,7 @@ drain_next ledger_drain::unreadable(drain_error_reason why,
     // Out of steps for this attempt: back off, skipping nothing, and go
     // on from here next time if the cursor has not moved.
     probe_resume_.emplace(cursor_, at);
-    stop_isolating();
-    return finish(true);
+    return start_over();
   }
   probe_x_ = at + 1;
   start();
@@ -575,6 +599,20 @@ drain_next ledger_drain::arm_redrain(feed_duration& backoff) {
   next.delay = backoff;
   next.redrain_id = ++redrain_gen_;
   backoff = std::min(backoff * 2, redrain_cap_);
+  return next;
+}
+
+drain_next ledger_drain::start_over() {
+  state_ = state::idle;
+  stop_isolating();
+  if (rewind_pending_) {
+    drain_next next;
+    next.what = drain_next::kind::fetch;
+    start();
+    return next;
+  }
+  auto next = arm_redrain(start_over_delay_);
+  armed_start_over_ = true;
   return next;
 }
 

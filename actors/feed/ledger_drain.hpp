@@ -73,6 +73,22 @@
 // balancer alternating between two broken backends must not loop hot).
 // The narrowed limit holds until the drain goes idle.
 //
+// Each attempt is bounded, but attempts must not repeat hot either: a
+// server that flaps between readable and unreadable in step with the probe
+// would make narrow -> probe -> start over cycle forever. So an attempt
+// that ends without moving the cursor -- a fresh look that starts over, a
+// fetch that fails mid-isolation, a probe out of steps -- waits before the
+// next one on the re-drain backoff (0.05 s doubling up to max(3 s,
+// poll_interval)), and consecutive ones double it. Only real progress (the
+// cursor moving: an event delivered, a poison event passed, a rewind)
+// brings it back to the floor; a readable answer in the middle of a cycle
+// does not, and a wake does not bring a start-over forward.
+//
+//   narrow ─► strike ─► probe ─► fresh look ─readable─► start over
+//     ▲                                                    │ wait d;
+//     └────────────────────────────────────────────────────┘ d = min(2d, cap)
+//   (cursor moves: d = floor)
+//
 // Incarnations. A ledger that is replaced under a running watcher (the hub
 // restarted without its old log, or was restored from a backup) makes the
 // cursor meaningless: asking for ids after it returns nothing, forever. The
@@ -375,13 +391,27 @@ public:
     return redrain_delay_;
   }
 
+  /// The delay the next isolation attempt that ends without progress
+  /// (a start-over) waits before the drain tries again (see the header
+  /// comment): the re-drain floor, doubled per consecutive start-over up
+  /// to the re-drain cap, back to the floor when the cursor moves.
+  feed_duration start_over_delay() const {
+    return start_over_delay_;
+  }
+
 private:
   enum class state : uint8_t { idle, fetching, delivering };
   enum class isolate_phase : uint8_t { none, narrowing, probing };
 
   drain_action start();
-  /// `failed`: a fetch failed or nothing could be isolated: back off.
+  /// `failed`: a fetch failed: back off.
   drain_next finish(bool failed = false);
+  /// An isolation attempt ended without progress: back off on the
+  /// start-over backoff (start_over_delay_), then double it.
+  drain_next start_over();
+  /// Moves the cursor forward to `id` (never backward); progress resets
+  /// the start-over backoff.
+  void advance_to(int64_t id);
   void count(drain_error_reason why);
   /// Ends a narrowing / probe; the page size is the configured one again.
   void stop_isolating();
@@ -490,6 +520,12 @@ private:
   bool raised_since_start_ = false;
   feed_duration armed_delay_{0};
   feed_duration retry_delay_ = redrain_floor;
+  /// The start-over backoff; the armed timer is a start-over's.
+  feed_duration start_over_delay_ = redrain_floor;
+  bool armed_start_over_ = false;
+  /// The current probe page was a readable fresh look: start over when it
+  /// is done.
+  bool start_over_ = false;
   uint64_t wakes_coalesced_ = 0;
   uint64_t resets_ = 0;
   uint64_t pages_ = 0;

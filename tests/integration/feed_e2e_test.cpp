@@ -577,7 +577,12 @@ TEST_F(FeedE2E, AcceptThenCloseBacksOff) {
   EXPECT_LT(seen, 12u); // no reconnect storm
 }
 
-TEST_F(FeedE2E, OversizedFrameRefusedThenReconnects) {
+TEST_F(FeedE2E, OversizedFrameLeavesTheLedgerDrainOnItsTimer) {
+  // The hub announces an 8 MiB + 1 frame over a 1 MiB cap and never sends
+  // its payload. The session discards what comes of it instead of failing;
+  // the ledger's drain does not depend on the WebSocket and still delivers
+  // (on its poll tick, or after a reconnect if the keepalive gives up on
+  // the stalled frame: both are fine).
   start_hub();
   hub_->set_faults(R"({"oversized_frame":1})");
   collector c;
@@ -585,8 +590,7 @@ TEST_F(FeedE2E, OversizedFrameRefusedThenReconnects) {
   fc.ws_max_frame_bytes = 1024 * 1024;
   fc.ws_ping_interval = 0.0;
   auto w = watch(fc, c);
-  ASSERT_TRUE(wait_stats(
-    w, [](const feed_stats& s) { return s.connected && s.connects >= 2; }));
+  ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.connected; }));
   publish(1);
   ASSERT_TRUE(c.wait_events(1));
 }

@@ -905,6 +905,88 @@ TEST_F(FeedHostile, LargeFramesToASlowSubscriberAreBoundedInBytes) {
   EXPECT_EQ(s.last_seq, std::optional<int64_t>{10});
 }
 
+TEST_F(FeedHostile, AnOversizedEventFrameIsOneUndeliverableResetOnOneConnection) {
+  // A 200 KB event frame over a 64 KiB ws_max_frame_bytes, sent twice, and
+  // a fragmented one. Before, the session closed on it (1009), the watcher
+  // reconnected and a hub replaying the same frame made it loop, silently.
+  auto big = [](int64_t seq) {
+    return R"({"type":"event","subject":"a/b","kind":"k","seq":)"
+           + std::to_string(seq) + R"(,"metadata":{"pad":")"
+           + std::string(200000, 'x') + "\"}}";
+  };
+  auto big5 = big(5);
+  std::string frames = hello("catchup", "0", true, "e1") + event_frame(1)
+                       + text(big(2)) + event_frame(3) + text(big(2))
+                       + event_frame(4)
+                       + ws_frame(0x1, big5.substr(0, 100000), false)
+                       + ws_frame(0x0, big5.substr(100000))
+                       + event_frame(6);
+  scripted_server ws{{
+    {step::read_request(), step::ws_accept("", frames), step::hold()},
+    // A reconnect would get a hello of another epoch: a visible reset.
+    {step::read_request(),
+     step::ws_accept("", hello("catchup", "9", true, "e2")), step::hold()},
+  }};
+  collector c;
+  feed_config fc = ledger_config();
+  fc.replay_path.clear();
+  fc.ws_path = "/ws/catchup";
+  fc.ws_ping_interval = 0;
+  fc.ws_max_frame_bytes = 64 * 1024;
+  auto w = watch(fc, c, {}, ws.base_url());
+  ASSERT_TRUE(c.wait_events(4));
+  ASSERT_TRUE(c.wait_resets(3));
+  EXPECT_EQ(c.snapshot(), (std::vector<int64_t>{1, 3, 4, 6}));
+  EXPECT_EQ(c.causes(), (std::vector<reset_cause>{reset_cause::resync,
+                                                  reset_cause::undeliverable,
+                                                  reset_cause::undeliverable}));
+  {
+    std::lock_guard<std::mutex> lock{c.mu};
+    EXPECT_EQ(c.resets[1].event_id, std::optional<int64_t>{2});
+    EXPECT_EQ(c.resets[1].lost_from, std::optional<int64_t>{1});
+    EXPECT_EQ(c.resets[1].lost_to, std::optional<int64_t>{2});
+    EXPECT_EQ(c.resets[1].reason.rfind("over_cap: ", 0), 0u)
+      << c.resets[1].reason;
+    EXPECT_EQ(c.resets[2].event_id, std::optional<int64_t>{5});
+  }
+  auto s = stats(w);
+  EXPECT_EQ(s.oversized_frames, 3u);
+  EXPECT_EQ(s.unreadable_frames, 3u); // the repeat of 2 too (no reset)
+  EXPECT_EQ(s.connects, 1u);
+  EXPECT_EQ(s.reconnects, 0u);
+  EXPECT_TRUE(s.connected);
+  EXPECT_EQ(s.epoch, std::optional<std::string>{"e1"});
+}
+
+TEST_F(FeedHostile, AFrameAnnouncingTwoToTheSixtyThirdBytesBreaksTheSession) {
+  // RFC 6455 5.2: the top bit of a 64-bit length must be 0. The session
+  // ends on the header, nothing is allocated for it, and the watcher
+  // reconnects (the next connection is well-behaved).
+  auto header = std::string{"\x82\x7F\x80", 3} + std::string(7, '\0');
+  scripted_server ws{{
+    // (The header in a later read: a violation fails the read it comes
+    // in, messages before it in the same read included.)
+    {step::read_request(),
+     step::ws_accept("", hello("catchup", "0", true, "e1") + event_frame(1)),
+     step::sleep(200ms), step::send(header), step::hold()},
+    {step::read_request(),
+     step::ws_accept("", hello("catchup", "1", false, "e1") + event_frame(2)),
+     step::hold()},
+  }};
+  collector c;
+  feed_config fc = ledger_config();
+  fc.replay_path.clear();
+  fc.ws_path = "/ws/catchup";
+  fc.ws_ping_interval = 0;
+  fc.ws_max_frame_bytes = 64 * 1024;
+  auto w = watch(fc, c, {}, ws.base_url());
+  ASSERT_TRUE(c.wait_events(2));
+  EXPECT_EQ(c.snapshot(), (std::vector<int64_t>{1, 2}));
+  auto s = stats(w);
+  EXPECT_EQ(s.reconnects, 1u);
+  EXPECT_EQ(s.oversized_frames, 0u);
+}
+
 TEST_F(FeedHostile, FramesBeforeTheHelloBinaryFramesAndOddCloseCodes) {
   scripted_server ws{{
     // A binary frame and an event before any hello: ephemeral is inferred

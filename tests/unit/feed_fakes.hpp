@@ -233,6 +233,15 @@ struct fake_ws_record {
     ev.fragmented = fragmented;
     push(ev);
   }
+  /// A message over max_frame_bytes as the session reports it: its first
+  /// bytes and its full size.
+  void too_large(std::string prefix, uint64_t size) {
+    ws_event ev;
+    ev.what = ws_event::kind::too_large;
+    ev.payload = std::move(prefix);
+    ev.size = size;
+    push(ev);
+  }
   void activity() {
     ws_event ev;
     ev.what = ws_event::kind::activity;

@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -331,7 +332,12 @@ TEST(LedgerPoison, AnOutageThatEndsMidProbeDeclaresNothing) {
   ledger_drain d{0, 1, 30s};
   ledger_faults f;
   f.transient = {{0, 2}, {1, 2}, {2, 2}};
-  auto r = run_drain(d, {1, 2, 3, 4}, {}, f);
+  // The fresh look at after = 2 answers: start over, after the start-over
+  // backoff (a second drain attempt).
+  auto first = run_drain(d, {1, 2, 3, 4}, {}, f); // uses up the outage
+  EXPECT_TRUE(first.log.empty());
+  ASSERT_EQ(first.last.what, drain_next::kind::redrain);
+  auto r = run_drain(d, {1, 2, 3, 4}, {}, ledger_faults{});
   EXPECT_EQ(r.log, log_of({"e1", "e2", "e3", "e4"}));
   EXPECT_TRUE(r.resets.empty());
   EXPECT_EQ(d.undeliverable(), 0u);
@@ -340,13 +346,181 @@ TEST(LedgerPoison, AnOutageThatEndsMidProbeDeclaresNothing) {
 
 TEST(LedgerPoison, AReadableAnswerAtTheCursorBeforeTheResetStartsOver) {
   // The outage ends while the probe is confirming: after = 2 is still
-  // unreadable on the fresh look, after = 0 is readable again.
+  // unreadable on the fresh look, after = 0 is readable again. The start
+  // over waits the start-over backoff (a second drain attempt).
   ledger_drain d{0, 1, 30s};
   ledger_faults f;
   f.transient = {{0, 2}, {1, 2}, {2, 3}};
-  auto r = run_drain(d, {1, 2, 3, 4}, {}, f);
+  auto first = run_drain(d, {1, 2, 3, 4}, {}, f); // uses up the outage
+  EXPECT_TRUE(first.log.empty());
+  ASSERT_EQ(first.last.what, drain_next::kind::redrain);
+  EXPECT_EQ(first.last.delay, ledger_drain::redrain_floor);
+  auto r = run_drain(d, {1, 2, 3, 4}, {}, ledger_faults{});
   EXPECT_EQ(r.log, log_of({"e1", "e2", "e3", "e4"}));
   EXPECT_TRUE(r.resets.empty());
+}
+
+/// A replay server that flaps in step with the probe: a page holding a
+/// poison id is unreadable, except the fresh look at after = x - 1 right
+/// after a readable probe at after = x (it answers then, as if an outage had
+/// just ended), so every isolation attempt starts over. Driven on explicit
+/// time: re-drain timers fire when the clock reaches them.
+struct flapping_ledger {
+  ids ledger_ids;
+  std::set<int64_t> poison;
+  bool flap = true;
+  feed_duration now{0};
+  /// When each request was sent, and its (after, limit).
+  std::vector<feed_duration> at;
+  std::vector<std::pair<int64_t, int>> asked;
+  std::vector<std::string> log;
+  /// The re-drain timer armed when the last run stopped.
+  std::optional<drain_next> armed;
+
+  /// Runs `d` until the clock would pass `until` (or `max_requests`, or
+  /// idle): from the timer left armed, else from a poll.
+  void run(ledger_drain& d, feed_duration until, int max_requests = 100000) {
+    if (armed) {
+      if (now + armed->delay > until)
+        return;
+      now += armed->delay;
+      auto id = armed->redrain_id;
+      armed.reset();
+      if (d.on_redrain_timer(id) != drain_action::fetch)
+        return;
+    } else if (d.request(drain_trigger::poll) != drain_action::fetch) {
+      return;
+    }
+    while (static_cast<int>(at.size()) < max_requests) {
+      auto after = d.fetch_after();
+      auto limit = d.fetch_limit();
+      bool fresh_look = !asked.empty() && limit == 1
+                        && asked.back().second == 1
+                        && asked.back().first == after + 1;
+      at.push_back(now);
+      asked.emplace_back(after, limit);
+      page_summary p;
+      p.is_object = true;
+      bool bad = false;
+      for (auto id : ledger_ids) {
+        if (id <= after)
+          continue;
+        if (static_cast<int>(p.ids.size()) >= limit)
+          break;
+        p.ids.push_back(id);
+        bad = bad || poison.count(id) > 0;
+      }
+      if (flap && fresh_look)
+        bad = false;
+      p.cursor = p.ids.empty() ? after : *p.ids.back();
+      drain_next next;
+      if (bad) {
+        next = d.on_unreadable(drain_error_reason::over_cap, "flap");
+      } else {
+        auto plan = d.on_page(p);
+        for (auto i : plan.deliver) {
+          d.on_event_delivered(p.ids[i]);
+          log.push_back("e" + std::to_string(*p.ids[i]));
+        }
+        next = d.on_page_done();
+      }
+      while (next.what == drain_next::kind::reset) {
+        log.push_back("u" + std::to_string(*next.plan.event_id));
+        next = d.on_page_done();
+      }
+      if (next.what == drain_next::kind::fetch)
+        continue;
+      if (next.what != drain_next::kind::redrain)
+        return; // idle
+      if (now + next.delay > until) {
+        armed = next;
+        return;
+      }
+      now += next.delay;
+      if (d.on_redrain_timer(next.redrain_id) != drain_action::fetch)
+        return;
+    }
+  }
+
+  /// The times at which an isolation attempt began: a request at the
+  /// cursor with the full limit.
+  std::vector<feed_duration> cycle_starts(int full_limit) const {
+    std::vector<feed_duration> out;
+    for (std::size_t i = 0; i < asked.size(); ++i)
+      if (asked[i].second == full_limit)
+        out.push_back(at[i]);
+    return out;
+  }
+};
+
+TEST(LedgerPoison, StartOversAgainstAFlappingServerBackOffToTheCap) {
+  // Before, each start-over fetched again at once: the drain cycled
+  // narrow -> probe -> start over forever without the clock moving.
+  ledger_drain d{0, 8, 1s}; // re-drain cap: max(3 s, 1 s) = 3 s
+  flapping_ledger f;
+  f.ledger_ids = {1, 2, 3, 4, 5};
+  f.poison = {1};
+  f.run(d, 60s);
+  EXPECT_TRUE(f.log.empty()); // nothing is declared, nothing skipped
+  EXPECT_EQ(d.cursor(), 0);
+  auto starts = f.cycle_starts(8);
+  ASSERT_GE(starts.size(), 10u);
+  // The gap between attempts doubles from the floor to the cap, then
+  // stays there.
+  std::vector<feed_duration> gaps;
+  for (std::size_t i = 1; i < starts.size(); ++i)
+    gaps.push_back(starts[i] - starts[i - 1]);
+  EXPECT_EQ(gaps[0], ledger_drain::redrain_floor);
+  for (std::size_t i = 1; i < gaps.size(); ++i) {
+    EXPECT_GE(gaps[i], gaps[i - 1]) << i;
+    EXPECT_LE(gaps[i], feed_duration{3s}) << i;
+  }
+  EXPECT_EQ(gaps.back(), feed_duration{3s});
+  EXPECT_EQ(d.start_over_delay(), feed_duration{3s});
+  // Bounded: ~7 requests per attempt, one attempt per 3 s once at the cap
+  // (6.35 s to get there): at most 7 x (60 / 3 + 8) in a minute.
+  EXPECT_LE(f.at.size(), 7u * (60u / 3u + 8u));
+  EXPECT_LE(f.at.back(), feed_duration{61s});
+}
+
+TEST(LedgerPoison, ProgressBringsTheStartOverBackoffBackToTheFloor) {
+  ledger_drain d{0, 8, 1s};
+  flapping_ledger f;
+  f.ledger_ids = {1, 2, 3, 4, 5, 6};
+  f.poison = {1};
+  f.run(d, 20s);
+  EXPECT_EQ(d.start_over_delay(), feed_duration{3s});
+  // The server heals: the next attempt (on the timer already armed)
+  // delivers, and the cursor moving resets the backoff.
+  f.poison.clear();
+  f.run(d, f.now + 10s);
+  EXPECT_EQ(f.log, log_of({"e1", "e2", "e3", "e4", "e5", "e6"}));
+  EXPECT_EQ(d.cursor(), 6);
+  EXPECT_EQ(d.start_over_delay(), ledger_drain::redrain_floor);
+  // A new poison event that flaps: its first start-over waits the floor.
+  f.ledger_ids = {1, 2, 3, 4, 5, 6, 7, 8};
+  f.poison = {7};
+  auto before = f.asked.size();
+  f.run(d, f.now + 1s);
+  std::vector<feed_duration> recent;
+  for (std::size_t i = 0; i < f.asked.size(); ++i)
+    if (i >= before && f.asked[i].second == 8)
+      recent.push_back(f.at[i]);
+  ASSERT_GE(recent.size(), 2u);
+  EXPECT_EQ(recent[1] - recent[0], ledger_drain::redrain_floor);
+}
+
+TEST(LedgerPoison, AWakeDoesNotBringAStartOverForward) {
+  ledger_drain d{0, 8, 1s};
+  flapping_ledger f;
+  f.ledger_ids = {1, 2, 3};
+  f.poison = {1};
+  f.run(d, 10s);
+  ASSERT_GT(d.start_over_delay(), ledger_drain::redrain_floor);
+  // The last attempt armed a start-over timer: rising wakes are coalesced
+  // into it (the poison at the cursor blocks whatever they announce).
+  for (int64_t c = 100; c < 200; ++c)
+    EXPECT_EQ(d.on_wake(c), drain_action::none);
 }
 
 TEST(LedgerPoison, TwoUnreadableAnswersConfirmEachOtherWhateverTheirReasons) {
@@ -1011,6 +1185,117 @@ TEST_F(FeedPoison, AnUnreadableEphemeralFrameIsAnUndeliverableResetInOrder) {
                                              "r:undeliverable", "e#2"}));
   ASSERT_FALSE(failures->empty());
   EXPECT_EQ(failures->back().source, "frame");
+}
+
+/// The first 64 KiB of an event frame of `seq` whose metadata makes it
+/// 9 MiB long: what a session hands over for a message over the cap.
+std::string oversized_prefix(int64_t seq) {
+  auto head = R"({"type":"event","subject":"a","kind":"k","seq":)"
+              + std::to_string(seq) + R"(,"metadata":")";
+  return head + std::string(64 * 1024 - head.size(), 'x');
+}
+
+TEST_F(FeedPoison, AnOversizedCatchupFrameIsOneUndeliverableResetOnTheSameSession) {
+  // A message over ws_max_frame_bytes: the session discards it and hands
+  // over its first bytes. Before, the session closed on it and the
+  // watcher reconnected into the same frame, delivering nothing, forever.
+  cfg.replay_path.clear();
+  start();
+  ws->last().open();
+  run();
+  ws->last().message(
+    R"({"type":"hello","mode":"catchup","seq":0,"cursor":0,"resync":false,"epoch":"e1"})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":1})");
+  ws->last().too_large(oversized_prefix(2), 9u * 1024u * 1024u);
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":3})");
+  // The hub sends the same huge frame again: already reset, nothing lost.
+  ws->last().too_large(oversized_prefix(2), 9u * 1024u * 1024u);
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":4})");
+  run();
+  EXPECT_EQ(got(), (std::vector<std::string>{"e#1", "r:undeliverable", "e#3",
+                                             "e#4"}));
+  auto rs = subs->resets();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0]->cause, reset_cause::undeliverable);
+  EXPECT_EQ(rs[0]->event_id, 2); // its seq, read from the prefix
+  EXPECT_EQ(rs[0]->lost_from, 1);
+  EXPECT_EQ(rs[0]->lost_to, 2);
+  EXPECT_EQ(rs[0]->reason.rfind("over_cap: ", 0), 0u) << rs[0]->reason;
+  EXPECT_NE(rs[0]->reason.find("9437184 bytes"), std::string::npos)
+    << rs[0]->reason;
+  auto s = stats();
+  EXPECT_EQ(s.oversized_frames, 2u);
+  EXPECT_EQ(s.unreadable_frames, 2u); // both, though the repeat lost nothing
+  EXPECT_EQ(s.resets_by_cause[idx(reset_cause::undeliverable)], 1u);
+  // One session throughout: no reconnect.
+  EXPECT_EQ(ws->sessions.size(), 1u);
+  EXPECT_FALSE(ws->last().closed);
+  EXPECT_EQ(s.connects, 1u);
+  EXPECT_EQ(s.reconnects, 0u);
+  EXPECT_TRUE(s.connected);
+  ASSERT_FALSE(failures->empty());
+  EXPECT_EQ(failures->front().source, "frame");
+  EXPECT_EQ(failures->front().kind, "over_cap");
+}
+
+TEST_F(FeedPoison, AnOversizedEphemeralFrameWithoutASeqIsOneResetOfUnknownEnd) {
+  cfg.replay_path.clear();
+  start();
+  ws->last().open();
+  run();
+  ws->last().message(
+    R"({"type":"hello","mode":"ephemeral","seq":0,"cursor":0,"resync":false,"epoch":"e1"})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":1})");
+  // Its prefix shows no seq (a huge field comes first).
+  ws->last().too_large(R"({"type":"event","metadata":")"
+                         + std::string(60000, 'x'),
+                       20u * 1024u * 1024u);
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":3})");
+  run();
+  EXPECT_EQ(got(), (std::vector<std::string>{"r:reconnect", "e#1",
+                                             "r:undeliverable", "e#3"}));
+  auto rs = subs->resets();
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[1]->lost_from, 1);
+  EXPECT_FALSE(rs[1]->lost_to);
+  EXPECT_FALSE(rs[1]->event_id);
+  EXPECT_EQ(rs[1]->reason.rfind("over_cap: ", 0), 0u) << rs[1]->reason;
+  EXPECT_EQ(ws->sessions.size(), 1u);
+  EXPECT_EQ(stats().reconnects, 0u);
+}
+
+TEST_F(FeedPoison, AnOversizedLedgerFrameIsAnUnreadableWakeNeverAReconnect) {
+  // The ledger's WebSocket carries only hellos and wakes: an oversized one
+  // is counted and taken for a wake without a hint; the drain runs as
+  // before, the session stays.
+  ledger->append_to(2);
+  start();
+  ws->last().open();
+  run();
+  EXPECT_EQ(subs->ids(), (ids{1, 2}));
+  ledger->append_to(4);
+  for (int i = 0; i < 5; ++i)
+    ws->last().too_large(R"({"type":"wake","cursor":4,"pad":")"
+                           + std::string(1000, 'x'),
+                         9u * 1024u * 1024u);
+  run();
+  advance_by(1s);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4}));
+  EXPECT_TRUE(subs->resets().empty());
+  auto s = stats();
+  EXPECT_EQ(s.oversized_frames, 5u);
+  EXPECT_EQ(s.unreadable_frames, 0u);
+  EXPECT_EQ(s.cursor, 4);
+  EXPECT_EQ(ws->sessions.size(), 1u);
+  EXPECT_FALSE(ws->last().closed);
+  EXPECT_EQ(s.reconnects, 0u);
+  ASSERT_FALSE(failures->empty());
+  EXPECT_EQ(failures->back().source, "frame");
+  EXPECT_EQ(failures->back().kind, "over_cap");
+  // The poll tick still drains with no wake at all.
+  ledger->append_to(5);
+  advance_by(31s);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5}));
 }
 
 TEST_F(FeedPoison, ARefusedUpgradeIsReportedWithItsStatus) {
