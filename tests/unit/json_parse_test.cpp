@@ -163,13 +163,14 @@ TEST(JsonParse, IntegersThatBinary64HoldsExactlyBecomeDoubles) {
     std::snprintf(back, sizeof back, "%.0f", r.value.as_double());
     EXPECT_EQ(std::string{back}, t); // glibc prints doubles exactly
   }
-  // Random doubles from 2^63 up to DBL_MAX, printed exactly (glibc's %.0f
-  // is exact), parse back to the same bits; the next integer up is no
-  // binary64 value (the spacing there is at least 2^11) and is refused.
+  // Random doubles from 2^64 (below, uint64 holds them) up to DBL_MAX,
+  // printed exactly (glibc's %.0f is exact), parse back to the same bits;
+  // the next integer up is no binary64 value (the spacing there is at
+  // least 2^12) and is refused.
   std::mt19937_64 rng{11};
   for (int i = 0; i < 2000; ++i) {
     double d = std::ldexp(1.0 + static_cast<double>(rng() >> 12) * 0x1p-52,
-                          63 + static_cast<int>(rng() % 961));
+                          64 + static_cast<int>(rng() % 960));
     char buf[400];
     std::snprintf(buf, sizeof buf, "%.0f", d);
     std::string text = buf;
