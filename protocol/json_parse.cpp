@@ -36,7 +36,7 @@ bool is_integer_literal(std::string_view text) {
 }
 
 // True when the integer literal `text` (optional '-', then digits without
-// leading zeros, as RFC 8259 section 6 allows) is exactly the finite double
+// leading zeros, which RFC 8259 section 6 forbids) is exactly the finite double
 // `d`, which from_chars made of it. Only called for |d| >= 2^63, where every
 // double is an integer: d = m * 2^e with a 53-bit m and e >= 11. Prints
 // m * 2^e exactly in base 10^9 limbs (at most 35 of them below 2^1024) and
@@ -95,7 +95,7 @@ public:
   json::value_stack st;
   json_parse_error failure = json_parse_error::none;
   std::string failed_field;
-  // Digits of the integer literal that was inexact (for the detail).
+  // Number of digits of the inexact integer literal (for the detail).
   std::size_t failed_digits = 0;
 
   bool on_document_begin(json::error_code&) {
