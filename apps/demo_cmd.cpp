@@ -20,6 +20,7 @@
 #include "metrics/metrics_exposer.hpp"
 #include "metrics/outbound_metrics.hpp"
 #include "protocol/io_runner.hpp"
+#include "protocol/json_number.hpp"
 #include "protocol/ws_session.hpp"
 
 #include <CLI/CLI.hpp>
@@ -508,8 +509,9 @@ int run_demo(const demo_options& opts, std::ostream& out, std::ostream& err) {
       line["oracle"] = std::move(nodes);
       line["oracle_mode"] = oracle_source;
       line["feeds"] = cfg.feeds;
-      line["duration"] = cfg.duration;
-      line["rate"] = cfg.rate;
+      // Read by people too: `"duration":60`, not Boost.JSON's `6E1`.
+      line["duration"] = json_number(cfg.duration);
+      line["rate"] = json_number(cfg.rate);
       out << boost::json::serialize(line) << std::endl; // flushed
     }
 

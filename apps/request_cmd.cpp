@@ -290,8 +290,11 @@ call_request make_request(const request_options& opts, path_and_query target) {
     req.params.push_back(split_param(p));
   if (opts.json_opt && opts.json_opt->count() > 0) {
     // Checked, then sent byte for byte: re-serialising would rewrite the
-    // user's numbers (1.0 -> 1E0) and whitespace.
-    auto parsed = parse_json(opts.json_body);
+    // user's numbers (1.0 -> 1E0) and whitespace. A 30-digit integer is
+    // fine here: its digits go out as typed, never through a double.
+    json_limits check;
+    check.allow_inexact_integers = true;
+    auto parsed = parse_json(opts.json_body, check);
     if (!parsed)
       throw usage_error("--json is not valid JSON: " + parsed.detail);
     req.body = opts.json_body;

@@ -241,6 +241,12 @@ demo_config parse_demo_config(std::string_view json_text) {
   auto parsed = parse_json(json_text, limits);
   if (parsed.error == json_parse_error::duplicate_key)
     throw config_error("demo." + parsed.field, "key appears more than once");
+  if ((parsed.error == json_parse_error::number_out_of_range
+       || parsed.error == json_parse_error::inexact_integer)
+      && !parsed.field.empty()) {
+    auto why = parsed.detail.substr(0, parsed.detail.rfind(" at "));
+    throw config_error("demo." + parsed.field, why);
+  }
   if (!parsed)
     throw config_error("demo", "not valid JSON: " + parsed.detail);
   auto& v = parsed.value;

@@ -3,13 +3,17 @@
 // hub::impl::handle_http routes it, against a fresh hub state (three
 // events published) and a fresh 3-node oracle per input, so that every
 // finding reproduces from its input alone. Input: the request target, a
-// NUL, then the body.
+// NUL, then the body. Promises: the replay range is validated, and an
+// accepted publish's metadata parses back to the text stored for it.
 
 #include "fuzz/fuzz_input.hpp"
 #include "hub/hub_state.hpp"
 #include "hub/hub_wire.hpp"
 #include "hub/latency_profile.hpp"
 #include "hub/oracle_state.hpp"
+#include "protocol/json_parse.hpp"
+
+#include <boost/json/serialize.hpp>
 
 #include <cstdlib>
 
@@ -27,8 +31,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       state.publish(in, 1.0);
     }
     auto p = parse_publish(body);
-    if (p.input)
+    if (p.input) {
+      // What publish accepts, replay serves to a default client: the
+      // stored metadata parses back (no inexact integer, no infinity) to
+      // the same text.
+      auto md = parse_json(p.input->metadata_json);
+      if (!md || boost::json::serialize(md.value) != p.input->metadata_json)
+        std::abort();
       (void)state.publish(*p.input, 2.0);
+    }
     auto q = parse_replay_query(t.query);
     if (q.query) {
       if (q.query->after < 0 || q.query->after > max_replay_after)

@@ -139,6 +139,15 @@ publish_parse parse_publish(std::string_view body,
                 : parsed.field + ": number out of range (IEEE 754 binary64)";
     return r;
   }
+  if (parsed.error == json_parse_error::inexact_integer) {
+    // Stored, it would be a double and replay its low digits changed.
+    r.error = parsed.field.empty()
+                ? std::string{"integer not exact in IEEE 754 binary64"}
+                : parsed.field
+                    + ": integer not exact in IEEE 754 binary64 (send "
+                      "it as a string)";
+    return r;
+  }
   if (!parsed) {
     r.error = "body is not JSON";
     return r;

@@ -59,7 +59,10 @@ ledger_file::ledger_file(const std::string& path, ledger_log& log,
     auto parsed = parse_json(lines[i]);
     auto& v = parsed.value;
     // A line that ended with its newline was written whole: it must read.
-    if (!parsed || !v.is_object())
+    if (!parsed)
+      fail(path, "line " + std::to_string(i + 1) + " is not a JSON object ("
+                   + parsed.detail + ")");
+    if (!v.is_object())
       fail(path, "line " + std::to_string(i + 1) + " is not a JSON object");
     auto& o = v.get_object();
     if (i == 0) {

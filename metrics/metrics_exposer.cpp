@@ -259,14 +259,17 @@ private:
     stream_.expires_after(server_.header_timeout_);
     http::async_read_header(
       stream_, buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code ec, std::size_t) {
-        self->on_header(ec);
+      [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+        self->on_header(ec, n);
       });
   }
 
-  void on_header(beast::error_code ec) {
+  void on_header(beast::error_code ec, std::size_t n) {
     if (phase_ == phase::closed)
       return;
+    // The parser took n bytes out of buffer_: this header ends at stream
+    // offset consumed_.
+    consumed_ += n;
     if (ec == beast::error::timeout || ec == http::error::end_of_stream
         || ec == http::error::partial_message
         || ec == net::error::operation_aborted) {
@@ -300,13 +303,20 @@ private:
         try {
           // Requests pipelined together get one snapshot: serialising the
           // registry once per pipelined request would let one connection
-          // make the io thread do it max_pipelined_requests times.
-          if (pipelined_ > 0 && snapshot_)
+          // make the io thread do it max_pipelined_requests times. But
+          // only requests whose header had arrived whole when the snapshot
+          // was taken: a pipelined header that trickles in later (up to
+          // header_timeout later) gets a snapshot no older than itself.
+          if (snapshot_ && consumed_ <= snapshot_covers_) {
             body = *snapshot_;
-          else
+          } else {
+            snapshot_.reset();
             body = server_.registry_->serialize();
-          if (buffer_.size() > 0 && !snapshot_)
-            snapshot_ = std::make_shared<const std::string>(body);
+            if (buffer_.size() > 0) {
+              snapshot_ = std::make_shared<const std::string>(body);
+              snapshot_covers_ = consumed_ + buffer_.size();
+            }
+          }
           type = exposition_content_type;
         } catch (const std::exception& e) {
           status = http::status::internal_server_error;
@@ -457,8 +467,13 @@ private:
   /// answer before them was written.
   std::size_t pipelined_ = 0;
   /// The exposition served to the first of a run of pipelined requests,
-  /// served again to the rest of the run.
+  /// served again to the rest of the run whose headers it covers.
   std::shared_ptr<const std::string> snapshot_;
+  /// Bytes of the connection the parser has taken (headers so far).
+  uint64_t consumed_ = 0;
+  /// Stream offset up to which bytes had been received when snapshot_ was
+  /// taken: a header ending at or before it was complete by then.
+  uint64_t snapshot_covers_ = 0;
 };
 
 uint16_t metrics_exposer::server::listen(const std::string& address,

@@ -22,8 +22,11 @@
 // slot. A connection that pipelines more than max_pipelined_requests
 // requests in a row is closed too (RFC 9112 §9.3.2: the client resends
 // what was not answered), and requests pipelined together are answered
-// from one serialisation of the registry. A connection closed in the middle
-// of a write is reset, so its queued answer does not linger in the kernel.
+// from one serialisation of the registry -- those whose headers had all
+// arrived when it was taken; a pipelined request whose header completes
+// later gets a serialisation no older than its header. A connection closed
+// in the middle of a write is reset, so its queued answer does not linger
+// in the kernel.
 //
 //   accept ──► read header ──► answer ──► keep-alive? ──yes──► idle ─┐
 //               (deadline)      (write    │      │          (idle    │

@@ -23,11 +23,57 @@ const char* to_string(json_parse_error e) {
     case json_parse_error::too_large: return "too_large";
     case json_parse_error::number_out_of_range: return "number_out_of_range";
     case json_parse_error::duplicate_key: return "duplicate_key";
+    case json_parse_error::inexact_integer: return "inexact_integer";
   }
   return "syntax";
 }
 
 namespace {
+
+// True when `text` is a JSON integer literal: no fraction, no exponent.
+bool is_integer_literal(std::string_view text) {
+  return text.find_first_of(".eE") == std::string_view::npos;
+}
+
+// True when the integer literal `text` (optional '-', then digits without
+// leading zeros, which RFC 8259 section 6 forbids) is exactly the finite double
+// `d`, which from_chars made of it. Only called for |d| >= 2^63, where every
+// double is an integer: d = m * 2^e with a 53-bit m and e >= 11. Prints
+// m * 2^e exactly in base 10^9 limbs (at most 35 of them below 2^1024) and
+// compares the digits.
+bool integer_is_exact(std::string_view text, double d) {
+  if (!text.empty() && text.front() == '-')
+    text.remove_prefix(1);
+  int exp2 = 0;
+  double frac = std::frexp(std::abs(d), &exp2); // |d| = frac * 2^exp2
+  auto m = static_cast<std::uint64_t>(std::ldexp(frac, 53));
+  int e = exp2 - 53;
+  if (e < 0)
+    return false; // not reached for |d| >= 2^63; be safe anyway
+  constexpr std::uint64_t base = 1000000000;
+  std::vector<std::uint64_t> limbs; // least significant first
+  for (; m != 0; m /= base)
+    limbs.push_back(m % base);
+  while (e > 0) {
+    int step = e < 29 ? e : 29; // limb * 2^29 + carry fits in 64 bits
+    std::uint64_t carry = 0;
+    for (auto& l : limbs) {
+      std::uint64_t x = (l << step) + carry;
+      l = x % base;
+      carry = x / base;
+    }
+    for (; carry != 0; carry /= base)
+      limbs.push_back(carry % base);
+    e -= step;
+  }
+  std::string digits = std::to_string(limbs.back());
+  for (auto i = limbs.size() - 1; i-- > 0;) {
+    auto part = std::to_string(limbs[i]);
+    digits.append(9 - part.size(), '0');
+    digits += part;
+  }
+  return digits == text;
+}
 
 // A basic_parser handler that builds the value like boost::json::parser's
 // own (boost/json/detail/impl/handler.ipp: a value_stack fed event by
@@ -40,13 +86,17 @@ public:
   static constexpr std::size_t max_key_size = json::string::max_size();
   static constexpr std::size_t max_string_size = json::string::max_size();
 
-  handler(std::size_t max_bytes, bool reject_duplicates)
-    : max_bytes_(max_bytes), reject_duplicates_(reject_duplicates) {
+  handler(std::size_t max_bytes, bool reject_duplicates, bool allow_inexact)
+    : max_bytes_(max_bytes),
+      reject_duplicates_(reject_duplicates),
+      allow_inexact_(allow_inexact) {
   }
 
   json::value_stack st;
   json_parse_error failure = json_parse_error::none;
   std::string failed_field;
+  // Number of digits of the inexact integer literal (for the detail).
+  std::size_t failed_digits = 0;
 
   bool on_document_begin(json::error_code&) {
     return true;
@@ -170,6 +220,14 @@ public:
       }
       exact = d;
     }
+    // Integer literals reach on_double only once they overflow int64 and
+    // uint64, so |exact| >= 2^63: one comparison for every other double.
+    if (!allow_inexact_ && std::abs(exact) >= 0x1p63
+        && is_integer_literal(text) && !integer_is_exact(text, exact)) {
+      failed_digits = text.size() - (text.front() == '-' ? 1 : 0);
+      fail(json_parse_error::inexact_integer, ec);
+      return false;
+    }
     number_.clear();
     st.push_double(exact);
     return true;
@@ -220,6 +278,7 @@ private:
   void fail(json_parse_error e, json::error_code& ec) {
     failure = e;
     if (e == json_parse_error::number_out_of_range
+        || e == json_parse_error::inexact_integer
         || e == json_parse_error::duplicate_key)
       failed_field = path();
     ec = json::error::exception;
@@ -245,6 +304,7 @@ private:
 
   std::size_t max_bytes_;
   bool reject_duplicates_;
+  bool allow_inexact_;
   std::size_t used_ = 0;
   std::vector<frame> path_;
   std::string number_;
@@ -258,7 +318,8 @@ json_parse_result parse_json(std::string_view text,
   json::parse_options opt;
   opt.max_depth = limits.max_depth;
   json::basic_parser<handler> p{opt, limits.max_bytes,
-                                limits.reject_duplicate_keys};
+                                limits.reject_duplicate_keys,
+                                limits.allow_inexact_integers};
   p.handler().st.reset();
   json::error_code ec;
   auto n = p.write_some(false, text.data(), text.size(), ec);
@@ -288,6 +349,13 @@ json_parse_result parse_json(std::string_view text,
     case json_parse_error::number_out_of_range:
       r.field = h.failed_field;
       r.detail = "number out of range (IEEE 754 binary64)";
+      if (!r.field.empty())
+        r.detail += " at " + r.field;
+      break;
+    case json_parse_error::inexact_integer:
+      r.field = h.failed_field;
+      r.detail = "integer of " + std::to_string(h.failed_digits)
+                 + " digits not exact in IEEE 754 binary64";
       if (!r.field.empty())
         r.detail += " at " + r.field;
       break;

@@ -16,7 +16,11 @@
 //    later) and its fast path can be one ulp off;
 //  - a number that overflows binary64 (`1e400`, a 5000-digit integer) is an
 //    error naming the field instead of an infinity that serialize() would
-//    print as invalid JSON.
+//    print as invalid JSON;
+//  - an integer literal beyond int64/uint64 that binary64 cannot hold
+//    exactly (a 30-digit ID) is an error naming the field instead of a
+//    double that serialize() would print with its low digits changed
+//    (see json_limits::allow_inexact_integers).
 
 #include <boost/json/value.hpp>
 
@@ -48,6 +52,24 @@ struct json_limits {
   /// meaning of repeated names unpredictable; boost::json keeps the last.
   /// For configuration files, where a repeated key is a mistake. [false]
   bool reject_duplicate_keys = false;
+  /// Accept an integer literal (no fraction, no exponent) outside the
+  /// int64/uint64 range whose value binary64 cannot represent exactly,
+  /// e.g. `123456789012345678901234567890`, as the nearest double.
+  ///
+  /// Integers in [-2^63, 2^64) stay int64/uint64 and are always exact.
+  /// Beyond that Boost.JSON can only give a double, and RFC 8259
+  /// section 6 warns that such integers are not interoperable: the
+  /// double re-serialises as `1.2345678901234568E29`, the low digits
+  /// silently lost (the classic corruption of large numeric IDs).
+  /// With false (the default) such a literal is
+  /// json_parse_error::inexact_integer naming the field. Literals that
+  /// binary64 does hold exactly (`100000000000000000000`, any power of
+  /// two) become that double either way, and so do literals with a
+  /// fraction or an exponent (`1.5`, `1e30`), which promise no more
+  /// than a binary64 value. Set it where the text is only checked and
+  /// then sent on unchanged (`outbound request --json`). The check runs
+  /// only for numbers that overflowed the 64-bit integer range. [false]
+  bool allow_inexact_integers = false;
 };
 
 /// Why a parse failed. Stable lower-case names via to_string().
@@ -64,10 +86,13 @@ enum class json_parse_error : uint8_t {
   /// A key repeated in one object (only with
   /// json_limits::reject_duplicate_keys).
   duplicate_key,
+  /// An integer literal beyond int64/uint64 that binary64 cannot hold
+  /// exactly (unless json_limits::allow_inexact_integers).
+  inexact_integer,
 };
 
 /// "none", "syntax", "too_deep", "too_large", "number_out_of_range",
-/// "duplicate_key".
+/// "duplicate_key", "inexact_integer".
 const char* to_string(json_parse_error e);
 
 /// Outcome of parse_json(): the value, or why not.
@@ -76,8 +101,9 @@ struct json_parse_result {
   boost::json::value value;
   json_parse_error error = json_parse_error::none;
   /// One-line reason when error != none, e.g. "nesting deeper than 64
-  /// levels", "number out of range at metadata.n[2]". Never contains the
-  /// input text beyond a field name.
+  /// levels", "number out of range at metadata.n[2]", "integer of 30
+  /// digits not exact in IEEE 754 binary64 at metadata.id". Never
+  /// contains the input text beyond a field name.
   std::string detail;
   /// Where the failing number or repeated key was (`a.b[3]`, `a.b`), "" for
   /// other errors or at the top level.

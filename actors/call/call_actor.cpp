@@ -261,6 +261,9 @@ call_error unreadable_body(const json_parse_result& r, int status,
     case json_parse_error::number_out_of_range:
       e.detail = "response body has a " + r.detail;
       break;
+    case json_parse_error::inexact_integer:
+      e.detail = "response body has an " + r.detail;
+      break;
     default:
       e.detail = "response body is not JSON";
       break;

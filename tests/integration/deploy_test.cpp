@@ -417,6 +417,8 @@ TEST(DemoCli, ShortRunEndsByItselfWithTheReportAndServesEveryDashboardMetric) {
   EXPECT_EQ(v.at("hub_mode").as_string(), "embedded");
   EXPECT_EQ(v.at("oracle").as_array().size(), 3u);
   EXPECT_EQ(v.at("feeds").to_number<int64_t>(), 50);
+  // Whole numbers as people write them, not Boost.JSON's 5E0.
+  EXPECT_NE(first.find("\"duration\":5,"), std::string::npos) << first;
   // Scrape while it runs. A metric counts as exported when any complete
   // scrape had it: while the demo shuts down its watchers stop one by one
   // and their series go (a scrape then can have feed counters but no lag).

@@ -1853,6 +1853,18 @@ TEST_F(HubTest, APublishWithAnOverflowingNumberIsAnswered400NamingTheField) {
   EXPECT_EQ(replay(0).at("events").as_array().size(), 0u);
 }
 
+TEST_F(HubTest, APublishWithAnInexactIntegerIsAnswered400NamingTheField) {
+  // Its replay would carry 1.2345678901234568E29, which a default client
+  // cannot tell from the ID that was sent.
+  start();
+  auto o = http().call(raw_publish(
+    R"({"subject":"s","metadata":{"ids":[1,123456789012345678901234567890]}})"));
+  EXPECT_EQ(o.status, 400) << o.error.message();
+  EXPECT_EQ(o.error.detail, "metadata.ids[1]: integer not exact in IEEE 754 "
+                            "binary64 (send it as a string)");
+  EXPECT_EQ(replay(0).at("events").as_array().size(), 0u);
+}
+
 TEST_F(HubTest, PublishRejectsWhatReplayCouldNotServeWith400AndAReason) {
   hub_config c;
   c.subject_max_bytes = 16;

@@ -709,6 +709,63 @@ TEST(MetricsExposer, TwoScrapesOnOneKeepAliveConnection) {
   }
 }
 
+/// A registry with one gauge, `test_value`, that the test sets.
+std::pair<std::shared_ptr<metrics_registry>, prometheus::Gauge*>
+registry_with_a_gauge() {
+  auto reg = std::make_shared<metrics_registry>();
+  auto& g = prometheus::BuildGauge()
+              .Name("test_value")
+              .Help("A value the test changes between scrapes")
+              .Register(*reg->registry())
+              .Add({});
+  return {reg, &g};
+}
+
+TEST(MetricsExposer, APipelinedRequestWhoseHeaderCompletesLaterSeesANewValue) {
+  auto [reg, gauge] = registry_with_a_gauge();
+  gauge->Set(1);
+  metrics_exposer ex{reg, 0};
+  tcp_client c{ex.port()};
+  ASSERT_GE(c.fd, 0);
+  // The first request and half of the second in one go: the second is
+  // pipelined (already in the buffer when the first is answered).
+  auto second = get_request("/metrics");
+  auto half = second.size() / 2;
+  ASSERT_TRUE(c.send(get_request("/metrics") + second.substr(0, half)));
+  auto first = c.read_response();
+  ASSERT_EQ(first.status, 200) << first.head;
+  EXPECT_NE(first.body.find("\ntest_value 1\n"), std::string::npos)
+    << first.body;
+  // The value changes, then the second header completes.
+  gauge->Set(2);
+  ASSERT_TRUE(c.send(second.substr(half)));
+  auto r = c.read_response();
+  ASSERT_EQ(r.status, 200) << r.head;
+  EXPECT_NE(r.body.find("\ntest_value 2\n"), std::string::npos) << r.body;
+}
+
+TEST(MetricsExposer, RequestsPipelinedInOneGoShareOneSnapshot) {
+  // Both headers are whole before the first answer is serialised: one
+  // serialisation serves both, so a change in between is not seen.
+  auto [reg, gauge] = registry_with_a_gauge();
+  gauge->Set(1);
+  metrics_exposer ex{reg, 0};
+  tcp_client c{ex.port()};
+  ASSERT_GE(c.fd, 0);
+  ASSERT_TRUE(c.send(get_request("/metrics") + get_request("/metrics")));
+  auto first = c.read_response();
+  ASSERT_EQ(first.status, 200) << first.head;
+  gauge->Set(2);
+  auto r = c.read_response();
+  ASSERT_EQ(r.status, 200) << r.head;
+  EXPECT_EQ(r.body, first.body);
+  // The next request, not pipelined, sees the change.
+  ASSERT_TRUE(c.send(get_request("/metrics")));
+  auto third = c.read_response();
+  EXPECT_NE(third.body.find("\ntest_value 2\n"), std::string::npos)
+    << third.body;
+}
+
 TEST(MetricsExposer, HeadAnswers200WithContentLengthAndNoBody) {
   metrics_exposer ex{registry_with_a_call(), 0};
   tcp_client c{ex.port()};

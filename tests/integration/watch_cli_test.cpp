@@ -10,6 +10,7 @@
 #include "test_certs.hpp"
 
 #include "hub/hub.hpp"
+#include "protocol/json_parse.hpp"
 
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
@@ -25,7 +26,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -33,6 +36,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -713,4 +717,135 @@ TEST_F(WatchCli, AnEventOverTheReplayCapIsOneUndeliverableResetInOrder) {
   ASSERT_FALSE(fails.empty()) << w.err();
   EXPECT_EQ(fails[0].at("source"), "page");
   EXPECT_EQ(fails[0].at("kind"), "over_cap");
+}
+
+// -- numbers, end to end through a real `outbound hub` -------------------------
+
+namespace {
+
+/// Numbers that are easy to corrupt on the way through a double: the
+/// nearest double to 0.1, the smallest subnormal, the largest double, an
+/// integer just past 2^53, the uint64 and int64 extremes, 10^21 (where
+/// printf-style formatting switches to an exponent), and a short mantissa
+/// with an exponent.
+const std::vector<std::pair<std::string, std::string>> tricky_numbers = {
+  {"tenth", "0.1"},
+  {"subnormal", "5e-324"},
+  {"max", "1.7976931348623157e308"},
+  {"past_2_53", "9007199254740993"},
+  {"u64_max", "18446744073709551615"},
+  {"i64_min", "-9223372036854775808"},
+  {"e21", "1e21"},
+  {"small", "123.456e-7"},
+};
+
+std::string tricky_metadata() {
+  std::string md = "{";
+  for (const auto& [k, v] : tricky_numbers)
+    md += (md.size() > 1 ? "," : "") + ("\"" + k + "\":" + v);
+  return md + "}";
+}
+
+/// Checks that every tricky number came back in `metadata` (as printed on
+/// `line`) as the same value: integers with the same digits, the others as
+/// the same binary64 as std::from_chars makes of the text that was sent.
+void expect_tricky_numbers(const std::string& line) {
+  // The library's parser: exact doubles, integers kept integers.
+  auto parsed = parse_json(line);
+  ASSERT_TRUE(parsed) << parsed.detail << ": " << line;
+  const auto& md = parsed.value.at("event").at("metadata").as_object();
+  for (const auto& [k, v] : tricky_numbers) {
+    auto* got = md.if_contains(k);
+    ASSERT_TRUE(got) << k << " missing: " << line;
+    if (v.find_first_of(".eE") == std::string::npos) {
+      // Same digits, printed as such.
+      EXPECT_TRUE(got->is_int64() || got->is_uint64()) << k << ": " << line;
+      EXPECT_NE(line.find("\"" + k + "\":" + v), std::string::npos)
+        << k << ": " << line;
+      continue;
+    }
+    double want = 0;
+    std::from_chars(v.data(), v.data() + v.size(), want);
+    ASSERT_TRUE(got->is_double()) << k << ": " << line;
+    EXPECT_EQ(got->as_double(), want) << k << " sent as " << v << ": " << line;
+    // And an independent parse of the printed text agrees (strtod is
+    // correctly rounded in glibc).
+    auto at = line.find("\"" + k + "\":");
+    ASSERT_NE(at, std::string::npos);
+    auto text = line.substr(at + k.size() + 3);
+    EXPECT_EQ(std::strtod(text.c_str(), nullptr), want) << k << ": " << line;
+  }
+}
+
+class WatchCliNumbers : public ::testing::Test {
+protected:
+  void SetUp() override {
+    hub_.emplace(std::vector<std::string>{"hub", "--port", "0"});
+    ASSERT_TRUE(hub_->wait_out_lines(1, 30s)) << hub_->err();
+    auto first = lines_of(hub_->out()).at(0);
+    base_url_
+      = "http://"
+        + std::string{json::parse(first).at("listening").as_string()};
+  }
+
+  /// `outbound request -X POST --json body BASE/v1/events`, to its end.
+  std::pair<int, std::string> publish(const std::string& body) {
+    cli_child r{{"request", "-X", "POST", "--json", body,
+                 base_url_ + "/v1/events"}};
+    auto code = r.wait_exit(30s);
+    return {code.value_or(-1), r.out() + r.err()};
+  }
+
+  std::optional<cli_child> hub_;
+  std::string base_url_;
+};
+
+} // namespace
+
+TEST_F(WatchCliNumbers, TrickyNumbersComeOutOfTheLedgerAsTheyWentIn) {
+  auto [code, output]
+    = publish(R"({"subject":"n/1","kind":"numbers","metadata":)"
+              + tricky_metadata() + "}");
+  ASSERT_EQ(code, 0) << output;
+  cli_child w{{"watch", "--count", "1", base_url_}};
+  auto exit = w.wait_exit(30s);
+  ASSERT_TRUE(exit) << w.err();
+  EXPECT_EQ(*exit, 0) << w.err();
+  auto lines = lines_of(w.out());
+  ASSERT_EQ(lines.size(), 1u) << w.out();
+  expect_tricky_numbers(lines[0]);
+}
+
+TEST_F(WatchCliNumbers, TrickyNumbersComeOutOfTheCatchupTierAsTheyWentIn) {
+  // A first catch-up subscribe is a resync (one reset line); what is
+  // published after it arrives as a frame.
+  cli_child w{{"watch", "--ws-path", "/ws/catchup", "--replay-path", "",
+               "--count", "1", base_url_}};
+  ASSERT_TRUE(w.wait_out_lines(1, 30s)) << w.err();
+  ASSERT_NE(w.out().find("\"type\":\"reset\""), std::string::npos) << w.out();
+  auto [code, output]
+    = publish(R"({"subject":"n/1","kind":"numbers","metadata":)"
+              + tricky_metadata() + "}");
+  ASSERT_EQ(code, 0) << output;
+  auto exit = w.wait_exit(30s);
+  ASSERT_TRUE(exit) << w.out() << w.err();
+  EXPECT_EQ(*exit, 0) << w.err();
+  auto lines = lines_of(w.out());
+  ASSERT_EQ(lines.size(), 2u) << w.out();
+  expect_tricky_numbers(lines[1]);
+}
+
+TEST_F(WatchCliNumbers, APublishWithA30DigitIntegerIsRefusedNamingTheField) {
+  auto [code, output] = publish(
+    R"({"subject":"n/1","metadata":{"order_id":123456789012345678901234567890}})");
+  EXPECT_NE(code, 0) << output;
+  EXPECT_NE(output.find("\"status\":400"), std::string::npos) << output;
+  EXPECT_NE(output.find("metadata.order_id: integer not exact in IEEE 754 "
+                        "binary64"),
+            std::string::npos)
+    << output;
+  // Nothing was stored: the ledger is empty.
+  cli_child w{{"watch", "--duration", "1", base_url_}};
+  ASSERT_TRUE(w.wait_exit(30s));
+  EXPECT_TRUE(w.out().empty()) << w.out();
 }

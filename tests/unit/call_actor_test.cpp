@@ -981,6 +981,17 @@ TEST_F(CallActor, AnOverflowingNumberIsAResponseErrorNamingTheField) {
             "rows[0].v (HTTP 200)");
 }
 
+TEST_F(CallActor, AnInexactIntegerIsAResponseErrorNamingTheField) {
+  log->script = {fake_step::status(
+    200, R"({"rows":[{"id":123456789012345678901234567890}]})")};
+  auto o = run_call(get("/v1/item"));
+  ASSERT_FALSE(o.ok);
+  EXPECT_EQ(o.error.kind, error_kind::response_error);
+  EXPECT_EQ(o.error.detail,
+            "response body has an integer of 30 digits not exact in IEEE 754 "
+            "binary64 at rows[0].id (HTTP 200)");
+}
+
 TEST_F(CallActor, DoublesInABodyRoundTripExactly) {
   log->script = {fake_step::status(200, R"({"t":1.7961554897535605E9})")};
   auto o = run_call(get("/v1/item"));

@@ -99,6 +99,20 @@ TEST(DemoConfig, NotAnObjectNamesDemo) {
   EXPECT_EQ(failing_field(""), "demo");
 }
 
+TEST(DemoConfig, NumbersNoDoubleCanHoldAreNamedWithTheirPath) {
+  EXPECT_EQ(failing_field(R"({"duration": 1e400})"), "demo.duration");
+  EXPECT_EQ(
+    failing_field(R"({"hedging": {"max_keys": 123456789012345678901}})"),
+    "demo.hedging.max_keys");
+  try {
+    parse_demo_config(R"({"rate": 123456789012345678901})");
+    ADD_FAILURE() << "accepted";
+  } catch (const config_error& e) {
+    EXPECT_STREQ(e.what(), "demo.rate: integer of 21 digits not exact in "
+                           "IEEE 754 binary64");
+  }
+}
+
 TEST(DemoConfig, UnknownKeysAreNamedWithTheirPath) {
   EXPECT_EQ(failing_field(R"({"feed": 10})"), "demo.feed");
   EXPECT_EQ(failing_field(R"({"traffic": {"rps": 1}})"), "demo.traffic.rps");

@@ -232,6 +232,20 @@ TEST(HubWire, PublishRejectsOverflowingNumbersNamingTheField) {
   EXPECT_EQ(q.error, "metadata.big: number out of range (IEEE 754 binary64)");
 }
 
+TEST(HubWire, PublishRejectsAnInexactIntegerNamingTheField) {
+  // Stored as a double it would replay as 1.2345678901234568E29.
+  auto p = parse_publish(
+    R"({"subject":"s","metadata":{"id":123456789012345678901234567890}})");
+  EXPECT_FALSE(p.input);
+  EXPECT_EQ(p.error, "metadata.id: integer not exact in IEEE 754 binary64 "
+                     "(send it as a string)");
+  // An integer that binary64 holds exactly is kept (as that double).
+  auto q = parse_publish(
+    R"({"subject":"s","metadata":{"n":100000000000000000000}})");
+  ASSERT_TRUE(q.input) << q.error;
+  EXPECT_EQ(q.input->metadata_json, R"({"n":1E20})");
+}
+
 TEST(HubWire, PublishKeepsDoublesExactly) {
   auto p = parse_publish(
     R"({"subject":"s","metadata":{"t":1.7961554897535605E9}})");

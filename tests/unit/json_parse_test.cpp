@@ -1,5 +1,6 @@
 // The library's one JSON parser (protocol/json_parse.hpp): depth limit,
-// memory bound, exact doubles, out-of-range numbers, duplicate keys.
+// memory bound, exact doubles, out-of-range numbers, inexact integers,
+// duplicate keys.
 
 #include "protocol/json_parse.hpp"
 
@@ -11,7 +12,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -115,11 +118,84 @@ TEST(JsonParse, IntegersStayIntegers) {
   EXPECT_EQ(parse_json("-5").value.as_int64(), -5);
   EXPECT_EQ(parse_json("18446744073709551615").value.as_uint64(),
             18446744073709551615ull);
-  // Beyond uint64 but within binary64: a double, as boost::json::parse.
-  // (`request --json` sends the user's text byte for byte all the same.)
+  EXPECT_EQ(parse_json("-9223372036854775808").value.as_int64(),
+            std::numeric_limits<std::int64_t>::min());
+  // Beyond uint64 and not a binary64 value: the double would re-serialise
+  // as 1.2345678901234568E29, so it is refused unless asked for.
   auto r = parse_json("123456789012345678901234567890");
-  ASSERT_TRUE(r);
-  EXPECT_TRUE(r.value.is_double());
+  EXPECT_EQ(r.error, json_parse_error::inexact_integer);
+  EXPECT_STREQ(to_string(r.error), "inexact_integer");
+  EXPECT_EQ(r.detail,
+            "integer of 30 digits not exact in IEEE 754 binary64");
+  json_limits lossy;
+  lossy.allow_inexact_integers = true;
+  auto d = parse_json("123456789012345678901234567890", lossy);
+  ASSERT_TRUE(d) << d.detail;
+  EXPECT_EQ(d.value.as_double(), 123456789012345678901234567890.0);
+}
+
+TEST(JsonParse, AnInexactIntegerIsAnErrorNamingTheField) {
+  auto r = parse_json(R"({"meta":{"ids":[1,123456789012345678901234567890]}})");
+  EXPECT_EQ(r.error, json_parse_error::inexact_integer);
+  EXPECT_EQ(r.field, "meta.ids[1]");
+  EXPECT_EQ(r.detail, "integer of 30 digits not exact in IEEE 754 "
+                      "binary64 at meta.ids[1]");
+  // Just past each 64-bit range: 2^64 + 1 and -(2^63 + 1).
+  EXPECT_EQ(parse_json("[18446744073709551617]").error,
+            json_parse_error::inexact_integer);
+  // 1e22 is a binary64 value, 1e23 is not.
+  EXPECT_TRUE(parse_json("10000000000000000000000"));
+  EXPECT_EQ(parse_json("100000000000000000000000").error,
+            json_parse_error::inexact_integer);
+  auto neg = parse_json(R"({"n":-9223372036854775809})");
+  EXPECT_EQ(neg.error, json_parse_error::inexact_integer);
+  EXPECT_EQ(neg.detail, "integer of 19 digits not exact in IEEE 754 "
+                        "binary64 at n");
+}
+
+TEST(JsonParse, IntegersThatBinary64HoldsExactlyBecomeDoubles) {
+  for (const char* t : {"100000000000000000000", "18446744073709551616",
+                        "-9223372036854775808000", "1000000000000000000000"}) {
+    auto r = parse_json(t);
+    ASSERT_TRUE(r) << t << ": " << r.detail;
+    EXPECT_TRUE(r.value.is_double()) << t;
+    char back[400];
+    std::snprintf(back, sizeof back, "%.0f", r.value.as_double());
+    EXPECT_EQ(std::string{back}, t); // glibc prints doubles exactly
+  }
+  // Random doubles from 2^64 (below, uint64 holds them) up to DBL_MAX,
+  // printed exactly (glibc's %.0f is exact), parse back to the same bits;
+  // the next integer up is no binary64 value (the spacing there is at
+  // least 2^12) and is refused.
+  std::mt19937_64 rng{11};
+  for (int i = 0; i < 2000; ++i) {
+    double d = std::ldexp(1.0 + static_cast<double>(rng() >> 12) * 0x1p-52,
+                          64 + static_cast<int>(rng() % 960));
+    char buf[400];
+    std::snprintf(buf, sizeof buf, "%.0f", d);
+    std::string text = buf;
+    auto r = parse_json(text);
+    ASSERT_TRUE(r) << text << ": " << r.detail;
+    EXPECT_EQ(r.value.as_double(), d) << text;
+    // d is even, so its last digit is even: +1 cannot carry.
+    std::string plus_one = text;
+    plus_one.back() = static_cast<char>(plus_one.back() + 1);
+    EXPECT_EQ(parse_json(plus_one).error, json_parse_error::inexact_integer)
+      << plus_one;
+    EXPECT_EQ(parse_json("-" + text).value.as_double(), -d) << text;
+  }
+  char max[400];
+  std::snprintf(max, sizeof max, "%.0f",
+                std::numeric_limits<double>::max());
+  EXPECT_TRUE(parse_json(max)) << max;
+}
+
+TEST(JsonParse, FractionsAndExponentsMayRoundAsBefore) {
+  // They promise a binary64 value, not digits: no inexact_integer.
+  EXPECT_TRUE(parse_json("123456789012345678901234567890.0"));
+  EXPECT_TRUE(parse_json("1.23456789012345678901234567890e29"));
+  EXPECT_TRUE(parse_json("123456789012345678901234567890e0"));
+  EXPECT_TRUE(parse_json("0.1"));
 }
 
 TEST(JsonParse, OverflowingNumbersAreAnErrorNamingTheField) {
