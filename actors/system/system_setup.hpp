@@ -91,9 +91,11 @@ struct system_options {
   std::optional<std::size_t> max_throughput;
 
   /// `work-stealing.moderate-sleep-duration`, policy stealing only (>= 0):
-  /// the nanosleep between an idle worker's 500 moderate polls. 0 makes
-  /// them plain polls (≈30–60 us in all), after which the worker blocks on
-  /// its condition variable, which an enqueue from outside signals.
+  /// the nanosleep between an idle worker's 500 moderate polls (with the
+  /// kernel's timer slack each 50 us sleep takes 50–100 us). 0 makes them
+  /// plain polls (tens of microseconds in all), after which the worker
+  /// blocks on its condition variable, which an enqueue from outside
+  /// signals.
   /// Recommended with stealing: 0us. CAF's default: 50us. Setting it with
   /// policy sharing is an error (CAF would ignore it). [unset]
   std::optional<std::chrono::microseconds> moderate_sleep;
