@@ -22,6 +22,7 @@
 #include <caf/config_value.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <optional>
