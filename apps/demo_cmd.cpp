@@ -14,6 +14,7 @@
 #include "actors/metrics/metrics_observer.hpp"
 #include "actors/metrics/metrics_poller.hpp"
 #include "actors/pool/connection_pool.hpp"
+#include "actors/system/system_setup.hpp"
 #include "config/coalesce_config.hpp"
 #include "config/config_error.hpp"
 #include "hub/hub.hpp"
@@ -382,7 +383,9 @@ int run_demo(const demo_options& opts, std::ostream& out, std::ostream& err) {
   int rc = 0;
   try {
     caf::actor_system_config sc;
-    sc.add_message_types<caf::id_block::outbound>();
+    system_options so;
+    so.io_threads = embedded ? 4 : 2; // the io_runner below (+ the hub's)
+    configure(sc, so);
     caf::actor_system sys{sc};
     auto io = std::make_shared<io_runner>(2);
 

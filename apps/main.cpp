@@ -8,7 +8,7 @@
 #include "apps/request_cmd.hpp"
 #include "apps/watch_cmd.hpp"
 
-#include "actors/messages.hpp"
+#include "actors/system/system_setup.hpp"
 
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
@@ -83,7 +83,9 @@ int main(int argc, char** argv) {
     return run_demo(demo_opts, std::cout, std::cerr);
   try {
     caf::actor_system_config cfg;
-    cfg.add_message_types<caf::id_block::outbound>();
+    // Type ids and the recommended scheduler settings; the commands run one
+    // io_runner thread each (actors/system/system_setup.hpp).
+    outbound::configure(cfg);
     caf::actor_system sys{cfg};
     if (request_cmd->parsed())
       return run_request(sys, request_opts, std::cout, std::cerr);

@@ -34,6 +34,8 @@
 // the run and at the end, and exits 0 only when the growth from start to
 // end is below 5 % and no call failed.
 
+#include "bench/caf_setup.hpp"
+
 #include "actors/client/blocking_client.hpp"
 #include "actors/client/service_client.hpp"
 #include "actors/feed/feed_config.hpp"
@@ -676,6 +678,9 @@ int main(int argc, char** argv) {
     ->capture_default_str();
   app.add_option("--soak-rps", o.soak_rps, "Soak mode: calls per second")
     ->capture_default_str();
+  // The client's io_runner (1 thread); the hub is a child process.
+  outbound::bench::caf_flags caf_opts;
+  caf_opts.add_to(app);
   CLI11_PARSE(app, argc, argv);
   raise_nofile();
   o.ledger_path = "/tmp/outbound-chaos-" + std::to_string(::getpid())
@@ -698,11 +703,12 @@ int main(int argc, char** argv) {
   auto base = "http://127.0.0.1:" + std::to_string(port);
 
   caf::actor_system_config cfg;
-  cfg.add_message_types<caf::id_block::outbound>();
+  if (!caf_opts.apply(cfg))
+    return 2;
   caf::actor_system sys{cfg};
-  std::printf("caf: scheduler workers %zu (CAF defaults: max(cores, 4)), "
-              "policy stealing\n",
-              sys.scheduler().num_workers());
+  std::printf("%s; cores %u; load average %s\n", caf_opts.report(sys).c_str(),
+              std::thread::hardware_concurrency(),
+              outbound::bench::load_average().c_str());
 
   auto io = std::make_shared<io_runner>(1);
   client_config cc;

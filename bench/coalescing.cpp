@@ -41,6 +41,8 @@
 // and the hub's oracle counters (requests reaching the nodes, timestamps
 // issued), read at the start and the end of the measured window.
 
+#include "bench/caf_setup.hpp"
+
 #include "actors/client/service_client.hpp"
 #include "actors/coalesce/coalescing_driver.hpp"
 #include "actors/messages.hpp"
@@ -541,12 +543,10 @@ int main(int argc, char** argv) {
   cell_options co;
   int hub_threads = 1;
   int io_threads = 1;
-  int caf_threads = 0;
-  std::string caf_policy = "stealing";
   double flush_interval = 0.001;
   std::string modes = "both";
   std::string ceiling = "goal";
-  std::vector<std::string> caf_settings;
+  outbound::bench::caf_flags caf_opts;
   app.add_option("--callers", callers,
                  "concurrent callers of the count-1 cells (list)")
     ->check(CLI::Range(1, 4096))
@@ -580,14 +580,6 @@ int main(int argc, char** argv) {
                  "baseline's service client share one io_runner)")
     ->check(CLI::Range(1, 16))
     ->capture_default_str();
-  app.add_option("--caf-threads", caf_threads,
-                 "CAF scheduler threads (0: CAF's default, one per core)")
-    ->check(CLI::Range(0, 64))
-    ->capture_default_str();
-  app.add_option("--caf-policy", caf_policy,
-                 "CAF scheduler policy: stealing (CAF's default) or sharing")
-    ->check(CLI::IsMember({"stealing", "sharing"}))
-    ->capture_default_str();
   app.add_option("--flush-interval", flush_interval,
                  "coalesce.batch_flush_interval in seconds (the cold-start "
                  "window)")
@@ -604,8 +596,7 @@ int main(int argc, char** argv) {
                  "none")
     ->check(CLI::IsMember({"goal", "all", "none"}))
     ->capture_default_str();
-  app.add_option("--caf-set", caf_settings,
-                 "extra CAF setting KEY=VALUE (repeatable)");
+  caf_opts.add_to(app);
   CLI11_PARSE(app, argc, argv);
   bool run_direct = modes != "coalesced";
   bool run_coalesced = modes != "direct";
@@ -627,26 +618,13 @@ int main(int argc, char** argv) {
   auto endpoints = h.oracle_endpoints();
   auto leader = h.oracle_leader().value_or(0);
 
+  // The recommended worker count leaves the in-process hub's threads and
+  // the client's io threads their cores.
+  caf_opts.io_threads = static_cast<std::size_t>(io_threads + hub_threads);
   caf::actor_system_config cfg;
-  cfg.add_message_types<caf::id_block::outbound>();
-  if (caf_threads > 0)
-    cfg.set("scheduler.max-threads", static_cast<std::size_t>(caf_threads));
-  cfg.set("scheduler.policy", caf::atom_from_string(caf_policy));
-  for (auto& kv : caf_settings) {
-    auto eq = kv.find('=');
-    auto val = eq == std::string::npos
-                 ? caf::expected<caf::config_value>{caf::sec::invalid_argument}
-                 : caf::config_value::parse(kv.substr(eq + 1));
-    if (!val) {
-      std::fprintf(stderr, "--caf-set %s: expected KEY=VALUE\n", kv.c_str());
-      return 2;
-    }
-    cfg.set(kv.substr(0, eq), std::move(*val));
-  }
+  if (!caf_opts.apply(cfg))
+    return 2;
   caf::actor_system sys{cfg};
-  auto effective_caf_threads = caf::get_or(
-    sys.config(), "scheduler.max-threads",
-    static_cast<std::size_t>(std::thread::hardware_concurrency()));
   auto io = std::make_shared<outbound::io_runner>(
     static_cast<std::size_t>(io_threads));
 
@@ -656,10 +634,11 @@ int main(int argc, char** argv) {
   std::printf("bench coalescing: hub cluster of 3 in this process [%s], "
               "%d hub io thread(s)\n",
               eps.c_str(), hub_threads);
-  std::printf("client: %zu CAF thread(s) (%s), %d io thread(s); cores %u, "
-              "SHARED by the hub and the client; load average %s\n",
-              effective_caf_threads, caf_policy.c_str(), io_threads,
-              std::thread::hardware_concurrency(), load_average().c_str());
+  std::printf("client: %zu CAF thread(s), %d io thread(s); cores %u, "
+              "SHARED by the hub and the client; load average %s\n%s\n",
+              sys.scheduler().num_workers(), io_threads,
+              std::thread::hardware_concurrency(), load_average().c_str(),
+              caf_opts.report(sys).c_str());
   std::printf("each cell: %.1f s warm-up + %.1f s measured; closed loop, one "
               "call in flight per caller; latency per call, send to reply "
               "(steady_clock, every call, nearest rank)\n",

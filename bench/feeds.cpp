@@ -16,6 +16,8 @@
 // Each figure prints as a table row and as one JSON line ("json: {...}").
 // Every wait is bounded by --max-seconds; traffic only on 127.0.0.1.
 
+#include "bench/caf_setup.hpp"
+
 #include "actors/client/service_client.hpp"
 #include "actors/feed/feed_config.hpp"
 #include "actors/feed/feed_messages.hpp"
@@ -495,6 +497,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-seconds", max_seconds, "bound of each wait / phase")
     ->check(CLI::Range(1.0, 3600.0));
   app.add_option("--phases", phases, "which phases to run, e.g. 13");
+  // The client side's io_runner (1 thread) and, in phases 2 and 3, the
+  // in-process hub's io thread.
+  outbound::bench::caf_flags caf_opts;
+  caf_opts.io_threads = 2;
+  caf_opts.add_to(app);
   CLI11_PARSE(app, argc, argv);
 
   std::vector<std::size_t> ns;
@@ -513,7 +520,10 @@ int main(int argc, char** argv) {
   bool child_ok = want_mem && ch.start();
 
   caf::actor_system_config cfg;
-  cfg.add_message_types<caf::id_block::outbound>();
+  if (!caf_opts.apply(cfg)) {
+    ch.stop();
+    return 2;
+  }
   caf::actor_system sys{cfg};
 
   std::printf("bench feeds: watchers=[%s] rate=%.0f latency_watchers=%zu "
@@ -521,6 +531,9 @@ int main(int argc, char** argv) {
               " limit=%d max_seconds=%.0f\n",
               watchers_list.c_str(), rate, latency_watchers, latency_seconds,
               catchup_events, limit, max_seconds);
+  std::printf("%s; cores %u; load average %s\n", caf_opts.report(sys).c_str(),
+              std::thread::hardware_concurrency(),
+              outbound::bench::load_average().c_str());
   if (want_mem) {
     if (child_ok)
       phase_memory(sys, ch, ns, max_seconds, nofile, limit);

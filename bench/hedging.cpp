@@ -25,6 +25,8 @@
 // --requests-w2, --requests-concurrent) and a per-call deadline; every
 // phase ends by itself.
 
+#include "bench/caf_setup.hpp"
+
 #include "actors/client/blocking_client.hpp"
 #include "actors/client/service_client.hpp"
 #include "hub/hub.hpp"
@@ -197,14 +199,23 @@ int main(int argc, char** argv) {
     ->capture_default_str();
   app.add_option("--seed", seed, "Latency seed (the same for every config)")
     ->capture_default_str();
+  // The in-process hub's 2 io threads and the clients' io_runner (1).
+  outbound::bench::caf_flags caf_opts;
+  caf_opts.io_threads = 3;
+  caf_opts.add_to(app);
   CLI11_PARSE(app, argc, argv);
 
+  caf::actor_system_config sc;
+  if (!caf_opts.apply(sc))
+    return 2;
   outbound::hub_config hc;
   hc.threads = 2;
   outbound::hub h{hc};
   h.start();
-  caf::actor_system_config sc;
   caf::actor_system sys{sc};
+  std::printf("%s; cores %u; load average %s\n", caf_opts.report(sys).c_str(),
+              std::thread::hardware_concurrency(),
+              outbound::bench::load_average().c_str());
 
   std::vector<workload> workloads{
     {"w1 lognormal 5/2 ms, 5% x10", "mean_ms=5&sd_ms=2&straggler=0.05&mult=10",

@@ -14,6 +14,8 @@
 // Bounded: shapes x sizes x 4 children, each with a 60 s call deadline;
 // 127.0.0.1 only. See bench/README.md.
 
+#include "bench/caf_setup.hpp"
+
 #include "actors/client/blocking_client.hpp"
 #include "config/client_config.hpp"
 #include "protocol/json_parse.hpp"
@@ -158,6 +160,9 @@ private:
 
 /// The child: runs one method on one body, prints
 /// "<growth KiB> <outcome>".
+/// The CAF flags of the command line, passed on to every child.
+outbound::bench::caf_flags caf_opts;
+
 int child(const std::string& shape, std::size_t size,
           const std::string& method) {
   if (method == "body") {
@@ -187,7 +192,8 @@ int child(const std::string& shape, std::size_t size,
   }
   body_server server{body};
   caf::actor_system_config sys_cfg;
-  sys_cfg.add_message_types<caf::id_block::outbound>();
+  if (!caf_opts.apply(sys_cfg))
+    return 2;
   caf::actor_system sys{sys_cfg};
   cfg.base_url = "http://127.0.0.1:" + std::to_string(server.port());
   cfg.timeout = 60;
@@ -201,7 +207,8 @@ int child(const std::string& shape, std::size_t size,
   std::string outcome = o.ok ? "ok" : to_string(o.error.kind);
   if (!o.ok && !o.error.detail.empty())
     outcome += " (" + o.error.detail.substr(0, 60) + ")";
-  std::printf("%ld %s\n", growth, outcome.c_str());
+  std::printf("%ld %s\n%s\n", growth, outcome.c_str(),
+              caf_opts.report(sys).c_str());
   return 0;
 }
 
@@ -217,7 +224,8 @@ std::pair<long, std::string> run_child(const std::string& exe,
                                        std::size_t size,
                                        const std::string& method) {
   auto cmd = "'" + exe + "' --child --shape " + shape + " --bytes "
-             + std::to_string(size) + " --method " + method;
+             + std::to_string(size) + " --method " + method
+             + caf_opts.to_args();
   auto* p = ::popen(cmd.c_str(), "r");
   if (!p)
     return {-1, "popen failed"};
@@ -235,6 +243,13 @@ std::pair<long, std::string> run_child(const std::string& exe,
   std::getline(is, rest);
   if (!rest.empty() && rest[0] == ' ')
     rest.erase(0, 1);
+  // A client child's second line: the CAF settings its system ran with.
+  static bool caf_printed = false;
+  for (std::string line; std::getline(is, line);)
+    if (!caf_printed && line.rfind("caf: ", 0) == 0) {
+      std::printf("(first client child) %s\n", line.c_str());
+      caf_printed = true;
+    }
   return {kib, rest};
 }
 
@@ -258,6 +273,9 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", shapes, "body shapes: arrays objects page");
   app.add_option("--sizes", sizes_mib,
                  "body sizes in MiB (the client's cap is 32 MiB)");
+  // The client child's io_runner (1) and its loopback server's thread.
+  caf_opts.io_threads = 2;
+  caf_opts.add_to(app);
   CLI11_PARSE(app, argc, argv);
   if (is_child)
     return child(shape, bytes, method);

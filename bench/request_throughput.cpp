@@ -11,6 +11,8 @@
 // after a fixed warm-up (--warmup), and a wall-clock cap per phase
 // (--max-seconds) after which the phase stops and reports what it measured.
 
+#include "bench/caf_setup.hpp"
+
 #include "actors/client/service_client.hpp"
 #include "actors/pool/connection_pool.hpp"
 #include "actors/messages.hpp"
@@ -537,13 +539,11 @@ int main(int argc, char** argv) {
   int64_t warmup = 2000;
   std::vector<int> concurrency{1, 64};
   int io_threads = 1;
-  int caf_threads = 0;
   int server_threads = 1;
   double max_seconds = 60;
   int rounds = 1;
-  std::string caf_policy = "stealing";
   std::string only = "both";
-  std::vector<std::string> caf_settings;
+  outbound::bench::caf_flags caf_opts;
   app.add_option("--requests", requests,
                  "measured requests per client and concurrency")
     ->check(CLI::PositiveNumber)
@@ -559,14 +559,6 @@ int main(int argc, char** argv) {
                  "io threads of each client side (outbound's io_runner, the "
                  "raw client's io_context)")
     ->check(CLI::PositiveNumber)
-    ->capture_default_str();
-  app.add_option("--caf-threads", caf_threads,
-                 "CAF scheduler threads (0: CAF's default, one per core)")
-    ->check(CLI::NonNegativeNumber)
-    ->capture_default_str();
-  app.add_option("--caf-policy", caf_policy,
-                 "CAF scheduler policy: stealing (CAF's default) or sharing")
-    ->check(CLI::IsMember({"stealing", "sharing"}))
     ->capture_default_str();
   app.add_option("--server-threads", server_threads, "server io threads")
     ->check(CLI::PositiveNumber)
@@ -587,9 +579,7 @@ int main(int argc, char** argv) {
                  "outbound, pool, raw (for profiling one side)")
     ->check(CLI::IsMember({"both", "all", "outbound", "pool", "raw"}))
     ->capture_default_str();
-  app.add_option("--caf-set", caf_settings,
-                 "extra CAF setting KEY=VALUE (repeatable), e.g. "
-                 "work-stealing.moderate-sleep-duration=0us");
+  caf_opts.add_to(app);
   CLI11_PARSE(app, argc, argv);
   bool run_raw = only == "both" || only == "all" || only == "raw";
   bool run_ob = only == "both" || only == "all" || only == "outbound";
@@ -600,27 +590,14 @@ int main(int argc, char** argv) {
 
   json_server server{server_threads};
 
+  // The recommended worker count leaves the in-process server's threads and
+  // outbound's io threads their cores.
+  caf_opts.io_threads = static_cast<std::size_t>(io_threads + server_threads);
   caf::actor_system_config cfg;
-  cfg.add_message_types<caf::id_block::outbound>();
-  if (caf_threads > 0)
-    cfg.set("scheduler.max-threads", static_cast<std::size_t>(caf_threads));
-  cfg.set("scheduler.policy", caf::atom_from_string(caf_policy));
-  for (auto& kv : caf_settings) {
-    auto eq = kv.find('=');
-    auto val = eq == std::string::npos
-                 ? caf::expected<caf::config_value>{caf::sec::invalid_argument}
-                 : caf::config_value::parse(kv.substr(eq + 1));
-    if (!val) {
-      std::fprintf(stderr, "--caf-set %s: expected KEY=VALUE with a CAF "
-                           "config value\n", kv.c_str());
-      return 2;
-    }
-    cfg.set(kv.substr(0, eq), std::move(*val));
-  }
+  if (!caf_opts.apply(cfg))
+    return 2;
   caf::actor_system sys{cfg};
-  auto effective_caf_threads = static_cast<int>(
-    caf::get_or(sys.config(), "scheduler.max-threads",
-                static_cast<std::size_t>(std::thread::hardware_concurrency())));
+  auto caf_workers = static_cast<int>(sys.scheduler().num_workers());
 
   auto io = std::make_shared<outbound::io_runner>(
     static_cast<std::size_t>(io_threads));
@@ -646,9 +623,11 @@ int main(int argc, char** argv) {
               response_body.size(), static_cast<long long>(requests),
               static_cast<long long>(warmup));
   std::printf("threads: server %d io; raw client %d io; outbound %d io + %d "
-              "CAF (%s); cores %u\n\n",
-              server_threads, io_threads, io_threads, effective_caf_threads,
-              caf_policy.c_str(), std::thread::hardware_concurrency());
+              "CAF; cores %u; load average %s\n%s\n\n",
+              server_threads, io_threads, io_threads, caf_workers,
+              std::thread::hardware_concurrency(),
+              outbound::bench::load_average().c_str(),
+              caf_opts.report(sys).c_str());
 
   std::vector<std::string> json_lines;
   std::printf("%-10s %5s %6s %9s %7s %11s %9s %9s %9s\n", "client", "conc",
@@ -688,7 +667,7 @@ int main(int argc, char** argv) {
           std::printf("           first error: %s\n", x->first_error.c_str());
         }
         json_lines.push_back(
-          json_line(*x, io_threads, effective_caf_threads, server_threads));
+          json_line(*x, io_threads, caf_workers, server_threads));
       }
       if (!run_raw || !run_ob)
         continue;

@@ -19,6 +19,8 @@
 // Every figure is printed per round and as a min–max range over rounds.
 // Every wait is bounded; traffic only on 127.0.0.1.
 
+#include "bench/caf_setup.hpp"
+
 #include "actors/client/service_client.hpp"
 #include "actors/feed/feed_config.hpp"
 #include "actors/feed/feed_messages.hpp"
@@ -80,8 +82,6 @@ struct settings {
   int64_t tick_us = 1000;
   int64_t target = 1'000'000;
   int64_t replay_cursor = 0;
-  std::size_t caf_threads = 0;
-  std::string caf_policy = "stealing";
   bool skip_baseline = false;
 };
 
@@ -444,12 +444,8 @@ int main(int argc, char** argv) {
   app.add_option("--replay-cursor", s.replay_cursor,
                  "Cursor of the (empty) replay pages and the hello")
     ->capture_default_str();
-  app.add_option("--caf-threads", s.caf_threads,
-                 "CAF scheduler threads (0: CAF's default, max(cores, 4))")
-    ->capture_default_str();
-  app.add_option("--caf-policy", s.caf_policy,
-                 "CAF scheduler policy: stealing (default) or sharing")
-    ->capture_default_str();
+  outbound::bench::caf_flags caf_opts; // the watcher's io_runner: 1 io thread
+  caf_opts.add_to(app);
   app.add_flag("--no-baseline", s.skip_baseline, "Skip the raw Beast rounds");
   CLI11_PARSE(app, argc, argv);
   if (peer)
@@ -461,20 +457,18 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
 
   caf::actor_system_config cfg;
-  cfg.add_message_types<caf::id_block::outbound>();
-  if (s.caf_threads > 0)
-    cfg.set("scheduler.max-threads", s.caf_threads);
-  cfg.set("scheduler.policy", caf::atom_from_string(s.caf_policy));
+  if (!caf_opts.apply(cfg))
+    return 2;
   caf::actor_system sys{cfg};
+  auto caf_in_effect = outbound::scheduler_in_effect(sys);
   std::printf("bench wake_flood: rate=%.0f/s seconds=%.1f rounds=%d "
               "tick=%" PRId64 "us target=%" PRId64 " replay_cursor=%" PRId64
               "\n",
               s.rate, s.seconds, s.rounds, s.tick_us, s.target,
               s.replay_cursor);
-  std::printf("caf: scheduler workers %zu, policy %s (CAF 0.17 default: "
-              "max(cores, 4) workers, stealing); cores %u\n",
-              sys.scheduler().num_workers(), s.caf_policy.c_str(),
-              std::thread::hardware_concurrency());
+  std::printf("%s; cores %u; load average %s\n", caf_opts.report(sys).c_str(),
+              std::thread::hardware_concurrency(),
+              outbound::bench::load_average().c_str());
   std::printf("\n%-5s %-9s %10s %10s %10s %8s %9s %7s\n", "round", "client",
               "sent", "received", "coalesced", "replays", "cpu%", "wall_s");
   range w_cpu, b_cpu, w_sent, w_recv, w_coal, w_gets, b_recv;
@@ -517,8 +511,8 @@ int main(int argc, char** argv) {
               "\"rounds\":%d,\"caf_workers\":%zu,\"caf_policy\":\"%s\","
               "\"watcher_cpu_pct\":[%.1f,%.1f],\"baseline_cpu_pct\":[%.1f,%.1f],"
               "\"replay_gets\":[%.0f,%.0f]}\n",
-              s.rate, s.seconds, s.rounds, sys.scheduler().num_workers(),
-              s.caf_policy.c_str(), w_cpu.lo, w_cpu.hi, b_cpu.lo, b_cpu.hi,
+              s.rate, s.seconds, s.rounds, caf_in_effect.workers,
+              caf_in_effect.policy.c_str(), w_cpu.lo, w_cpu.hi, b_cpu.lo, b_cpu.hi,
               w_gets.lo, w_gets.hi);
   std::fflush(stdout);
   return failed ? 1 : 0;

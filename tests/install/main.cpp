@@ -5,6 +5,7 @@
 
 #include "actors/client/service_client.hpp"
 #include "actors/messages.hpp"
+#include "actors/system/system_setup.hpp"
 #include "config/client_config.hpp"
 #include "protocol/errors.hpp"
 
@@ -24,8 +25,10 @@ int main() {
   cfg.validate();
 
   caf::actor_system_config sys_cfg;
-  sys_cfg.add_message_types<caf::id_block::outbound>();
+  outbound::configure(sys_cfg);
   caf::actor_system sys{sys_cfg};
+  std::cout << "consumer: scheduler " << outbound::describe_scheduler(sys)
+            << '\n';
   auto client = outbound::make_service_client(sys, cfg);
 
   outbound::call_request req;

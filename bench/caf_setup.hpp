@@ -1,0 +1,174 @@
+#pragma once
+
+// The CAF scheduler flags every benchmark shares, on top of
+// outbound::configure (actors/system/system_setup.hpp).
+//
+// Default: outbound's recommended settings, the ones README.md tells users
+// to adopt, so a benchmark measures what a user runs. --caf-defaults starts
+// from CAF 0.17's own defaults instead (max(cores, 4) work-stealing workers,
+// 50us moderate sleep, unbounded max-throughput): the configuration of the
+// rows in bench/README.md measured before the helper existed. --caf-threads,
+// --caf-policy, --caf-max-throughput and --caf-moderate-sleep-us override
+// single values of either preset; --caf-set KEY=VALUE writes any CAF setting
+// last. Every benchmark prints caf_flags::report(sys): the settings read
+// back from the running scheduler, never the requested ones.
+
+#include "actors/system/system_setup.hpp"
+#include "config/config_error.hpp"
+
+#include <CLI/CLI.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/config_value.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace outbound::bench {
+
+/// The 1, 5 and 15 minute load averages (/proc/loadavg), for the header of
+/// a run on a shared machine.
+inline std::string load_average() {
+  std::ifstream f{"/proc/loadavg"};
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+struct caf_flags {
+  bool caf_defaults = false;
+  std::size_t threads = 0;
+  std::string policy;
+  std::size_t max_throughput = 0;
+  int64_t moderate_sleep_us = -1;
+  std::vector<std::string> settings;
+  // Threads the preset leaves their cores (configure's io_threads).
+  std::size_t io_threads = 1;
+
+  void add_to(CLI::App& app) {
+    app.add_flag("--caf-defaults", caf_defaults,
+                 "start from CAF 0.17's scheduler defaults (max(cores, 4) "
+                 "stealing workers) instead of outbound::configure's "
+                 "recommended settings");
+    app.add_option("--caf-threads", threads,
+                   "CAF scheduler threads (0: the preset's; recommended: "
+                   "max(1, cores - io threads); CAF: max(cores, 4))")
+      ->capture_default_str();
+    app.add_option("--caf-policy", policy,
+                   "CAF scheduler policy: sharing or stealing (empty: the "
+                   "preset's; recommended: sharing; CAF: stealing)")
+      ->check(CLI::IsMember({"", "stealing", "sharing"}));
+    app.add_option("--caf-max-throughput", max_throughput,
+                   "scheduler.max-throughput (0: the preset's; recommended: "
+                   "100; CAF: unbounded)")
+      ->capture_default_str();
+    app.add_option("--caf-moderate-sleep-us", moderate_sleep_us,
+                   "work-stealing.moderate-sleep-duration in us, policy "
+                   "stealing only (-1: the preset's; recommended: 0; CAF: "
+                   "50)")
+      ->capture_default_str();
+    app.add_option("--caf-set", settings,
+                   "extra CAF setting KEY=VALUE (repeatable, applied last), "
+                   "e.g. work-stealing.relaxed-sleep-duration=1ms");
+  }
+
+  outbound::system_options options() const {
+    outbound::system_options o;
+    o.preset = caf_defaults ? outbound::scheduler_preset::caf_defaults
+                            : outbound::scheduler_preset::recommended;
+    o.io_threads = io_threads;
+    if (threads > 0)
+      o.max_threads = threads;
+    if (!policy.empty())
+      o.policy = policy;
+    if (max_throughput > 0)
+      o.max_throughput = max_throughput;
+    if (moderate_sleep_us >= 0)
+      o.moderate_sleep = std::chrono::microseconds{moderate_sleep_us};
+    return o;
+  }
+
+  /// outbound::configure(cfg, options()), then --caf-set. Prints the
+  /// problem and returns false on an invalid flag.
+  bool apply(caf::actor_system_config& cfg) const {
+    try {
+      outbound::configure(cfg, options());
+    } catch (const outbound::config_error& e) {
+      std::fprintf(stderr, "CAF scheduler flags: %s\n", e.what());
+      return false;
+    }
+    for (auto& kv : settings) {
+      auto eq = kv.find('=');
+      auto val = eq == std::string::npos
+                   ? caf::expected<caf::config_value>{caf::sec::invalid_argument}
+                   : caf::config_value::parse(kv.substr(eq + 1));
+      if (!val) {
+        std::fprintf(stderr,
+                     "--caf-set %s: expected KEY=VALUE with a CAF config "
+                     "value\n",
+                     kv.c_str());
+        return false;
+      }
+      cfg.set(kv.substr(0, eq), std::move(*val));
+    }
+    return true;
+  }
+
+  /// The flags again, for a child process of the same benchmark (each
+  /// argument single-quoted for popen's shell).
+  std::string to_args() const {
+    std::string a;
+    auto add = [&](const std::string& x) { a += " '" + x + "'"; };
+    if (caf_defaults)
+      add("--caf-defaults");
+    if (threads > 0)
+      add("--caf-threads=" + std::to_string(threads));
+    if (!policy.empty())
+      add("--caf-policy=" + policy);
+    if (max_throughput > 0)
+      add("--caf-max-throughput=" + std::to_string(max_throughput));
+    if (moderate_sleep_us >= 0)
+      add("--caf-moderate-sleep-us=" + std::to_string(moderate_sleep_us));
+    for (auto& kv : settings)
+      add("--caf-set=" + kv);
+    return a;
+  }
+
+  /// The preset and the overrides as given on the command line.
+  std::string requested() const {
+    std::string s = caf_defaults ? "CAF defaults" : "outbound recommended";
+    if (!caf_defaults)
+      s += " for " + std::to_string(std::thread::hardware_concurrency())
+           + " cores - " + std::to_string(io_threads) + " io thread(s)";
+    std::string ov;
+    auto add = [&](const std::string& x) { ov += (ov.empty() ? "" : ", ") + x; };
+    if (threads > 0)
+      add("--caf-threads " + std::to_string(threads));
+    if (!policy.empty())
+      add("--caf-policy " + policy);
+    if (max_throughput > 0)
+      add("--caf-max-throughput " + std::to_string(max_throughput));
+    if (moderate_sleep_us >= 0)
+      add("--caf-moderate-sleep-us " + std::to_string(moderate_sleep_us));
+    for (auto& kv : settings)
+      add("--caf-set " + kv);
+    if (!ov.empty())
+      s += "; overrides: " + ov;
+    return s;
+  }
+
+  /// "caf: <settings in effect> [<requested>]", read from the running
+  /// scheduler.
+  std::string report(caf::actor_system& sys) const {
+    return "caf: " + outbound::describe_scheduler(sys) + " [" + requested()
+           + "]";
+  }
+};
+
+} // namespace outbound::bench
