@@ -178,6 +178,7 @@ url_parts url_parts::parse(const std::string& url, const std::string& field) {
 json_limits client_config::response_json_limits() const {
   json_limits l;
   l.max_depth = json_max_depth;
+  l.allow_inexact_integers = json_allow_inexact_integers;
   auto cap = std::numeric_limits<std::size_t>::max();
   l.max_bytes = max_response_bytes > cap / json_memory_factor
                   ? cap

@@ -128,6 +128,14 @@ struct client_config {
   /// and a 30 MiB body of `[[],[],...]` stops at 192 MiB instead of the
   /// 480 MB and more its parse would take. [192 MiB]
   std::size_t json_memory_max_bytes = 192u * 1024u * 1024u;
+  /// Accept an integer literal beyond int64/uint64 that IEEE 754 binary64
+  /// cannot hold exactly (a 30-digit id) as the nearest double, digits
+  /// lost. When false such a body is a response_error naming the field
+  /// (json_parse_error::inexact_integer), because a silently rounded id is
+  /// worse than an error; RFC 8259 section 6 lets a parser limit number
+  /// precision. A service that sends such ids should send them as strings.
+  /// [false]
+  bool json_allow_inexact_integers = false;
   /// Extra headers sent with every request.
   std::vector<std::pair<std::string, std::string>> default_headers;
   /// Redials of requests that provably never left, per call. [2]
@@ -142,7 +150,8 @@ struct client_config {
   /// Reads (opens) the TLS files to check that they are readable.
   void validate() const;
 
-  /// Limits of every response-body parse (json_max_depth, and
+  /// Limits of every response-body parse (json_max_depth,
+  /// json_allow_inexact_integers, and
   /// min(json_memory_factor * max_response_bytes (saturating),
   /// max(json_memory_max_bytes, 4 * max_response_bytes))).
   json_limits response_json_limits() const;

@@ -758,7 +758,13 @@ TEST(MetricsExposer, RequestsPipelinedInOneGoShareOneSnapshot) {
   gauge->Set(2);
   auto r = c.read_response();
   ASSERT_EQ(r.status, 200) << r.head;
-  EXPECT_EQ(r.body, first.body);
+  // Nearly always both headers arrive in one read and share the snapshot.
+  // TCP may still split the send: then the second header completes in a
+  // later read, possibly after the change, and a fresh snapshot showing it
+  // is the correct answer too. Anything else is wrong.
+  EXPECT_TRUE(r.body == first.body
+              || r.body.find("\ntest_value 2\n") != std::string::npos)
+    << r.body;
   // The next request, not pipelined, sees the change.
   ASSERT_TRUE(c.send(get_request("/metrics")));
   auto third = c.read_response();

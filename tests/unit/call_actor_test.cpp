@@ -992,6 +992,17 @@ TEST_F(CallActor, AnInexactIntegerIsAResponseErrorNamingTheField) {
             "binary64 at rows[0].id (HTTP 200)");
 }
 
+TEST_F(CallActor, InexactIntegersAreTheNearestDoubleWhenTheClientAllowsThem) {
+  cfg.json_allow_inexact_integers = true;
+  log->script = {fake_step::status(
+    200, R"({"rows":[{"id":123456789012345678901234567890}]})")};
+  auto o = run_call(get("/v1/item"));
+  ASSERT_TRUE(o.ok) << o.error.message();
+  auto& id = o.body.at("rows").at(0).at("id");
+  ASSERT_TRUE(id.is_double());
+  EXPECT_EQ(id.as_double(), 123456789012345678901234567890.0);
+}
+
 TEST_F(CallActor, DoublesInABodyRoundTripExactly) {
   log->script = {fake_step::status(200, R"({"t":1.7961554897535605E9})")};
   auto o = run_call(get("/v1/item"));
