@@ -1238,6 +1238,44 @@ TEST_F(FeedPoison, AnOversizedCatchupFrameIsOneUndeliverableResetOnTheSameSessio
   EXPECT_EQ(failures->front().kind, "over_cap");
 }
 
+TEST_F(FeedPoison, ASessionFailedOverAnEndlessOversizedFrameIsCountedAndRedialled) {
+  // The session ends itself (1009) when an over-cap message announces more
+  // than ws_max_discard_bytes or does not end within ws_discard_timeout:
+  // the watcher counts it, reports over_cap and dials again.
+  cfg.replay_path.clear();
+  cfg.ws_max_discard_bytes = 32u * 1024u * 1024u;
+  cfg.ws_discard_timeout = 2.5;
+  start();
+  EXPECT_EQ(ws->last().opts.max_discard_bytes, 32u * 1024u * 1024u);
+  EXPECT_EQ(ws->last().opts.discard_timeout_ns, 2'500'000'000);
+  ws->last().open();
+  run();
+  ws->last().message(
+    R"({"type":"hello","mode":"catchup","seq":0,"cursor":0,"resync":false,"epoch":"e1"})");
+  ws->last().refuse_too_large((uint64_t{1} << 62) - 1,
+                              "message announces ... over max_discard_bytes");
+  run();
+  // Redialled on the reconnect backoff (at most 10 s).
+  for (int i = 0; i < 110 && ws->sessions.size() < 2; ++i)
+    advance_by(100ms);
+  auto s = stats();
+  EXPECT_EQ(s.oversized_frames, 1u);
+  EXPECT_EQ(s.reconnects, 1u);
+  EXPECT_EQ(ws->sessions.size(), 2u);
+  ASSERT_FALSE(failures->empty());
+  EXPECT_EQ(failures->back().source, "websocket");
+  EXPECT_EQ(failures->back().kind, "over_cap");
+  EXPECT_EQ(failures->back().reason, "too_large");
+  // The fragment limit (size 0) is a too_large close too, but not an
+  // oversized frame.
+  ws->last().open();
+  run();
+  ws->last().refuse_too_large(0, "message exceeds 64 fragments");
+  run();
+  EXPECT_EQ(stats().oversized_frames, 1u);
+  EXPECT_EQ(failures->back().kind, "service_unavailable");
+}
+
 TEST_F(FeedPoison, AnOversizedEphemeralFrameWithoutASeqIsOneResetOfUnknownEnd) {
   cfg.replay_path.clear();
   start();
