@@ -1120,6 +1120,92 @@ TEST_F(ws_session_test, OverCapMessageThatEndsInTimeDoesNotTripTheDeadline) {
   expect_closed_once_last(*log);
 }
 
+// A message of exactly max_frame_bytes (one frame, or fragments adding up
+// to it) is a normal message; one byte more is too_large.
+TEST_F(ws_session_test, MessageOfExactlyTheCapIsDeliveredAndOneMoreIsTooLarge) {
+  std::string at_cap(1000, 'c');
+  at_cap.replace(0, 4, "head");
+  std::string quarter(250, 'q');
+  std::string frames = frame(0x81, at_cap) + frame(0x01, quarter)
+                       + frame(0x00, quarter) + frame(0x00, quarter)
+                       + frame(0x80, quarter) + frame(0x81, at_cap + "!")
+                       + text_frame("end");
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(frames), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  o.max_frame_bytes = 1000;
+  auto s = open(o, log);
+  ASSERT_TRUE(log->wait_count(kind::message, 3, 5s)) << describe(*log);
+  std::vector<ws_event> got;
+  for (auto& e : log->snapshot())
+    if (e.ev.what == kind::message || e.ev.what == kind::too_large)
+      got.push_back(e.ev);
+  ASSERT_EQ(got.size(), 4u) << describe(*log);
+  EXPECT_EQ(got[0].what, kind::message);
+  EXPECT_EQ(got[0].payload, at_cap);
+  EXPECT_FALSE(got[0].fragmented);
+  EXPECT_EQ(got[1].what, kind::message);
+  EXPECT_EQ(got[1].payload, std::string(1000, 'q'));
+  EXPECT_TRUE(got[1].fragmented);
+  EXPECT_EQ(got[2].what, kind::too_large);
+  EXPECT_EQ(got[2].size, 1001u);
+  EXPECT_EQ(got[2].payload, at_cap + "!");
+  EXPECT_EQ(got[3].what, kind::message);
+  EXPECT_EQ(got[3].payload, "end");
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
+  expect_closed_once_last(*log);
+}
+
+// drop_text sees only complete messages under the cap: a too_large text
+// message is reported (never offered to the filter, never dropped), and
+// the wake after it arrives intact.
+TEST_F(ws_session_test, DropTextReportsATooLargeTextAndTheNextWakeIsIntact) {
+  std::string big = R"({"type":"wake","cursor":1,"pad":")" + std::string(3000, 'w')
+                    + R"("})";
+  std::string wake = R"({"type":"wake","cursor":2})";
+  scripted_server srv{{{step::read_request(),
+                        step::ws_accept("", text_frame("drop") + text_frame(big)
+                                              + text_frame(wake)),
+                        step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  o.max_frame_bytes = 1000;
+  std::mutex mtx;
+  std::vector<std::size_t> asked;
+  o.drop_text = [&](std::string_view text) {
+    std::lock_guard<std::mutex> guard{mtx};
+    asked.push_back(text.size());
+    return text == "drop" || text.find("\"pad\"") != std::string_view::npos;
+  };
+  auto s = open(o, log);
+  ASSERT_TRUE(log->wait_for(kind::message, 5s)) << describe(*log);
+  std::vector<ws_event> got;
+  uint64_t dropped = 0;
+  for (auto& e : log->snapshot()) {
+    dropped += e.ev.dropped;
+    if (e.ev.what == kind::message || e.ev.what == kind::too_large)
+      got.push_back(e.ev);
+  }
+  ASSERT_EQ(got.size(), 2u) << describe(*log);
+  EXPECT_EQ(got[0].what, kind::too_large);
+  EXPECT_EQ(got[0].size, big.size());
+  EXPECT_EQ(got[0].payload, big);
+  EXPECT_FALSE(got[0].binary);
+  EXPECT_EQ(got[1].what, kind::message);
+  EXPECT_EQ(got[1].payload, wake);
+  EXPECT_EQ(dropped, 1u); // "drop" only, counted on the too_large event
+  EXPECT_EQ(got[0].dropped, 1u);
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    EXPECT_EQ(asked, (std::vector<std::size_t>{4, wake.size()}));
+  }
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
+  expect_closed_once_last(*log);
+}
+
 // (c') a declared 2^63-byte frame: the top bit of a 64-bit length must be 0
 // (RFC 6455 5.2): refused from its header with 1002, the session ends at
 // once.
