@@ -15,6 +15,7 @@
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <mutex>
@@ -45,6 +46,13 @@ const char* to_string(ws_close_reason r) {
       return "timeout";
   }
   return "unknown";
+}
+
+uint64_t ws_default_max_discard_bytes(uint64_t max_frame_bytes) {
+  constexpr uint64_t floor = 256ull * 1024 * 1024;
+  auto sixteen = max_frame_bytes > UINT64_MAX / 16 ? UINT64_MAX
+                                                   : max_frame_bytes * 16;
+  return std::max(sixteen, floor);
 }
 
 namespace detail {
@@ -268,6 +276,8 @@ ws_frame_tracker::result ws_frame_tracker::feed(const unsigned char* data,
       remain_ -= take;
       data += take;
       n -= static_cast<std::size_t>(take);
+      if (remain_ == 0)
+        on_frame_end();
       continue;
     }
     hdr_[hdr_len_++] = *data++;
@@ -314,25 +324,52 @@ void ws_frame_tracker::on_header(result& r) {
   auto opcode = hdr_[0] & 0x0F;
   hdr_len_ = 0;
   remain_ = len;
+  data_fin_ = false;
   if (opcode & 0x8) {
     r.activity = true; // ping, pong, close: never counted as fragments
     return;
   }
-  if (opcode != 0 || frames_ == 0)
+  if (opcode != 0 || frames_ == 0) {
     frames_ = 1; // a new message (Beast rejects a stray continuation)
-  else
+    ++msg_index_;
+    msg_total_ = 0;
+    msg_over_ = false;
+  } else {
     ++frames_;
+  }
   if (frames_ > max_fragments_) {
     failed_ = true;
     r.too_many_fragments = true;
     return;
   }
+  // The size the message announces so far, this frame's whole payload
+  // included: known at the header, long before the bytes (if ever) come.
+  msg_total_ = len > UINT64_MAX - msg_total_ ? UINT64_MAX : msg_total_ + len;
+  if (msg_total_ > max_discard_bytes_) {
+    failed_ = true;
+    r.over_ceiling = true;
+    return;
+  }
+  if (msg_total_ > max_message_bytes_ && !msg_over_) {
+    msg_over_ = true;
+    r.over_cap_began = true;
+  }
   if (fin) {
     done_.push_back(frames_ > 1);
     frames_ = 0;
+    data_fin_ = true;
+    if (remain_ == 0)
+      on_frame_end();
   } else {
     r.activity = true;
   }
+}
+
+void ws_frame_tracker::on_frame_end() {
+  if (!data_fin_)
+    return;
+  data_fin_ = false;
+  msg_over_ = false; // the last byte of the message arrived
 }
 
 bool ws_frame_tracker::pop_fragmented() {

@@ -42,9 +42,14 @@ enum class ws_close_reason : uint8_t {
   /// The HTTP upgrade was refused (non-101) or its header block exceeded
   /// `max_handshake_bytes`.
   handshake,
-  /// A message of more than 64 data frames (refused at the header of the
-  /// 65th frame; close 1009). A message over `max_frame_bytes` does not end
-  /// the session: it is reported as `ws_event::kind::too_large`.
+  /// Close 1009 (RFC 6455 7.4.1), sent by the session: a message of more
+  /// than 64 data frames (refused at the header of the 65th frame), a
+  /// message whose frame headers announce more than
+  /// `ws_options::max_discard_bytes` (refused at that header), or a
+  /// message over `max_frame_bytes` that did not end within
+  /// `ws_options::discard_timeout_ns`. A message over `max_frame_bytes`
+  /// that ends in time does not end the session: it is reported as
+  /// `ws_event::kind::too_large`.
   too_large,
   /// Reset, EOF mid-frame, protocol violation (a frame announcing 2^63
   /// bytes or more is one: RFC 6455 section 5.2; close 1002).
@@ -83,7 +88,10 @@ struct ws_event {
   /// message: the payload; too_large: the message's first bytes (at most
   /// `ws_too_large_prefix`).
   std::string payload;
-  /// too_large: the full size of the message in bytes.
+  /// too_large: the full size of the message in bytes. closed with reason
+  /// too_large: the size the refused message announced (over
+  /// max_discard_bytes) or had reached (past discard_timeout_ns), never 0
+  /// for those two; 0 when the fragment limit refused it.
   uint64_t size = 0;
   /// message, too_large: arrived in more than one frame.
   bool fragmented = false;
@@ -102,6 +110,11 @@ struct ws_event {
 /// the top-level `type` and `seq` of an event frame). [64 KiB]
 inline constexpr std::size_t ws_too_large_prefix = 64 * 1024;
 
+/// The ceiling `ws_options::max_discard_bytes` = 0 stands for:
+/// max(16 x `max_frame_bytes`, 256 MiB), saturating; never below
+/// `max_frame_bytes`.
+uint64_t ws_default_max_discard_bytes(uint64_t max_frame_bytes);
+
 /// Settings of one session.
 struct ws_options {
   /// scheme (http → ws, https → wss), host, port of the hub.
@@ -113,11 +126,35 @@ struct ws_options {
   /// Largest message (reassembled from its frames) reported as a
   /// `message`, in bytes. A larger one is read in pieces of at most 64 KiB
   /// as it arrives, its first `ws_too_large_prefix` bytes kept and the rest
-  /// discarded, and reported as `too_large` once it ends: the session holds
-  /// at most max_frame_bytes + 1 + ws_too_large_prefix bytes of it, never
-  /// what its frame headers announce. A message may also have at most 64
-  /// data frames (the feed protocol's limits). [8 MiB]
+  /// discarded, and reported as `too_large` once it ends. Memory: the
+  /// read buffer is a beast::flat_buffer that grows as a message below the
+  /// cap arrives (it is not reserved up front: idle sessions are many) and
+  /// is capped at max_frame_bytes + 1 bytes of data; while it grows, the
+  /// old and the new block coexist for a moment, so one session briefly
+  /// holds up to about 1.5 x max_frame_bytes (plus ws_too_large_prefix for
+  /// the kept prefix and Beast's small frame buffer), never what frame
+  /// headers announce. A message may also have at most 64 data frames (the
+  /// feed protocol's limits), and must respect `max_discard_bytes` and
+  /// `discard_timeout_ns`. [8 MiB]
   uint64_t max_frame_bytes = 8u * 1024u * 1024u;
+  /// Ceiling on what a message over `max_frame_bytes` may announce, in
+  /// bytes: a data frame whose header makes the message's announced size
+  /// (the sum of its frames' payload lengths) exceed it is refused at that
+  /// header, before any of its payload is read: close 1009, reason
+  /// too_large. Discarding is cheap but not free, and a frame announcing
+  /// 2^62 bytes would otherwise hold the session for as long as the peer
+  /// cares to trickle bytes. 0: max(16 x max_frame_bytes, 256 MiB); a
+  /// value below max_frame_bytes is taken as max_frame_bytes. [0]
+  uint64_t max_discard_bytes = 0;
+  /// Time a message over `max_frame_bytes` has to end, in nanoseconds,
+  /// counted from the frame header that took its announced size over the
+  /// cap. Every byte that follows that header (the peer's pongs included)
+  /// belongs to the message until it ends, so while it lasts nothing the
+  /// peer sends can be read; past this deadline the session fails with
+  /// close 1009, reason too_large (a message that completes in time is
+  /// reported as `too_large` and the session reads on). A value <= 0 is
+  /// taken as the default. [60 s]
+  int64_t discard_timeout_ns = 60'000'000'000;
   /// Cap of the upgrade response header block in bytes. [64 KiB]
   uint64_t max_handshake_bytes = 64u * 1024u;
   /// Bound of connect + TLS + upgrade, in nanoseconds. [5 s]

@@ -84,15 +84,30 @@ using strand_type = asio::strand<asio::io_context::executor_type>;
 using plain_stream = asio::basic_stream_socket<tcp, strand_type>;
 using tls_stream = asio::ssl::stream<plain_stream>;
 
+/// What the frame tracker refused (the read that carried it fails).
+enum class ws_violation : uint8_t {
+  none,
+  /// More than ws_max_fragments data frames in one message.
+  fragments,
+  /// A 64-bit length with its top bit set (RFC 6455 5.2).
+  bad_length,
+  /// A message announcing more than max_discard_bytes.
+  over_ceiling,
+};
+
 /// What the shim tells its session (called on the strand).
 class ws_shim_observer {
 public:
   /// Inbound bytes that are proof of life (see ws_frame_tracker::result).
   virtual void on_inbound_activity() = 0;
-  /// A message exceeded ws_max_fragments frames, or a frame announced 2^63
-  /// bytes or more (`bad_length`); the read that carried the offending
-  /// header fails right after this call.
-  virtual void on_frame_violation(bool bad_length) = 0;
+  /// A message exceeded ws_max_fragments frames, a frame announced 2^63
+  /// bytes or more, or a message announced more than max_discard_bytes;
+  /// the read that carried the offending header fails right after this
+  /// call.
+  virtual void on_frame_violation(ws_violation v) = 0;
+  /// The header of a data message that is over max_frame_bytes by its
+  /// announced size arrived (the message's ordinal in the tracker).
+  virtual void on_over_cap_began(uint64_t message_index) = 0;
 
 protected:
   ~ws_shim_observer() = default;
@@ -198,14 +213,14 @@ public:
     replay_ = false;
   }
 
-  /// True once the tracker reported too many fragments or a bad length.
+  /// True once the tracker refused a header (see violation()).
   bool violated() const {
-    return violated_;
+    return violation_ != ws_violation::none;
   }
 
-  /// The violation was a 64-bit length with its top bit set.
-  bool bad_length() const {
-    return bad_length_;
+  /// What the tracker refused (none if nothing).
+  ws_violation violation() const {
+    return violation_;
   }
 
   ws_frame_tracker& tracker() {
@@ -257,9 +272,10 @@ public:
   /// connection is to fail (too many fragments, now or before).
   template <class Buffers>
   bool inspect(const Buffers& b, std::size_t n) {
-    if (violated_)
+    if (violated())
       return true;
     bool activity = false;
+    bool over_cap = false;
     auto end = asio::buffer_sequence_end(b);
     for (auto it = asio::buffer_sequence_begin(b); n > 0 && it != end; ++it) {
       asio::const_buffer cb = *it;
@@ -268,17 +284,23 @@ public:
                              take);
       n -= take;
       activity = activity || r.activity;
-      if (r.too_many_fragments || r.bad_length) {
-        violated_ = true;
-        bad_length_ = r.bad_length;
+      over_cap = over_cap || r.over_cap_began;
+      if (r.too_many_fragments || r.bad_length || r.over_ceiling) {
+        violation_ = r.bad_length     ? ws_violation::bad_length
+                     : r.over_ceiling ? ws_violation::over_ceiling
+                                      : ws_violation::fragments;
         break;
       }
     }
-    if (violated_) {
+    if (violated()) {
       if (observer_)
-        observer_->on_frame_violation(bad_length_);
+        observer_->on_frame_violation(violation_);
       return true;
     }
+    // Only the message still in progress matters: one that began over the
+    // cap and already ended in this batch needs no deadline.
+    if (over_cap && tracker_.message_over_cap() && observer_)
+      observer_->on_over_cap_began(tracker_.message_index());
     if (activity && observer_)
       observer_->on_inbound_activity();
     return false;
@@ -291,8 +313,7 @@ private:
   std::string canned_;
   std::string leftover_;
   bool replay_ = false;
-  bool violated_ = false;
-  bool bad_length_ = false;
+  ws_violation violation_ = ws_violation::none;
 };
 
 /// Beast tears the connection down after a close frame (sent or received)
@@ -328,6 +349,7 @@ public:
       resolver_(strand_),
       timer_(strand_),
       activity_timer_(strand_),
+      discard_timer_(strand_),
       id_(id),
       opts_(std::move(opts)),
       on_event_(std::move(h)),
@@ -603,6 +625,11 @@ private:
       std::max<uint64_t>(opts_.max_frame_bytes, 1),
       std::numeric_limits<std::size_t>::max() - 1));
     rbuf_.max_size(cap_ + 1);
+    auto ceiling = opts_.max_discard_bytes == 0
+                     ? ws_default_max_discard_bytes(opts_.max_frame_bytes)
+                     : opts_.max_discard_bytes;
+    ceiling_ = std::max<uint64_t>(ceiling, cap_);
+    shim().tracker().set_limits(cap_, ceiling_);
     ws_.auto_fragment(false);
     auto* s = &shim();
     ws_.set_option(websocket::stream_base::decorator(
@@ -749,13 +776,28 @@ private:
   }
 
   void on_read_error(const error_code& ec) {
-    if (shim().violated() && shim().bad_length())
-      return finish(ws_close_reason::broken,
-                    "frame announces 2^63 bytes or more (RFC 6455 5.2)");
-    if (shim().violated())
-      return finish(ws_close_reason::too_large,
-                    "message exceeds " + std::to_string(ws_max_fragments)
-                      + " fragments");
+    switch (shim().violation()) {
+      case ws_violation::bad_length:
+        return finish(ws_close_reason::broken,
+                      "frame announces 2^63 bytes or more (RFC 6455 5.2)");
+      case ws_violation::over_ceiling: {
+        auto announced = shim().tracker().message_announced();
+        return finish(ws_close_reason::too_large,
+                      "message announces "
+                        + (announced == UINT64_MAX
+                             ? std::string{"2^64 bytes or more"}
+                             : std::to_string(announced) + " bytes")
+                        + ", over max_discard_bytes ("
+                        + std::to_string(ceiling_) + ")",
+                      announced);
+      }
+      case ws_violation::fragments:
+        return finish(ws_close_reason::too_large,
+                      "message exceeds " + std::to_string(ws_max_fragments)
+                        + " fragments");
+      case ws_violation::none:
+        break;
+    }
     if (ec == websocket::error::closed) {
       auto cr = ws_.reason();
       std::string detail = "peer sent close frame "
@@ -810,20 +852,87 @@ private:
     emit(std::move(ev));
   }
 
-  void on_frame_violation(bool bad_length) override {
+  void on_frame_violation(ws_violation v) override {
     if (finished_ || close_sent_ || phase_ != phase::open)
       return;
     // Fail the connection with 1009 or 1002 (RFC 6455 7.4.1): the close
     // frame goes out with this write (if the socket takes it at once); the
     // read that carried the offending header fails right after, and
     // finish() closes TCP without waiting for the peer's answer.
+    switch (v) {
+      case ws_violation::bad_length:
+        return send_close(
+          websocket::close_reason{websocket::close_code::protocol_error});
+      case ws_violation::over_ceiling:
+        return send_close(websocket::close_reason{
+          websocket::close_code::too_big, "message too large"});
+      default:
+        return send_close(websocket::close_reason{
+          websocket::close_code::too_big, "too many fragments"});
+    }
+  }
+
+  void send_close(const websocket::close_reason& reason) {
     close_sent_ = true;
-    auto reason = bad_length
-                    ? websocket::close_reason{websocket::close_code::protocol_error}
-                    : websocket::close_reason{websocket::close_code::too_big,
-                                              "too many fragments"};
     ws_.async_close(reason,
                     [self = this->shared_from_this()](const error_code&) {});
+  }
+
+  /// A message over the cap began (by its announced size): it has
+  /// discard_timeout_ns to end. One timer serves every such message: when
+  /// it fires it looks at the message in progress, never at a stale one.
+  void on_over_cap_began(uint64_t message_index) override {
+    if (finished_ || phase_ != phase::open)
+      return;
+    discard_index_ = message_index;
+    discard_since_ = clock::now();
+    if (!discard_armed_)
+      arm_discard(message_index, discard_since_);
+  }
+
+  clock::duration discard_timeout() const {
+    auto ns = opts_.discard_timeout_ns > 0 ? opts_.discard_timeout_ns
+                                           : ws_options{}.discard_timeout_ns;
+    return std::chrono::duration_cast<clock::duration>(
+      std::chrono::nanoseconds{ns});
+  }
+
+  void arm_discard(uint64_t message_index, clock::time_point since) {
+    discard_armed_ = true;
+    discard_timer_.expires_at(since + discard_timeout());
+    discard_timer_.async_wait(
+      [self = this->shared_from_this(), message_index](const error_code& ec) {
+        if (!ec)
+          self->on_discard_timer(message_index);
+      });
+  }
+
+  void on_discard_timer(uint64_t message_index) {
+    discard_armed_ = false;
+    if (finished_)
+      return;
+    auto& t = shim().tracker();
+    if (!t.message_over_cap())
+      return; // it ended (or is being delivered): nothing to wait for
+    if (t.message_index() != message_index)
+      return arm_discard(discard_index_, discard_since_); // a later one
+    // Every byte since its header -- the pongs to our pings too -- was
+    // part of it, and its end is not in sight: fail the connection rather
+    // than let one message hold the session forever.
+    if (!close_sent_)
+      send_close(websocket::close_reason{websocket::close_code::too_big,
+                                         "message too large"});
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                discard_timeout())
+                .count();
+    auto got = over_ ? over_size_ + rbuf_.size() : rbuf_.size();
+    finish(ws_close_reason::too_large,
+           "message of " + std::to_string(t.message_announced())
+             + " announced bytes over max_frame_bytes ("
+             + std::to_string(cap_) + ") did not end within "
+             + std::to_string(ms) + " ms (" + std::to_string(got)
+             + " bytes of it read)",
+           std::max<uint64_t>(got, 1));
   }
 
   // -- writing ----------------------------------------------------------------
@@ -886,13 +995,15 @@ private:
       on_event_(std::move(ev));
   }
 
-  /// Reports `closed` exactly once and closes everything.
-  void finish(ws_close_reason reason, std::string detail) {
+  /// Reports `closed` exactly once and closes everything (`size`: see
+  /// ws_event::size).
+  void finish(ws_close_reason reason, std::string detail, uint64_t size = 0) {
     if (finished_)
       return;
     finished_ = true;
     timer_.cancel();
     activity_timer_.cancel();
+    discard_timer_.cancel();
     resolver_.cancel();
     shim().shut();
     outq_.clear();
@@ -900,6 +1011,7 @@ private:
     ev.what = ws_event::kind::closed;
     ev.reason = reason;
     ev.detail = std::move(detail);
+    ev.size = size;
     ev.session_id = id_;
     ev.dropped = std::exchange(dropped_, 0);
     auto h = std::move(on_event_);
@@ -913,6 +1025,8 @@ private:
   tcp::resolver resolver_;
   asio::steady_timer timer_;
   asio::steady_timer activity_timer_;
+  /// The deadline of the over-cap message in progress.
+  asio::steady_timer discard_timer_;
   uint64_t id_;
   ws_options opts_;
   handler on_event_;
@@ -925,6 +1039,12 @@ private:
   beast::flat_buffer rbuf_;
   /// max_frame_bytes as a size_t (rbuf_ holds at most cap_ + 1 bytes).
   std::size_t cap_ = 0;
+  /// The effective max_discard_bytes (>= cap_).
+  uint64_t ceiling_ = 0;
+  /// The latest over-cap message begun (tracker ordinal) and when.
+  uint64_t discard_index_ = 0;
+  clock::time_point discard_since_;
+  bool discard_armed_ = false;
   /// The message being read is over the cap: its first bytes and its size
   /// so far.
   bool over_ = false;

@@ -82,7 +82,11 @@ std::string describe_ws_read_error(const boost::system::error_code& ec);
 ///
 /// Per data message it counts frames (control frames interleaved in a
 /// fragmented message are not counted) and records, per completed message,
-/// whether it had more than one frame. Pure: no clock, no I/O.
+/// whether it had more than one frame. It also sums the payload lengths a
+/// message's headers announce: over `max_message_bytes` the message is
+/// marked over the cap from that header on (until its last byte arrives),
+/// over `max_discard_bytes` it is refused at that header. Pure: no clock,
+/// no I/O.
 class ws_frame_tracker {
 public:
   /// What one batch of bytes showed.
@@ -94,14 +98,36 @@ public:
     /// section 5.2: "the most significant bit MUST be 0"), i.e. 2^63 bytes
     /// or more announced; the tracker stops at that header.
     bool bad_length = false;
+    /// A data message whose announced size (the sum of the payload
+    /// lengths its frame headers announce, the current frame's whole
+    /// length included) exceeds `max_discard_bytes`; the tracker stops at
+    /// that header (later bytes are not examined).
+    bool over_ceiling = false;
+    /// A data message's announced size passed `max_message_bytes` at a
+    /// header of this batch: the message is known to be over the cap long
+    /// before its bytes arrive (see message_over_cap()).
+    bool over_cap_began = false;
     /// Proof of life other than a completed data message: a control frame,
     /// a non-final data frame, or a frame (header or payload) still
     /// incomplete at the end of the batch.
     bool activity = false;
   };
 
-  explicit ws_frame_tracker(uint32_t max_fragments = ws_max_fragments)
-    : max_fragments_(max_fragments) {
+  /// `max_message_bytes`: the size over which a message is over the cap
+  /// (over_cap_began); `max_discard_bytes`: the announced size over which
+  /// a message is refused (over_ceiling). Unlimited by default.
+  explicit ws_frame_tracker(uint32_t max_fragments = ws_max_fragments,
+                            uint64_t max_message_bytes = UINT64_MAX,
+                            uint64_t max_discard_bytes = UINT64_MAX)
+    : max_fragments_(max_fragments),
+      max_message_bytes_(max_message_bytes),
+      max_discard_bytes_(max_discard_bytes) {
+  }
+
+  /// Sets the two size limits (before the first byte is fed).
+  void set_limits(uint64_t max_message_bytes, uint64_t max_discard_bytes) {
+    max_message_bytes_ = max_message_bytes;
+    max_discard_bytes_ = max_discard_bytes;
   }
 
   /// Feeds the next `n` inbound bytes, in stream order.
@@ -121,10 +147,36 @@ public:
     return done_.size();
   }
 
+  /// True while the data message in progress is over `max_message_bytes`
+  /// by its announced size and its last byte has not arrived yet.
+  bool message_over_cap() const {
+    return msg_over_;
+  }
+
+  /// Ordinal (from 1) of the data message in progress, or of the last one
+  /// begun: tells two over-cap messages apart.
+  uint64_t message_index() const {
+    return msg_index_;
+  }
+
+  /// Announced size of the data message in progress (saturating), bytes.
+  uint64_t message_announced() const {
+    return msg_total_;
+  }
+
 private:
   void on_header(result& r);
+  /// The payload of the current frame has fully arrived.
+  void on_frame_end();
 
   uint32_t max_fragments_;
+  uint64_t max_message_bytes_;
+  uint64_t max_discard_bytes_;
+  uint64_t msg_total_ = 0;
+  uint64_t msg_index_ = 0;
+  bool msg_over_ = false;
+  /// The current frame is the final frame of a data message.
+  bool data_fin_ = false;
   unsigned char hdr_[14] = {};
   std::size_t hdr_len_ = 0;
   uint64_t remain_ = 0;

@@ -65,6 +65,12 @@ void feed_config::validate() const {
   require_seconds(ws_pong_timeout, "ws_pong_timeout", true);
   if (ws_max_frame_bytes == 0)
     throw config_error("ws_max_frame_bytes", "must be > 0");
+  if (ws_max_discard_bytes != 0 && ws_max_discard_bytes < ws_max_frame_bytes)
+    throw config_error("ws_max_discard_bytes",
+                       "must be 0 (automatic) or >= ws_max_frame_bytes ("
+                         + std::to_string(ws_max_frame_bytes) + "), got "
+                         + std::to_string(ws_max_discard_bytes));
+  require_seconds(ws_discard_timeout, "ws_discard_timeout", false);
   require_seconds(ws_handshake_timeout, "ws_handshake_timeout", false);
   if (has_control_chars(client_id))
     throw config_error("client_id", "contains a control character");

@@ -90,10 +90,28 @@ struct feed_config {
   /// deliver one `undeliverable` reset in its place, reason "over_cap:
   /// ...", with its seq when its first 64 KiB show it; the ledger tier
   /// takes it for a wake without a hint. Counted at
-  /// feed_stats::oversized_frames. A frame announcing 2^63 bytes or more
-  /// breaks the protocol (RFC 6455 section 5.2) and ends the session.
-  /// [8 MiB]
+  /// feed_stats::oversized_frames. An over-cap message must also stay
+  /// under ws_max_discard_bytes and end within ws_discard_timeout, else the
+  /// session ends. A frame announcing 2^63 bytes or more breaks the
+  /// protocol (RFC 6455 section 5.2) and ends the session. [8 MiB]
   uint64_t ws_max_frame_bytes = 8u * 1024u * 1024u;
+  /// Ceiling on what one WebSocket message may announce, in bytes: a frame
+  /// header that takes a message's announced size (the sum of its frames'
+  /// lengths) over it is refused at once -- close 1009, the session ends
+  /// (reason too_large), the watcher reports an `over_cap` failure (source
+  /// "websocket"), counts it at feed_stats::oversized_frames and
+  /// reconnects on its backoff. 0: max(16 x ws_max_frame_bytes, 256 MiB);
+  /// else >= ws_max_frame_bytes. [0]
+  uint64_t ws_max_discard_bytes = 0;
+  /// Time a WebSocket message over ws_max_frame_bytes has to end once its
+  /// frame headers show it over the cap, in seconds (> 0). While it lasts
+  /// every byte the hub sends -- wakes, events, the pongs to the
+  /// keepalive's pings -- is part of it and discarded, and it counts as
+  /// proof of life; so past this deadline the session ends like an
+  /// over-ceiling message (close 1009, `over_cap` failure, counted,
+  /// reconnect): a hub that announces a huge frame and keeps talking
+  /// cannot stall the feed. [60]
+  double ws_discard_timeout = 60.0;
   /// Bound of connect + TLS + upgrade of one WebSocket session (> 0). [5]
   double ws_handshake_timeout = 5.0;
   /// Stable identity of the watcher for the catchup tier (at most 256

@@ -138,7 +138,9 @@ struct feed_stats {
   /// by the session (any mode; the session stays open). Catchup and
   /// ephemeral also count them at `unreadable_frames` (one undeliverable
   /// reset each, reason "over_cap: ..."); the ledger takes each for a wake
-  /// without a hint.
+  /// without a hint. Also counted: sessions ended (and reconnected) because
+  /// a message announced more than `ws_max_discard_bytes` or did not end
+  /// within `ws_discard_timeout` (no reset: nothing of it was read).
   uint64_t oversized_frames = 0;
   /// The feed was reached at least once: a replay page was read (a watcher
   /// with a replay path), or a WebSocket session opened (ws-only).

@@ -742,6 +742,13 @@ void on_ws_event(self_ptr self, ws_event& ev) {
         f.detail = ev.detail;
         f.kind = "service_unavailable";
         f.error = error_kind::service_unavailable;
+        if (ev.reason == ws_close_reason::too_large && ev.size > 0) {
+          // A message over ws_max_discard_bytes, or an over-cap message
+          // that did not end within ws_discard_timeout: the session was
+          // failed (1009) rather than held forever; reconnect, counted.
+          ++st.counters.oversized_frames;
+          f.kind = to_string(drain_error_reason::over_cap);
+        }
         // "upgrade refused: HTTP 401 ..." (protocol/ws_session.cpp).
         auto at = ev.detail.find("HTTP ");
         if (ev.reason == ws_close_reason::handshake
@@ -776,6 +783,8 @@ void dial(self_ptr self) {
   o.path = st.opts.ws.origin.path + st.cfg.ws_path;
   o.headers = st.opts.ws.headers;
   o.max_frame_bytes = st.cfg.ws_max_frame_bytes;
+  o.max_discard_bytes = st.cfg.ws_max_discard_bytes;
+  o.discard_timeout_ns = feed_seconds(st.cfg.ws_discard_timeout).count();
   o.handshake_timeout_ns = feed_seconds(st.cfg.ws_handshake_timeout).count();
   if (st.drain) {
     // Wake intake (wake_intake.hpp): a plain wake repeating the hint the

@@ -77,10 +77,19 @@ drain_action ledger_drain::start() {
   return drain_action::fetch;
 }
 
-drain_action ledger_drain::request(drain_trigger) {
+drain_action ledger_drain::request(drain_trigger why) {
   if (state_ != state::idle) {
     pending_ = true;
     return drain_action::queued;
+  }
+  if (why == drain_trigger::poll && armed_ && armed_start_over_) {
+    // The start-over timer runs the next attempt: a poll tick says nothing
+    // about the event at the cursor it waits for, and with a poll interval
+    // below the start-over cap it would restart the cycle before the wait
+    // ends, so the backoff would never reach its cap. Coalesced, like a
+    // wake (on_wake).
+    ++wakes_coalesced_;
+    return drain_action::none;
   }
   return start();
 }

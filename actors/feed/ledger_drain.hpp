@@ -82,7 +82,11 @@
 // poll_interval)), and consecutive ones double it. Only real progress (the
 // cursor moving: an event delivered, a poison event passed, a rewind)
 // brings it back to the floor; a readable answer in the middle of a cycle
-// does not, and a wake does not bring a start-over forward.
+// does not, and neither a wake nor a poll tick brings a start-over forward
+// (both are coalesced into the armed timer). A new session (connect) or a
+// ledger hello still starts a drain: they come at most once per
+// connection, which the reconnect backoff paces, and a hello may announce
+// a new incarnation that makes the wait moot.
 //
 //   narrow ─► strike ─► probe ─► fresh look ─readable─► start over
 //     ▲                                                    │ wait d;
@@ -238,7 +242,10 @@ public:
   /// `poll_interval`: caps the re-drain backoff at max(3 s, poll_interval).
   ledger_drain(int64_t cursor, int limit, feed_duration poll_interval);
 
-  /// Asks for a drain: starts one (fetch) or remembers one (queued).
+  /// Asks for a drain: starts one (fetch) or remembers one (queued). A
+  /// `poll` while a start-over timer is armed is coalesced into it (none,
+  /// counted at wakes_coalesced); every other trigger starts a drain when
+  /// idle.
   drain_action request(drain_trigger why);
 
   /// A wake with an optional cursor hint: raises the target (and restores

@@ -577,22 +577,39 @@ TEST_F(FeedE2E, AcceptThenCloseBacksOff) {
   EXPECT_LT(seen, 12u); // no reconnect storm
 }
 
-TEST_F(FeedE2E, OversizedFrameLeavesTheLedgerDrainOnItsTimer) {
-  // The hub announces an 8 MiB + 1 frame over a 1 MiB cap and never sends
-  // its payload. The session discards what comes of it instead of failing;
-  // the ledger's drain does not depend on the WebSocket and still delivers
-  // (on its poll tick, or after a reconnect if the keepalive gives up on
-  // the stalled frame: both are fine).
+TEST_F(FeedE2E, OversizedFrameThatNeverEndsMakesACatchupWatcherReconnect) {
+  // The hub's oversized_frame fault: after the hello it announces an
+  // 8 MiB + 1 frame (over the 1 MiB cap, under the 256 MiB ceiling) and
+  // never sends its payload; it keeps the connection open and out of the
+  // fan-out. A catchup watcher without replay has only this session, and
+  // every byte after the header -- the hub's pongs included -- is payload
+  // of the unfinished frame. Before, that was proof of life forever: no
+  // too_large event (the message never ends), no reconnect, nothing in the
+  // stats, and nothing published afterwards ever arrived. Now the frame
+  // has ws_discard_timeout to end; then the session fails (1009), the
+  // watcher counts it, reports over_cap and reconnects (the fault is for
+  // one connection: the next one is well-behaved).
   start_hub();
   hub_->set_faults(R"({"oversized_frame":1})");
   collector c;
-  auto fc = ledger_config();
+  auto fc = ws_config("/ws/catchup");
+  fc.client_id = "e2e-oversized";
   fc.ws_max_frame_bytes = 1024 * 1024;
-  fc.ws_ping_interval = 0.0;
+  fc.ws_discard_timeout = 0.5;
+  auto t0 = std::chrono::steady_clock::now();
   auto w = watch(fc, c);
-  ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.connected; }));
-  publish(1);
-  ASSERT_TRUE(c.wait_events(1));
+  ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) {
+    return s.reconnects >= 1 && s.connected && s.connects >= 2;
+  })) << "still stalled on the unfinished frame";
+  // Timers never fire early: the first session held for the deadline.
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 500ms);
+  auto s = stats(w);
+  EXPECT_EQ(s.reconnects, 1u);
+  EXPECT_EQ(s.oversized_frames, 1u);
+  EXPECT_EQ(s.peer_timeouts, 0u); // the deadline, not the keepalive
+  hub_->publish("orders/1", "created");
+  ASSERT_TRUE(c.wait_events(1)) << "nothing arrives on the new session";
+  EXPECT_EQ(c.snapshot(), std::vector<int64_t>{1});
 }
 
 TEST_F(FeedE2E, StopIsPromptIdleAndDuringBackoff) {

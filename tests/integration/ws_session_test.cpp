@@ -345,27 +345,34 @@ TEST_F(ws_session_test, PingToTheHubYieldsActivityFromThePong) {
   expect_closed_once_last(*log);
 }
 
-TEST_F(ws_session_test, OversizedFrameHeaderFromTheHubDoesNotEndTheSession) {
-  // A message over the cap is read in pieces and discarded, not refused:
-  // its header alone is a frame in progress (proof of life), not an end.
+TEST_F(ws_session_test, OversizedFrameFromTheHubEndsTheSessionAtTheDiscardDeadline) {
+  // The hub announces 8 MiB + 1 (over the 8 MiB cap, under the ceiling)
+  // and never completes it: every later byte -- the pong to our ping too --
+  // is payload of that frame. Before, that was proof of life forever; now
+  // the message has discard_timeout_ns to end, then close 1009.
   hub_config cfg;
   hub h{cfg};
   h.start();
   h.set_faults(R"({"oversized_frame":1})"); // announces 8 MiB + 1
   auto log = std::make_shared<event_log>();
-  auto s = open(options(h.base_url()), log);
+  auto o = options(h.base_url());
+  o.discard_timeout_ns = 300'000'000;
+  auto s = open(o, log);
   ASSERT_TRUE(log->wait_for(kind::opened, 5s));
+  auto asked = clock_type::now();
   s->send_text(R"({"type":"subscribe","prefixes":[]})");
   ASSERT_TRUE(log->wait_for(kind::message, 5s)) << describe(*log); // hello
-  // The hub's pong comes as more bytes of the unfinished frame: proof of
-  // life on a session that is still open. (The header's own activity may
-  // be folded into the hello's report when both come in one read.)
   s->ping();
-  ASSERT_TRUE(log->wait_for(kind::activity, 5s)) << describe(*log);
-  s->close();
   auto closed = log->wait_for(kind::closed, 5s);
-  ASSERT_TRUE(closed);
-  EXPECT_EQ(closed->ev.reason, ws_close_reason::local) << closed->ev.detail;
+  ASSERT_TRUE(closed) << describe(*log);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large) << closed->ev.detail;
+  EXPECT_NE(closed->ev.detail.find("did not end within 300 ms"),
+            std::string::npos)
+    << closed->ev.detail;
+  EXPECT_GT(closed->ev.size, 0u);
+  EXPECT_GE(closed->at - asked, 300ms);
+  EXPECT_LT(closed->at - asked,
+            300ms + std::chrono::milliseconds{testing::load_slack_ms});
   EXPECT_EQ(log->count(kind::too_large), 0u);
   expect_closed_once_last(*log);
 }
@@ -983,27 +990,219 @@ TEST_F(ws_session_test, SixtyFourFragmentsAreStillOneMessage) {
   expect_closed_once_last(*log);
 }
 
-// (c) a declared 2^63-1-byte frame: nothing is allocated for it; what
-// arrives of it is read in 64 KiB pieces and dropped, and the session ends
-// only when the peer does (here: 1 MiB of it, then EOF mid-frame).
-TEST_F(ws_session_test, Case21cHugeAnnouncedFrameIsDiscardedAsItArrives) {
-  auto header = bytes_of({0x82, 0x7F, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+// (c) a declared 2^62-1-byte frame (top bit clear, so legal framing) over
+// max_discard_bytes: refused at its header with 1009, nothing of it read,
+// although the peer goes on answering pings. Before, its payload was
+// "discarded as it arrives" forever: every later byte (the pongs too) was
+// part of it and counted as proof of life, and no event ever came.
+TEST_F(ws_session_test, Case21cHugeAnnouncedFrameIsRefusedAtTheCeiling) {
+  auto header = bytes_of({0x82, 0x7F, 0x3F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
                           0xFF});
+  // Close frame: 2 header + 4 mask + 2 code + "message too large".
   scripted_server srv{{{step::read_request(), step::ws_accept(),
-                        step::send(header + std::string(1 << 20, 'z')),
-                        step::close()}}};
+                        step::sleep(100ms), step::send(header),
+                        step::read_bytes(25), step::hold()}}};
+  srv.set_step_timeout(2s);
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  o.max_frame_bytes = 64 * 1024; // ceiling: max(1 MiB, 256 MiB)
+  auto s = open(o, log);
+  auto opened = log->wait_for(kind::opened, 5s);
+  ASSERT_TRUE(opened);
+  auto closed = log->wait_for(kind::closed, 5s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large) << closed->ev.detail;
+  EXPECT_EQ(closed->ev.size, (uint64_t{1} << 62) - 1);
+  EXPECT_NE(closed->ev.detail.find("over max_discard_bytes (268435456)"),
+            std::string::npos)
+    << closed->ev.detail;
+  EXPECT_LT(closed->at - opened->at,
+            100ms + std::chrono::milliseconds{testing::load_slack_ms});
+  ASSERT_TRUE(srv.wait_for_finished(0, 2s));
+  auto sent = parse_client_frames(srv.requests().at(0).body);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(close_code_of(sent[0]), 1009u);
+  EXPECT_EQ(sent[0].payload.substr(2), "message too large");
+  EXPECT_EQ(log->count(kind::message), 0u);
+  EXPECT_EQ(log->count(kind::too_large), 0u);
+  expect_closed_once_last(*log);
+}
+
+// The ceiling counts a message's frames together: 3 x 100 KiB announced
+// over a 256 KiB ceiling is refused at the third header.
+TEST_F(ws_session_test, RunningTotalOverTheCeilingIsRefusedAtTheHeader) {
+  std::string part(100 * 1024, 'p');
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(frame(0x01, part) + frame(0x00, part)
+                                   + frame_header(0x80, part.size())),
+                        step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto o = options(srv.base_url());
   o.max_frame_bytes = 64 * 1024;
+  o.max_discard_bytes = 256 * 1024;
   auto s = open(o, log);
   auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
-  EXPECT_NE(closed->ev.reason, ws_close_reason::too_large) << closed->ev.detail;
-  EXPECT_TRUE(closed->ev.reason == ws_close_reason::broken
-              || closed->ev.reason == ws_close_reason::peer_closed)
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large) << closed->ev.detail;
+  EXPECT_EQ(closed->ev.size, 3u * 100u * 1024u);
+  EXPECT_EQ(log->count(kind::too_large), 0u);
+  expect_closed_once_last(*log);
+}
+
+// (c'') the same huge frame under a ceiling set above it: the discard
+// deadline ends it. The peer answers every ping (the test pings every
+// 50 ms, as a keepalive would): the pongs are bytes of the unfinished
+// frame, proof of life that can no longer hold the session.
+TEST_F(ws_session_test, OverCapMessageThatNeverEndsFailsAtTheDiscardDeadline) {
+  auto header = bytes_of({0x82, 0x7F, 0x3F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                          0xFF});
+  testing::script sc{step::read_request(), step::ws_accept(), step::send(header)};
+  for (int i = 0; i < 400; ++i) { // 20 s of pings at most: "forever"
+    sc.push_back(step::read_bytes(6)); // the client's masked empty ping
+    sc.push_back(step::send(frame(0x8A, "")));
+  }
+  scripted_server srv{{sc}};
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  o.max_frame_bytes = 64 * 1024;
+  o.max_discard_bytes = uint64_t{1} << 62;
+  o.discard_timeout_ns = 500'000'000;
+  auto s = open(o, log);
+  auto opened = log->wait_for(kind::opened, 5s);
+  ASSERT_TRUE(opened);
+  std::optional<event_log::entry> closed;
+  for (int i = 0; i < 200 && !closed; ++i) { // 10 s at most
+    s->ping();
+    closed = log->wait_for(kind::closed, 50ms);
+  }
+  ASSERT_TRUE(closed) << describe(*log);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large) << closed->ev.detail;
+  EXPECT_NE(closed->ev.detail.find("did not end within 500 ms"),
+            std::string::npos)
     << closed->ev.detail;
+  // The deadline counts from the header (after the open): never early,
+  // and not much later than due.
+  EXPECT_GE(closed->at - opened->at, 500ms);
+  EXPECT_LT(closed->at - opened->at,
+            500ms + std::chrono::milliseconds{testing::load_slack_ms});
+  // The peer was talking all along (its pongs were activity).
+  EXPECT_GE(log->count(kind::activity), 1u);
+  EXPECT_EQ(log->count(kind::too_large), 0u);
   EXPECT_EQ(log->count(kind::message), 0u);
-  EXPECT_EQ(log->count(kind::too_large), 0u); // it never ended
+  expect_closed_once_last(*log);
+}
+
+// An over-cap message that does end in time is reported and the deadline
+// does not fire later for it: the session reads on past the deadline.
+TEST_F(ws_session_test, OverCapMessageThatEndsInTimeDoesNotTripTheDeadline) {
+  std::string big(4000, 'b');
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(frame_header(0x82, big.size())),
+                        step::sleep(100ms), step::send(big),
+                        step::sleep(500ms), step::send(text_frame("later")),
+                        step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  o.max_frame_bytes = 1000;
+  o.discard_timeout_ns = 300'000'000;
+  auto s = open(o, log);
+  auto m = log->wait_for(kind::message, 5s);
+  ASSERT_TRUE(m) << describe(*log);
+  EXPECT_EQ(m->ev.payload, "later");
+  auto t = log->wait_for(kind::too_large, 0ms);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->ev.size, 4000u);
+  EXPECT_EQ(log->count(kind::closed), 0u);
+  s->close();
+  auto closed = log->wait_for(kind::closed, 5s);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::local) << closed->ev.detail;
+  expect_closed_once_last(*log);
+}
+
+// A message of exactly max_frame_bytes (one frame, or fragments adding up
+// to it) is a normal message; one byte more is too_large.
+TEST_F(ws_session_test, MessageOfExactlyTheCapIsDeliveredAndOneMoreIsTooLarge) {
+  std::string at_cap(1000, 'c');
+  at_cap.replace(0, 4, "head");
+  std::string quarter(250, 'q');
+  std::string frames = frame(0x81, at_cap) + frame(0x01, quarter)
+                       + frame(0x00, quarter) + frame(0x00, quarter)
+                       + frame(0x80, quarter) + frame(0x81, at_cap + "!")
+                       + text_frame("end");
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(frames), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  o.max_frame_bytes = 1000;
+  auto s = open(o, log);
+  ASSERT_TRUE(log->wait_count(kind::message, 3, 5s)) << describe(*log);
+  std::vector<ws_event> got;
+  for (auto& e : log->snapshot())
+    if (e.ev.what == kind::message || e.ev.what == kind::too_large)
+      got.push_back(e.ev);
+  ASSERT_EQ(got.size(), 4u) << describe(*log);
+  EXPECT_EQ(got[0].what, kind::message);
+  EXPECT_EQ(got[0].payload, at_cap);
+  EXPECT_FALSE(got[0].fragmented);
+  EXPECT_EQ(got[1].what, kind::message);
+  EXPECT_EQ(got[1].payload, std::string(1000, 'q'));
+  EXPECT_TRUE(got[1].fragmented);
+  EXPECT_EQ(got[2].what, kind::too_large);
+  EXPECT_EQ(got[2].size, 1001u);
+  EXPECT_EQ(got[2].payload, at_cap + "!");
+  EXPECT_EQ(got[3].what, kind::message);
+  EXPECT_EQ(got[3].payload, "end");
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
+  expect_closed_once_last(*log);
+}
+
+// drop_text sees only complete messages under the cap: a too_large text
+// message is reported (never offered to the filter, never dropped), and
+// the wake after it arrives intact.
+TEST_F(ws_session_test, DropTextReportsATooLargeTextAndTheNextWakeIsIntact) {
+  std::string big = R"({"type":"wake","cursor":1,"pad":")" + std::string(3000, 'w')
+                    + R"("})";
+  std::string wake = R"({"type":"wake","cursor":2})";
+  scripted_server srv{{{step::read_request(),
+                        step::ws_accept("", text_frame("drop") + text_frame(big)
+                                              + text_frame(wake)),
+                        step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  o.max_frame_bytes = 1000;
+  std::mutex mtx;
+  std::vector<std::size_t> asked;
+  o.drop_text = [&](std::string_view text) {
+    std::lock_guard<std::mutex> guard{mtx};
+    asked.push_back(text.size());
+    return text == "drop" || text.find("\"pad\"") != std::string_view::npos;
+  };
+  auto s = open(o, log);
+  ASSERT_TRUE(log->wait_for(kind::message, 5s)) << describe(*log);
+  std::vector<ws_event> got;
+  uint64_t dropped = 0;
+  for (auto& e : log->snapshot()) {
+    dropped += e.ev.dropped;
+    if (e.ev.what == kind::message || e.ev.what == kind::too_large)
+      got.push_back(e.ev);
+  }
+  ASSERT_EQ(got.size(), 2u) << describe(*log);
+  EXPECT_EQ(got[0].what, kind::too_large);
+  EXPECT_EQ(got[0].size, big.size());
+  EXPECT_EQ(got[0].payload, big);
+  EXPECT_FALSE(got[0].binary);
+  EXPECT_EQ(got[1].what, kind::message);
+  EXPECT_EQ(got[1].payload, wake);
+  EXPECT_EQ(dropped, 1u); // "drop" only, counted on the too_large event
+  EXPECT_EQ(got[0].dropped, 1u);
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    EXPECT_EQ(asked, (std::vector<std::size_t>{4, wake.size()}));
+  }
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
   expect_closed_once_last(*log);
 }
 
@@ -1180,6 +1379,50 @@ TEST(ws_frame_tracker_test, HugeAnnouncedLengthIsOnlyCounted) {
   EXPECT_FALSE(r.too_many_fragments);
   EXPECT_FALSE(r.bad_length);
   EXPECT_EQ(t.pending_messages(), 1u); // FIN: one message (discarded)
+}
+
+TEST(ws_frame_tracker_test, OverCapIsKnownAtTheHeaderAndEndsWithTheLastByte) {
+  detail::ws_frame_tracker t{detail::ws_max_fragments, 100, 1000};
+  auto bytes = frame(0x01, std::string(60, 'a')) + frame(0x89, "")
+               + frame(0x80, std::string(60, 'b')) + text_frame("ok");
+  auto p = reinterpret_cast<const unsigned char*>(bytes.data());
+  std::size_t second = 62 + 2; // the second data frame's header starts here
+  auto r = t.feed(p, second);
+  EXPECT_FALSE(r.over_cap_began); // 60 announced
+  EXPECT_FALSE(t.message_over_cap());
+  r = t.feed(p + second, 2); // its header: 120 announced
+  EXPECT_TRUE(r.over_cap_began);
+  EXPECT_TRUE(t.message_over_cap());
+  EXPECT_EQ(t.message_announced(), 120u);
+  auto index = t.message_index();
+  r = t.feed(p + second + 2, 59);
+  EXPECT_TRUE(t.message_over_cap()); // one byte to go
+  r = t.feed(p + second + 61, 1);
+  EXPECT_FALSE(t.message_over_cap());
+  r = t.feed(p + second + 62, bytes.size() - second - 62);
+  EXPECT_FALSE(r.over_cap_began);
+  EXPECT_FALSE(t.message_over_cap());
+  EXPECT_EQ(t.message_index(), index + 1);
+  EXPECT_EQ(t.pending_messages(), 2u);
+}
+
+TEST(ws_frame_tracker_test, AnnouncedSizeOverTheCeilingIsRefusedInAnySplit) {
+  auto h = frame(0x01, std::string(600, 'a')) + frame_header(0x80, 401) + "x";
+  for (std::size_t cut = 1; cut < h.size(); ++cut) {
+    detail::ws_frame_tracker t{detail::ws_max_fragments, 100, 1000};
+    auto p = reinterpret_cast<const unsigned char*>(h.data());
+    auto r1 = t.feed(p, cut);
+    auto r2 = t.feed(p + cut, h.size() - cut);
+    EXPECT_TRUE(r1.over_ceiling || r2.over_ceiling) << cut;
+    EXPECT_FALSE(r1.bad_length || r2.bad_length);
+    EXPECT_EQ(t.message_announced(), 1001u);
+  }
+  // Exactly at the ceiling: not refused.
+  detail::ws_frame_tracker t{detail::ws_max_fragments, 100, 1000};
+  auto ok = frame_header(0x82, 1000);
+  auto r = t.feed(reinterpret_cast<const unsigned char*>(ok.data()), ok.size());
+  EXPECT_FALSE(r.over_ceiling);
+  EXPECT_TRUE(r.over_cap_began);
 }
 
 TEST(ws_frame_tracker_test, LengthWithTheTopBitSetIsABadLengthInAnySplit) {

@@ -253,6 +253,16 @@ struct fake_ws_record {
     ev.reason = ws_close_reason::peer_closed;
     push(ev);
   }
+  /// The session failed itself (close 1009) over a message announcing
+  /// `size` bytes over the ceiling, or not ending within the deadline.
+  void refuse_too_large(uint64_t size, std::string detail) {
+    ws_event ev;
+    ev.what = ws_event::kind::closed;
+    ev.reason = ws_close_reason::too_large;
+    ev.size = size;
+    ev.detail = std::move(detail);
+    push(ev);
+  }
 };
 
 class fake_ws_session : public ws_session {

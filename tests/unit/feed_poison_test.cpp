@@ -75,6 +75,11 @@ script_result run_drain(ledger_drain& d, const ids& ledger_ids,
                         ledger_faults faults, int max_requests = 1000) {
   script_result r;
   auto act = d.request(drain_trigger::poll);
+  if (act == drain_action::none) {
+    // A poll tick is coalesced into an armed start-over: the next attempt
+    // is the timer's (on_redrain_timer asks with the redrain trigger).
+    act = d.request(drain_trigger::redrain);
+  }
   if (act != drain_action::fetch)
     return r;
   for (;;) {
@@ -376,10 +381,23 @@ struct flapping_ledger {
   std::vector<std::string> log;
   /// The re-drain timer armed when the last run stopped.
   std::optional<drain_next> armed;
+  /// When set: the watcher's poll tick, every this much, also while a
+  /// re-drain timer is armed (as the actor's schedule_poll does).
+  std::optional<feed_duration> poll_every;
+  /// Poll mode: when the armed timer fires, and when the next tick comes.
+  feed_duration armed_at{0};
+  std::optional<feed_duration> next_poll;
+  /// Poll ticks that started an attempt / that did not.
+  int polls_started = 0;
+  int polls_coalesced = 0;
 
   /// Runs `d` until the clock would pass `until` (or `max_requests`, or
-  /// idle): from the timer left armed, else from a poll.
+  /// idle): from the timer left armed, else from a poll. With poll_every,
+  /// polls tick on their interval whatever is armed, and the run ends only
+  /// at `until` (or `max_requests`).
   void run(ledger_drain& d, feed_duration until, int max_requests = 100000) {
+    if (poll_every)
+      return run_polling(d, until, max_requests);
     if (armed) {
       if (now + armed->delay > until)
         return;
@@ -391,6 +409,62 @@ struct flapping_ledger {
     } else if (d.request(drain_trigger::poll) != drain_action::fetch) {
       return;
     }
+    while (static_cast<int>(at.size()) < max_requests) {
+      auto next = drive(d, max_requests);
+      if (next.what != drain_next::kind::redrain)
+        return; // idle
+      if (now + next.delay > until) {
+        armed = next;
+        return;
+      }
+      now += next.delay;
+      if (d.on_redrain_timer(next.redrain_id) != drain_action::fetch)
+        return;
+    }
+  }
+
+  void run_polling(ledger_drain& d, feed_duration until, int max_requests) {
+    auto settle = [&](const drain_next& next) {
+      if (next.what == drain_next::kind::redrain) {
+        armed = next;
+        armed_at = now + next.delay;
+      } else {
+        armed.reset();
+      }
+    };
+    if (!next_poll) {
+      next_poll = now + *poll_every;
+      if (d.request(drain_trigger::poll) == drain_action::fetch) {
+        ++polls_started;
+        settle(drive(d, max_requests));
+      } else {
+        ++polls_coalesced;
+      }
+    }
+    while (static_cast<int>(at.size()) < max_requests) {
+      bool timer_first = armed && armed_at <= *next_poll;
+      auto t = timer_first ? armed_at : *next_poll;
+      if (t > until)
+        return;
+      now = t;
+      drain_action a;
+      if (timer_first) {
+        auto id = armed->redrain_id;
+        armed.reset();
+        a = d.on_redrain_timer(id);
+      } else {
+        *next_poll += *poll_every;
+        a = d.request(drain_trigger::poll);
+        (a == drain_action::fetch ? polls_started : polls_coalesced) += 1;
+      }
+      if (a == drain_action::fetch)
+        settle(drive(d, max_requests)); // supersedes any armed timer
+    }
+  }
+
+  /// Answers requests at `now` until the drain stops asking: returns the
+  /// redrain it arms, or idle.
+  drain_next drive(ledger_drain& d, int max_requests) {
     while (static_cast<int>(at.size()) < max_requests) {
       auto after = d.fetch_after();
       auto limit = d.fetch_limit();
@@ -430,16 +504,11 @@ struct flapping_ledger {
       }
       if (next.what == drain_next::kind::fetch)
         continue;
-      if (next.what != drain_next::kind::redrain)
-        return; // idle
-      if (now + next.delay > until) {
-        armed = next;
-        return;
-      }
-      now += next.delay;
-      if (d.on_redrain_timer(next.redrain_id) != drain_action::fetch)
-        return;
+      return next;
     }
+    drain_next out;
+    out.what = drain_next::kind::idle;
+    return out;
   }
 
   /// The times at which an isolation attempt began: a request at the
@@ -483,6 +552,38 @@ TEST(LedgerPoison, StartOversAgainstAFlappingServerBackOffToTheCap) {
   EXPECT_LE(f.at.back(), feed_duration{61s});
 }
 
+TEST(LedgerPoison, PollTicksDoNotBypassTheStartOverBackoff) {
+  // The watcher's poll tick comes every poll_interval (1 s here, below the
+  // 3 s cap) whatever timer is armed. Before, a tick during a start-over
+  // wait began the next attempt at once: the gaps never grew past the
+  // poll interval and the cap was never reached.
+  ledger_drain d{0, 8, 1s};
+  flapping_ledger f;
+  f.poll_every = feed_duration{1s};
+  f.ledger_ids = {1, 2, 3, 4, 5};
+  f.poison = {1};
+  f.run(d, 60s);
+  EXPECT_TRUE(f.log.empty());
+  EXPECT_EQ(d.cursor(), 0);
+  auto starts = f.cycle_starts(8);
+  ASSERT_GE(starts.size(), 10u);
+  std::vector<feed_duration> gaps;
+  for (std::size_t i = 1; i < starts.size(); ++i)
+    gaps.push_back(starts[i] - starts[i - 1]);
+  for (std::size_t i = 1; i < gaps.size(); ++i) {
+    EXPECT_GE(gaps[i], gaps[i - 1]) << i;
+    EXPECT_LE(gaps[i], feed_duration{3s}) << i;
+  }
+  EXPECT_EQ(gaps.back(), feed_duration{3s});
+  EXPECT_EQ(d.start_over_delay(), feed_duration{3s});
+  // Only the first tick (nothing armed yet) started an attempt; the ~59
+  // others fell into start-over waits and were coalesced.
+  EXPECT_EQ(f.polls_started, 1);
+  EXPECT_GE(f.polls_coalesced, 55);
+  EXPECT_GE(d.wakes_coalesced(), static_cast<uint64_t>(f.polls_coalesced));
+  EXPECT_LE(f.at.size(), 7u * (60u / 3u + 8u));
+}
+
 TEST(LedgerPoison, ProgressBringsTheStartOverBackoffBackToTheFloor) {
   ledger_drain d{0, 8, 1s};
   flapping_ledger f;
@@ -521,6 +622,10 @@ TEST(LedgerPoison, AWakeDoesNotBringAStartOverForward) {
   // into it (the poison at the cursor blocks whatever they announce).
   for (int64_t c = 100; c < 200; ++c)
     EXPECT_EQ(d.on_wake(c), drain_action::none);
+  // Nor does a poll tick; a new session still starts a drain (a connect
+  // comes once per connection, paced by the reconnect backoff).
+  EXPECT_EQ(d.request(drain_trigger::poll), drain_action::none);
+  EXPECT_EQ(d.request(drain_trigger::connect), drain_action::fetch);
 }
 
 TEST(LedgerPoison, TwoUnreadableAnswersConfirmEachOtherWhateverTheirReasons) {
@@ -1236,6 +1341,44 @@ TEST_F(FeedPoison, AnOversizedCatchupFrameIsOneUndeliverableResetOnTheSameSessio
   ASSERT_FALSE(failures->empty());
   EXPECT_EQ(failures->front().source, "frame");
   EXPECT_EQ(failures->front().kind, "over_cap");
+}
+
+TEST_F(FeedPoison, ASessionFailedOverAnEndlessOversizedFrameIsCountedAndRedialled) {
+  // The session ends itself (1009) when an over-cap message announces more
+  // than ws_max_discard_bytes or does not end within ws_discard_timeout:
+  // the watcher counts it, reports over_cap and dials again.
+  cfg.replay_path.clear();
+  cfg.ws_max_discard_bytes = 32u * 1024u * 1024u;
+  cfg.ws_discard_timeout = 2.5;
+  start();
+  EXPECT_EQ(ws->last().opts.max_discard_bytes, 32u * 1024u * 1024u);
+  EXPECT_EQ(ws->last().opts.discard_timeout_ns, 2'500'000'000);
+  ws->last().open();
+  run();
+  ws->last().message(
+    R"({"type":"hello","mode":"catchup","seq":0,"cursor":0,"resync":false,"epoch":"e1"})");
+  ws->last().refuse_too_large((uint64_t{1} << 62) - 1,
+                              "message announces ... over max_discard_bytes");
+  run();
+  // Redialled on the reconnect backoff (at most 10 s).
+  for (int i = 0; i < 110 && ws->sessions.size() < 2; ++i)
+    advance_by(100ms);
+  auto s = stats();
+  EXPECT_EQ(s.oversized_frames, 1u);
+  EXPECT_EQ(s.reconnects, 1u);
+  EXPECT_EQ(ws->sessions.size(), 2u);
+  ASSERT_FALSE(failures->empty());
+  EXPECT_EQ(failures->back().source, "websocket");
+  EXPECT_EQ(failures->back().kind, "over_cap");
+  EXPECT_EQ(failures->back().reason, "too_large");
+  // The fragment limit (size 0) is a too_large close too, but not an
+  // oversized frame.
+  ws->last().open();
+  run();
+  ws->last().refuse_too_large(0, "message exceeds 64 fragments");
+  run();
+  EXPECT_EQ(stats().oversized_frames, 1u);
+  EXPECT_EQ(failures->back().kind, "service_unavailable");
 }
 
 TEST_F(FeedPoison, AnOversizedEphemeralFrameWithoutASeqIsOneResetOfUnknownEnd) {

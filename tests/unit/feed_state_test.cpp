@@ -77,6 +77,8 @@ TEST(FeedConfig, DefaultsFollowTheReference) {
   EXPECT_EQ(c.reconnect_max_backoff, 10.0);
   EXPECT_EQ(c.ws_ping_interval, 20.0);
   EXPECT_EQ(c.ws_max_frame_bytes, 8u * 1024u * 1024u);
+  EXPECT_EQ(c.ws_max_discard_bytes, 0u); // max(16 x the cap, 256 MiB)
+  EXPECT_EQ(c.ws_discard_timeout, 60.0);
   EXPECT_EQ(c.fields.events, "events");
   EXPECT_EQ(c.fields.cursor, "cursor");
   EXPECT_EQ(c.fields.reset, "reset");
@@ -121,6 +123,14 @@ TEST(FeedConfig, ValidationNamesTheField) {
   c = ledger_cfg();
   c.ws_max_frame_bytes = 0;
   EXPECT_EQ(field_of(c), "ws_max_frame_bytes");
+  c = ledger_cfg();
+  c.ws_max_discard_bytes = c.ws_max_frame_bytes - 1;
+  EXPECT_EQ(field_of(c), "ws_max_discard_bytes");
+  c.ws_max_discard_bytes = c.ws_max_frame_bytes;
+  EXPECT_EQ(field_of(c), "<valid>");
+  c = ledger_cfg();
+  c.ws_discard_timeout = 0;
+  EXPECT_EQ(field_of(c), "ws_discard_timeout");
   c = ledger_cfg();
   c.fields.events = "";
   EXPECT_EQ(field_of(c), "fields.events");
