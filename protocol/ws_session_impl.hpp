@@ -449,8 +449,8 @@ private:
       return finish(ws_close_reason::handshake, why);
     auto timeout = std::chrono::nanoseconds{
       std::max<int64_t>(opts_.handshake_timeout_ns, 0)};
-    timer_.expires_at(started_
-                      + std::chrono::duration_cast<clock::duration>(timeout));
+    timer_.expires_at(deadline_after(
+      started_, std::chrono::duration_cast<clock::duration>(timeout)));
     timer_.async_wait([self = this->shared_from_this()](const error_code& ec) {
       self->on_timer(ec);
     });
@@ -897,9 +897,20 @@ private:
       std::chrono::nanoseconds{ns});
   }
 
+  // base + d, saturating at time_point::max(): a timeout meant as "never"
+  // (INT64_MAX ns) must not overflow into the past and fire at once.
+  static clock::time_point deadline_after(clock::time_point base,
+                                          clock::duration d) {
+    if (d <= clock::duration::zero())
+      return base;
+    if (base > clock::time_point::max() - d)
+      return clock::time_point::max();
+    return base + d;
+  }
+
   void arm_discard(uint64_t message_index, clock::time_point since) {
     discard_armed_ = true;
-    discard_timer_.expires_at(since + discard_timeout());
+    discard_timer_.expires_at(deadline_after(since, discard_timeout()));
     discard_timer_.async_wait(
       [self = this->shared_from_this(), message_index](const error_code& ec) {
         if (!ec)

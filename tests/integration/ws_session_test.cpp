@@ -26,6 +26,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -1117,6 +1118,33 @@ TEST_F(ws_session_test, OverCapMessageThatEndsInTimeDoesNotTripTheDeadline) {
   auto closed = log->wait_for(kind::closed, 5s);
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::local) << closed->ev.detail;
+  expect_closed_once_last(*log);
+}
+
+// A discard timeout meant as "never" (INT64_MAX ns, what feed_config turns
+// 1e10 s into) saturates instead of overflowing into the past: the over-cap
+// message is reported when it ends and the session stays open.
+TEST_F(ws_session_test, AnEndlessDiscardTimeoutDoesNotOverflowIntoAnInstantClose) {
+  std::string big(4000, 'b');
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(frame_header(0x82, big.size())),
+                        step::sleep(100ms), step::send(big),
+                        step::send(text_frame("later")), step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  o.max_frame_bytes = 1000;
+  o.discard_timeout_ns = std::numeric_limits<int64_t>::max();
+  o.handshake_timeout_ns = std::numeric_limits<int64_t>::max();
+  auto s = open(o, log);
+  auto m = log->wait_for(kind::message, 5s);
+  ASSERT_TRUE(m) << describe(*log);
+  EXPECT_EQ(m->ev.payload, "later");
+  auto t = log->wait_for(kind::too_large, 0ms);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->ev.size, 4000u);
+  EXPECT_EQ(log->count(kind::closed), 0u) << describe(*log);
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
   expect_closed_once_last(*log);
 }
 
