@@ -29,11 +29,13 @@ constexpr std::chrono::microseconds recommended_moderate_sleep{0};
 
 // CAF 0.17.6 config keys (src/actor_system_config.cpp, option groups
 // "scheduler" and "work-stealing").
-constexpr const char* key_max_threads = "scheduler.max-threads";
-constexpr const char* key_policy = "scheduler.policy";
-constexpr const char* key_max_throughput = "scheduler.max-throughput";
-constexpr const char* key_moderate_sleep
-  = "work-stealing.moderate-sleep-duration";
+// caf::string_view has no const char* constructor under clang (only under
+// GCC), so the keys are string_views built from the literals.
+const caf::string_view key_max_threads{"scheduler.max-threads"};
+const caf::string_view key_policy{"scheduler.policy"};
+const caf::string_view key_max_throughput{"scheduler.max-throughput"};
+const caf::string_view key_moderate_sleep{
+  "work-stealing.moderate-sleep-duration"};
 
 std::size_t effective_cores(const system_options& opts) {
   if (opts.cores > 0)
@@ -42,7 +44,7 @@ std::size_t effective_cores(const system_options& opts) {
   return hw > 0 ? hw : 1;
 }
 
-bool has_key(const caf::actor_system_config& cfg, const char* key) {
+bool has_key(const caf::actor_system_config& cfg, caf::string_view key) {
   return caf::get_if(&cfg.content, key) != nullptr;
 }
 
@@ -95,7 +97,7 @@ void configure(caf::actor_system_config& cfg, const system_options& opts) {
   cfg.add_message_types<caf::id_block::outbound>();
   // An explicit option always wins; a recommended value only fills a key
   // the config does not hold yet (cfg.parse() runs before configure()).
-  auto keep = [&](const char* key, bool explicit_option) {
+  auto keep = [&](caf::string_view key, bool explicit_option) {
     return !explicit_option && has_key(cfg, key);
   };
   if (p.max_threads && !keep(key_max_threads, opts.max_threads.has_value()))

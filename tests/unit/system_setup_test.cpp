@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <thread>
@@ -33,13 +34,16 @@ namespace {
 template <class T>
 std::optional<T> setting(const caf::actor_system_config& cfg,
                          const char* key) {
-  if (auto x = caf::get_if<T>(&cfg.content, key))
+  // caf::string_view converts from const char* only under GCC.
+  caf::string_view name{key, std::strlen(key)};
+  if (auto x = caf::get_if<T>(&cfg.content, name))
     return *x;
   return std::nullopt;
 }
 
 bool has_setting(const caf::actor_system_config& cfg, const char* key) {
-  return caf::get_if(&cfg.content, key) != nullptr;
+  return caf::get_if(&cfg.content, caf::string_view{key, std::strlen(key)})
+         != nullptr;
 }
 
 system_options two_cores_one_io() {
