@@ -28,6 +28,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace outbound::bench {
@@ -120,23 +121,32 @@ struct caf_flags {
     return true;
   }
 
+  /// The overrides as (flag, value) pairs, in command-line order; a flag
+  /// without a value (--caf-defaults) has an empty one.
+  std::vector<std::pair<std::string, std::string>> given() const {
+    std::vector<std::pair<std::string, std::string>> g;
+    if (caf_defaults)
+      g.emplace_back("--caf-defaults", "");
+    if (threads > 0)
+      g.emplace_back("--caf-threads", std::to_string(threads));
+    if (!policy.empty())
+      g.emplace_back("--caf-policy", policy);
+    if (max_throughput > 0)
+      g.emplace_back("--caf-max-throughput", std::to_string(max_throughput));
+    if (moderate_sleep_us >= 0)
+      g.emplace_back("--caf-moderate-sleep-us",
+                     std::to_string(moderate_sleep_us));
+    for (auto& kv : settings)
+      g.emplace_back("--caf-set", kv);
+    return g;
+  }
+
   /// The flags again, for a child process of the same benchmark (each
   /// argument single-quoted for popen's shell).
   std::string to_args() const {
     std::string a;
-    auto add = [&](const std::string& x) { a += " '" + x + "'"; };
-    if (caf_defaults)
-      add("--caf-defaults");
-    if (threads > 0)
-      add("--caf-threads=" + std::to_string(threads));
-    if (!policy.empty())
-      add("--caf-policy=" + policy);
-    if (max_throughput > 0)
-      add("--caf-max-throughput=" + std::to_string(max_throughput));
-    if (moderate_sleep_us >= 0)
-      add("--caf-moderate-sleep-us=" + std::to_string(moderate_sleep_us));
-    for (auto& kv : settings)
-      add("--caf-set=" + kv);
+    for (auto& [flag, value] : given())
+      a += " '" + flag + (value.empty() ? "" : "=" + value) + "'";
     return a;
   }
 
@@ -147,17 +157,11 @@ struct caf_flags {
       s += " for " + std::to_string(std::thread::hardware_concurrency())
            + " cores - " + std::to_string(io_threads) + " io thread(s)";
     std::string ov;
-    auto add = [&](const std::string& x) { ov += (ov.empty() ? "" : ", ") + x; };
-    if (threads > 0)
-      add("--caf-threads " + std::to_string(threads));
-    if (!policy.empty())
-      add("--caf-policy " + policy);
-    if (max_throughput > 0)
-      add("--caf-max-throughput " + std::to_string(max_throughput));
-    if (moderate_sleep_us >= 0)
-      add("--caf-moderate-sleep-us " + std::to_string(moderate_sleep_us));
-    for (auto& kv : settings)
-      add("--caf-set " + kv);
+    for (auto& [flag, value] : given()) {
+      if (value.empty())
+        continue; // the preset, named above
+      ov += (ov.empty() ? "" : ", ") + flag + " " + value;
+    }
     if (!ov.empty())
       s += "; overrides: " + ov;
     return s;

@@ -74,7 +74,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -100,13 +99,6 @@ double process_cpu_us() {
            + static_cast<double>(tv.tv_usec);
   };
   return us(ru.ru_utime) + us(ru.ru_stime);
-}
-
-std::string load_average() {
-  std::ifstream f{"/proc/loadavg"};
-  std::string a, b, c;
-  f >> a >> b >> c;
-  return a + " " + b + " " + c;
 }
 
 /// What one caller measured; written only by that caller actor, read by main
@@ -637,7 +629,8 @@ int main(int argc, char** argv) {
   std::printf("client: %zu CAF thread(s), %d io thread(s); cores %u, "
               "SHARED by the hub and the client; load average %s\n%s\n",
               sys.scheduler().num_workers(), io_threads,
-              std::thread::hardware_concurrency(), load_average().c_str(),
+              std::thread::hardware_concurrency(),
+              outbound::bench::load_average().c_str(),
               caf_opts.report(sys).c_str());
   std::printf("each cell: %.1f s warm-up + %.1f s measured; closed loop, one "
               "call in flight per caller; latency per call, send to reply "
@@ -747,7 +740,7 @@ int main(int argc, char** argv) {
 
   std::printf("\nload average at the end: %s (other processes share the "
               "2 cores with the hub and the client)\n",
-              load_average().c_str());
+              outbound::bench::load_average().c_str());
   if (goal_row) {
     bool met = goal_row->calls_per_s >= 500000 && goal_row->p99_us <= 3000;
     std::printf("goal: >= 500000 calls/s at 1024 callers with p99 "

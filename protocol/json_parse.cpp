@@ -36,43 +36,19 @@ bool is_integer_literal(std::string_view text) {
 }
 
 // True when the integer literal `text` (optional '-', then digits without
-// leading zeros, which RFC 8259 section 6 forbids) is exactly the finite double
-// `d`, which from_chars made of it. Only called for |d| >= 2^63, where every
-// double is an integer: d = m * 2^e with a 53-bit m and e >= 11. Prints
-// m * 2^e exactly in base 10^9 limbs (at most 35 of them below 2^1024) and
-// compares the digits.
+// leading zeros, which RFC 8259 section 6 forbids) is exactly the finite
+// double `d`, which from_chars made of it. Only called for |d| >= 2^63,
+// where every double is an integer: std::to_chars with precision 0 prints
+// its exact value in decimal (at most 309 digits below 2^1024).
 bool integer_is_exact(std::string_view text, double d) {
   if (!text.empty() && text.front() == '-')
     text.remove_prefix(1);
-  int exp2 = 0;
-  double frac = std::frexp(std::abs(d), &exp2); // |d| = frac * 2^exp2
-  auto m = static_cast<std::uint64_t>(std::ldexp(frac, 53));
-  int e = exp2 - 53;
-  if (e < 0)
-    return false; // not reached for |d| >= 2^63; be safe anyway
-  constexpr std::uint64_t base = 1000000000;
-  std::vector<std::uint64_t> limbs; // least significant first
-  for (; m != 0; m /= base)
-    limbs.push_back(m % base);
-  while (e > 0) {
-    int step = e < 29 ? e : 29; // limb * 2^29 + carry fits in 64 bits
-    std::uint64_t carry = 0;
-    for (auto& l : limbs) {
-      std::uint64_t x = (l << step) + carry;
-      l = x % base;
-      carry = x / base;
-    }
-    for (; carry != 0; carry /= base)
-      limbs.push_back(carry % base);
-    e -= step;
-  }
-  std::string digits = std::to_string(limbs.back());
-  for (auto i = limbs.size() - 1; i-- > 0;) {
-    auto part = std::to_string(limbs[i]);
-    digits.append(9 - part.size(), '0');
-    digits += part;
-  }
-  return digits == text;
+  char buf[320];
+  auto r = std::to_chars(buf, buf + sizeof buf, std::abs(d),
+                         std::chars_format::fixed, 0);
+  return r.ec == std::errc{}
+         && std::string_view(buf, static_cast<std::size_t>(r.ptr - buf))
+              == text;
 }
 
 // A basic_parser handler that builds the value like boost::json::parser's

@@ -61,9 +61,9 @@
 #include <openssl/ssl.h>
 
 #include <algorithm>
-#include <limits>
 #include <chrono>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
