@@ -172,13 +172,8 @@ int64_t latency_ns(self_ptr self) {
 
 void maybe_quit(self_ptr self) {
   auto& st = self->state;
-  if (st.done && st.gates_pending == 0) {
-    // CAF 0.17 keeps a monitor on the observed actor until it is removed:
-    // a long-lived pool would collect one per finished call.
-    if (st.ctx && st.ctx->transport)
-      self->demonitor(st.ctx->transport.address());
+  if (st.done && st.gates_pending == 0)
     self->quit();
-  }
 }
 
 // Feeds one attempt's outcome — the winner of its race: a cancelled loser
@@ -675,7 +670,10 @@ void send_attempt(self_ptr self) {
 
 // The transport (the client's connection pool) terminated: it will never
 // answer, and every later send would bounce, so the call fails now with the
-// cause instead of at the end of its attempt budget and backoffs.
+// cause instead of at the end of its attempt budget and backoffs. The
+// service client monitors the transport once and forwards its down message
+// to every call actor it spawned (see service_client.cpp for why a call
+// actor does not monitor the transport itself).
 void on_transport_down(self_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
   if (!st.started || st.done || dm.source != st.ctx->transport.address())
@@ -698,7 +696,6 @@ void on_transport_down(self_ptr self, const caf::down_msg& dm) {
 void start(self_ptr self, call_request call) {
   auto& st = self->state;
   st.started = true;
-  self->monitor(st.ctx->transport);
   st.start = self->clock().now();
   st.call = std::move(call);
   auto built = build_request(st.ctx->cfg, st.ctx->url, st.call, st.rng);

@@ -5,10 +5,14 @@
 #include "actors/handler_guard.hpp"
 #include "actors/pool/connection_pool.hpp"
 
+#include <caf/actor_cast.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include <algorithm>
 #include <random>
+#include <vector>
 
 namespace outbound {
 
@@ -21,6 +25,18 @@ struct service_client_state {
   /// Set once the transport (the connection pool) terminated: its exit
   /// reason. Every later call fails at once with it.
   std::optional<std::string> transport_down;
+  /// The call actors spawned so far that may still run, so that the
+  /// transport's down message reaches them. The client monitors the
+  /// transport once and forwards; a call actor does not monitor it itself:
+  /// in CAF 0.17 every monitor is an entry in the monitored actor's
+  /// attachable list and demonitor walks that list, so one monitor per call
+  /// costs O(calls in flight) at each call's end — quadratic under
+  /// overload, where a backlog of thousands of calls left the worker
+  /// spending ~90 % of its time in demonitor.
+  std::vector<caf::weak_actor_ptr> calls;
+  /// calls is swept of finished actors when it reaches this size; the sweep
+  /// sets it to twice what is left (at least 1024): amortised O(1) a call.
+  std::size_t sweep_at = 1024;
 
   static inline const char* name = "outbound.service_client";
 };
@@ -35,8 +51,15 @@ service_client_impl(service_client_actor::stateful_pointer<service_client_state>
   // down message and fail theirs) instead of each waiting its budget.
   self->monitor(self->state.ctx->transport);
   self->set_down_handler([self](caf::down_msg& dm) {
-    if (dm.source == self->state.ctx->transport.address())
-      self->state.transport_down = self->system().render(dm.reason);
+    auto& st = self->state;
+    if (dm.source != st.ctx->transport.address())
+      return;
+    st.transport_down = self->system().render(dm.reason);
+    // Each call actor in flight handles it as its own down message.
+    for (auto& w : st.calls)
+      if (auto strong = w.lock())
+        caf::anon_send(caf::actor_cast<caf::actor>(strong), dm);
+    st.calls.clear();
   });
   return {
     [self](call_request& req) -> caf::result<call_outcome> {
@@ -59,6 +82,16 @@ service_client_impl(service_client_actor::stateful_pointer<service_client_state>
         "service client",
         [&]() -> caf::result<call_outcome> {
           auto call = spawn_call_actor(self->system(), st.ctx, st.rng());
+          st.calls.push_back(caf::actor_cast<caf::weak_actor_ptr>(call));
+          if (st.calls.size() >= st.sweep_at) {
+            auto& v = st.calls;
+            v.erase(std::remove_if(v.begin(), v.end(),
+                                   [](const caf::weak_actor_ptr& w) {
+                                     return w.lock() == nullptr;
+                                   }),
+                    v.end());
+            st.sweep_at = std::max<std::size_t>(1024, 2 * v.size());
+          }
           // The call actor answers the original requester directly.
           return self->delegate(call, std::move(req));
         },

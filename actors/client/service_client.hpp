@@ -60,8 +60,8 @@ struct client_options {
 /// then); also throws
 /// config_error (field `tls.*`) when a certificate or key cannot be loaded.
 ///
-/// The client and each of its call actors monitor the transport (the
-/// connection pool, or `opts.transport`): when it terminates, a call in
+/// The client monitors the transport (the connection pool, or
+/// `opts.transport`) and tells its call actors: when it terminates, a call in
 /// flight and every later call fail at once with service_unavailable
 /// ("connection pool terminated: <exit reason>", cause `interrupted`),
 /// never by a timeout. An exception while a call is handled becomes that
