@@ -1577,6 +1577,39 @@ TEST_F(FeedOverCap, ARetryThatShowsTheSeqNeedsNoResync) {
   EXPECT_EQ(stats().oversized_frames, 3u);
 }
 
+TEST_F(FeedOverCap, AMessageWithinTheCapPastTheDeadlineIsResentWithoutAReset) {
+  // A message within the cap that does not end in time (trickled a byte at
+  // a time) ends the session with reason timeout: nothing of it is lost,
+  // the hub resends it from last_seq after the redial.
+  resending_hub hub;
+  start();
+  ws->last().open();
+  run();
+  ws->last().message(
+    R"({"type":"hello","mode":"catchup","seq":0,"resync":true,"epoch":"e1"})");
+  ws->last().message(resending_hub::event(1));
+  ws->last().message(resending_hub::event(2));
+  ws_event ev;
+  ev.what = ws_event::kind::closed;
+  ev.reason = ws_close_reason::timeout;
+  ev.detail = "message of 100 announced bytes did not end within 60000 ms "
+              "(40 bytes of it read)";
+  ws->last().push(ev);
+  run();
+  hub.head = 5;
+  serve_redials(hub);
+  EXPECT_EQ(got(), (std::vector<std::string>{"r:resync", "e#1", "e#2", "e#3",
+                                             "e#4", "e#5"}));
+  ASSERT_EQ(ws->sessions.size(), 2u);
+  EXPECT_EQ(resending_hub::last_seq_of(ws->sessions[1]->sent.at(0)), 2);
+  auto s = stats();
+  EXPECT_EQ(s.oversized_frames, 0u);
+  EXPECT_EQ(s.reconnects, 1u);
+  ASSERT_FALSE(failures->empty());
+  EXPECT_EQ(failures->back().source, "websocket");
+  EXPECT_EQ(failures->back().reason, "timeout");
+}
+
 TEST_F(FeedOverCap, ARefusedEphemeralEventIsResetAndNotLoopedOn) {
   // Ephemeral is never resent an event: the refused one gets its
   // undeliverable reset (end unknown), the redial its reconnect reset.
