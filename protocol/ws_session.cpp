@@ -334,6 +334,8 @@ void ws_frame_tracker::on_header(result& r) {
     ++msg_index_;
     msg_total_ = 0;
     msg_over_ = false;
+    msg_open_ = true;
+    r.message_began = true;
   } else {
     ++frames_;
   }
@@ -370,6 +372,7 @@ void ws_frame_tracker::on_frame_end() {
     return;
   data_fin_ = false;
   msg_over_ = false; // the last byte of the message arrived
+  msg_open_ = false;
 }
 
 bool ws_frame_tracker::pop_fragmented() {

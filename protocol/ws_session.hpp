@@ -47,14 +47,18 @@ enum class ws_close_reason : uint8_t {
   /// message whose frame headers announce more than
   /// `ws_options::max_discard_bytes` (refused at that header), or a
   /// message over `max_frame_bytes` that did not end within
-  /// `ws_options::discard_timeout_ns`. A message over `max_frame_bytes`
+  /// `ws_options::discard_timeout_ns`. The last two are reported first as
+  /// a `too_large` event with `closing` set (the prefix read of the
+  /// message, if any), then `closed`. A message over `max_frame_bytes`
   /// that ends in time does not end the session: it is reported as
   /// `ws_event::kind::too_large`.
   too_large,
   /// Reset, EOF mid-frame, protocol violation (a frame announcing 2^63
   /// bytes or more is one: RFC 6455 section 5.2; close 1002).
   broken,
-  /// The handshake did not finish within `handshake_timeout_ns`.
+  /// The handshake did not finish within `handshake_timeout_ns`, or (close
+  /// 1009 sent) a data message within `max_frame_bytes` did not end within
+  /// `discard_timeout_ns` of its first frame header.
   timeout,
 };
 
@@ -72,7 +76,11 @@ struct ws_event {
     /// One data message over `ws_options::max_frame_bytes`, read in
     /// bounded pieces and discarded: `payload` holds its first
     /// `ws_too_large_prefix` bytes at most (the whole message is never
-    /// held), `size` its full size. The session stays open and reads on.
+    /// held), `size` its full size. The session stays open and reads on --
+    /// unless `closing` is set: then the session refused the message
+    /// (over `max_discard_bytes`, or past `discard_timeout_ns`), `payload`
+    /// holds what had arrived of it (maybe nothing), `size` what its
+    /// headers announced, and `closed` (reason too_large) follows at once.
     too_large,
     /// Inbound bytes that are not a data message (a pong, a ping, or a
     /// frame header of a message still arriving): proof of life for the
@@ -88,15 +96,21 @@ struct ws_event {
   /// message: the payload; too_large: the message's first bytes (at most
   /// `ws_too_large_prefix`).
   std::string payload;
-  /// too_large: the full size of the message in bytes. closed with reason
+  /// too_large: the full size of the message in bytes (`closing`: the
+  /// size its frame headers announced, never 0). closed with reason
   /// too_large: the size the refused message announced (over
   /// max_discard_bytes) or had reached (past discard_timeout_ns), never 0
   /// for those two; 0 when the fragment limit refused it.
   uint64_t size = 0;
   /// message, too_large: arrived in more than one frame.
   bool fragmented = false;
-  /// message, too_large: binary rather than text.
+  /// message, too_large: binary rather than text (a `closing` too_large
+  /// with an empty payload says false: nothing of it was read).
   bool binary = false;
+  /// too_large: the session refused this message and ends right after
+  /// this event (see kind::too_large); the owner may still read a seq from
+  /// the payload before the `closed` event.
+  bool closing = false;
   /// closed: why.
   ws_close_reason reason = ws_close_reason::local;
   /// closed: human-readable detail (never a header value).
@@ -146,14 +160,18 @@ struct ws_options {
   /// cares to trickle bytes. 0: max(16 x max_frame_bytes, 256 MiB); a
   /// value below max_frame_bytes is taken as max_frame_bytes. [0]
   uint64_t max_discard_bytes = 0;
-  /// Time a message over `max_frame_bytes` has to end, in nanoseconds,
-  /// counted from the frame header that took its announced size over the
-  /// cap. Every byte that follows that header (the peer's pongs included)
-  /// belongs to the message until it ends, so while it lasts nothing the
-  /// peer sends can be read; past this deadline the session fails with
-  /// close 1009, reason too_large (a message that completes in time is
-  /// reported as `too_large` and the session reads on). A value <= 0 is
-  /// taken as the default. [60 s]
+  /// Time any data message has to end, in nanoseconds, counted from its
+  /// first frame header (a message that arrives whole within one read is
+  /// never timed). Every byte that follows that header (the peer's pongs
+  /// included) belongs to the message until it ends, so while it lasts
+  /// nothing else the peer sends can be read, yet each byte is proof of
+  /// life; past this deadline the session fails with close 1009: over
+  /// `max_frame_bytes` (by its announced size) as a `too_large` event with
+  /// `closing` set and the prefix read so far, then `closed` with reason
+  /// too_large; within the cap, `closed` with reason timeout (nothing of
+  /// it reported). A message that completes in time is reported as usual
+  /// and the session reads on. A value <= 0 is taken as the default.
+  /// [60 s]
   int64_t discard_timeout_ns = 60'000'000'000;
   /// Cap of the upgrade response header block in bytes. [64 KiB]
   uint64_t max_handshake_bytes = 64u * 1024u;

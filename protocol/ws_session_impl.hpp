@@ -105,9 +105,10 @@ public:
   /// the read that carried the offending header fails right after this
   /// call.
   virtual void on_frame_violation(ws_violation v) = 0;
-  /// The header of a data message that is over max_frame_bytes by its
-  /// announced size arrived (the message's ordinal in the tracker).
-  virtual void on_over_cap_began(uint64_t message_index) = 0;
+  /// The first frame header of a data message arrived and the message did
+  /// not end in the same batch of bytes (the message's ordinal in the
+  /// tracker): its completion deadline starts.
+  virtual void on_message_began(uint64_t message_index) = 0;
 
 protected:
   ~ws_shim_observer() = default;
@@ -275,7 +276,7 @@ public:
     if (violated())
       return true;
     bool activity = false;
-    bool over_cap = false;
+    bool began = false;
     auto end = asio::buffer_sequence_end(b);
     for (auto it = asio::buffer_sequence_begin(b); n > 0 && it != end; ++it) {
       asio::const_buffer cb = *it;
@@ -284,7 +285,7 @@ public:
                              take);
       n -= take;
       activity = activity || r.activity;
-      over_cap = over_cap || r.over_cap_began;
+      began = began || r.message_began;
       if (r.too_many_fragments || r.bad_length || r.over_ceiling) {
         violation_ = r.bad_length     ? ws_violation::bad_length
                      : r.over_ceiling ? ws_violation::over_ceiling
@@ -297,10 +298,10 @@ public:
         observer_->on_frame_violation(violation_);
       return true;
     }
-    // Only the message still in progress matters: one that began over the
-    // cap and already ended in this batch needs no deadline.
-    if (over_cap && tracker_.message_over_cap() && observer_)
-      observer_->on_over_cap_began(tracker_.message_index());
+    // Only the message still in progress matters: one that began and
+    // already ended in this batch needs no deadline.
+    if (began && tracker_.message_open() && observer_)
+      observer_->on_message_began(tracker_.message_index());
     if (activity && observer_)
       observer_->on_inbound_activity();
     return false;
@@ -782,6 +783,11 @@ private:
                       "frame announces 2^63 bytes or more (RFC 6455 5.2)");
       case ws_violation::over_ceiling: {
         auto announced = shim().tracker().message_announced();
+        // What the owner may still learn of it (its seq, say) comes first:
+        // the session ends, the message is never reported otherwise.
+        emit_refused(announced);
+        if (finished_)
+          return;
         return finish(ws_close_reason::too_large,
                       "message announces "
                         + (announced == UINT64_MAX
@@ -878,11 +884,15 @@ private:
                     [self = this->shared_from_this()](const error_code&) {});
   }
 
-  /// A message over the cap began (by its announced size): it has
-  /// discard_timeout_ns to end. One timer serves every such message: when
-  /// it fires it looks at the message in progress, never at a stale one.
-  void on_over_cap_began(uint64_t message_index) override {
-    if (finished_ || phase_ != phase::open)
+  /// A data message began: it has discard_timeout_ns to end, whatever
+  /// its size (a message trickled a byte at a time below the cap would
+  /// otherwise hold the session, each byte proof of life). One timer
+  /// serves every message: when it fires it looks at the message in
+  /// progress, never at a stale one, and re-arms for a later one. A message
+  /// that begins and ends within one read needs no deadline and arms
+  /// nothing.
+  void on_message_began(uint64_t message_index) override {
+    if (finished_)
       return;
     discard_index_ = message_index;
     discard_since_ = clock::now();
@@ -923,27 +933,68 @@ private:
     if (finished_)
       return;
     auto& t = shim().tracker();
-    if (!t.message_over_cap())
+    if (!t.message_open())
       return; // it ended (or is being delivered): nothing to wait for
     if (t.message_index() != message_index)
       return arm_discard(discard_index_, discard_since_); // a later one
     // Every byte since its header -- the pongs to our pings too -- was
     // part of it, and its end is not in sight: fail the connection rather
-    // than let one message hold the session forever.
+    // than let one message hold the session forever (close 1009: the
+    // message cannot be processed, RFC 6455 7.4.1).
+    bool over = t.message_over_cap();
     if (!close_sent_)
-      send_close(websocket::close_reason{websocket::close_code::too_big,
-                                         "message too large"});
+      send_close(websocket::close_reason{
+        websocket::close_code::too_big,
+        over ? "message too large" : "message too slow"});
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                 discard_timeout())
                 .count();
     auto got = over_ ? over_size_ + rbuf_.size() : rbuf_.size();
+    auto announced = t.message_announced();
+    if (!over)
+      return finish(ws_close_reason::timeout,
+                    "message of " + std::to_string(announced)
+                      + " announced bytes did not end within "
+                      + std::to_string(ms) + " ms (" + std::to_string(got)
+                      + " bytes of it read)");
+    // The prefix held so far comes first, as for the ceiling.
+    emit_refused(announced);
+    if (finished_)
+      return;
     finish(ws_close_reason::too_large,
-           "message of " + std::to_string(t.message_announced())
+           "message of " + std::to_string(announced)
              + " announced bytes over max_frame_bytes ("
              + std::to_string(cap_) + ") did not end within "
              + std::to_string(ms) + " ms (" + std::to_string(got)
              + " bytes of it read)",
            std::max<uint64_t>(got, 1));
+  }
+
+  /// Reports the message the session is about to refuse (over
+  /// max_discard_bytes, or past its deadline over the cap) as a
+  /// `too_large` event with `closing` set: the first bytes read of it (at
+  /// most ws_too_large_prefix, maybe none), `announced` as its size. The
+  /// `closed` event follows at once.
+  void emit_refused(uint64_t announced) {
+    ws_event ev;
+    ev.what = ws_event::kind::too_large;
+    ev.closing = true;
+    if (over_) {
+      ev.payload = std::move(over_prefix_);
+      over_prefix_.clear();
+    } else {
+      // Below the cap so far: rbuf_ holds what arrived of it.
+      auto data = rbuf_.cdata();
+      auto take = std::min(ws_too_large_prefix, data.size());
+      ev.payload.assign(static_cast<const char*>(data.data()), take);
+    }
+    ev.size = std::max<uint64_t>(announced, 1);
+    // Beast has read a header of it only if some payload came.
+    ev.binary = !ev.payload.empty() && ws_.got_binary();
+    ev.fragmented = shim().tracker().fragments() > 1;
+    activity_pending_ = false;
+    last_report_ = clock::now();
+    emit(std::move(ev));
   }
 
   // -- writing ----------------------------------------------------------------
@@ -1036,7 +1087,7 @@ private:
   tcp::resolver resolver_;
   asio::steady_timer timer_;
   asio::steady_timer activity_timer_;
-  /// The deadline of the over-cap message in progress.
+  /// The completion deadline of the data message in progress.
   asio::steady_timer discard_timer_;
   uint64_t id_;
   ws_options opts_;
@@ -1052,7 +1103,8 @@ private:
   std::size_t cap_ = 0;
   /// The effective max_discard_bytes (>= cap_).
   uint64_t ceiling_ = 0;
-  /// The latest over-cap message begun (tracker ordinal) and when.
+  /// The latest data message begun and still open (tracker ordinal), and
+  /// when.
   uint64_t discard_index_ = 0;
   clock::time_point discard_since_;
   bool discard_armed_ = false;

@@ -107,6 +107,9 @@ public:
     /// header of this batch: the message is known to be over the cap long
     /// before its bytes arrive (see message_over_cap()).
     bool over_cap_began = false;
+    /// A data message began (its first frame header) at a header of this
+    /// batch: its completion deadline starts (see message_open()).
+    bool message_began = false;
     /// Proof of life other than a completed data message: a control frame,
     /// a non-final data frame, or a frame (header or payload) still
     /// incomplete at the end of the batch.
@@ -153,6 +156,12 @@ public:
     return msg_over_;
   }
 
+  /// True from the first frame header of a data message until its last
+  /// byte has arrived.
+  bool message_open() const {
+    return msg_open_;
+  }
+
   /// Ordinal (from 1) of the data message in progress, or of the last one
   /// begun: tells two over-cap messages apart.
   uint64_t message_index() const {
@@ -175,6 +184,7 @@ private:
   uint64_t msg_total_ = 0;
   uint64_t msg_index_ = 0;
   bool msg_over_ = false;
+  bool msg_open_ = false;
   /// The current frame is the final frame of a data message.
   bool data_fin_ = false;
   unsigned char hdr_[14] = {};

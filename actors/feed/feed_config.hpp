@@ -42,6 +42,17 @@ struct feed_fields {
   std::vector<std::pair<std::string, std::string>> extra_params;
 };
 
+/// Refusals of one WebSocket message whose first bytes show no seq (over
+/// ws_max_discard_bytes or past ws_discard_timeout: the session ends, and a
+/// catchup hub resends the message from last_seq after the redial) that a
+/// catchup watcher takes, in a row at the same last_seq, before it
+/// subscribes without last_seq to get past it with a `resync` reset
+/// covering the seqs skipped. Three: a refusal at the deadline may be a
+/// slow moment of the network, and a retry may read far enough to show the
+/// seq (then no resync is needed); a third refusal at the same place is the
+/// same message again, and each one costs a reconnect backoff. [3]
+inline constexpr int feed_overcap_resync_after = 3;
+
 /// Everything one watcher needs besides its ports (service client, WebSocket
 /// connector, delivery target). Durations are in seconds.
 struct feed_config {
@@ -92,7 +103,7 @@ struct feed_config {
   /// takes it for a wake without a hint. Counted at
   /// feed_stats::oversized_frames. An over-cap message must also stay
   /// under ws_max_discard_bytes and end within ws_discard_timeout, else the
-  /// session ends. A frame announcing 2^63 bytes or more breaks the
+  /// session ends (see those two for the reset). A frame announcing 2^63 bytes or more breaks the
   /// protocol (RFC 6455 section 5.2) and ends the session. [8 MiB]
   uint64_t ws_max_frame_bytes = 8u * 1024u * 1024u;
   /// Ceiling on what one WebSocket message may announce, in bytes: a frame
@@ -100,17 +111,33 @@ struct feed_config {
   /// lengths) over it is refused at once -- close 1009, the session ends
   /// (reason too_large), the watcher reports an `over_cap` failure (source
   /// "websocket"), counts it at feed_stats::oversized_frames and
-  /// reconnects on its backoff. 0: max(16 x ws_max_frame_bytes, 256 MiB);
-  /// else >= ws_max_frame_bytes. [0]
+  /// reconnects on its backoff. A catchup hub resends the refused event
+  /// after the redial, so it must not hold the feed in a loop: when what
+  /// arrived of it shows its seq (it may be nothing at all: the header of
+  /// its first frame can be the refused one), catchup / ephemeral deliver
+  /// one `undeliverable` reset for it first (reason "over_cap: ...",
+  /// lost (last_seq, seq]) and catchup resumes after that seq. When no seq
+  /// shows, catchup counts the refusal; after feed_overcap_resync_after of
+  /// them in a row at the same last_seq it subscribes once without
+  /// last_seq, the hub resyncs, and the hello's `resync` reset (reason
+  /// "over_cap: ...") covers every seq skipped, (last_seq, head].
+  /// Ephemeral is never resent an event (it resets on every connect).
+  /// 0: max(16 x ws_max_frame_bytes, 256 MiB); else >= ws_max_frame_bytes.
+  /// [0]
   uint64_t ws_max_discard_bytes = 0;
-  /// Time a WebSocket message over ws_max_frame_bytes has to end once its
-  /// frame headers show it over the cap, in seconds (> 0). While it lasts
-  /// every byte the hub sends -- wakes, events, the pongs to the
-  /// keepalive's pings -- is part of it and discarded, and it counts as
-  /// proof of life; so past this deadline the session ends like an
-  /// over-ceiling message (close 1009, `over_cap` failure, counted,
-  /// reconnect): a hub that announces a huge frame and keeps talking
-  /// cannot stall the feed. [60]
+  /// Time any WebSocket message has to end, counted from its first frame
+  /// header, in seconds (> 0). While a message lasts every byte the hub
+  /// sends -- wakes, events, the pongs to the keepalive's pings -- is part
+  /// of it and counts as proof of life; so past this deadline the session
+  /// ends (close 1009) and the watcher reconnects: a hub that announces a
+  /// huge frame and keeps talking, or trickles a small one a byte at a
+  /// time, cannot stall the feed. A message over ws_max_frame_bytes is
+  /// then refused like one over ws_max_discard_bytes (`over_cap` failure,
+  /// counted, the same resets, see there); one within the cap is a
+  /// `timeout` failure (source "websocket") and nothing else: catchup is
+  /// resent it after the redial, ephemeral gets its reconnect reset. A
+  /// large message that arrives slowly but whole within the deadline is
+  /// delivered as usual. [60]
   double ws_discard_timeout = 60.0;
   /// Bound of connect + TLS + upgrade of one WebSocket session (> 0). [5]
   double ws_handshake_timeout = 5.0;

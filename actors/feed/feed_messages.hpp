@@ -140,7 +140,8 @@ struct feed_stats {
   /// reset each, reason "over_cap: ..."); the ledger takes each for a wake
   /// without a hint. Also counted: sessions ended (and reconnected) because
   /// a message announced more than `ws_max_discard_bytes` or did not end
-  /// within `ws_discard_timeout` (no reset: nothing of it was read).
+  /// within `ws_discard_timeout` (their reset: feed_config's
+  /// ws_max_discard_bytes).
   uint64_t oversized_frames = 0;
   /// The feed was reached at least once: a replay page was read (a watcher
   /// with a replay path), or a WebSocket session opened (ws-only).

@@ -137,6 +137,19 @@ struct watcher_state {
   /// The feed was reached (feed_stats::reached).
   bool reached = false;
   feed_stats counters;
+  /// Catchup sessions the session itself ended over one refused message
+  /// (over ws_max_discard_bytes or past ws_discard_timeout) in a row with
+  /// last_seq at `overcap_at`: the hub resends that message after every
+  /// redial, and when its prefix shows no seq nothing moves last_seq past
+  /// it (see feed_overcap_resync_after).
+  int overcap_strikes = 0;
+  std::optional<int64_t> overcap_at;
+  /// Set: the next subscribe omits last_seq (the hub resyncs past the
+  /// refused message); the reason its resync reset will carry.
+  std::optional<std::string> overcap_resubscribe;
+  /// The reason of the resync reset the current session's hello owes
+  /// (moved from overcap_resubscribe when the subscribe went out).
+  std::optional<std::string> overcap_resync_reason;
 
   static inline const char* name = "outbound.feed_watcher";
 };
@@ -148,6 +161,7 @@ void enqueue_ledger_reset(self_ptr self, page_plan& plan,
                           const boost::json::value& body, uint64_t token);
 void do_fetch(self_ptr self);
 void dial(self_ptr self);
+void note_overcap_close(self_ptr self, const std::string& detail);
 
 feed_stats make_stats(self_ptr self) {
   auto& st = self->state;
@@ -570,9 +584,12 @@ void on_hello(self_ptr self, parsed_message& m) {
     case hello_decision::catchup_reset:
     case hello_decision::ephemeral_reset:
       enqueue_frame_reset(self, *r.reset, std::move(m.json), true);
+      if (st.overcap_resync_reason)
+        st.queue.back().rs.reason = std::move(*st.overcap_resync_reason);
       pump(self);
       break;
   }
+  st.overcap_resync_reason.reset();
 }
 
 /// A backlog of in-frame deliveries over either bound.
@@ -673,10 +690,20 @@ void on_ws_event(self_ptr self, ws_event& ev) {
       std::optional<int64_t> cursor;
       if (st.drain)
         cursor = st.drain->cursor();
+      auto last_seq = st.neg->last_seq();
+      st.overcap_resync_reason.reset();
+      if (st.overcap_resubscribe) {
+        // Escalation (see the closed case): a subscribe without last_seq
+        // is a first connect to the hub, which answers with a resync hello
+        // at its head and replays nothing; the hello's reset covers every
+        // seq skipped, (last_seq, head], the refused message's included.
+        last_seq.reset();
+        st.overcap_resync_reason = std::move(st.overcap_resubscribe);
+        st.overcap_resubscribe.reset();
+      }
       (*st.session)
-        ->send_text(subscribe_frame(st.cfg.prefixes, st.client_id,
-                                    st.neg->last_seq(), cursor,
-                                    st.neg->epoch()));
+        ->send_text(subscribe_frame(st.cfg.prefixes, st.client_id, last_seq,
+                                    cursor, st.neg->epoch()));
       if (auto first = st.ka->on_open(now))
         arm_keepalive(self, *first);
       else
@@ -707,18 +734,38 @@ void on_ws_event(self_ptr self, ws_event& ev) {
       // it for a wake without a hint (its drain still runs on its timer).
       // The session stays open: the same frame again is the same reset,
       // never a reconnect loop.
+      //
+      // `closing`: the session refused the message (over
+      // ws_max_discard_bytes, or past ws_discard_timeout) and ends right
+      // after this report; the `closed` case counts and reports it. The
+      // seq its prefix shows still gets its reset here, so that last_seq
+      // moves past it and the hub, which resends from last_seq after the
+      // redial, does not send it again. Without a seq a catchup watcher
+      // has nothing to reset yet: the closed case counts the refusal and
+      // escalates (feed_overcap_resync_after).
       if (st.phase != ws_phase::open)
         return;
       ++st.messages;
-      ++st.counters.oversized_frames;
+      if (!ev.closing)
+        ++st.counters.oversized_frames;
       st.ka->on_activity(now);
       parsed_message m;
       m.frame.type = frame_type::not_json;
       m.frame.seq = frame_seq(ev.payload);
-      m.error = "message of " + std::to_string(ev.size)
-                + " bytes over ws_max_frame_bytes ("
-                + std::to_string(st.cfg.ws_max_frame_bytes) + ")";
+      m.error = ev.closing
+                  ? "message announcing " + std::to_string(ev.size)
+                      + " bytes over ws_max_frame_bytes ("
+                      + std::to_string(st.cfg.ws_max_frame_bytes)
+                      + "), refused by the session"
+                  : "message of " + std::to_string(ev.size)
+                      + " bytes over ws_max_frame_bytes ("
+                      + std::to_string(st.cfg.ws_max_frame_bytes) + ")";
       auto mode = st.neg->mode();
+      if (ev.closing && mode == feed_mode::catchup && !m.frame.seq)
+        break;
+      if (ev.closing && mode != feed_mode::catchup
+          && mode != feed_mode::ephemeral)
+        break; // a ledger wakes on its redial; the closed case reports it
       if (mode != feed_mode::catchup && mode != feed_mode::ephemeral) {
         feed_failure f;
         f.source = "frame";
@@ -748,6 +795,7 @@ void on_ws_event(self_ptr self, ws_event& ev) {
           // failed (1009) rather than held forever; reconnect, counted.
           ++st.counters.oversized_frames;
           f.kind = to_string(drain_error_reason::over_cap);
+          note_overcap_close(self, ev.detail);
         }
         // "upgrade refused: HTTP 401 ..." (protocol/ws_session.cpp).
         auto at = ev.detail.find("HTTP ");
@@ -766,6 +814,33 @@ void on_ws_event(self_ptr self, ws_event& ev) {
       end_session(self, false);
       break;
   }
+}
+
+/// A catchup session ended over a refused message: the hub resends it from
+/// last_seq after the redial. A refusal whose prefix showed its seq moved
+/// last_seq past it (its undeliverable reset), so the next one counts
+/// afresh; feed_overcap_resync_after refusals at the same last_seq mean
+/// the seq is not to be had, and the next subscribe omits last_seq.
+void note_overcap_close(self_ptr self, const std::string& detail) {
+  auto& st = self->state;
+  if (st.neg->mode() != feed_mode::catchup)
+    return; // ephemeral resets on every connect and is never resent to
+  auto at = st.neg->last_seq();
+  if (st.overcap_strikes > 0 && st.overcap_at == at)
+    ++st.overcap_strikes;
+  else
+    st.overcap_strikes = 1;
+  st.overcap_at = at;
+  if (st.overcap_strikes < feed_overcap_resync_after)
+    return;
+  st.overcap_strikes = 0;
+  st.overcap_resubscribe
+    = std::string{to_string(drain_error_reason::over_cap)} + ": "
+      + std::to_string(feed_overcap_resync_after)
+      + " sessions in a row refused the message after seq "
+      + (at ? std::to_string(*at) : std::string{"(none)"})
+      + " and its seq is unknown; resubscribed without last_seq (" + detail
+      + ")";
 }
 
 void dial(self_ptr self) {

@@ -131,6 +131,26 @@ void expect_closed_once_last(event_log& log) {
   EXPECT_EQ(all.back().ev.what, kind::closed);
 }
 
+/// The one `too_large` event of a message the session refused: `closing`
+/// set, `announced` as its size, right before the `closed` event.
+ws_event expect_refused_before_close(event_log& log, uint64_t announced) {
+  auto all = log.snapshot();
+  ws_event refused;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (all[i].ev.what != kind::too_large)
+      continue;
+    ++n;
+    refused = all[i].ev;
+    EXPECT_TRUE(refused.closing);
+    EXPECT_TRUE(i + 1 < all.size() && all[i + 1].ev.what == kind::closed)
+      << describe(log);
+  }
+  EXPECT_EQ(n, 1u) << describe(log);
+  EXPECT_EQ(refused.size, announced);
+  return refused;
+}
+
 /// An unmasked server frame header: `b0` (FIN | opcode), then the shortest
 /// length encoding of `len` (RFC 6455 5.2).
 std::string frame_header(unsigned char b0, uint64_t len) {
@@ -374,7 +394,8 @@ TEST_F(ws_session_test, OversizedFrameFromTheHubEndsTheSessionAtTheDiscardDeadli
   EXPECT_GE(closed->at - asked, 300ms);
   EXPECT_LT(closed->at - asked,
             300ms + std::chrono::milliseconds{testing::load_slack_ms});
-  EXPECT_EQ(log->count(kind::too_large), 0u);
+  // What arrived of it is reported first (the owner may find its seq).
+  expect_refused_before_close(*log, 8u * 1024u * 1024u + 1u);
   expect_closed_once_last(*log);
 }
 
@@ -1025,7 +1046,10 @@ TEST_F(ws_session_test, Case21cHugeAnnouncedFrameIsRefusedAtTheCeiling) {
   EXPECT_EQ(close_code_of(sent[0]), 1009u);
   EXPECT_EQ(sent[0].payload.substr(2), "message too large");
   EXPECT_EQ(log->count(kind::message), 0u);
-  EXPECT_EQ(log->count(kind::too_large), 0u);
+  // Refused at its first header: reported with nothing of it read.
+  auto refused = expect_refused_before_close(*log, (uint64_t{1} << 62) - 1);
+  EXPECT_EQ(refused.payload, "");
+  EXPECT_FALSE(refused.binary);
   expect_closed_once_last(*log);
 }
 
@@ -1046,7 +1070,10 @@ TEST_F(ws_session_test, RunningTotalOverTheCeilingIsRefusedAtTheHeader) {
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large) << closed->ev.detail;
   EXPECT_EQ(closed->ev.size, 3u * 100u * 1024u);
-  EXPECT_EQ(log->count(kind::too_large), 0u);
+  // Over the cap before the refusal: at most its first 64 KiB are kept.
+  auto refused = expect_refused_before_close(*log, 3u * 100u * 1024u);
+  EXPECT_LE(refused.payload.size(), ws_too_large_prefix);
+  EXPECT_EQ(refused.payload, std::string(refused.payload.size(), 'p'));
   expect_closed_once_last(*log);
 }
 
@@ -1088,7 +1115,7 @@ TEST_F(ws_session_test, OverCapMessageThatNeverEndsFailsAtTheDiscardDeadline) {
             500ms + std::chrono::milliseconds{testing::load_slack_ms});
   // The peer was talking all along (its pongs were activity).
   EXPECT_GE(log->count(kind::activity), 1u);
-  EXPECT_EQ(log->count(kind::too_large), 0u);
+  expect_refused_before_close(*log, (uint64_t{1} << 62) - 1);
   EXPECT_EQ(log->count(kind::message), 0u);
   expect_closed_once_last(*log);
 }
@@ -1142,6 +1169,129 @@ TEST_F(ws_session_test, AnEndlessDiscardTimeoutDoesNotOverflowIntoAnInstantClose
   auto t = log->wait_for(kind::too_large, 0ms);
   ASSERT_TRUE(t);
   EXPECT_EQ(t->ev.size, 4000u);
+  EXPECT_EQ(log->count(kind::closed), 0u) << describe(*log);
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
+  expect_closed_once_last(*log);
+}
+
+// Past its deadline an over-cap message is refused, and what arrived of it
+// is reported first (`too_large`, closing): a feed watcher reads its seq
+// there and resets it, so that a catchup hub does not resend it forever
+// after the redial. Before, the session closed with nothing.
+TEST_F(ws_session_test, AnOverCapMessagePastItsDeadlineIsReportedWithItsPrefixFirst) {
+  std::string head = R"({"type":"event","seq":7,"pad":")" + std::string(3000, 'x');
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(frame_header(0x81, 200000) + head),
+                        step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  o.max_frame_bytes = 1000;
+  o.discard_timeout_ns = 300'000'000;
+  auto s = open(o, log);
+  auto opened = log->wait_for(kind::opened, 5s);
+  ASSERT_TRUE(opened);
+  auto closed = log->wait_for(kind::closed, 5s);
+  ASSERT_TRUE(closed) << describe(*log);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large) << closed->ev.detail;
+  EXPECT_NE(closed->ev.detail.find("did not end within 300 ms"),
+            std::string::npos)
+    << closed->ev.detail;
+  EXPECT_GE(closed->at - opened->at, 300ms);
+  auto refused = expect_refused_before_close(*log, 200000);
+  EXPECT_EQ(refused.payload, head); // all of it arrived, under 64 KiB
+  EXPECT_FALSE(refused.binary);
+  EXPECT_FALSE(refused.fragmented);
+  EXPECT_EQ(log->count(kind::message), 0u);
+  expect_closed_once_last(*log);
+}
+
+// Refused at the ceiling by a later frame's header: the frames read before
+// it are the prefix (the first frame is under the cap, still in the read
+// buffer).
+TEST_F(ws_session_test, AMessageRefusedAtTheCeilingShowsWhatArrivedOfIt) {
+  std::string head = R"({"type":"event","seq":9,"pad":")" + std::string(2000, 'y');
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(frame(0x01, head)), step::sleep(100ms),
+                        step::send(frame_header(0x80, uint64_t{1} << 30)),
+                        step::hold()}}};
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  o.max_frame_bytes = 64 * 1024;
+  o.max_discard_bytes = 1024 * 1024;
+  auto s = open(o, log);
+  auto closed = log->wait_for(kind::closed, 5s);
+  ASSERT_TRUE(closed) << describe(*log);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::too_large) << closed->ev.detail;
+  auto refused
+    = expect_refused_before_close(*log, head.size() + (uint64_t{1} << 30));
+  EXPECT_EQ(refused.payload, head);
+  EXPECT_TRUE(refused.fragmented);
+  expect_closed_once_last(*log);
+}
+
+// A message within the cap trickled a byte at a time: each byte is proof
+// of life, so before only an over-cap message had a deadline and this one
+// held the session forever. Now any message has discard_timeout_ns from
+// its first header: close 1009, reason timeout, nothing reported of it.
+TEST_F(ws_session_test, AMessageWithinTheCapTrickledPastTheDeadlineEndsTheSession) {
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::send(frame_header(0x81, 100)),
+                        step::trickle(std::string(60, 't'), 50ms),
+                        step::hold()}}};
+  srv.set_step_timeout(10s);
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  o.discard_timeout_ns = 500'000'000;
+  auto s = open(o, log);
+  auto opened = log->wait_for(kind::opened, 5s);
+  ASSERT_TRUE(opened);
+  auto closed = log->wait_for(kind::closed, 5s);
+  ASSERT_TRUE(closed) << describe(*log);
+  EXPECT_EQ(closed->ev.reason, ws_close_reason::timeout) << closed->ev.detail;
+  EXPECT_NE(closed->ev.detail.find("message of 100 announced bytes did not "
+                                   "end within 500 ms"),
+            std::string::npos)
+    << closed->ev.detail;
+  EXPECT_EQ(closed->ev.size, 0u);
+  EXPECT_GE(closed->at - opened->at, 500ms);
+  // Well before the trickle (3 s) would have ended it.
+  EXPECT_LT(closed->at - opened->at,
+            500ms + std::chrono::milliseconds{testing::load_slack_ms});
+  EXPECT_GE(log->count(kind::activity), 1u); // the trickle was proof of life
+  EXPECT_EQ(log->count(kind::too_large), 0u);
+  EXPECT_EQ(log->count(kind::message), 0u);
+  expect_closed_once_last(*log);
+}
+
+// A large message that arrives slowly but whole within the deadline is an
+// ordinary message, and the deadline does not fire later for it.
+TEST_F(ws_session_test, ASlowMessageThatEndsWithinTheDeadlineIsDelivered) {
+  std::string body(4 * 20000, 's');
+  testing::script sc{step::read_request(), step::ws_accept(),
+                     step::send(frame_header(0x81, body.size()))};
+  for (int i = 0; i < 4; ++i) {
+    sc.push_back(step::sleep(100ms));
+    sc.push_back(step::send(body.substr(static_cast<std::size_t>(i) * 20000,
+                                        20000)));
+  }
+  sc.push_back(step::sleep(1000ms)); // past the deadline of the first
+  sc.push_back(step::send(text_frame("later")));
+  sc.push_back(step::hold());
+  scripted_server srv{{sc}};
+  auto log = std::make_shared<event_log>();
+  auto o = options(srv.base_url());
+  o.discard_timeout_ns = 800'000'000;
+  auto s = open(o, log);
+  ASSERT_TRUE(log->wait_count(kind::message, 2, 5s)) << describe(*log);
+  auto all = log->snapshot();
+  std::vector<std::string> messages;
+  for (auto& e : all)
+    if (e.ev.what == kind::message)
+      messages.push_back(e.ev.payload);
+  ASSERT_EQ(messages.size(), 2u);
+  EXPECT_EQ(messages[0], body);
+  EXPECT_EQ(messages[1], "later");
   EXPECT_EQ(log->count(kind::closed), 0u) << describe(*log);
   s->close();
   ASSERT_TRUE(log->wait_for(kind::closed, 5s));
@@ -1432,6 +1582,29 @@ TEST(ws_frame_tracker_test, OverCapIsKnownAtTheHeaderAndEndsWithTheLastByte) {
   EXPECT_FALSE(t.message_over_cap());
   EXPECT_EQ(t.message_index(), index + 1);
   EXPECT_EQ(t.pending_messages(), 2u);
+}
+
+TEST(ws_frame_tracker_test, AMessageIsOpenFromItsFirstHeaderToItsLastByte) {
+  detail::ws_frame_tracker t;
+  auto bytes = frame(0x01, "ab") + frame(0x89, "") + frame(0x80, "cd")
+               + text_frame("x");
+  auto p = reinterpret_cast<const unsigned char*>(bytes.data());
+  auto r = t.feed(p, 1);
+  EXPECT_FALSE(r.message_began); // half a header
+  EXPECT_FALSE(t.message_open());
+  r = t.feed(p + 1, 1);
+  EXPECT_TRUE(r.message_began);
+  EXPECT_TRUE(t.message_open());
+  auto first = t.message_index();
+  r = t.feed(p + 2, 2 + 2 + 2 + 1); // its payload, a ping, the last header, 'c'
+  EXPECT_FALSE(r.message_began);    // a continuation begins nothing
+  EXPECT_TRUE(t.message_open());
+  r = t.feed(p + 9, 1); // 'd': the last byte
+  EXPECT_FALSE(t.message_open());
+  r = t.feed(p + 10, bytes.size() - 10); // a whole message in one batch
+  EXPECT_TRUE(r.message_began);
+  EXPECT_FALSE(t.message_open());
+  EXPECT_EQ(t.message_index(), first + 1);
 }
 
 TEST(ws_frame_tracker_test, AnnouncedSizeOverTheCeilingIsRefusedInAnySplit) {

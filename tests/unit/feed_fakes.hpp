@@ -253,6 +253,19 @@ struct fake_ws_record {
     ev.reason = ws_close_reason::peer_closed;
     push(ev);
   }
+  /// The session refused a message (over max_discard_bytes, or over the
+  /// cap past the discard deadline) as a real one reports it: a
+  /// `too_large` event with `closing` set holding what arrived of it
+  /// (maybe nothing), then `closed` with reason too_large.
+  void refuse(std::string prefix, uint64_t announced, std::string detail) {
+    ws_event ev;
+    ev.what = ws_event::kind::too_large;
+    ev.closing = true;
+    ev.payload = std::move(prefix);
+    ev.size = announced;
+    push(ev);
+    refuse_too_large(announced, std::move(detail));
+  }
   /// The session failed itself (close 1009) over a message announcing
   /// `size` bytes over the ceiling, or not ending within the deadline.
   void refuse_too_large(uint64_t size, std::string detail) {

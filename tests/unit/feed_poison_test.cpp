@@ -22,6 +22,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -1379,6 +1380,262 @@ TEST_F(FeedPoison, ASessionFailedOverAnEndlessOversizedFrameIsCountedAndRedialle
   run();
   EXPECT_EQ(stats().oversized_frames, 1u);
   EXPECT_EQ(failures->back().kind, "service_unavailable");
+}
+
+/// A catchup hub as the watcher's sessions see it (the resume rule of
+/// hub/catchup_ring.hpp): a subscribe with last_seq gets a resume hello and
+/// (last_seq, head] replayed, one without gets a resync hello at the head
+/// and nothing replayed. The session refuses every `huge` seq each time it
+/// is sent (over ws_max_discard_bytes or past ws_discard_timeout): the
+/// hub resends it after every redial, as long as last_seq is below it.
+struct resending_hub {
+  int64_t head = 0;
+  std::set<int64_t> huge;
+  /// What arrived of a refused message shows its seq from this refusal on
+  /// (1-based; 0: always, INT_MAX: never).
+  int seq_shows_from = 0;
+  int refusals = 0;
+
+  static std::string event(int64_t seq) {
+    return R"({"type":"event","subject":"a","kind":"k","seq":)"
+           + std::to_string(seq) + "}";
+  }
+
+  static std::optional<int64_t> last_seq_of(const std::string& subscribe) {
+    auto v = boost::json::parse(subscribe).as_object().at("last_seq");
+    if (v.is_null())
+      return std::nullopt;
+    return v.to_number<int64_t>();
+  }
+
+  /// Serves one session from its open: hello, then the replay; false if
+  /// the session was refused on a huge seq.
+  template <class Run>
+  bool serve(fake_ws_record& s, Run run) {
+    s.open();
+    run();
+    auto last = last_seq_of(s.sent.at(0));
+    s.message(R"({"type":"hello","mode":"catchup","seq":)"
+              + std::to_string(head) + R"(,"resync":)"
+              + (last ? "false" : "true") + R"(,"epoch":"e1"})");
+    if (!last) {
+      run();
+      return true;
+    }
+    for (auto seq = *last + 1; seq <= head; ++seq) {
+      if (huge.count(seq) == 0) {
+        s.message(event(seq));
+        continue;
+      }
+      ++refusals;
+      auto shows = seq_shows_from > 0 && refusals >= seq_shows_from;
+      // Refused at the ceiling: maybe nothing of it arrived at all.
+      s.refuse(shows ? oversized_prefix(seq) : std::string{},
+               (uint64_t{1} << 40),
+               "message announces 1099511627776 bytes, over "
+               "max_discard_bytes (268435456)");
+      run();
+      return false;
+    }
+    run();
+    return true;
+  }
+};
+
+class FeedOverCap : public FeedPoison {
+protected:
+  FeedOverCap() {
+    cfg.replay_path.clear();
+    ws->answers_pings = true; // the keepalive never ends a session here
+  }
+
+  /// The first session: a first connect (resync at head 0), then live
+  /// seqs 1 and 2, then seq 3 refused with `prefix` -- the hub then holds
+  /// 1..5.
+  void first_session(resending_hub& hub, std::string prefix) {
+    ws->last().open();
+    run();
+    EXPECT_FALSE(resending_hub::last_seq_of(ws->last().sent.at(0)));
+    ws->last().message(
+      R"({"type":"hello","mode":"catchup","seq":0,"resync":true,"epoch":"e1"})");
+    ws->last().message(resending_hub::event(1));
+    ws->last().message(resending_hub::event(2));
+    ++hub.refusals;
+    ws->last().refuse(std::move(prefix), 9u * 1024u * 1024u,
+                      "message of 9437184 announced bytes over "
+                      "max_frame_bytes (8388608) did not end within 60000 "
+                      "ms (65536 bytes of it read)");
+    run();
+    hub.head = 5;
+  }
+
+  /// Serves every redial until the watcher stops redialling (no new
+  /// session within 30 s of virtual time), at most `max_sessions` in all.
+  void serve_redials(resending_hub& hub, std::size_t max_sessions = 12) {
+    for (;;) {
+      auto n = ws->sessions.size();
+      for (int i = 0; i < 300 && ws->sessions.size() == n; ++i)
+        advance_by(100ms);
+      if (ws->sessions.size() == n || n >= max_sessions)
+        return;
+      hub.serve(ws->last(), [this] { run(); });
+    }
+  }
+};
+
+TEST_F(FeedOverCap, ARefusedEventWhoseSeqShowsIsResetBeforeTheRedialAndNeverResent) {
+  // Past the discard deadline the session hands over what it read of the
+  // refused message (its seq shows) before it closes: one undeliverable
+  // reset moves last_seq past it, so the redial resumes after it. Before,
+  // the session closed with nothing: the watcher redialled at the same
+  // last_seq, the hub resent the event, and the feed looped forever.
+  resending_hub hub;
+  hub.huge = {3};
+  start();
+  first_session(hub, oversized_prefix(3));
+  serve_redials(hub);
+  EXPECT_EQ(got(), (std::vector<std::string>{"r:resync", "e#1", "e#2",
+                                             "r:undeliverable", "e#4",
+                                             "e#5"}));
+  auto rs = subs->resets();
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[1]->cause, reset_cause::undeliverable);
+  EXPECT_EQ(rs[1]->event_id, 3);
+  EXPECT_EQ(rs[1]->lost_from, 2);
+  EXPECT_EQ(rs[1]->lost_to, 3);
+  EXPECT_EQ(rs[1]->reason.rfind("over_cap: ", 0), 0u) << rs[1]->reason;
+  ASSERT_EQ(ws->sessions.size(), 2u);
+  EXPECT_EQ(resending_hub::last_seq_of(ws->sessions[1]->sent.at(0)), 3);
+  EXPECT_EQ(hub.refusals, 1);
+  auto s = stats();
+  EXPECT_EQ(s.oversized_frames, 1u); // once, not for the event and the close
+  EXPECT_EQ(s.reconnects, 1u);
+  EXPECT_EQ(s.last_seq, 5);
+  EXPECT_TRUE(s.connected);
+}
+
+TEST_F(FeedOverCap, ARefusedEventWithoutASeqIsSkippedByOneResyncAfterThreeRefusals) {
+  // Refused at the ceiling before any of it arrived: its seq is unknown,
+  // so no reset can name it, and the hub resends it after every redial.
+  // The third refusal at the same last_seq makes the watcher subscribe
+  // without last_seq: the hub resyncs at its head, and the hello's reset
+  // covers every seq skipped -- the refused one and those after it.
+  resending_hub hub;
+  hub.huge = {3};
+  hub.seq_shows_from = std::numeric_limits<int>::max();
+  start();
+  first_session(hub, "");
+  serve_redials(hub);
+  ASSERT_EQ(ws->sessions.size(), 4u) << "still redialling into the event";
+  EXPECT_EQ(hub.refusals, feed_overcap_resync_after);
+  for (std::size_t i = 1; i < 3; ++i)
+    EXPECT_EQ(resending_hub::last_seq_of(ws->sessions[i]->sent.at(0)), 2);
+  EXPECT_FALSE(resending_hub::last_seq_of(ws->sessions[3]->sent.at(0)));
+  // Published after the resync: delivered.
+  ws->last().message(resending_hub::event(6));
+  run();
+  EXPECT_EQ(got(), (std::vector<std::string>{"r:resync", "e#1", "e#2",
+                                             "r:resync", "e#6"}));
+  auto rs = subs->resets();
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[1]->cause, reset_cause::resync);
+  EXPECT_EQ(rs[1]->last_seq, 2);
+  EXPECT_EQ(rs[1]->new_seq, 5);
+  EXPECT_EQ(rs[1]->lost_from, 2); // (2, 5]: seq 3 and everything to the head
+  EXPECT_EQ(rs[1]->lost_to, 5);
+  EXPECT_EQ(rs[1]->reason.rfind("over_cap: ", 0), 0u) << rs[1]->reason;
+  auto s = stats();
+  EXPECT_EQ(s.oversized_frames, 3u);
+  EXPECT_EQ(s.reconnects, 3u);
+  EXPECT_EQ(s.resets_by_cause[idx(reset_cause::undeliverable)], 0u);
+  EXPECT_EQ(s.last_seq, 6);
+  EXPECT_TRUE(s.connected);
+  // The session after the resync is the feed's for good.
+  advance_by(60s);
+  EXPECT_EQ(ws->sessions.size(), 4u);
+}
+
+TEST_F(FeedOverCap, ARetryThatShowsTheSeqNeedsNoResync) {
+  // The first two refusals read nothing of the message; the third read far
+  // enough to show its seq: its undeliverable reset is the whole loss, and
+  // the watcher resumes right after it instead of resyncing.
+  resending_hub hub;
+  hub.huge = {3};
+  hub.seq_shows_from = 3;
+  start();
+  first_session(hub, "");
+  serve_redials(hub);
+  EXPECT_EQ(got(), (std::vector<std::string>{"r:resync", "e#1", "e#2",
+                                             "r:undeliverable", "e#4",
+                                             "e#5"}));
+  ASSERT_EQ(ws->sessions.size(), 4u);
+  EXPECT_EQ(resending_hub::last_seq_of(ws->sessions[3]->sent.at(0)), 3);
+  auto rs = subs->resets();
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[1]->lost_from, 2);
+  EXPECT_EQ(rs[1]->lost_to, 3);
+  EXPECT_EQ(stats().oversized_frames, 3u);
+}
+
+TEST_F(FeedOverCap, AMessageWithinTheCapPastTheDeadlineIsResentWithoutAReset) {
+  // A message within the cap that does not end in time (trickled a byte at
+  // a time) ends the session with reason timeout: nothing of it is lost,
+  // the hub resends it from last_seq after the redial.
+  resending_hub hub;
+  start();
+  ws->last().open();
+  run();
+  ws->last().message(
+    R"({"type":"hello","mode":"catchup","seq":0,"resync":true,"epoch":"e1"})");
+  ws->last().message(resending_hub::event(1));
+  ws->last().message(resending_hub::event(2));
+  ws_event ev;
+  ev.what = ws_event::kind::closed;
+  ev.reason = ws_close_reason::timeout;
+  ev.detail = "message of 100 announced bytes did not end within 60000 ms "
+              "(40 bytes of it read)";
+  ws->last().push(ev);
+  run();
+  hub.head = 5;
+  serve_redials(hub);
+  EXPECT_EQ(got(), (std::vector<std::string>{"r:resync", "e#1", "e#2", "e#3",
+                                             "e#4", "e#5"}));
+  ASSERT_EQ(ws->sessions.size(), 2u);
+  EXPECT_EQ(resending_hub::last_seq_of(ws->sessions[1]->sent.at(0)), 2);
+  auto s = stats();
+  EXPECT_EQ(s.oversized_frames, 0u);
+  EXPECT_EQ(s.reconnects, 1u);
+  ASSERT_FALSE(failures->empty());
+  EXPECT_EQ(failures->back().source, "websocket");
+  EXPECT_EQ(failures->back().reason, "timeout");
+}
+
+TEST_F(FeedOverCap, ARefusedEphemeralEventIsResetAndNotLoopedOn) {
+  // Ephemeral is never resent an event: the refused one gets its
+  // undeliverable reset (end unknown), the redial its reconnect reset.
+  start();
+  ws->last().open();
+  run();
+  ws->last().message(
+    R"({"type":"hello","mode":"ephemeral","seq":0,"epoch":"e1"})");
+  ws->last().message(resending_hub::event(1));
+  ws->last().refuse("", uint64_t{1} << 40, "over max_discard_bytes");
+  run();
+  for (int i = 0; i < 300 && ws->sessions.size() < 2; ++i)
+    advance_by(100ms);
+  ASSERT_EQ(ws->sessions.size(), 2u);
+  ws->last().open();
+  run();
+  ws->last().message(
+    R"({"type":"hello","mode":"ephemeral","seq":5,"epoch":"e1"})");
+  ws->last().message(resending_hub::event(6));
+  run();
+  advance_by(60s);
+  EXPECT_EQ(got(), (std::vector<std::string>{"r:reconnect", "e#1",
+                                             "r:undeliverable",
+                                             "r:reconnect", "e#6"}));
+  EXPECT_EQ(ws->sessions.size(), 2u);
+  EXPECT_EQ(stats().oversized_frames, 1u);
 }
 
 TEST_F(FeedPoison, AnOversizedEphemeralFrameWithoutASeqIsOneResetOfUnknownEnd) {
