@@ -4,6 +4,7 @@
 
 #include "actors/coalesce/batcher.hpp"
 #include "actors/coalesce/coalescing_driver.hpp"
+#include "actors/coalesce/oracle_request.hpp"
 #include "actors/messages.hpp"
 #include "config/coalesce_config.hpp"
 #include "config/config_error.hpp"
@@ -26,6 +27,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 
 namespace outbound::apps {
 
@@ -57,6 +59,30 @@ bool starts_with_https(const std::string& s) {
   return p == "https://";
 }
 
+std::string trim(const std::string& s) {
+  auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos)
+    return {};
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+/// `Name: value` → (Name, value), as `outbound request --header`. The
+/// value is never echoed in an error: it may carry a credential.
+std::pair<std::string, std::string> split_header(const std::string& h) {
+  auto colon = h.find(':');
+  if (colon == std::string::npos || trim(h.substr(0, colon)).empty())
+    throw config_error("--header", "expects 'Name: value' (got an argument "
+                                   "without a name before ':')");
+  auto name = trim(h.substr(0, colon));
+  std::string lname = name;
+  std::transform(lname.begin(), lname.end(), lname.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  if (lname == "x-request-id")
+    throw config_error("--header", "x-request-id is set by the coalescing "
+                                   "driver, one per RPC");
+  return {name, trim(h.substr(colon + 1))};
+}
+
 /// The driver's configuration from the options; throws config_error naming
 /// the option or the coalesce_config field.
 coalesce_config make_config(const oracle_options& o) {
@@ -64,12 +90,18 @@ coalesce_config make_config(const oracle_options& o) {
     throw config_error("--timeout", "must be a number of seconds > 0");
   coalesce_config c;
   c.endpoints = o.endpoints;
+  c.token = o.cfg.token;
+  c.token_header = o.cfg.token_header;
+  c.token_scheme = o.cfg.token_scheme;
+  for (auto& h : o.headers)
+    c.default_headers.push_back(split_header(h));
   c.tls = o.tls || o.cfg.tls.any()
           || std::any_of(o.endpoints.begin(), o.endpoints.end(),
                          starts_with_https);
   c.retry.overall = o.timeout;
   c.retry.per_attempt = std::min(c.retry.per_attempt, o.timeout);
   c.validate();
+  check_oracle_requests(c);
   if (c.tls) {
     // The pools build their TLS context inside the driver; a file that
     // does not load must fail here, naming its option, not in an actor.
@@ -153,6 +185,21 @@ void add_common_options(CLI::App& cmd, oracle_options& o,
                  "PEM client certificate for mTLS (with the key option)");
   cmd.add_option(key_option, o.cfg.tls.client_key_file,
                  "PEM private key of --cert");
+  cmd.add_option("--token", o.cfg.token,
+                 "Credential sent on every oracle request (never printed)");
+  cmd
+    .add_option("--token-header", o.cfg.token_header,
+                "Header that carries the credential")
+    ->capture_default_str();
+  cmd
+    .add_option("--token-scheme", o.cfg.token_scheme,
+                "Scheme before the token; '' sends the raw token")
+    ->capture_default_str();
+  cmd
+    .add_option("--header", o.headers,
+                "Extra request header 'K: V' on every oracle request, "
+                "repeatable (not x-request-id: one per RPC)")
+    ->take_all();
   cmd.add_flag("--verbose", o.verbose,
                "The driver's counters as one JSON line on stderr");
   cmd.footer(

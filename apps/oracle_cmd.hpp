@@ -46,8 +46,15 @@ struct oracle_options {
   bool verbose = false;
   /// TLS identity of the per-endpoint pools (`--ca-file`, `--cert`, and
   /// `--key` (ts) / `--cert-key` (ts and seq) for the client key: seq's
-  /// `--key` is the sequence key).
+  /// `--key` is the sequence key), and the credential of the oracle
+  /// requests: `--token`, `--token-header`, `--token-scheme`, as `outbound
+  /// request` (copied into coalesce_config::token, token_header,
+  /// token_scheme). [no token, "Authorization", "Bearer"]
   client_config cfg;
+  /// `--header 'K: V'` (repeatable): coalesce_config::default_headers, sent
+  /// on every oracle request. `x-request-id` may not be given (the driver
+  /// sets one per RPC): a config_error naming `--header`.
+  std::vector<std::string> headers;
 };
 
 /// Registers the `ts` subcommand on `app`, binding its options to `opts`
@@ -61,7 +68,8 @@ CLI::App* add_seq_command(CLI::App& app, oracle_options& opts);
 /// Runs a parsed `ts` command in `sys`. Prints `{"physical_ms","logical_start",
 /// "count","timestamps" (the packed u64 values, only when count <= 16),
 /// "epoch","endpoint"}` to `out`. Returns 0, 2 for bad options (the line
-/// names the field: `--count`, `coalesce.endpoints[1]`, `tls.ca_file`, ...)
+/// names the field: `--count`, `--header`, `coalesce.endpoints[1]`,
+/// `coalesce.default_headers`, `tls.ca_file`, ...)
 /// or exit_code(kind) of the call's error; 1 internal.
 int run_ts(caf::actor_system& sys, const oracle_options& opts,
            std::ostream& out, std::ostream& err);

@@ -190,6 +190,30 @@ json_limits client_config::response_json_limits() const {
   return l;
 }
 
+void validate_credential_fields(
+  const std::string& token, const std::string& token_header,
+  const std::string& token_scheme,
+  const std::vector<std::pair<std::string, std::string>>& default_headers,
+  const std::string& prefix) {
+  if (token_header.empty() || has_control_chars(token_header)
+      || token_header.find(':') != std::string::npos
+      || token_header.find(' ') != std::string::npos)
+    throw config_error(prefix + "token_header", "not a valid header name");
+  // The token itself is never echoed into the error text.
+  if (has_control_chars(token))
+    throw config_error(prefix + "token", "contains control characters");
+  if (has_control_chars(token_scheme))
+    throw config_error(prefix + "token_scheme", "contains control characters");
+  for (auto& [k, v] : default_headers)
+    if (k.empty() || has_control_chars(k) || has_control_chars(v)
+        || k.find(':') != std::string::npos)
+      throw config_error(prefix + "default_headers",
+                         (has_control_chars(k)
+                            ? std::string{"bad header name (control characters)"}
+                            : "bad header '" + k + "'")
+                           + " (value not shown)");
+}
+
 void client_config::validate() const {
   if (base_url.empty())
     throw config_error("base_url", "must not be empty");
@@ -215,23 +239,8 @@ void client_config::validate() const {
     throw config_error("max_redials", "must be >= 0");
   if (!finite_non_negative(local_retry_deadline))
     throw config_error("local_retry_deadline", "must be >= 0 seconds");
-  if (token_header.empty() || has_control_chars(token_header)
-      || token_header.find(':') != std::string::npos
-      || token_header.find(' ') != std::string::npos)
-    throw config_error("token_header", "not a valid header name");
-  // The token itself is never echoed into the error text.
-  if (has_control_chars(token))
-    throw config_error("token", "contains control characters");
-  if (has_control_chars(token_scheme))
-    throw config_error("token_scheme", "contains control characters");
-  for (auto& [k, v] : default_headers)
-    if (k.empty() || has_control_chars(k) || has_control_chars(v)
-        || k.find(':') != std::string::npos)
-      throw config_error("default_headers",
-                         (has_control_chars(k)
-                            ? std::string{"bad header name (control characters)"}
-                            : "bad header '" + k + "'")
-                           + " (value not shown)");
+  validate_credential_fields(token, token_header, token_scheme,
+                             default_headers);
 }
 
 env_settings env_settings::read(const std::string& prefix) {

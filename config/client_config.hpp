@@ -162,6 +162,21 @@ struct client_config {
   }
 };
 
+/// The credential and default-header checks of client_config::validate(),
+/// shared by every config that carries the same fields (coalesce_config):
+/// `token_header` must be a non-empty header name without ':', spaces or
+/// control characters; `token` and `token_scheme` must hold no control
+/// characters; each default header needs a non-empty name without ':' or
+/// control characters and a value without control characters. Throws
+/// config_error naming `prefix + field` (`token_header`,
+/// `coalesce.default_headers`, ...); the token and header values are never
+/// put in the error text.
+void validate_credential_fields(
+  const std::string& token, const std::string& token_header,
+  const std::string& token_scheme,
+  const std::vector<std::pair<std::string, std::string>>& default_headers,
+  const std::string& prefix = "");
+
 /// The `{PREFIX}_*` environment shape, in one place, for SDKs that extend
 /// the client: `PREFIX_URL`, `PREFIX_TOKEN`, `PREFIX_CA_FILE`,
 /// `PREFIX_CLIENT_CERT`, `PREFIX_CLIENT_KEY`. Absent variables are empty.

@@ -1,5 +1,6 @@
 #include "config/coalesce_config.hpp"
 
+#include "config/client_config.hpp"
 #include "config/config_error.hpp"
 
 #include <algorithm>
@@ -168,6 +169,23 @@ void coalesce_config::validate() const {
     throw config_error("coalesce.max_redirects_per_pass", "must be >= 1");
   if (max_redirects_per_call < 1)
     throw config_error("coalesce.max_redirects_per_call", "must be >= 1");
+  validate_credential_fields(token, token_header, token_scheme,
+                             default_headers, "coalesce.");
+  // What the request builder (actors/call/request_builder.hpp) refuses at
+  // send time, refused here so that it fails at construction: the
+  // transport owns Host / Content-Length / Transfer-Encoding, and the
+  // driver sets x-request-id per RPC (a default one would be overwritten).
+  for (auto& [k, v] : default_headers) {
+    std::string lk = k;
+    std::transform(lk.begin(), lk.end(), lk.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    if (lk == "host" || lk == "content-length" || lk == "transfer-encoding"
+        || lk == "x-request-id")
+      throw config_error("coalesce.default_headers",
+                         "header '" + k + "' is set by the "
+                           + (lk == "x-request-id" ? "driver" : "transport")
+                           + " and may not be given (value not shown)");
+  }
 }
 
 std::vector<oracle_endpoint> coalesce_config::parsed_endpoints() const {

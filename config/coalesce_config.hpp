@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace outbound {
@@ -141,8 +142,27 @@ struct coalesce_config {
   /// Endpoints known only from hints, kept at most (LRU) (>= 0). [8]
   std::size_t max_hinted_endpoints = 8;
 
+  /// Credential sent on every oracle request, as client_config::token
+  /// (never logged, never in an error text or a metric). Empty: no
+  /// credential header. [""]
+  std::string token;
+  /// Header that carries the credential, as client_config::token_header.
+  /// ["Authorization"]
+  std::string token_header = "Authorization";
+  /// Scheme before the token; empty sends the raw token (API-key style), as
+  /// client_config::token_scheme. ["Bearer"]
+  std::string token_scheme = "Bearer";
+  /// Extra headers sent with every oracle request, after the credential (a
+  /// later header replaces an earlier one of the same name). Host,
+  /// Content-Length and Transfer-Encoding (the transport's) and
+  /// x-request-id (the driver's, one per RPC) may not be given. [{}]
+  std::vector<std::pair<std::string, std::string>> default_headers;
+
   /// Validates every field; throws config_error naming the first bad one
-  /// (`coalesce.endpoints[2]`, `coalesce.retry.overall`, ...).
+  /// (`coalesce.endpoints[2]`, `coalesce.retry.overall`,
+  /// `coalesce.token_header`, `coalesce.default_headers`, ...). The
+  /// credential and default headers go through validate_credential_fields
+  /// (config/client_config.hpp), the checks of client_config.
   void validate() const;
 
   /// The configured endpoints in normal form, in order (validate() first).

@@ -1,13 +1,11 @@
 #include "actors/coalesce/coalescing_driver.hpp"
 
 #include "actors/coalesce/oracle_body.hpp"
+#include "actors/coalesce/oracle_request.hpp"
 #include "actors/handler_guard.hpp"
 #include "actors/pool/connection_pool.hpp"
 #include "protocol/tls_context.hpp"
 
-#include <boost/json/parse.hpp>
-#include <boost/json/serialize.hpp>
-#include <boost/json/value.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
@@ -18,17 +16,12 @@
 
 namespace outbound {
 
-namespace json = boost::json;
-
 namespace {
 
 /// Slack on top of an attempt's budget before the driver's own timer gives
 /// up on a transport that did not answer (the transport's own timeout, a
 /// `timeout` error, normally comes first and is classified better).
 constexpr std::chrono::milliseconds attempt_slack{50};
-
-/// Response bodies of the oracle are tiny; anything larger is hostile.
-constexpr uint64_t max_oracle_body = 64 * 1024;
 
 struct waiter_slot {
   caf::typed_response_promise<coalesce_reply> rp;
@@ -39,6 +32,8 @@ struct waiter_slot {
 struct rpc_run {
   rpc_plan plan;
   std::optional<discovery_call> dc;
+  /// The x-request-id of every attempt of this RPC (see start_rpc).
+  std::string request_id;
   /// Current attempt / backoff; stale answers and timers carry old tokens.
   uint64_t token = 0;
   uint64_t exchange_id = 0;
@@ -60,7 +55,13 @@ struct driver_state {
   std::optional<batcher> batches;
   std::optional<leader_state> leaders;
   coalesce_rng rng;
+  /// Request ids only (its own generator: the worklist offsets and the
+  /// jitter drawn from `rng` stay what they were for a given seed).
+  call_rng id_rng;
   coalesce_config cfg;
+  /// cfg's credential and default headers as the request builder takes
+  /// them (oracle_request_config).
+  client_config request_cfg;
   coalesce_options opts;
   std::unordered_map<uint64_t, waiter_slot> waiters;
   std::unordered_map<uint64_t, rpc_run> rpcs;
@@ -121,10 +122,12 @@ void answer(self_ptr self, uint64_t waiter_id, coalesce_reply r) {
 }
 
 coalesce_reply reply_of(const delivery& d, const std::string& endpoint,
-                        uint32_t batch_waiters, int attempts) {
+                        uint32_t batch_waiters, int attempts,
+                        const std::string& request_id) {
   coalesce_reply r;
   r.endpoint = endpoint;
   r.batch_waiters = batch_waiters;
+  r.request_id = request_id;
   switch (d.outcome) {
     case waiter_outcome::served:
       r.ts = d.ts;
@@ -150,6 +153,8 @@ coalesce_reply reply_of(const delivery& d, const std::string& endpoint,
                            0);
       break;
   }
+  if (r.error)
+    r.error->request_id = request_id;
   return r;
 }
 
@@ -237,24 +242,6 @@ transport_actor transport_for(self_ptr self, const std::string& key,
   return t;
 }
 
-http_request build_request(const rpc_plan& p) {
-  http_request req;
-  req.method = "POST";
-  json::object body;
-  body["count"] = p.count;
-  if (p.kind == waiter_kind::ts) {
-    req.target = "/v1/ts";
-  } else {
-    req.target = "/v1/seq";
-    body["key"] = p.key;
-  }
-  req.body = json::serialize(body);
-  req.headers.emplace_back("content-type", "application/json");
-  req.headers.emplace_back("accept", "application/json");
-  req.max_body_bytes = max_oracle_body;
-  return req;
-}
-
 std::string leader_key(self_ptr self, coalesce_time now) {
   auto l = self->state.leaders->leader(now);
   return l ? l->endpoint : std::string{};
@@ -263,11 +250,12 @@ std::string leader_key(self_ptr self, coalesce_time now) {
 /// Hands each delivery to its waiter.
 void deliver_all(self_ptr self, const std::vector<delivery>& ds,
                  const std::string& endpoint, int attempts,
+                 const std::string& request_id,
                  std::optional<error_kind> failed_kind = std::nullopt,
                  bool nothing_sent = false, bool nothing_billed = false) {
   auto n = static_cast<uint32_t>(ds.size());
   for (auto& d : ds) {
-    auto r = reply_of(d, endpoint, n, attempts);
+    auto r = reply_of(d, endpoint, n, attempts, request_id);
     if (failed_kind && d.outcome == waiter_outcome::rpc_failed && r.error) {
       r.error->kind = *failed_kind;
       r.error->nothing_sent = nothing_sent;
@@ -293,7 +281,7 @@ void on_success(self_ptr self, uint64_t rpc_id, rpc_run& run,
     ds = st.batches->on_ts_response(rpc_id, parse_ts_body(r.response.body), now);
   else
     ds = st.batches->on_seq_response(rpc_id, parse_seq_body(r.response.body), now);
-  deliver_all(self, ds, endpoint, attempts);
+  deliver_all(self, ds, endpoint, attempts, run.request_id);
   finish_rpc(self, rpc_id);
 }
 
@@ -324,9 +312,12 @@ void fail_rpc(self_ptr self, uint64_t rpc_id, const discovery_action& a) {
       && it->second.fatal_kind)
     kind = *it->second.fatal_kind;
   bool nothing_sent = it != st.rpcs.end() && !it->second.maybe_sent;
+  std::string request_id;
+  if (it != st.rpcs.end())
+    request_id = it->second.request_id;
   // Nothing billed: every attempt provably committed nothing (the oracle's
   // pre-commit marker, or nothing left the client).
-  deliver_all(self, ds, {}, a.attempts, kind, nothing_sent,
+  deliver_all(self, ds, {}, a.attempts, request_id, kind, nothing_sent,
               a.nothing_committed);
   finish_rpc(self, rpc_id);
 }
@@ -388,17 +379,33 @@ void act(self_ptr self, uint64_t rpc_id, discovery_action a) {
   auto me = caf::actor_cast<coalescing_driver_actor>(self);
   switch (a.step) {
     case discovery_step::send: {
-      call_error why;
-      auto t = transport_for(self, a.endpoint, why);
-      if (!t) {
+      // No attempt can be made (nothing is sent): the RPC fails with
+      // `why`, as discovery decides for a fatal attempt.
+      auto cannot_send = [&](const call_error& why) {
         attempt_report rep;
         rep.cls = attempt_class::fatal;
         rep.detail = why.detail;
         run.fatal_kind = why.kind;
         return act(self, rpc_id,
                    run.dc->on_result(*st.leaders, rep, now_of(self), st.rng));
-      }
-      auto req = build_request(run.plan);
+      };
+      // The request of this attempt, for its endpoint, through the shared
+      // builder; the RPC's request id on every attempt (start_rpc).
+      auto ep = parse_oracle_endpoint(a.endpoint, st.cfg.tls,
+                                      endpoint_origin::configured);
+      if (!ep)
+        return cannot_send(
+          make_error(error_kind::config_error,
+                     "endpoint does not parse: " + a.endpoint, true));
+      auto built = build_oracle_request(st.request_cfg, *ep, run.plan,
+                                        run.request_id, st.id_rng);
+      if (!built.ok)
+        return cannot_send(built.error);
+      call_error why;
+      auto t = transport_for(self, a.endpoint, why);
+      if (!t)
+        return cannot_send(why);
+      auto req = std::move(built.request);
       req.exchange_id = st.next_exchange++;
       req.timeout_ns = a.budget.count();
       run.exchange_id = req.exchange_id;
@@ -447,6 +454,12 @@ void start_rpc(self_ptr self, rpc_plan plan) {
   st.stats.batch_size_sum += n;
   auto& run = st.rpcs[id];
   run.plan = std::move(plan);
+  // One request id per RPC, on every attempt, redirect and endpoint of it,
+  // as the service client keeps one per call across its retries
+  // (call_actor.cpp): the oracle's logs tie the attempts of one RPC
+  // together (for seq, the one uncertain attempt to the caller's error),
+  // and every waiter that rode it gets it in coalesce_reply::request_id.
+  run.request_id = generate_request_id(st.id_rng);
   run.dc.emplace(*st.leaders, run.plan.kind == waiter_kind::seq, now);
   act(self, id, run.dc->start(*st.leaders, now, st.rng));
 }
@@ -640,7 +653,9 @@ driver_impl(self_ptr self, coalesce_config cfg, coalesce_options opts,
             uint64_t seed) {
   auto& st = self->state;
   st.rng.seed(seed);
+  st.id_rng.seed(seed ^ 0x6f7261636c652d69ULL); // "oracle-i"
   st.cfg = cfg;
+  st.request_cfg = oracle_request_config(cfg);
   st.opts = std::move(opts);
   st.batches.emplace(cfg);
   st.leaders.emplace(cfg, st.rng);
@@ -745,6 +760,9 @@ coalescing_driver_actor make_coalescing_driver(caf::actor_system& sys,
                                                coalesce_config cfg,
                                                coalesce_options opts) {
   cfg.validate();
+  // Whatever the request builder would refuse at send time (a default
+  // header it does not take), refused now, naming the field.
+  check_oracle_requests(cfg);
   // Everything the default pools check on spawn, checked now, for every
   // configured endpoint (hinted ones differ only in host and port): a
   // mixed plain/TLS list must not fail inside the driver on first use.

@@ -24,6 +24,13 @@
 //   caller ◄──────────────────────┴── deliveries ◄─ 2xx ─ transport(endpoint)
 //                                                  (421 + hint → next send)
 //
+// Every oracle request is built by the service client's request builder
+// (actors/call/request_builder.hpp, through actors/coalesce/oracle_request.hpp)
+// for the endpoint of its attempt: Accept / Content-Type, User-Agent, the
+// credential and default headers of coalesce_config, and one x-request-id
+// per RPC, kept on each of its attempts and redirects (as the service client
+// keeps one per call across retries).
+//
 // Everything the driver does is on the actor clock, so tests run it on CAF's
 // test coordinator in virtual time with scripted transports.
 
@@ -99,6 +106,11 @@ struct coalesce_reply {
   std::string endpoint;
   /// Waiters that rode the same RPC, this one included.
   uint32_t batch_waiters = 0;
+  /// The x-request-id of the RPC this caller rode (32 lower-case hex
+  /// digits, the same on every attempt of that RPC; also in
+  /// `error->request_id`); empty when the caller never rode one (refused
+  /// at entry, or its own timeout passed before its batch was sent).
+  std::string request_id;
 };
 
 /// Upper bounds of the batch-size histogram (waiters per RPC): 1, 2, 4, ...,
@@ -167,8 +179,9 @@ struct coalesce_options {
   /// Builds the transport of an endpoint. [a connection_pool per endpoint,
   /// from `tls_template` with base_url set to the endpoint]
   coalesce_transport_factory transports;
-  /// TLS identity (tls.*), connect/idle settings and default headers of the
-  /// per-endpoint pools; its base_url is ignored. [client_config{}]
+  /// TLS identity (tls.*) and connect/idle settings of the per-endpoint
+  /// pools; its base_url, token* and default_headers are ignored (the
+  /// oracle requests take theirs from coalesce_config). [client_config{}]
   client_config tls_template;
   /// io runner of the default pools. [io_runner::shared()]
   std::shared_ptr<io_runner> io;
@@ -188,7 +201,9 @@ client_config coalesce_pool_config(const client_config& tmpl,
                                    const oracle_endpoint& ep);
 
 /// Spawns a coalescing driver. Validates `cfg` (throws config_error naming
-/// the field, e.g. `coalesce.endpoints[1]`) before anything is spawned;
+/// the field, e.g. `coalesce.endpoints[1]`, `coalesce.default_headers`)
+/// and builds a trial ts and seq request with it (check_oracle_requests,
+/// actors/coalesce/oracle_request.hpp) before anything is spawned;
 /// without `opts.transports`, also validates the pool configuration of every
 /// configured endpoint (coalesce_pool_config; config_error naming the
 /// client_config field, e.g. `timeout`) and loads the TLS files of

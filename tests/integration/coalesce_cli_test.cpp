@@ -6,6 +6,7 @@
 // commits without answering (exit 8), set through `outbound request -X
 // POST .../admin/oracle` exactly as the README shows it.
 
+#include "scripted_server.hpp"
 #include "test_certs.hpp"
 
 #include <boost/json/array.hpp>
@@ -26,6 +27,7 @@
 #include <chrono>
 #include <fstream>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -355,4 +357,80 @@ TEST_F(CoalesceCli, ExplicitHttpEndpointsWithACaFileAreDialledPlain) {
                     "--ca-file", ca.cert, "--timeout", "10"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(u64(r.out_json().at("count")), 1u) << r.out;
+}
+
+/// The value of header `name` in a raw request (case-insensitive name);
+/// empty when absent.
+std::string raw_header(const std::string& raw, const std::string& name) {
+  std::regex re{"\r\n" + name + ": ([^\r\n]*)\r\n", std::regex::icase};
+  std::smatch m;
+  return std::regex_search(raw, m, re) ? std::string{m[1]} : std::string{};
+}
+
+TEST_F(CoalesceCli, TsAndSeqSendTheCredentialAndHeadersAsRequestDoes) {
+  // --token / --token-header / --token-scheme / --header, as `outbound
+  // request` takes them, on the oracle requests' wire (scripted nodes).
+  scripted_server ts_node{{{step::read_request(),
+                            step::send(scripted_server::json_response(
+                              200, R"({"physical_ms":1001,"logical_start":0,)"
+                                   R"("count":1,"epoch":"1"})"))}}};
+  auto r = run_cli({"ts", "--endpoints",
+                    "127.0.0.1:" + std::to_string(ts_node.port()), "--token",
+                    "s3cret", "--header", "X-Team: billing"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_TRUE(ts_node.wait_for_requests(1, 10s));
+  auto raw = ts_node.requests().at(0).raw;
+  EXPECT_EQ(raw_header(raw, "Authorization"), "Bearer s3cret") << raw;
+  EXPECT_EQ(raw_header(raw, "X-Team"), "billing") << raw;
+  EXPECT_EQ(raw_header(raw, "User-Agent").rfind("outbound/", 0), 0u) << raw;
+  EXPECT_TRUE(std::regex_match(raw_header(raw, "x-request-id"),
+                               std::regex{"[0-9a-f]{32}"}))
+    << raw;
+
+  scripted_server seq_node{{{step::read_request(),
+                             step::send(scripted_server::json_response(
+                               200, R"({"start":0,"count":2,"epoch":"1"})"))}}};
+  r = run_cli({"seq", "--endpoints",
+               "127.0.0.1:" + std::to_string(seq_node.port()), "--key", "k",
+               "--count", "2", "--token", "k-123", "--token-header",
+               "X-API-Key", "--token-scheme", "", "--header", "X-A: 1",
+               "--header", "X-B: 2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_TRUE(seq_node.wait_for_requests(1, 10s));
+  raw = seq_node.requests().at(0).raw;
+  EXPECT_EQ(raw_header(raw, "X-API-Key"), "k-123") << raw;
+  EXPECT_EQ(raw_header(raw, "Authorization"), "") << raw;
+  EXPECT_EQ(raw_header(raw, "X-A"), "1") << raw;
+  EXPECT_EQ(raw_header(raw, "X-B"), "2") << raw;
+}
+
+TEST_F(CoalesceCli, BadCredentialOptionsAreConfigErrorsNamingTheField) {
+  struct bad {
+    std::vector<std::string> args;
+    std::string field;
+  };
+  const std::vector<bad> cases = {
+    {{"ts", "--endpoints", leader_last(), "--header", "X-Request-Id: x"},
+     "--header"},
+    {{"ts", "--endpoints", leader_last(), "--header", "no colon"},
+     "--header"},
+    {{"ts", "--endpoints", leader_last(), "--header", "Host: evil"},
+     "coalesce.default_headers"},
+    {{"seq", "--endpoints", leader_last(), "--key", "k", "--count", "1",
+      "--header", "X Y: v"},
+     "coalesce.default_headers"},
+    {{"ts", "--endpoints", leader_last(), "--token", "s3cret",
+      "--token-header", "Bad Header"},
+     "coalesce.token_header"},
+  };
+  for (auto& c : cases) {
+    auto r = run_cli(c.args);
+    EXPECT_EQ(r.code, 2) << c.field << ": " << r.err;
+    EXPECT_EQ(r.out, "") << c.field;
+    auto e = r.err_json();
+    EXPECT_NE(std::string{e.at("detail").as_string()}.find(c.field),
+              std::string::npos)
+      << r.err;
+    EXPECT_EQ(r.err.find("s3cret"), std::string::npos) << r.err;
+  }
 }

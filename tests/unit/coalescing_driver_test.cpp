@@ -53,6 +53,8 @@ struct fake_node {
   std::chrono::nanoseconds delay{0};
   /// Requests received, with the virtual time of arrival.
   std::vector<std::pair<json::object, caf::actor_clock::time_point>> seen;
+  /// The same requests as the transport got them (headers, target).
+  std::vector<http_request> requests;
   std::vector<uint64_t> cancels;
   /// Answers left stalled (answered only by a cancel).
   int stalled = 0;
@@ -107,6 +109,7 @@ caf::behavior fake_node_impl(caf::stateful_actor<node_state>* self,
       auto& n = *st.node;
       auto body = json::parse(req.body).as_object();
       n.seen.emplace_back(body, self->clock().now());
+      n.requests.push_back(req);
       exchange_result r;
       r.exchange_id = req.exchange_id;
       auto role = n.role;
@@ -724,6 +727,82 @@ TEST_F(CoalescingDriver, ConstructionValidatesTheConfigNamingTheField) {
     EXPECT_NE(std::string{e.what()}.find("coalesce.endpoints[1]"),
               std::string::npos)
       << e.what();
+  }
+}
+
+TEST_F(CoalescingDriver, EveryAttemptOfAnRpcCarriesTheCredentialAndItsOneRequestId) {
+  // The oracle requests come out of the shared request builder: the
+  // credential, the default headers and a request id, the same on every
+  // attempt of one RPC (here: the follower A, then the hinted leader C),
+  // a new one for the next RPC; each caller learns its RPC's id.
+  cfg.token = "s3cret";
+  cfg.default_headers = {{"X-Team", "billing"}};
+  elect(C, 5);
+  auto first = ts();
+  ASSERT_TRUE(run_to_quiescence());
+  ASSERT_EQ(ok(first).endpoint, C);
+  ASSERT_EQ(node(A).requests.size(), 1u) << "the first RPC starts at A";
+  ASSERT_EQ(node(C).requests.size(), 1u);
+  const auto& id = ok(first).request_id;
+  ASSERT_EQ(id.size(), 32u) << id;
+  for (auto* n : {&node(A), &node(C)}) {
+    const auto& req = n->requests.front();
+    EXPECT_EQ(req.target, "/v1/ts");
+    EXPECT_EQ(req.max_body_bytes, 64u * 1024u);
+    ASSERT_TRUE(find_header(req.headers, "x-request-id"));
+    EXPECT_EQ(*find_header(req.headers, "x-request-id"), id);
+    ASSERT_TRUE(find_header(req.headers, "authorization"));
+    EXPECT_EQ(*find_header(req.headers, "authorization"), "Bearer s3cret");
+    ASSERT_TRUE(find_header(req.headers, "x-team"));
+    EXPECT_EQ(*find_header(req.headers, "x-team"), "billing");
+    ASSERT_TRUE(find_header(req.headers, "user-agent"));
+    EXPECT_EQ(find_header(req.headers, "user-agent")->rfind("outbound/", 0),
+              0u);
+  }
+  auto second = seq("orders", 2);
+  ASSERT_TRUE(run_to_quiescence());
+  ASSERT_EQ(node(C).requests.size(), 2u) << "the cached leader goes first";
+  const auto& req = node(C).requests.back();
+  EXPECT_EQ(req.target, "/v1/seq");
+  EXPECT_EQ(req.body, R"({"count":2,"key":"orders"})");
+  ASSERT_TRUE(find_header(req.headers, "x-request-id"));
+  EXPECT_EQ(*find_header(req.headers, "x-request-id"), ok(second).request_id);
+  EXPECT_NE(ok(second).request_id, id) << "one id per RPC";
+}
+
+TEST_F(CoalescingDriver, AFailedRpcNamesItsRequestIdInTheError) {
+  for (auto& k : {A, B, C})
+    node(k).role = node_role::refuse;
+  auto r = ts();
+  ASSERT_TRUE(run_to_quiescence());
+  EXPECT_EQ(failed(r), error_kind::service_unavailable);
+  EXPECT_EQ(r->reply->error->request_id.size(), 32u);
+  EXPECT_EQ(r->reply->error->request_id, r->reply->request_id);
+}
+
+TEST_F(CoalescingDriver, ABadDefaultHeaderFailsConstructionNamingTheField) {
+  for (auto bad : std::vector<header_list>{{{"X-Bad", "v\r\nInjected: 1"}},
+                                           {{"Host", "evil"}},
+                                           {{"X Y", "v"}}}) {
+    coalesce_config c = cfg;
+    c.default_headers = bad;
+    try {
+      make_coalescing_driver(sys(), c);
+      ADD_FAILURE() << "no config_error for " << bad.front().first;
+    } catch (const config_error& e) {
+      EXPECT_EQ(e.field(), "coalesce.default_headers") << e.what();
+      EXPECT_EQ(std::string{e.what()}.find("Injected"), std::string::npos)
+        << "the value is never shown: " << e.what();
+    }
+  }
+  coalesce_config c = cfg;
+  c.token = "t";
+  c.token_header = "Bad Header";
+  try {
+    make_coalescing_driver(sys(), c);
+    ADD_FAILURE() << "no config_error";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "coalesce.token_header") << e.what();
   }
 }
 
