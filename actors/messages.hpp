@@ -152,6 +152,14 @@ struct pool_stats {
   uint64_t idle = 0;
   /// Exchanges in flight now.
   uint64_t in_flight = 0;
+  /// Exchanges queued now, waiting for a connection (the endpoint is at
+  /// `client_config::max_connections_per_endpoint`).
+  uint64_t pending = 0;
+  /// Exchanges that had to wait in the queue, total.
+  uint64_t waited = 0;
+  /// Exchanges refused because the queue held
+  /// `client_config::max_pending_requests`, total.
+  uint64_t overflowed = 0;
 };
 
 } // namespace outbound

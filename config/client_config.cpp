@@ -237,6 +237,10 @@ void client_config::validate() const {
     throw config_error("json_memory_max_bytes", "must be >= 1 MiB");
   if (max_redials < 0)
     throw config_error("max_redials", "must be >= 0");
+  if (max_connections_per_endpoint < 1)
+    throw config_error("max_connections_per_endpoint", "must be >= 1");
+  if (max_pending_requests < 1)
+    throw config_error("max_pending_requests", "must be >= 1");
   if (!finite_non_negative(local_retry_deadline))
     throw config_error("local_retry_deadline", "must be >= 0 seconds");
   validate_credential_fields(token, token_header, token_scheme,

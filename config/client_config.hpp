@@ -145,6 +145,19 @@ struct client_config {
   double local_retry_deadline = 30.0;
   /// Keep-alive connections kept idle per endpoint by the pool. [64]
   std::size_t max_idle_per_endpoint = 64;
+  /// Connections the pool opens at once to the endpoint: in flight (a dial
+  /// in progress included) plus idle. An exchange that finds none idle and
+  /// the endpoint at this limit waits in a FIFO queue for the next free
+  /// connection (time queued counts against its attempt's budget). Bounds
+  /// sockets and TIME-WAIT churn when the server slows down. >= 1. As
+  /// Envoy's cluster circuit breaker max_connections and Go's
+  /// http.Transport.MaxConnsPerHost. [1024]
+  std::size_t max_connections_per_endpoint = 1024;
+  /// Exchanges that may wait for a connection to the endpoint at once; one
+  /// more fails at once with `service_unavailable` (transport kind
+  /// `pool_overflow`, nothing sent, not retried). >= 1. As Envoy's
+  /// max_pending_requests and the waiter bound of Finagle's pool. [1024]
+  std::size_t max_pending_requests = 1024;
 
   /// Validates every field; throws config_error naming the first bad one.
   /// Reads (opens) the TLS files to check that they are readable.

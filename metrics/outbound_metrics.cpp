@@ -482,6 +482,17 @@ std::vector<prometheus::MetricFamily> snapshot_collector::Collect() const {
               as_double(s.idle));
     out.gauge("outbound_pool_in_flight", "Exchanges in flight now", l,
               as_double(s.in_flight));
+    out.gauge("outbound_pool_pending",
+              "Exchanges queued now, waiting for a connection (endpoint at "
+              "max_connections_per_endpoint)",
+              l, as_double(s.pending));
+    out.counter("outbound_pool_waited_total",
+                "Exchanges that waited for a connection", l,
+                as_double(s.waited));
+    out.counter("outbound_pool_overflowed_total",
+                "Exchanges refused because the queue held "
+                "max_pending_requests",
+                l, as_double(s.overflowed));
   }
   // The poller.
   for (auto& [kind, n] : sources_)

@@ -154,6 +154,9 @@ inline constexpr const char* other_feeds_label = "_other";
 /// | outbound_pool_cancelled_total           | counter | service | exchanges cancelled by their caller |
 /// | outbound_pool_idle_connections          | gauge   | service | idle connections now |
 /// | outbound_pool_in_flight                 | gauge   | service | exchanges in flight now |
+/// | outbound_pool_pending                   | gauge   | service | exchanges queued for a connection now |
+/// | outbound_pool_waited_total              | counter | service | exchanges that waited for a connection |
+/// | outbound_pool_overflowed_total          | counter | service | exchanges refused: queue full |
 ///
 /// The poller itself (kind = "hedging" | "coalescer" | "feed" | "pool"):
 ///

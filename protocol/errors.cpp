@@ -30,6 +30,7 @@ const char* to_string(transport_error_kind k) {
     case transport_error_kind::too_large: return "too_large";
     case transport_error_kind::timeout: return "timeout";
     case transport_error_kind::config: return "config";
+    case transport_error_kind::pool_overflow: return "pool_overflow";
   }
   return "unknown";
 }

@@ -75,6 +75,13 @@ enum class transport_error_kind : uint8_t {
   timeout,
   /// The request could not be built or the transport is misconfigured.
   config,
+  /// The connection pool refused the exchange at once: the endpoint is at
+  /// `client_config::max_connections_per_endpoint` and
+  /// `client_config::max_pending_requests` exchanges already wait for a
+  /// connection (Envoy's max_pending_requests overflow). Nothing was sent;
+  /// the call fails with `service_unavailable` and is not retried (a retry
+  /// into a full local queue only adds load).
+  pool_overflow,
 };
 
 /// Stable lower-case name of a kind ("not_sent", "connect", ...), used in

@@ -449,10 +449,14 @@ call_health health_of(const exchange_result& r) {
 }
 
 // False for a send that provably never left on a pooled connection found
-// dead (a redial, a local retry): the backend is not to blame.
+// dead (a redial, a local retry) or that the pool refused with its queue
+// full (pool_overflow): the backend is not to blame, and the ~0 s "latency"
+// must not reach the hedging sketch or the breaker.
 bool reached_backend(const retry_step& step) {
   return step.decision != retry_decision::redial
-         && step.decision != retry_decision::retry_local;
+         && step.decision != retry_decision::retry_local
+         && !(step.decision == retry_decision::not_retryable
+              && step.error.cause == transport_error_kind::pool_overflow);
 }
 
 void on_result(self_ptr self, uint64_t send_id, exchange_result& r) {

@@ -359,6 +359,16 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
       e.detail = r.detail.empty() ? "transport configuration error" : r.detail;
       return end_with(retry_decision::not_retryable, std::move(e), "config");
     }
+    case transport_error_kind::pool_overflow: {
+      // Nothing left, but the local queue for the endpoint is full: a retry
+      // (or a redial) would only queue behind the same backlog. Final.
+      call_error e;
+      e.kind = error_kind::service_unavailable;
+      e.cause = kind;
+      e.detail = r.detail.empty() ? "connection pool queue full" : r.detail;
+      return end_with(retry_decision::not_retryable, std::move(e),
+                      "pool_overflow");
+    }
   }
   return transport_failure(r, transport_error_kind::interrupted, now, rng);
 }

@@ -12,7 +12,12 @@
 #include <caf/typed_response_promise.hpp>
 #include <caf/weak_intrusive_ptr.hpp>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <exception>
+#include <optional>
+#include <string>
 #include <utility>
 
 namespace outbound {
@@ -28,50 +33,42 @@ struct exchange_done {
   bool reusable = false;
 };
 
+/// A queued exchange's own time limit (its request's timeout_ns) ran out
+/// before a connection became free.
+struct queue_expired {
+  uint64_t exchange_id = 0;
+};
+
 } // namespace
 
 } // namespace outbound
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::exchange_done)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::queue_expired)
 
 namespace outbound {
 
 namespace {
 
-/// The pool's own interface: the transport port plus the completion message
-/// and a stats query (reachable through an untyped handle in tests).
+/// The pool's own interface: the transport port plus the completion message,
+/// the queue timer and a stats query (reachable through an untyped handle in
+/// tests).
 using pool_actor = transport_actor::extend<
-  caf::reacts_to<exchange_done>, caf::replies_to<stats_atom>::with<pool_stats>>;
+  caf::reacts_to<exchange_done>, caf::reacts_to<queue_expired>,
+  caf::replies_to<stats_atom>::with<pool_stats>>;
 
 using connection_ptr = std::shared_ptr<http_connection>;
 using promise_type = caf::typed_response_promise<exchange_result>;
 
-struct pool_actor_state {
-  /// Declared first: destroyed last, after every connection using it.
-  std::shared_ptr<io_runner> io;
-  std::shared_ptr<tls_context> tls;
-  url_parts origin;
-  pool_key key;
-  basic_pool_state<connection_ptr, promise_type> pool{0};
-
-  /// Runs when the actor terminates: every connection is closed, every
-  /// exchange still in flight is answered.
-  ~pool_actor_state() {
-    auto [idle, flights] = pool.drain();
-    for (auto& c : idle)
-      c->close();
-    for (auto& f : flights) {
-      f.conn->close();
-      exchange_result res;
-      res.error = transport_error_kind::interrupted;
-      res.detail = "connection pool stopped";
-      res.request_sent = true; // unknown: assume it may have left
-      f.pending.deliver(std::move(res));
-    }
-  }
-
-  static inline const char* name = "outbound.connection_pool";
+/// What a queued exchange runs once a connection is free.
+struct queued_request {
+  http_request request;
+  /// When it was queued (actor clock): the wait is taken off its timeout.
+  caf::actor_clock::time_point since;
 };
+
+using state_type
+  = basic_pool_state<connection_ptr, promise_type, queued_request>;
 
 exchange_result error_result(uint64_t id, transport_error_kind kind,
                              std::string detail, bool sent = false) {
@@ -83,53 +80,150 @@ exchange_result error_result(uint64_t id, transport_error_kind kind,
   return res;
 }
 
-pool_actor::behavior_type
-pool_impl(pool_actor::stateful_pointer<pool_actor_state> self,
-          std::shared_ptr<io_runner> io, std::shared_ptr<tls_context> tls,
-          url_parts origin, std::size_t max_idle) {
+struct pool_actor_state {
+  /// Declared first: destroyed last, after every connection using it.
+  std::shared_ptr<io_runner> io;
+  std::shared_ptr<tls_context> tls;
+  url_parts origin;
+  pool_key key;
+  state_type pool{0};
+
+  /// Runs when the actor terminates: every connection is closed, every
+  /// exchange still in flight or queued is answered.
+  ~pool_actor_state() {
+    auto d = pool.drain();
+    for (auto& c : d.idle)
+      c->close();
+    for (auto& f : d.flights) {
+      f.conn->close();
+      exchange_result res;
+      res.error = transport_error_kind::interrupted;
+      res.detail = "connection pool stopped";
+      res.request_sent = true; // unknown: assume it may have left
+      f.pending.deliver(std::move(res));
+    }
+    for (auto& w : d.waiters)
+      w.pending.deliver(error_result(w.id, transport_error_kind::interrupted,
+                                     "connection pool stopped (the request "
+                                     "was queued, never sent)"));
+  }
+
+  static inline const char* name = "outbound.connection_pool";
+};
+
+using self_ptr = pool_actor::stateful_pointer<pool_actor_state>;
+
+/// Runs exchange `id` on `conn` (a reused or a new connection).
+void run(self_ptr self, uint64_t id, http_request req, connection_ptr conn,
+         promise_type rp, bool reused) {
+  auto& st = self->state;
+  st.pool.start(id, st.key, conn, std::move(rp), reused);
+  caf::weak_actor_ptr weak{self->ctrl()};
+  conn->async_exchange(std::move(req), [weak, id](exchange_result res,
+                                                  bool reusable) {
+    if (auto strong = weak.lock())
+      caf::anon_send(caf::actor_cast<pool_actor>(strong),
+                     exchange_done{id, std::move(res), reusable});
+  });
+}
+
+/// Runs waiter `w`: on `conn` if given (handed over), else on a new dial in
+/// the slot freed for it. A dial that cannot be created passes its slot on.
+void run_waiter(self_ptr self, std::optional<state_type::waiter> w,
+                connection_ptr conn = nullptr) {
+  auto& st = self->state;
+  while (w) {
+    auto& req = w->request.request;
+    // The time spent queued is taken off the exchange's own timeout.
+    auto waited = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    self->clock().now() - w->request.since)
+                    .count();
+    req.timeout_ns = std::max<int64_t>(1, req.timeout_ns - waited);
+    if (conn) {
+      run(self, w->id, std::move(req), std::move(conn), std::move(w->pending),
+          true);
+      return;
+    }
+    connection_ptr fresh;
+    try {
+      fresh = http_connection::make(*st.io, st.origin, st.tls);
+    } catch (const std::exception& e) {
+      w->pending.deliver(
+        error_result(w->id, transport_error_kind::config, e.what()));
+      w = st.pool.dial_failed(st.key);
+      continue;
+    }
+    run(self, w->id, std::move(req), std::move(fresh), std::move(w->pending),
+        false);
+    return;
+  }
+}
+
+pool_actor::behavior_type pool_impl(self_ptr self,
+                                    std::shared_ptr<io_runner> io,
+                                    std::shared_ptr<tls_context> tls,
+                                    url_parts origin, pool_limits limits) {
   auto& st = self->state;
   st.io = std::move(io);
   st.tls = std::move(tls);
   st.origin = std::move(origin);
   st.key = pool_key{st.origin.scheme, st.origin.host, st.origin.port,
                     st.tls ? st.tls->identity() : std::string{}};
-  st.pool = basic_pool_state<connection_ptr, promise_type>{max_idle};
+  st.pool = state_type{limits};
   return {
     [self](http_request& req) -> caf::result<exchange_result> {
       auto& st = self->state;
       auto id = req.exchange_id;
-      if (st.pool.is_in_flight(id))
+      if (st.pool.is_in_flight(id) || st.pool.is_waiting(id))
         return error_result(id, transport_error_kind::config,
                             "duplicate exchange id " + std::to_string(id));
+      auto a = st.pool.acquire(st.key, req.fresh_connection);
       connection_ptr conn;
       bool reused = false;
-      if (auto idle = st.pool.checkout(st.key, req.fresh_connection)) {
-        if ((*idle)->stale()) {
-          // The server closed it (or left bytes on it) while it was idle:
-          // nothing of this request left; the caller redials fresh.
-          (*idle)->close();
-          st.pool.discard_stale();
-          return error_result(id, transport_error_kind::not_sent,
-                              "pooled connection was closed by the server");
+      switch (a.kind) {
+        case acquire_kind::reuse:
+          if ((*a.conn)->stale()) {
+            // The server closed it (or left bytes on it) while it was idle:
+            // nothing of this request left; the caller redials fresh.
+            (*a.conn)->close();
+            run_waiter(self, st.pool.discard_stale(st.key));
+            return error_result(id, transport_error_kind::not_sent,
+                                "pooled connection was closed by the server");
+          }
+          conn = std::move(*a.conn);
+          reused = true;
+          break;
+        case acquire_kind::dial:
+          if (a.evicted)
+            (*a.evicted)->close();
+          try {
+            conn = http_connection::make(*st.io, st.origin, st.tls);
+          } catch (const std::exception& e) {
+            run_waiter(self, st.pool.dial_failed(st.key));
+            return error_result(id, transport_error_kind::config, e.what());
+          }
+          break;
+        case acquire_kind::wait: {
+          auto rp = self->make_response_promise<exchange_result>();
+          auto timeout
+            = std::chrono::nanoseconds{std::max<int64_t>(req.timeout_ns, 0)};
+          bool fresh = req.fresh_connection;
+          st.pool.enqueue(id, st.key, fresh, rp,
+                          queued_request{std::move(req), self->clock().now()});
+          // The pool answers within the request's timeout even while it
+          // waits (the transport port's promise); a caller's cancel_atom
+          // usually comes first.
+          self->delayed_send(self, timeout, queue_expired{id});
+          return rp;
         }
-        conn = std::move(*idle);
-        reused = true;
-      } else {
-        try {
-          conn = http_connection::make(*st.io, st.origin, st.tls);
-        } catch (const std::exception& e) {
-          return error_result(id, transport_error_kind::config, e.what());
-        }
+        case acquire_kind::overflow:
+          return error_result(
+            id, transport_error_kind::pool_overflow,
+            "connection pool queue full (" + std::to_string(a.waiting)
+              + " waiting, " + std::to_string(a.connections) + " connections)");
       }
       auto rp = self->make_response_promise<exchange_result>();
-      st.pool.start(id, st.key, conn, rp, reused);
-      caf::weak_actor_ptr weak{self->ctrl()};
-      conn->async_exchange(std::move(req), [weak, id](exchange_result res,
-                                                      bool reusable) {
-        if (auto strong = weak.lock())
-          caf::anon_send(caf::actor_cast<pool_actor>(strong),
-                         exchange_done{id, std::move(res), reusable});
-      });
+      run(self, id, std::move(req), std::move(conn), rp, reused);
       return rp;
     },
     [self](exchange_done& done) {
@@ -137,20 +231,40 @@ pool_impl(pool_actor::stateful_pointer<pool_actor_state> self,
       auto flight = st.pool.complete(done.exchange_id);
       if (!flight)
         return; // cancelled earlier: already answered
-      auto decision = st.pool.release(flight->key, flight->conn, done.reusable);
-      if (decision != release_decision::keep_idle)
+      auto r = st.pool.release(flight->key, flight->conn, done.reusable);
+      bool handed = r.decision == release_decision::handed_to_waiter;
+      if (!handed && r.decision != release_decision::keep_idle)
         flight->conn->close();
       done.result.exchange_id = done.exchange_id;
       flight->pending.deliver(std::move(done.result));
+      // A freed connection (or slot) goes to the head waiter at once.
+      run_waiter(self, std::move(r.next), handed ? flight->conn : nullptr);
     },
     [self](cancel_atom, uint64_t id) {
       auto& st = self->state;
-      auto flight = st.pool.cancel(id);
-      if (!flight)
-        return; // completed already, or unknown
-      flight->conn->close();
-      flight->pending.deliver(
-        error_result(id, transport_error_kind::timeout, "cancelled", true));
+      auto c = st.pool.cancel(id);
+      if (c.flight) {
+        c.flight->conn->close();
+        c.flight->pending.deliver(
+          error_result(id, transport_error_kind::timeout, "cancelled", true));
+        run_waiter(self, std::move(c.next));
+      } else if (c.queued) {
+        // Never left the queue: nothing was sent.
+        c.queued->pending.deliver(error_result(
+          id, transport_error_kind::timeout, "cancelled while queued for a "
+                                             "connection"));
+      }
+    },
+    [self](queue_expired& q) {
+      auto& st = self->state;
+      auto w = st.pool.expire(q.exchange_id);
+      if (!w)
+        return; // ran, or was cancelled
+      w->pending.deliver(error_result(
+        q.exchange_id, transport_error_kind::timeout,
+        "no connection free within the exchange's timeout ("
+          + std::to_string(st.pool.open_count(st.key)) + " connections, "
+          + std::to_string(st.pool.pending_count()) + " waiting)"));
     },
     [self](stats_atom) {
       auto& st = self->state;
@@ -162,6 +276,9 @@ pool_impl(pool_actor::stateful_pointer<pool_actor_state> self,
       out.cancelled = c.cancelled;
       out.idle = st.pool.idle_count();
       out.in_flight = st.pool.in_flight_count();
+      out.pending = st.pool.pending_count();
+      out.waited = c.waited;
+      out.overflowed = c.overflowed;
       return out;
     },
   };
@@ -181,8 +298,12 @@ transport_actor spawn_connection_pool(caf::actor_system& sys,
     tls.reset(); // files checked, but plain http carries no identity
   if (!io)
     io = io_runner::shared();
+  pool_limits limits;
+  limits.max_idle = cfg.max_idle_per_endpoint;
+  limits.max_connections = cfg.max_connections_per_endpoint;
+  limits.max_pending = cfg.max_pending_requests;
   return sys.spawn(pool_impl, std::move(io), std::move(tls), std::move(origin),
-                   cfg.max_idle_per_endpoint);
+                   limits);
 }
 
 } // namespace outbound

@@ -6,19 +6,27 @@
 //
 // One exchange:
 //
-//   http_request ──► checkout(key, fresh) ─┬─ idle connection (MRU) ──► stale? ─ yes ─► discard_stale ─► answer not_sent
-//                                          │                                   └─ no ──► start(reused)
-//                                          └─ none / fresh ──────────────────────────► start(dialled)
-//   start ──► in flight ──┬── complete(id) ──► release(key, conn, reusable) ─┬─ keep (idle, MRU)
-//                         │                                                  └─ close
-//                         └── cancel(id) ────► close (never reused); a later complete(id) finds nothing
+//   http_request ──► acquire(key, fresh) ─┬─ reuse: idle connection (MRU) ──► stale? ─ yes ─► discard_stale ─► answer not_sent
+//                                         │                                          └─ no ──► start(reused)
+//                                         ├─ dial (below the limit) ─────────────────────────► start(dialled)
+//                                         ├─ wait (at the limit) ──► enqueue ──► FIFO queue ──┬─ handed a connection ─► start(reused)
+//                                         │                                                   ├─ a slot freed ────────► start(dialled)
+//                                         │                                                   └─ cancel / expire ─────► answer, never sent
+//                                         └─ overflow (queue full) ──► answer pool_overflow at once
+//   start ──► in flight ──┬── complete(id) ──► release(key, conn, reusable) ─┬─ a waiter: hand over (or close, it dials)
+//                         │                                                  ├─ keep (idle, MRU)
+//                         │                                                  └─ close (its slot to the head waiter)
+//                         └── cancel(id) ────► close (never reused; its slot to the head waiter); a later complete(id) finds nothing
 //
 // `Conn` is the connection handle (a shared_ptr<http_connection> in the
 // actor, a plain int in tests); `Pending` is what the actor needs to answer
-// the requester (a response promise).
+// the requester (a response promise); `Request` is what a queued exchange
+// runs later (the request).
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <list>
 #include <map>
 #include <optional>
 #include <string>
@@ -51,13 +59,43 @@ struct pool_key {
 struct pool_counters {
   /// Connections dialled (one per exchange that found no usable idle one).
   uint64_t dialled = 0;
-  /// Exchanges that ran on an idle pooled connection.
+  /// Exchanges that ran on an idle pooled connection or on a connection
+  /// handed over by the exchange before them.
   uint64_t reused = 0;
   /// Idle connections found stale (closed by the server, unread bytes) and
   /// discarded; each answered its request with `not_sent`.
   uint64_t stale_discarded = 0;
-  /// Exchanges cancelled by their caller.
+  /// Exchanges cancelled by their caller (in flight or queued).
   uint64_t cancelled = 0;
+  /// Exchanges that found the endpoint at its connection limit and waited
+  /// in the queue.
+  uint64_t waited = 0;
+  /// Exchanges refused at once because the queue was full.
+  uint64_t overflowed = 0;
+};
+
+/// Limits of a pool, per endpoint (pool_key).
+struct pool_limits {
+  /// Idle connections kept (0 keeps none).
+  std::size_t max_idle = 64;
+  /// Connections open at once: in flight (dialling included) plus idle.
+  std::size_t max_connections = 1024;
+  /// Exchanges waiting for a connection; one more is refused (overflow).
+  std::size_t max_pending = 1024;
+};
+
+/// What `acquire` decided for a new exchange.
+enum class acquire_kind {
+  /// Run on `acquisition::conn`, an idle connection (check it for
+  /// staleness first: `discard_stale`, else `start(..., reused = true)`).
+  reuse,
+  /// Dial a new connection: a slot is reserved for it (`start(..., false)`,
+  /// or `dial_failed` if it cannot even be created).
+  dial,
+  /// The endpoint is at its connection limit: `enqueue` the exchange.
+  wait,
+  /// The queue is full: refuse the exchange at once (nothing was sent).
+  overflow,
 };
 
 /// What `release` decided for a connection whose exchange completed.
@@ -68,10 +106,34 @@ enum class release_decision {
   close_not_reusable,
   /// Close: the key already holds `max_idle` idle connections.
   close_pool_full,
+  /// Not closed: handed to the head waiter, which runs on it at once.
+  handed_to_waiter,
+  /// Close: the head waiter asked for a fresh connection; it dials in this
+  /// connection's slot.
+  close_for_fresh_waiter,
 };
 
-/// Pure bookkeeping of idle and in-flight connections.
-template <class Conn, class Pending>
+/// Pure bookkeeping of idle, in-flight and queued exchanges of a pool.
+///
+/// Connection limit (per key): a connection counts from the moment an
+/// exchange is admitted to dial it (so a dial in progress counts) until the
+/// caller closes it (`release` deciding to close, `cancel` of its exchange,
+/// `discard_stale`, `dial_failed`); idle connections count too, since they
+/// hold a socket. `open_count(key)` = in flight on the key + idle on the key.
+///
+/// When an exchange finds no idle connection and the key at
+/// `max_connections`, it waits in a FIFO queue (Envoy's cluster circuit
+/// breakers max_connections / max_pending_requests, Go's
+/// http.Transport.MaxConnsPerHost, Finagle's watermark pool with max
+/// waiters). A connection that becomes free goes to the head waiter: a
+/// reusable one is handed over directly (never parked idle while someone
+/// waits); a closed one lets the head waiter dial in its slot. While waiters
+/// are queued no connection of their key is idle. A queue holding
+/// `max_pending` waiters refuses the next exchange (`acquire_kind::overflow`).
+///
+/// `Conn` is the connection handle, `Pending` what answers the requester,
+/// `Request` what a waiter needs to run later (the request itself).
+template <class Conn, class Pending, class Request>
 class basic_pool_state {
 public:
   /// An exchange in flight.
@@ -81,27 +143,123 @@ public:
     Pending pending;
   };
 
-  /// `max_idle`: idle connections kept per key (0 keeps none).
-  explicit basic_pool_state(std::size_t max_idle) : max_idle_(max_idle) {
+  /// An exchange waiting for a connection.
+  struct waiter {
+    uint64_t id = 0;
+    pool_key key;
+    /// Asked for a fresh connection: never takes a handed-over one.
+    bool fresh = false;
+    Pending pending;
+    Request request;
+  };
+
+  /// `acquire`'s answer.
+  struct acquisition {
+    acquire_kind kind = acquire_kind::dial;
+    /// reuse: the idle connection taken.
+    std::optional<Conn> conn;
+    /// dial: an idle connection evicted to make room for a fresh dial at the
+    /// limit (the caller closes it).
+    std::optional<Conn> evicted;
+    /// overflow: waiters queued and connections open on the key.
+    std::size_t waiting = 0;
+    std::size_t connections = 0;
+  };
+
+  /// `release`'s answer.
+  struct release_result {
+    release_decision decision = release_decision::keep_idle;
+    /// The waiter to run next: on the released connection
+    /// (`handed_to_waiter`) or on a new dial in its slot (any close).
+    std::optional<waiter> next;
+  };
+
+  /// `cancel`'s answer: at most one of `flight` and `queued` is set.
+  struct cancel_result {
+    /// The exchange was in flight: the caller closes its connection.
+    std::optional<in_flight> flight;
+    /// The exchange was queued: it left the queue.
+    std::optional<waiter> queued;
+    /// The waiter that dials in the slot of the closed connection.
+    std::optional<waiter> next;
+  };
+
+  /// Idle limit only (no connection or queue limit).
+  explicit basic_pool_state(std::size_t max_idle)
+    : basic_pool_state(pool_limits{max_idle, SIZE_MAX, SIZE_MAX}) {
   }
 
-  /// Takes the most recently used idle connection of `key`, or nothing when
-  /// `fresh` is set or none is idle. The caller then checks it for
-  /// staleness and calls `discard_stale` or `start(..., reused = true)`.
-  std::optional<Conn> checkout(const pool_key& key, bool fresh) {
-    if (fresh)
-      return std::nullopt;
+  explicit basic_pool_state(pool_limits limits) : limits_(limits) {
+  }
+
+  /// Decides how a new exchange on `key` gets a connection: the most
+  /// recently used idle one (unless `fresh`), a new dial if the key is below
+  /// `max_connections` (or, for `fresh` at the limit, in the slot of an
+  /// evicted idle connection), else the queue, else overflow.
+  acquisition acquire(const pool_key& key, bool fresh) {
+    acquisition a;
     auto i = idle_.find(key);
-    if (i == idle_.end() || i->second.empty())
-      return std::nullopt;
-    Conn c = std::move(i->second.back());
-    i->second.pop_back();
-    return c;
+    bool has_idle = i != idle_.end() && !i->second.empty();
+    if (!fresh && has_idle) {
+      a.kind = acquire_kind::reuse;
+      a.conn = std::move(i->second.back());
+      i->second.pop_back();
+      return a;
+    }
+    auto& open = open_[key];
+    auto q = queues_.find(key);
+    bool queued = q != queues_.end() && !q->second.empty();
+    if (!queued && open < limits_.max_connections) {
+      ++open;
+      a.kind = acquire_kind::dial;
+      return a;
+    }
+    if (!queued && has_idle) {
+      // fresh at the limit: the least recently used idle connection yields
+      // its slot (an idle connection must not make a fresh exchange wait).
+      a.kind = acquire_kind::dial;
+      a.evicted = std::move(i->second.front());
+      i->second.erase(i->second.begin());
+      return a;
+    }
+    std::size_t waiting = queued ? q->second.size() : 0;
+    if (waiting >= limits_.max_pending) {
+      ++counters_.overflowed;
+      a.kind = acquire_kind::overflow;
+      a.waiting = waiting;
+      a.connections = open;
+      return a;
+    }
+    a.kind = acquire_kind::wait;
+    return a;
   }
 
-  /// Counts an idle connection found stale (the caller closes it).
-  void discard_stale() {
+  /// Queues exchange `id` (after `acquire` said `wait`). Returns false (and
+  /// queues nothing) if `id` is already queued or in flight.
+  bool enqueue(uint64_t id, pool_key key, bool fresh, Pending pending,
+               Request request) {
+    if (waiting_.count(id) > 0 || flights_.count(id) > 0)
+      return false;
+    auto& q = queues_[key];
+    q.push_back(waiter{id, std::move(key), fresh, std::move(pending),
+                       std::move(request)});
+    waiting_.emplace(id, std::prev(q.end()));
+    ++pending_;
+    ++counters_.waited;
+    return true;
+  }
+
+  /// Counts an idle connection found stale (the caller closes it). Returns
+  /// the waiter that dials in its slot, if any.
+  std::optional<waiter> discard_stale(const pool_key& key) {
     ++counters_.stale_discarded;
+    return free_slot(key);
+  }
+
+  /// A dial admitted by `acquire` (or given to a waiter) could not even be
+  /// created: frees its slot. Returns the waiter that dials next, if any.
+  std::optional<waiter> dial_failed(const pool_key& key) {
+    return free_slot(key);
   }
 
   /// Registers exchange `id` as running on `conn`. Returns false (and
@@ -120,44 +278,89 @@ public:
   }
 
   /// The exchange `id` completed: removes and returns it, or nothing if it
-  /// is unknown (cancelled earlier: the completion is dropped).
+  /// is unknown (cancelled earlier: the completion is dropped). Its
+  /// connection still counts until `release`.
   std::optional<in_flight> complete(uint64_t id) {
     return take(id);
   }
 
-  /// The caller cancelled `id`: removes and returns it (the caller closes the
-  /// connection and answers), or nothing if it already completed.
-  std::optional<in_flight> cancel(uint64_t id) {
-    auto f = take(id);
-    if (f)
+  /// The caller cancelled `id`: removes it from the flights (the caller
+  /// closes its connection and answers; its slot goes to `next`) or from
+  /// the queue (the caller answers). Nothing if it already completed.
+  cancel_result cancel(uint64_t id) {
+    cancel_result r;
+    if (auto f = take(id)) {
       ++counters_.cancelled;
-    return f;
+      r.next = free_slot(f->key);
+      r.flight = std::move(f);
+      return r;
+    }
+    r.queued = leave_queue(id);
+    if (r.queued)
+      ++counters_.cancelled;
+    return r;
   }
 
-  /// Returns `conn` to the idle list of `key` if `reusable` and there is room.
-  release_decision release(const pool_key& key, Conn conn, bool reusable) {
-    if (!reusable)
-      return release_decision::close_not_reusable;
+  /// Removes `id` from the queue if it is still waiting (its own time limit
+  /// ran out: the caller answers it); not counted as a cancel.
+  std::optional<waiter> expire(uint64_t id) {
+    return leave_queue(id);
+  }
+
+  /// The exchange on `conn` completed: hands `conn` to the head waiter if
+  /// `reusable` and one waits, else keeps it idle if `reusable` and there is
+  /// room, else closes it (and its slot goes to the head waiter).
+  release_result release(const pool_key& key, Conn conn, bool reusable) {
+    release_result r;
+    auto q = queues_.find(key);
+    bool queued = q != queues_.end() && !q->second.empty();
+    if (!reusable) {
+      r.decision = release_decision::close_not_reusable;
+      r.next = free_slot(key);
+      return r;
+    }
+    if (queued) {
+      r.decision = q->second.front().fresh
+                     ? release_decision::close_for_fresh_waiter
+                     : release_decision::handed_to_waiter;
+      r.next = pop_head(q);
+      return r;
+    }
     auto& list = idle_[key];
-    if (list.size() >= max_idle_)
-      return release_decision::close_pool_full;
+    if (list.size() >= limits_.max_idle) {
+      r.decision = release_decision::close_pool_full;
+      free_slot(key);
+      return r;
+    }
     list.push_back(std::move(conn));
-    return release_decision::keep_idle;
+    r.decision = release_decision::keep_idle;
+    return r;
   }
 
-  /// Removes every connection, idle and in flight (on termination). The
-  /// in-flight entries are returned so that the caller can answer them.
-  std::pair<std::vector<Conn>, std::vector<in_flight>> drain() {
+  /// Removes every connection and waiter (on termination). The in-flight
+  /// entries and the waiters are returned so that the caller answers them.
+  struct drained {
     std::vector<Conn> idle;
+    std::vector<in_flight> flights;
+    std::vector<waiter> waiters;
+  };
+  drained drain() {
+    drained d;
     for (auto& [key, list] : idle_)
       for (auto& c : list)
-        idle.push_back(std::move(c));
+        d.idle.push_back(std::move(c));
     idle_.clear();
-    std::vector<in_flight> flights;
     for (auto& [id, f] : flights_)
-      flights.push_back(std::move(f));
+      d.flights.push_back(std::move(f));
     flights_.clear();
-    return {std::move(idle), std::move(flights)};
+    for (auto& [key, q] : queues_)
+      for (auto& w : q)
+        d.waiters.push_back(std::move(w));
+    queues_.clear();
+    waiting_.clear();
+    pending_ = 0;
+    open_.clear();
+    return d;
   }
 
   /// Idle connections over all keys.
@@ -168,9 +371,20 @@ public:
     return n;
   }
 
+  /// Connections open on `key` (in flight, dialling or idle).
+  std::size_t open_count(const pool_key& key) const {
+    auto i = open_.find(key);
+    return i == open_.end() ? 0 : i->second;
+  }
+
   /// True if exchange `id` is in flight.
   bool is_in_flight(uint64_t id) const {
     return flights_.count(id) > 0;
+  }
+
+  /// True if exchange `id` is queued.
+  bool is_waiting(uint64_t id) const {
+    return waiting_.count(id) > 0;
   }
 
   /// Exchanges in flight.
@@ -178,11 +392,22 @@ public:
     return flights_.size();
   }
 
+  /// Exchanges queued now, over all keys.
+  std::size_t pending_count() const {
+    return pending_;
+  }
+
   const pool_counters& counters() const {
     return counters_;
   }
 
+  const pool_limits& limits() const {
+    return limits_;
+  }
+
 private:
+  using queue = std::list<waiter>;
+
   std::optional<in_flight> take(uint64_t id) {
     auto i = flights_.find(id);
     if (i == flights_.end())
@@ -192,9 +417,51 @@ private:
     return f;
   }
 
-  std::size_t max_idle_;
+  std::optional<waiter> pop_head(typename std::map<pool_key, queue>::iterator q) {
+    waiter w = std::move(q->second.front());
+    q->second.pop_front();
+    waiting_.erase(w.id);
+    --pending_;
+    if (q->second.empty())
+      queues_.erase(q);
+    return w;
+  }
+
+  /// A connection of `key` closed: its slot goes to the head waiter (which
+  /// dials), or the open count drops.
+  std::optional<waiter> free_slot(const pool_key& key) {
+    auto q = queues_.find(key);
+    if (q != queues_.end() && !q->second.empty())
+      return pop_head(q);
+    auto o = open_.find(key);
+    if (o != open_.end() && o->second > 0 && --o->second == 0)
+      open_.erase(o);
+    return std::nullopt;
+  }
+
+  std::optional<waiter> leave_queue(uint64_t id) {
+    auto i = waiting_.find(id);
+    if (i == waiting_.end())
+      return std::nullopt;
+    auto it = i->second;
+    auto q = queues_.find(it->key);
+    waiter w = std::move(*it);
+    q->second.erase(it);
+    waiting_.erase(i);
+    --pending_;
+    if (q->second.empty())
+      queues_.erase(q);
+    return w;
+  }
+
+  pool_limits limits_;
   std::map<pool_key, std::vector<Conn>> idle_;
   std::unordered_map<uint64_t, in_flight> flights_;
+  /// Connections open per key (see the class comment).
+  std::map<pool_key, std::size_t> open_;
+  std::map<pool_key, queue> queues_;
+  std::unordered_map<uint64_t, typename queue::iterator> waiting_;
+  std::size_t pending_ = 0;
   pool_counters counters_;
 };
 

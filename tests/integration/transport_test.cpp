@@ -59,9 +59,24 @@ protected:
     cfg.base_url = base_url;
     cfg.max_idle_per_endpoint = max_idle;
     cfg.tls = std::move(tls);
+    return make_pool(cfg);
+  }
+
+  transport_actor make_pool(const client_config& cfg) {
     auto p = spawn_connection_pool(sys_, cfg, io_);
     pools_.push_back(p);
     return p;
+  }
+
+  /// A pool for `base_url` with the given connection and queue limits.
+  transport_actor make_limited_pool(const std::string& base_url,
+                                    std::size_t max_connections,
+                                    std::size_t max_pending) {
+    client_config cfg;
+    cfg.base_url = base_url;
+    cfg.max_connections_per_endpoint = max_connections;
+    cfg.max_pending_requests = max_pending;
+    return make_pool(cfg);
   }
 
   http_request request(const std::string& method = "GET",
@@ -678,6 +693,169 @@ TEST_F(TransportTest, TerminatingThePoolClosesEveryConnection) {
             },
             [&](caf::error&) { answered = true; });
   EXPECT_TRUE(answered);
+}
+
+// -- the per-endpoint connection limit and its queue ---------------------------
+
+TEST_F(TransportTest, PoolLimitRunsFiveExchangesOnTwoConnections) {
+  auto resp = scripted_server::json_response(200, "{}");
+  script serve_five;
+  for (int i = 0; i < 5; ++i) {
+    serve_five.push_back(step::read_request());
+    serve_five.push_back(step::sleep(100ms));
+    serve_five.push_back(step::send(resp));
+  }
+  // A third connection (the limit broken) would still be served.
+  scripted_server srv{{serve_five, serve_five},
+                      {step::read_request(), step::send(resp)}};
+  auto pool = make_limited_pool(srv.base_url(), 2, 16);
+  caf::scoped_actor self{sys_};
+  std::vector<decltype(self->request(pool, std::chrono::seconds{15},
+                                     request()))>
+    handles;
+  for (int i = 0; i < 5; ++i) {
+    auto req = request();
+    req.timeout_ns = 10'000'000'000;
+    handles.push_back(self->request(pool, std::chrono::seconds{15}, req));
+  }
+  int ok = 0;
+  for (auto& h : handles)
+    h.receive(
+      [&](exchange_result& r) {
+        EXPECT_TRUE(r.ok()) << describe(r);
+        ok += r.ok() ? 1 : 0;
+      },
+      [&](caf::error& err) { ADD_FAILURE() << sys_.render(err); });
+  EXPECT_EQ(ok, 5);
+  EXPECT_EQ(srv.connections(), 2u);
+  EXPECT_EQ(srv.requests().size(), 5u);
+  auto s = stats(pool);
+  EXPECT_EQ(s.dialled, 2u);
+  EXPECT_EQ(s.reused, 3u);  // three handed over to a waiter
+  EXPECT_EQ(s.waited, 3u);
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.overflowed, 0u);
+  EXPECT_EQ(s.in_flight, 0u);
+  EXPECT_EQ(s.idle, 2u);
+}
+
+TEST_F(TransportTest, PoolQueueFullRefusesTheExchangeAtOnce) {
+  auto resp = scripted_server::json_response(200, "{}");
+  scripted_server srv{{{step::read_request(), step::sleep(800ms),
+                        step::send(resp), step::read_request(),
+                        step::send(resp)}},
+                      {step::read_request(), step::send(resp)}};
+  auto pool = make_limited_pool(srv.base_url(), 1, 1);
+  caf::scoped_actor self{sys_};
+  // One sender: the pool sees the three in this order.
+  auto h1 = self->request(pool, std::chrono::seconds{15}, request());
+  auto h2 = self->request(pool, std::chrono::seconds{15}, request());
+  auto start = clock_type::now();
+  auto h3 = self->request(pool, std::chrono::seconds{15}, request());
+  exchange_result r3;
+  h3.receive([&](exchange_result& r) { r3 = std::move(r); },
+             [&](caf::error& err) { ADD_FAILURE() << sys_.render(err); });
+  EXPECT_LT(elapsed_ms(start), 800); // before the first answer
+  EXPECT_EQ(r3.error, transport_error_kind::pool_overflow) << describe(r3);
+  EXPECT_FALSE(r3.request_sent);
+  EXPECT_EQ(r3.detail, "connection pool queue full (1 waiting, 1 connections)");
+  for (auto* h : {&h1, &h2})
+    h->receive([&](exchange_result& r) { EXPECT_TRUE(r.ok()) << describe(r); },
+               [&](caf::error& err) { ADD_FAILURE() << sys_.render(err); });
+  EXPECT_EQ(srv.connections(), 1u);
+  EXPECT_EQ(srv.requests().size(), 2u);
+  auto s = stats(pool);
+  EXPECT_EQ(s.overflowed, 1u);
+  EXPECT_EQ(s.waited, 1u);
+  EXPECT_EQ(s.dialled, 1u);
+  EXPECT_EQ(s.reused, 1u);
+}
+
+TEST_F(TransportTest, PoolCancelOfAQueuedExchangeAnswersItNothingSent) {
+  scripted_server srv{{{step::read_request(), step::hold()}},
+                      {step::read_request(), step::hold()}};
+  auto pool = make_limited_pool(srv.base_url(), 1, 8);
+  caf::scoped_actor self{sys_};
+  auto first = request();
+  first.timeout_ns = 10'000'000'000;
+  auto h1 = self->request(pool, std::chrono::seconds{15}, first);
+  ASSERT_TRUE(srv.wait_for_requests(1, 2s));
+  auto queued = request();
+  queued.timeout_ns = 10'000'000'000;
+  auto start = clock_type::now();
+  auto h2 = self->request(pool, std::chrono::seconds{15}, queued);
+  caf::anon_send(pool, cancel_atom::value, queued.exchange_id);
+  exchange_result r2;
+  h2.receive([&](exchange_result& r) { r2 = std::move(r); },
+             [&](caf::error& err) { ADD_FAILURE() << sys_.render(err); });
+  EXPECT_LT(elapsed_ms(start), 5000); // not its 10 s timeout
+  EXPECT_EQ(r2.error, transport_error_kind::timeout) << describe(r2);
+  EXPECT_FALSE(r2.request_sent);
+  EXPECT_EQ(r2.detail, "cancelled while queued for a connection");
+  auto s = stats(pool);
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.cancelled, 1u);
+  EXPECT_EQ(s.in_flight, 1u); // the first still runs, untouched
+  EXPECT_EQ(srv.connections(), 1u);
+  caf::anon_send(pool, cancel_atom::value, first.exchange_id);
+  h1.receive([&](exchange_result& r) { EXPECT_FALSE(r.ok()); },
+             [&](caf::error& err) { ADD_FAILURE() << sys_.render(err); });
+}
+
+TEST_F(TransportTest, PoolQueuedExchangeIsAnsweredWithinItsOwnTimeout) {
+  scripted_server srv{{{step::read_request(), step::hold()}},
+                      {step::read_request(), step::hold()}};
+  auto pool = make_limited_pool(srv.base_url(), 1, 8);
+  caf::scoped_actor self{sys_};
+  auto first = request();
+  first.timeout_ns = 10'000'000'000;
+  auto h1 = self->request(pool, std::chrono::seconds{15}, first);
+  ASSERT_TRUE(srv.wait_for_requests(1, 2s));
+  auto queued = request();
+  queued.timeout_ns = 300'000'000;
+  auto start = clock_type::now();
+  auto r2 = exchange(pool, queued);
+  auto took = elapsed_ms(start);
+  EXPECT_GE(took, 300);
+  EXPECT_LT(took, 300 + testing::load_slack_ms);
+  EXPECT_EQ(r2.error, transport_error_kind::timeout) << describe(r2);
+  EXPECT_FALSE(r2.request_sent);
+  EXPECT_NE(r2.detail.find("no connection free"), std::string::npos)
+    << r2.detail;
+  EXPECT_EQ(stats(pool).pending, 0u);
+  EXPECT_EQ(srv.connections(), 1u);
+  caf::anon_send(pool, cancel_atom::value, first.exchange_id);
+  h1.receive([&](exchange_result&) {},
+             [&](caf::error& err) { ADD_FAILURE() << sys_.render(err); });
+}
+
+TEST_F(TransportTest, PoolStoppingAnswersQueuedExchanges) {
+  scripted_server srv{{{step::read_request(), step::hold()}},
+                      {step::read_request(), step::hold()}};
+  auto pool = make_limited_pool(srv.base_url(), 1, 8);
+  caf::scoped_actor self{sys_};
+  auto first = request();
+  first.timeout_ns = 10'000'000'000;
+  auto h1 = self->request(pool, std::chrono::seconds{15}, first);
+  ASSERT_TRUE(srv.wait_for_requests(1, 2s));
+  auto queued = request();
+  queued.timeout_ns = 10'000'000'000;
+  auto h2 = self->request(pool, std::chrono::seconds{15}, queued);
+  ASSERT_EQ(stats(pool).pending, 1u); // same sender: queued before this
+  auto start = clock_type::now();
+  caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+  for (auto* h : {&h1, &h2}) {
+    bool answered = false;
+    h->receive(
+      [&](exchange_result& r) {
+        answered = true;
+        EXPECT_FALSE(r.ok());
+      },
+      [&](caf::error&) { answered = true; });
+    EXPECT_TRUE(answered);
+  }
+  EXPECT_LT(elapsed_ms(start), 5000);
+  EXPECT_EQ(srv.connections(), 1u);
 }
 
 // -- stream-independent helpers -----------------------------------------------

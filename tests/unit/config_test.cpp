@@ -81,6 +81,22 @@ TEST(Config, BadFieldsAreNamed) {
   EXPECT_EQ(field_of(c), "token_header");
 }
 
+TEST(Config, PoolLimitsDefaultToEnvoysAndMustBeAtLeastOne) {
+  client_config cfg;
+  EXPECT_EQ(cfg.max_connections_per_endpoint, 1024u);
+  EXPECT_EQ(cfg.max_pending_requests, 1024u);
+  auto c = valid();
+  c.max_connections_per_endpoint = 0;
+  EXPECT_EQ(field_of(c), "max_connections_per_endpoint");
+  c = valid();
+  c.max_pending_requests = 0;
+  EXPECT_EQ(field_of(c), "max_pending_requests");
+  c = valid();
+  c.max_connections_per_endpoint = 1;
+  c.max_pending_requests = 1;
+  EXPECT_EQ(field_of(c), "<valid>");
+}
+
 TEST(Config, ZeroBackoffIsAllowed) {
   auto c = valid();
   c.retry.base_backoff = 0;

@@ -336,6 +336,9 @@ TEST(SnapshotCollector, PoolAndPollerFamilies) {
   p.dialled = 3;
   p.reused = 9;
   p.idle = 2;
+  p.pending = 4;
+  p.waited = 7;
+  p.overflowed = 1;
   c.set_pool("users", p);
   c.set_sources("pool", 1);
   c.count_poll_error("feed");
@@ -348,8 +351,11 @@ TEST(SnapshotCollector, PoolAndPollerFamilies) {
               "outbound_pool_dialled_total{service=\"users\"} 3",
               "outbound_pool_idle_connections{service=\"users\"} 2",
               "outbound_pool_in_flight{service=\"users\"} 0",
+              "outbound_pool_overflowed_total{service=\"users\"} 1",
+              "outbound_pool_pending{service=\"users\"} 4",
               "outbound_pool_reused_total{service=\"users\"} 9",
-              "outbound_pool_stale_discarded_total{service=\"users\"} 0"}));
+              "outbound_pool_stale_discarded_total{service=\"users\"} 0",
+              "outbound_pool_waited_total{service=\"users\"} 7"}));
   EXPECT_EQ(lines_starting(body, "outbound_metrics_"),
             (std::vector<std::string>{
               "outbound_metrics_poll_errors_total{kind=\"feed\"} 2",

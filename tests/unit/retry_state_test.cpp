@@ -548,3 +548,23 @@ TEST(RetryState, NothingSentOnlyWhileNoByteLeftAndNoResponseWasSeen) {
   }
   EXPECT_FALSE(s.error.nothing_sent);
 }
+
+TEST(RetryState, PoolOverflowIsAFinalServiceUnavailableWithNothingSent) {
+  call_rng rng{3};
+  for (bool idem : {true, false}) {
+    retry_state st{base_cfg(), idem, t0};
+    st.begin_attempt(t0);
+    auto r = failure(transport_error_kind::pool_overflow, false);
+    r.detail = "connection pool queue full (1 waiting, 2 connections)";
+    auto s = st.on_result(r, t0, {}, rng);
+    EXPECT_EQ(s.decision, retry_decision::not_retryable);
+    EXPECT_EQ(s.error.kind, error_kind::service_unavailable);
+    EXPECT_EQ(s.error.cause, transport_error_kind::pool_overflow);
+    EXPECT_EQ(s.error.detail,
+              "connection pool queue full (1 waiting, 2 connections)");
+    EXPECT_TRUE(s.error.nothing_sent);
+    EXPECT_EQ(s.error.attempts, 1);
+  }
+  EXPECT_STREQ(to_string(transport_error_kind::pool_overflow),
+               "pool_overflow");
+}
