@@ -335,6 +335,7 @@ void ws_frame_tracker::on_header(result& r) {
     msg_total_ = 0;
     msg_over_ = false;
     msg_open_ = true;
+    msg_fin_seen_ = false;
     r.message_began = true;
   } else {
     ++frames_;
@@ -358,6 +359,7 @@ void ws_frame_tracker::on_header(result& r) {
   }
   if (fin) {
     done_.push_back(frames_ > 1);
+    msg_fin_seen_ = true;
     frames_ = 0;
     data_fin_ = true;
     if (remain_ == 0)

@@ -58,7 +58,8 @@ enum class ws_close_reason : uint8_t {
   broken,
   /// The handshake did not finish within `handshake_timeout_ns`, or (close
   /// 1009 sent) a data message within `max_frame_bytes` did not end within
-  /// `discard_timeout_ns` of its first frame header.
+  /// its budget (see `ws_options::discard_timeout_ns`) of its first frame
+  /// header.
   timeout,
 };
 
@@ -124,6 +125,17 @@ struct ws_event {
 /// the top-level `type` and `seq` of an event frame). [64 KiB]
 inline constexpr std::size_t ws_too_large_prefix = 64 * 1024;
 
+/// Default least rate, in bytes per second, a message within
+/// `ws_options::max_frame_bytes` is owed: its completion budget is
+/// max(discard_timeout_ns, max_frame_bytes / this). 16 KiB/s (128 kbit/s)
+/// is below what any link a feed hub is reached over sustains (an EDGE
+/// mobile link is about 200 kbit/s), so a slow network never cuts a
+/// message off, while a peer below it -- a trickle of a few bytes a
+/// second, each byte proof of life -- is a stall and ends at the budget;
+/// the default 8 MiB cap gets 512 s (the idea of a minimum data rate, as
+/// nginx's send_timeout / Apache's mod_reqtimeout MinRate).
+inline constexpr uint64_t ws_min_message_rate = 16 * 1024;
+
 /// The ceiling `ws_options::max_discard_bytes` = 0 stands for:
 /// max(16 x `max_frame_bytes`, 256 MiB), saturating; never below
 /// `max_frame_bytes`.
@@ -160,19 +172,27 @@ struct ws_options {
   /// cares to trickle bytes. 0: max(16 x max_frame_bytes, 256 MiB); a
   /// value below max_frame_bytes is taken as max_frame_bytes. [0]
   uint64_t max_discard_bytes = 0;
-  /// Time any data message has to end, in nanoseconds, counted from its
-  /// first frame header (a message that arrives whole within one read is
-  /// never timed). Every byte that follows that header (the peer's pongs
-  /// included) belongs to the message until it ends, so while it lasts
-  /// nothing else the peer sends can be read, yet each byte is proof of
-  /// life; past this deadline the session fails with close 1009: over
-  /// `max_frame_bytes` (by its announced size) as a `too_large` event with
-  /// `closing` set and the prefix read so far, then `closed` with reason
-  /// too_large; within the cap, `closed` with reason timeout (nothing of
-  /// it reported). A message that completes in time is reported as usual
-  /// and the session reads on. A value <= 0 is taken as the default.
-  /// [60 s]
+  /// Time a data message over `max_frame_bytes` (by its announced size)
+  /// has to end, in nanoseconds, counted from its first frame header; and
+  /// the least time any data message has (a message that arrives whole
+  /// within one read is never timed). A message within the cap has
+  /// max(discard_timeout_ns, max_frame_bytes / min_message_rate): a
+  /// large message on a slow link is not cut off (an 8 MiB one has 512 s
+  /// at the default rate), yet a trickle of a few bytes a second still
+  /// ends at that budget. Every byte that follows the first header (the
+  /// peer's pongs included) belongs to the message until it ends, so
+  /// while it lasts nothing else the peer sends can be read, yet each byte
+  /// is proof of life; past its deadline the session fails with close
+  /// 1009: over the cap as a `too_large` event with `closing` set and the
+  /// prefix read so far, then `closed` with reason too_large; within the
+  /// cap, `closed` with reason timeout (nothing of it reported). A message
+  /// that completes in time is reported as usual and the session reads
+  /// on. A value <= 0 is taken as the default. [60 s]
   int64_t discard_timeout_ns = 60'000'000'000;
+  /// Least rate, in bytes per second, at which a message within
+  /// `max_frame_bytes` is owed time to arrive (see discard_timeout_ns).
+  /// 0: ws_min_message_rate. [ws_min_message_rate]
+  uint64_t min_message_rate = 0;
   /// Cap of the upgrade response header block in bytes. [64 KiB]
   uint64_t max_handshake_bytes = 64u * 1024u;
   /// Bound of connect + TLS + upgrade, in nanoseconds. [5 s]

@@ -884,8 +884,9 @@ private:
                     [self = this->shared_from_this()](const error_code&) {});
   }
 
-  /// A data message began: it has discard_timeout_ns to end, whatever
-  /// its size (a message trickled a byte at a time below the cap would
+  /// A data message began: it has discard_timeout_ns to end when over the
+  /// cap, its rate budget (message_budget()) within it; either way a
+  /// bounded time (a message trickled a byte at a time below the cap would
   /// otherwise hold the session, each byte proof of life). One timer
   /// serves every message: when it fires it looks at the message in
   /// progress, never at a stale one, and re-arms for a later one. A message
@@ -897,7 +898,24 @@ private:
     discard_index_ = message_index;
     discard_since_ = clock::now();
     if (!discard_armed_)
-      arm_discard(message_index, discard_since_);
+      arm_discard(message_index,
+                  deadline_after(discard_since_, discard_timeout()));
+  }
+
+  /// The completion budget of a message within the cap:
+  /// max(discard_timeout, cap_ / min_message_rate) (see
+  /// ws_min_message_rate).
+  clock::duration message_budget() const {
+    auto rate = opts_.min_message_rate > 0 ? opts_.min_message_rate
+                                           : ws_min_message_rate;
+    auto secs = static_cast<long double>(cap_) / static_cast<long double>(rate);
+    // Saturate far below the clock's range (a cap of 2^64 bytes at
+    // 1 byte/s would overflow it): past a century is never.
+    auto cap_secs = static_cast<long double>(100.0L * 365 * 24 * 3600);
+    auto ns = std::chrono::nanoseconds{static_cast<int64_t>(
+      std::min(secs, cap_secs) * 1e9L)};
+    return std::max(discard_timeout(),
+                    std::chrono::duration_cast<clock::duration>(ns));
   }
 
   clock::duration discard_timeout() const {
@@ -918,9 +936,9 @@ private:
     return base + d;
   }
 
-  void arm_discard(uint64_t message_index, clock::time_point since) {
+  void arm_discard(uint64_t message_index, clock::time_point at) {
     discard_armed_ = true;
-    discard_timer_.expires_at(deadline_after(since, discard_timeout()));
+    discard_timer_.expires_at(at);
     discard_timer_.async_wait(
       [self = this->shared_from_this(), message_index](const error_code& ec) {
         if (!ec)
@@ -935,19 +953,30 @@ private:
     auto& t = shim().tracker();
     if (!t.message_open())
       return; // it ended (or is being delivered): nothing to wait for
-    if (t.message_index() != message_index)
-      return arm_discard(discard_index_, discard_since_); // a later one
+    if (t.message_index() != message_index) // a later one
+      return arm_discard(discard_index_,
+                         deadline_after(discard_since_, discard_timeout()));
+    bool over = t.message_over_cap();
+    auto budget = over ? discard_timeout() : message_budget();
+    if (!over) {
+      // Within the cap: its budget is longer; look again at the budget's
+      // end, or one discard_timeout from now if sooner (it may go over the
+      // cap meanwhile, and then it is refused at that look).
+      auto now = clock::now();
+      auto end = deadline_after(discard_since_, budget);
+      if (now < end)
+        return arm_discard(message_index,
+                           std::min(end, deadline_after(now, discard_timeout())));
+    }
     // Every byte since its header -- the pongs to our pings too -- was
     // part of it, and its end is not in sight: fail the connection rather
     // than let one message hold the session forever (close 1009: the
     // message cannot be processed, RFC 6455 7.4.1).
-    bool over = t.message_over_cap();
     if (!close_sent_)
       send_close(websocket::close_reason{
         websocket::close_code::too_big,
         over ? "message too large" : "message too slow"});
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                discard_timeout())
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(budget)
                 .count();
     auto got = over_ ? over_size_ + rbuf_.size() : rbuf_.size();
     auto announced = t.message_announced();
@@ -979,7 +1008,12 @@ private:
     ws_event ev;
     ev.what = ws_event::kind::too_large;
     ev.closing = true;
-    if (over_) {
+    if (shim().tracker().earlier_messages_pending() > 0) {
+      // An earlier message ended in the bytes the tracker has seen but
+      // not yet handed to Beast (the read the refused header failed held
+      // its tail): rbuf_ and the prefix are that message's, never to be
+      // blamed on this one. Nothing of the refused one is known.
+    } else if (over_) {
       ev.payload = std::move(over_prefix_);
       over_prefix_.clear();
     } else {

@@ -145,9 +145,18 @@ public:
     return frames_;
   }
 
-  /// Completed messages recorded and not yet popped.
+  /// Completed messages recorded and not yet popped. A message is
+  /// recorded at the header of its final frame, before that frame's
+  /// payload arrives (see earlier_messages_pending()).
   std::size_t pending_messages() const {
     return done_.size();
+  }
+
+  /// Messages that ended before the one in progress began and are not yet
+  /// popped: the ones the reader has not delivered yet (the one in
+  /// progress is not counted, even once its final header is recorded).
+  std::size_t earlier_messages_pending() const {
+    return done_.size() - (msg_open_ && msg_fin_seen_ ? 1 : 0);
   }
 
   /// True while the data message in progress is over `max_message_bytes`
@@ -185,6 +194,8 @@ private:
   uint64_t msg_index_ = 0;
   bool msg_over_ = false;
   bool msg_open_ = false;
+  /// The final frame header of the message in progress was recorded.
+  bool msg_fin_seen_ = false;
   /// The current frame is the final frame of a data message.
   bool data_fin_ = false;
   unsigned char hdr_[14] = {};

@@ -21,6 +21,12 @@ void require_seconds(double x, const char* field, bool allow_zero) {
     throw config_error(field, std::string{"must be "}
                                 + (allow_zero ? ">= 0" : "> 0")
                                 + " seconds, got " + std::to_string(x));
+  // Durations run in whole nanoseconds (feed_seconds rounds): a positive
+  // value under half a nanosecond would become 0 -- an instant deadline,
+  // or "off" for a field where 0 means off.
+  if (x > 0.0 && x * 1e9 < 0.5)
+    throw config_error(field, "must be at least 1e-9 seconds when not 0: a "
+                              "value under half a nanosecond rounds to 0");
 }
 
 void require_path(const std::string& path, const char* field) {

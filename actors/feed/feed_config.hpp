@@ -103,8 +103,9 @@ struct feed_config {
   /// takes it for a wake without a hint. Counted at
   /// feed_stats::oversized_frames. An over-cap message must also stay
   /// under ws_max_discard_bytes and end within ws_discard_timeout, else the
-  /// session ends (see those two for the reset). A frame announcing 2^63 bytes or more breaks the
-  /// protocol (RFC 6455 section 5.2) and ends the session. [8 MiB]
+  /// session ends (see those two for the reset). A frame announcing 2^63
+  /// bytes or more breaks the protocol (RFC 6455 section 5.2) and ends the
+  /// session. [8 MiB]
   uint64_t ws_max_frame_bytes = 8u * 1024u * 1024u;
   /// Ceiling on what one WebSocket message may announce, in bytes: a frame
   /// header that takes a message's announced size (the sum of its frames'
@@ -125,19 +126,25 @@ struct feed_config {
   /// 0: max(16 x ws_max_frame_bytes, 256 MiB); else >= ws_max_frame_bytes.
   /// [0]
   uint64_t ws_max_discard_bytes = 0;
-  /// Time any WebSocket message has to end, counted from its first frame
-  /// header, in seconds (> 0). While a message lasts every byte the hub
-  /// sends -- wakes, events, the pongs to the keepalive's pings -- is part
-  /// of it and counts as proof of life; so past this deadline the session
-  /// ends (close 1009) and the watcher reconnects: a hub that announces a
-  /// huge frame and keeps talking, or trickles a small one a byte at a
-  /// time, cannot stall the feed. A message over ws_max_frame_bytes is
-  /// then refused like one over ws_max_discard_bytes (`over_cap` failure,
+  /// Time a WebSocket message over ws_max_frame_bytes has to end, counted
+  /// from its first frame header, in seconds (> 0, at least 1 ns); and the
+  /// least time any message has. A message within the cap has
+  /// max(ws_discard_timeout, ws_max_frame_bytes / ws_min_message_rate)
+  /// (protocol/ws_session.hpp: 16 KiB/s, so the default 8 MiB cap gives
+  /// 512 s): a large message on a slow link is delivered, a trickle still
+  /// ends. While a message lasts every byte the hub sends -- wakes,
+  /// events, the pongs to the keepalive's pings -- is part of it and
+  /// counts as proof of life; so past its deadline the session ends
+  /// (close 1009) and the watcher reconnects: a hub that announces a huge
+  /// frame and keeps talking, or trickles a small one a byte at a time,
+  /// cannot stall the feed. A message over ws_max_frame_bytes is then
+  /// refused like one over ws_max_discard_bytes (`over_cap` failure,
   /// counted, the same resets, see there); one within the cap is a
   /// `timeout` failure (source "websocket") and nothing else: catchup is
-  /// resent it after the redial, ephemeral gets its reconnect reset. A
-  /// large message that arrives slowly but whole within the deadline is
-  /// delivered as usual. [60]
+  /// resent it after the redial (so only a hub slower than the rate for
+  /// that message holds the feed), ephemeral gets its reconnect reset. A
+  /// message that arrives whole within its time is delivered as usual.
+  /// [60]
   double ws_discard_timeout = 60.0;
   /// Bound of connect + TLS + upgrade of one WebSocket session (> 0). [5]
   double ws_handshake_timeout = 5.0;

@@ -138,10 +138,13 @@ struct feed_stats {
   /// by the session (any mode; the session stays open). Catchup and
   /// ephemeral also count them at `unreadable_frames` (one undeliverable
   /// reset each, reason "over_cap: ..."); the ledger takes each for a wake
-  /// without a hint. Also counted: sessions ended (and reconnected) because
-  /// a message announced more than `ws_max_discard_bytes` or did not end
-  /// within `ws_discard_timeout` (their reset: feed_config's
-  /// ws_max_discard_bytes).
+  /// without a hint. Also counted: sessions the session ended (and the
+  /// watcher reconnected) with reason too_large and a known size -- a
+  /// message that announced more than `ws_max_discard_bytes`, or one over
+  /// `ws_max_frame_bytes` that did not end within `ws_discard_timeout`
+  /// (their reset: feed_config's ws_max_discard_bytes). Not counted: a
+  /// message within the cap past its budget (a `timeout` failure), one of
+  /// more than 64 fragments, a frame announcing 2^63 bytes or more.
   uint64_t oversized_frames = 0;
   /// The feed was reached at least once: a replay page was read (a watcher
   /// with a replay path), or a WebSocket session opened (ws-only).

@@ -23,6 +23,7 @@
 #include <exception>
 #include <optional>
 #include <random>
+#include <utility>
 
 namespace outbound {
 
@@ -145,11 +146,21 @@ struct watcher_state {
   int overcap_strikes = 0;
   std::optional<int64_t> overcap_at;
   /// Set: the next subscribe omits last_seq (the hub resyncs past the
-  /// refused message); the reason its resync reset will carry.
+  /// refused message); the reason its resync reset will carry. Cleared
+  /// only when the hello of a session subscribed that way arrives: a
+  /// session lost before its hello retries the resync.
   std::optional<std::string> overcap_resubscribe;
   /// The reason of the resync reset the current session's hello owes
-  /// (moved from overcap_resubscribe when the subscribe went out).
+  /// (copied from overcap_resubscribe when the subscribe went out).
   std::optional<std::string> overcap_resync_reason;
+  /// The current session's refused message showed its seq and got its
+  /// undeliverable reset: its close is no strike (last_seq moved past it).
+  bool overcap_seq_reset = false;
+  /// The mode of the last hello received, kept across sessions: a session
+  /// refused before its hello was parsed (a catchup hub sends the hello
+  /// and the resent refused message back to back, and one failed read may
+  /// hold both) still counts its strike as the feed's mode says.
+  feed_mode last_hello_mode = feed_mode::none;
 
   static inline const char* name = "outbound.feed_watcher";
 };
@@ -570,6 +581,10 @@ void end_session(self_ptr self, bool close_it) {
 void on_hello(self_ptr self, parsed_message& m) {
   auto& st = self->state;
   auto r = st.neg->on_hello(m.hello);
+  st.last_hello_mode = r.mode;
+  // The resync asked for (if any) arrived: it is not to be retried.
+  if (st.overcap_resync_reason)
+    st.overcap_resubscribe.reset();
   if (r.mode != feed_mode::ledger)
     quiesce_drain(self);
   switch (r.decision) {
@@ -698,8 +713,7 @@ void on_ws_event(self_ptr self, ws_event& ev) {
         // at its head and replays nothing; the hello's reset covers every
         // seq skipped, (last_seq, head], the refused message's included.
         last_seq.reset();
-        st.overcap_resync_reason = std::move(st.overcap_resubscribe);
-        st.overcap_resubscribe.reset();
+        st.overcap_resync_reason = st.overcap_resubscribe;
       }
       (*st.session)
         ->send_text(subscribe_frame(st.cfg.prefixes, st.client_id, last_seq,
@@ -745,7 +759,10 @@ void on_ws_event(self_ptr self, ws_event& ev) {
       // escalates (feed_overcap_resync_after).
       if (st.phase != ws_phase::open)
         return;
-      ++st.messages;
+      // A refusal is no sign of a healthy session (classify_session): the
+      // redial backs off as after any failure.
+      if (!ev.closing)
+        ++st.messages;
       if (!ev.closing)
         ++st.counters.oversized_frames;
       st.ka->on_activity(now);
@@ -763,6 +780,11 @@ void on_ws_event(self_ptr self, ws_event& ev) {
       auto mode = st.neg->mode();
       if (ev.closing && mode == feed_mode::catchup && !m.frame.seq)
         break;
+      if (ev.closing && mode == feed_mode::catchup) {
+        // Its reset moves last_seq past it: the close is no strike.
+        st.overcap_strikes = 0;
+        st.overcap_seq_reset = true;
+      }
       if (ev.closing && mode != feed_mode::catchup
           && mode != feed_mode::ephemeral)
         break; // a ledger wakes on its redial; the closed case reports it
@@ -823,7 +845,11 @@ void on_ws_event(self_ptr self, ws_event& ev) {
 /// the seq is not to be had, and the next subscribe omits last_seq.
 void note_overcap_close(self_ptr self, const std::string& detail) {
   auto& st = self->state;
-  if (st.neg->mode() != feed_mode::catchup)
+  if (std::exchange(st.overcap_seq_reset, false))
+    return; // its seq showed: reset, last_seq moved past it
+  // By the last hello's mode, not the session's: this session may have
+  // been refused before its hello was parsed (see last_hello_mode).
+  if (st.last_hello_mode != feed_mode::catchup)
     return; // ephemeral resets on every connect and is never resent to
   auto at = st.neg->last_seq();
   if (st.overcap_strikes > 0 && st.overcap_at == at)
@@ -847,6 +873,7 @@ void dial(self_ptr self) {
   auto& st = self->state;
   auto id = ++st.session_id;
   st.phase = ws_phase::connecting;
+  st.overcap_seq_reset = false;
   st.opened = false;
   st.messages = 0;
   st.connected = false;

@@ -1610,6 +1610,96 @@ TEST_F(FeedOverCap, AMessageWithinTheCapPastTheDeadlineIsResentWithoutAReset) {
   EXPECT_EQ(failures->back().reason, "timeout");
 }
 
+TEST_F(FeedOverCap, ARefusalBeforeTheHelloIsParsedStillCountsItsStrike) {
+  // A catchup hub sends the hello and the resent refused message back to
+  // back: when one read holds both, the refused header fails the read and
+  // the session never parses the hello. The strike is counted by the mode
+  // of the last hello received (catchup), not by the session's (none):
+  // the third refusal still resubscribes without last_seq. Before, no
+  // strike was counted and the feed redialled into the message forever.
+  resending_hub hub;
+  start();
+  first_session(hub, "");
+  for (int i = 0; i < 6 && ws->sessions.size() < 8; ++i) {
+    auto n = ws->sessions.size();
+    for (int k = 0; k < 600 && ws->sessions.size() == n; ++k)
+      advance_by(100ms);
+    ASSERT_GT(ws->sessions.size(), n);
+    auto& s = ws->last();
+    s.open();
+    run();
+    if (!resending_hub::last_seq_of(s.sent.at(0))) {
+      s.message(
+        R"({"type":"hello","mode":"catchup","seq":5,"resync":true,"epoch":"e1"})");
+      run();
+      break;
+    }
+    // No hello: the refused header failed the read that held it too.
+    s.refuse("", uint64_t{1} << 40, "over max_discard_bytes");
+    run();
+  }
+  ASSERT_EQ(ws->sessions.size(), 4u);
+  for (std::size_t i = 1; i < 3; ++i)
+    EXPECT_EQ(resending_hub::last_seq_of(ws->sessions[i]->sent.at(0)), 2);
+  EXPECT_FALSE(resending_hub::last_seq_of(ws->sessions[3]->sent.at(0)));
+  auto rs = subs->resets();
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[1]->cause, reset_cause::resync);
+  EXPECT_EQ(rs[1]->reason.rfind("over_cap: ", 0), 0u) << rs[1]->reason;
+}
+
+TEST_F(FeedOverCap, ARefusalThatShowedItsSeqIsNoStrike) {
+  // Seq 3 is refused with its seq showing (reset, last_seq 3); seq 4 is
+  // then refused without: three refusals of seq 4 are needed before the
+  // resync, the close of seq 3 does not count as one of them.
+  resending_hub hub;
+  hub.huge = {3, 4};
+  hub.seq_shows_from = std::numeric_limits<int>::max();
+  start();
+  first_session(hub, oversized_prefix(3));
+  serve_redials(hub);
+  ASSERT_EQ(ws->sessions.size(), 5u);
+  for (std::size_t i = 1; i < 4; ++i)
+    EXPECT_EQ(resending_hub::last_seq_of(ws->sessions[i]->sent.at(0)), 3);
+  EXPECT_FALSE(resending_hub::last_seq_of(ws->sessions[4]->sent.at(0)));
+  EXPECT_EQ(hub.refusals, 1 + feed_overcap_resync_after);
+}
+
+TEST_F(FeedOverCap, AResyncLostBeforeItsHelloIsRetried) {
+  // The session that subscribed without last_seq ends before its hello:
+  // the next one subscribes without last_seq again, and the hello's reset
+  // still carries the over_cap reason.
+  resending_hub hub;
+  hub.huge = {3};
+  hub.seq_shows_from = std::numeric_limits<int>::max();
+  start();
+  first_session(hub, "");
+  for (int i = 0; i < 2; ++i) {
+    auto n = ws->sessions.size();
+    for (int k = 0; k < 600 && ws->sessions.size() == n; ++k)
+      advance_by(100ms);
+    ASSERT_GT(ws->sessions.size(), n);
+    hub.serve(ws->last(), [this] { run(); });
+  }
+  // The fourth session subscribes without last_seq and is lost at once.
+  auto n = ws->sessions.size();
+  for (int k = 0; k < 600 && ws->sessions.size() == n; ++k)
+    advance_by(100ms);
+  ASSERT_EQ(ws->sessions.size(), 4u);
+  ws->last().open();
+  run();
+  EXPECT_FALSE(resending_hub::last_seq_of(ws->last().sent.at(0)));
+  ws->last().peer_close();
+  run();
+  serve_redials(hub);
+  ASSERT_EQ(ws->sessions.size(), 5u);
+  EXPECT_FALSE(resending_hub::last_seq_of(ws->sessions[4]->sent.at(0)));
+  auto rs = subs->resets();
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[1]->cause, reset_cause::resync);
+  EXPECT_EQ(rs[1]->reason.rfind("over_cap: ", 0), 0u) << rs[1]->reason;
+}
+
 TEST_F(FeedOverCap, ARefusedEphemeralEventIsResetAndNotLoopedOn) {
   // Ephemeral is never resent an event: the refused one gets its
   // undeliverable reset (end unknown), the redial its reconnect reset.

@@ -131,6 +131,16 @@ TEST(FeedConfig, ValidationNamesTheField) {
   c = ledger_cfg();
   c.ws_discard_timeout = 0;
   EXPECT_EQ(field_of(c), "ws_discard_timeout");
+  c.ws_discard_timeout = 1e-12; // rounds to 0 ns: an instant deadline
+  EXPECT_EQ(field_of(c), "ws_discard_timeout");
+  c.ws_discard_timeout = 1e-9;
+  EXPECT_EQ(field_of(c), "<valid>");
+  c = ledger_cfg();
+  c.ws_handshake_timeout = 1e-10;
+  EXPECT_EQ(field_of(c), "ws_handshake_timeout");
+  c = ledger_cfg();
+  c.ws_ping_interval = 1e-12; // would be 0: keepalive off
+  EXPECT_EQ(field_of(c), "ws_ping_interval");
   c = ledger_cfg();
   c.fields.events = "";
   EXPECT_EQ(field_of(c), "fields.events");
