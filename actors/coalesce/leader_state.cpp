@@ -142,6 +142,7 @@ attempt_class classify_attempt(transport_error_kind error, bool request_sent,
     case transport_error_kind::not_sent:
     case transport_error_kind::connect:
     case transport_error_kind::local_resource:
+    case transport_error_kind::pool_overflow: // the local queue was full
       return attempt_class::refused;
     case transport_error_kind::interrupted:
     case transport_error_kind::timeout:

@@ -101,7 +101,7 @@ enum class attempt_class : uint8_t {
   /// nothing committed (RFC 9110 section 15.5.20: not processed).
   not_leader,
   /// Nothing committed, provably: nothing left the client (connect
-  /// failure, not_sent, local_resource, a failure before any byte was
+  /// failure, not_sent, local_resource, pool_overflow, a failure before any byte was
   /// written), or a 5xx / 429 the oracle marked pre-commit (its 503 of
   /// mode refuse). Transport-class (backoff); safe for seq.
   refused,
