@@ -2,6 +2,7 @@
 
 #include "actors/call/request_builder.hpp"
 #include "config/config_error.hpp"
+#include "core/backoff.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -64,9 +65,9 @@ void feed_config::validate() const {
   require_seconds(stable_period, "stable_period", true);
   require_seconds(reconnect_base_backoff, "reconnect_base_backoff", true);
   require_seconds(reconnect_max_backoff, "reconnect_max_backoff", true);
-  if (reconnect_max_backoff < reconnect_base_backoff)
-    throw config_error("reconnect_max_backoff",
-                       "must be >= reconnect_base_backoff");
+  core::validate_backoff_seconds(reconnect_base_backoff, reconnect_max_backoff,
+                                 "reconnect_base_backoff",
+                                 "reconnect_max_backoff", true);
   require_seconds(ws_ping_interval, "ws_ping_interval", true);
   require_seconds(ws_pong_timeout, "ws_pong_timeout", true);
   if (ws_max_frame_bytes == 0)
