@@ -1,6 +1,7 @@
 #include "actors/call/retry_state.hpp"
 
 #include "core/backoff.hpp"
+#include "core/time.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -104,11 +105,9 @@ bool method_is_idempotent(const std::string& method) {
 }
 
 nanoseconds seconds_to_ns(double seconds) {
-  if (!std::isfinite(seconds) || seconds <= 0)
-    return nanoseconds{0};
-  // Clamp below int64 nanosecond overflow (about 292 years).
-  seconds = std::min(seconds, max_delay_seconds);
-  return nanoseconds{std::llround(seconds * 1e9)};
+  // At most max_delay_seconds: far below int64 nanosecond overflow even
+  // added to a time point.
+  return core::from_seconds(seconds, core::from_seconds(max_delay_seconds));
 }
 
 nanoseconds backoff_delay(const retry_policy& policy, int n, call_rng& rng) {
