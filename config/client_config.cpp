@@ -1,6 +1,7 @@
 #include "config/client_config.hpp"
 
 #include "config/config_error.hpp"
+#include "core/backoff.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -72,14 +73,8 @@ void retry_policy::validate() const {
   if (max_attempts < 1)
     throw config_error("retry.max_attempts", "must be >= 1, got "
                                                + std::to_string(max_attempts));
-  if (!finite_non_negative(base_backoff))
-    throw config_error("retry.base_backoff",
-                       "must be >= 0 seconds, got "
-                         + std::to_string(base_backoff));
-  if (!finite_non_negative(max_backoff))
-    throw config_error("retry.max_backoff",
-                       "must be >= 0 seconds, got "
-                         + std::to_string(max_backoff));
+  core::validate_backoff_seconds(base_backoff, max_backoff,
+                                 "retry.base_backoff", "retry.max_backoff");
   for (auto s : retry_statuses)
     if (s < 100 || s > 599)
       throw config_error("retry.retry_statuses",

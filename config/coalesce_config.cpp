@@ -2,6 +2,7 @@
 
 #include "config/client_config.hpp"
 #include "config/config_error.hpp"
+#include "core/backoff.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -130,10 +131,9 @@ void coalesce_retry_policy::validate(const std::string& prefix) const {
     throw config_error(prefix + ".per_attempt", "must be > 0 seconds");
   if (!finite_positive(overall))
     throw config_error(prefix + ".overall", "must be > 0 seconds");
-  if (!finite_non_negative(base_backoff))
-    throw config_error(prefix + ".base_backoff", "must be >= 0 seconds");
-  if (!finite_non_negative(max_backoff))
-    throw config_error(prefix + ".max_backoff", "must be >= 0 seconds");
+  core::validate_backoff_seconds(base_backoff, max_backoff,
+                                 prefix + ".base_backoff",
+                                 prefix + ".max_backoff");
 }
 
 void coalesce_config::validate() const {

@@ -1,5 +1,8 @@
 #include "actors/call/retry_state.hpp"
 
+#include "core/backoff.hpp"
+#include "core/time.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -16,6 +19,12 @@ using std::chrono::nanoseconds;
 /// Longest delay the loop computes with (about 31 years): far beyond any
 /// deadline, far below int64 nanosecond overflow even added to a time point.
 constexpr double max_delay_seconds = 1e9;
+
+/// The out-of-band retry of a local port shortage: 0.2 s + U[0, 0.2 s)
+/// whatever the count (hyperdjango's serviceclient "short backoff").
+const core::backoff local_retry_backoff{core::jitter::additive_base,
+                                        std::chrono::milliseconds{200},
+                                        std::chrono::milliseconds{200}};
 
 std::string trim(const std::string& s) {
   auto b = s.find_first_not_of(" \t");
@@ -96,25 +105,16 @@ bool method_is_idempotent(const std::string& method) {
 }
 
 nanoseconds seconds_to_ns(double seconds) {
-  if (!std::isfinite(seconds) || seconds <= 0)
-    return nanoseconds{0};
-  // Clamp below int64 nanosecond overflow (about 292 years).
-  seconds = std::min(seconds, max_delay_seconds);
-  return nanoseconds{std::llround(seconds * 1e9)};
+  // At most max_delay_seconds: far below int64 nanosecond overflow even
+  // added to a time point.
+  return core::from_seconds(seconds, core::from_seconds(max_delay_seconds));
 }
 
 nanoseconds backoff_delay(const retry_policy& policy, int n, call_rng& rng) {
-  double base = policy.base_backoff;
-  double expo = std::min(std::ldexp(base, std::max(n, 0)), policy.max_backoff);
-  double jitter = 0;
-  if (base > 0) {
-    jitter = std::uniform_real_distribution<double>{0.0, base}(rng);
-    // uniform_real_distribution may round up to its upper bound; the jitter
-    // interval is half-open.
-    if (jitter >= base)
-      jitter = std::nextafter(base, 0.0);
-  }
-  return seconds_to_ns(expo + jitter);
+  const core::backoff b{core::jitter::additive_base,
+                        seconds_to_ns(policy.base_backoff),
+                        seconds_to_ns(policy.max_backoff)};
+  return std::min(b.delay(n, rng), seconds_to_ns(max_delay_seconds));
 }
 
 std::optional<nanoseconds> parse_retry_after_ms(const std::string& value) {
@@ -315,9 +315,7 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
     case transport_error_kind::local_resource: {
       if (!first_local_failure_)
         first_local_failure_ = now;
-      auto delay = seconds_to_ns(0.2)
-                   + seconds_to_ns(
-                     std::uniform_real_distribution<double>{0.0, 0.2}(rng));
+      auto delay = local_retry_backoff.delay(0, rng);
       auto local_end = *first_local_failure_ + local_budget_;
       if (now + delay <= local_end && now + delay <= deadline_at_) {
         retry_step s;

@@ -84,7 +84,8 @@ bool method_is_idempotent(const std::string& method);
 std::chrono::nanoseconds seconds_to_ns(double seconds);
 
 /// The backoff before retry `n` (0-based):
-/// `min(base·2^n, max_backoff) + U[0, base)` seconds (hyperdjango RetryPolicy).
+/// `min(base·2^n, max_backoff) + U[0, base)` seconds (hyperdjango RetryPolicy;
+/// core::backoff with additive_base jitter), at most 1e9 s.
 /// A zero base gives exactly min(0, max) = 0: no jitter, no wait.
 std::chrono::nanoseconds backoff_delay(const retry_policy& policy, int n,
                                        call_rng& rng);

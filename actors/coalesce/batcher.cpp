@@ -1,5 +1,7 @@
 #include "actors/coalesce/batcher.hpp"
 
+#include "core/time.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -7,12 +9,9 @@
 namespace outbound {
 
 coalesce_duration coalesce_seconds(double s) {
-  if (!std::isfinite(s) || s <= 0.0)
-    return coalesce_duration{0};
-  // Cap far beyond any sane setting instead of overflowing int64.
-  if (s > 1e9)
-    s = 1e9;
-  return coalesce_duration{static_cast<int64_t>(std::llround(s * 1e9))};
+  // Capped at 1e9 s, far beyond any sane setting, instead of overflowing
+  // int64 once added to a time point.
+  return core::from_seconds(s, core::from_seconds(1e9));
 }
 
 std::vector<uint64_t> ts_range::expand() const {

@@ -1,5 +1,6 @@
 #include "actors/coalesce/leader_state.hpp"
 
+#include "core/backoff.hpp"
 #include "protocol/json_parse.hpp"
 
 #include <boost/json/value.hpp>
@@ -191,12 +192,10 @@ coalesce_duration full_jitter_backoff(coalesce_duration base,
                                       coalesce_rng& rng) {
   if (base.count() <= 0 || cap.count() <= 0)
     return coalesce_duration{0};
-  int shift = std::clamp(n, 0, 20);
-  int64_t ceiling = cap.count();
-  if (base.count() <= (cap.count() >> shift))
-    ceiling = std::min<int64_t>(base.count() << shift, cap.count());
-  std::uniform_int_distribution<int64_t> d{0, ceiling};
-  return coalesce_duration{d(rng)};
+  // tsoracle's client stops doubling at attempt 20 (budget.rs); kept so a
+  // tiny base never grows past base * 2^20.
+  const core::backoff b{core::jitter::full, base, cap};
+  return b.delay(std::clamp(n, 0, 20), rng);
 }
 
 const char* to_string(seat_decision d) {

@@ -164,7 +164,8 @@ bool is_transport_class(attempt_class c);
 
 /// The full-jitter backoff (tsoracle budget.rs / "Exponential Backoff And
 /// Jitter", AWS Architecture Blog): uniform in [0, min(base·2^n, cap)],
-/// shift capped at 20; base 0 gives 0. The caller clamps it to the budget.
+/// shift capped at 20; base 0 gives 0 (core::backoff with full jitter). The
+/// caller clamps it to the budget.
 coalesce_duration full_jitter_backoff(coalesce_duration base,
                                       coalesce_duration cap, int n,
                                       coalesce_rng& rng);

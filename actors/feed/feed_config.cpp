@@ -2,6 +2,8 @@
 
 #include "actors/call/request_builder.hpp"
 #include "config/config_error.hpp"
+#include "core/backoff.hpp"
+#include "core/time.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -16,17 +18,11 @@ bool has_control_chars(const std::string& s) {
   });
 }
 
+// Durations run in whole nanoseconds (feed_seconds rounds): a positive
+// value under half a nanosecond would become 0 -- an instant deadline, or
+// "off" for a field where 0 means off. core::validate_seconds rejects it.
 void require_seconds(double x, const char* field, bool allow_zero) {
-  if (!std::isfinite(x) || x < 0.0 || (!allow_zero && x == 0.0))
-    throw config_error(field, std::string{"must be "}
-                                + (allow_zero ? ">= 0" : "> 0")
-                                + " seconds, got " + std::to_string(x));
-  // Durations run in whole nanoseconds (feed_seconds rounds): a positive
-  // value under half a nanosecond would become 0 -- an instant deadline,
-  // or "off" for a field where 0 means off.
-  if (x > 0.0 && x * 1e9 < 0.5)
-    throw config_error(field, "must be at least 1e-9 seconds when not 0: a "
-                              "value under half a nanosecond rounds to 0");
+  core::validate_seconds(x, field, allow_zero);
 }
 
 void require_path(const std::string& path, const char* field) {
@@ -64,9 +60,9 @@ void feed_config::validate() const {
   require_seconds(stable_period, "stable_period", true);
   require_seconds(reconnect_base_backoff, "reconnect_base_backoff", true);
   require_seconds(reconnect_max_backoff, "reconnect_max_backoff", true);
-  if (reconnect_max_backoff < reconnect_base_backoff)
-    throw config_error("reconnect_max_backoff",
-                       "must be >= reconnect_base_backoff");
+  core::validate_backoff_seconds(reconnect_base_backoff, reconnect_max_backoff,
+                                 "reconnect_base_backoff",
+                                 "reconnect_max_backoff", true);
   require_seconds(ws_ping_interval, "ws_ping_interval", true);
   require_seconds(ws_pong_timeout, "ws_pong_timeout", true);
   if (ws_max_frame_bytes == 0)

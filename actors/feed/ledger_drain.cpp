@@ -10,8 +10,9 @@ ledger_drain::ledger_drain(int64_t cursor, int limit,
                            feed_duration poll_interval)
   : cursor_(cursor),
     limit_(std::max(limit, 1)),
-    redrain_cap_(std::max<feed_duration>(std::chrono::seconds{3},
-                                         poll_interval)),
+    redrain_backoff_(core::jitter::none, redrain_floor,
+                     std::max<feed_duration>(std::chrono::seconds{3},
+                                             poll_interval)),
     fetch_limit_(limit_) {
 }
 
@@ -45,7 +46,7 @@ void ledger_drain::advance_to(int64_t id) {
   cursor_ = id;
   // Real progress: the next isolation attempt that ends without any starts
   // from the floor again.
-  start_over_delay_ = redrain_floor;
+  start_over_attempt_ = 0;
 }
 
 drain_action ledger_drain::start() {
@@ -68,8 +69,8 @@ drain_action ledger_drain::start() {
     target_ = low_head_;
     low_head_.reset();
     last_reset_cursor_.reset();
-    redrain_delay_ = redrain_floor;
-    start_over_delay_ = redrain_floor;
+    redrain_attempt_ = 0;
+    start_over_attempt_ = 0;
   }
   // Any outstanding re-drain timer is superseded by this drain.
   ++redrain_gen_;
@@ -97,7 +98,7 @@ drain_action ledger_drain::request(drain_trigger why) {
 void ledger_drain::note_target(std::optional<int64_t> target) {
   if (target && (!target_ || *target > *target_)) {
     target_ = target;
-    redrain_delay_ = redrain_floor;
+    redrain_attempt_ = 0;
     raised_since_start_ = true;
   }
 }
@@ -299,7 +300,7 @@ page_plan ledger_drain::on_page(const page_summary& page) {
       probe_why_ = why;
       return plan;
     }
-    retry_delay_ = redrain_floor;
+    retry_attempt_ = 0;
     if (confirm_x_) {
       // A fresh look below x answers: the failures were transient (an
       // outage that ended mid-walk). Start over from the cursor, after the
@@ -320,7 +321,7 @@ page_plan ledger_drain::on_page(const page_summary& page) {
   if (strike_after_ && *strike_after_ == page_start_)
     strike_after_.reset(); // the failure did not repeat: it was transient
   if (page.is_object)
-    retry_delay_ = redrain_floor; // the replay answers again
+    retry_attempt_ = 0; // the replay answers again
   page_count_ = page.ids.size();
   page_cursor_ = page.cursor;
   page_bad_ = !page.is_object;
@@ -599,15 +600,16 @@ page_plan ledger_drain::declare(int64_t event_id) {
   return plan;
 }
 
-drain_next ledger_drain::arm_redrain(feed_duration& backoff) {
+drain_next ledger_drain::arm_redrain(int& attempt) {
   drain_next next;
   pending_ = false;
   armed_ = true;
-  armed_delay_ = backoff;
+  armed_delay_ = redrain_backoff_.step(attempt);
   next.what = drain_next::kind::redrain;
-  next.delay = backoff;
+  next.delay = armed_delay_;
   next.redrain_id = ++redrain_gen_;
-  backoff = std::min(backoff * 2, redrain_cap_);
+  // The step saturates at the cap long before 64: stop counting there.
+  attempt = std::min(attempt + 1, 64);
   return next;
 }
 
@@ -620,7 +622,7 @@ drain_next ledger_drain::start_over() {
     start();
     return next;
   }
-  auto next = arm_redrain(start_over_delay_);
+  auto next = arm_redrain(start_over_attempt_);
   armed_start_over_ = true;
   return next;
 }
@@ -637,7 +639,7 @@ drain_next ledger_drain::finish(bool failed) {
   // The replay did not answer usefully: retry after a backoff, and let
   // wakes meanwhile wait for it rather than hammer a failing endpoint.
   if (failed)
-    return arm_redrain(retry_delay_);
+    return arm_redrain(retry_attempt_);
   bool below = target_ && cursor_ < *target_;
   if (pending_ && (!below || raised_since_start_)) {
     // A wake came during the drain with news (a higher target, or no hint
@@ -648,7 +650,7 @@ drain_next ledger_drain::finish(bool failed) {
   }
   pending_ = false;
   if (below)
-    return arm_redrain(redrain_delay_);
+    return arm_redrain(redrain_attempt_);
   return next;
 }
 

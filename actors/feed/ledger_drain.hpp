@@ -114,6 +114,7 @@
 // where a resource version that moved backward was followed silently.
 
 #include "actors/feed/feed_types.hpp"
+#include "core/backoff.hpp"
 
 #include <array>
 #include <cstddef>
@@ -395,7 +396,7 @@ public:
 
   /// The delay the next re-drain would wait.
   feed_duration redrain_delay() const {
-    return redrain_delay_;
+    return redrain_backoff_.step(redrain_attempt_);
   }
 
   /// The delay the next isolation attempt that ends without progress
@@ -403,7 +404,7 @@ public:
   /// comment): the re-drain floor, doubled per consecutive start-over up
   /// to the re-drain cap, back to the floor when the cursor moves.
   feed_duration start_over_delay() const {
-    return start_over_delay_;
+    return redrain_backoff_.step(start_over_attempt_);
   }
 
 private:
@@ -414,7 +415,7 @@ private:
   /// `failed`: a fetch failed: back off.
   drain_next finish(bool failed = false);
   /// An isolation attempt ended without progress: back off on the
-  /// start-over backoff (start_over_delay_), then double it.
+  /// start-over backoff (start_over_attempt_), then double it.
   drain_next start_over();
   /// Moves the cursor forward to `id` (never backward); progress resets
   /// the start-over backoff.
@@ -431,9 +432,10 @@ private:
   /// The undeliverable reset of `event_id` (the cursor moves to it when the
   /// page is done).
   page_plan declare(int64_t event_id);
-  /// Arms a re-drain (or retry) timer after `backoff`, then doubles it up
-  /// to the cap.
-  drain_next arm_redrain(feed_duration& backoff);
+  /// Arms a re-drain (or retry) timer after the re-drain backoff's step
+  /// `attempt`, then counts the attempt (the next step doubles, up to the
+  /// cap).
+  drain_next arm_redrain(int& attempt);
   /// What showed a new incarnation.
   enum class epoch_source : uint8_t { hello, page, head };
   std::optional<std::string>* slot(epoch_source src);
@@ -452,8 +454,12 @@ private:
 
   int64_t cursor_;
   int limit_;
-  feed_duration redrain_cap_;
-  feed_duration redrain_delay_ = redrain_floor;
+  /// The re-drain backoff: redrain_floor doubling up to max(3 s,
+  /// poll_interval), no jitter (hyperdjango's serviceclient "Wake targets
+  /// and re-drain"). Each backoff below counts its own attempts into it;
+  /// 0 is the floor.
+  core::backoff redrain_backoff_;
+  int redrain_attempt_ = 0;
   state state_ = state::idle;
   bool pending_ = false;
   std::optional<int64_t> target_;
@@ -526,9 +532,9 @@ private:
   bool armed_ = false;
   bool raised_since_start_ = false;
   feed_duration armed_delay_{0};
-  feed_duration retry_delay_ = redrain_floor;
+  int retry_attempt_ = 0;
   /// The start-over backoff; the armed timer is a start-over's.
-  feed_duration start_over_delay_ = redrain_floor;
+  int start_over_attempt_ = 0;
   bool armed_start_over_ = false;
   /// The current probe page was a readable fresh look: start over when it
   /// is done.

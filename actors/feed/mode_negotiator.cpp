@@ -1,5 +1,7 @@
 #include "actors/feed/mode_negotiator.hpp"
 
+#include "core/time.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -44,12 +46,8 @@ const char* to_string(drain_error_reason r) {
 }
 
 feed_duration feed_seconds(double seconds) {
-  if (!std::isfinite(seconds) || seconds <= 0.0)
-    return feed_duration{0};
-  // Beyond ~292 years an int64 of nanoseconds overflows: saturate.
-  if (seconds > 9.0e9)
-    return feed_duration{std::numeric_limits<int64_t>::max()};
-  return feed_duration{static_cast<int64_t>(std::llround(seconds * 1e9))};
+  // Saturates at duration::max() beyond ~285 years.
+  return core::from_seconds(seconds);
 }
 
 mode_negotiator::mode_negotiator(bool has_replay, bool every_subject)

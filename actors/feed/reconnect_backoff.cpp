@@ -26,24 +26,19 @@ session_health classify_session(bool opened, uint64_t messages,
 }
 
 reconnect_backoff::reconnect_backoff(feed_duration base, feed_duration max)
-  : base_(base), max_(std::max(base, max)), backoff_(base) {
+  : backoff_(core::jitter::additive_step, base, std::max(base, max)) {
 }
 
 void reconnect_backoff::on_session_end(session_health h) {
   if (h != session_health::unhealthy)
-    backoff_ = base_;
+    attempt_ = 0;
 }
 
 feed_duration reconnect_backoff::next_delay(std::mt19937_64& rng) {
-  auto b = backoff_;
-  feed_duration jitter{0};
-  if (b.count() > 0) {
-    std::uniform_int_distribution<int64_t> u{0, b.count() - 1};
-    jitter = feed_duration{u(rng)};
-  }
-  // Doubling saturates at max (checked before multiplying: no overflow).
-  backoff_ = b > max_ / 2 ? max_ : std::min(b * 2, max_);
-  return std::min(b, max_) + jitter;
+  auto d = backoff_.delay(attempt_, rng);
+  // The step saturates at the cap long before 64: stop counting there.
+  attempt_ = std::min(attempt_ + 1, 64);
+  return d;
 }
 
 } // namespace outbound

@@ -6,13 +6,15 @@
 // doubles (capped at max). It returns to the base only after a healthy
 // session — one that received at least one complete message or stayed
 // connected for stable_period — never on mere connect success, so a hub that
-// accepts and drops at once keeps being backed off from.
+// accepts and drops at once keeps being backed off from. The formula is
+// core::backoff's additive_step jitter; this class keeps the attempt count.
 //
 //   [base] ──session ends──► delay = min(b, max) + U[0, b); b = min(2b, max)
 //     ▲                                         │
 //     └───────── session ended healthy ◄────────┘
 
 #include "actors/feed/feed_types.hpp"
+#include "core/backoff.hpp"
 
 #include <random>
 
@@ -40,7 +42,7 @@ session_health classify_session(bool opened, uint64_t messages,
 
 class reconnect_backoff {
 public:
-  /// `base` and `max` (max >= base >= 0).
+  /// `base` and `max` (max >= base >= 0; a max below base counts as base).
   reconnect_backoff(feed_duration base, feed_duration max);
 
   /// A session ended: a healthy one restores the base.
@@ -51,13 +53,13 @@ public:
 
   /// The backoff the next delay is computed from.
   feed_duration current() const {
-    return backoff_;
+    return backoff_.step(attempt_);
   }
 
 private:
-  feed_duration base_;
-  feed_duration max_;
-  feed_duration backoff_;
+  core::backoff backoff_;
+  /// Reconnects since the last healthy session (0: the base).
+  int attempt_ = 0;
 };
 
 } // namespace outbound
