@@ -8,15 +8,40 @@
 
 namespace outbound {
 
+namespace {
+
+bool same_name(const std::string& a, const std::string& b) {
+  return a.size() == b.size()
+         && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+              return std::tolower(static_cast<unsigned char>(x))
+                     == std::tolower(static_cast<unsigned char>(y));
+            });
+}
+
+} // namespace
+
 const std::string* find_header(const header_list& hs, const std::string& name) {
   for (auto& [k, v] : hs)
-    if (k.size() == name.size()
-        && std::equal(k.begin(), k.end(), name.begin(), [](char a, char b) {
-             return std::tolower(static_cast<unsigned char>(a))
-                    == std::tolower(static_cast<unsigned char>(b));
-           }))
+    if (same_name(k, name))
       return &v;
   return nullptr;
+}
+
+void set_header(header_list& hs, const std::string& name, std::string value) {
+  for (auto& [k, v] : hs)
+    if (same_name(k, name)) {
+      v = std::move(value);
+      return;
+    }
+  hs.emplace_back(name, std::move(value));
+}
+
+void erase_header(header_list& hs, const std::string& name) {
+  hs.erase(std::remove_if(hs.begin(), hs.end(),
+                          [&](const auto& kv) {
+                            return same_name(kv.first, name);
+                          }),
+           hs.end());
 }
 
 const char* to_string(transport_error_kind k) {

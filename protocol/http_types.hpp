@@ -17,6 +17,13 @@ using header_list = std::vector<std::pair<std::string, std::string>>;
 /// Case-insensitive lookup; returns nullptr if absent.
 const std::string* find_header(const header_list& hs, const std::string& name);
 
+/// Replaces the value of the first header named `name` (case-insensitive)
+/// or appends `name: value`.
+void set_header(header_list& hs, const std::string& name, std::string value);
+
+/// Removes every header named `name` (case-insensitive).
+void erase_header(header_list& hs, const std::string& name);
+
 /// What the transport is asked to do: send one request on a pooled (or, when
 /// `fresh_connection`, a newly dialled) keep-alive connection to the client's
 /// configured origin and read the whole response.

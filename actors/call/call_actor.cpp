@@ -107,21 +107,6 @@ struct call_state {
 
 using self_ptr = call_actor::stateful_pointer<call_state>;
 
-// Replaces the value of `name` (case-insensitive) or appends the header.
-void set_header(header_list& hs, const std::string& name, std::string value) {
-  for (auto& [k, v] : hs) {
-    if (k.size() == name.size()
-        && std::equal(k.begin(), k.end(), name.begin(), [](char a, char b) {
-             return std::tolower(static_cast<unsigned char>(a))
-                    == std::tolower(static_cast<unsigned char>(b));
-           })) {
-      v = std::move(value);
-      return;
-    }
-  }
-  hs.emplace_back(name, std::move(value));
-}
-
 std::string path_without_query(const std::string& path) {
   return path.substr(0, path.find('?'));
 }

@@ -48,15 +48,6 @@ bool iequals(const std::string& a, const std::string& b) {
             });
 }
 
-void set_header(header_list& hs, const std::string& name, std::string value) {
-  auto i = std::find_if(hs.begin(), hs.end(),
-                        [&](const auto& kv) { return iequals(kv.first, name); });
-  if (i != hs.end())
-    i->second = std::move(value);
-  else
-    hs.emplace_back(name, std::move(value));
-}
-
 // 32 lower-case hex digits from two 64-bit outputs of `rng`.
 template <class Rng>
 std::string request_id_from(Rng& rng) {
@@ -142,6 +133,17 @@ std::string credential_value(const client_config& cfg) {
   return cfg.token_scheme + " " + cfg.token;
 }
 
+std::string user_agent() {
+  return std::string{"outbound/"} + outbound_version;
+}
+
+void set_retry_count(header_list& headers, int n) {
+  if (n > 0)
+    set_header(headers, "x-retry-count", std::to_string(n));
+  else
+    erase_header(headers, "x-retry-count");
+}
+
 built_request build_request(const client_config& cfg, const url_parts& base,
                             const call_request& call, call_rng& rng) {
   // The request id first, so that even a refused request names it.
@@ -197,7 +199,7 @@ built_request build_request(const client_config& cfg, const url_parts& base,
   hs.emplace_back("Accept", "application/json");
   if (call.has_body)
     hs.emplace_back("Content-Type", "application/json");
-  hs.emplace_back("User-Agent", std::string{"outbound/"} + outbound_version);
+  hs.emplace_back("User-Agent", user_agent());
   if (!cfg.token.empty()) {
     // config validation checks these too; re-checked because a config can be
     // built without validate(). The token is never quoted.

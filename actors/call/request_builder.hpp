@@ -22,6 +22,15 @@ namespace outbound {
 /// outbound's version, as sent in `User-Agent: outbound/<version>`.
 inline constexpr const char* outbound_version = "0.1.0";
 
+/// The `User-Agent` every outbound request and WebSocket upgrade carries:
+/// `outbound/<version>`.
+std::string user_agent();
+
+/// Sets `x-retry-count: n` on `headers` when n > 0 (replacing an earlier
+/// one) and removes it when n == 0: retries so far of the call or RPC, as
+/// jev-client sends it, so a server can tell a first attempt from a retry.
+void set_retry_count(header_list& headers, int n);
+
 /// The result of build_request: a request ready to send, or a config_error
 /// outcome (nothing may be sent then).
 struct built_request {

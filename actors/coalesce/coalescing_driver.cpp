@@ -397,8 +397,11 @@ void act(self_ptr self, uint64_t rpc_id, discovery_action a) {
         return cannot_send(
           make_error(error_kind::config_error,
                      "endpoint does not parse: " + a.endpoint, true));
+      // a.attempts counts this attempt: the ones before it are retries
+      // (x-retry-count, as the service client sends it).
       auto built = build_oracle_request(st.request_cfg, *ep, run.plan,
-                                        run.request_id, st.id_rng);
+                                        run.request_id, st.id_rng,
+                                        a.attempts - 1);
       if (!built.ok)
         return cannot_send(built.error);
       call_error why;

@@ -50,11 +50,13 @@ built_request build_oracle_request(const client_config& rc,
                                    const oracle_endpoint& ep,
                                    const rpc_plan& plan,
                                    const std::string& request_id,
-                                   call_rng& rng) {
+                                   call_rng& rng, int retry_count) {
   auto b = build_request(rc, oracle_base_url(ep), oracle_call(plan, request_id),
                          rng);
-  if (b.ok)
+  if (b.ok) {
     b.request.max_body_bytes = max_oracle_body;
+    set_retry_count(b.request.headers, retry_count);
+  }
   return b;
 }
 

@@ -44,13 +44,16 @@ call_request oracle_call(const rpc_plan& plan, std::string request_id);
 /// headers in the builder's order (Accept, Content-Type, User-Agent, the
 /// credential, `cfg.default_headers`, x-request-id = `request_id`, or a
 /// fresh one from `rng` when empty), `max_body_bytes` = max_oracle_body.
-/// `rc` is oracle_request_config(cfg). !ok: a config_error (nothing may be
-/// sent), e.g. a default header the builder refuses.
+/// `rc` is oracle_request_config(cfg). `retry_count`: attempts of this RPC
+/// before this one (every earlier attempt, on any endpoint, counts); > 0
+/// adds `x-retry-count: N` as the service client's retries carry it.
+/// !ok: a config_error (nothing may be sent), e.g. a default header the
+/// builder refuses.
 built_request build_oracle_request(const client_config& rc,
                                    const oracle_endpoint& ep,
                                    const rpc_plan& plan,
                                    const std::string& request_id,
-                                   call_rng& rng);
+                                   call_rng& rng, int retry_count = 0);
 
 /// Builds a ts and a seq request for the first configured endpoint of
 /// `cfg` (validate() first) and throws config_error naming the field when

@@ -33,6 +33,9 @@ feed_ws_endpoint feed_ws_endpoint::from(const client_config& cfg) {
   while (!url.empty() && url.back() == '/')
     url.pop_back();
   e.origin = url_parts::parse(url);
+  // The headers build_request gives every outbound request (User-Agent,
+  // the credential, the default headers); the dial adds its x-request-id.
+  e.headers.emplace_back("User-Agent", user_agent());
   auto cred = credential_value(cfg);
   if (!cred.empty())
     e.headers.emplace_back(cfg.token_header, std::move(cred));
@@ -98,6 +101,9 @@ struct watcher_state {
   feed_watcher_options opts;
   feed_subscriber_actor target;
   std::mt19937_64 rng;
+  /// The x-request-id generator of the upgrade requests: its own stream, so
+  /// the jitter drawn from `rng` does not depend on how often it dialled.
+  std::mt19937_64 id_rng;
   std::string client_id;
   std::optional<mode_negotiator> neg;
   std::optional<ledger_drain> drain;
@@ -884,6 +890,10 @@ void dial(self_ptr self) {
   o.origin = st.opts.ws.origin;
   o.path = st.opts.ws.origin.path + st.cfg.ws_path;
   o.headers = st.opts.ws.headers;
+  // One request id per dial, as every outbound request carries one (a
+  // configured x-request-id default header is replaced, as build_request
+  // does), so a hub's logs can tell the sessions of one watcher apart.
+  set_header(o.headers, "x-request-id", generate_request_id(st.id_rng));
   o.max_frame_bytes = st.cfg.ws_max_frame_bytes;
   o.max_discard_bytes = st.cfg.ws_max_discard_bytes;
   o.discard_timeout_ns = feed_seconds(st.cfg.ws_discard_timeout).count();
@@ -963,6 +973,7 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
     seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   }
   st.rng.seed(seed);
+  st.id_rng.seed(seed ^ 0x9e3779b97f4a7c15ULL);
   st.client_id = st.cfg.client_id.empty() ? generate_client_id(st.rng)
                                           : st.cfg.client_id;
   // No prefix (or an empty one) follows every subject: catchup seqs then

@@ -124,6 +124,10 @@ TEST_F(CoalesceWire, ACoalescedTsCarriesIdCredentialUserAgentAndDefaultHeaderOnE
     EXPECT_EQ(raw_header(req->raw, "Accept"), "application/json");
     EXPECT_EQ(raw_header(req->raw, "Content-Type"), "application/json");
   }
+  // The hinted leader's attempt is the RPC's second: a retry, counted as
+  // the service client counts its retries.
+  EXPECT_EQ(f.raw.find("x-retry-count"), std::string::npos) << f.raw;
+  EXPECT_EQ(raw_header(l.raw, "x-retry-count"), "1") << l.raw;
 }
 
 TEST_F(CoalesceWire, ASeqCarriesTheConfiguredCredentialHeaderAndScheme) {

@@ -147,6 +147,46 @@ using ids = std::vector<int64_t>;
 
 // -- ledger ----------------------------------------------------------------------
 
+TEST_F(FeedWatcher, EveryDialCarriesUserAgentCredentialAndItsOwnRequestId) {
+  // The upgrade request carries what build_request gives every outbound
+  // request: User-Agent, the credential, default headers, and one
+  // x-request-id per dial (a configured one is replaced).
+  ccfg.default_headers = {{"X-Team", "feeds"}, {"X-Request-Id", "fixed"}};
+  start();
+  ASSERT_EQ(ws->sessions.size(), 1u);
+  ws->last().open();
+  run();
+  ws->last().peer_close();
+  advance_by(1s);
+  ASSERT_EQ(ws->sessions.size(), 2u);
+  std::vector<std::string> ids_seen;
+  for (auto& s : ws->sessions) {
+    auto& hs = s->opts.headers;
+    auto* ua = find_header(hs, "User-Agent");
+    ASSERT_NE(ua, nullptr);
+    EXPECT_EQ(ua->rfind("outbound/", 0), 0u) << *ua;
+    auto* cred = find_header(hs, "Authorization");
+    ASSERT_NE(cred, nullptr);
+    EXPECT_EQ(*cred, "Bearer tok");
+    auto* team = find_header(hs, "X-Team");
+    ASSERT_NE(team, nullptr);
+    EXPECT_EQ(*team, "feeds");
+    int n = 0;
+    for (auto& [k, v] : hs)
+      if (find_header(header_list{{k, v}}, "x-request-id")) {
+        ++n;
+        ids_seen.push_back(v);
+      }
+    EXPECT_EQ(n, 1) << "one x-request-id per upgrade request";
+  }
+  ASSERT_EQ(ids_seen.size(), 2u);
+  for (auto& id : ids_seen) {
+    EXPECT_EQ(id.size(), 32u) << id;
+    EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos);
+  }
+  EXPECT_NE(ids_seen[0], ids_seen[1]) << "a new id per dial";
+}
+
 TEST_F(FeedWatcher, IdsOneToFiveWithLimitThreeArriveInOrderInTwoPages) {
   ledger->append_to(5);
   start(false);
@@ -309,8 +349,11 @@ TEST_F(FeedWatcher, SubscribeOnConnectCarriesTheCursorOnlyWithAReplayPath) {
   EXPECT_EQ(sub.at("cursor"), 4) << "drained before the socket opened";
   EXPECT_EQ(ws->last().opts.path, "/ws/feed");
   EXPECT_EQ(ws->last().opts.origin.port, 8080);
-  ASSERT_EQ(ws->last().opts.headers.size(), 1u);
-  EXPECT_EQ(ws->last().opts.headers[0].second, "Bearer tok");
+  // User-Agent, the credential, the dial's x-request-id.
+  ASSERT_EQ(ws->last().opts.headers.size(), 3u);
+  auto* cred = find_header(ws->last().opts.headers, "Authorization");
+  ASSERT_NE(cred, nullptr);
+  EXPECT_EQ(*cred, "Bearer tok");
   EXPECT_TRUE(stats().connected);
 }
 

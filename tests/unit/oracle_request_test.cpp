@@ -162,6 +162,25 @@ TEST(OracleRequest, EveryEndpointOfOneRpcGetsTheSameRequestAndId) {
   EXPECT_EQ(b.request_id, id);
 }
 
+TEST(OracleRequest, ARetryCarriesXRetryCountAndAFirstAttemptNone) {
+  auto rc = oracle_request_config(valid());
+  rc.default_headers = {{"X-Retry-Count", "9"}}; // never sent as configured
+  call_rng rng{3};
+  auto first = build_oracle_request(rc, endpoint("127.0.0.1:7001"),
+                                    ts_plan(1), "id", rng);
+  auto third = build_oracle_request(rc, endpoint("127.0.0.1:7001"),
+                                    ts_plan(1), "id", rng, 2);
+  ASSERT_TRUE(first.ok && third.ok);
+  EXPECT_EQ(find_header(first.request.headers, "x-retry-count"), nullptr);
+  auto* n = find_header(third.request.headers, "x-retry-count");
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(*n, "2");
+  int count = 0;
+  for (auto& [k, v] : third.request.headers)
+    count += k.size() == 13 && (k == "x-retry-count" || k == "X-Retry-Count");
+  EXPECT_EQ(count, 1) << "one x-retry-count header";
+}
+
 TEST(OracleRequest, ABadCredentialOrDefaultHeaderFailsNamingTheField) {
   EXPECT_EQ(failing_field([](auto&) {}), "(valid)");
   EXPECT_EQ(failing_field([](auto& c) { c.token_header = "Bad Header"; }),
