@@ -1,5 +1,7 @@
 #include "actors/call/retry_state.hpp"
 
+#include "core/classify.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -140,11 +142,13 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
                                   wall_time wall_now, call_rng& rng) {
   if (r.request_sent || r.ok() || r.response.status != 0)
     any_sent_ = true;
-  if (r.ok()) {
+  auto verdict = classify_exchange(exchange_view::of(r, idempotent_),
+                                   policy_.retry_statuses);
+  if (verdict.answered()) {
     auto status = r.response.status;
     retry_step s;
     s.answer_with_response = true;
-    if (!idempotent_ || !policy_.retryable_status(status)) {
+    if (verdict.cls != outcome_class::retryable_status) {
       s.decision = retry_decision::answer;
       return s;
     }
@@ -168,7 +172,11 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
     next_ = next_send::new_attempt;
     return s;
   }
-  auto kind = r.error;
+  // The retry loop's own policy per transport error kind on top of the
+  // class: a not_sent is redialled and a local port shortage retried out of
+  // band whatever the idempotency, a pool_overflow is final although
+  // nothing left (a retry only queues behind the same backlog).
+  auto kind = verdict.kind;
   switch (kind) {
     case transport_error_kind::none: // handled above
     case transport_error_kind::not_sent:
