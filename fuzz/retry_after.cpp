@@ -1,8 +1,8 @@
 // Fuzz target: the Retry-After / retry-after-ms readers of a response
-// (RFC 9110 10.2.3; actors/call/retry_state.hpp). Input: a header value,
+// (RFC 9110 10.2.3; core/retry_after.hpp). Input: a header value,
 // or, after a NUL, a whole header list "name: value\n...".
 
-#include "actors/call/retry_state.hpp"
+#include "core/retry_after.hpp"
 #include "fuzz/fuzz_input.hpp"
 
 #include <chrono>

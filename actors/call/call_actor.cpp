@@ -383,13 +383,13 @@ call_state::leg* find_leg(self_ptr self, uint64_t send_id) {
   return nullptr;
 }
 
-// True if `r` ends a race: a response the retry policy would not retry.
+// True if `r` ends a race: a response the retry policy would not retry
+// (core/classify.hpp, the class the retry loop acts on too).
 bool definitive(self_ptr self, const exchange_result& r) {
   auto& st = self->state;
-  if (r.error != transport_error_kind::none)
-    return false;
-  return !st.retry->idempotent()
-         || !st.ctx->cfg.retry.retryable_status(r.response.status);
+  return classify_exchange(exchange_view::of(r, st.retry->idempotent()),
+                           st.ctx->cfg.retry.retry_statuses)
+    .definitive();
 }
 
 void cancel_leg(self_ptr self, call_state::leg& l) {

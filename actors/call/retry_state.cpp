@@ -1,6 +1,7 @@
 #include "actors/call/retry_state.hpp"
 
 #include "core/backoff.hpp"
+#include "core/classify.hpp"
 #include "core/time.hpp"
 
 #include <algorithm>
@@ -26,14 +27,6 @@ const core::backoff local_retry_backoff{core::jitter::additive_base,
                                         std::chrono::milliseconds{200},
                                         std::chrono::milliseconds{200}};
 
-std::string trim(const std::string& s) {
-  auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos)
-    return {};
-  auto e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
-
 std::string seconds_text(nanoseconds d) {
   std::ostringstream os;
   os << std::chrono::duration<double>(d).count();
@@ -44,45 +37,6 @@ std::string ms_text(nanoseconds d) {
   std::ostringstream os;
   os << std::chrono::duration<double, std::milli>(d).count();
   return os.str();
-}
-
-// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
-// days_from_civil), so that no time zone or locale enters the computation.
-int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
-  y -= m <= 2;
-  const int64_t era = (y >= 0 ? y : y - 399) / 400;
-  const auto yoe = static_cast<unsigned>(y - era * 400);
-  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-  return era * 146097 + static_cast<int64_t>(doe) - 719468;
-}
-
-int month_index(const char* mon) {
-  static const char* names[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-  for (int i = 0; i < 12; ++i)
-    if (std::strcmp(mon, names[i]) == 0)
-      return i + 1;
-  return 0;
-}
-
-std::optional<wall_time> make_date(int y, int mon, int d, int hh, int mm,
-                                   int ss) {
-  if (mon < 1 || mon > 12 || d < 1 || d > 31 || hh < 0 || hh > 23 || mm < 0
-      || mm > 59 || ss < 0 || ss > 60 || y < 1900 || y > 9999)
-    return std::nullopt;
-  // system_clock counts nanoseconds up to 2262: later dates saturate.
-  if (y > 2200) {
-    y = 2200;
-    mon = 1;
-    d = 1;
-    hh = mm = ss = 0;
-  }
-  auto days = days_from_civil(y, static_cast<unsigned>(mon),
-                              static_cast<unsigned>(d));
-  auto secs = days * 86400 + hh * 3600 + mm * 60 + ss;
-  return wall_time{std::chrono::duration_cast<wall_time::duration>(
-    std::chrono::seconds{secs})};
 }
 
 } // namespace
@@ -115,89 +69,6 @@ nanoseconds backoff_delay(const retry_policy& policy, int n, call_rng& rng) {
                         seconds_to_ns(policy.base_backoff),
                         seconds_to_ns(policy.max_backoff)};
   return std::min(b.delay(n, rng), seconds_to_ns(max_delay_seconds));
-}
-
-std::optional<nanoseconds> parse_retry_after_ms(const std::string& value) {
-  auto v = trim(value);
-  if (v.empty() || v.size() > 32)
-    return std::nullopt;
-  int dots = 0;
-  for (char c : v) {
-    if (c == '.')
-      ++dots;
-    else if (!std::isdigit(static_cast<unsigned char>(c)))
-      return std::nullopt;
-  }
-  if (dots > 1 || v == ".")
-    return std::nullopt;
-  double ms = std::strtod(v.c_str(), nullptr);
-  if (!std::isfinite(ms) || ms < 0)
-    return std::nullopt;
-  ms = std::min(ms, max_delay_seconds * 1e3);
-  return nanoseconds{std::llround(ms * 1e6)};
-}
-
-std::optional<wall_time> parse_http_date(const std::string& value) {
-  auto v = trim(value);
-  char wd[16] = {0}, mon[4] = {0}, tz[4] = {0};
-  int d = 0, y = 0, hh = 0, mm = 0, ss = 0, used = 0;
-  auto full = [&] { return used == static_cast<int>(v.size()); };
-  // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
-  used = 0;
-  if (std::sscanf(v.c_str(), "%3[A-Za-z], %2d %3[A-Za-z] %4d %2d:%2d:%2d %3[A-Z]%n",
-                  wd, &d, mon, &y, &hh, &mm, &ss, tz, &used)
-        == 8
-      && full() && std::strcmp(tz, "GMT") == 0)
-    return make_date(y, month_index(mon), d, hh, mm, ss);
-  // RFC 850: Sunday, 06-Nov-94 08:49:37 GMT
-  used = 0;
-  if (std::sscanf(v.c_str(), "%15[A-Za-z], %2d-%3[A-Za-z]-%2d %2d:%2d:%2d %3[A-Z]%n",
-                  wd, &d, mon, &y, &hh, &mm, &ss, tz, &used)
-        == 8
-      && full() && std::strcmp(tz, "GMT") == 0)
-    return make_date(y < 70 ? 2000 + y : 1900 + y, month_index(mon), d, hh, mm,
-                     ss);
-  // asctime: Sun Nov  6 08:49:37 1994
-  used = 0;
-  if (std::sscanf(v.c_str(), "%3[A-Za-z] %3[A-Za-z] %2d %2d:%2d:%2d %4d%n", wd,
-                  mon, &d, &hh, &mm, &ss, &y, &used)
-        == 7
-      && full())
-    return make_date(y, month_index(mon), d, hh, mm, ss);
-  return std::nullopt;
-}
-
-std::optional<nanoseconds> parse_retry_after(const std::string& value,
-                                             wall_time wall_now) {
-  auto v = trim(value);
-  if (v.empty())
-    return std::nullopt;
-  if (std::all_of(v.begin(), v.end(),
-                  [](unsigned char c) { return std::isdigit(c); })) {
-    // delta-seconds; saturate absurd values instead of overflowing.
-    auto limit = static_cast<long long>(max_delay_seconds);
-    if (v.size() > 10)
-      return std::chrono::seconds{limit};
-    return std::chrono::seconds{std::min(std::stoll(v), limit)};
-  }
-  auto at = parse_http_date(v);
-  if (!at)
-    return std::nullopt;
-  // Both are within 1900..2200, so the difference fits in nanoseconds.
-  auto d = std::chrono::duration_cast<nanoseconds>(*at - wall_now);
-  return std::clamp(d, nanoseconds{0},
-                    nanoseconds{static_cast<int64_t>(max_delay_seconds) * 1'000'000'000});
-}
-
-std::optional<nanoseconds> server_retry_delay(const header_list& headers,
-                                              wall_time wall_now) {
-  if (auto v = find_header(headers, "retry-after-ms"))
-    if (auto d = parse_retry_after_ms(*v))
-      return d;
-  if (auto v = find_header(headers, "retry-after"))
-    if (auto d = parse_retry_after(*v, wall_now))
-      return d;
-  return std::nullopt;
 }
 
 // -- retry_state ---------------------------------------------------------------
@@ -270,11 +141,13 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
                                   wall_time wall_now, call_rng& rng) {
   if (r.request_sent || r.ok() || r.response.status != 0)
     any_sent_ = true;
-  if (r.ok()) {
+  auto verdict = classify_exchange(exchange_view::of(r, idempotent_),
+                                   policy_.retry_statuses);
+  if (verdict.answered()) {
     auto status = r.response.status;
     retry_step s;
     s.answer_with_response = true;
-    if (!idempotent_ || !policy_.retryable_status(status)) {
+    if (verdict.cls != outcome_class::retryable_status) {
       s.decision = retry_decision::answer;
       return s;
     }
@@ -298,7 +171,11 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
     next_ = next_send::new_attempt;
     return s;
   }
-  auto kind = r.error;
+  // The retry loop's own policy per transport error kind on top of the
+  // class: a not_sent is redialled and a local port shortage retried out of
+  // band whatever the idempotency, a pool_overflow is final although
+  // nothing left (a retry only queues behind the same backlog).
+  auto kind = verdict.kind;
   switch (kind) {
     case transport_error_kind::none: // handled above
     case transport_error_kind::not_sent:

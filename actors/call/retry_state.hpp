@@ -27,6 +27,7 @@
 
 #include "actors/call/call_rng.hpp"
 #include "config/client_config.hpp"
+#include "core/retry_after.hpp" // wall_time, server_retry_delay, parse_*
 #include "protocol/errors.hpp"
 #include "protocol/http_types.hpp"
 
@@ -41,9 +42,6 @@ namespace outbound {
 /// Monotonic time point of the retry loop (the actor clock's type; the pure
 /// state never reads a clock, it is handed `now`).
 using retry_time = std::chrono::steady_clock::time_point;
-
-/// Wall-clock time point, only used to interpret an HTTP-date Retry-After.
-using wall_time = std::chrono::system_clock::time_point;
 
 /// Random generator of jitter and request ids. Seeded per call by the
 /// service client (client_options::seed), so tests are reproducible.
@@ -89,28 +87,6 @@ std::chrono::nanoseconds seconds_to_ns(double seconds);
 /// A zero base gives exactly min(0, max) = 0: no jitter, no wait.
 std::chrono::nanoseconds backoff_delay(const retry_policy& policy, int n,
                                        call_rng& rng);
-
-/// Parses a `retry-after-ms` value: a non-negative decimal number of
-/// milliseconds, fractions allowed ("250", "12.5"). std::nullopt when
-/// malformed, negative or not finite.
-std::optional<std::chrono::nanoseconds>
-parse_retry_after_ms(const std::string& value);
-
-/// Parses an HTTP-date (RFC 9110 §5.6.7): IMF-fixdate
-/// "Sun, 06 Nov 1994 08:49:37 GMT", and the obsolete RFC 850
-/// "Sunday, 06-Nov-94 08:49:37 GMT" and asctime "Sun Nov  6 08:49:37 1994"
-/// forms. std::nullopt when malformed.
-std::optional<wall_time> parse_http_date(const std::string& value);
-
-/// Parses a `Retry-After` value: delta-seconds ("120"), or an HTTP-date minus
-/// `wall_now`, clamped at 0. std::nullopt when malformed.
-std::optional<std::chrono::nanoseconds>
-parse_retry_after(const std::string& value, wall_time wall_now);
-
-/// The delay a response asks for: `retry-after-ms` if present and valid,
-/// else `Retry-After`, else std::nullopt (the caller uses the backoff).
-std::optional<std::chrono::nanoseconds>
-server_retry_delay(const header_list& headers, wall_time wall_now);
 
 /// What the next send looks like (the answer of begin_attempt).
 struct attempt_plan {

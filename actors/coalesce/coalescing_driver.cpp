@@ -4,6 +4,7 @@
 #include "actors/coalesce/oracle_request.hpp"
 #include "actors/handler_guard.hpp"
 #include "actors/pool/connection_pool.hpp"
+#include "core/classify.hpp"
 #include "protocol/tls_context.hpp"
 
 #include <caf/stateful_actor.hpp>
@@ -334,9 +335,7 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
   run.maybe_sent = run.maybe_sent || r.request_sent
                    || r.error == transport_error_kind::none;
   attempt_report rep;
-  bool answered_error = r.error == transport_error_kind::none
-                        && (r.response.status < 200
-                            || r.response.status > 299);
+  bool answered_error = r.ok() && !is_success_status(r.response.status);
   rep.cls = classify_attempt(r.error, r.request_sent, r.response.status,
                              answered_error
                                && marks_nothing_committed(r.response.body));

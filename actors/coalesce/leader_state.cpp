@@ -1,6 +1,7 @@
 #include "actors/coalesce/leader_state.hpp"
 
 #include "core/backoff.hpp"
+#include "core/classify.hpp"
 #include "protocol/json_parse.hpp"
 
 #include <boost/json/value.hpp>
@@ -123,10 +124,20 @@ const char* to_string(attempt_class c) {
 
 attempt_class classify_attempt(transport_error_kind error, bool request_sent,
                                int status, bool marked) {
-  switch (error) {
-    case transport_error_kind::none:
-      if (status >= 200 && status <= 299)
-        return attempt_class::success;
+  // The shared classes first (core/classify.hpp; no status is retried for
+  // its own sake here), then the oracle's rules on top: 421, 501, 503 / 429
+  // and the pre-commit marker. What is safe for seq after each class is
+  // proves_nothing_committed's call.
+  exchange_view v;
+  v.error = error;
+  v.request_sent = request_sent;
+  v.status = status;
+  auto verdict = classify_exchange(v, {});
+  switch (verdict.cls) {
+    case outcome_class::success:
+      return attempt_class::success;
+    case outcome_class::final_status:
+    case outcome_class::retryable_status:
       if (status == 421)
         return attempt_class::not_leader;
       if (status == 501)
@@ -140,21 +151,17 @@ attempt_class classify_attempt(transport_error_kind error, bool request_sent,
       if (status >= 400 && status <= 499 && marked)
         return attempt_class::rejected;
       return attempt_class::unexpected_status;
-    case transport_error_kind::not_sent:
-    case transport_error_kind::connect:
-    case transport_error_kind::local_resource:
-    case transport_error_kind::pool_overflow: // the local queue was full
+    case outcome_class::nothing_sent:
+      // not_sent, connect, local_resource, pool_overflow (the local queue
+      // was full), or a failure before any byte was written.
       return attempt_class::refused;
-    case transport_error_kind::interrupted:
-    case transport_error_kind::timeout:
-      return request_sent ? attempt_class::lost : attempt_class::refused;
-    case transport_error_kind::tls:
-      return request_sent ? attempt_class::fatal_after_send
-                          : attempt_class::handshake_failed;
-    case transport_error_kind::too_large:
-      return attempt_class::fatal_after_send;
-    case transport_error_kind::config:
-      return attempt_class::fatal;
+    case outcome_class::transport_failure:
+      return attempt_class::lost;
+    case outcome_class::fatal:
+      if (verdict.kind == transport_error_kind::config)
+        return attempt_class::fatal;
+      return verdict.nothing_sent ? attempt_class::handshake_failed
+                                  : attempt_class::fatal_after_send;
   }
   return attempt_class::fatal;
 }

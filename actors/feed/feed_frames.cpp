@@ -1,5 +1,6 @@
 #include "actors/feed/feed_frames.hpp"
 
+#include "core/classify.hpp"
 #include "protocol/json_parse.hpp"
 
 #include <boost/json/basic_parser_impl.hpp>
@@ -418,7 +419,7 @@ std::optional<drain_error_reason> unreadable_reason(const call_error& e) {
   // A non-2xx status is a status failure, retried as a replay error, even
   // when its error page is over the cap (the transport's too_large keeps
   // the status): the page was never a page of events.
-  if (e.status != 0 && (e.status < 200 || e.status >= 300))
+  if (e.status != 0 && !is_success_status(e.status))
     return std::nullopt;
   // A 2xx over the cap ends as the transport's too_large, before (or
   // without) a status: the answer was there, too big to read.

@@ -1,8 +1,11 @@
 #pragma once
 
 // Small vocabulary shared by the pure hedging state: the time
-// type, the health outcome of a finished call and the breaker scopes. No
-// CAF, no clock reads: every state class is handed `now`.
+// type, the health outcome of a finished call (call_health, decided by
+// core/classify.hpp) and the breaker scopes. No CAF, no clock reads: every
+// state class is handed `now`.
+
+#include "core/classify.hpp" // call_health, the verdict of core/classify
 
 #include <chrono>
 #include <cstdint>
@@ -17,27 +20,6 @@ using hedge_time = std::chrono::steady_clock::time_point;
 /// Seconds between two hedge_time points, as a double.
 inline double seconds_between(hedge_time from, hedge_time to) {
   return std::chrono::duration<double>(to - from).count();
-}
-
-/// How a finished call (the race's winner) went, for the error counters and
-/// the breakers.
-enum class call_health : uint8_t {
-  /// An answer that is not a 5xx.
-  success,
-  /// An HTTP 5xx answer: a failure iff breaker_config::treat_5xx_as_failure.
-  server_error,
-  /// No answer (connection error, timeout, protocol error).
-  failure,
-};
-
-/// Stable lower-case name ("success", "server_error", "failure").
-inline const char* to_string(call_health h) {
-  switch (h) {
-    case call_health::success: return "success";
-    case call_health::server_error: return "server_error";
-    case call_health::failure: return "failure";
-  }
-  return "?";
 }
 
 /// True if `h` counts as a failure under `treat_5xx_as_failure`.
