@@ -74,8 +74,10 @@ duration backoff::delay(int attempt, random_bits rng,
       if (j >= base_s)
         j = std::nextafter(base_s, 0.0);
       auto jn = duration{std::llround(j * 1e9)};
-      // Rounding to the nanosecond must not reach base either.
-      jn = std::min(jn, base_ - duration{1});
+      // Rounding to the nanosecond must not reach base either, nor leave
+      // [0, base) at all (j * 1e9 can round to 2^63 for a base near
+      // duration::max(), where llround's result is unspecified).
+      jn = std::clamp(jn, duration{0}, base_ - duration{1});
       return saturating_add(s, jn);
     }
     case jitter::additive_step: {
@@ -115,6 +117,12 @@ void validate_backoff_seconds(double base, double cap,
   if (!std::isfinite(cap) || cap < 0)
     throw config_error(cap_field,
                        "must be >= 0 seconds, got " + seconds_text(cap));
+  // A positive value under half a nanosecond would round to 0 and turn
+  // the backoff off unnoticed (as core::validate_seconds rules).
+  for (auto [x, field] : {std::pair{base, &base_field}, {cap, &cap_field}})
+    if (x > 0.0 && x * 1e9 < 0.5)
+      throw config_error(*field, "must be at least 1e-9 seconds when not 0: "
+                                 "a value under half a nanosecond rounds to 0");
   if (cap_at_least_base && cap < base)
     throw config_error(cap_field, "must be >= " + base_field);
 }

@@ -33,14 +33,16 @@ feed_ws_endpoint feed_ws_endpoint::from(const client_config& cfg) {
   while (!url.empty() && url.back() == '/')
     url.pop_back();
   e.origin = url_parts::parse(url);
-  // The headers build_request gives every outbound request (User-Agent,
-  // the credential, the default headers); the dial adds its x-request-id.
+  // The headers build_request gives every outbound request, with its
+  // precedence (a default header replaces an earlier one of the same
+  // name): User-Agent, the credential, the default headers. The dial adds
+  // its x-request-id.
   e.headers.emplace_back("User-Agent", user_agent());
   auto cred = credential_value(cfg);
   if (!cred.empty())
-    e.headers.emplace_back(cfg.token_header, std::move(cred));
-  for (auto& h : cfg.default_headers)
-    e.headers.push_back(h);
+    set_header(e.headers, cfg.token_header, std::move(cred));
+  for (auto& [k, v] : cfg.default_headers)
+    set_header(e.headers, k, v);
   return e;
 }
 
@@ -893,7 +895,8 @@ void dial(self_ptr self) {
   // One request id per dial, as every outbound request carries one (a
   // configured x-request-id default header is replaced, as build_request
   // does), so a hub's logs can tell the sessions of one watcher apart.
-  set_header(o.headers, "x-request-id", generate_request_id(st.id_rng));
+  erase_header(o.headers, "x-request-id");
+  o.headers.emplace_back("x-request-id", generate_request_id(st.id_rng));
   o.max_frame_bytes = st.cfg.ws_max_frame_bytes;
   o.max_discard_bytes = st.cfg.ws_max_discard_bytes;
   o.discard_timeout_ns = feed_seconds(st.cfg.ws_discard_timeout).count();

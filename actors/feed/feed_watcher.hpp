@@ -69,12 +69,15 @@ struct feed_ws_endpoint {
   /// Scheme, host, port and base path of the hub (the session's path is
   /// origin.path + ws_path).
   url_parts origin;
-  /// Upgrade request headers (the credential, default headers).
+  /// Upgrade request headers (User-Agent, the credential, default headers);
+  /// each dial adds its own `x-request-id` (replacing any given here).
   header_list headers;
 
-  /// The origin of `cfg.base_url` with the client's credential header and
-  /// default headers, as the service client sends them. Throws
-  /// config_error (base_url).
+  /// The origin of `cfg.base_url` with `User-Agent: outbound/<version>`,
+  /// the client's credential header and default headers, in
+  /// build_request's order and precedence (a default header replaces an
+  /// earlier one of the same name: one line per name). Throws config_error
+  /// (base_url).
   static feed_ws_endpoint from(const client_config& cfg);
 };
 

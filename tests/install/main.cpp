@@ -5,6 +5,7 @@
 
 #include "actors/client/service_client.hpp"
 #include "actors/messages.hpp"
+#include "actors/feed/reconnect_backoff.hpp" // includes core/backoff.hpp
 #include "actors/system/system_setup.hpp"
 #include "config/client_config.hpp"
 #include "protocol/errors.hpp"

@@ -275,6 +275,13 @@ TEST(CoreBackoff, BadSettingsFailNamingTheField) {
             "a.base");
   EXPECT_EQ(field_of([&] { validate_backoff_seconds(0.1, inf, "a.base", "a.max"); }),
             "a.max");
+  EXPECT_EQ(field_of([] { validate_backoff_seconds(1e-10, 10, "a.base", "a.max"); }),
+            "a.base")
+    << "a positive base that rounds to 0 ns";
+  EXPECT_EQ(field_of([] { validate_backoff_seconds(0, 4e-10, "a.base", "a.max"); }),
+            "a.max");
+  EXPECT_EQ(field_of([] { validate_backoff_seconds(1e-9, 1e-9, "a.base", "a.max"); }),
+            "(valid)");
   EXPECT_EQ(field_of([] { validate_backoff_seconds(0.1, -1, "a.base", "a.max"); }),
             "a.max");
   EXPECT_EQ(field_of([] {

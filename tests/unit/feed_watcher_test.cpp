@@ -151,7 +151,10 @@ TEST_F(FeedWatcher, EveryDialCarriesUserAgentCredentialAndItsOwnRequestId) {
   // The upgrade request carries what build_request gives every outbound
   // request: User-Agent, the credential, default headers, and one
   // x-request-id per dial (a configured one is replaced).
-  ccfg.default_headers = {{"X-Team", "feeds"}, {"X-Request-Id", "fixed"}};
+  ccfg.default_headers = {{"X-Team", "feeds"},
+                          {"X-Request-Id", "fixed"},
+                          {"x-request-id", "fixed-too"},
+                          {"user-agent", "team-agent/2"}};
   start();
   ASSERT_EQ(ws->sessions.size(), 1u);
   ws->last().open();
@@ -162,9 +165,17 @@ TEST_F(FeedWatcher, EveryDialCarriesUserAgentCredentialAndItsOwnRequestId) {
   std::vector<std::string> ids_seen;
   for (auto& s : ws->sessions) {
     auto& hs = s->opts.headers;
+    // A configured User-Agent replaces outbound's, as build_request does:
+    // one line per name.
     auto* ua = find_header(hs, "User-Agent");
     ASSERT_NE(ua, nullptr);
-    EXPECT_EQ(ua->rfind("outbound/", 0), 0u) << *ua;
+    EXPECT_EQ(*ua, "team-agent/2");
+    EXPECT_EQ(std::count_if(hs.begin(), hs.end(),
+                            [](const auto& kv) {
+                              return find_header(header_list{kv},
+                                                 "user-agent");
+                            }),
+              1);
     auto* cred = find_header(hs, "Authorization");
     ASSERT_NE(cred, nullptr);
     EXPECT_EQ(*cred, "Bearer tok");
