@@ -160,6 +160,12 @@ struct pool_stats {
   /// Exchanges refused because the queue held
   /// `client_config::max_pending_requests`, total.
   uint64_t overflowed = 0;
+  /// Hedges (`http_request::may_queue` false) refused because no connection
+  /// was free, total.
+  uint64_t busy_refused = 0;
+  /// Waiters answered "never sent" because a connection freed up for them
+  /// with less than the pool's dispatch floor of their timeout left, total.
+  uint64_t too_late = 0;
 };
 
 } // namespace outbound

@@ -236,6 +236,8 @@ void client_config::validate() const {
     throw config_error("max_connections_per_endpoint", "must be >= 1");
   if (max_pending_requests < 1)
     throw config_error("max_pending_requests", "must be >= 1");
+  if (!(min_dispatch_budget > 0) || !(min_dispatch_budget <= 60))
+    throw config_error("min_dispatch_budget", "must be > 0 and <= 60 seconds");
   if (!finite_non_negative(local_retry_deadline))
     throw config_error("local_retry_deadline", "must be >= 0 seconds");
   validate_credential_fields(token, token_header, token_scheme,

@@ -158,6 +158,15 @@ struct client_config {
   /// `pool_overflow`, nothing sent, not retried). >= 1. As Envoy's
   /// max_pending_requests and the waiter bound of Finagle's pool. [1024]
   std::size_t max_pending_requests = 1024;
+  /// Seconds: the least time a queued exchange must have left to be given a
+  /// connection. A waiter below it is answered at once with a timeout that
+  /// says nothing was sent (it would only time out on the wire and burn the
+  /// connection), and a waiter's queue timer fires this long before its
+  /// attempt budget ends, so that the pool's "nothing was sent" reaches the
+  /// call before the call's own timer for the same budget, which cannot
+  /// tell a queued request from a sent one (a POST that only sat in the
+  /// queue is then known safe to retry). (0, 60]. [0.005]
+  double min_dispatch_budget = 0.005;
 
   /// Validates every field; throws config_error naming the first bad one.
   /// Reads (opens) the TLS files to check that they are readable.

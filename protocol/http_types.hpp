@@ -46,6 +46,12 @@ struct http_request {
   uint64_t max_body_bytes = 32u * 1024u * 1024u;
   /// Never reuse an idle pooled connection for this exchange (redials).
   bool fresh_connection = false;
+  /// May wait in the connection pool's queue when the endpoint is at its
+  /// connection limit. False for a hedge: a backup request is worth sending
+  /// only on a connection free now (queued, it would only compete with the
+  /// primary it backs up), so the pool refuses it at once with
+  /// `pool_overflow` and `request_sent == false` instead of queueing it.
+  bool may_queue = true;
 };
 
 /// A complete HTTP response as read off the wire.

@@ -50,6 +50,12 @@ struct call_state {
   uint64_t send_id = 0;
   int attempt = 0;
 
+  /// How a leg ended: a transport answer, or the attempt's timer.
+  struct leg_end {
+    bool timed_out = false;
+    exchange_result result;
+  };
+
   /// One request on the wire: the attempt's primary or its hedge.
   struct leg {
     uint64_t send_id = 0;
@@ -57,10 +63,25 @@ struct call_state {
     bool in_flight = false;
     /// Ended with a retryable failure while the other leg still ran.
     bool failed = false;
+    /// The failure kept while the other leg runs: it becomes the attempt's
+    /// result if the other leg turns out never to have been sent.
+    std::optional<leg_end> failure;
+    /// A hedge the pool refused (no connection free; hedges never queue):
+    /// it never left, so it is no leg of the race at all.
+    bool refused = false;
     retry_time sent_at;
   };
   leg primary;
   leg hedge;
+
+  /// The current attempt's hedge was handed to the transport and its token
+  /// is not settled yet: it counts as fired (hedge_token_outcome sent) at
+  /// its first answer unless that answer is the pool's refusal (no free
+  /// connection; hedges never queue), or when the race ends first. The pool
+  /// refuses at once, so the refusal precedes the race's end unless the
+  /// primary's answer crosses it; then the hedge counts as sent, as the
+  /// pool, given the primary's freed connection, most likely ran it.
+  bool hedge_unsettled = false;
 
   // -- hedging (ctx->hedging set and the call eligible) --------------------
   /// The call races a hedge in each attempt.
@@ -161,6 +182,13 @@ void maybe_quit(self_ptr self) {
     self->quit();
 }
 
+void settle_hedge(self_ptr self, bool sent);
+
+void gate_answered(self_ptr self) {
+  --self->state.gates_pending;
+  maybe_quit(self);
+}
+
 // Feeds one attempt's outcome — the winner of its race: a cancelled loser
 // is never observed — to the hedging actors: its latency to the sketch, its
 // health to the error counters and the breakers. Every attempt counts, not
@@ -184,6 +212,8 @@ void deliver(self_ptr self, call_outcome o) {
   if (st.done)
     return;
   st.done = true;
+  if (st.ctx->hedging)
+    settle_hedge(self, true); // ended otherwise (e.g. the transport died)
   if (!o.ok)
     settle_nothing_billed(o.error);
   redact(st.ctx->cfg, o.error.detail);
@@ -400,6 +430,16 @@ void cancel_leg(self_ptr self, call_state::leg& l) {
   self->send(st.ctx->transport, cancel_atom_v, l.exchange_id);
 }
 
+// Settles the token of the current attempt's hedge once: `sent` counts it
+// (hedged_requests, on_hedge_fired), false gives it back to the bucket.
+void settle_hedge(self_ptr self, bool sent) {
+  auto& st = self->state;
+  if (!st.hedge_unsettled)
+    return;
+  st.hedge_unsettled = false;
+  self->send(st.ctx->hedging->stats, hedge_token_outcome{st.key, sent});
+}
+
 // The attempt's race is over: `winner` answered (or failed last). Settles
 // the race counters and the breaker permit, and stops the hedge timer.
 void end_attempt(self_ptr self, const call_state::leg& winner,
@@ -410,8 +450,11 @@ void end_attempt(self_ptr self, const call_state::leg& winner,
                                                     - st.primary.sent_at)
                         .count();
   const auto& h = st.ctx->hedging;
-  if (!h || st.hedge.send_id == 0)
+  // A refused hedge never left: the attempt was a lone primary (its permit
+  // went back when the refusal came).
+  if (!h || st.hedge.send_id == 0 || st.hedge.refused)
     return;
+  settle_hedge(self, true); // no refusal came: it went out
   bool hedge_won = &winner == &st.hedge;
   const auto& loser = hedge_won ? st.primary : st.hedge;
   // A race where both legs failed has no winner to count.
@@ -444,27 +487,70 @@ bool reached_backend(const retry_step& step) {
               && step.error.cause == transport_error_kind::pool_overflow);
 }
 
-void on_result(self_ptr self, uint64_t send_id, exchange_result& r) {
+// Ends the attempt with leg `l`'s outcome `e` (the other leg is done or
+// cancelled): settles the race, asks the retry policy, acts.
+void conclude(self_ptr self, call_state::leg& l, call_state::leg_end& e) {
   auto& st = self->state;
-  auto* l = find_leg(self, send_id);
-  if (!l)
-    return; // stale: a later send is current, or the leg was cancelled
-  l->in_flight = false;
-  auto& other = l == &st.primary ? st.hedge : st.primary;
+  auto health = e.timed_out ? call_health::failure : health_of(e.result);
+  end_attempt(self, l, health);
+  auto step = e.timed_out
+                ? st.retry->on_attempt_timeout(self->clock().now(), st.rng)
+                : st.retry->on_result(e.result, self->clock().now(),
+                                      st.ctx->wall_clock(), st.rng);
+  if (reached_backend(step))
+    record_attempt(self, health);
+  act(self, step, e.timed_out ? nullptr : &e.result.response);
+}
+
+// True for the pool's refusal of a hedge (it never queues): nothing left.
+bool refused_hedge(const exchange_result& r) {
+  return r.error == transport_error_kind::pool_overflow && !r.request_sent;
+}
+
+// Leg `l` ended with `e`. While the other leg runs, a failure waits for it
+// (kept in case the other leg turns out never to have been sent); a
+// definitive answer cancels it.
+void on_leg_end(self_ptr self, call_state::leg& l, call_state::leg_end e) {
+  auto& st = self->state;
+  l.in_flight = false;
+  auto& other = &l == &st.primary ? st.hedge : st.primary;
+  if (&l == &st.hedge && !e.timed_out && refused_hedge(e.result)) {
+    // The hedge never left: no leg of the race, no winner, nothing for the
+    // sketch or the breakers; its half-open permit goes back at once.
+    l.refused = true;
+    if (st.permit) {
+      self->send(st.ctx->hedging->breakers,
+                 breaker_release{std::move(*st.permit)});
+      st.permit.reset();
+    }
+    if (other.in_flight)
+      return; // the primary runs alone, as if never hedged
+    if (other.failure) {
+      // The primary failed first: its failure is the attempt's result.
+      auto f = std::move(*other.failure);
+      other.failure.reset();
+      conclude(self, other, f);
+    }
+    return;
+  }
   if (other.in_flight) {
-    if (!definitive(self, r)) {
-      l->failed = true;
+    if (e.timed_out || !definitive(self, e.result)) {
+      l.failed = true;
+      l.failure = std::move(e);
       return; // the other leg may still succeed: let it run
     }
     cancel_leg(self, other);
   }
-  auto health = health_of(r);
-  end_attempt(self, *l, health);
-  auto step = st.retry->on_result(r, self->clock().now(),
-                                  st.ctx->wall_clock(), st.rng);
-  if (reached_backend(step))
-    record_attempt(self, health);
-  act(self, step, &r.response);
+  conclude(self, l, e);
+}
+
+void on_result(self_ptr self, uint64_t send_id, exchange_result& r) {
+  auto* l = find_leg(self, send_id);
+  if (!l)
+    return; // stale: a later send is current, or the leg was cancelled
+  call_state::leg_end e;
+  e.result = std::move(r);
+  on_leg_end(self, *l, std::move(e));
 }
 
 void on_failure(self_ptr self, uint64_t send_id, const caf::error& err) {
@@ -472,36 +558,21 @@ void on_failure(self_ptr self, uint64_t send_id, const caf::error& err) {
   auto* l = find_leg(self, send_id);
   if (!l)
     return;
-  l->in_flight = false;
-  auto& other = l == &st.primary ? st.hedge : st.primary;
-  bool timed_out = err == caf::sec::request_timeout;
-  if (timed_out) {
+  call_state::leg_end e;
+  e.timed_out = err == caf::sec::request_timeout;
+  if (e.timed_out) {
     // A timed-out connection may be stuck mid-response: the transport must
     // close it, never pool it again. A late answer is dropped by CAF.
     self->send(st.ctx->transport, cancel_atom_v, l->exchange_id);
-  }
-  if (other.in_flight) {
-    l->failed = true;
-    return; // the other leg may still answer
-  }
-  end_attempt(self, *l, call_health::failure);
-  retry_step step;
-  if (timed_out) {
-    step = st.retry->on_attempt_timeout(self->clock().now(), st.rng);
   } else {
     // The transport actor is gone or refused the message: a broken exchange
     // whose request may have left.
-    exchange_result r;
-    r.exchange_id = l->exchange_id;
-    r.error = transport_error_kind::interrupted;
-    r.request_sent = true;
-    r.detail = "transport unavailable: " + self->system().render(err);
-    step = st.retry->on_result(r, self->clock().now(), st.ctx->wall_clock(),
-                               st.rng);
+    e.result.exchange_id = l->exchange_id;
+    e.result.error = transport_error_kind::interrupted;
+    e.result.request_sent = true;
+    e.result.detail = "transport unavailable: " + self->system().render(err);
   }
-  if (reached_backend(step))
-    record_attempt(self, call_health::failure);
-  act(self, step, nullptr);
+  on_leg_end(self, *l, std::move(e));
 }
 
 // Sends `req` as leg `l` with time limit `budget`.
@@ -522,9 +593,17 @@ void send_leg(self_ptr self, call_state::leg& l, http_request req,
   self->request(st.ctx->transport, budget, std::move(req))
     .then(
       [self, send_id, failed](exchange_result& r) {
+        auto& st = self->state;
+        if (st.hedge_unsettled && send_id == st.hedge.send_id)
+          settle_hedge(self, !refused_hedge(r));
         guarded("call actor", [&] { on_result(self, send_id, r); }, failed);
       },
       [self, send_id, failed](caf::error& err) {
+        // Timed out: it may have left. Any other error: the transport never
+        // took it.
+        auto& st = self->state;
+        if (st.hedge_unsettled && send_id == st.hedge.send_id)
+          settle_hedge(self, err == caf::sec::request_timeout);
         guarded("call actor", [&] { on_failure(self, send_id, err); },
                 failed);
       });
@@ -551,11 +630,6 @@ bool hedge_still_wanted(self_ptr self, uint64_t token) {
          && !st.hedge.in_flight && st.hedge.send_id == 0;
 }
 
-void gate_answered(self_ptr self) {
-  --self->state.gates_pending;
-  maybe_quit(self);
-}
-
 void release_permit(self_ptr self, hedge_permit p) {
   auto& st = self->state;
   if (p.holds_probe())
@@ -577,6 +651,9 @@ bool fire_hedge(self_ptr self, hedge_permit p) {
   req.max_body_bytes
     = st.call.max_response_bytes.value_or(st.ctx->cfg.max_response_bytes);
   req.fresh_connection = false;
+  // A hedge runs only on a connection free now: the pool refuses it rather
+  // than queue it behind (or ahead of) its own primary.
+  req.may_queue = false;
   if (st.retry_count > 0)
     set_header(req.headers, "x-retry-count", std::to_string(st.retry_count));
   send_leg(self, st.hedge, std::move(req), budget);
@@ -617,9 +694,14 @@ void on_hedge_due(self_ptr self, uint64_t token) {
                 release_permit(self, std::move(p));
               // Only a hedge that went out counts (hedged_requests,
               // on_hedge_fired); an unused token goes back to the bucket.
-              if (granted)
+              // One handed to the transport is settled by its first answer
+              // (the pool refuses a hedge when no connection is free).
+              if (sent) {
+                st.hedge_unsettled = true;
+              } else if (granted) {
                 self->send(st.ctx->hedging->stats,
-                           hedge_token_outcome{st.key, sent});
+                           hedge_token_outcome{st.key, false});
+              }
               gate_answered(self);
             },
             [self, p = g.permit](caf::error&) mutable {

@@ -33,8 +33,8 @@ struct exchange_done {
   bool reusable = false;
 };
 
-/// A queued exchange's own time limit (its request's timeout_ns) ran out
-/// before a connection became free.
+/// A queued exchange's own time limit (its request's timeout_ns) ran out,
+/// less pool_limits::min_dispatch_budget, before a connection became free.
 struct queue_expired {
   uint64_t exchange_id = 0;
 };
@@ -60,11 +60,10 @@ using pool_actor = transport_actor::extend<
 using connection_ptr = std::shared_ptr<http_connection>;
 using promise_type = caf::typed_response_promise<exchange_result>;
 
-/// What a queued exchange runs once a connection is free.
+/// What a queued exchange runs once a connection is free (its deadline,
+/// kept by the pool state, gives what is left of its timeout).
 struct queued_request {
   http_request request;
-  /// When it was queued (actor clock): the wait is taken off its timeout.
-  caf::actor_clock::time_point since;
 };
 
 using state_type
@@ -127,34 +126,60 @@ void run(self_ptr self, uint64_t id, http_request req, connection_ptr conn,
   });
 }
 
+/// Answers a waiter that never got a connection (nothing was sent).
+void answer_unsent(self_ptr self, state_type::waiter& w, std::string why) {
+  auto& st = self->state;
+  w.pending.deliver(error_result(
+    w.id, transport_error_kind::timeout,
+    std::move(why) + " (" + std::to_string(st.pool.open_count(st.key))
+      + " connections, " + std::to_string(st.pool.pending_count())
+      + " waiting)"));
+}
+
 /// Runs waiter `w`: on `conn` if given (handed over), else on a new dial in
-/// the slot freed for it. A dial that cannot be created passes its slot on.
+/// the slot freed for it. A waiter with too little time left is answered
+/// instead and the connection or slot passes on (`hand_on`); a dial that
+/// cannot be created passes its slot on too.
 void run_waiter(self_ptr self, std::optional<state_type::waiter> w,
                 connection_ptr conn = nullptr) {
   auto& st = self->state;
+  std::optional<connection_ptr> handed;
+  if (conn)
+    handed = std::move(conn);
   while (w) {
-    auto& req = w->request.request;
+    auto now = self->clock().now();
+    auto d = st.pool.hand_on(st.key, std::move(w), std::move(handed), now);
+    for (auto& c : d.to_close)
+      c->close();
+    for (auto& late : d.late)
+      answer_unsent(self, late,
+                    "a connection freed up with less than the pool's "
+                    "dispatch floor of the exchange's timeout left; never "
+                    "sent");
+    if (!d.next)
+      return;
+    auto& next = *d.next;
+    auto& req = next.request.request;
     // The time spent queued is taken off the exchange's own timeout.
-    auto waited = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                    self->clock().now() - w->request.since)
-                    .count();
-    req.timeout_ns = std::max<int64_t>(1, req.timeout_ns - waited);
-    if (conn) {
-      run(self, w->id, std::move(req), std::move(conn), std::move(w->pending),
-          true);
+    req.timeout_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       next.deadline - now)
+                       .count();
+    if (d.conn) {
+      run(self, next.id, std::move(req), std::move(*d.conn),
+          std::move(next.pending), true);
       return;
     }
     connection_ptr fresh;
     try {
       fresh = http_connection::make(*st.io, st.origin, st.tls);
     } catch (const std::exception& e) {
-      w->pending.deliver(
-        error_result(w->id, transport_error_kind::config, e.what()));
+      next.pending.deliver(
+        error_result(next.id, transport_error_kind::config, e.what()));
       w = st.pool.dial_failed(st.key);
       continue;
     }
-    run(self, w->id, std::move(req), std::move(fresh), std::move(w->pending),
-        false);
+    run(self, next.id, std::move(req), std::move(fresh),
+        std::move(next.pending), false);
     return;
   }
 }
@@ -177,7 +202,7 @@ pool_actor::behavior_type pool_impl(self_ptr self,
       if (st.pool.is_in_flight(id) || st.pool.is_waiting(id))
         return error_result(id, transport_error_kind::config,
                             "duplicate exchange id " + std::to_string(id));
-      auto a = st.pool.acquire(st.key, req.fresh_connection);
+      auto a = st.pool.acquire(st.key, req.fresh_connection, req.may_queue);
       connection_ptr conn;
       bool reused = false;
       switch (a.kind) {
@@ -205,17 +230,33 @@ pool_actor::behavior_type pool_impl(self_ptr self,
           break;
         case acquire_kind::wait: {
           auto rp = self->make_response_promise<exchange_result>();
-          auto timeout
-            = std::chrono::nanoseconds{std::max<int64_t>(req.timeout_ns, 0)};
+          auto now = self->clock().now();
+          auto deadline
+            = now + std::chrono::nanoseconds{std::max<int64_t>(req.timeout_ns, 0)};
           bool fresh = req.fresh_connection;
-          st.pool.enqueue(id, st.key, fresh, rp,
-                          queued_request{std::move(req), self->clock().now()});
+          st.pool.enqueue(id, st.key, fresh, rp, queued_request{std::move(req)},
+                          deadline);
           // The pool answers within the request's timeout even while it
-          // waits (the transport port's promise); a caller's cancel_atom
-          // usually comes first.
-          self->delayed_send(self, timeout, queue_expired{id});
+          // waits (the transport port's promise), and a little before it:
+          // the caller's attempt timer runs for the same budget and, if it
+          // fired first, could only assume the request may have left. The
+          // pool's "never sent" must win that race (pool_limits::
+          // min_dispatch_budget).
+          auto at = st.pool.expiry_time(deadline, now);
+          if (at <= now)
+            self->send(self, queue_expired{id});
+          else
+            self->delayed_send(self, at - now, queue_expired{id});
           return rp;
         }
+        case acquire_kind::busy:
+          // A hedge: worth sending only on a connection free now; queued it
+          // would compete with its own primary for the next free one.
+          return error_result(
+            id, transport_error_kind::pool_overflow,
+            "no connection free for a hedge (hedges never queue; "
+              + std::to_string(a.connections) + " connections, "
+              + std::to_string(a.waiting) + " waiting)");
         case acquire_kind::overflow:
           return error_result(
             id, transport_error_kind::pool_overflow,
@@ -260,11 +301,9 @@ pool_actor::behavior_type pool_impl(self_ptr self,
       auto w = st.pool.expire(q.exchange_id);
       if (!w)
         return; // ran, or was cancelled
-      w->pending.deliver(error_result(
-        q.exchange_id, transport_error_kind::timeout,
-        "no connection free within the exchange's timeout ("
-          + std::to_string(st.pool.open_count(st.key)) + " connections, "
-          + std::to_string(st.pool.pending_count()) + " waiting)"));
+      answer_unsent(self, *w,
+                    "no connection free within the exchange's timeout; "
+                    "never sent");
     },
     [self](stats_atom) {
       auto& st = self->state;
@@ -279,6 +318,8 @@ pool_actor::behavior_type pool_impl(self_ptr self,
       out.pending = st.pool.pending_count();
       out.waited = c.waited;
       out.overflowed = c.overflowed;
+      out.busy_refused = c.busy_refused;
+      out.too_late = c.too_late;
       return out;
     },
   };
@@ -302,6 +343,9 @@ transport_actor spawn_connection_pool(caf::actor_system& sys,
   limits.max_idle = cfg.max_idle_per_endpoint;
   limits.max_connections = cfg.max_connections_per_endpoint;
   limits.max_pending = cfg.max_pending_requests;
+  limits.min_dispatch_budget = std::chrono::duration_cast<
+    std::chrono::nanoseconds>(std::chrono::duration<double>(
+    cfg.min_dispatch_budget));
   return sys.spawn(pool_impl, std::move(io), std::move(tls), std::move(origin),
                    limits);
 }

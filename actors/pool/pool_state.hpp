@@ -9,10 +9,15 @@
 //   http_request ──► acquire(key, fresh) ─┬─ reuse: idle connection (MRU) ──► stale? ─ yes ─► discard_stale ─► answer not_sent
 //                                         │                                          └─ no ──► start(reused)
 //                                         ├─ dial (below the limit) ─────────────────────────► start(dialled)
-//                                         ├─ wait (at the limit) ──► enqueue ──► FIFO queue ──┬─ handed a connection ─► start(reused)
-//                                         │                                                   ├─ a slot freed ────────► start(dialled)
+//                                         ├─ wait (at the limit) ──► enqueue ──► FIFO queue ──┬─ handed a connection ─► hand_on ─► start(reused)
+//                                         │                                                   ├─ a slot freed ────────► hand_on ─► start(dialled)
 //                                         │                                                   └─ cancel / expire ─────► answer, never sent
+//                                         ├─ busy (at the limit, may not queue: a hedge) ──► answer pool_overflow at once
 //                                         └─ overflow (queue full) ──► answer pool_overflow at once
+//
+//   hand_on: a waiter with less than `min_dispatch_budget` left is answered
+//   (never sent) instead of being given the connection or slot, which passes
+//   on to the next waiter; its queue timer fires at deadline - that floor.
 //   start ──► in flight ──┬── complete(id) ──► release(key, conn, reusable) ─┬─ a waiter: hand over (or close, it dials)
 //                         │                                                  ├─ keep (idle, MRU)
 //                         │                                                  └─ close (its slot to the head waiter)
@@ -23,6 +28,7 @@
 // the requester (a response promise); `Request` is what a queued exchange
 // runs later (the request).
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -72,6 +78,13 @@ struct pool_counters {
   uint64_t waited = 0;
   /// Exchanges refused at once because the queue was full.
   uint64_t overflowed = 0;
+  /// Exchanges that may not queue (hedges) refused at once because the
+  /// endpoint was at its connection limit with no idle connection.
+  uint64_t busy_refused = 0;
+  /// Waiters answered (never sent) when a connection or slot freed up for
+  /// them with less than `pool_limits::min_dispatch_budget` of their time
+  /// left (`hand_on`).
+  uint64_t too_late = 0;
 };
 
 /// Limits of a pool, per endpoint (pool_key).
@@ -82,6 +95,15 @@ struct pool_limits {
   std::size_t max_connections = 1024;
   /// Exchanges waiting for a connection; one more is refused (overflow).
   std::size_t max_pending = 1024;
+  /// The least time a waiter must have left to be given a connection: a
+  /// waiter below it would only time out on the wire and burn the
+  /// connection, so it is answered "never sent" instead (`hand_on`), and a
+  /// waiter's queue timer fires this much before its deadline, so that the
+  /// pool's "never sent" answer reaches the caller before the caller's own
+  /// timer for the same budget (which could not tell queued from sent).
+  /// 5 ms: above the scheduling jitter between two timers of one actor
+  /// system, well below any useful exchange timeout. Must be > 0.
+  std::chrono::nanoseconds min_dispatch_budget = std::chrono::milliseconds{5};
 };
 
 /// What `acquire` decided for a new exchange.
@@ -96,6 +118,9 @@ enum class acquire_kind {
   wait,
   /// The queue is full: refuse the exchange at once (nothing was sent).
   overflow,
+  /// The endpoint is at its connection limit and the exchange may not queue
+  /// (a hedge): refuse it at once (nothing was sent).
+  busy,
 };
 
 /// What `release` decided for a connection whose exchange completed.
@@ -136,6 +161,9 @@ enum class release_decision {
 template <class Conn, class Pending, class Request>
 class basic_pool_state {
 public:
+  /// Deadlines of waiters (the actor clock's time point; tests pass any).
+  using time_point = std::chrono::steady_clock::time_point;
+
   /// An exchange in flight.
   struct in_flight {
     pool_key key;
@@ -151,6 +179,8 @@ public:
     bool fresh = false;
     Pending pending;
     Request request;
+    /// When the exchange's own time limit runs out.
+    time_point deadline = time_point::max();
   };
 
   /// `acquire`'s answer.
@@ -172,6 +202,21 @@ public:
     /// The waiter to run next: on the released connection
     /// (`handed_to_waiter`) or on a new dial in its slot (any close).
     std::optional<waiter> next;
+  };
+
+  /// `hand_on`'s answer.
+  struct dispatch {
+    /// The waiter to run now: on `conn` if set (handed over), else on a new
+    /// dial in the slot freed for it. Nothing: the connection went idle or
+    /// closed, or the slot was freed.
+    std::optional<waiter> next;
+    std::optional<Conn> conn;
+    /// Waiters with too little time left: the caller answers them (never
+    /// sent).
+    std::vector<waiter> late;
+    /// Connections the caller closes (passed on as a slot to a fresh
+    /// waiter, or not kept idle).
+    std::vector<Conn> to_close;
   };
 
   /// `cancel`'s answer: at most one of `flight` and `queued` is set.
@@ -196,7 +241,9 @@ public:
   /// recently used idle one (unless `fresh`), a new dial if the key is below
   /// `max_connections` (or, for `fresh` at the limit, in the slot of an
   /// evicted idle connection), else the queue, else overflow.
-  acquisition acquire(const pool_key& key, bool fresh) {
+  /// An exchange that may not queue (`may_queue` false, a hedge) gets
+  /// `busy` where it would wait or overflow.
+  acquisition acquire(const pool_key& key, bool fresh, bool may_queue = true) {
     acquisition a;
     auto i = idle_.find(key);
     bool has_idle = i != idle_.end() && !i->second.empty();
@@ -223,6 +270,13 @@ public:
       return a;
     }
     std::size_t waiting = queued ? q->second.size() : 0;
+    if (!may_queue) {
+      ++counters_.busy_refused;
+      a.kind = acquire_kind::busy;
+      a.waiting = waiting;
+      a.connections = open;
+      return a;
+    }
     if (waiting >= limits_.max_pending) {
       ++counters_.overflowed;
       a.kind = acquire_kind::overflow;
@@ -234,15 +288,16 @@ public:
     return a;
   }
 
-  /// Queues exchange `id` (after `acquire` said `wait`). Returns false (and
-  /// queues nothing) if `id` is already queued or in flight.
+  /// Queues exchange `id` (after `acquire` said `wait`) until `deadline`,
+  /// the end of its own time limit. Returns false (and queues nothing) if
+  /// `id` is already queued or in flight.
   bool enqueue(uint64_t id, pool_key key, bool fresh, Pending pending,
-               Request request) {
+               Request request, time_point deadline = time_point::max()) {
     if (waiting_.count(id) > 0 || flights_.count(id) > 0)
       return false;
     auto& q = queues_[key];
     q.push_back(waiter{id, std::move(key), fresh, std::move(pending),
-                       std::move(request)});
+                       std::move(request), deadline});
     waiting_.emplace(id, std::prev(q.end()));
     ++pending_;
     ++counters_.waited;
@@ -299,6 +354,50 @@ public:
     if (r.queued)
       ++counters_.cancelled;
     return r;
+  }
+
+  /// When the queue timer of a waiter with `deadline` fires:
+  /// `min_dispatch_budget` before it (see pool_limits), never before `now`.
+  time_point expiry_time(time_point deadline, time_point now) const {
+    if (deadline - now <= limits_.min_dispatch_budget)
+      return now;
+    return deadline - limits_.min_dispatch_budget;
+  }
+
+  /// True if waiter `w` still has `min_dispatch_budget` left at `now`.
+  bool in_time(const waiter& w, time_point now) const {
+    return w.deadline > now && w.deadline - now >= limits_.min_dispatch_budget;
+  }
+
+  /// Gives `w` (popped by `release`, `cancel`, `discard_stale` or
+  /// `dial_failed`) the connection `conn` (handed over) or, without one, the
+  /// slot freed for it, unless its time is too short (`in_time`): then it
+  /// joins `late` and the connection or slot passes on to the next waiter,
+  /// as if the late one had never been queued.
+  dispatch hand_on(const pool_key& key, std::optional<waiter> w,
+                   std::optional<Conn> conn, time_point now) {
+    dispatch d;
+    while (w && !in_time(*w, now)) {
+      ++counters_.too_late;
+      d.late.push_back(std::move(*w));
+      w.reset();
+      if (conn) {
+        Conn c = std::move(*conn);
+        conn.reset();
+        auto r = release(key, c, true);
+        if (r.decision == release_decision::handed_to_waiter)
+          conn = std::move(c);
+        else if (r.decision != release_decision::keep_idle)
+          d.to_close.push_back(std::move(c));
+        w = std::move(r.next);
+      } else {
+        w = free_slot(key);
+      }
+    }
+    d.next = std::move(w);
+    if (d.next)
+      d.conn = std::move(conn);
+    return d;
   }
 
   /// Removes `id` from the queue if it is still waiting (its own time limit

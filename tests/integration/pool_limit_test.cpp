@@ -159,7 +159,10 @@ TEST_F(PoolLimit, AFullQueueFailsTheCallAtOnceWithTheTypedError) {
 
 TEST_F(PoolLimit, TimeQueuedCountsAgainstTheAttemptBudget) {
   // The only connection is held for 1.5 s; the queued call's attempt has
-  // 400 ms and one attempt: it must fail at ~400 ms without a connection.
+  // 400 ms and one attempt: the pool's queue timer must answer it "never
+  // sent" at 400 ms less the dispatch floor (100 ms here, a margin that
+  // survives a loaded machine), before the call's own attempt timer could
+  // (which cannot tell queued from sent).
   auto srv = server({serve(1, 1500ms)},
                     {step::read_request(), step::send(ok_empty_object)});
   auto cfg = defaults(srv->base_url());
@@ -167,6 +170,7 @@ TEST_F(PoolLimit, TimeQueuedCountsAgainstTheAttemptBudget) {
   cfg.retry.max_attempts = 1;
   cfg.timeout = 5.0;
   cfg.deadline = 10.0;
+  cfg.min_dispatch_budget = 0.1;
   transport_actor pool;
   auto c = limited_client(cfg, pool);
   // A second client on the same pool, with a 400 ms attempt budget.
@@ -183,7 +187,13 @@ TEST_F(PoolLimit, TimeQueuedCountsAgainstTheAttemptBudget) {
   EXPECT_FALSE(queued.ok);
   EXPECT_EQ(queued.error.cause, transport_error_kind::timeout)
     << queued.error.message();
-  EXPECT_GE(ms(took), 400);
+  // The pool's queue timer answered, not the call's attempt timer.
+  EXPECT_NE(queued.error.detail.find(
+              "no connection free within the exchange's timeout"),
+            std::string::npos)
+    << queued.error.detail;
+  EXPECT_TRUE(queued.error.nothing_sent) << queued.error.message();
+  EXPECT_GE(ms(took), 300);
   EXPECT_LT(ms(took), 1500); // did not wait for the held connection
   EXPECT_TRUE(first.ok) << first.error.message();
   EXPECT_EQ(srv->connections(), 1u);
@@ -191,6 +201,40 @@ TEST_F(PoolLimit, TimeQueuedCountsAgainstTheAttemptBudget) {
   auto s = stats(pool);
   EXPECT_EQ(s.pending, 0u);
   EXPECT_EQ(s.waited, 1u);
+}
+
+// A POST that only waited in the queue and timed out never reached the
+// wire: the caller must learn that (nothing_sent, safe to retry), not "may
+// have been processed". The call's attempt timer runs for the same budget as
+// the waiter's queue timer; the pool's fires the dispatch floor earlier.
+TEST_F(PoolLimit, APostThatOnlyQueuedIsReportedAsNeverSent) {
+  auto srv = server({serve(1, 1500ms)},
+                    {step::read_request(), step::send(ok_empty_object)});
+  auto cfg = defaults(srv->base_url());
+  cfg.max_connections_per_endpoint = 1;
+  cfg.timeout = 5.0;
+  cfg.deadline = 10.0;
+  cfg.min_dispatch_budget = 0.1;
+  transport_actor pool;
+  auto c = limited_client(cfg, pool);
+  auto short_cfg = cfg;
+  short_cfg.timeout = 0.4;
+  auto impatient = client_on(short_cfg, pool);
+  call_outcome first;
+  std::thread t1{[&] { first = c->call(get("/v1/item")); }};
+  ASSERT_TRUE(srv->wait_for_requests(1, 5s));
+  auto queued = impatient->call(post("/v1/orders", R"({"n":1})"));
+  t1.join();
+  EXPECT_FALSE(queued.ok);
+  EXPECT_EQ(queued.error.cause, transport_error_kind::timeout)
+    << queued.error.message();
+  EXPECT_TRUE(queued.error.nothing_sent) << queued.error.message();
+  EXPECT_EQ(queued.error.detail.find("may have been processed"),
+            std::string::npos)
+    << queued.error.detail;
+  EXPECT_EQ(queued.error.attempts, 1); // not idempotent: not retried
+  EXPECT_TRUE(first.ok) << first.error.message();
+  EXPECT_EQ(srv->requests().size(), 1u); // the POST never left
 }
 
 } // namespace

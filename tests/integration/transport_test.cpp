@@ -727,16 +727,22 @@ TEST_F(TransportTest, PoolLimitRunsFiveExchangesOnTwoConnections) {
       },
       [&](caf::error& err) { ADD_FAILURE() << sys_.render(err); });
   EXPECT_EQ(ok, 5);
-  EXPECT_EQ(srv.connections(), 2u);
   EXPECT_EQ(srv.requests().size(), 5u);
   auto s = stats(pool);
-  EXPECT_EQ(s.dialled, 2u);
-  EXPECT_EQ(s.reused, 3u);  // three handed over to a waiter
-  EXPECT_EQ(s.waited, 3u);
+  // Usually the five arrive before any answer (100 ms): two dial, three wait
+  // and are handed over. A test thread descheduled for 100 ms lets an
+  // exchange find an idle connection instead: then fewer dial or wait, but
+  // never more than two connections, and every exchange dialled or reused.
+  EXPECT_GE(s.dialled, 1u);
+  EXPECT_LE(s.dialled, 2u);
+  EXPECT_EQ(srv.connections(), s.dialled);
+  EXPECT_EQ(s.dialled + s.reused, 5u);
+  EXPECT_LE(s.waited, 3u);
+  EXPECT_LE(s.waited, s.reused); // each waiter was handed a connection
   EXPECT_EQ(s.pending, 0u);
   EXPECT_EQ(s.overflowed, 0u);
   EXPECT_EQ(s.in_flight, 0u);
-  EXPECT_EQ(s.idle, 2u);
+  EXPECT_EQ(s.idle, s.dialled);
 }
 
 TEST_F(TransportTest, PoolQueueFullRefusesTheExchangeAtOnce) {
@@ -816,13 +822,47 @@ TEST_F(TransportTest, PoolQueuedExchangeIsAnsweredWithinItsOwnTimeout) {
   auto start = clock_type::now();
   auto r2 = exchange(pool, queued);
   auto took = elapsed_ms(start);
-  EXPECT_GE(took, 300);
+  // Answered the dispatch floor (5 ms) before its timeout runs out.
+  EXPECT_GE(took, 295);
   EXPECT_LT(took, 300 + testing::load_slack_ms);
   EXPECT_EQ(r2.error, transport_error_kind::timeout) << describe(r2);
   EXPECT_FALSE(r2.request_sent);
   EXPECT_NE(r2.detail.find("no connection free"), std::string::npos)
     << r2.detail;
   EXPECT_EQ(stats(pool).pending, 0u);
+  EXPECT_EQ(srv.connections(), 1u);
+  caf::anon_send(pool, cancel_atom::value, first.exchange_id);
+  h1.receive([&](exchange_result&) {},
+             [&](caf::error& err) { ADD_FAILURE() << sys_.render(err); });
+}
+
+// A hedge (may_queue false) at the limit is refused at once, nothing sent,
+// and takes no queue slot: it is worth sending only on a free connection.
+TEST_F(TransportTest, PoolRefusesAHedgeAtItsLimitInsteadOfQueueingIt) {
+  scripted_server srv{{{step::read_request(), step::hold()}},
+                      {step::read_request(), step::hold()}};
+  auto pool = make_limited_pool(srv.base_url(), 1, 8);
+  caf::scoped_actor self{sys_};
+  auto first = request();
+  first.timeout_ns = 10'000'000'000;
+  auto h1 = self->request(pool, std::chrono::seconds{15}, first);
+  ASSERT_TRUE(srv.wait_for_requests(1, 2s));
+  auto hedge = request();
+  hedge.timeout_ns = 10'000'000'000;
+  hedge.may_queue = false;
+  auto start = clock_type::now();
+  auto r2 = exchange(pool, hedge);
+  EXPECT_LT(elapsed_ms(start), 5000); // at once, not its 10 s timeout
+  EXPECT_EQ(r2.error, transport_error_kind::pool_overflow) << describe(r2);
+  EXPECT_FALSE(r2.request_sent);
+  EXPECT_NE(r2.detail.find("no connection free for a hedge"),
+            std::string::npos)
+    << r2.detail;
+  auto s = stats(pool);
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.waited, 0u);
+  EXPECT_EQ(s.busy_refused, 1u);
+  EXPECT_EQ(s.overflowed, 0u);
   EXPECT_EQ(srv.connections(), 1u);
   caf::anon_send(pool, cancel_atom::value, first.exchange_id);
   h1.receive([&](exchange_result&) {},

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -94,6 +95,19 @@ TEST(Config, PoolLimitsDefaultToEnvoysAndMustBeAtLeastOne) {
   c = valid();
   c.max_connections_per_endpoint = 1;
   c.max_pending_requests = 1;
+  EXPECT_EQ(field_of(c), "<valid>");
+}
+
+TEST(Config, TheDispatchFloorIsAFewMillisecondsAndMustBePositive) {
+  client_config cfg;
+  EXPECT_EQ(cfg.min_dispatch_budget, 0.005);
+  for (double bad : {0.0, -0.001, 61.0, std::nan("")}) {
+    auto c = valid();
+    c.min_dispatch_budget = bad;
+    EXPECT_EQ(field_of(c), "min_dispatch_budget") << bad;
+  }
+  auto c = valid();
+  c.min_dispatch_budget = 0.1;
   EXPECT_EQ(field_of(c), "<valid>");
 }
 

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,12 @@ struct fake_log {
   std::vector<uint64_t> cancels;
   std::vector<caf::actor_clock::time_point> cancel_times;
   std::vector<fake_step> script;
+  /// When set, the fake plays a pool at its connection limit: a request
+  /// that may not queue (a hedge) is refused with pool_overflow, nothing
+  /// sent, after this delay (0: at once, as the real pool does), and is
+  /// logged in `refused` instead of `requests`, using no script step.
+  std::optional<std::chrono::nanoseconds> refuse_hedges;
+  std::vector<http_request> refused;
 };
 
 namespace detail {
@@ -95,6 +102,20 @@ inline caf::behavior fake_transport_impl(
     [self](const http_request& req) -> caf::result<exchange_result> {
       auto& st = self->state;
       auto& lg = *st.log;
+      if (lg.refuse_hedges && !req.may_queue) {
+        lg.refused.push_back(req);
+        exchange_result res;
+        res.exchange_id = req.exchange_id;
+        res.error = transport_error_kind::pool_overflow;
+        res.request_sent = false;
+        res.detail = "no connection free for a hedge";
+        if (lg.refuse_hedges->count() == 0)
+          return res;
+        st.delayed.emplace_back(self->make_response_promise(), std::move(res));
+        self->delayed_send(self, *lg.refuse_hedges, done_atom_v,
+                           static_cast<uint64_t>(st.delayed.size() - 1));
+        return caf::delegated<exchange_result>{};
+      }
       auto index = lg.requests.size();
       lg.requests.push_back({req, self->clock().now()});
       if (lg.script.empty())

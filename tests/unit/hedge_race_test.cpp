@@ -515,3 +515,85 @@ TEST_F(HedgeRace, OnlyHedgesActuallySentAreCountedWhateverTheRace) {
     EXPECT_EQ(fired_->size() - before_fired, hedges_sent);
   }
 }
+
+// -- hedges never queue ---------------------------------------------------------
+
+// The pool is at its connection limit: it refuses the hedge at once (hedges
+// never queue). The hedge never left, so it is no hedge at all: not fired,
+// not counted, no race, its token back in the bucket, and the primary's
+// answer stands alone.
+TEST_F(HedgeRace, AHedgeThePoolRefusesIsNotFiredNotCountedAndGivesItsTokenBack) {
+  // rate = 5 rps x 10 % = 0.5 tokens/s; burst max(2 x 0.5, 1) = 1 token:
+  // the second call can hedge only if the first gave its token back.
+  hedging.config.estimated_rps = 5.0;
+  log->refuse_hedges = nanoseconds{0};
+  log->script = {ok_after(300ms, R"({"who":"p1"})"),
+                 ok_after(300ms, R"({"who":"p2"})")};
+  auto o = run_call(get("/x"));
+  ASSERT_TRUE(o.ok) << o.error.detail;
+  EXPECT_EQ(o.body.at("who").as_string(), "p1");
+  EXPECT_EQ(finished(), 300ms);
+  ASSERT_EQ(log->refused.size(), 1u);
+  EXPECT_FALSE(log->refused[0].may_queue);
+  EXPECT_TRUE(log->requests[0].request.may_queue); // primaries may queue
+  EXPECT_TRUE(log->cancels.empty()); // nothing to cancel
+  auto o2 = run_call(get("/x"));
+  ASSERT_TRUE(o2.ok) << o2.error.detail;
+  EXPECT_EQ(log->refused.size(), 2u) << "the first hedge's token came back";
+  EXPECT_EQ(log->requests.size(), 2u);
+  auto s = stats(host_key);
+  EXPECT_EQ(s.hedged_requests, 0u);
+  EXPECT_EQ(s.hedge_wins, 0u);
+  EXPECT_EQ(s.primary_wins, 0u);
+  EXPECT_EQ(s.budget_exhausted, 0u);
+  EXPECT_EQ(s.errors, 0u);
+  EXPECT_TRUE(fired_->empty());
+}
+
+// The primary fails (a retryable 503) while the hedge's refusal is still on
+// its way: the refused hedge must not become the attempt's "winner" (its
+// pool_overflow would end the call, unretried); the primary's failure is the
+// attempt's result and the call retries.
+TEST_F(HedgeRace, APrimaryThatFailedBeforeTheRefusalArrivedIsRetried) {
+  log->refuse_hedges = nanoseconds{5ms}; // refusal lands at 15 ms
+  log->script = {fake_step::status(503).delayed(12ms),
+                 ok_after(20ms, R"({"who":"p2"})")};
+  auto o = run_call(get("/x"));
+  ASSERT_TRUE(o.ok) << o.error.detail;
+  EXPECT_EQ(o.body.at("who").as_string(), "p2");
+  EXPECT_EQ(o.attempts, 2);
+  EXPECT_EQ(log->refused.size(), 2u); // attempt 2 tried to hedge too
+  ASSERT_EQ(log->requests.size(), 2u);
+  // Attempt 2 starts after the refusal settled attempt 1 (15 ms) and its
+  // backoff.
+  EXPECT_GT(arrival(1), 15ms);
+  auto s = stats(host_key);
+  EXPECT_EQ(s.hedged_requests, 0u);
+  EXPECT_EQ(s.hedge_wins, 0u);
+  EXPECT_EQ(s.primary_wins, 0u);
+  EXPECT_EQ(s.errors, 1u) << "the primary's 503, not the refusal";
+  EXPECT_TRUE(fired_->empty());
+}
+
+// A half-open probe hedge the pool refuses gives its permit back: it was
+// never a trial (the breaker is not blamed, nor credited).
+TEST_F(HedgeRace, ARefusedHalfOpenProbeReleasesThePermit) {
+  hedging.config.breaker.min_samples = 2;
+  hedging.config.breaker.cooldown = 1.0;
+  hedging.config.breaker.half_open_max_trial = 1;
+  cfg.retry.max_attempts = 1;
+  log->script = {fake_step::status(500), fake_step::status(500),
+                 ok_after(30ms, R"({"who":"primary"})")};
+  EXPECT_FALSE(run_call(get("/x")).ok);
+  EXPECT_FALSE(run_call(get("/x")).ok);
+  advance(2s); // past the cooldown: the next allow() half-opens
+  log->refuse_hedges = nanoseconds{0};
+  auto o = run_call(get("/x"));
+  ASSERT_TRUE(o.ok);
+  ASSERT_EQ(log->refused.size(), 1u); // the probe hedge was tried
+  auto b = breaker(breaker_scope::host, host_key);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->phase, breaker_phase::half_open);
+  EXPECT_EQ(b->permits_out, 0);
+  EXPECT_EQ(b->trials, 0);
+}

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -280,4 +281,167 @@ TEST(PoolState, DuplicateIdsAreRefused) {
   EXPECT_FALSE(s.enqueue(2, key, false, "x", "y"));
   EXPECT_FALSE(s.enqueue(1, key, false, "x", "y"));
   EXPECT_EQ(s.pending_count(), 1u);
+}
+
+// -- hedges never queue -------------------------------------------------------
+
+TEST(PoolState, AnExchangeThatMayNotQueueIsRefusedAtTheLimitNotQueued) {
+  auto s = limited(1, 8);
+  // Below the limit a hedge dials like anyone else.
+  auto a = s.acquire(key, false, false);
+  ASSERT_EQ(a.kind, acquire_kind::dial);
+  ASSERT_TRUE(s.start(1, key, 10, "p1", false));
+  // At the limit with no idle connection: refused at once, no queue slot.
+  a = s.acquire(key, false, false);
+  EXPECT_EQ(a.kind, acquire_kind::busy);
+  EXPECT_EQ(a.connections, 1u);
+  EXPECT_EQ(s.pending_count(), 0u);
+  EXPECT_EQ(s.counters().busy_refused, 1u);
+  EXPECT_EQ(s.counters().waited, 0u);
+  EXPECT_EQ(s.counters().overflowed, 0u);
+  // Even with other waiters queued (a full queue too) it is `busy`.
+  wait(s, 2);
+  EXPECT_EQ(s.acquire(key, false, false).kind, acquire_kind::busy);
+  EXPECT_EQ(s.pending_count(), 1u);
+  // An idle connection is still reused by a hedge.
+  auto f = s.complete(1);
+  auto r = s.release(key, f->conn, true);
+  ASSERT_EQ(r.decision, release_decision::handed_to_waiter);
+  ASSERT_TRUE(s.start(2, key, 10, "p2", true));
+  f = s.complete(2);
+  r = s.release(key, f->conn, true);
+  ASSERT_EQ(r.decision, release_decision::keep_idle);
+  EXPECT_EQ(s.acquire(key, false, false).kind, acquire_kind::reuse);
+}
+
+// -- the dispatch floor ---------------------------------------------------------
+
+namespace {
+
+using tp = state::time_point;
+const tp t0 = tp{} + std::chrono::hours{1};
+
+state floored(std::size_t max_conns, std::chrono::nanoseconds floor) {
+  pool_limits l;
+  l.max_connections = max_conns;
+  l.max_pending = 8;
+  l.min_dispatch_budget = floor;
+  return state{l};
+}
+
+void wait_until(state& s, uint64_t id, tp deadline, bool fresh = false) {
+  auto a = s.acquire(key, fresh);
+  ASSERT_EQ(a.kind, acquire_kind::wait) << id;
+  ASSERT_TRUE(s.enqueue(id, key, fresh, "p" + std::to_string(id),
+                        "req" + std::to_string(id), deadline));
+}
+
+} // namespace
+
+// The queue timer fires the floor before the deadline: the pool's "never
+// sent" answer then precedes the caller's own timer for the same budget.
+TEST(PoolState, TheQueueTimerFiresTheDispatchFloorBeforeTheDeadline) {
+  using namespace std::chrono_literals;
+  auto s = floored(1, 5ms);
+  EXPECT_EQ(s.expiry_time(t0 + 400ms, t0), t0 + 395ms);
+  EXPECT_LT(s.expiry_time(t0 + 400ms, t0), t0 + 400ms);
+  // A budget at or below the floor expires at once.
+  EXPECT_EQ(s.expiry_time(t0 + 5ms, t0), t0);
+  EXPECT_EQ(s.expiry_time(t0 + 1ms, t0), t0);
+  EXPECT_EQ(s.expiry_time(t0, t0), t0);
+}
+
+TEST(PoolState, AWaiterInTimeGetsTheHandedOverConnection) {
+  using namespace std::chrono_literals;
+  auto s = floored(1, 5ms);
+  dial(s, 1, 10);
+  wait_until(s, 2, t0 + 100ms);
+  auto f = s.complete(1);
+  auto r = s.release(key, f->conn, true);
+  ASSERT_EQ(r.decision, release_decision::handed_to_waiter);
+  auto d = s.hand_on(key, std::move(r.next), f->conn, t0 + 95ms);
+  ASSERT_TRUE(d.next);
+  EXPECT_EQ(d.next->id, 2u);
+  ASSERT_TRUE(d.conn);
+  EXPECT_EQ(*d.conn, 10);
+  EXPECT_TRUE(d.late.empty());
+  EXPECT_TRUE(d.to_close.empty());
+  EXPECT_EQ(s.counters().too_late, 0u);
+}
+
+// Under overload a waiter with less than the floor left is answered (never
+// sent) instead of burning the connection; the connection goes to the next
+// waiter that can still use it, in FIFO order.
+TEST(PoolState, AWaiterBelowTheFloorIsAnsweredAndTheConnectionPassesOn) {
+  using namespace std::chrono_literals;
+  auto s = floored(1, 5ms);
+  dial(s, 1, 10);
+  wait_until(s, 2, t0 + 52ms); // 2 ms left at t0 + 50 ms
+  wait_until(s, 3, t0 + 50ms); // none left
+  wait_until(s, 4, t0 + 80ms); // 30 ms left
+  wait_until(s, 5, t0 + 90ms);
+  auto f = s.complete(1);
+  auto r = s.release(key, f->conn, true);
+  ASSERT_EQ(r.decision, release_decision::handed_to_waiter);
+  auto d = s.hand_on(key, std::move(r.next), f->conn, t0 + 50ms);
+  ASSERT_EQ(d.late.size(), 2u);
+  EXPECT_EQ(d.late[0].id, 2u);
+  EXPECT_EQ(d.late[1].id, 3u);
+  ASSERT_TRUE(d.next);
+  EXPECT_EQ(d.next->id, 4u);
+  ASSERT_TRUE(d.conn);
+  EXPECT_EQ(*d.conn, 10);
+  EXPECT_TRUE(d.to_close.empty());
+  EXPECT_EQ(s.pending_count(), 1u); // 5 still waits
+  EXPECT_EQ(s.open_count(key), 1u);
+  EXPECT_EQ(s.counters().too_late, 2u);
+}
+
+TEST(PoolState, WhenEveryWaiterIsLateTheConnectionGoesIdle) {
+  using namespace std::chrono_literals;
+  auto s = floored(1, 5ms);
+  dial(s, 1, 10);
+  wait_until(s, 2, t0 + 10ms);
+  auto f = s.complete(1);
+  auto r = s.release(key, f->conn, true);
+  auto d = s.hand_on(key, std::move(r.next), f->conn, t0 + 6ms);
+  ASSERT_EQ(d.late.size(), 1u);
+  EXPECT_FALSE(d.next);
+  EXPECT_FALSE(d.conn);
+  EXPECT_EQ(s.idle_count(), 1u);
+  EXPECT_EQ(s.open_count(key), 1u);
+  EXPECT_EQ(s.acquire(key, false).kind, acquire_kind::reuse);
+}
+
+// A freed slot (a closed connection) skips late waiters too; a late waiter
+// ahead of a fresh one lets the fresh one dial in the slot (the connection
+// is closed).
+TEST(PoolState, ALateWaiterPassesAFreedSlotOrAConnectionToAFreshWaiter) {
+  using namespace std::chrono_literals;
+  auto s = floored(1, 5ms);
+  dial(s, 1, 10);
+  wait_until(s, 2, t0 + 1ms);
+  wait_until(s, 3, t0 + 100ms, true);
+  auto f = s.complete(1);
+  auto r = s.release(key, f->conn, true);
+  ASSERT_EQ(r.decision, release_decision::handed_to_waiter);
+  auto d = s.hand_on(key, std::move(r.next), f->conn, t0);
+  ASSERT_EQ(d.late.size(), 1u);
+  ASSERT_TRUE(d.next);
+  EXPECT_EQ(d.next->id, 3u);
+  EXPECT_FALSE(d.conn); // it dials fresh in the slot
+  EXPECT_EQ(d.to_close, std::vector<int>{10});
+  EXPECT_EQ(s.open_count(key), 1u);
+  // No connection at hand (a slot): every late waiter is skipped and the
+  // slot is freed when nobody is left.
+  ASSERT_TRUE(s.start(3, key, 30, "p3", false));
+  wait_until(s, 4, t0 + 1ms);
+  f = s.complete(3);
+  r = s.release(key, f->conn, false);
+  ASSERT_EQ(r.decision, release_decision::close_not_reusable);
+  d = s.hand_on(key, std::move(r.next), std::nullopt, t0);
+  EXPECT_EQ(d.late.size(), 1u);
+  EXPECT_FALSE(d.next);
+  EXPECT_EQ(s.open_count(key), 0u);
+  EXPECT_EQ(s.counters().too_late, 2u);
 }
