@@ -238,6 +238,11 @@ void client_config::validate() const {
     throw config_error("max_pending_requests", "must be >= 1");
   if (!(min_dispatch_budget > 0) || !(min_dispatch_budget <= 60))
     throw config_error("min_dispatch_budget", "must be > 0 and <= 60 seconds");
+  // The pool truncates it to whole nanoseconds: under 1 ns it would be 0.
+  if (min_dispatch_budget < 1e-9)
+    throw config_error("min_dispatch_budget",
+                       "must be at least 1e-9 seconds: it counts in whole "
+                       "nanoseconds");
   if (!finite_non_negative(local_retry_deadline))
     throw config_error("local_retry_deadline", "must be >= 0 seconds");
   validate_credential_fields(token, token_header, token_scheme,

@@ -149,6 +149,9 @@ void run_waiter(self_ptr self, std::optional<state_type::waiter> w,
   while (w) {
     auto now = self->clock().now();
     auto d = st.pool.hand_on(st.key, std::move(w), std::move(handed), now);
+    // Consumed: a moved-from optional still holds a (null) connection, and a
+    // later round (after a failed dial) must not hand that on.
+    handed.reset();
     for (auto& c : d.to_close)
       c->close();
     for (auto& late : d.late)

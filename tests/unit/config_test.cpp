@@ -101,13 +101,16 @@ TEST(Config, PoolLimitsDefaultToEnvoysAndMustBeAtLeastOne) {
 TEST(Config, TheDispatchFloorIsAFewMillisecondsAndMustBePositive) {
   client_config cfg;
   EXPECT_EQ(cfg.min_dispatch_budget, 0.005);
-  for (double bad : {0.0, -0.001, 61.0, std::nan("")}) {
+  // 1e-10 s would be 0 ns in the pool.
+  for (double bad : {0.0, -0.001, 61.0, std::nan(""), 1e-10}) {
     auto c = valid();
     c.min_dispatch_budget = bad;
     EXPECT_EQ(field_of(c), "min_dispatch_budget") << bad;
   }
   auto c = valid();
   c.min_dispatch_budget = 0.1;
+  EXPECT_EQ(field_of(c), "<valid>");
+  c.min_dispatch_budget = 1e-9;
   EXPECT_EQ(field_of(c), "<valid>");
 }
 

@@ -281,7 +281,7 @@ TEST(CoreBackoff, BadSettingsFailNamingTheField) {
   EXPECT_EQ(field_of([] { validate_backoff_seconds(0, 4e-10, "a.base", "a.max"); }),
             "a.max");
   EXPECT_EQ(field_of([] { validate_backoff_seconds(1e-9, 1e-9, "a.base", "a.max"); }),
-            "(valid)");
+            "(nothing thrown)");
   EXPECT_EQ(field_of([] { validate_backoff_seconds(0.1, -1, "a.base", "a.max"); }),
             "a.max");
   EXPECT_EQ(field_of([] {
