@@ -575,6 +575,38 @@ TEST_F(HedgeRace, APrimaryThatFailedBeforeTheRefusalArrivedIsRetried) {
   EXPECT_TRUE(fired_->empty());
 }
 
+// The pool refused the hedge, but the refusal reached the call after the
+// primary's answer (under load the pool can hand the primary's freed
+// connection to a queued waiter, then refuse the hedge): the race ended
+// first and cancelled the hedge, yet the hedge never left. Its own answer
+// settles its token: back to the bucket, not fired, no race counted.
+TEST_F(HedgeRace, ARefusalArrivingAfterThePrimaryAnsweredGivesTheTokenBack) {
+  // rate = 5 rps x 10 % = 0.5 tokens/s; burst max(2 x 0.5, 1) = 1 token:
+  // the second call can hedge only if the first gave its token back.
+  hedging.config.estimated_rps = 5.0;
+  log->refuse_hedges = nanoseconds{20ms}; // the refusal lands at 30 ms
+  log->script = {ok_after(25ms, R"({"who":"p1"})"),
+                 ok_after(300ms, R"({"who":"p2"})")};
+  auto o = run_call(get("/x"));
+  ASSERT_TRUE(o.ok) << o.error.detail;
+  EXPECT_EQ(o.body.at("who").as_string(), "p1");
+  EXPECT_EQ(finished(), 25ms);
+  ASSERT_EQ(log->refused.size(), 1u);
+  // The call could not know yet: it cancelled its hedge at 25 ms.
+  EXPECT_EQ(log->cancels,
+            std::vector<uint64_t>{log->refused[0].exchange_id});
+  auto s = stats(host_key);
+  EXPECT_EQ(s.hedged_requests, 0u);
+  EXPECT_EQ(s.primary_wins, 0u);
+  EXPECT_EQ(s.hedge_wins, 0u);
+  EXPECT_TRUE(fired_->empty());
+  auto o2 = run_call(get("/x"));
+  ASSERT_TRUE(o2.ok) << o2.error.detail;
+  EXPECT_EQ(o2.body.at("who").as_string(), "p2");
+  EXPECT_EQ(log->refused.size(), 2u) << "the first hedge's token came back";
+  EXPECT_EQ(stats(host_key).budget_exhausted, 0u);
+}
+
 // A half-open probe hedge the pool refuses gives its permit back: it was
 // never a trial (the breaker is not blamed, nor credited).
 TEST_F(HedgeRace, ARefusedHalfOpenProbeReleasesThePermit) {
