@@ -49,7 +49,7 @@ const char* to_string(answer_decision d) {
   return "?";
 }
 
-// -- leg_answer ----------------------------------------------------------------
+// -- leg_answer --------------------------------------------------------------
 
 leg_answer leg_answer::of(const exchange_verdict& v, bool request_sent) {
   leg_answer a;
@@ -98,7 +98,7 @@ call_health leg_answer::health() const {
   return what == kind::result ? verdict.health : call_health::failure;
 }
 
-// -- hedge_race ----------------------------------------------------------------
+// -- hedge_race --------------------------------------------------------------
 
 void hedge_race::set_delay(duration d) {
   if (hedgeable_)
@@ -120,8 +120,7 @@ uint64_t hedge_race::begin_attempt(uint64_t send_id, race_time now,
 }
 
 std::optional<race_time> hedge_race::hedge_due_at() const {
-  if (!hedgeable_ || !delay_ || hedge_tried_ || !primary_.in_flight
-      || done_)
+  if (!hedgeable_ || !delay_ || hedge_tried_ || !primary_.in_flight || done_)
     return std::nullopt;
   return primary_.sent_at + *delay_;
 }
@@ -187,10 +186,9 @@ answer_step hedge_race::on_answer(uint64_t send_id, const leg_answer& a,
   // R11: the hedge's own first answer settles its token, before anything
   // else and whether or not it is still a leg of the race — a refusal that
   // crosses the primary's answer must still give the token back.
-  auto owed = std::find_if(owed_.begin(), owed_.end(),
-                           [&](const owed_token& t) {
-                             return t.send_id == send_id;
-                           });
+  auto owed
+    = std::find_if(owed_.begin(), owed_.end(),
+                   [&](const owed_token& t) { return t.send_id == send_id; });
   if (owed != owed_.end()) {
     bool back = a.what == leg_answer::kind::undelivered || a.refusal();
     s.token = back ? token_settlement::returned : token_settlement::fired;
@@ -202,8 +200,8 @@ answer_step hedge_race::on_answer(uint64_t send_id, const leg_answer& a,
   if (!which)
     return s; // stale
   auto& l = leg(*which);
-  auto other_leg = *which == race_leg::primary ? race_leg::hedge
-                                               : race_leg::primary;
+  auto other_leg
+    = *which == race_leg::primary ? race_leg::hedge : race_leg::primary;
   auto& other = leg(other_leg);
   l.in_flight = false;
   if (*which == race_leg::hedge && a.refusal()) {
@@ -261,10 +259,10 @@ void hedge_race::conclude(answer_step& s, race_leg winner, call_health health,
   // R9: a loser that failed before the winner's answer was not beaten.
   if (kept_ != loser) {
     race_result r{true, hedge_won};
-    auto owed = std::find_if(owed_.begin(), owed_.end(),
-                             [&](const owed_token& t) {
-                               return t.send_id == hedge_.send_id;
-                             });
+    auto owed
+      = std::find_if(owed_.begin(), owed_.end(), [&](const owed_token& t) {
+          return t.send_id == hedge_.send_id;
+        });
     if (owed != owed_.end())
       owed->held_race = r; // the cancelled hedge may yet turn out refused
     else

@@ -204,7 +204,9 @@ event lost() {
 }
 
 event owed() {
-  return [](hedge_race& r) { return "owed=" + std::to_string(r.tokens_owed()); };
+  return [](hedge_race& r) {
+    return "owed=" + std::to_string(r.tokens_owed());
+  };
 }
 
 struct race_case {
