@@ -10,6 +10,8 @@
 #include "virtual_time_fixture.hpp"
 
 #include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
 
 #include <gtest/gtest.h>
 
@@ -59,7 +61,8 @@ protected:
   service_client_actor client() {
     if (!client_) {
       client_options opts;
-      opts.transport = spawn_fake_transport(sys(), log);
+      transport_ = spawn_fake_transport(sys(), log);
+      opts.transport = *transport_;
       opts.seed = 7;
       opts.hedging = hedging;
       auto fired = fired_;
@@ -157,6 +160,7 @@ protected:
   hedging_options hedging;
   std::shared_ptr<fake_log> log = std::make_shared<fake_log>();
   std::optional<service_client_actor> client_;
+  std::optional<transport_actor> transport_;
   caf::actor_clock::time_point finished_at;
   std::shared_ptr<std::vector<std::string>> fired_
     = std::make_shared<std::vector<std::string>>();
@@ -605,6 +609,30 @@ TEST_F(HedgeRace, ARefusalArrivingAfterThePrimaryAnsweredGivesTheTokenBack) {
   EXPECT_EQ(o2.body.at("who").as_string(), "p2");
   EXPECT_EQ(log->refused.size(), 2u) << "the first hedge's token came back";
   EXPECT_EQ(stats(host_key).budget_exhausted, 0u);
+}
+
+// The primary won and cancelled the hedge; the call is answered, but the
+// hedge's own answer (which settles its token) has not come when the pool
+// dies. A dead pool answers nothing more: the owed token counts as fired at
+// once, and the race held for it is counted (core/hedge_race.hpp, R12).
+TEST_F(HedgeRace, APoolDyingWhileAHedgeIsOwedCountsItFiredAtOnce) {
+  log->script = {ok_after(25ms, R"({"who":"p1"})"),
+                 ok_after(500ms, R"({"who":"h1"})")}; // ignores the cancel
+  auto r = start(get("/x"));
+  advance_by(30ms);
+  ASSERT_TRUE(r->outcome);
+  EXPECT_EQ(r->outcome->body.at("who").as_string(), "p1");
+  ASSERT_EQ(log->requests.size(), 2u);
+  EXPECT_EQ(log->cancels, std::vector<uint64_t>{exchange(1)});
+  auto before = stats(host_key);
+  EXPECT_EQ(before.hedged_requests, 0u) << "owed until the hedge answers";
+  EXPECT_EQ(before.primary_wins, 0u) << "held with the token";
+  caf::anon_send_exit(*transport_, caf::exit_reason::kill);
+  run();
+  auto s = stats(host_key);
+  EXPECT_EQ(s.hedged_requests, 1u);
+  EXPECT_EQ(s.primary_wins, 1u);
+  EXPECT_EQ(*fired_, std::vector<std::string>{host_key});
 }
 
 // A half-open probe hedge the pool refuses gives its permit back: it was
