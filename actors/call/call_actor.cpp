@@ -4,6 +4,8 @@
 #include "actors/call/retry_state.hpp"
 #include "actors/handler_guard.hpp"
 
+#include "core/hedge_race.hpp"
+
 #include "protocol/json_parse.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -56,56 +58,28 @@ struct call_state {
     exchange_result result;
   };
 
-  /// One request on the wire: the attempt's primary or its hedge.
-  struct leg {
-    uint64_t send_id = 0;
-    uint64_t exchange_id = 0;
-    bool in_flight = false;
-    /// Ended with a retryable failure while the other leg still ran.
-    bool failed = false;
-    /// The failure kept while the other leg runs: it becomes the attempt's
-    /// result if the other leg turns out never to have been sent.
-    std::optional<leg_end> failure;
-    /// A hedge the pool refused (no connection free; hedges never queue):
-    /// it never left, so it is no leg of the race at all.
-    bool refused = false;
-    retry_time sent_at;
-  };
-  leg primary;
-  leg hedge;
-
-  /// The current attempt's hedge was handed to the transport and its token
-  /// is not settled yet: it counts as fired (hedge_token_outcome sent) at
-  /// its first answer unless that answer is the pool's refusal (no free
-  /// connection; hedges never queue), or when the race ends first. The pool
-  /// refuses at once, so the refusal precedes the race's end unless the
-  /// primary's answer crosses it; then the hedge counts as sent, as the
-  /// pool, given the primary's freed connection, most likely ran it.
-  bool hedge_unsettled = false;
+  /// The race of each attempt: every rule lives in core/hedge_race.hpp;
+  /// the actor only sends, cancels and records what it decides.
+  core::hedge_race race;
+  /// Exchange ids of the current attempt's legs (primary, hedge), for
+  /// cancels.
+  uint64_t exchange_of[2] = {0, 0};
+  /// The failure of a leg that ended while the other ran (the race keeps
+  /// which one; at most one at a time): the attempt's result if the race
+  /// says so.
+  std::optional<leg_end> kept;
 
   // -- hedging (ctx->hedging set and the call eligible) --------------------
-  /// The call races a hedge in each attempt.
-  bool hedgeable = false;
   /// The call's stats key ("endpoint:<name>" / "host:<host>:<port>") and
   /// the host key of the breakers' host tier.
   std::string key;
   std::string host_key;
   const effective_hedge_config* hcfg = nullptr;
-  /// The key's hedge delay once the endpoint_stats actor answered.
-  std::optional<std::chrono::nanoseconds> hedge_delay;
-  /// Current attempt; hedge timers and gate replies of older ones are
-  /// stale.
-  uint64_t attempt_token = 0;
-  /// The gates of this attempt started (at most one hedge per attempt).
-  bool hedge_tried = false;
-  /// The half-open permit of the hedge sent in this attempt.
+  /// The half-open permit of the hedge sent in this attempt (held only when
+  /// it holds a probe).
   std::optional<hedge_permit> permit;
   /// Gate requests not answered yet; the actor quits only at zero.
   int gates_pending = 0;
-  /// Latency of the last attempt's winner (seconds from its start).
-  double winner_latency = 0.0;
-  /// End of the current attempt's time budget (a hedge gets what is left).
-  retry_time primary_deadline;
   /// x-retry-count of the current attempt.
   int retry_count = 0;
 
@@ -176,13 +150,14 @@ int64_t latency_ns(self_ptr self) {
     .count();
 }
 
+// The actor stays until its gate requests are answered and every hedge it
+// sent has settled its token with its own first answer (core/hedge_race.hpp,
+// R11; each hedge carries a time limit, so this ends).
 void maybe_quit(self_ptr self) {
   auto& st = self->state;
-  if (st.done && st.gates_pending == 0)
+  if (st.done && st.gates_pending == 0 && st.race.tokens_owed() == 0)
     self->quit();
 }
-
-void settle_hedge(self_ptr self, bool sent);
 
 void gate_answered(self_ptr self) {
   --self->state.gates_pending;
@@ -196,15 +171,18 @@ void gate_answered(self_ptr self) {
 // opens its breaker even when retries hide the failures from the caller
 // (Finagle's FailureAccrualFactory and gRPC's outlier detection count
 // per request to a host, not per logical call).
-void record_attempt(self_ptr self, call_health health) {
+void record_attempt(self_ptr self, const core::attempt_record& rec) {
   auto& st = self->state;
   const auto& h = st.ctx->hedging;
   if (!h || st.key.empty())
     return;
-  if (st.hedgeable)
-    self->send(h->stats, hedge_observation{st.key, st.winner_latency, health});
+  if (rec.to_sketch)
+    self->send(h->stats,
+               hedge_observation{
+                 st.key, std::chrono::duration<double>(rec.latency).count(),
+                 rec.health});
   self->send(h->breakers, breaker_record{st.host_key, st.key,
-                                         st.hcfg->breaker, health});
+                                         st.hcfg->breaker, rec.health});
 }
 
 void deliver(self_ptr self, call_outcome o) {
@@ -212,8 +190,8 @@ void deliver(self_ptr self, call_outcome o) {
   if (st.done)
     return;
   st.done = true;
-  if (st.ctx->hedging)
-    settle_hedge(self, true); // ended otherwise (e.g. the transport died)
+  // Settles nothing: a hedge still out settles its token by its own answer.
+  st.race.on_call_done();
   if (!o.ok)
     settle_nothing_billed(o.error);
   redact(st.ctx->cfg, o.error.detail);
@@ -401,79 +379,45 @@ void act(self_ptr self, const retry_step& step, http_response* resp) {
   }
 }
 
-// The leg a transport answer belongs to; null when stale.
-call_state::leg* find_leg(self_ptr self, uint64_t send_id) {
-  auto& st = self->state;
-  if (st.done)
-    return nullptr;
-  if (st.primary.in_flight && st.primary.send_id == send_id)
-    return &st.primary;
-  if (st.hedge.in_flight && st.hedge.send_id == send_id)
-    return &st.hedge;
-  return nullptr;
+size_t index(core::race_leg l) {
+  return l == core::race_leg::primary ? 0 : 1;
 }
 
-// True if `r` ends a race: a response the retry policy would not retry
-// (core/classify.hpp, the class the retry loop acts on too).
-bool definitive(self_ptr self, const exchange_result& r) {
+void cancel_leg(self_ptr self, core::race_leg l) {
   auto& st = self->state;
-  return classify_exchange(exchange_view::of(r, st.retry->idempotent()),
-                           st.ctx->cfg.retry.retry_statuses)
-    .definitive();
+  self->send(st.ctx->transport, cancel_atom_v, st.exchange_of[index(l)]);
 }
 
-void cancel_leg(self_ptr self, call_state::leg& l) {
+// Settles a hedge's token (hedge_token_outcome): fired counts it
+// (hedged_requests, on_hedge_fired), returned gives it back to the bucket.
+void settle_token(self_ptr self, core::token_settlement s) {
   auto& st = self->state;
-  if (!l.in_flight)
+  self->send(st.ctx->hedging->stats,
+             hedge_token_outcome{st.key, s == core::token_settlement::fired});
+}
+
+void count_race(self_ptr self, const core::race_result& r) {
+  auto& st = self->state;
+  self->send(st.ctx->hedging->stats,
+             hedge_race_result{st.key, r.hedged, r.hedge_won});
+}
+
+void release_permit(self_ptr self, hedge_permit p) {
+  auto& st = self->state;
+  if (p.holds_probe())
+    self->send(st.ctx->hedging->breakers, breaker_release{std::move(p)});
+}
+
+void apply_permit(self_ptr self, core::permit_action a, call_health health) {
+  auto& st = self->state;
+  if (a == core::permit_action::none || !st.permit)
     return;
-  l.in_flight = false;
-  self->send(st.ctx->transport, cancel_atom_v, l.exchange_id);
-}
-
-// Settles the token of the current attempt's hedge once: `sent` counts it
-// (hedged_requests, on_hedge_fired), false gives it back to the bucket.
-void settle_hedge(self_ptr self, bool sent) {
-  auto& st = self->state;
-  if (!st.hedge_unsettled)
-    return;
-  st.hedge_unsettled = false;
-  self->send(st.ctx->hedging->stats, hedge_token_outcome{st.key, sent});
-}
-
-// The attempt's race is over: `winner` answered (or failed last). Settles
-// the race counters and the breaker permit, and stops the hedge timer.
-void end_attempt(self_ptr self, const call_state::leg& winner,
-                 call_health health) {
-  auto& st = self->state;
-  ++st.attempt_token;
-  st.winner_latency = std::chrono::duration<double>(self->clock().now()
-                                                    - st.primary.sent_at)
-                        .count();
   const auto& h = st.ctx->hedging;
-  // A refused hedge never left: the attempt was a lone primary (its permit
-  // went back when the refusal came).
-  if (!h || st.hedge.send_id == 0 || st.hedge.refused)
-    return;
-  settle_hedge(self, true); // no refusal came: it went out
-  bool hedge_won = &winner == &st.hedge;
-  const auto& loser = hedge_won ? st.primary : st.hedge;
-  // A race where both legs failed has no winner to count.
-  if (!loser.failed)
-    self->send(h->stats, hedge_race_result{st.key, true, hedge_won});
-  if (st.permit) {
-    if (hedge_won)
-      self->send(h->breakers, breaker_complete{std::move(*st.permit), health});
-    else
-      self->send(h->breakers, breaker_release{std::move(*st.permit)});
-    st.permit.reset();
-  }
-}
-
-call_health health_of(const exchange_result& r) {
-  if (r.error != transport_error_kind::none)
-    return call_health::failure;
-  return r.response.status >= 500 ? call_health::server_error
-                                  : call_health::success;
+  if (a == core::permit_action::complete)
+    self->send(h->breakers, breaker_complete{std::move(*st.permit), health});
+  else
+    self->send(h->breakers, breaker_release{std::move(*st.permit)});
+  st.permit.reset();
 }
 
 // False for a send that provably never left on a pooled connection found
@@ -487,105 +431,90 @@ bool reached_backend(const retry_step& step) {
               && step.error.cause == transport_error_kind::pool_overflow);
 }
 
-// Ends the attempt with leg `l`'s outcome `e` (the other leg is done or
-// cancelled): settles the race, asks the retry policy, acts.
-void conclude(self_ptr self, call_state::leg& l, call_state::leg_end& e) {
+// Send `send_id` ended (`a` as the race reads it, `e` as the retry loop
+// does): acts on the race's decision.
+void on_answer(self_ptr self, uint64_t send_id, const core::leg_answer& a,
+               call_state::leg_end e) {
   auto& st = self->state;
-  auto health = e.timed_out ? call_health::failure : health_of(e.result);
-  end_attempt(self, l, health);
-  auto step = e.timed_out
-                ? st.retry->on_attempt_timeout(self->clock().now(), st.rng)
-                : st.retry->on_result(e.result, self->clock().now(),
-                                      st.ctx->wall_clock(), st.rng);
-  if (reached_backend(step))
-    record_attempt(self, health);
-  act(self, step, e.timed_out ? nullptr : &e.result.response);
-}
-
-// True for the pool's refusal of a hedge (it never queues): nothing left.
-bool refused_hedge(const exchange_result& r) {
-  return r.error == transport_error_kind::pool_overflow && !r.request_sent;
-}
-
-// Leg `l` ended with `e`. While the other leg runs, a failure waits for it
-// (kept in case the other leg turns out never to have been sent); a
-// definitive answer cancels it.
-void on_leg_end(self_ptr self, call_state::leg& l, call_state::leg_end e) {
-  auto& st = self->state;
-  l.in_flight = false;
-  auto& other = &l == &st.primary ? st.hedge : st.primary;
-  if (&l == &st.hedge && !e.timed_out && refused_hedge(e.result)) {
-    // The hedge never left: no leg of the race, no winner, nothing for the
-    // sketch or the breakers; its half-open permit goes back at once.
-    l.refused = true;
-    if (st.permit) {
-      self->send(st.ctx->hedging->breakers,
-                 breaker_release{std::move(*st.permit)});
-      st.permit.reset();
-    }
-    if (other.in_flight)
+  auto step = st.race.on_answer(send_id, a, self->clock().now());
+  if (step.token)
+    settle_token(self, *step.token);
+  if (step.held_race)
+    count_race(self, *step.held_race);
+  switch (step.decision) {
+    case core::answer_decision::stale:
+      maybe_quit(self); // the last owed token may just have settled
+      return;
+    case core::answer_decision::refused:
+      apply_permit(self, step.permit, step.record.health);
       return; // the primary runs alone, as if never hedged
-    if (other.failure) {
-      // The primary failed first: its failure is the attempt's result.
-      auto f = std::move(*other.failure);
-      other.failure.reset();
-      conclude(self, other, f);
-    }
-    return;
-  }
-  if (other.in_flight) {
-    if (e.timed_out || !definitive(self, e.result)) {
-      l.failed = true;
-      l.failure = std::move(e);
+    case core::answer_decision::wait:
+      st.kept = std::move(e);
       return; // the other leg may still succeed: let it run
-    }
-    cancel_leg(self, other);
+    case core::answer_decision::conclude:
+      break;
   }
-  conclude(self, l, e);
+  if (step.cancel)
+    cancel_leg(self, *step.cancel);
+  if (step.race)
+    count_race(self, *step.race);
+  apply_permit(self, step.permit, step.record.health);
+  auto outcome = step.outcome_is_kept ? std::move(*st.kept) : std::move(e);
+  st.kept.reset();
+  auto next = outcome.timed_out
+                ? st.retry->on_attempt_timeout(self->clock().now(), st.rng)
+                : st.retry->on_result(outcome.result, self->clock().now(),
+                                      st.ctx->wall_clock(), st.rng);
+  if (reached_backend(next))
+    record_attempt(self, step.record);
+  act(self, next, outcome.timed_out ? nullptr : &outcome.result.response);
 }
 
 void on_result(self_ptr self, uint64_t send_id, exchange_result& r) {
-  auto* l = find_leg(self, send_id);
-  if (!l)
-    return; // stale: a later send is current, or the leg was cancelled
+  auto& st = self->state;
+  // Classified as the retry loop classifies it (core/classify.hpp).
+  auto verdict = classify_exchange(exchange_view::of(r, st.retry->idempotent()),
+                                   st.ctx->cfg.retry.retry_statuses);
+  auto a = core::leg_answer::of(verdict, r.request_sent);
   call_state::leg_end e;
   e.result = std::move(r);
-  on_leg_end(self, *l, std::move(e));
+  on_answer(self, send_id, a, std::move(e));
 }
 
 void on_failure(self_ptr self, uint64_t send_id, const caf::error& err) {
   auto& st = self->state;
-  auto* l = find_leg(self, send_id);
-  if (!l)
-    return;
   call_state::leg_end e;
   e.timed_out = err == caf::sec::request_timeout;
+  auto leg = st.race.leg_of(send_id);
   if (e.timed_out) {
     // A timed-out connection may be stuck mid-response: the transport must
     // close it, never pool it again. A late answer is dropped by CAF.
-    self->send(st.ctx->transport, cancel_atom_v, l->exchange_id);
+    if (leg)
+      cancel_leg(self, *leg);
   } else {
     // The transport actor is gone or refused the message: a broken exchange
     // whose request may have left.
-    e.result.exchange_id = l->exchange_id;
+    e.result.exchange_id = leg ? st.exchange_of[index(*leg)] : 0;
     e.result.error = transport_error_kind::interrupted;
     e.result.request_sent = true;
     e.result.detail = "transport unavailable: " + self->system().render(err);
   }
-  on_leg_end(self, *l, std::move(e));
+  // Timed out: it may have left. Any other error: the transport never took
+  // it.
+  auto a = e.timed_out ? core::leg_answer::timeout()
+                       : core::leg_answer::undelivered();
+  on_answer(self, send_id, a, std::move(e));
 }
 
-// Sends `req` as leg `l` with time limit `budget`.
-void send_leg(self_ptr self, call_state::leg& l, http_request req,
-              std::chrono::nanoseconds budget) {
+// Sends `req` as leg `l` with time limit `budget`; returns its send id.
+uint64_t send_leg(self_ptr self, core::race_leg l, http_request req,
+                  std::chrono::nanoseconds budget) {
   auto& st = self->state;
   auto send_id = ++st.send_id;
-  l.send_id = send_id;
-  l.exchange_id = (static_cast<uint64_t>(self->id()) << 20)
-                  | (send_id & 0xFFFFF);
-  l.in_flight = true;
-  l.sent_at = self->clock().now();
-  req.exchange_id = l.exchange_id;
+  auto exchange_id = (static_cast<uint64_t>(self->id()) << 20)
+                     | (send_id & 0xFFFFF);
+  st.exchange_of[index(l)] = exchange_id;
+  req.exchange_id = exchange_id;
   req.timeout_ns = budget.count();
   // A throw while handling the answer (a retry decision, a JSON body) ends
   // the call with a typed error, not the actor.
@@ -593,59 +522,34 @@ void send_leg(self_ptr self, call_state::leg& l, http_request req,
   self->request(st.ctx->transport, budget, std::move(req))
     .then(
       [self, send_id, failed](exchange_result& r) {
-        auto& st = self->state;
-        if (st.hedge_unsettled && send_id == st.hedge.send_id)
-          settle_hedge(self, !refused_hedge(r));
         guarded("call actor", [&] { on_result(self, send_id, r); }, failed);
       },
       [self, send_id, failed](caf::error& err) {
-        // Timed out: it may have left. Any other error: the transport never
-        // took it.
-        auto& st = self->state;
-        if (st.hedge_unsettled && send_id == st.hedge.send_id)
-          settle_hedge(self, err == caf::sec::request_timeout);
         guarded("call actor", [&] { on_failure(self, send_id, err); },
                 failed);
       });
+  return send_id;
 }
 
 void arm_hedge_timer(self_ptr self) {
   auto& st = self->state;
-  if (!st.hedgeable || !st.hedge_delay || st.hedge_tried
-      || !st.primary.in_flight)
+  auto due = st.race.hedge_due_at();
+  if (!due)
     return;
-  auto due = st.primary.sent_at + *st.hedge_delay;
   auto now = self->clock().now();
   auto me = caf::actor_cast<call_actor>(self);
-  if (due <= now)
-    self->send(me, hedge_due{st.attempt_token});
+  if (*due <= now)
+    self->send(me, hedge_due{st.race.attempt()});
   else
-    self->delayed_send(me, due - now, hedge_due{st.attempt_token});
+    self->delayed_send(me, *due - now, hedge_due{st.race.attempt()});
 }
 
-// True while attempt `token`'s primary still runs without a hedge.
-bool hedge_still_wanted(self_ptr self, uint64_t token) {
+// Sends the hedge the race fired, with the attempt's remaining `budget`.
+void fire_hedge(self_ptr self, hedge_permit p,
+                std::chrono::nanoseconds budget) {
   auto& st = self->state;
-  return !st.done && token == st.attempt_token && st.primary.in_flight
-         && !st.hedge.in_flight && st.hedge.send_id == 0;
-}
-
-void release_permit(self_ptr self, hedge_permit p) {
-  auto& st = self->state;
-  if (p.holds_probe())
-    self->send(st.ctx->hedging->breakers, breaker_release{std::move(p)});
-}
-
-// Sends the hedge unless no time is left; true if it went out.
-bool fire_hedge(self_ptr self, hedge_permit p) {
-  auto& st = self->state;
-  auto now = self->clock().now();
-  auto budget = st.primary_deadline - now;
-  if (budget <= std::chrono::nanoseconds{0}) {
-    release_permit(self, std::move(p));
-    return false;
-  }
-  if (p.holds_probe())
+  bool probe = p.holds_probe();
+  if (probe)
     st.permit = std::move(p);
   http_request req = st.base;
   req.max_body_bytes
@@ -656,16 +560,31 @@ bool fire_hedge(self_ptr self, hedge_permit p) {
   req.may_queue = false;
   if (st.retry_count > 0)
     set_header(req.headers, "x-retry-count", std::to_string(st.retry_count));
-  send_leg(self, st.hedge, std::move(req), budget);
-  return true;
+  auto send_id = send_leg(self, core::race_leg::hedge, std::move(req), budget);
+  st.race.on_hedge_sent(send_id, self->clock().now(), probe);
+}
+
+// The budget answered attempt `token`'s hedge (granted false also when it
+// did not answer).
+void on_token(self_ptr self, uint64_t token, bool granted, hedge_permit p) {
+  auto& st = self->state;
+  auto step = st.race.on_token(token, granted, self->clock().now());
+  if (step.decision == core::token_decision::fire) {
+    fire_hedge(self, std::move(p), step.budget);
+    return;
+  }
+  release_permit(self, std::move(p));
+  // Only a hedge that went out counts (hedged_requests, on_hedge_fired); an
+  // unused token goes back to the bucket.
+  if (step.return_token())
+    settle_token(self, core::token_settlement::returned);
 }
 
 // The hedge timer of attempt `token` ran out: breakers, then budget.
 void on_hedge_due(self_ptr self, uint64_t token) {
   auto& st = self->state;
-  if (!hedge_still_wanted(self, token) || st.hedge_tried)
+  if (st.race.on_hedge_due(token) != core::due_decision::ask_gates)
     return;
-  st.hedge_tried = true;
   const auto& h = st.ctx->hedging;
   ++st.gates_pending;
   self
@@ -675,37 +594,24 @@ void on_hedge_due(self_ptr self, uint64_t token) {
       [self, token](breaker_gate_result& g) {
         auto& st = self->state;
         const auto& h = st.ctx->hedging;
-        if (g.gate != hedge_gate::allowed) {
-          self->send(h->stats, hedge_circuit_blocked{st.key});
-          return gate_answered(self);
-        }
-        if (!hedge_still_wanted(self, token)) {
-          release_permit(self, std::move(g.permit));
-          return gate_answered(self);
+        switch (st.race.on_gate(token, g.gate == hedge_gate::allowed)) {
+          case core::gate_decision::report_blocked:
+            self->send(h->stats, hedge_circuit_blocked{st.key});
+            return gate_answered(self);
+          case core::gate_decision::release_permit:
+            release_permit(self, std::move(g.permit));
+            return gate_answered(self);
+          case core::gate_decision::ask_token:
+            break;
         }
         self->request(h->stats, caf::infinite, hedge_token_request{st.key})
           .then(
             [self, token, p = std::move(g.permit)](bool granted) mutable {
-              auto& st = self->state;
-              bool sent = false;
-              if (granted && hedge_still_wanted(self, token))
-                sent = fire_hedge(self, std::move(p));
-              else
-                release_permit(self, std::move(p));
-              // Only a hedge that went out counts (hedged_requests,
-              // on_hedge_fired); an unused token goes back to the bucket.
-              // One handed to the transport is settled by its first answer
-              // (the pool refuses a hedge when no connection is free).
-              if (sent) {
-                st.hedge_unsettled = true;
-              } else if (granted) {
-                self->send(st.ctx->hedging->stats,
-                           hedge_token_outcome{st.key, false});
-              }
+              on_token(self, token, granted, std::move(p));
               gate_answered(self);
             },
-            [self, p = g.permit](caf::error&) mutable {
-              release_permit(self, std::move(p));
+            [self, token, p = g.permit](caf::error&) mutable {
+              on_token(self, token, false, std::move(p));
               gate_answered(self);
             });
       },
@@ -721,10 +627,7 @@ void send_attempt(self_ptr self) {
   }
   st.attempt = plan.attempt;
   st.retry_count = plan.retry_count;
-  ++st.attempt_token;
-  st.primary = {};
-  st.hedge = {};
-  st.hedge_tried = false;
+  st.kept.reset();
   http_request req = st.base;
   req.max_body_bytes
     = st.call.max_response_bytes.value_or(st.ctx->cfg.max_response_bytes);
@@ -734,8 +637,9 @@ void send_attempt(self_ptr self) {
     set_header(req.headers, "x-retry-count", n);
   }
   emit(self, make_event(self, event_kind::sending));
-  st.primary_deadline = self->clock().now() + plan.budget;
-  send_leg(self, st.primary, std::move(req), plan.budget);
+  auto send_id = send_leg(self, core::race_leg::primary, std::move(req),
+                          plan.budget);
+  st.race.begin_attempt(send_id, self->clock().now(), plan.budget);
   arm_hedge_timer(self);
 }
 
@@ -747,15 +651,24 @@ void send_attempt(self_ptr self) {
 // actor does not monitor the transport itself).
 void on_transport_down(self_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
-  if (!st.started || st.done || dm.source != st.ctx->transport.address())
+  if (!st.started || dm.source != st.ctx->transport.address())
     return;
-  bool sent = st.primary.send_id != 0;
-  st.primary.in_flight = false;
-  st.hedge.in_flight = false;
-  if (st.permit) {
-    self->send(st.ctx->hedging->breakers, breaker_release{std::move(*st.permit)});
-    st.permit.reset();
+  if (st.done && st.race.tokens_owed() == 0)
+    return;
+  // No answer will come from a dead pool: the race settles what is owed
+  // (core/hedge_race.hpp, R12).
+  auto lost = st.race.on_transport_lost();
+  for (int i = 0; i < lost.tokens_fired; ++i)
+    settle_token(self, core::token_settlement::fired);
+  for (const auto& r : lost.held_races)
+    count_race(self, r);
+  if (lost.release_permit)
+    apply_permit(self, core::permit_action::release, call_health::success);
+  if (st.done) {
+    maybe_quit(self); // only owed tokens kept it
+    return;
   }
+  bool sent = st.send_id != 0;
   call_error e;
   e.kind = error_kind::service_unavailable;
   e.cause = transport_error_kind::interrupted;
@@ -795,17 +708,18 @@ void start(self_ptr self, call_request call) {
     st.key = route.key;
     st.host_key = route_table::host_key(url.host, url.port);
     st.hcfg = &h->config_for(route);
-    st.hedgeable = hedge_eligible(st.base.method, st.call.has_body,
-                                  st.call.idempotent);
-    if (st.hedgeable) {
+    st.race = core::hedge_race{hedge_eligible(
+      st.base.method, st.call.has_body, st.call.idempotent)};
+    if (st.race.hedgeable()) {
       // The primary goes out now; the delay arrives while it runs.
       self->request(h->stats, caf::infinite, hedge_plan_request{st.key,
                                                                 *st.hcfg})
         .then(
           [self](hedge_plan& p) {
             auto& st = self->state;
-            st.hedge_delay = std::chrono::duration_cast<
-              std::chrono::nanoseconds>(std::chrono::duration<double>(p.delay));
+            st.race.set_delay(std::chrono::duration_cast<
+                              std::chrono::nanoseconds>(
+              std::chrono::duration<double>(p.delay)));
             arm_hedge_timer(self);
           },
           [](caf::error&) { /* no plan: no hedge */ });
@@ -846,8 +760,7 @@ call_actor::behavior_type call_impl(self_ptr self,
     },
     [self](retry_atom, uint64_t send_id) {
       auto& st = self->state;
-      if (st.done || st.primary.in_flight || st.hedge.in_flight
-          || send_id != st.send_id)
+      if (st.done || st.race.any_in_flight() || send_id != st.send_id)
         return;
       guarded("call actor", [&] { send_attempt(self); },
               [self](call_error e) { finish_error(self, std::move(e)); });

@@ -10,6 +10,8 @@
 #include "virtual_time_fixture.hpp"
 
 #include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
 
 #include <gtest/gtest.h>
 
@@ -59,7 +61,8 @@ protected:
   service_client_actor client() {
     if (!client_) {
       client_options opts;
-      opts.transport = spawn_fake_transport(sys(), log);
+      transport_ = spawn_fake_transport(sys(), log);
+      opts.transport = *transport_;
       opts.seed = 7;
       opts.hedging = hedging;
       auto fired = fired_;
@@ -157,6 +160,7 @@ protected:
   hedging_options hedging;
   std::shared_ptr<fake_log> log = std::make_shared<fake_log>();
   std::optional<service_client_actor> client_;
+  std::optional<transport_actor> transport_;
   caf::actor_clock::time_point finished_at;
   std::shared_ptr<std::vector<std::string>> fired_
     = std::make_shared<std::vector<std::string>>();
@@ -573,6 +577,62 @@ TEST_F(HedgeRace, APrimaryThatFailedBeforeTheRefusalArrivedIsRetried) {
   EXPECT_EQ(s.primary_wins, 0u);
   EXPECT_EQ(s.errors, 1u) << "the primary's 503, not the refusal";
   EXPECT_TRUE(fired_->empty());
+}
+
+// The pool refused the hedge, but the refusal reached the call after the
+// primary's answer (under load the pool can hand the primary's freed
+// connection to a queued waiter, then refuse the hedge): the race ended
+// first and cancelled the hedge, yet the hedge never left. Its own answer
+// settles its token: back to the bucket, not fired, no race counted.
+TEST_F(HedgeRace, ARefusalArrivingAfterThePrimaryAnsweredGivesTheTokenBack) {
+  // rate = 5 rps x 10 % = 0.5 tokens/s; burst max(2 x 0.5, 1) = 1 token:
+  // the second call can hedge only if the first gave its token back.
+  hedging.config.estimated_rps = 5.0;
+  log->refuse_hedges = nanoseconds{20ms}; // the refusal lands at 30 ms
+  log->script = {ok_after(25ms, R"({"who":"p1"})"),
+                 ok_after(300ms, R"({"who":"p2"})")};
+  auto o = run_call(get("/x"));
+  ASSERT_TRUE(o.ok) << o.error.detail;
+  EXPECT_EQ(o.body.at("who").as_string(), "p1");
+  EXPECT_EQ(finished(), 25ms);
+  ASSERT_EQ(log->refused.size(), 1u);
+  // The call could not know yet: it cancelled its hedge at 25 ms.
+  EXPECT_EQ(log->cancels,
+            std::vector<uint64_t>{log->refused[0].exchange_id});
+  auto s = stats(host_key);
+  EXPECT_EQ(s.hedged_requests, 0u);
+  EXPECT_EQ(s.primary_wins, 0u);
+  EXPECT_EQ(s.hedge_wins, 0u);
+  EXPECT_TRUE(fired_->empty());
+  auto o2 = run_call(get("/x"));
+  ASSERT_TRUE(o2.ok) << o2.error.detail;
+  EXPECT_EQ(o2.body.at("who").as_string(), "p2");
+  EXPECT_EQ(log->refused.size(), 2u) << "the first hedge's token came back";
+  EXPECT_EQ(stats(host_key).budget_exhausted, 0u);
+}
+
+// The primary won and cancelled the hedge; the call is answered, but the
+// hedge's own answer (which settles its token) has not come when the pool
+// dies. A dead pool answers nothing more: the owed token counts as fired at
+// once, and the race held for it is counted (core/hedge_race.hpp, R12).
+TEST_F(HedgeRace, APoolDyingWhileAHedgeIsOwedCountsItFiredAtOnce) {
+  log->script = {ok_after(25ms, R"({"who":"p1"})"),
+                 ok_after(500ms, R"({"who":"h1"})")}; // ignores the cancel
+  auto r = start(get("/x"));
+  advance_by(30ms);
+  ASSERT_TRUE(r->outcome);
+  EXPECT_EQ(r->outcome->body.at("who").as_string(), "p1");
+  ASSERT_EQ(log->requests.size(), 2u);
+  EXPECT_EQ(log->cancels, std::vector<uint64_t>{exchange(1)});
+  auto before = stats(host_key);
+  EXPECT_EQ(before.hedged_requests, 0u) << "owed until the hedge answers";
+  EXPECT_EQ(before.primary_wins, 0u) << "held with the token";
+  caf::anon_send_exit(*transport_, caf::exit_reason::kill);
+  run();
+  auto s = stats(host_key);
+  EXPECT_EQ(s.hedged_requests, 1u);
+  EXPECT_EQ(s.primary_wins, 1u);
+  EXPECT_EQ(*fired_, std::vector<std::string>{host_key});
 }
 
 // A half-open probe hedge the pool refuses gives its permit back: it was
