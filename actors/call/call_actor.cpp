@@ -604,13 +604,21 @@ void on_hedge_due(self_ptr self, uint64_t token) {
           case core::gate_decision::ask_token:
             break;
         }
+        // Each handler owns its own copy of the permit (only one of them
+        // runs). Capturing `std::move(g.permit)` and `g.permit` in the two
+        // arguments of one call would leave the second one moved-from when
+        // the compiler evaluates arguments left to right (clang does):
+        // a failed token request would then release an empty permit and
+        // leak the breaker's half-open probe slot.
+        auto on_error_permit = g.permit;
         self->request(h->stats, caf::infinite, hedge_token_request{st.key})
           .then(
             [self, token, p = std::move(g.permit)](bool granted) mutable {
               on_token(self, token, granted, std::move(p));
               gate_answered(self);
             },
-            [self, token, p = g.permit](caf::error&) mutable {
+            [self, token,
+             p = std::move(on_error_permit)](caf::error&) mutable {
               on_token(self, token, false, std::move(p));
               gate_answered(self);
             });
