@@ -328,21 +328,22 @@ private:
         replay_left_ = 0;
       }
       ++hub_.counters.oversized_sent;
-      writing_ = true;
       current_ = make(oversized_header(plan_.oversized_frame_bytes));
       // Written under the WebSocket layer: the stream's framing is broken
       // from here on, so nothing is written through Beast again. Reads go on
-      // until the client gives up.
-      net::async_write(beast::get_lowest_layer(ws_), net::buffer(*current_),
-                       [self = shared_from_this()](beast::error_code ec,
-                                                   std::size_t) {
-                         self->writing_ = false;
-                         self->broken_framing_ = true;
-                         if (ec)
-                           return self->teardown();
-                         self->drain();
-                       });
-      return;
+      // until the client gives up. The header (at most 14 bytes) is written
+      // synchronously on the socket, inside this strand handler: an
+      // asynchronous write on the lowest layer would be pending while the
+      // pending read answers a client's ping with a pong through the same
+      // stream -- two writes at once on one beast::basic_stream, which Beast
+      // forbids (stream_base's pending_guard asserts).
+      beast::error_code ec;
+      net::write(beast::get_lowest_layer(ws_).socket(),
+                 net::buffer(*current_), ec);
+      broken_framing_ = true;
+      if (ec)
+        return teardown();
+      return drain();
     }
     drain();
   }
