@@ -2,6 +2,7 @@
 
 #include "config/config_error.hpp"
 #include "core/backoff.hpp"
+#include "core/text.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -109,9 +110,7 @@ url_parts url_parts::parse(const std::string& url, const std::string& field) {
   auto sep = url.find("://");
   if (sep == std::string::npos)
     throw config_error(field, "not an absolute http(s) URL: " + shown(url, url));
-  r.scheme = url.substr(0, sep);
-  std::transform(r.scheme.begin(), r.scheme.end(), r.scheme.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
+  r.scheme = core::ascii_lower(url.substr(0, sep));
   if (r.scheme != "http" && r.scheme != "https")
     throw config_error(field, "scheme must be http or https, got '"
                                 + r.scheme + "'");

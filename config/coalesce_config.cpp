@@ -3,6 +3,7 @@
 #include "config/client_config.hpp"
 #include "config/config_error.hpp"
 #include "core/backoff.hpp"
+#include "core/text.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -19,15 +20,6 @@ bool finite_non_negative(double x) {
 
 bool finite_positive(double x) {
   return std::isfinite(x) && x > 0.0;
-}
-
-bool starts_with_ci(std::string_view s, std::string_view prefix) {
-  if (s.size() < prefix.size())
-    return false;
-  for (std::size_t i = 0; i < prefix.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i])
-      return false;
-  return true;
 }
 
 bool reg_name_char(unsigned char c) {
@@ -63,10 +55,10 @@ parse_oracle_endpoint(std::string_view s, bool tls, endpoint_origin origin,
   if (s.empty() || s.size() > 300)
     return fail(endpoint_parse_error::malformed);
   oracle_endpoint ep;
-  if (starts_with_ci(s, "https://")) {
+  if (core::starts_with_ci(s, "https://")) {
     ep.scheme = "https";
     s.remove_prefix(8);
-  } else if (starts_with_ci(s, "http://")) {
+  } else if (core::starts_with_ci(s, "http://")) {
     ep.scheme = "http";
     s.remove_prefix(7);
   } else if (s.find("://") != std::string_view::npos) {
@@ -116,9 +108,7 @@ parse_oracle_endpoint(std::string_view s, bool tls, endpoint_origin origin,
   // malformed, a well-formed one under TLS is a refused downgrade.
   if (origin == endpoint_origin::wire && tls && ep.scheme == "http")
     return fail(endpoint_parse_error::downgrade);
-  ep.host.assign(host.begin(), host.end());
-  std::transform(ep.host.begin(), ep.host.end(), ep.host.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
+  ep.host = core::ascii_lower(host);
   ep.port = static_cast<uint16_t>(p);
   return ep;
 }
@@ -176,9 +166,7 @@ void coalesce_config::validate() const {
   // transport owns Host / Content-Length / Transfer-Encoding, and the
   // driver sets x-request-id per RPC (a default one would be overwritten).
   for (auto& [k, v] : default_headers) {
-    std::string lk = k;
-    std::transform(lk.begin(), lk.end(), lk.begin(),
-                   [](unsigned char c) { return std::tolower(c); });
+    auto lk = core::ascii_lower(k);
     if (lk == "host" || lk == "content-length" || lk == "transfer-encoding"
         || lk == "x-request-id")
       throw config_error("coalesce.default_headers",

@@ -1,5 +1,7 @@
 #include "core/retry_after.hpp"
 
+#include "core/text.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -13,14 +15,6 @@ namespace outbound {
 namespace {
 
 using std::chrono::nanoseconds;
-
-std::string trim(const std::string& s) {
-  auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos)
-    return {};
-  auto e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
 
 // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
 // days_from_civil), so that no time zone or locale enters the computation.
@@ -64,7 +58,7 @@ std::optional<wall_time> make_date(int y, int mon, int d, int hh, int mm,
 } // namespace
 
 std::optional<nanoseconds> parse_retry_after_ms(const std::string& value) {
-  auto v = trim(value);
+  std::string v{core::trim_ows(value)};
   if (v.empty() || v.size() > 32)
     return std::nullopt;
   int dots = 0;
@@ -84,7 +78,7 @@ std::optional<nanoseconds> parse_retry_after_ms(const std::string& value) {
 }
 
 std::optional<wall_time> parse_http_date(const std::string& value) {
-  auto v = trim(value);
+  std::string v{core::trim_ows(value)};
   char wd[16] = {0}, mon[4] = {0}, tz[4] = {0};
   int d = 0, y = 0, hh = 0, mm = 0, ss = 0, used = 0;
   auto full = [&] { return used == static_cast<int>(v.size()); };
@@ -115,7 +109,7 @@ std::optional<wall_time> parse_http_date(const std::string& value) {
 
 std::optional<nanoseconds> parse_retry_after(const std::string& value,
                                              wall_time wall_now) {
-  auto v = trim(value);
+  std::string v{core::trim_ows(value)};
   if (v.empty())
     return std::nullopt;
   if (std::all_of(v.begin(), v.end(),

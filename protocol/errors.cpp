@@ -1,5 +1,7 @@
 #include "protocol/errors.hpp"
 
+#include "core/text.hpp"
+
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
@@ -8,28 +10,16 @@
 
 namespace outbound {
 
-namespace {
-
-bool same_name(const std::string& a, const std::string& b) {
-  return a.size() == b.size()
-         && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-              return std::tolower(static_cast<unsigned char>(x))
-                     == std::tolower(static_cast<unsigned char>(y));
-            });
-}
-
-} // namespace
-
 const std::string* find_header(const header_list& hs, const std::string& name) {
   for (auto& [k, v] : hs)
-    if (same_name(k, name))
+    if (core::iequals(k, name))
       return &v;
   return nullptr;
 }
 
 void set_header(header_list& hs, const std::string& name, std::string value) {
   for (auto& [k, v] : hs)
-    if (same_name(k, name)) {
+    if (core::iequals(k, name)) {
       v = std::move(value);
       return;
     }
@@ -37,10 +27,9 @@ void set_header(header_list& hs, const std::string& name, std::string value) {
 }
 
 void erase_header(header_list& hs, const std::string& name) {
-  hs.erase(std::remove_if(hs.begin(), hs.end(),
-                          [&](const auto& kv) {
-                            return same_name(kv.first, name);
-                          }),
+  hs.erase(std::remove_if(
+             hs.begin(), hs.end(),
+             [&](const auto& kv) { return core::iequals(kv.first, name); }),
            hs.end());
 }
 

@@ -1,5 +1,6 @@
 #include "protocol/http_connection.hpp"
 
+#include "core/text.hpp"
 #include "protocol/http_wire.hpp"
 #include "protocol/tls_context.hpp"
 
@@ -13,8 +14,6 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
-
-#include <strings.h>
 
 namespace outbound {
 
@@ -30,40 +29,14 @@ std::shared_ptr<http_connection>
 make_tls_connection(io_runner& io, const url_parts& origin,
                     std::shared_ptr<tls_context> tls);
 
-namespace {
-
-bool has_ctl(const std::string& s) {
-  for (char c : s)
-    if (c == '\r' || c == '\n' || c == '\0')
-      return true;
-  return false;
-}
-
-bool iequals(const std::string& a, const char* b) {
-  return ::strcasecmp(a.c_str(), b) == 0;
-}
-
-bool is_token(const std::string& s) {
-  if (s.empty())
-    return false;
-  for (unsigned char c : s) {
-    bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')
-              || (c >= 'A' && c <= 'Z') || std::string_view{"!#$%&'*+-.^_`|~"}.find(static_cast<char>(c)) != std::string_view::npos;
-    if (!ok)
-      return false;
-  }
-  return true;
-}
-
-} // namespace
-
 bool serialize_request(const http_request& req, const url_parts& origin,
                        std::string& out, std::string& why) {
-  if (!is_token(req.method)) {
+  if (!core::is_token(req.method)) {
     why = "invalid request method";
     return false;
   }
-  if (req.target.empty() || req.target[0] != '/' || has_ctl(req.target)
+  if (req.target.empty() || req.target[0] != '/'
+      || core::has_cr_lf_nul(req.target)
       || req.target.find(' ') != std::string::npos) {
     why = "invalid request target (must be origin-form without spaces)";
     return false;
@@ -86,18 +59,18 @@ bool serialize_request(const http_request& req, const url_parts& origin,
   }
   out += "\r\n";
   for (const auto& [name, value] : req.headers) {
-    if (!is_token(name)) {
+    if (!core::is_token(name)) {
       // Never echo the value: it may be a credential.
       why = "invalid header name";
       return false;
     }
-    if (has_ctl(value)) {
+    if (core::has_cr_lf_nul(value)) {
       why = "header '" + name + "' contains CR, LF or NUL";
       return false;
     }
     // Generated here; a second copy would make the framing ambiguous.
-    if (iequals(name, "Host") || iequals(name, "Content-Length")
-        || iequals(name, "Transfer-Encoding"))
+    if (core::iequals(name, "Host") || core::iequals(name, "Content-Length")
+        || core::iequals(name, "Transfer-Encoding"))
       continue;
     out += name;
     out += ": ";

@@ -1,5 +1,6 @@
 #include "protocol/ws_session.hpp"
 
+#include "core/text.hpp"
 #include "protocol/http_wire.hpp"
 #include "protocol/io_runner_impl.hpp"
 #include "protocol/tls_context.hpp"
@@ -76,28 +77,12 @@ std::string base64(const unsigned char* data, std::size_t n) {
   return out;
 }
 
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size())
-    return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    auto x = static_cast<unsigned char>(a[i]);
-    auto y = static_cast<unsigned char>(b[i]);
-    if (std::tolower(x) != std::tolower(y))
-      return false;
-  }
-  return true;
-}
-
 /// True if the comma-separated `list` contains `token` (case-insensitive).
 bool has_token(std::string_view list, std::string_view token) {
   while (!list.empty()) {
     auto comma = list.find(',');
-    auto item = list.substr(0, comma);
-    while (!item.empty() && (item.front() == ' ' || item.front() == '\t'))
-      item.remove_prefix(1);
-    while (!item.empty() && (item.back() == ' ' || item.back() == '\t'))
-      item.remove_suffix(1);
-    if (iequals(item, token))
+    auto item = core::trim_ows(list.substr(0, comma));
+    if (core::iequals(item, token))
       return true;
     if (comma == std::string_view::npos)
       break;
@@ -189,10 +174,10 @@ bool build_upgrade_request(const ws_options& opts, const std::string& key,
             + std::to_string(*i);
       return false;
     }
-    if (iequals(name, "Upgrade") || iequals(name, "Connection")
-        || iequals(name, "Sec-WebSocket-Key")
-        || iequals(name, "Sec-WebSocket-Version")
-        || iequals(name, "Sec-WebSocket-Extensions"))
+    if (core::iequals(name, "Upgrade") || core::iequals(name, "Connection")
+        || core::iequals(name, "Sec-WebSocket-Key")
+        || core::iequals(name, "Sec-WebSocket-Version")
+        || core::iequals(name, "Sec-WebSocket-Extensions"))
       continue; // generated here (and no extension is offered)
     req.headers.emplace_back(name, value);
   }

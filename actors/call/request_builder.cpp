@@ -1,5 +1,7 @@
 #include "actors/call/request_builder.hpp"
 
+#include "core/text.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -18,34 +20,8 @@ bool unreserved(unsigned char c) {
 // RFC 3986 pchar minus pct-encoded, plus '/' and '?' (the path may carry its
 // own query). '%' is kept as the caller's escape.
 bool path_char(unsigned char c) {
-  return unreserved(c) || std::strchr("!$&'()*+,;=:@/?%", c) != nullptr;
-}
-
-bool is_ctl(unsigned char c) {
-  return c < 0x20 || c == 0x7f;
-}
-
-bool has_ctl(const std::string& s, bool allow_tab = false) {
-  return std::any_of(s.begin(), s.end(), [&](unsigned char c) {
-    return is_ctl(c) && !(allow_tab && c == '\t');
-  });
-}
-
-// RFC 9110 token (method, header field name).
-bool is_token(const std::string& s) {
-  if (s.empty())
-    return false;
-  return std::all_of(s.begin(), s.end(), [](unsigned char c) {
-    return std::isalnum(c) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
-  });
-}
-
-bool iequals(const std::string& a, const std::string& b) {
-  return a.size() == b.size()
-         && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-              return std::tolower(static_cast<unsigned char>(x))
-                     == std::tolower(static_cast<unsigned char>(y));
-            });
+  return unreserved(c)
+         || (c != 0 && std::strchr("!$&'()*+,;=:@/?%", c) != nullptr);
 }
 
 // 32 lower-case hex digits from two 64-bit outputs of `rng`.
@@ -74,14 +50,15 @@ built_request fail(std::string detail, std::string request_id = {}) {
 // its value) or an empty string.
 std::string check_header(const std::string& name, const std::string& value,
                          const char* where) {
-  if (!is_token(name))
+  if (!core::is_token(name))
     return std::string{"invalid header name in "} + where
-           + (has_ctl(name) ? " (control characters)" : " '" + name + "'");
-  if (has_ctl(value, true))
+           + (core::has_ctl(name) ? " (control characters)"
+                                  : " '" + name + "'");
+  if (core::has_ctl(value, true))
     return "header '" + name + "' in " + where
            + " has a control character in its value (value not shown)";
-  if (iequals(name, "host") || iequals(name, "content-length")
-      || iequals(name, "transfer-encoding"))
+  if (core::iequals(name, "host") || core::iequals(name, "content-length")
+      || core::iequals(name, "transfer-encoding"))
     return "header '" + name + "' in " + where
            + " is set by the transport and may not be given";
   return {};
@@ -150,10 +127,9 @@ built_request build_request(const client_config& cfg, const url_parts& base,
   std::string request_id = call.request_id;
   header_list call_headers = call.headers;
   if (request_id.empty()) {
-    auto i = std::find_if(call_headers.begin(), call_headers.end(),
-                          [](const auto& kv) {
-                            return iequals(kv.first, "x-request-id");
-                          });
+    auto i = std::find_if(
+      call_headers.begin(), call_headers.end(),
+      [](const auto& kv) { return core::iequals(kv.first, "x-request-id"); });
     if (i != call_headers.end()) {
       request_id = i->second;
       call_headers.erase(i);
@@ -161,20 +137,20 @@ built_request build_request(const client_config& cfg, const url_parts& base,
   }
   if (request_id.empty())
     request_id = generate_request_id(rng);
-  if (has_ctl(request_id))
+  if (core::has_ctl(request_id))
     return fail("request id contains control characters");
 
   std::string method = call.method;
   std::transform(method.begin(), method.end(), method.begin(),
                  [](unsigned char c) { return std::toupper(c); });
-  if (!is_token(method))
-    return fail(has_ctl(method) ? "method contains control characters"
-                                : "method is not an HTTP token",
+  if (!core::is_token(method))
+    return fail(core::has_ctl(method) ? "method contains control characters"
+                                      : "method is not an HTTP token",
                 request_id);
 
   if (call.path.empty() || call.path.front() != '/')
     return fail("path must start with '/'", request_id);
-  if (has_ctl(call.path))
+  if (core::has_ctl(call.path))
     return fail("path contains control characters", request_id);
 
   built_request r;
@@ -203,9 +179,9 @@ built_request build_request(const client_config& cfg, const url_parts& base,
   if (!cfg.token.empty()) {
     // config validation checks these too; re-checked because a config can be
     // built without validate(). The token is never quoted.
-    if (!is_token(cfg.token_header))
+    if (!core::is_token(cfg.token_header))
       return fail("token_header is not a valid header name", request_id);
-    if (has_ctl(cfg.token) || has_ctl(cfg.token_scheme))
+    if (core::has_ctl(cfg.token) || core::has_ctl(cfg.token_scheme))
       return fail("the credential contains control characters (not shown)",
                   request_id);
     hs.emplace_back(cfg.token_header, credential_value(cfg));

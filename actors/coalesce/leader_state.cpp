@@ -2,6 +2,7 @@
 
 #include "core/backoff.hpp"
 #include "core/classify.hpp"
+#include "core/text.hpp"
 #include "protocol/json_parse.hpp"
 
 #include <boost/json/value.hpp>
@@ -13,28 +14,6 @@
 namespace outbound {
 
 namespace {
-
-bool ows(char c) {
-  return c == ' ' || c == '\t';
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && ows(s.front()))
-    s.remove_prefix(1);
-  while (!s.empty() && ows(s.back()))
-    s.remove_suffix(1);
-  return s;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size())
-    return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(a[i]))
-        != std::tolower(static_cast<unsigned char>(b[i])))
-      return false;
-  return true;
-}
 
 std::optional<uint64_t> parse_u64(std::string_view s) {
   if (s.empty() || s.size() > 20)
@@ -71,7 +50,7 @@ std::optional<leader_hint> parse_leader_hint(std::string_view value) {
   std::string_view rest = value;
   while (true) {
     auto semi = rest.find(';');
-    auto part = trim(rest.substr(0, semi));
+    auto part = core::trim_ows(rest.substr(0, semi));
     if (first) {
       if (part.empty()
           || !parse_oracle_endpoint(part, false, endpoint_origin::configured))
@@ -84,11 +63,11 @@ std::optional<leader_hint> parse_leader_hint(std::string_view value) {
       auto eq = part.find('=');
       if (eq == std::string_view::npos)
         return std::nullopt;
-      auto name = trim(part.substr(0, eq));
-      auto val = trim(part.substr(eq + 1));
+      auto name = core::trim_ows(part.substr(0, eq));
+      auto val = core::trim_ows(part.substr(eq + 1));
       if (name.empty())
         return std::nullopt;
-      if (iequals(name, "epoch")) {
+      if (core::iequals(name, "epoch")) {
         if (h.epoch)
           return std::nullopt; // duplicate: ambiguous
         auto e = parse_u64(val);

@@ -170,6 +170,14 @@ TEST(RequestBuilder, ControlCharactersAreRejectedAndNothingIsBuilt) {
   bad.push_back(path);
   auto nul = get(std::string{"/x\0y", 4});
   bad.push_back(nul);
+  // A NUL is no tchar (RFC 9110 §5.6.2): neither in a header name nor in
+  // the method.
+  auto nul_name = get("/x");
+  nul_name.headers = {{std::string{"X-A\0B", 5}, "v"}};
+  bad.push_back(nul_name);
+  auto nul_method = get("/x");
+  nul_method.method = std::string{"GET\0", 4};
+  bad.push_back(nul_method);
   auto rid = get("/x");
   rid.request_id = "a\nb";
   bad.push_back(rid);

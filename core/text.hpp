@@ -1,0 +1,102 @@
+#pragma once
+
+// The ASCII text helpers of the request path: HTTP field names, tokens,
+// schemes and hosts are case-insensitive ASCII (RFC 9110 §5.1, §5.6.2,
+// RFC 3986 §3.1 and §3.2.2), and optional whitespace is SP / HTAB (RFC 9110
+// §5.6.3). One copy for the request builder, the transport's serializer, the
+// WebSocket handshake, leader hints, Retry-After and the CLI's option
+// parsers. Locale-independent on purpose: std::tolower follows the C locale,
+// and a host's locale must never change how a header name compares. Pure.
+
+#include <string>
+#include <string_view>
+
+namespace outbound::core {
+
+/// SP or HTAB: RFC 9110 §5.6.3 optional whitespace (OWS).
+constexpr bool is_ows(char c) noexcept {
+  return c == ' ' || c == '\t';
+}
+
+/// `s` without leading and trailing OWS. A view into `s`.
+constexpr std::string_view trim_ows(std::string_view s) noexcept {
+  while (!s.empty() && is_ows(s.front()))
+    s.remove_prefix(1);
+  while (!s.empty() && is_ows(s.back()))
+    s.remove_suffix(1);
+  return s;
+}
+
+/// `c` with A–Z mapped to a–z; every other byte unchanged.
+constexpr char ascii_lower(char c) noexcept {
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+/// `s` with A–Z mapped to a–z.
+inline std::string ascii_lower(std::string_view s) {
+  std::string out{s};
+  for (auto& c : out)
+    c = ascii_lower(c);
+  return out;
+}
+
+/// ASCII case-insensitive equality (header names, schemes, tokens).
+constexpr bool iequals(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size())
+    return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (ascii_lower(a[i]) != ascii_lower(b[i]))
+      return false;
+  return true;
+}
+
+/// Whether `s` begins with `prefix`, ASCII case-insensitively.
+constexpr bool starts_with_ci(std::string_view s,
+                              std::string_view prefix) noexcept {
+  return s.size() >= prefix.size()
+         && iequals(s.substr(0, prefix.size()), prefix);
+}
+
+/// RFC 9110 §5.6.2 tchar: ALPHA / DIGIT / one of ``!#$%&'*+-.^_`|~``.
+constexpr bool is_tchar(char c) noexcept {
+  if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')
+      || (c >= 'A' && c <= 'Z'))
+    return true;
+  return std::string_view{"!#$%&'*+-.^_`|~"}.find(c) != std::string_view::npos;
+}
+
+/// RFC 9110 §5.6.2 token (a method, a field name): one or more tchar.
+constexpr bool is_token(std::string_view s) noexcept {
+  if (s.empty())
+    return false;
+  for (char c : s)
+    if (!is_tchar(c))
+      return false;
+  return true;
+}
+
+/// An ASCII control character (0x00–0x1F or DEL), RFC 5234's CTL.
+constexpr bool is_ctl(char c) noexcept {
+  auto u = static_cast<unsigned char>(c);
+  return u < 0x20 || u == 0x7f;
+}
+
+/// Whether `s` holds a CTL; with `allow_htab`, HTAB is allowed (field
+/// values may hold it, RFC 9110 §5.5).
+constexpr bool has_ctl(std::string_view s, bool allow_htab = false) noexcept {
+  for (char c : s)
+    if (is_ctl(c) && !(allow_htab && c == '\t'))
+      return true;
+  return false;
+}
+
+/// Whether `s` holds CR, LF or NUL: the bytes RFC 9110 §5.5 says a field
+/// value must never carry (the transport's last check before the wire).
+constexpr bool has_cr_lf_nul(std::string_view s) noexcept {
+  for (char c : s)
+    if (c == '\r' || c == '\n' || c == '\0')
+      return true;
+  return false;
+}
+
+} // namespace outbound::core
