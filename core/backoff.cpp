@@ -56,8 +56,7 @@ duration backoff::step(int attempt) const noexcept {
   return std::min(duration{base_.count() << n}, cap_);
 }
 
-duration backoff::delay(int attempt, random_bits rng,
-                        duration previous) const {
+duration backoff::delay(int attempt, rng& rng, duration previous) const {
   switch (kind_) {
     case jitter::none:
       return step(attempt);

@@ -20,11 +20,12 @@
 // jitter in [0, base_backoff)"); tsoracle's client ("full-jitter in
 // [0, base_backoff x 2^attempt]").
 
+#include "core/rng.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <limits>
 #include <string>
-#include <type_traits>
 
 // Namespace outbound::core (not plain outbound): the folder core/ holds the
 // CAF- and Asio-free pieces every request path shares, and the namespace
@@ -35,50 +36,6 @@ namespace outbound::core {
 
 /// Durations of the core: whole nanoseconds, the unit of every actor timer.
 using duration = std::chrono::nanoseconds;
-
-/// A uniform random bit generator with the full 64-bit range, held by
-/// reference (type-erased), so the formulas live in backoff.cpp yet draw
-/// from the caller's generator exactly as a std:: distribution given that
-/// generator would: same calls, same values. Satisfies
-/// UniformRandomBitGenerator. Converts implicitly from any generator `G`
-/// with `G::min() == 0` and `G::max() == 2^64 - 1` (xoshiro256ss,
-/// std::mt19937_64); the generator must outlive this object.
-class random_bits {
-public:
-  using result_type = uint64_t;
-
-  template <class G,
-            class = std::enable_if_t<!std::is_same_v<std::decay_t<G>,
-                                                     random_bits>>>
-  random_bits(G& g) noexcept // NOLINT: implicit by design
-    : obj_(&g), next_(&call<G>) {
-    static_assert(G::min() == 0
-                    && G::max() == std::numeric_limits<uint64_t>::max(),
-                  "random_bits needs a full-range 64-bit generator");
-  }
-
-  static constexpr result_type min() noexcept {
-    return 0;
-  }
-
-  static constexpr result_type max() noexcept {
-    return std::numeric_limits<result_type>::max();
-  }
-
-  /// The next 64 bits of the wrapped generator.
-  result_type operator()() {
-    return next_(obj_);
-  }
-
-private:
-  template <class G>
-  static uint64_t call(void* g) {
-    return static_cast<uint64_t>((*static_cast<G*>(g))());
-  }
-
-  void* obj_;
-  uint64_t (*next_)(void*);
-};
 
 /// How a backoff spreads its delays (the table at the top of this file).
 enum class jitter : uint8_t {
@@ -142,8 +99,7 @@ public:
   /// seeded generator gives the same delays as before. Never negative;
   /// saturates at duration::max() instead of overflowing. Callers clamp it
   /// to their deadline.
-  duration delay(int attempt, random_bits rng,
-                 duration previous = duration{0}) const;
+  duration delay(int attempt, rng& rng, duration previous = duration{0}) const;
 
 private:
   jitter kind_;

@@ -1,5 +1,6 @@
 #include "protocol/ws_session.hpp"
 
+#include "core/rng.hpp"
 #include "core/text.hpp"
 #include "protocol/http_wire.hpp"
 #include "protocol/io_runner_impl.hpp"
@@ -20,7 +21,6 @@
 #include <cctype>
 #include <cstdio>
 #include <mutex>
-#include <random>
 #include <string_view>
 
 #include <strings.h>
@@ -126,7 +126,7 @@ std::string make_ws_key() {
     // The key only has to be unpredictable enough to defeat caching
     // intermediaries (RFC 6455 10.3); fall back to a seeded PRNG.
     static std::mutex mtx;
-    static std::mt19937_64 rng{std::random_device{}()};
+    static core::rng rng{core::entropy_seed()};
     std::lock_guard<std::mutex> guard{mtx};
     for (auto& b : raw)
       b = static_cast<unsigned char>(rng());

@@ -24,16 +24,6 @@ bool path_char(unsigned char c) {
          || (c != 0 && std::strchr("!$&'()*+,;=:@/?%", c) != nullptr);
 }
 
-// 32 lower-case hex digits from two 64-bit outputs of `rng`.
-template <class Rng>
-std::string request_id_from(Rng& rng) {
-  char buf[33];
-  auto hi = static_cast<unsigned long long>(rng());
-  auto lo = static_cast<unsigned long long>(rng());
-  std::snprintf(buf, sizeof(buf), "%016llx%016llx", hi, lo);
-  return std::string{buf, 32};
-}
-
 built_request fail(std::string detail, std::string request_id = {}) {
   built_request r;
   r.ok = false;
@@ -95,11 +85,12 @@ std::string encode_query(
 }
 
 std::string generate_request_id(call_rng& rng) {
-  return request_id_from(rng);
-}
-
-std::string generate_request_id(std::mt19937_64& rng) {
-  return request_id_from(rng);
+  // 32 lower-case hex digits from two 64-bit outputs.
+  char buf[33];
+  auto hi = static_cast<unsigned long long>(rng());
+  auto lo = static_cast<unsigned long long>(rng());
+  std::snprintf(buf, sizeof(buf), "%016llx%016llx", hi, lo);
+  return std::string{buf, 32};
 }
 
 std::string credential_value(const client_config& cfg) {

@@ -12,7 +12,6 @@
 #include "protocol/errors.hpp"
 #include "protocol/http_types.hpp"
 
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,9 +54,6 @@ std::string encode_query(
 
 /// A fresh request id: 32 lower-case hex digits (128 bits from `rng`).
 std::string generate_request_id(call_rng& rng);
-
-/// The same from a std::mt19937_64 (the feed watcher's generator).
-std::string generate_request_id(std::mt19937_64& rng);
 
 /// The credential header's value: `token_scheme + " " + token`, or the raw
 /// token when the scheme is empty. Empty when the token is empty (then no

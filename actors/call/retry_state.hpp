@@ -25,9 +25,9 @@
 // on a fresh connection, and an out-of-band local retry re-sends the same
 // attempt after a local port shortage.
 
-#include "actors/call/call_rng.hpp"
 #include "config/client_config.hpp"
 #include "core/retry_after.hpp" // wall_time, server_retry_delay, parse_*
+#include "core/rng.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/http_types.hpp"
 
@@ -45,8 +45,8 @@ using retry_time = std::chrono::steady_clock::time_point;
 
 /// Random generator of jitter and request ids. Seeded per call by the
 /// service client (client_options::seed), so tests are reproducible.
-/// xoshiro256** (actors/call/call_rng.hpp): cheap to seed once per call.
-using call_rng = xoshiro256ss;
+/// The library's one generator (core/rng.hpp): cheap to seed once per call.
+using call_rng = core::rng;
 
 /// What the call actor does after an attempt ended (Envoy's
 /// RetryStatus-style: each "no" has its own value, mapping one-to-one to a

@@ -133,11 +133,7 @@ service_client_actor make_service_client(caf::actor_system& sys,
   else
     ctx->wall_clock = [] { return std::chrono::system_clock::now(); };
   ctx->cfg = std::move(cfg);
-  uint64_t seed = opts.seed;
-  if (seed == 0) {
-    std::random_device rd;
-    seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  }
+  uint64_t seed = opts.seed != 0 ? opts.seed : core::entropy_seed();
   return sys.spawn(service_client_impl,
                    std::shared_ptr<const call_context>{std::move(ctx)}, seed);
 }

@@ -5,8 +5,8 @@
 // milliseconds, 18-bit logical) and the values handed to waiters. No CAF,
 // no clock reads.
 
-#include "actors/call/call_rng.hpp"
 #include "config/coalesce_config.hpp"
+#include "core/rng.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -23,8 +23,8 @@ using coalesce_time = std::chrono::steady_clock::time_point;
 using coalesce_duration = std::chrono::nanoseconds;
 
 /// Random generator of the worklist offset and the backoff jitter
-/// (xoshiro256**, actors/call/call_rng.hpp).
-using coalesce_rng = xoshiro256ss;
+/// (the library's one generator, core/rng.hpp).
+using coalesce_rng = core::rng;
 
 /// Seconds (config) to a coalesce_duration, rounded to the nanosecond;
 /// negative or non-finite values give 0.

@@ -776,11 +776,7 @@ coalescing_driver_actor make_coalescing_driver(caf::actor_system& sys,
   // fails here instead, naming its field (tls.ca_file, ...).
   if (!opts.transports && opts.tls_template.tls.any())
     tls_context::make(opts.tls_template.tls);
-  uint64_t seed = opts.seed;
-  if (seed == 0) {
-    std::random_device rd;
-    seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  }
+  uint64_t seed = opts.seed != 0 ? opts.seed : core::entropy_seed();
   return sys.spawn(driver_impl, std::move(cfg), std::move(opts), seed);
 }
 

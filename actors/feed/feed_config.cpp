@@ -101,7 +101,7 @@ void feed_config::validate() const {
   }
 }
 
-std::string generate_client_id(std::mt19937_64& rng) {
+std::string generate_client_id(core::rng& rng) {
   return generate_request_id(rng);
 }
 

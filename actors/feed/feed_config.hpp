@@ -5,8 +5,9 @@
 // the reference defaults; validate() runs when a watcher is spawned and
 // throws config_error naming the first bad field.
 
+#include "core/rng.hpp"
+
 #include <cstdint>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -181,6 +182,6 @@ struct feed_config {
 };
 
 /// A fresh client id: 32 lower-case hex digits (128 bits from `rng`).
-std::string generate_client_id(std::mt19937_64& rng);
+std::string generate_client_id(core::rng& rng);
 
 } // namespace outbound

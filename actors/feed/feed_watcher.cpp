@@ -16,13 +16,12 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
-#include <cstdlib>
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <deque>
 #include <exception>
 #include <optional>
-#include <random>
 #include <utility>
 
 namespace outbound {
@@ -102,10 +101,10 @@ struct watcher_state {
   feed_config cfg;
   feed_watcher_options opts;
   feed_subscriber_actor target;
-  std::mt19937_64 rng;
+  core::rng rng;
   /// The x-request-id generator of the upgrade requests: its own stream, so
   /// the jitter drawn from `rng` does not depend on how often it dialled.
-  std::mt19937_64 id_rng;
+  core::rng id_rng;
   std::string client_id;
   std::optional<mode_negotiator> neg;
   std::optional<ledger_drain> drain;
@@ -970,11 +969,7 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
   st.cfg = std::move(cfg);
   st.opts = std::move(opts);
   st.target = std::move(target);
-  auto seed = st.opts.seed;
-  if (seed == 0) {
-    std::random_device rd;
-    seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  }
+  auto seed = st.opts.seed != 0 ? st.opts.seed : core::entropy_seed();
   st.rng.seed(seed);
   st.id_rng.seed(seed ^ 0x9e3779b97f4a7c15ULL);
   st.client_id = st.cfg.client_id.empty() ? generate_client_id(st.rng)

@@ -34,7 +34,7 @@ void reconnect_backoff::on_session_end(session_health h) {
     attempt_ = 0;
 }
 
-feed_duration reconnect_backoff::next_delay(std::mt19937_64& rng) {
+feed_duration reconnect_backoff::next_delay(core::rng& rng) {
   auto d = backoff_.delay(attempt_, rng);
   // The step saturates at the cap long before 64: stop counting there.
   attempt_ = std::min(attempt_ + 1, 64);

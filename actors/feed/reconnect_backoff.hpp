@@ -15,8 +15,7 @@
 
 #include "actors/feed/feed_types.hpp"
 #include "core/backoff.hpp"
-
-#include <random>
+#include "core/rng.hpp"
 
 namespace outbound {
 
@@ -49,7 +48,7 @@ public:
   void on_session_end(session_health h);
 
   /// The delay before the next reconnect, then doubles the backoff.
-  feed_duration next_delay(std::mt19937_64& rng);
+  feed_duration next_delay(core::rng& rng);
 
   /// The backoff the next delay is computed from.
   feed_duration current() const {

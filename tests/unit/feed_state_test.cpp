@@ -156,7 +156,7 @@ TEST(FeedConfig, ValidationNamesTheField) {
 }
 
 TEST(FeedConfig, GeneratedClientIdIs32HexDigits) {
-  std::mt19937_64 rng{7};
+  outbound::core::rng rng{7};
   auto a = generate_client_id(rng);
   auto b = generate_client_id(rng);
   EXPECT_EQ(a.size(), 32u);
@@ -554,7 +554,7 @@ TEST(LedgerDrain, FetchFailureLeavesTheCursor) {
 
 TEST(ReconnectBackoff, DelayIsCappedExponentialPlusJitterBelowTheBackoff) {
   reconnect_backoff b{200ms, 10s};
-  std::mt19937_64 rng{1};
+  outbound::core::rng rng{1};
   nanoseconds base = 200ms;
   for (int i = 0; i < 10; ++i) {
     auto d = b.next_delay(rng);
@@ -568,7 +568,7 @@ TEST(ReconnectBackoff, DelayIsCappedExponentialPlusJitterBelowTheBackoff) {
 
 TEST(ReconnectBackoff, ResetsOnlyAfterAHealthySession) {
   reconnect_backoff b{200ms, 10s};
-  std::mt19937_64 rng{1};
+  outbound::core::rng rng{1};
   b.next_delay(rng);
   b.next_delay(rng);
   EXPECT_EQ(b.current(), 800ms);
@@ -585,7 +585,7 @@ TEST(ReconnectBackoff, ResetsOnlyAfterAHealthySession) {
 
 TEST(ReconnectBackoff, ZeroBaseReconnectsImmediately) {
   reconnect_backoff b{0s, 0s};
-  std::mt19937_64 rng{1};
+  outbound::core::rng rng{1};
   EXPECT_EQ(b.next_delay(rng), 0s);
   EXPECT_EQ(b.next_delay(rng), 0s);
 }

@@ -1,18 +1,22 @@
 #pragma once
 
-// The random generator of one call (jitter, request ids): xoshiro256**
+// The one random generator of the library (retry and reconnect jitter,
+// request ids, client ids, WebSocket keys when OpenSSL has no entropy):
+// xoshiro256**
 // (Blackman & Vigna, "Scrambled linear pseudorandom number generators", 2018,
 // https://prng.di.unimi.it/xoshiro256starstar.c) seeded through splitmix64
 // (Steele, Lea & Flood 2014, as the xoshiro authors recommend). Every call
 // actor is seeded once per call, so seeding must be cheap: four splitmix64
 // steps instead of std::mt19937_64's 312-word state (whose seeding and first
 // refill were ~5% of all CPU samples of bench/request_throughput at
-// concurrency 64). Not cryptographic, like the generator it replaces.
+// concurrency 64). Not cryptographic: nothing in the library that needs
+// unpredictability against an attacker draws from it.
 
 #include <cstdint>
 #include <limits>
+#include <random>
 
-namespace outbound {
+namespace outbound::core {
 
 /// One step of splitmix64: advances `state` and returns the next output.
 constexpr uint64_t splitmix64_next(uint64_t& state) noexcept {
@@ -26,16 +30,16 @@ constexpr uint64_t splitmix64_next(uint64_t& state) noexcept {
 /// (usable with std::uniform_*_distribution). Equal seeds give equal
 /// sequences (the seeded tests rely on it); the all-zero state cannot occur
 /// (splitmix64 never yields four zero words in a row).
-class xoshiro256ss {
+class rng {
 public:
   using result_type = uint64_t;
 
   /// Seeded with 0 (a fixed sequence, like a default std::mt19937_64).
-  constexpr xoshiro256ss() noexcept {
+  constexpr rng() noexcept {
     seed(0);
   }
 
-  constexpr explicit xoshiro256ss(uint64_t s) noexcept {
+  constexpr explicit rng(uint64_t s) noexcept {
     seed(s);
   }
 
@@ -66,8 +70,7 @@ public:
     return result;
   }
 
-  friend constexpr bool operator==(const xoshiro256ss& a,
-                                   const xoshiro256ss& b) noexcept {
+  friend constexpr bool operator==(const rng& a, const rng& b) noexcept {
     return a.s_[0] == b.s_[0] && a.s_[1] == b.s_[1] && a.s_[2] == b.s_[2]
            && a.s_[3] == b.s_[3];
   }
@@ -80,4 +83,11 @@ private:
   uint64_t s_[4] = {0, 0, 0, 0};
 };
 
-} // namespace outbound
+/// 64 bits from std::random_device: the seed of a generator whose caller
+/// gave none (a seed of 0 in the options means "from entropy").
+inline uint64_t entropy_seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+} // namespace outbound::core

@@ -1,10 +1,9 @@
-// The per-call generator (actors/call/call_rng.hpp): exact known outputs
+// The library's one generator (core/rng.hpp): exact known outputs
 // (computed with an independent Python transcription of the reference C code
 // at https://prng.di.unimi.it/), determinism per seed, and the
 // UniformRandomBitGenerator shape the distributions need.
 
-#include "actors/call/call_rng.hpp"
-#include "actors/call/retry_state.hpp"
+#include "core/rng.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,28 +12,29 @@
 #include <type_traits>
 
 using namespace outbound;
+using core::splitmix64_next;
 
-TEST(CallRng, Splitmix64MatchesTheReferenceOutput) {
+TEST(CoreRng, Splitmix64MatchesTheReferenceOutput) {
   uint64_t s = 0;
   EXPECT_EQ(splitmix64_next(s), 0xe220a8397b1dcdafULL);
   EXPECT_EQ(s, 0x9e3779b97f4a7c15ULL);
 }
 
-TEST(CallRng, XoshiroMatchesTheReferenceOutputs) {
-  xoshiro256ss zero{0};
+TEST(CoreRng, XoshiroMatchesTheReferenceOutputs) {
+  core::rng zero{0};
   EXPECT_EQ(zero(), 0x99ec5f36cb75f2b4ULL);
   EXPECT_EQ(zero(), 0xbf6e1f784956452aULL);
   EXPECT_EQ(zero(), 0x1a5f849d4933e6e0ULL);
-  xoshiro256ss g{42};
+  core::rng g{42};
   EXPECT_EQ(g(), 0x15780b2e0c2ec716ULL);
   EXPECT_EQ(g(), 0x6104d9866d113a7eULL);
   EXPECT_EQ(g(), 0xae17533239e499a1ULL);
-  xoshiro256ss d;
+  core::rng d;
   EXPECT_EQ(d(), 0x99ec5f36cb75f2b4ULL); // default-constructed = seed 0
 }
 
-TEST(CallRng, SameSeedSameSequenceReseedRestarts) {
-  call_rng a{7}, b{7}, c{8};
+TEST(CoreRng, SameSeedSameSequenceReseedRestarts) {
+  core::rng a{7}, b{7}, c{8};
   EXPECT_TRUE(a == b);
   EXPECT_FALSE(a == c);
   for (int i = 0; i < 100; ++i)
@@ -43,11 +43,11 @@ TEST(CallRng, SameSeedSameSequenceReseedRestarts) {
   EXPECT_EQ(a(), 0x15780b2e0c2ec716ULL);
 }
 
-TEST(CallRng, IsAUniformRandomBitGeneratorUsableWithDistributions) {
-  static_assert(std::is_same_v<call_rng::result_type, uint64_t>);
-  static_assert(call_rng::min() == 0);
-  static_assert(call_rng::max() == UINT64_MAX);
-  call_rng g{3};
+TEST(CoreRng, IsAUniformRandomBitGeneratorUsableWithDistributions) {
+  static_assert(std::is_same_v<core::rng::result_type, uint64_t>);
+  static_assert(core::rng::min() == 0);
+  static_assert(core::rng::max() == UINT64_MAX);
+  core::rng g{3};
   std::uniform_real_distribution<double> u{0.0, 0.2};
   double lo = 1, hi = -1;
   for (int i = 0; i < 10000; ++i) {
@@ -63,6 +63,6 @@ TEST(CallRng, IsAUniformRandomBitGeneratorUsableWithDistributions) {
   // distinct first outputs.
   std::set<uint64_t> firsts;
   for (uint64_t s = 0; s < 1000; ++s)
-    firsts.insert(call_rng{s}());
+    firsts.insert(core::rng{s}());
   EXPECT_EQ(firsts.size(), 1000u);
 }
