@@ -45,8 +45,8 @@ bool has_control_chars(const std::string& s) {
 /// '~'. Anything else (a non-ASCII name needs its IDNA A-label, "xn--...")
 /// would go raw into the Host header, SNI and the resolver.
 bool is_plain_reg_name(const std::string& host) {
-  return std::all_of(host.begin(), host.end(), [](unsigned char c) {
-    return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
+  return std::all_of(host.begin(), host.end(), [](char c) {
+    return core::is_alnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
   });
 }
 
@@ -55,7 +55,7 @@ bool is_plain_reg_name(const std::string& host) {
 bool is_ipv6_text(const std::string& host) {
   return host.find(':') != std::string::npos
          && std::all_of(host.begin(), host.end(), [](unsigned char c) {
-              return std::isxdigit(c) || c == ':' || c == '.';
+              return core::is_hexdig(c) || c == ':' || c == '.';
             });
 }
 
@@ -159,7 +159,7 @@ url_parts url_parts::parse(const std::string& url, const std::string& field) {
   } else {
     if (port_str.size() > 5
         || !std::all_of(port_str.begin(), port_str.end(),
-                        [](unsigned char c) { return std::isdigit(c); }))
+                        [](char c) { return core::is_digit(c); }))
       throw config_error(field, "bad port " + shown(url, port_str));
     auto p = std::stoul(port_str);
     if (p == 0 || p > 65535)

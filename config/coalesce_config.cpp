@@ -22,12 +22,12 @@ bool finite_positive(double x) {
   return std::isfinite(x) && x > 0.0;
 }
 
-bool reg_name_char(unsigned char c) {
-  return std::isalnum(c) || c == '-' || c == '.' || c == '_';
+bool reg_name_char(char c) {
+  return core::is_alnum(c) || c == '-' || c == '.' || c == '_';
 }
 
-bool ipv6_char(unsigned char c) {
-  return std::isxdigit(c) || c == ':' || c == '.';
+bool ipv6_char(char c) {
+  return core::is_hexdig(c) || c == ':' || c == '.';
 }
 
 } // namespace
@@ -97,7 +97,7 @@ parse_oracle_endpoint(std::string_view s, bool tls, endpoint_origin origin,
   }
   if (port.empty() || port.size() > 5
       || !std::all_of(port.begin(), port.end(),
-                      [](unsigned char c) { return std::isdigit(c); }))
+                      [](char c) { return core::is_digit(c); }))
     return fail(endpoint_parse_error::malformed);
   unsigned long p = 0;
   for (char c : port)

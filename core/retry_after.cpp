@@ -65,7 +65,7 @@ std::optional<nanoseconds> parse_retry_after_ms(const std::string& value) {
   for (char c : v) {
     if (c == '.')
       ++dots;
-    else if (!std::isdigit(static_cast<unsigned char>(c)))
+    else if (!core::is_digit(c))
       return std::nullopt;
   }
   if (dots > 1 || v == ".")
@@ -113,7 +113,7 @@ std::optional<nanoseconds> parse_retry_after(const std::string& value,
   if (v.empty())
     return std::nullopt;
   if (std::all_of(v.begin(), v.end(),
-                  [](unsigned char c) { return std::isdigit(c); })) {
+                  [](char c) { return core::is_digit(c); })) {
     // delay-seconds; saturate absurd values instead of overflowing.
     auto limit = static_cast<long long>(max_retry_after_seconds);
     if (v.size() > 10)

@@ -10,6 +10,7 @@
 
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace outbound::core {
 
@@ -27,9 +28,49 @@ constexpr std::string_view trim_ows(std::string_view s) noexcept {
   return s;
 }
 
+/// Deleted for a temporary std::string: the view would dangle once it is
+/// gone. (A template so that literals and lvalues still pick the overload
+/// above.)
+template <class T, std::enable_if_t<std::is_same_v<T, std::string>, int> = 0>
+std::string_view trim_ows(T&&) = delete;
+
+/// 0–9 (RFC 5234 DIGIT).
+constexpr bool is_digit(char c) noexcept {
+  return c >= '0' && c <= '9';
+}
+
+/// A–Z or a–z (RFC 5234 ALPHA), whatever the C locale says.
+constexpr bool is_alpha(char c) noexcept {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+/// ALPHA or DIGIT.
+constexpr bool is_alnum(char c) noexcept {
+  return is_alpha(c) || is_digit(c);
+}
+
+/// 0–9, a–f or A–F (RFC 5234 HEXDIG, case-insensitive as RFC 3986 §2.1).
+constexpr bool is_hexdig(char c) noexcept {
+  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
 /// `c` with A–Z mapped to a–z; every other byte unchanged.
 constexpr char ascii_lower(char c) noexcept {
   return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+/// `c` with a–z mapped to A–Z; every other byte unchanged.
+constexpr char ascii_upper(char c) noexcept {
+  return c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c;
+}
+
+/// `s` with a–z mapped to A–Z (HTTP methods are case-sensitive tokens,
+/// RFC 9110 §9.1; the builder and route table normalise them to upper case).
+inline std::string ascii_upper(std::string_view s) {
+  std::string out{s};
+  for (auto& c : out)
+    c = ascii_upper(c);
+  return out;
 }
 
 /// `s` with A–Z mapped to a–z.

@@ -23,8 +23,6 @@
 #include <mutex>
 #include <string_view>
 
-#include <strings.h>
-
 namespace outbound {
 
 const char* to_string(ws_close_reason r) {

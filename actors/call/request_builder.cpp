@@ -13,8 +13,8 @@ namespace {
 
 const char hex_digits[] = "0123456789ABCDEF";
 
-bool unreserved(unsigned char c) {
-  return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
+bool unreserved(char c) {
+  return core::is_alnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
 }
 
 // RFC 3986 pchar minus pct-encoded, plus '/' and '?' (the path may carry its
@@ -131,9 +131,7 @@ built_request build_request(const client_config& cfg, const url_parts& base,
   if (core::has_ctl(request_id))
     return fail("request id contains control characters");
 
-  std::string method = call.method;
-  std::transform(method.begin(), method.end(), method.begin(),
-                 [](unsigned char c) { return std::toupper(c); });
+  std::string method = core::ascii_upper(call.method);
   if (!core::is_token(method))
     return fail(core::has_ctl(method) ? "method contains control characters"
                                       : "method is not an HTTP token",

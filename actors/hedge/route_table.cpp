@@ -1,6 +1,7 @@
 #include "actors/hedge/route_table.hpp"
 
 #include "config/config_error.hpp"
+#include "core/text.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -36,15 +37,13 @@ std::string strip_query(const std::string& path) {
   return path.substr(0, path.find_first_of("?#"));
 }
 
-std::string upper(std::string s) {
-  for (auto& c : s)
-    c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
+std::string upper(const std::string& s) {
+  return core::ascii_upper(s);
 }
 
 bool is_method_token(const std::string& m) {
-  return !m.empty() && std::all_of(m.begin(), m.end(), [](unsigned char c) {
-    return std::isalpha(c) || c == '-' || c == '_';
+  return !m.empty() && std::all_of(m.begin(), m.end(), [](char c) {
+    return core::is_alpha(c) || c == '-' || c == '_';
   });
 }
 

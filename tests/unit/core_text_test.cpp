@@ -58,4 +58,25 @@ TEST(CoreText, ControlCharacters) {
   EXPECT_FALSE(has_cr_lf_nul("a\x01\tb"));
 }
 
+TEST(CoreText, CharacterClassesAreAsciiOnly) {
+  for (int i = 0; i < 256; ++i) {
+    char c = static_cast<char>(i);
+    bool digit = i >= '0' && i <= '9';
+    bool alpha = (i >= 'a' && i <= 'z') || (i >= 'A' && i <= 'Z');
+    bool hex = digit || (i >= 'a' && i <= 'f') || (i >= 'A' && i <= 'F');
+    EXPECT_EQ(is_digit(c), digit) << i;
+    EXPECT_EQ(is_alpha(c), alpha) << i;
+    EXPECT_EQ(is_alnum(c), digit || alpha) << i;
+    EXPECT_EQ(is_hexdig(c), hex) << i;
+  }
+}
+
+TEST(CoreText, UpperCaseMapsOnlyAsciiLetters) {
+  EXPECT_EQ(ascii_upper("get"), "GET");
+  EXPECT_EQ(ascii_upper("Patch-1_x"), "PATCH-1_X");
+  EXPECT_EQ(ascii_upper("\xe9t\xe9"), "\xe9T\xe9");
+  EXPECT_EQ(ascii_upper('z'), 'Z');
+  EXPECT_EQ(ascii_upper('{'), '{');
+}
+
 } // namespace
