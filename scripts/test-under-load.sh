@@ -17,8 +17,20 @@ src=$(pwd)
 runs=${1:-5}
 work=${WORK_DIR:-/tmp/outbound-load}
 
+# The directory is removed and re-made: refuse anything that is not plainly
+# this script's own (an empty value, /, the source tree, a home directory).
+case "$work" in
+  ""|/|/*/..|*/../*|"$HOME"|"$HOME/") echo "test-under-load: refusing WORK_DIR=$work" >&2; exit 2 ;;
+esac
+if [ "$(cd "$work" 2>/dev/null && pwd -P)" = "$(cd "$src" && pwd -P)" ]; then
+  echo "test-under-load: WORK_DIR is the source tree" >&2; exit 2
+fi
+if [ -e "$work" ] && [ ! -e "$work/.outbound-load" ]; then
+  echo "test-under-load: $work exists and was not made by this script; remove it or pick another WORK_DIR" >&2
+  exit 2
+fi
 rm -rf "$work"
-mkdir -p "$work"
+mkdir -p "$work" && touch "$work/.outbound-load"
 git clone -q "$src" "$work/clone" || exit 1
 git clone -q "$src" "$work/load" || exit 1
 echo "test-under-load: $runs runs of scripts/test.sh on a fresh clone of" \
