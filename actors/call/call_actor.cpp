@@ -10,6 +10,7 @@
 
 #include <caf/actor_cast.hpp>
 #include <caf/sec.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
@@ -83,9 +84,11 @@ struct call_state {
   /// x-retry-count of the current attempt.
   int retry_count = 0;
 
-  /// Runs when the actor terminates for any reason: a caller still waiting
-  /// is answered at once, never left to its own timeout.
+  /// Runs when the actor terminates for any reason: what the call still
+  /// holds is given back, and a caller still waiting is answered at once,
+  /// never left to its own timeout.
   ~call_state() {
+    settle_held();
     if (done || !rp.pending())
       return;
     call_outcome o;
@@ -95,6 +98,30 @@ struct call_state {
     o.error.detail = "call actor stopped";
     o.error.request_id = request_id;
     rp.deliver(std::move(o));
+  }
+
+  /// The actor stops while it still holds something (it was killed, or a
+  /// handler outside `guarded` threw): no answer can reach it any more, so
+  /// every owed token counts as fired, every race held for one is counted
+  /// and a held half-open permit goes back, exactly once (a normal quit
+  /// holds nothing: maybe_quit waits for the tokens; core/hedge_race.hpp,
+  /// R14). Runs inside the dying actor's cleanup, hence anonymous sends.
+  void settle_held() noexcept {
+    if (!ctx || !ctx->hedging)
+      return;
+    try {
+      const auto& h = *ctx->hedging;
+      auto lost = race.on_owner_stopped();
+      for (int i = 0; i < lost.tokens_fired; ++i)
+        caf::anon_send(h.stats, hedge_token_outcome{key, true});
+      for (const auto& r : lost.held_races)
+        caf::anon_send(h.stats, hedge_race_result{key, r.hedged, r.hedge_won});
+      if (permit && permit->holds_probe())
+        caf::anon_send(h.breakers, breaker_release{std::move(*permit)});
+      permit.reset();
+    } catch (...) {
+      // Out of memory while dying: nothing better to do.
+    }
   }
 
   static inline const char* name = "outbound.call";
@@ -185,13 +212,21 @@ void record_attempt(self_ptr self, const core::attempt_record& rec) {
                                          st.hcfg->breaker, rec.health});
 }
 
+void apply_permit(self_ptr self, core::permit_action a, call_health health);
+
 void deliver(self_ptr self, call_outcome o) {
   auto& st = self->state;
-  if (st.done)
+  if (st.done) {
+    // A fault path may end a call that is already answered: the actor must
+    // still go once nothing is left in flight.
+    maybe_quit(self);
     return;
+  }
   st.done = true;
-  // Settles nothing: a hedge still out settles its token by its own answer.
-  st.race.on_call_done();
+  // Settles no token: a hedge still out settles its token by its own
+  // answer. A permit still held (the call ended without a conclusion) goes
+  // back (core/hedge_race.hpp, R14).
+  apply_permit(self, st.race.on_call_done(), call_health::failure);
   if (!o.ok)
     settle_nothing_billed(o.error);
   redact(st.ctx->cfg, o.error.detail);
@@ -472,6 +507,8 @@ void on_answer(self_ptr self, uint64_t send_id, const core::leg_answer& a,
 
 void on_result(self_ptr self, uint64_t send_id, exchange_result& r) {
   auto& st = self->state;
+  if (st.ctx->answer_fault)
+    st.ctx->answer_fault(send_id);
   // Classified as the retry loop classifies it (core/classify.hpp).
   auto verdict = classify_exchange(exchange_view::of(r, st.retry->idempotent()),
                                    st.ctx->cfg.retry.retry_statuses);
@@ -483,6 +520,8 @@ void on_result(self_ptr self, uint64_t send_id, exchange_result& r) {
 
 void on_failure(self_ptr self, uint64_t send_id, const caf::error& err) {
   auto& st = self->state;
+  if (st.ctx->answer_fault)
+    st.ctx->answer_fault(send_id);
   call_state::leg_end e;
   e.timed_out = err == caf::sec::request_timeout;
   auto leg = st.race.leg_of(send_id);
@@ -506,6 +545,25 @@ void on_failure(self_ptr self, uint64_t send_id, const caf::error& err) {
   on_answer(self, send_id, a, std::move(e));
 }
 
+// The handler of send `send_id`'s answer threw (anywhere: before the race
+// read the answer or after): its token is settled now if it is still owed
+// (idempotent, core/hedge_race.hpp R14), and the call ends with the typed
+// error `e`, or, when it was answered already, the actor goes once nothing
+// is left in flight.
+void on_answer_fault(self_ptr self, uint64_t send_id, call_error e) {
+  auto& st = self->state;
+  auto step = st.race.on_answer_lost(send_id);
+  if (step.token)
+    settle_token(self, *step.token);
+  if (step.held_race)
+    count_race(self, *step.held_race);
+  if (st.done) {
+    maybe_quit(self);
+    return;
+  }
+  finish_error(self, std::move(e));
+}
+
 // Sends `req` as leg `l` with time limit `budget`; returns its send id.
 uint64_t send_leg(self_ptr self, core::race_leg l, http_request req,
                   std::chrono::nanoseconds budget) {
@@ -517,8 +575,11 @@ uint64_t send_leg(self_ptr self, core::race_leg l, http_request req,
   req.exchange_id = exchange_id;
   req.timeout_ns = budget.count();
   // A throw while handling the answer (a retry decision, a JSON body) ends
-  // the call with a typed error, not the actor.
-  auto failed = [self](call_error e) { finish_error(self, std::move(e)); };
+  // the call with a typed error, not the actor; the send's token is
+  // settled whether or not the throw came before the race read the answer.
+  auto failed = [self, send_id](call_error e) {
+    on_answer_fault(self, send_id, std::move(e));
+  };
   self->request(st.ctx->transport, budget, std::move(req))
     .then(
       [self, send_id, failed](exchange_result& r) {

@@ -37,6 +37,11 @@ struct call_context {
   std::function<std::chrono::system_clock::time_point()> wall_clock;
   /// Adaptive hedging; null: the client never hedges.
   std::shared_ptr<const hedging_context> hedging;
+  /// Fault injection for tests (make_service_client leaves it empty): runs
+  /// with the send's number first thing when the transport's answer to
+  /// that send (or its failure) arrives, before the race reads it; a throw
+  /// takes the answer handler's fault path.
+  std::function<void(uint64_t send_id)> answer_fault;
 };
 
 /// The hedge timer of attempt `token` ran out (sent by a call actor to

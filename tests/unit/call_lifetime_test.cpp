@@ -1,0 +1,251 @@
+// What a hedged call actor holds when something goes wrong, and when it
+// goes: a handler that throws, an actor that is killed, a late answer of a
+// cancelled hedge. On CAF's test coordinator behind the scripted fake
+// transport (fake_transport.hpp); the call actor is spawned directly
+// (spawn_call_actor) so the test can watch it (a monitor) and kill it.
+// Send ids: 1 the first attempt's primary, 2 its hedge (the fake's
+// requests 0 and 1).
+
+#include "actors/call/call_actor.hpp"
+#include "actors/call/hedging.hpp"
+
+#include "fake_transport.hpp"
+#include "virtual_time_fixture.hpp"
+
+#include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+using namespace outbound;
+using namespace outbound::testing;
+using namespace std::chrono_literals;
+using std::chrono::nanoseconds;
+
+namespace {
+
+fake_step ok_after(nanoseconds d, std::string body = R"({"v":1})") {
+  return fake_step::status(200, std::move(body)).delayed(d);
+}
+
+/// What the test sees of one call: its answer and the call actor's end.
+struct watch {
+  std::optional<call_outcome> outcome;
+  caf::actor_clock::time_point answered_at;
+  bool down = false;
+  caf::error reason;
+  caf::actor_clock::time_point down_at;
+};
+
+class CallLifetime : public virtual_time_fixture {
+protected:
+  CallLifetime() {
+    cfg.base_url = "http://127.0.0.1:8080";
+    cfg.timeout = 1.0;
+    cfg.deadline = 5.0;
+    cfg.retry.max_attempts = 3;
+    cfg.retry.base_backoff = 0.1;
+    cfg.retry.max_backoff = 1.0;
+    cfg.retry.retry_statuses = {429, 502, 503, 504};
+    // Hedge after 10 ms (warmup); a budget that is not the subject here.
+    hedging.config.warmup_delay = 0.010;
+    hedging.config.estimated_rps = 1000.0;
+  }
+
+  std::shared_ptr<call_context> context() {
+    if (!ctx_) {
+      cfg.validate();
+      hedging.config.validate();
+      auto ctx = std::make_shared<call_context>();
+      ctx->url = cfg.parsed_url();
+      ctx->transport = spawn_fake_transport(sys(), log);
+      ctx->hedging = make_hedging_context(sys(), hedging);
+      ctx->wall_clock = wall_clock;
+      ctx->answer_fault = answer_fault;
+      ctx->cfg = cfg;
+      ctx_ = ctx;
+    }
+    return ctx_;
+  }
+
+  /// Spawns a call actor running GET `path`, watched by a test actor.
+  std::shared_ptr<watch> start(std::string path = "/x") {
+    auto w = std::make_shared<watch>();
+    call = spawn_call_actor(sys(), context(), 7);
+    call_request req;
+    req.method = "GET";
+    req.path = std::move(path);
+    auto c = call;
+    watcher = sys().spawn([=](caf::event_based_actor* self) -> caf::behavior {
+      self->monitor(c);
+      self->set_down_handler([=](caf::down_msg& dm) {
+        w->down = true;
+        w->reason = dm.reason;
+        w->down_at = self->clock().now();
+      });
+      self->request(c, caf::infinite, req).then([=](call_outcome& o) {
+        w->outcome = std::move(o);
+        w->answered_at = self->clock().now();
+      });
+      // Stays alive to see the call actor's end: the fixture holds its
+      // handle (CAF 0.17 destroys an actor nobody references).
+      return {[](int) {
+      }};
+    });
+    return w;
+  }
+
+  hedge_stats_snapshot stats() {
+    hedge_stats_snapshot s;
+    auto st = context()->hedging->stats;
+    sys().spawn([=, &s](caf::event_based_actor* self) {
+      self->request(st, caf::infinite, hedge_stats_request{host_key})
+        .then([&s](hedge_stats_reply& r) {
+          if (r.stats)
+            s = *r.stats;
+        });
+    });
+    run();
+    return s;
+  }
+
+  nanoseconds since_t0(caf::actor_clock::time_point t) const {
+    return t - t0_;
+  }
+
+  static constexpr const char* host_key = "host:127.0.0.1:8080";
+
+  client_config cfg;
+  hedging_options hedging;
+  std::function<std::chrono::system_clock::time_point()> wall_clock = [] {
+    return std::chrono::system_clock::time_point{};
+  };
+  std::function<void(uint64_t)> answer_fault;
+  std::shared_ptr<fake_log> log = std::make_shared<fake_log>();
+  std::shared_ptr<call_context> ctx_;
+  call_actor call;
+  caf::actor watcher;
+};
+
+void throw_on(uint64_t id, uint64_t send_id) {
+  if (send_id == id)
+    throw std::runtime_error("injected fault");
+}
+
+// -- a handler that throws ----------------------------------------------------
+
+// The hedge's own answer is the one whose handling throws, before the race
+// read it: nothing else will ever settle the hedge's token. The fault path
+// settles it (fired: the request left), the caller gets the typed error at
+// once, and the actor goes when nothing is left.
+TEST_F(CallLifetime,
+       AFaultReadingTheHedgesAnswerSettlesItsTokenAndEndsTheCall) {
+  answer_fault = [](uint64_t id) {
+    throw_on(2, id);
+  };
+  log->script = {fake_step::stall(), ok_after(20ms, R"({"who":"hedge"})")};
+  auto w = start();
+  run_to_quiescence();
+  ASSERT_TRUE(w->outcome);
+  EXPECT_FALSE(w->outcome->ok);
+  EXPECT_EQ(w->outcome->error.kind, error_kind::service_unavailable);
+  EXPECT_NE(w->outcome->error.detail.find("injected fault"), std::string::npos)
+    << w->outcome->error.detail;
+  EXPECT_EQ(since_t0(w->answered_at), 30ms);
+  auto s = stats();
+  EXPECT_EQ(s.hedged_requests, 1u) << "the hedge's token is settled";
+  EXPECT_TRUE(w->down) << "the actor went";
+  EXPECT_TRUE(w->reason == caf::exit_reason::normal) << sys().render(w->reason);
+}
+
+// The call was answered (the primary won at 25 ms and cancelled the hedge);
+// the cancelled hedge's late answer is the one that throws. Its token and
+// the race held for it are settled all the same, no second answer is
+// attempted, and the actor goes (deliver's early return no longer strands
+// it).
+TEST_F(CallLifetime, AFaultReadingALateHedgeAnswerStillSettlesAndTheActorGoes) {
+  answer_fault = [](uint64_t id) {
+    throw_on(2, id);
+  };
+  log->script = {ok_after(25ms, R"({"who":"primary"})"),
+                 ok_after(500ms, R"({"who":"hedge"})")}; // ignores the cancel
+  auto w = start();
+  advance_by(30ms);
+  ASSERT_TRUE(w->outcome);
+  EXPECT_TRUE(w->outcome->ok);
+  EXPECT_FALSE(w->down) << "owed until the hedge answers";
+  run_to_quiescence();
+  auto s = stats();
+  EXPECT_EQ(s.hedged_requests, 1u);
+  EXPECT_EQ(s.primary_wins, 1u);
+  EXPECT_TRUE(w->down);
+  EXPECT_EQ(since_t0(w->down_at), 510ms);
+}
+
+// The throw comes after the race settled the hedge's token (the wall clock,
+// read for a Retry-After, throws while the hedge's winning answer is
+// handled): the fault path must not settle it a second time.
+TEST_F(CallLifetime, AFaultAfterTheTokenSettledDoesNotSettleItAgain) {
+  wall_clock = []() -> std::chrono::system_clock::time_point {
+    throw std::runtime_error("wall clock broken");
+  };
+  log->script = {fake_step::stall(), ok_after(20ms, R"({"who":"hedge"})")};
+  auto w = start();
+  run_to_quiescence();
+  ASSERT_TRUE(w->outcome);
+  EXPECT_FALSE(w->outcome->ok);
+  EXPECT_EQ(w->outcome->error.kind, error_kind::service_unavailable);
+  auto s = stats();
+  EXPECT_EQ(s.hedged_requests, 1u) << "settled exactly once";
+  EXPECT_EQ(s.hedge_wins, 1u);
+  EXPECT_TRUE(w->down);
+}
+
+// -- teardown
+// ------------------------------------------------------------------
+
+// The call was answered, the cancelled hedge's token is still owed (with the
+// race held for it), and the actor is killed: what it held is settled as it
+// dies, once.
+TEST_F(CallLifetime, KillingAnAnsweredCallWithAnOwedTokenSettlesIt) {
+  log->script = {ok_after(25ms, R"({"who":"primary"})"),
+                 ok_after(500ms, R"({"who":"hedge"})")}; // ignores the cancel
+  auto w = start();
+  advance_by(30ms);
+  ASSERT_TRUE(w->outcome);
+  EXPECT_TRUE(w->outcome->ok);
+  EXPECT_EQ(stats().hedged_requests, 0u) << "owed until the hedge answers";
+  caf::anon_send_exit(call, caf::exit_reason::kill);
+  run();
+  EXPECT_TRUE(w->down);
+  auto s = stats();
+  EXPECT_EQ(s.hedged_requests, 1u);
+  EXPECT_EQ(s.primary_wins, 1u);
+  run_to_quiescence(); // the hedge's late answer finds no actor
+  s = stats();
+  EXPECT_EQ(s.hedged_requests, 1u) << "settled exactly once";
+  EXPECT_EQ(s.primary_wins, 1u);
+}
+
+// Killed with both legs in flight: the caller is answered at once and the
+// hedge's token counts as fired (it left; its answer can no longer come).
+TEST_F(CallLifetime, KillingACallWithBothLegsInFlightSettlesTheHedgesToken) {
+  log->script = {fake_step::stall(), fake_step::stall()};
+  auto w = start();
+  advance_by(20ms);
+  ASSERT_EQ(log->requests.size(), 2u);
+  caf::anon_send_exit(call, caf::exit_reason::kill);
+  run();
+  ASSERT_TRUE(w->outcome);
+  EXPECT_FALSE(w->outcome->ok);
+  EXPECT_EQ(w->outcome->error.kind, error_kind::service_unavailable);
+  EXPECT_EQ(since_t0(w->answered_at), 20ms);
+  auto s = stats();
+  EXPECT_EQ(s.hedged_requests, 1u);
+  EXPECT_EQ(s.hedge_wins + s.primary_wins, 0u) << "no race was decided";
+}
+
+} // namespace
