@@ -248,4 +248,38 @@ TEST_F(CallLifetime, KillingACallWithBothLegsInFlightSettlesTheHedgesToken) {
   EXPECT_EQ(s.hedge_wins + s.primary_wins, 0u) << "no race was decided";
 }
 
+// -- when the actor goes
+// ---------------------------------------------------------
+
+// An unhedged answer: the actor goes with the answer.
+TEST_F(CallLifetime, TheActorGoesWithItsAnswerWhenNothingIsInFlight) {
+  log->script = {ok_after(5ms)};
+  auto w = start();
+  run_to_quiescence();
+  ASSERT_TRUE(w->outcome);
+  EXPECT_TRUE(w->outcome->ok);
+  EXPECT_TRUE(w->down);
+  EXPECT_TRUE(w->reason == caf::exit_reason::normal) << sys().render(w->reason);
+  EXPECT_EQ(since_t0(w->down_at), 5ms);
+}
+
+// The primary won at 25 ms; the cancelled hedge answers (late) at 510 ms.
+// The actor stays for that answer, which settles the hedge's token, and
+// goes right then: not before, not never.
+TEST_F(CallLifetime,
+       TheActorGoesWhenTheCancelledHedgesLateAnswerSettlesItsToken) {
+  log->script = {ok_after(25ms, R"({"who":"primary"})"),
+                 ok_after(500ms, R"({"who":"hedge"})")}; // ignores the cancel
+  auto w = start();
+  advance_by(30ms);
+  ASSERT_TRUE(w->outcome);
+  EXPECT_TRUE(w->outcome->ok);
+  EXPECT_FALSE(w->down);
+  run_to_quiescence();
+  EXPECT_TRUE(w->down);
+  EXPECT_TRUE(w->reason == caf::exit_reason::normal) << sys().render(w->reason);
+  EXPECT_EQ(since_t0(w->down_at), 510ms);
+  EXPECT_EQ(stats().hedged_requests, 1u);
+}
+
 } // namespace
