@@ -60,26 +60,24 @@ leg_answer leg_answer::of(const exchange_verdict& v, bool request_sent) {
   return a;
 }
 
-leg_answer leg_answer::timeout() {
+leg_answer leg_answer::failure(kind what, transport_error_kind k) {
   leg_answer a;
-  a.what = kind::timed_out;
+  a.what = what;
   a.verdict.cls = outcome_class::transport_failure;
-  a.verdict.kind = transport_error_kind::timeout;
+  a.verdict.kind = k;
   a.verdict.health = call_health::failure;
-  a.request_sent = true;
+  a.request_sent = true; // it may have left
   return a;
 }
 
+leg_answer leg_answer::timeout() {
+  return failure(kind::timed_out, transport_error_kind::timeout);
+}
+
 leg_answer leg_answer::undelivered() {
-  leg_answer a;
-  a.what = kind::undelivered;
   // The call actor hands the retry loop an `interrupted` exchange whose
   // request may have left; the race reads it the same way.
-  a.verdict.cls = outcome_class::transport_failure;
-  a.verdict.kind = transport_error_kind::interrupted;
-  a.verdict.health = call_health::failure;
-  a.request_sent = true;
-  return a;
+  return failure(kind::undelivered, transport_error_kind::interrupted);
 }
 
 bool leg_answer::definitive() const {

@@ -165,6 +165,11 @@ struct leg_answer {
   /// What the breakers learn: the verdict's health for a result, failure
   /// otherwise.
   call_health health() const;
+
+private:
+  /// The one shape of timeout() and undelivered(): no transport answer
+  /// (`what`), a transport failure of kind `k` whose request may have left.
+  static leg_answer failure(kind what, transport_error_kind k);
 };
 
 /// How a hedge's token is settled (R11): `fired` counts it
