@@ -64,7 +64,11 @@ protected:
       ctx->transport = spawn_fake_transport(sys(), log);
       ctx->hedging = make_hedging_context(sys(), hedging);
       ctx->wall_clock = wall_clock;
-      ctx->answer_fault = answer_fault;
+      // Through a pointer: a test may arm the fault after the first calls.
+      ctx->answer_fault = [f = fault_](uint64_t id) {
+        if (*f)
+          (*f)(id);
+      };
       ctx->cfg = cfg;
       ctx_ = ctx;
     }
@@ -112,6 +116,35 @@ protected:
     return s;
   }
 
+  std::optional<breaker_snapshot> host_breaker() {
+    std::optional<breaker_snapshot> b;
+    auto br = context()->hedging->breakers;
+    sys().spawn([=, &b](caf::event_based_actor* self) {
+      self
+        ->request(br, caf::infinite,
+                  breaker_snapshot_request{breaker_scope::host, host_key})
+        .then([&b](breaker_snapshot_reply& r) { b = r.snapshot; });
+    });
+    run();
+    return b;
+  }
+
+  /// Two failed calls open the host breaker; 2 s later the next hedge is
+  /// its half-open probe. Requests 0 and 1 are the failed calls'.
+  void half_open_the_host_breaker() {
+    hedging.config.breaker.min_samples = 2;
+    hedging.config.breaker.cooldown = 1.0;
+    hedging.config.breaker.half_open_max_trial = 1;
+    cfg.retry.max_attempts = 1;
+    for (int i = 0; i < 2; ++i) {
+      auto w = start();
+      run_to_quiescence();
+      ASSERT_TRUE(w->outcome);
+      ASSERT_FALSE(w->outcome->ok);
+    }
+    advance_by(2s);
+  }
+
   nanoseconds since_t0(caf::actor_clock::time_point t) const {
     return t - t0_;
   }
@@ -123,7 +156,9 @@ protected:
   std::function<std::chrono::system_clock::time_point()> wall_clock = [] {
     return std::chrono::system_clock::time_point{};
   };
-  std::function<void(uint64_t)> answer_fault;
+  std::shared_ptr<std::function<void(uint64_t)>> fault_
+    = std::make_shared<std::function<void(uint64_t)>>();
+  std::function<void(uint64_t)>& answer_fault = *fault_;
   std::shared_ptr<fake_log> log = std::make_shared<fake_log>();
   std::shared_ptr<call_context> ctx_;
   call_actor call;
@@ -246,6 +281,53 @@ TEST_F(CallLifetime, KillingACallWithBothLegsInFlightSettlesTheHedgesToken) {
   auto s = stats();
   EXPECT_EQ(s.hedged_requests, 1u);
   EXPECT_EQ(s.hedge_wins + s.primary_wins, 0u) << "no race was decided";
+}
+
+// A half-open probe hedge is in flight when the call actor is killed: its
+// permit goes back to the breaker (else the probe slot stays taken).
+TEST_F(CallLifetime, KillingACallWithAProbeHedgeInFlightReleasesThePermit) {
+  log->script = {fake_step::status(500), fake_step::status(500),
+                 fake_step::stall(), fake_step::stall()};
+  half_open_the_host_breaker();
+  auto w = start();
+  advance_by(20ms);
+  ASSERT_EQ(log->requests.size(), 4u) << "the probe hedge went out";
+  auto b = host_breaker();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->permits_out, 1);
+  caf::anon_send_exit(call, caf::exit_reason::kill);
+  run();
+  b = host_breaker();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->phase, breaker_phase::half_open);
+  EXPECT_EQ(b->permits_out, 0);
+}
+
+// The primary's answer handler throws while a half-open probe hedge runs:
+// the call ends without a conclusion, and the probe's permit goes back.
+TEST_F(CallLifetime,
+       AFaultEndingACallWithAProbeHedgeInFlightReleasesThePermit) {
+  log->script = {fake_step::status(500), fake_step::status(500), ok_after(30ms),
+                 fake_step::stall()};
+  half_open_the_host_breaker();
+  answer_fault = [](uint64_t id) {
+    throw_on(1, id);
+  };
+  auto w = start();
+  advance_by(20ms);
+  ASSERT_EQ(log->requests.size(), 4u) << "the probe hedge went out";
+  auto b = host_breaker();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->permits_out, 1);
+  advance_by(20ms); // the primary's answer (30 ms) throws
+  ASSERT_TRUE(w->outcome);
+  EXPECT_FALSE(w->outcome->ok);
+  EXPECT_EQ(w->outcome->error.kind, error_kind::service_unavailable);
+  run_to_quiescence();
+  b = host_breaker();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->permits_out, 0);
+  EXPECT_TRUE(w->down) << "the hedge's time-out settled its token";
 }
 
 // -- when the actor goes
