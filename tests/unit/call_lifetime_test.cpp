@@ -2,11 +2,13 @@
 // goes: a handler that throws, an actor that is killed, a late answer of a
 // cancelled hedge. On CAF's test coordinator behind the scripted fake
 // transport (fake_transport.hpp); the call actor is spawned directly
-// (spawn_call_actor) so the test can watch it (a monitor) and kill it.
+// (detail::spawn_call_actor_for_testing, with fault hooks) so the test
+// can watch it (a monitor) and kill it.
 // Send ids: 1 the first attempt's primary, 2 its hedge (the fake's
 // requests 0 and 1).
 
 #include "actors/call/call_actor.hpp"
+#include "actors/call/detail/call_actor_testing.hpp"
 #include "actors/call/hedging.hpp"
 
 #include "fake_transport.hpp"
@@ -24,6 +26,7 @@ using namespace outbound;
 using namespace outbound::testing;
 using namespace std::chrono_literals;
 using std::chrono::nanoseconds;
+using fault_point = outbound::detail::call_fault_point;
 
 namespace {
 
@@ -64,11 +67,6 @@ protected:
       ctx->transport = spawn_fake_transport(sys(), log);
       ctx->hedging = make_hedging_context(sys(), hedging);
       ctx->wall_clock = wall_clock;
-      // Through a pointer: a test may arm the fault after the first calls.
-      ctx->answer_fault = [f = fault_](uint64_t id) {
-        if (*f)
-          (*f)(id);
-      };
       ctx->cfg = cfg;
       ctx_ = ctx;
     }
@@ -78,7 +76,16 @@ protected:
   /// Spawns a call actor running GET `path`, watched by a test actor.
   std::shared_ptr<watch> start(std::string path = "/x") {
     auto w = std::make_shared<watch>();
-    call = spawn_call_actor(sys(), context(), 7);
+    auto hooks = std::make_shared<outbound::detail::call_test_hooks>();
+    // Through pointers: a test may arm a fault after the first calls.
+    hooks->at = [f = fault_, h = hook_](fault_point p, uint64_t id) {
+      if (p == fault_point::answer && *f)
+        (*f)(id);
+      if (*h)
+        (*h)(p, id);
+    };
+    call = outbound::detail::spawn_call_actor_for_testing(sys(), context(), 7,
+                                                          hooks);
     call_request req;
     req.method = "GET";
     req.path = std::move(path);
@@ -158,7 +165,12 @@ protected:
   };
   std::shared_ptr<std::function<void(uint64_t)>> fault_
     = std::make_shared<std::function<void(uint64_t)>>();
+  /// Runs with the send id when a transport answer arrives.
   std::function<void(uint64_t)>& answer_fault = *fault_;
+  std::shared_ptr<std::function<void(fault_point, uint64_t)>> hook_
+    = std::make_shared<std::function<void(fault_point, uint64_t)>>();
+  /// Runs at every fault point (detail/call_actor_testing.hpp).
+  std::function<void(fault_point, uint64_t)>& hook = *hook_;
   std::shared_ptr<fake_log> log = std::make_shared<fake_log>();
   std::shared_ptr<call_context> ctx_;
   call_actor call;
@@ -328,6 +340,92 @@ TEST_F(CallLifetime,
   ASSERT_TRUE(b);
   EXPECT_EQ(b->permits_out, 0);
   EXPECT_TRUE(w->down) << "the hedge's time-out settled its token";
+}
+
+// -- between the gate's reply and the token's reply ------------------------
+
+// The breakers granted the probe hedge's permit and the budget has not
+// answered yet when the call actor dies: the permit is in the call's
+// state, not only in the pending token handlers, so it goes back as the
+// actor dies (else the breaker stays half-open with its one probe out).
+TEST_F(CallLifetime,
+       DyingBetweenTheGateReplyAndTheTokenReplyReleasesTheProbePermit) {
+  log->script
+    = {fake_step::status(500), fake_step::status(500), fake_step::stall()};
+  half_open_the_host_breaker();
+  bool killed = false;
+  hook = [this, &killed](fault_point p, uint64_t) {
+    if (p == fault_point::gate_reply && !killed) {
+      killed = true;
+      caf::anon_send_exit(call, caf::exit_reason::kill);
+    }
+  };
+  auto w = start();
+  advance_by(20ms);
+  ASSERT_TRUE(killed) << "the gates allowed the probe hedge";
+  EXPECT_TRUE(w->down);
+  EXPECT_EQ(log->requests.size(), 3u) << "no hedge went out";
+  ASSERT_TRUE(w->outcome);
+  EXPECT_FALSE(w->outcome->ok);
+  auto b = host_breaker();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->phase, breaker_phase::half_open);
+  EXPECT_EQ(b->permits_out, 0);
+}
+
+// The token reply's handler throws (before the race reads it): the call
+// ends with the typed error at once, the granted token goes back to the
+// bucket, and the probe permit held for the hedge goes back too.
+TEST_F(CallLifetime, AFaultHandlingTheTokenReplyReleasesTheProbePermit) {
+  log->script
+    = {fake_step::status(500), fake_step::status(500), fake_step::stall()};
+  half_open_the_host_breaker();
+  hook = [](fault_point p, uint64_t) {
+    if (p == fault_point::token_reply)
+      throw std::runtime_error("injected fault");
+  };
+  auto started = now();
+  auto w = start();
+  advance_by(20ms);
+  ASSERT_TRUE(w->outcome);
+  EXPECT_FALSE(w->outcome->ok);
+  EXPECT_EQ(w->outcome->error.kind, error_kind::service_unavailable);
+  EXPECT_NE(w->outcome->error.detail.find("injected fault"), std::string::npos)
+    << w->outcome->error.detail;
+  EXPECT_EQ(w->answered_at - started, 10ms) << "at the token's reply";
+  EXPECT_EQ(log->requests.size(), 3u) << "no hedge went out";
+  auto b = host_breaker();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->phase, breaker_phase::half_open);
+  EXPECT_EQ(b->permits_out, 0);
+  EXPECT_EQ(stats().hedged_requests, 0u);
+  EXPECT_TRUE(w->down) << "nothing left in flight that it waits for";
+  EXPECT_TRUE(w->reason == caf::exit_reason::normal) << sys().render(w->reason);
+}
+
+// The gate reply's handler throws after the permit was taken into the
+// call's state, before the token is asked for: same ending.
+TEST_F(CallLifetime, AFaultHandlingTheGateReplyReleasesTheProbePermit) {
+  log->script
+    = {fake_step::status(500), fake_step::status(500), fake_step::stall()};
+  half_open_the_host_breaker();
+  hook = [](fault_point p, uint64_t) {
+    if (p == fault_point::gate_reply)
+      throw std::runtime_error("injected fault");
+  };
+  auto w = start();
+  advance_by(20ms);
+  ASSERT_TRUE(w->outcome);
+  EXPECT_FALSE(w->outcome->ok);
+  EXPECT_NE(w->outcome->error.detail.find("injected fault"), std::string::npos)
+    << w->outcome->error.detail;
+  EXPECT_EQ(log->requests.size(), 3u) << "no hedge went out";
+  auto b = host_breaker();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->phase, breaker_phase::half_open);
+  EXPECT_EQ(b->permits_out, 0);
+  EXPECT_TRUE(w->down);
+  EXPECT_TRUE(w->reason == caf::exit_reason::normal) << sys().render(w->reason);
 }
 
 // -- when the actor goes
