@@ -335,6 +335,16 @@ TEST_F(CallLifetime,
   ASSERT_TRUE(w->outcome);
   EXPECT_FALSE(w->outcome->ok);
   EXPECT_EQ(w->outcome->error.kind, error_kind::service_unavailable);
+  EXPECT_NE(w->outcome->error.detail.find("injected fault"), std::string::npos)
+    << w->outcome->error.detail;
+  // Checked now, while the hedge still runs: the actor is alive (the
+  // hedge's token is owed), so the permit came back through the fault path,
+  // not through the actor's teardown or the hedge's later time-out.
+  EXPECT_FALSE(w->down) << "the hedge's token is still owed";
+  b = host_breaker();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->phase, breaker_phase::half_open);
+  EXPECT_EQ(b->permits_out, 0) << "released by the fault path";
   run_to_quiescence();
   b = host_breaker();
   ASSERT_TRUE(b);
