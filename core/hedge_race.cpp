@@ -1,7 +1,6 @@
 #include "core/hedge_race.hpp"
 
 #include <algorithm>
-#include <cassert>
 
 namespace outbound::core {
 
@@ -228,8 +227,9 @@ answer_step hedge_race::on_answer(uint64_t send_id, const leg_answer& a,
     // on_call_done and on_transport_lost end the race (leg_of: stale).
     // Should it ever be reached, "refused" would leave the owner waiting
     // for a leg that is gone; concluding with the refusal ends the
-    // attempt instead (the retry loop does not retry a pool_overflow).
-    assert(!"hedge refused with no primary running or kept");
+    // attempt instead, and the step says so (an assert would vanish under
+    // NDEBUG, i.e. in every release build, and nobody would learn of it).
+    s.invariant_broken = true;
     conclude(s, race_leg::hedge, a.health(), now);
     return s;
   }

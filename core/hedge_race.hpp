@@ -300,6 +300,11 @@ struct answer_step {
   permit_action permit = permit_action::none;
   /// conclude: what the attempt records (R13).
   attempt_record record;
+  /// conclude: the race reached a state its rules exclude (a refused hedge
+  /// with no primary running and none kept). The attempt is concluded with
+  /// the refusal so nothing is left in flight; the owner should end the
+  /// call with an internal error rather than retry from that state.
+  bool invariant_broken = false;
 };
 
 /// The answer to on_transport_lost (R12).

@@ -521,6 +521,18 @@ void on_answer(self_ptr self, uint64_t send_id, const core::leg_answer& a,
   apply_permit(self, step.permit, step.record.health);
   auto outcome = step.outcome_is_kept ? std::move(*st.kept) : std::move(e);
   st.kept.reset();
+  if (step.invariant_broken) {
+    // The race reached a state its rules exclude (core/hedge_race.cpp) and
+    // concluded the attempt so nothing is in flight. Retrying from there
+    // would trust that state: the call ends with an internal error the
+    // caller and the observer ('failed', its cause) both see.
+    call_error err;
+    err.kind = error_kind::service_unavailable;
+    err.detail = "internal error in call actor: the hedge race refused a "
+                 "hedge with no primary running or kept";
+    finish_error(self, std::move(err));
+    return;
+  }
   auto next = outcome.timed_out
                 ? st.retry->on_attempt_timeout(self->clock().now(), st.rng)
                 : st.retry->on_result(outcome.result, self->clock().now(),

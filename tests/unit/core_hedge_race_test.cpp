@@ -571,6 +571,9 @@ TEST(CoreHedgeRaceWalk, NoAnswerLeavesTheOwnerWaitingForNothing) {
           auto s = r.on_answer(id, a, at(t));
           if (s.decision == answer_decision::refused)
             ++refusals_seen;
+          ASSERT_FALSE(s.invariant_broken)
+            << "walk " << walk << " step " << step
+            << ": the 'unreachable' refusal branch was reached";
           if (s.decision == answer_decision::refused
               || s.decision == answer_decision::wait) {
             ASSERT_TRUE(r.any_in_flight())
