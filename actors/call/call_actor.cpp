@@ -99,7 +99,10 @@ struct call_state {
   /// never left to its own timeout.
   ~call_state() {
     settle_held();
-    if (done || !rp.pending())
+    // The promise, not `done`, says whether the caller still waits: deliver
+    // sets `done` before it answers, and a throw in between must not
+    // leave the caller to its own timeout.
+    if (!rp.pending())
       return;
     call_outcome o;
     o.ok = false;
