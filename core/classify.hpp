@@ -2,7 +2,7 @@
 
 // What one exchange's result means, decided in one place for the whole
 // request path: the retry loop (actors/call/retry_state.cpp), the hedge
-// race (actors/call/call_actor.cpp, which answer ends a race), the
+// race (core/hedge_race.hpp, which answer ends a race), the
 // coalescing driver's discovery loop (actors/coalesce/leader_state.cpp,
 // classify_attempt), a feed's replay pages (actors/feed/feed_frames.cpp)
 // and the health the breakers and error counters learn from

@@ -59,26 +59,24 @@ leg_answer leg_answer::of(const exchange_verdict& v, bool request_sent) {
   return a;
 }
 
-leg_answer leg_answer::timeout() {
+leg_answer leg_answer::failure(kind what, transport_error_kind k) {
   leg_answer a;
-  a.what = kind::timed_out;
+  a.what = what;
   a.verdict.cls = outcome_class::transport_failure;
-  a.verdict.kind = transport_error_kind::timeout;
+  a.verdict.kind = k;
   a.verdict.health = call_health::failure;
-  a.request_sent = true;
+  a.request_sent = true; // it may have left
   return a;
 }
 
+leg_answer leg_answer::timeout() {
+  return failure(kind::timed_out, transport_error_kind::timeout);
+}
+
 leg_answer leg_answer::undelivered() {
-  leg_answer a;
-  a.what = kind::undelivered;
   // The call actor hands the retry loop an `interrupted` exchange whose
   // request may have left; the race reads it the same way.
-  a.verdict.cls = outcome_class::transport_failure;
-  a.verdict.kind = transport_error_kind::interrupted;
-  a.verdict.health = call_health::failure;
-  a.request_sent = true;
-  return a;
+  return failure(kind::undelivered, transport_error_kind::interrupted);
 }
 
 bool leg_answer::definitive() const {
@@ -221,9 +219,18 @@ answer_step hedge_race::on_answer(uint64_t send_id, const leg_answer& a,
       conclude(s, race_leg::primary, kept_health_, now);
       return s;
     }
-    // Unreachable: a primary neither running nor kept means the race was
-    // over, and the hedge would have been cancelled (not in flight).
-    s.decision = answer_decision::refused;
+    // Unreachable: the hedge is in flight and the call is not over, so
+    // this attempt's primary either still runs (handled above) or ended
+    // with an answer while the hedge ran; a definitive answer would have
+    // cancelled the hedge (R6: not in flight), anything else is kept (R7:
+    // kept_ == primary, handled above). begin_attempt clears the hedge,
+    // on_call_done and on_transport_lost end the race (leg_of: stale).
+    // Should it ever be reached, "refused" would leave the owner waiting
+    // for a leg that is gone; concluding with the refusal ends the
+    // attempt instead, and the step says so (an assert would vanish under
+    // NDEBUG, i.e. in every release build, and nobody would learn of it).
+    s.invariant_broken = true;
+    conclude(s, race_leg::hedge, a.health(), now);
     return s;
   }
   if (other.in_flight) {
@@ -274,22 +281,39 @@ void hedge_race::conclude(answer_step& s, race_leg winner, call_health health,
   }
 }
 
-void hedge_race::on_call_done() {
+answer_step hedge_race::on_answer_lost(uint64_t send_id) {
+  answer_step s;
+  auto owed
+    = std::find_if(owed_.begin(), owed_.end(),
+                   [&](const owed_token& t) { return t.send_id == send_id; });
+  if (owed == owed_.end())
+    return s; // not a hedge, or its token is settled already
+  // What the answer was can no longer be learned: the request left, so it
+  // counts as fired (as R12 decides for a pool that went away).
+  s.token = token_settlement::fired;
+  s.held_race = owed->held_race;
+  owed_.erase(owed);
+  return s;
+}
+
+permit_action hedge_race::on_call_done() {
   done_ = true;
   primary_.in_flight = false;
   hedge_.in_flight = false;
+  if (!permit_held_)
+    return permit_action::none;
+  permit_held_ = false;
+  return permit_action::release;
 }
 
 lost_step hedge_race::on_transport_lost() {
   lost_step s;
-  on_call_done();
+  s.release_permit = on_call_done() == permit_action::release;
   s.tokens_fired = static_cast<int>(owed_.size());
   for (auto& t : owed_)
     if (t.held_race)
       s.held_races.push_back(*t.held_race);
   owed_.clear();
-  s.release_permit = permit_held_;
-  permit_held_ = false;
   return s;
 }
 

@@ -36,7 +36,8 @@
 //
 //   The hedge's token, apart from the race:
 //   on_hedge_sent ──► owed ──the hedge's own first answer──► fired | returned
-//                          (on_transport_lost: fired)
+//                          (on_transport_lost, on_answer_lost,
+//                           on_owner_stopped: fired)
 //
 // Rules (each covered by tests/unit/core_hedge_race_test.cpp):
 //
@@ -99,6 +100,12 @@
 //      outcome's health for the breakers and error counters. The owner
 //      drops the record when the retry loop says the send never reached
 //      the backend (a redial, a local retry, a full pool queue).
+//  R14 What the owner can no longer learn is settled as R12 settles it: a
+//      send whose answer the owner failed to read (on_answer_lost) or an
+//      owner that stops with tokens owed (on_owner_stopped) counts each
+//      owed token as fired, exactly once, and emits its held race; a call
+//      that ends without a conclusion releases a held permit
+//      (on_call_done).
 
 #include "core/classify.hpp"
 #include "core/time.hpp"
@@ -158,6 +165,11 @@ struct leg_answer {
   /// What the breakers learn: the verdict's health for a result, failure
   /// otherwise.
   call_health health() const;
+
+private:
+  /// The one shape of timeout() and undelivered(): no transport answer
+  /// (`what`), a transport failure of kind `k` whose request may have left.
+  static leg_answer failure(kind what, transport_error_kind k);
 };
 
 /// How a hedge's token is settled (R11): `fired` counts it
@@ -288,6 +300,11 @@ struct answer_step {
   permit_action permit = permit_action::none;
   /// conclude: what the attempt records (R13).
   attempt_record record;
+  /// conclude: the race reached a state its rules exclude (a refused hedge
+  /// with no primary running and none kept). The attempt is concluded with
+  /// the refusal so nothing is left in flight; the owner should end the
+  /// call with an internal error rather than retry from that state.
+  bool invariant_broken = false;
 };
 
 /// The answer to on_transport_lost (R12).
@@ -370,12 +387,31 @@ public:
   /// Send `send_id` ended with `a` at `now` (R5-R11, R13).
   answer_step on_answer(uint64_t send_id, const leg_answer& a, race_time now);
 
+  /// The owner could not read send `send_id`'s answer (its handler threw
+  /// before or after on_answer): if that send's token is still owed it is
+  /// settled now as fired, with a race held for it (R11, R14). Idempotent:
+  /// a token already settled (by on_answer, on_transport_lost or an earlier
+  /// call) is not settled again. The legs are left as they are; the owner
+  /// ends the call (on_call_done) unless it already ended.
+  answer_step on_answer_lost(uint64_t send_id);
+
   /// The call was answered (or failed) otherwise: no leg is the race's any
-  /// more. Settles nothing (R11: the hedge's own answer still does).
-  void on_call_done();
+  /// more. Settles no token (R11: the hedge's own answer still does), but
+  /// returns `release` when a half-open permit is still held (R10: a call
+  /// that ends without a conclusion, e.g. through a handler fault, would
+  /// otherwise keep the breaker's probe slot forever).
+  [[nodiscard]] permit_action on_call_done();
 
   /// The transport is gone (R12). Ends the call's race like on_call_done.
   lost_step on_transport_lost();
+
+  /// The owner stops (its actor terminates) with no more answers to read
+  /// (R14): settles every owed token as fired, returns the held races and
+  /// whether a permit is held, exactly like on_transport_lost. A second
+  /// call returns nothing.
+  lost_step on_owner_stopped() {
+    return on_transport_lost();
+  }
 
   /// Hedges whose token is not settled yet (R11): the owner must not stop
   /// while this is non-zero.

@@ -1,5 +1,6 @@
 #include "actors/call/call_actor.hpp"
 
+#include "actors/call/detail/call_actor_testing.hpp"
 #include "actors/call/request_builder.hpp"
 #include "actors/call/retry_state.hpp"
 #include "actors/handler_guard.hpp"
@@ -10,6 +11,7 @@
 
 #include <caf/actor_cast.hpp>
 #include <caf/sec.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
@@ -18,6 +20,8 @@
 #include <cctype>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace outbound {
 
@@ -36,6 +40,8 @@ namespace {
 
 struct call_state {
   std::shared_ptr<const call_context> ctx;
+  /// Fault injection (detail/call_actor_testing.hpp); null outside tests.
+  std::shared_ptr<const detail::call_test_hooks> hooks;
   call_rng rng;
   caf::typed_response_promise<call_outcome> rp;
   bool started = false;
@@ -78,15 +84,25 @@ struct call_state {
   /// The half-open permit of the hedge sent in this attempt (held only when
   /// it holds a probe).
   std::optional<hedge_permit> permit;
+  /// Half-open permits the breakers granted for a hedge whose token request
+  /// is still out, by attempt id. Kept here, not in the pending handlers,
+  /// from the gate's reply on: whatever ends the wait (the token's reply, a
+  /// fault, the call's end, the actor's death) finds and settles them.
+  std::vector<std::pair<uint64_t, hedge_permit>> gate_permits;
   /// Gate requests not answered yet; the actor quits only at zero.
   int gates_pending = 0;
   /// x-retry-count of the current attempt.
   int retry_count = 0;
 
-  /// Runs when the actor terminates for any reason: a caller still waiting
-  /// is answered at once, never left to its own timeout.
+  /// Runs when the actor terminates for any reason: what the call still
+  /// holds is given back, and a caller still waiting is answered at once,
+  /// never left to its own timeout.
   ~call_state() {
-    if (done || !rp.pending())
+    settle_held();
+    // The promise, not `done`, says whether the caller still waits: deliver
+    // sets `done` before it answers, and a throw in between must not
+    // leave the caller to its own timeout.
+    if (!rp.pending())
       return;
     call_outcome o;
     o.ok = false;
@@ -97,10 +113,45 @@ struct call_state {
     rp.deliver(std::move(o));
   }
 
+  /// The actor stops while it still holds something (it was killed, or a
+  /// handler outside `guarded` threw): no answer can reach it any more, so
+  /// every owed token counts as fired, every race held for one is counted
+  /// and every held half-open permit (the hedge's, and those waiting for a
+  /// token reply) goes back, exactly once (a normal quit
+  /// holds nothing: maybe_quit waits for the tokens; core/hedge_race.hpp,
+  /// R14). Runs inside the dying actor's cleanup, hence anonymous sends.
+  void settle_held() noexcept {
+    if (!ctx || !ctx->hedging)
+      return;
+    try {
+      const auto& h = *ctx->hedging;
+      auto lost = race.on_owner_stopped();
+      for (int i = 0; i < lost.tokens_fired; ++i)
+        caf::anon_send(h.stats, hedge_token_outcome{key, true});
+      for (const auto& r : lost.held_races)
+        caf::anon_send(h.stats, hedge_race_result{key, r.hedged, r.hedge_won});
+      if (permit && permit->holds_probe())
+        caf::anon_send(h.breakers, breaker_release{std::move(*permit)});
+      permit.reset();
+      for (auto& gp : gate_permits)
+        caf::anon_send(h.breakers, breaker_release{std::move(gp.second)});
+      gate_permits.clear();
+    } catch (...) {
+      // Out of memory while dying: nothing better to do.
+    }
+  }
+
   static inline const char* name = "outbound.call";
 };
 
 using self_ptr = call_actor::stateful_pointer<call_state>;
+
+// Runs the test hook at `where` (detail/call_actor_testing.hpp), if any.
+void fault_point(self_ptr self, detail::call_fault_point where, uint64_t id) {
+  const auto& hooks = self->state.hooks;
+  if (hooks && hooks->at)
+    hooks->at(where, id);
+}
 
 std::string path_without_query(const std::string& path) {
   return path.substr(0, path.find('?'));
@@ -185,13 +236,23 @@ void record_attempt(self_ptr self, const core::attempt_record& rec) {
                                          st.hcfg->breaker, rec.health});
 }
 
+void apply_permit(self_ptr self, core::permit_action a, call_health health);
+void release_held_permits(self_ptr self);
+
 void deliver(self_ptr self, call_outcome o) {
   auto& st = self->state;
-  if (st.done)
+  if (st.done) {
+    // A fault path may end a call that is already answered: the actor must
+    // still go once nothing is left in flight.
+    maybe_quit(self);
     return;
+  }
   st.done = true;
-  // Settles nothing: a hedge still out settles its token by its own answer.
-  st.race.on_call_done();
+  // Settles no token: a hedge still out settles its token by its own
+  // answer. A permit still held (the call ended without a conclusion) goes
+  // back (core/hedge_race.hpp, R14).
+  apply_permit(self, st.race.on_call_done(), call_health::failure);
+  release_held_permits(self);
   if (!o.ok)
     settle_nothing_billed(o.error);
   redact(st.ctx->cfg, o.error.detail);
@@ -402,10 +463,12 @@ void count_race(self_ptr self, const core::race_result& r) {
              hedge_race_result{st.key, r.hedged, r.hedge_won});
 }
 
-void release_permit(self_ptr self, hedge_permit p) {
+// Sends the release of `p` if it holds a probe. By reference: the caller
+// drops its copy only once the release was sent.
+void release_permit(self_ptr self, const hedge_permit& p) {
   auto& st = self->state;
   if (p.holds_probe())
-    self->send(st.ctx->hedging->breakers, breaker_release{std::move(p)});
+    self->send(st.ctx->hedging->breakers, breaker_release{p});
 }
 
 void apply_permit(self_ptr self, core::permit_action a, call_health health) {
@@ -461,6 +524,18 @@ void on_answer(self_ptr self, uint64_t send_id, const core::leg_answer& a,
   apply_permit(self, step.permit, step.record.health);
   auto outcome = step.outcome_is_kept ? std::move(*st.kept) : std::move(e);
   st.kept.reset();
+  if (step.invariant_broken) {
+    // The race reached a state its rules exclude (core/hedge_race.cpp) and
+    // concluded the attempt so nothing is in flight. Retrying from there
+    // would trust that state: the call ends with an internal error the
+    // caller and the observer ('failed', its cause) both see.
+    call_error err;
+    err.kind = error_kind::service_unavailable;
+    err.detail = "internal error in call actor: the hedge race refused a "
+                 "hedge with no primary running or kept";
+    finish_error(self, std::move(err));
+    return;
+  }
   auto next = outcome.timed_out
                 ? st.retry->on_attempt_timeout(self->clock().now(), st.rng)
                 : st.retry->on_result(outcome.result, self->clock().now(),
@@ -472,6 +547,7 @@ void on_answer(self_ptr self, uint64_t send_id, const core::leg_answer& a,
 
 void on_result(self_ptr self, uint64_t send_id, exchange_result& r) {
   auto& st = self->state;
+  fault_point(self, detail::call_fault_point::answer, send_id);
   // Classified as the retry loop classifies it (core/classify.hpp).
   auto verdict = classify_exchange(exchange_view::of(r, st.retry->idempotent()),
                                    st.ctx->cfg.retry.retry_statuses);
@@ -483,6 +559,7 @@ void on_result(self_ptr self, uint64_t send_id, exchange_result& r) {
 
 void on_failure(self_ptr self, uint64_t send_id, const caf::error& err) {
   auto& st = self->state;
+  fault_point(self, detail::call_fault_point::answer, send_id);
   call_state::leg_end e;
   e.timed_out = err == caf::sec::request_timeout;
   auto leg = st.race.leg_of(send_id);
@@ -506,6 +583,25 @@ void on_failure(self_ptr self, uint64_t send_id, const caf::error& err) {
   on_answer(self, send_id, a, std::move(e));
 }
 
+// The handler of send `send_id`'s answer threw (anywhere: before the race
+// read the answer or after): its token is settled now if it is still owed
+// (idempotent, core/hedge_race.hpp R14), and the call ends with the typed
+// error `e`, or, when it was answered already, the actor goes once nothing
+// is left in flight.
+void on_answer_fault(self_ptr self, uint64_t send_id, call_error e) {
+  auto& st = self->state;
+  auto step = st.race.on_answer_lost(send_id);
+  if (step.token)
+    settle_token(self, *step.token);
+  if (step.held_race)
+    count_race(self, *step.held_race);
+  if (st.done) {
+    maybe_quit(self);
+    return;
+  }
+  finish_error(self, std::move(e));
+}
+
 // Sends `req` as leg `l` with time limit `budget`; returns its send id.
 uint64_t send_leg(self_ptr self, core::race_leg l, http_request req,
                   std::chrono::nanoseconds budget) {
@@ -517,8 +613,11 @@ uint64_t send_leg(self_ptr self, core::race_leg l, http_request req,
   req.exchange_id = exchange_id;
   req.timeout_ns = budget.count();
   // A throw while handling the answer (a retry decision, a JSON body) ends
-  // the call with a typed error, not the actor.
-  auto failed = [self](call_error e) { finish_error(self, std::move(e)); };
+  // the call with a typed error, not the actor; the send's token is
+  // settled whether or not the throw came before the race read the answer.
+  auto failed = [self, send_id](call_error e) {
+    on_answer_fault(self, send_id, std::move(e));
+  };
   self->request(st.ctx->transport, budget, std::move(req))
     .then(
       [self, send_id, failed](exchange_result& r) {
@@ -544,13 +643,63 @@ void arm_hedge_timer(self_ptr self) {
     self->delayed_send(me, *due - now, hedge_due{st.race.attempt()});
 }
 
-// Sends the hedge the race fired, with the attempt's remaining `budget`.
-void fire_hedge(self_ptr self, hedge_permit p,
+// The gate permit held for attempt `token`'s hedge, or end().
+std::vector<std::pair<uint64_t, hedge_permit>>::iterator
+gate_permit_of(call_state& st, uint64_t token) {
+  return std::find_if(st.gate_permits.begin(), st.gate_permits.end(),
+                      [token](const auto& gp) { return gp.first == token; });
+}
+
+// Moves the breakers' permit for attempt `token` into the call's state
+// (only a half-open probe is worth holding). On success `p` is left
+// without a probe; if this throws, `p` still holds it.
+void hold_gate_permit(self_ptr self, uint64_t token, hedge_permit& p) {
+  auto& st = self->state;
+  if (!p.holds_probe())
+    return;
+  st.gate_permits.reserve(st.gate_permits.size() + 1);
+  // Cannot throw after the reserve. A moved-from permit would still claim
+  // its generations, hence the exchange with an empty one.
+  st.gate_permits.emplace_back(token, std::exchange(p, hedge_permit{}));
+}
+
+// Gives back the gate permit held for attempt `token`, if any. The slot is
+// dropped only once the release was sent.
+void release_gate_permit(self_ptr self, uint64_t token) {
+  auto& st = self->state;
+  auto i = gate_permit_of(st, token);
+  if (i == st.gate_permits.end())
+    return;
+  release_permit(self, i->second);
+  st.gate_permits.erase(i);
+}
+
+// The call is over: no hedge can go out any more, so every permit still
+// held goes back (the hedge's, when the race did not settle it, and those
+// waiting for a token reply).
+void release_held_permits(self_ptr self) {
+  auto& st = self->state;
+  if (st.permit) {
+    release_permit(self, *st.permit);
+    st.permit.reset();
+  }
+  while (!st.gate_permits.empty()) {
+    release_permit(self, st.gate_permits.back().second);
+    st.gate_permits.pop_back();
+  }
+}
+
+// Sends attempt `token`'s hedge, which the race fired, with the attempt's
+// remaining `budget`; the gate's permit, if held, rides on it.
+void fire_hedge(self_ptr self, uint64_t token,
                 std::chrono::nanoseconds budget) {
   auto& st = self->state;
-  bool probe = p.holds_probe();
-  if (probe)
-    st.permit = std::move(p);
+  auto i = gate_permit_of(st, token);
+  bool probe = i != st.gate_permits.end();
+  if (probe) {
+    st.permit = std::move(i->second);
+    st.gate_permits.erase(i);
+  }
   http_request req = st.base;
   req.max_body_bytes
     = st.call.max_response_bytes.value_or(st.ctx->cfg.max_response_bytes);
@@ -564,20 +713,72 @@ void fire_hedge(self_ptr self, hedge_permit p,
   st.race.on_hedge_sent(send_id, self->clock().now(), probe);
 }
 
-// The budget answered attempt `token`'s hedge (granted false also when it
-// did not answer).
-void on_token(self_ptr self, uint64_t token, bool granted, hedge_permit p) {
+// The budget answered attempt `token`'s hedge (`granted` false also when it
+// did not answer). `granted` is cleared once the token is handed on (the
+// hedge went out and owes it, or it went back), so that a fault path knows
+// whether it still has to give it back.
+void on_token(self_ptr self, uint64_t token, bool& granted) {
   auto& st = self->state;
+  fault_point(self, detail::call_fault_point::token_reply, token);
   auto step = st.race.on_token(token, granted, self->clock().now());
   if (step.decision == core::token_decision::fire) {
-    fire_hedge(self, std::move(p), step.budget);
+    fire_hedge(self, token, step.budget);
+    granted = false; // the hedge owes it now (core/hedge_race.hpp, R11)
     return;
   }
-  release_permit(self, std::move(p));
+  release_gate_permit(self, token);
   // Only a hedge that went out counts (hedged_requests, on_hedge_fired); an
   // unused token goes back to the bucket.
   if (step.return_token())
     settle_token(self, core::token_settlement::returned);
+  granted = false;
+}
+
+// A gate or token reply handler of attempt `token` threw. A granted token
+// the hedge did not take goes back; the call ends with the typed error `e`
+// (deliver gives back every permit held), or, when it ended already, the
+// actor goes once nothing is left (~call_state gives them back).
+void on_gate_fault(self_ptr self, bool token_unsettled, call_error e) {
+  auto& st = self->state;
+  if (token_unsettled)
+    settle_token(self, core::token_settlement::returned);
+  if (st.done) {
+    maybe_quit(self);
+    return;
+  }
+  finish_error(self, std::move(e));
+}
+
+// The token reply of attempt `token`, or its failure (`granted` false).
+void token_reply(self_ptr self, uint64_t token, bool granted) {
+  guarded("call actor", [&] { on_token(self, token, granted); },
+          [&](call_error e) { on_gate_fault(self, granted, std::move(e)); });
+  gate_answered(self);
+}
+
+// The breakers answered attempt `token`'s hedge. The permit goes into the
+// call's state first thing, so nothing that follows (a fault, the actor's
+// death, the call's end) can lose it.
+void on_gate_reply(self_ptr self, uint64_t token, breaker_gate_result& g) {
+  auto& st = self->state;
+  const auto& h = st.ctx->hedging;
+  hold_gate_permit(self, token, g.permit);
+  switch (st.race.on_gate(token, g.gate == hedge_gate::allowed)) {
+    case core::gate_decision::report_blocked:
+      release_gate_permit(self, token);
+      self->send(h->stats, hedge_circuit_blocked{st.key});
+      return;
+    case core::gate_decision::release_permit:
+      release_gate_permit(self, token);
+      return;
+    case core::gate_decision::ask_token:
+      break;
+  }
+  fault_point(self, detail::call_fault_point::gate_reply, token);
+  self->request(h->stats, caf::infinite, hedge_token_request{st.key})
+    .then([self, token](bool granted) { token_reply(self, token, granted); },
+          [self, token](caf::error&) { token_reply(self, token, false); });
+  ++st.gates_pending; // the token reply is still a gate reply
 }
 
 // The hedge timer of attempt `token` ran out: breakers, then budget.
@@ -586,44 +787,21 @@ void on_hedge_due(self_ptr self, uint64_t token) {
   if (st.race.on_hedge_due(token) != core::due_decision::ask_gates)
     return;
   const auto& h = st.ctx->hedging;
-  ++st.gates_pending;
   self
     ->request(h->breakers, caf::infinite,
               breaker_allow_request{st.host_key, st.key, st.hcfg->breaker})
     .then(
       [self, token](breaker_gate_result& g) {
-        auto& st = self->state;
-        const auto& h = st.ctx->hedging;
-        switch (st.race.on_gate(token, g.gate == hedge_gate::allowed)) {
-          case core::gate_decision::report_blocked:
-            self->send(h->stats, hedge_circuit_blocked{st.key});
-            return gate_answered(self);
-          case core::gate_decision::release_permit:
-            release_permit(self, std::move(g.permit));
-            return gate_answered(self);
-          case core::gate_decision::ask_token:
-            break;
-        }
-        // Each handler owns its own copy of the permit (only one of them
-        // runs). Capturing `std::move(g.permit)` and `g.permit` in the two
-        // arguments of one call would leave the second one moved-from when
-        // the compiler evaluates arguments left to right (clang does):
-        // a failed token request would then release an empty permit and
-        // leak the breaker's half-open probe slot.
-        auto on_error_permit = g.permit;
-        self->request(h->stats, caf::infinite, hedge_token_request{st.key})
-          .then(
-            [self, token, p = std::move(g.permit)](bool granted) mutable {
-              on_token(self, token, granted, std::move(p));
-              gate_answered(self);
-            },
-            [self, token,
-             p = std::move(on_error_permit)](caf::error&) mutable {
-              on_token(self, token, false, std::move(p));
-              gate_answered(self);
-            });
+        guarded("call actor", [&] { on_gate_reply(self, token, g); },
+                [&](call_error e) {
+                  // Still here only if it never reached the call's state.
+                  release_permit(self, g.permit);
+                  on_gate_fault(self, false, std::move(e));
+                });
+        gate_answered(self);
       },
       [self](caf::error&) { gate_answered(self); });
+  ++st.gates_pending;
 }
 
 void send_attempt(self_ptr self) {
@@ -736,10 +914,11 @@ void start(self_ptr self, call_request call) {
   send_attempt(self);
 }
 
-call_actor::behavior_type call_impl(self_ptr self,
-                                    std::shared_ptr<const call_context> ctx,
-                                    uint64_t seed) {
+call_actor::behavior_type
+call_impl(self_ptr self, std::shared_ptr<const call_context> ctx, uint64_t seed,
+          std::shared_ptr<const detail::call_test_hooks> hooks) {
   self->state.ctx = std::move(ctx);
+  self->state.hooks = std::move(hooks);
   self->state.rng.seed(seed);
   self->set_down_handler(
     [self](caf::down_msg& dm) { on_transport_down(self, dm); });
@@ -785,7 +964,20 @@ call_actor::behavior_type call_impl(self_ptr self,
 call_actor spawn_call_actor(caf::actor_system& sys,
                             std::shared_ptr<const call_context> ctx,
                             uint64_t seed) {
-  return sys.spawn(call_impl, std::move(ctx), seed);
+  return sys.spawn(call_impl, std::move(ctx), seed,
+                   std::shared_ptr<const detail::call_test_hooks>{});
 }
+
+namespace detail {
+
+call_actor
+spawn_call_actor_for_testing(caf::actor_system& sys,
+                             std::shared_ptr<const call_context> ctx,
+                             uint64_t seed,
+                             std::shared_ptr<const call_test_hooks> hooks) {
+  return sys.spawn(call_impl, std::move(ctx), seed, std::move(hooks));
+}
+
+} // namespace detail
 
 } // namespace outbound

@@ -78,8 +78,11 @@ struct hedge_due {
 /// (seconds from the attempt's start) and the breakers; the race result
 /// (hedge_wins / primary_wins) and the breaker permit (completed when the
 /// hedge won, released otherwise) are settled when the attempt ends. The
-/// actor stays alive after answering until every gate it asked has replied,
-/// so a half-open permit is never leaked.
+/// actor stays alive after answering until every gate it asked has replied.
+/// A half-open permit is kept in the actor's state from the breakers' reply
+/// on, so it goes back whatever ends the wait for the token: the call's
+/// end, a fault in a reply handler (which ends the call with a typed
+/// error), or the actor's death.
 ///
 /// The attempt budget is a CAF request timeout on the transport request, so
 /// it runs on the actor clock (exact in virtual time) and a late answer is

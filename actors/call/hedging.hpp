@@ -2,7 +2,8 @@
 
 // Adaptive hedging of a service client: what a user configures
 // (hedging_options, in client_options) and what every call actor of that
-// client shares (hedging_context). The race itself runs in the call actor
+// client shares (hedging_context). The race's rules are the pure state
+// machine core/hedge_race.hpp, driven by the call actor
 // (actors/call/call_actor.cpp); the learned delays and the budget live in
 // the endpoint_stats actor, the breakers in the breaker actor
 // (actors/hedge/).

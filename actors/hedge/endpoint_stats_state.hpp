@@ -52,7 +52,13 @@ struct hedge_stats_snapshot {
   uint64_t total_requests = 0;
   /// Hedges sent (every gate passed: a token was taken).
   uint64_t hedged_requests = 0;
-  /// Races with a hedge that the hedge / the primary won.
+  /// Races with a hedge that the hedge / the primary won: the winner's
+  /// definitive answer ended the race while the other leg still ran
+  /// (core/hedge_race.hpp, R9). A race whose loser had failed first (the
+  /// primary's 503, then the hedge's 200) counts for neither: the hedge
+  /// rescued the attempt but beat no one. So hedge_wins + primary_wins <=
+  /// hedged_requests, and hedged_requests - hedge_wins is not the number
+  /// of hedges that lost.
   uint64_t hedge_wins = 0;
   uint64_t primary_wins = 0;
   /// Hedges not sent because the bucket was empty.

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <functional>
+#include <iterator>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -184,10 +185,20 @@ event undelivered(uint64_t id, duration t) {
   return answer(id, leg_answer::undelivered(), t);
 }
 
+/// The call ended; a line only when a permit is to be released.
 event done() {
   return [](hedge_race& r) {
-    r.on_call_done();
-    return std::string{};
+    auto p = r.on_call_done();
+    return p == permit_action::none ? std::string{}
+                                    : std::string{"done permit="}
+                                        + to_string(p);
+  };
+}
+
+/// The owner failed to read send `id`'s answer (R14).
+event answer_lost(uint64_t id) {
+  return [=](hedge_race& r) {
+    return "unread: " + describe(r.on_answer_lost(id));
   };
 }
 
@@ -195,6 +206,18 @@ event lost() {
   return [](hedge_race& r) {
     auto s = r.on_transport_lost();
     std::string out = "lost fired=" + std::to_string(s.tokens_fired);
+    for (auto& h : s.held_races)
+      out += h.hedge_won ? " held=hedge_won" : " held=primary_won";
+    if (s.release_permit)
+      out += " permit=release";
+    return out;
+  };
+}
+
+event stopped() {
+  return [](hedge_race& r) {
+    auto s = r.on_owner_stopped();
+    std::string out = "stopped fired=" + std::to_string(s.tokens_fired);
     for (auto& h : s.held_races)
       out += h.hedge_won ? " held=hedge_won" : " held=primary_won";
     if (s.release_permit)
@@ -397,6 +420,38 @@ const race_case cases[] = {
    {begin(1, 0ms), delay(10ms), hedge(2, 10ms), answer(1, ok, 20ms), lost()},
    {"fire 990ms", "conclude of=primary cancel=hedge rec=20ms/success/sketch",
     "lost fired=1 held=primary_won"}},
+  // -- R14: what the owner can no longer learn ----------------------------
+  {"AnUnreadHedgeAnswerSettlesItsTokenAsFiredOnce", true,
+   {begin(1, 0ms), delay(10ms), hedge(2, 10ms), answer_lost(2), owed(),
+    answer_lost(2), answer(2, refused, 20ms)},
+   {"fire 990ms", "unread: stale token=fired", "owed=0", "unread: stale",
+    "refused"}},
+  {"AnUnreadAnswerAfterTheTokenSettledSettlesNothing", true,
+   {begin(1, 0ms), delay(10ms), hedge(2, 10ms), answer(2, ok, 20ms),
+    answer_lost(2)},
+   {"fire 990ms",
+    "conclude of=hedge cancel=primary token=fired race=hedge_won "
+    "rec=20ms/success/sketch",
+    "unread: stale"}},
+  {"AnUnreadAnswerOfTheCancelledHedgeEmitsItsHeldRace", true,
+   {begin(1, 0ms), delay(10ms), hedge(2, 10ms), answer(1, ok, 20ms), done(),
+    answer_lost(2), owed()},
+   {"fire 990ms", "conclude of=primary cancel=hedge rec=20ms/success/sketch",
+    "unread: stale token=fired held=primary_won", "owed=0"}},
+  {"AnUnreadPrimaryAnswerSettlesNothing", true,
+   {begin(1, 0ms), delay(10ms), hedge(2, 10ms), answer_lost(1), owed()},
+   {"fire 990ms", "unread: stale", "owed=1"}},
+  {"TheCallEndingWithAProbeHedgeInFlightReleasesThePermit", true,
+   {begin(1, 0ms), delay(10ms), hedge(2, 10ms, true), done(), done(),
+    answer(2, ok, 20ms)},
+   {"fire 990ms", "done permit=release", "stale token=fired"}},
+  {"TheOwnerStoppingSettlesWhatIsOwedOnce", true,
+   {begin(1, 0ms), delay(10ms), hedge(2, 10ms, true), answer(1, ok, 20ms),
+    stopped(), stopped()},
+   {"fire 990ms",
+    "conclude of=primary cancel=hedge permit=release "
+    "rec=20ms/success/sketch",
+    "stopped fired=1 held=primary_won", "stopped fired=0"}},
   // -- R13: what an attempt records ---------------------------------------
   {"ANonHedgeableCallRecordsHealthButNoSketchLatency", false,
    {begin(1, 0ms), answer(1, s503, 7ms)},
@@ -468,4 +523,74 @@ TEST(CoreHedgeRaceAnswer, OnlyAPoolOverflowWithNothingSentIsARefusal) {
   EXPECT_FALSE(leg_answer::timeout().definitive());
   EXPECT_EQ(leg_answer::timeout().health(), call_health::failure);
   EXPECT_EQ(s503.health(), call_health::server_error);
+}
+
+// The branch of on_answer that the code calls unreachable (a refused hedge
+// with no primary running and none kept): a seeded random walk over every
+// event the owner can feed in, in any order, never sees the race answer
+// `refused` or `wait` with nothing left in flight — either would leave the
+// owner waiting for an answer that cannot come.
+TEST(CoreHedgeRaceWalk, NoAnswerLeavesTheOwnerWaitingForNothing) {
+  const leg_answer answers[] = {ok,     s404,   s500,
+                                s503,   refused, cancelled,
+                                broken, leg_answer::timeout(),
+                                leg_answer::undelivered()};
+  uint64_t seed = 12345;
+  auto next = [&seed](uint64_t n) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (seed >> 33) % n;
+  };
+  size_t refusals_seen = 0;
+  for (int walk = 0; walk < 2000; ++walk) {
+    hedge_race r{true};
+    uint64_t sends = 0;
+    duration t{0};
+    r.begin_attempt(++sends, at(t), 1s);
+    r.set_delay(10ms);
+    for (int step = 0; step < 40; ++step) {
+      t += duration{static_cast<int64_t>(next(20)) * 1ms};
+      switch (next(8)) {
+        case 0: // a new attempt, when the retry loop may begin one
+          if (!r.any_in_flight())
+            r.begin_attempt(++sends, at(t), 1s);
+          break;
+        case 1:
+        case 2: { // the whole gate path, then the hedge goes out
+          auto a = r.attempt();
+          if (r.on_hedge_due(a) == due_decision::ask_gates
+              && r.on_gate(a, true) == gate_decision::ask_token
+              && r.on_token(a, true, at(t)).decision == token_decision::fire)
+            r.on_hedge_sent(++sends, at(t), next(2) == 0);
+          break;
+        }
+        case 3:
+        case 4:
+        case 5: { // an answer to any send so far, current or stale
+          auto id = 1 + next(sends);
+          const auto& a = answers[next(std::size(answers))];
+          auto s = r.on_answer(id, a, at(t));
+          if (s.decision == answer_decision::refused)
+            ++refusals_seen;
+          ASSERT_FALSE(s.invariant_broken)
+            << "walk " << walk << " step " << step
+            << ": the 'unreachable' refusal branch was reached";
+          if (s.decision == answer_decision::refused
+              || s.decision == answer_decision::wait) {
+            ASSERT_TRUE(r.any_in_flight())
+              << "walk " << walk << " step " << step << ": "
+              << to_string(s.decision) << " with nothing in flight";
+          }
+          break;
+        }
+        case 6:
+          (void) r.on_answer_lost(1 + next(sends));
+          break;
+        case 7:
+          if (next(4) == 0)
+            (void) r.on_call_done();
+          break;
+      }
+    }
+  }
+  EXPECT_GT(refusals_seen, 0u) << "the walk must reach the refusal path";
 }
