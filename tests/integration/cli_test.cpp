@@ -732,3 +732,26 @@ TEST(CliConfig, DemoHubWithoutAHostNamesTheHubOption) {
   expect_failure(r, "config_error", 2);
   EXPECT_EQ(detail_of(r).rfind("--hub: ", 0), 0u) << r.err;
 }
+
+TEST(CliDemo, OracleEndpointsWithoutHubIsAUsageErrorNamingTheOption) {
+  auto r = run_cli({"demo", "--oracle-endpoints", "127.0.0.1:1", "--duration",
+                    "1", "--metrics-port", "0"});
+  expect_failure(r, "usage_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("--oracle-endpoints needs --hub", 0), 0u)
+    << r.err;
+}
+
+TEST(CliDemo, ADeadHubIsExit7AfterTheReport) {
+  auto r = run_cli({"demo", "--hub",
+                    "http://127.0.0.1:" + std::to_string(closed_port()),
+                    "--duration", "1", "--feeds", "3", "--rate", "5",
+                    "--metrics-port", "0"});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_NE(r.out.find("outbound demo report"), std::string::npos) << r.out;
+  auto e = r.error(); // the last stderr line
+  EXPECT_EQ(e.at("error").as_string(), "service_unavailable") << r.err;
+  EXPECT_EQ(std::string{e.at("detail").as_string()}.rfind("nothing at --hub ",
+                                                            0),
+            0u)
+    << r.err;
+}
