@@ -215,6 +215,22 @@ TEST(CliArgs, RequestHelpListsTheOptionsAndExits0) {
     EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
 }
 
+TEST(CliArgs, VersionPrintsTheProjectVersionAndExits0) {
+  auto r = run_cli({"--version"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, std::string{"outbound "} + OUTBOUND_VERSION + "\n");
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(CliArgs, UnknownSubcommandIsNamedWithTheListAndExit2) {
+  auto r = run_cli({"frobnicate", "--flag"});
+  expect_failure(r, "usage_error", 2);
+  auto d = detail_of(r);
+  EXPECT_EQ(d.rfind("unknown subcommand 'frobnicate'", 0), 0u) << d;
+  for (auto* cmd : {"request", "watch", "hub", "ts", "seq", "demo", "bench"})
+    EXPECT_NE(d.find(cmd), std::string::npos) << cmd << ": " << d;
+}
+
 TEST(CliArgs, PlannedSubcommandIsAUsageError) {
   auto r = run_cli({"bench"});
   expect_failure(r, "usage_error", 2);
