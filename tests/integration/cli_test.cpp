@@ -617,6 +617,18 @@ TEST_F(CliNginx, MtlsWithAClientCertificateIsAccepted) {
   EXPECT_EQ(r.out, nginx_instance::items_body + "\n");
 }
 
+TEST(CliConfig, AbsoluteUrlWithEnvIsAUsageErrorAndNothingIsSent) {
+  connection_sink sink;
+  auto base = "http://127.0.0.1:" + std::to_string(sink.port());
+  auto r = run_cli({"request", "--env", "CLITEST", base + "/v1/items"},
+                   {"CLITEST_URL=" + base});
+  expect_failure(r, "usage_error", 2);
+  EXPECT_NE(detail_of(r).find("an absolute URL and --env do not mix"),
+            std::string::npos)
+    << r.err;
+  EXPECT_EQ(sink.connections(), 0u);
+}
+
 TEST_F(CliNginx, TlsWithoutTheCaFailsWithoutRetryAsServiceUnavailable) {
   // The test CA is not in the system trust store: verification fails.
   auto r = run_cli({"request", url("/v1/items.json", nginx_listener::tls)});
