@@ -541,6 +541,28 @@ TEST_F(CliNginx, BodyOverTheCapIsAResponseError) {
   auto r
     = run_cli({"request", "--max-response-bytes", "1024", url("/v1/big.json")});
   expect_failure(r, "response_error", 6);
+  // The status line was read before the body was refused.
+  EXPECT_EQ(r.error().at("status").as_int64(), 200) << r.err;
+}
+
+TEST_F(CliNginx, VerboseRetryingEventCarriesTheRetriedStatus) {
+  auto r = run_cli({"request", "--verbose", "--retry-status", "503",
+                    "--base-backoff", "0", "--max-attempts", "2",
+                    url("/v1/unavailable")});
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  auto lines = r.err_lines();
+  int retrying = 0;
+  for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
+    auto ev = boost::json::parse(lines[i]).as_object();
+    if (ev.at("event").as_string() != "retrying")
+      continue;
+    ++retrying;
+    EXPECT_EQ(ev.at("cause").as_string(), "status 503") << lines[i];
+    ASSERT_TRUE(ev.at("status").is_int64()) << lines[i];
+    EXPECT_EQ(ev.at("status").as_int64(), 503) << lines[i];
+  }
+  EXPECT_EQ(retrying, 1) << r.err;
+  EXPECT_EQ(r.error().at("status").as_int64(), 503);
 }
 
 TEST_F(CliNginx, RedirectIsNotFollowed) {
@@ -595,6 +617,18 @@ TEST_F(CliNginx, EmptyTokenSchemeSendsTheRawToken) {
   EXPECT_EQ(seen[0].authorization, token);
 }
 
+TEST(CliConfig, AbsoluteUrlWithEnvIsAUsageErrorAndNothingIsSent) {
+  connection_sink sink;
+  auto base = "http://127.0.0.1:" + std::to_string(sink.port());
+  auto r = run_cli({"request", "--env", "CLITEST", base + "/v1/items"},
+                   {"CLITEST_URL=" + base});
+  expect_failure(r, "usage_error", 2);
+  EXPECT_NE(detail_of(r).find("an absolute URL and --env do not mix"),
+            std::string::npos)
+    << r.err;
+  EXPECT_EQ(sink.connections(), 0u);
+}
+
 TEST_F(CliNginx, EnvPrefixGivesTheBaseUrlAndUrlIsAPath) {
   auto r = run_cli({"request", "--env", "CLITEST", "/v1/items.json"},
                    {"CLITEST_URL=" + server_->base_url(nginx_listener::http)});
@@ -615,18 +649,6 @@ TEST_F(CliNginx, MtlsWithAClientCertificateIsAccepted) {
                     url("/v1/items.json", nginx_listener::mtls)});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, nginx_instance::items_body + "\n");
-}
-
-TEST(CliConfig, AbsoluteUrlWithEnvIsAUsageErrorAndNothingIsSent) {
-  connection_sink sink;
-  auto base = "http://127.0.0.1:" + std::to_string(sink.port());
-  auto r = run_cli({"request", "--env", "CLITEST", base + "/v1/items"},
-                   {"CLITEST_URL=" + base});
-  expect_failure(r, "usage_error", 2);
-  EXPECT_NE(detail_of(r).find("an absolute URL and --env do not mix"),
-            std::string::npos)
-    << r.err;
-  EXPECT_EQ(sink.connections(), 0u);
 }
 
 TEST_F(CliNginx, TlsWithoutTheCaFailsWithoutRetryAsServiceUnavailable) {
