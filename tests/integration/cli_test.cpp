@@ -231,6 +231,15 @@ TEST(CliArgs, UnknownSubcommandIsNamedWithTheListAndExit2) {
     EXPECT_NE(d.find(cmd), std::string::npos) << cmd << ": " << d;
 }
 
+TEST(CliArgs, HubHelpListsItsEndpointsAndExitCodes) {
+  auto r = run_cli({"hub", "--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (auto* s : {"/v1/events", "/v1/cursor", "/ws/feed", "/ws/ledger",
+                  "/fast", "/v1/ts", "/admin/faults", "/admin/state",
+                  "Exit codes:", "hub_error"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+}
+
 TEST(CliArgs, PlannedSubcommandIsAUsageError) {
   auto r = run_cli({"bench"});
   expect_failure(r, "usage_error", 2);
