@@ -904,14 +904,28 @@ int run_demo(const demo_options& opts, std::ostream& out, std::ostream& err) {
     // the report is all zeros, and a script must not take it for a run.
     if (!embedded && published.load() == 0 && req_ok == 0 && ts_ok == 0
         && feeds_reached == 0 && counters->events.load() == 0) {
-      err << usage_error_json(
-        "service_unavailable",
-        "nothing at --hub " + base_url
-          + " was reached: no event published ("
-          + std::to_string(publish_failed.load()) + " failed), no call "
-          + "answered (" + std::to_string(req_failed) + " failed), no feed "
-          + "reached" + (driver ? ", no timestamp served" : ""))
-          << '\n';
+      // Not a usage error's line: the demo did try (attempts counts the
+      // publishes, calls and timestamps that failed), and it cannot promise
+      // that none of them left, so nothing_sent / nothing_billed are false;
+      // "reached":false is what happened.
+      auto tried = publish_failed.load() + req_failed + ts_failed;
+      boost::json::object line;
+      line["error"] = to_string(error_kind::service_unavailable);
+      line["status"] = nullptr;
+      line["detail"] =
+        "nothing at --hub " + base_url + " was reached: no event published ("
+        + std::to_string(publish_failed.load()) + " failed), no call "
+        + "answered (" + std::to_string(req_failed) + " failed), no feed "
+        + "reached"
+        + (driver ? ", no timestamp served (" + std::to_string(ts_failed)
+                      + " failed)"
+                  : "");
+      line["attempts"] = tried;
+      line["request_id"] = "";
+      line["nothing_sent"] = false;
+      line["nothing_billed"] = false;
+      line["reached"] = false;
+      err << boost::json::serialize(line) << '\n';
       rc = exit_code(error_kind::service_unavailable);
     }
 

@@ -813,4 +813,11 @@ TEST(CliDemo, ADeadHubIsExit7AfterTheReport) {
                                                             0),
             0u)
     << r.err;
+  // Not a usage error's line: the demo tried (publishes, calls), and what
+  // happened is that nothing was reached, not that nothing was sent.
+  EXPECT_FALSE(e.at("reached").as_bool()) << r.err;
+  EXPECT_FALSE(e.at("nothing_sent").as_bool()) << r.err;
+  EXPECT_FALSE(e.at("nothing_billed").as_bool()) << r.err;
+  EXPECT_TRUE(e.at("status").is_null()) << r.err;
+  EXPECT_GE(e.at("attempts").to_number<int64_t>(), 1) << r.err;
 }
