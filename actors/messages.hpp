@@ -124,7 +124,8 @@ struct client_event {
   std::string cause;
   /// retrying: the delay before the next attempt, in nanoseconds.
   int64_t delay_ns = 0;
-  /// answered: the HTTP status.
+  /// answered, failed, and retrying after a retryable status: the HTTP
+  /// status seen (0: none, e.g. a transport failure).
   int status = 0;
   /// answered / failed: attempts made.
   int attempts = 0;

@@ -20,6 +20,7 @@
 #include "hub/hub.hpp"
 #include "metrics/metrics_exposer.hpp"
 #include "metrics/outbound_metrics.hpp"
+#include "protocol/errors.hpp"
 #include "protocol/io_runner.hpp"
 #include "protocol/json_number.hpp"
 #include "protocol/ws_session.hpp"
@@ -250,7 +251,11 @@ CLI::App* add_demo_command(CLI::App& app, demo_options& opts) {
     "Output: the first stdout line is {\"metrics\":URL,\"hub\":URL,...}; a "
     "status line per second on stderr; a report table on stdout at the "
     "end.\nEnds after --duration seconds or on SIGINT/SIGTERM, exit 0.\n"
-    "Exit codes: 0 ok, 2 usage/config_error, 1 internal_error.");
+    "Exit codes: 0 ok, 2 usage/config_error (--oracle-endpoints without "
+    "--hub, too), 7 service_unavailable (--hub: nothing was reached, no "
+    "publish, call, timestamp or feed; one error line on stderr after the "
+    "report), 1 internal_error or hub_error (the embedded hub cannot "
+    "start).");
   cmd->add_option("--config", opts.config_file,
                   "JSON settings (deploy/demo.example.json); the options "
                   "below override it");
@@ -273,8 +278,8 @@ CLI::App* add_demo_command(CLI::App& app, demo_options& opts) {
     "Use the hub at this base URL instead of the embedded one");
   opts.oracle_opt = cmd->add_option(
     "--oracle-endpoints", opts.oracle_endpoints,
-    "With --hub: the oracle cluster's host:port list (none: no oracle "
-    "traffic)")
+    "Only with --hub (the embedded hub runs its own cluster): the "
+    "external oracle cluster's host:port list (none: no oracle traffic)")
                       ->delimiter(',');
   return cmd;
 }
@@ -310,6 +315,16 @@ int run_demo(const demo_options& opts, std::ostream& out, std::ostream& err) {
     cfg = resolve_demo_config(opts);
   } catch (const config_error& e) {
     err << usage_error_json("config_error", e.what()) << '\n';
+    return usage_exit_code;
+  }
+  // The embedded hub brings its own oracle cluster: endpoints typed for it
+  // would be ignored, and the user would not know.
+  if (opts.oracle_opt && opts.oracle_opt->count() > 0 && cfg.hub.empty()) {
+    err << usage_error_json("usage_error",
+                            "--oracle-endpoints needs --hub (or \"hub\" in "
+                            "--config): the embedded hub runs its own "
+                            "oracle cluster")
+        << '\n';
     return usage_exit_code;
   }
   // Every watcher holds a WebSocket (and the embedded hub its other end):
@@ -756,7 +771,7 @@ int run_demo(const demo_options& opts, std::ostream& out, std::ostream& err) {
     // Stop the watchers, collecting their final counters.
     uint64_t reconnects = 0, peer_timeouts = 0, overflows = 0,
              drain_errors = 0, replay_errors = 0;
-    std::size_t connected_at_end = 0;
+    std::size_t connected_at_end = 0, feeds_reached = 0;
     {
       std::vector<decltype(self->request(watchers[0], 10s, stop_atom_v))> hs;
       for (auto& w : watchers)
@@ -771,6 +786,8 @@ int run_demo(const demo_options& opts, std::ostream& out, std::ostream& err) {
             replay_errors += s.replay_errors;
             if (s.connected)
               ++connected_at_end;
+            if (s.reached)
+              ++feeds_reached;
           },
           [](caf::error&) {});
     }
@@ -883,6 +900,34 @@ int run_demo(const demo_options& opts, std::ostream& out, std::ostream& err) {
       row(out, "ts_calls", "skipped (no oracle endpoints)");
     }
     out << std::flush;
+    // An external hub that never answered (a dead address, a wrong port):
+    // the report is all zeros, and a script must not take it for a run.
+    if (!embedded && published.load() == 0 && req_ok == 0 && ts_ok == 0
+        && feeds_reached == 0 && counters->events.load() == 0) {
+      // Not a usage error's line: the demo did try (attempts counts the
+      // publishes, calls and timestamps that failed), and it cannot promise
+      // that none of them left, so nothing_sent / nothing_billed are false;
+      // "reached":false is what happened.
+      auto tried = publish_failed.load() + req_failed + ts_failed;
+      boost::json::object line;
+      line["error"] = to_string(error_kind::service_unavailable);
+      line["status"] = nullptr;
+      line["detail"] =
+        "nothing at --hub " + base_url + " was reached: no event published ("
+        + std::to_string(publish_failed.load()) + " failed), no call "
+        + "answered (" + std::to_string(req_failed) + " failed), no feed "
+        + "reached"
+        + (driver ? ", no timestamp served (" + std::to_string(ts_failed)
+                      + " failed)"
+                  : "");
+      line["attempts"] = tried;
+      line["request_id"] = "";
+      line["nothing_sent"] = false;
+      line["nothing_billed"] = false;
+      line["reached"] = false;
+      err << boost::json::serialize(line) << '\n';
+      rc = exit_code(error_kind::service_unavailable);
+    }
 
     // Release every handle, give the actors a moment, and do not wait for
     // a call stuck on an unresponsive external server.

@@ -17,8 +17,10 @@
 // Output: the first stdout line is JSON ({"metrics":URL,"hub":URL,...});
 // one status line per second on stderr; a report table on stdout at the
 // end. Runs for --duration seconds or until SIGINT/SIGTERM, then exits 0.
-// Exit 2 for a usage or config error (the bad field is named), 1 for an
-// internal error (e.g. the hub cannot start).
+// Exit 2 for a usage or config error (the bad field is named;
+// --oracle-endpoints without an external hub), 7 when an external --hub was
+// never reached (no publish, call, timestamp or feed), 1 for an internal
+// error (e.g. the hub cannot start: hub_error).
 
 #include "config/demo_config.hpp"
 
@@ -68,7 +70,8 @@ demo_config resolve_demo_config(const demo_options& opts);
 /// Runs a parsed `demo` command. Call it before any other thread exists
 /// (it blocks SIGINT/SIGTERM for every thread it starts and waits for them
 /// itself); it creates its own actor system. Returns the exit code: 0 after
-/// the report, 2 config/usage error, 1 internal error.
+/// the report, 2 config/usage error, 7 after the report when nothing at an
+/// external hub was reached (service_unavailable), 1 internal error.
 int run_demo(const demo_options& opts, std::ostream& out, std::ostream& err);
 
 } // namespace outbound::apps

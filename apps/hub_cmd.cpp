@@ -20,6 +20,28 @@ CLI::App* add_hub_command(CLI::App& app, hub_options& opts) {
   auto* cmd = app.add_subcommand(
     "hub", "Run the reference hub of the change-feed protocol (HTTP replay, "
            "WebSocket tiers, fault knobs, admin endpoints)");
+  // The routes as hub/hub.hpp lists them.
+  cmd->footer(
+    "Endpoints (every port of a --cluster serves every route):\n"
+    "  POST /v1/events                       publish {\"subject\",\"kind\","
+    "\"metadata\",\"dedupe_key\"}\n"
+    "  GET  /v1/events?after=&limit=&prefix= replay page\n"
+    "  GET  /v1/cursor                       {\"cursor\":N}\n"
+    "  WS   /ws/feed (the --mode tier), /ws/ledger, /ws/catchup, "
+    "/ws/ephemeral\n"
+    "  GET  /fast /slow /flaky /lognormal    latency profiles (key=, seed=, "
+    "...)\n"
+    "  POST /v1/ts /v1/seq                   oracle (leader only; followers "
+    "answer 421 + leader-hint)\n"
+    "  POST /admin/faults /admin/restart /admin/wakes /admin/drop "
+    "/admin/oracle\n"
+    "  GET  /admin/state /admin/oracle       counters and oracle state\n"
+    "Output: the first stdout line is {\"listening\":\"H:P\"} (with "
+    "--cluster: \"cluster\":[...],\"leader\":...).\n"
+    "Runs until SIGINT/SIGTERM.\n"
+    "Exit codes: 0 stopped by SIGINT/SIGTERM, 2 usage/config_error (a bad "
+    "option or setting, named), 1 hub_error (the hub cannot start, e.g. "
+    "the port is in use).");
   auto& c = opts.cfg;
   auto& f = c.faults;
   cmd->add_option("--host", c.host, "Address to bind (an IP literal)")

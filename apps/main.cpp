@@ -55,11 +55,33 @@ int main(int argc, char** argv) {
   std::vector<CLI::App*> planned;
   for (auto& p : planned_commands)
     planned.push_back(app.add_subcommand(p.name, p.what));
+  // The version CMake's project() declares (CMakeLists.txt).
+  app.set_version_flag("--version", std::string{"outbound "} + OUTBOUND_VERSION,
+                       "Print the version and exit");
+  // The top level takes no positional argument: a first word that is not
+  // an option names a subcommand. CLI11 would call an unknown one an
+  // unexpected extra argument; say what it is and what there is instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string name = argv[1];
+    bool known = false;
+    std::string list;
+    for (auto* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      known = known || sub->check_name(name);
+      list += (list.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::cerr << redact(
+        usage_error_json("usage_error", "unknown subcommand '" + name
+                                          + "' (subcommands: " + list
+                                          + "; run 'outbound --help')"),
+        secrets) << '\n';
+      return usage_exit_code;
+    }
+  }
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
+  } catch (const CLI::Success& e) {
+    // --help, --help-all, --version: printed on stdout, exit 0.
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string detail = e.what();

@@ -185,6 +185,18 @@ std::pair<std::string, path_and_query> split_url(const std::string& url) {
   return {base, split_path(rest)};
 }
 
+/// Whether `url` starts with a scheme (`http://`, `ftp://`, ...; RFC 3986
+/// section 3.1: a letter, then letters, digits, '+', '-', '.').
+bool has_scheme(const std::string& url) {
+  auto sep = url.find("://");
+  if (sep == std::string::npos || sep == 0
+      || !std::isalpha(static_cast<unsigned char>(url[0])))
+    return false;
+  return std::all_of(url.begin(), url.begin() + sep, [](unsigned char c) {
+    return std::isalnum(c) || c == '+' || c == '-' || c == '.';
+  });
+}
+
 /// `Name: value` → (Name, value). The value is never echoed in an error: it
 /// may carry a credential.
 std::pair<std::string, std::string> split_header(const std::string& h) {
@@ -528,6 +540,15 @@ int run_request(caf::actor_system& sys, const request_options& opts,
     if (opts.env_opt && opts.env_opt->count() > 0) {
       if (opts.env_prefix.empty())
         throw usage_error("--env needs a non-empty PREFIX");
+      // Taken as a path, "http://host/p" would be sent to PREFIX_URL as
+      // "/http://host/p" and come back a 404. The URL is not echoed: it may
+      // carry user info.
+      if (has_scheme(opts.url))
+        throw usage_error("an absolute URL and --env do not mix: with --env "
+                          + opts.env_prefix + ", URL is a path below "
+                          + opts.env_prefix
+                          + "_URL (e.g. /v1/items); without --env, give "
+                            "the absolute URL");
       target = split_path(opts.url);
       cfg = from_env(opts.env_prefix, std::move(cfg));
     } else {

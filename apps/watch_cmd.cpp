@@ -22,9 +22,11 @@
 #include <condition_variable>
 #include <csignal>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -75,7 +77,7 @@ std::string reset_line(const feed_reset& r) {
   return boost::json::serialize(o);
 }
 
-std::string failure_line(const feed_failure& f) {
+std::string failure_line(const feed_failure& f, uint64_t suppressed = 0) {
   boost::json::object o;
   o["type"] = "failure";
   o["source"] = f.source;
@@ -90,7 +92,72 @@ std::string failure_line(const feed_failure& f) {
     o["after"] = *f.after;
   if (f.limit)
     o["limit"] = *f.limit;
+  if (suppressed > 0)
+    o["repeats_suppressed"] = suppressed;
   return boost::json::serialize(o);
+}
+
+/// Decides which failure lines are printed. A watcher that cannot reach
+/// its server fails the same way on every replay poll and every reconnect;
+/// one line per distinct cause (source, kind, status, reason, detail) is
+/// enough to tell the user, and a repeat is printed again only after
+/// `repeat_after` (with how many were suppressed), so an outage hours later
+/// is still reported.
+///
+///   new cause ──► print ──► same cause within repeat_after ──► count it
+///                    ▲                                           │
+///                    └────── same cause after repeat_after ◄─────┘
+class failure_throttle {
+public:
+  using clock = std::chrono::steady_clock;
+
+  explicit failure_throttle(clock::duration repeat_after)
+    : repeat_after_(repeat_after) {
+  }
+
+  /// Whether to print a failure with this cause `key` at `now`; when it is
+  /// printed, `suppressed` is set to the repeats that were not.
+  bool admit(const std::string& key, clock::time_point now,
+             uint64_t& suppressed) {
+    auto it = seen_.find(key);
+    if (it == seen_.end()) {
+      seen_.emplace(key, entry{now, 0});
+      suppressed = 0;
+      return true;
+    }
+    if (now - it->second.printed < repeat_after_) {
+      ++it->second.suppressed;
+      ++total_suppressed_;
+      return false;
+    }
+    suppressed = it->second.suppressed;
+    it->second = entry{now, 0};
+    return true;
+  }
+
+  /// Failures not printed so far.
+  uint64_t suppressed() const {
+    return total_suppressed_;
+  }
+
+private:
+  struct entry {
+    clock::time_point printed;
+    uint64_t suppressed;
+  };
+  clock::duration repeat_after_;
+  std::map<std::string, entry> seen_;
+  uint64_t total_suppressed_ = 0;
+};
+
+/// How long a repeated failure cause stays quiet after its line.
+constexpr auto failure_repeat_after = std::chrono::seconds(60);
+
+/// The cause of a failure, as failure_throttle compares them: everything
+/// but the per-call request id and query.
+std::string failure_key(const feed_failure& f) {
+  return f.source + '\n' + f.kind + '\n' + std::to_string(f.status) + '\n'
+         + f.reason + '\n' + f.detail;
 }
 
 /// What the callbacks share with the waiting main thread.
@@ -106,6 +173,9 @@ struct watch_sink {
   std::vector<std::string> secrets;
   uint64_t failures = 0;
   std::optional<error_kind> last_error;
+  /// The last failure's line, for the give-up reason.
+  std::string last_failure;
+  failure_throttle throttle{failure_repeat_after};
   /// Set on exit: nothing more is printed.
   bool closed = false;
 
@@ -130,11 +200,14 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
     "...} per line.\nEnds after --count events, after --duration seconds, "
     "or on SIGINT/SIGTERM: the watcher stops, the summary goes to stderr.\n"
     "Failures (replay errors, unreadable pages, WebSocket failures) are "
-    "JSON lines on stderr as they happen.\nExit codes: 0 the feed was "
-    "reached; never reached (or --fail-after gave up): 3 auth_error, 4 "
-    "request_error, 5 server_error, 6 response_error, 7 "
-    "service_unavailable (the last failure's kind); 2 usage/config_error, "
-    "1 internal_error.");
+    "JSON lines on stderr as they happen, one per distinct cause (a "
+    "repeat again after 60 s).\nNot reached within --fail-after seconds "
+    "(default 30): a \"fail_after\" failure line with the reason, the "
+    "summary, exit non-zero.\nExit codes: 0 the feed was reached; never "
+    "reached (or --fail-after gave up): 3 auth_error, 4 request_error, 5 "
+    "server_error, 6 response_error, 7 service_unavailable (the last "
+    "failure's kind; 7 when nothing answered); 2 usage/config_error, 1 "
+    "internal_error.");
   auto& f = opts.feed;
   cmd->add_option("base_url", opts.base_url, "The hub's base URL")->required();
   cmd
@@ -192,8 +265,9 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
     ->capture_default_str();
   cmd
     ->add_option("--fail-after", opts.fail_after,
-                 "Give up (exit non-zero) after S seconds without having "
-                 "reached the feed (0: never)")
+                 "Give up (exit non-zero, the reason on stderr) when the "
+                 "feed was not reached within S seconds of the start; once "
+                 "reached, later outages are ridden out (0: never give up)")
     ->capture_default_str();
   cmd
     ->add_option("--max-response-bytes", f.replay_max_response_bytes,
@@ -263,9 +337,16 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
       ++sink->failures;
       if (f.error)
         sink->last_error = f.error;
+      sink->last_failure = f.source + ": " + f.kind
+                           + (f.status ? " " + std::to_string(f.status) : "")
+                           + (f.detail.empty() ? "" : ": " + f.detail);
       if (sink->closed)
         return;
-      *sink->err << redact(failure_line(f), sink->secrets) << '\n'
+      uint64_t suppressed = 0;
+      if (!sink->throttle.admit(failure_key(f),
+                                std::chrono::steady_clock::now(), suppressed))
+        return;
+      *sink->err << redact(failure_line(f, suppressed), sink->secrets) << '\n'
                  << std::flush;
     };
     stop_signal = 0;
@@ -372,16 +453,41 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     {
       std::lock_guard<std::mutex> lock{sink->mu};
       sum["failures"] = sink->failures;
+      sum["failures_suppressed"] = sink->throttle.suppressed();
       last_error = sink->last_error;
     }
     sum["reached"] = st.reached;
     if (gave_up)
       sum["gave_up"] = true;
+    auto kind = last_error.value_or(error_kind::service_unavailable);
+    if (gave_up && !st.reached) {
+      // The one-line reason, also when nothing failed: a server that
+      // accepts and never answers leaves a replay call and a handshake
+      // waiting, and no failure has been reported when the time is up.
+      std::string last_failure;
+      {
+        std::lock_guard<std::mutex> lock{sink->mu};
+        last_failure = sink->last_failure;
+      }
+      feed_failure f;
+      f.source = "fail_after";
+      f.kind = to_string(kind);
+      std::ostringstream d;
+      d << "gave up: the feed at " << opts.base_url
+        << " was not reached within --fail-after " << opts.fail_after << " s; "
+        << (last_failure.empty()
+              ? "no answer from the server (nothing failed and nothing "
+                "arrived: a connection, replay call or WebSocket handshake "
+                "is still waiting)"
+              : "last failure: " + last_failure);
+      f.detail = d.str();
+      err << redact(failure_line(f), secrets) << '\n';
+    }
     err << redact(boost::json::serialize(sum), secrets) << '\n';
     if (st.reached)
       return 0;
     // Never reached the feed: a broken feed is not a quiet one.
-    return exit_code(last_error.value_or(error_kind::service_unavailable));
+    return exit_code(kind);
   } catch (const config_error& e) {
     err << redact(usage_error_json("config_error", e.what()), secrets) << '\n';
     return usage_exit_code;

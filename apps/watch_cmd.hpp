@@ -34,10 +34,11 @@ struct watch_options {
   /// `--duration S`: exit after S seconds (0: no limit). [0]
   double duration = 0.0;
   /// `--fail-after S`: give up after S seconds without ever having reached
-  /// the feed (no replay page read; ws-only: no session opened), exit
-  /// non-zero (0: never give up; a run that ends unreached still exits
-  /// non-zero). [0]
-  double fail_after = 0.0;
+  /// the feed (no replay page read; ws-only: no session opened), with a
+  /// "fail_after" failure line naming the reason, and exit non-zero. A feed
+  /// reached once is followed through later outages. 0: never give up (a
+  /// run that ends unreached still exits non-zero). [30]
+  double fail_after = 30.0;
   feed_config feed;
   client_config cfg;
 
@@ -51,15 +52,17 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts);
 /// Runs a parsed `watch` command in `sys` until --count events, --duration
 /// seconds, SIGINT or SIGTERM, or --fail-after seconds without reaching the
 /// feed. Deliveries go to `out` (one JSON line each). On `err`: one JSON
-/// line per failure as it happens (`{"type":"failure","source":"replay"|
-/// "page"|"websocket"|"frame","kind","status","detail","request_id",...}`,
-/// secrets redacted), then the summary `{"cursor","last_seq","events",
-/// "resets","drain_errors","reconnects","peer_timeouts","replay_errors",
-/// "failures","reached",...}`. Returns 0 when the feed was reached; when it
-/// never was, the exit code of the last failure's kind (3 auth, 4 request,
-/// 5 server, 6 response, 7 unavailable; 7 with no failure seen); 2 on a
-/// usage or config error (the line names the field), 1 on an internal
-/// error.
+/// line per distinct failure cause as it happens (`{"type":"failure",
+/// "source":"replay"|"page"|"websocket"|"frame","kind","status","detail",
+/// "request_id",...}`, secrets redacted; a repeated cause is printed again
+/// after 60 s, with `repeats_suppressed`); on a give-up, one failure line
+/// with source "fail_after" and the reason; then the summary `{"cursor",
+/// "last_seq","events","resets","drain_errors","reconnects",
+/// "peer_timeouts","replay_errors","failures","failures_suppressed",
+/// "reached",...}`. Returns 0 when the feed was reached; when it never was,
+/// the exit code of the last failure's kind (3 auth, 4 request, 5 server, 6
+/// response, 7 unavailable; 7 with no failure seen); 2 on a usage or config
+/// error (the line names the field), 1 on an internal error.
 int run_watch(caf::actor_system& sys, const watch_options& opts,
               std::ostream& out, std::ostream& err);
 

@@ -57,7 +57,8 @@ public:
   /// `connect`, `local_resource` (EADDRNOTAVAIL / EADDRINUSE), `tls`,
   /// `not_sent` (a reused connection failed before any request byte was
   /// written), `interrupted` (EOF, reset or malformed/truncated response),
-  /// `too_large` (a 2xx body over `req.max_body_bytes`; not read),
+  /// `too_large` (a 2xx body over `req.max_body_bytes`; not read; the
+  /// 2xx stays in `response.status`),
   /// `timeout`, `config` (a header containing CR or LF). A non-2xx response
   /// whose body exceeds the cap is a success with `body_over_cap` set and an
   /// empty body. Redirects are returned, never followed. The `Host` and

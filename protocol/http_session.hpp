@@ -468,8 +468,10 @@ private:
   /// returned (its type decides the call's error), without the body.
   void over_cap(const std::string& why) {
     auto status = parser_->get().result_int();
-    if (status >= 200 && status < 300)
-      return fail(transport_error_kind::too_large, why);
+    if (status >= 200 && status < 300) {
+      fail(transport_error_kind::too_large, why, false, status);
+      return;
+    }
     fill_head();
     res_.response.body_over_cap = true;
     finish(false);
@@ -497,12 +499,16 @@ private:
 
   // -- ending an exchange -----------------------------------------------------
 
+  /// Ends the exchange with an error. `status`: the status line already
+  /// read, if any (a 2xx over the cap keeps it, so the call's error can
+  /// report the status that was seen); headers and body are dropped.
   void fail(transport_error_kind kind, std::string detail,
-            bool maybe_sent = false) {
+            bool maybe_sent = false, int status = 0) {
     res_.request_sent = res_.request_sent || maybe_sent;
     res_.error = kind;
     res_.detail = std::move(detail);
     res_.response = http_response{};
+    res_.response.status = status;
     finish(false);
   }
 

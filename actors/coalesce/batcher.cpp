@@ -59,6 +59,8 @@ const char* to_string(cancel_result r) {
 }
 
 std::string check_ts_response(const ts_response& r, uint32_t requested) {
+  if (!r.unreadable.empty())
+    return "protocol violation: " + r.unreadable;
   if (r.count != requested)
     return "protocol violation: count " + std::to_string(r.count)
            + " != requested " + std::to_string(requested);
@@ -75,6 +77,8 @@ std::string check_ts_response(const ts_response& r, uint32_t requested) {
 }
 
 std::string check_seq_response(const seq_response& r, uint32_t requested) {
+  if (!r.unreadable.empty())
+    return r.unreadable;
   if (r.count != requested)
     return "count " + std::to_string(r.count) + " != requested "
            + std::to_string(requested);

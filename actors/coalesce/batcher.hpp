@@ -189,6 +189,10 @@ struct ts_response {
   uint32_t logical_start = 0;
   uint32_t count = 0;
   std::string epoch;
+  /// Why the body could not be read ("response body is not JSON", ...),
+  /// empty when it could: the check names this cause instead of the
+  /// zero count it leaves behind.
+  std::string unreadable;
 };
 
 /// A 2xx GetSeq answer, as parsed from the body.
@@ -198,6 +202,8 @@ struct seq_response {
   /// Empty when the body had none (then the outcome is uncertain, as in
   /// tsoracle seq_attempt.rs).
   std::string epoch;
+  /// As ts_response::unreadable.
+  std::string unreadable;
 };
 
 /// How a chunk's RPC failed (the leader discovery's verdict).
@@ -231,11 +237,13 @@ struct batcher_stats {
 /// response.rs): count == requested, 1 <= count <= 262,144, physical <=
 /// 2^46-1, logical_start + count - 1 <= 262,143 (no wrap into the next
 /// millisecond: a range that would overflow the 18-bit logical is a
-/// violation, never split). Returns an empty string when valid, else why.
+/// violation, never split). Returns an empty string when valid, else why
+/// (a body that could not be read: its `unreadable` cause).
 std::string check_ts_response(const ts_response& r, uint32_t requested);
 
 /// Checks a GetSeq answer: count == requested and start + count - 1 fits
-/// in 64 bits, epoch present. Empty when valid, else why.
+/// in 64 bits, epoch present. Empty when valid, else why (a body that
+/// could not be read: its `unreadable` cause).
 std::string check_seq_response(const seq_response& r, uint32_t requested);
 
 /// True if `key` is a valid sequence key: 1..max_bytes bytes of UTF-8

@@ -253,7 +253,8 @@ void deliver_all(self_ptr self, const std::vector<delivery>& ds,
                  const std::string& endpoint, int attempts,
                  const std::string& request_id,
                  std::optional<error_kind> failed_kind = std::nullopt,
-                 bool nothing_sent = false, bool nothing_billed = false) {
+                 bool nothing_sent = false, bool nothing_billed = false,
+                 int status = 0) {
   auto n = static_cast<uint32_t>(ds.size());
   for (auto& d : ds) {
     auto r = reply_of(d, endpoint, n, attempts, request_id);
@@ -262,6 +263,10 @@ void deliver_all(self_ptr self, const std::vector<delivery>& ds,
       r.error->nothing_sent = nothing_sent;
       r.error->nothing_billed = nothing_sent || nothing_billed;
     }
+    // A 2xx whose body was unusable (not JSON, a count mismatch, ...): the
+    // error carries the status that was seen, as `outbound request` does.
+    if (r.error && status != 0)
+      r.error->status = status;
     answer(self, d.waiter_id, std::move(r));
   }
 }
@@ -282,7 +287,8 @@ void on_success(self_ptr self, uint64_t rpc_id, rpc_run& run,
     ds = st.batches->on_ts_response(rpc_id, parse_ts_body(r.response.body), now);
   else
     ds = st.batches->on_seq_response(rpc_id, parse_seq_body(r.response.body), now);
-  deliver_all(self, ds, endpoint, attempts, run.request_id);
+  deliver_all(self, ds, endpoint, attempts, run.request_id, std::nullopt,
+              false, false, r.response.status);
   finish_rpc(self, rpc_id);
 }
 

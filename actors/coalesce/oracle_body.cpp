@@ -72,6 +72,21 @@ std::string decimal_epoch(const json::object& o) {
   return std::string{e->as_string()};
 }
 
+/// Why a 2xx body gives no object to read fields from: empty when `obj`
+/// is set.
+std::string unreadable_cause(const json_parse_result& parsed,
+                             const json::object* obj) {
+  if (obj)
+    return {};
+  if (parsed.error == json_parse_error::syntax)
+    return "response body is not JSON";
+  if (!parsed)
+    return "response body unreadable: " + parsed.detail;
+  if (!parsed.value.is_object())
+    return "response body is not a JSON object";
+  return "response body repeats a top-level key";
+}
+
 } // namespace
 
 // A body that does not parse, or fields out of range, give default values
@@ -82,6 +97,7 @@ ts_response parse_ts_body(const std::string& body) {
   auto parsed = parse_json(body);
   auto& v = parsed.value;
   auto* obj = parsed ? unambiguous_object(v, body) : nullptr;
+  r.unreadable = unreadable_cause(parsed, obj);
   if (!obj)
     return r;
   auto& o = *obj;
@@ -89,8 +105,11 @@ ts_response parse_ts_body(const std::string& body) {
   auto logical = u64_field(o, "logical_start");
   auto count = u64_field(o, "count");
   if (!phys || !logical || !count || *logical > UINT32_MAX
-      || *count > UINT32_MAX)
+      || *count > UINT32_MAX) {
+    r.unreadable = "physical_ms, logical_start or count missing or not an "
+                   "unsigned integer in range";
     return r;
+  }
   r.physical_ms = *phys;
   r.logical_start = static_cast<uint32_t>(*logical);
   r.count = static_cast<uint32_t>(*count);
@@ -103,13 +122,17 @@ seq_response parse_seq_body(const std::string& body) {
   auto parsed = parse_json(body);
   auto& v = parsed.value;
   auto* obj = parsed ? unambiguous_object(v, body) : nullptr;
+  r.unreadable = unreadable_cause(parsed, obj);
   if (!obj)
     return r;
   auto& o = *obj;
   auto start = u64_field(o, "start");
   auto count = u64_field(o, "count");
-  if (!start || !count || *count > UINT32_MAX)
+  if (!start || !count || *count > UINT32_MAX) {
+    r.unreadable = "start or count missing or not an unsigned integer in "
+                   "range";
     return r;
+  }
   r.start = *start;
   r.count = static_cast<uint32_t>(*count);
   r.epoch = decimal_epoch(o);

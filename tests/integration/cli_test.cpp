@@ -215,6 +215,31 @@ TEST(CliArgs, RequestHelpListsTheOptionsAndExits0) {
     EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
 }
 
+TEST(CliArgs, VersionPrintsTheProjectVersionAndExits0) {
+  auto r = run_cli({"--version"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, std::string{"outbound "} + OUTBOUND_VERSION + "\n");
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(CliArgs, UnknownSubcommandIsNamedWithTheListAndExit2) {
+  auto r = run_cli({"frobnicate", "--flag"});
+  expect_failure(r, "usage_error", 2);
+  auto d = detail_of(r);
+  EXPECT_EQ(d.rfind("unknown subcommand 'frobnicate'", 0), 0u) << d;
+  for (auto* cmd : {"request", "watch", "hub", "ts", "seq", "demo", "bench"})
+    EXPECT_NE(d.find(cmd), std::string::npos) << cmd << ": " << d;
+}
+
+TEST(CliArgs, HubHelpListsItsEndpointsAndExitCodes) {
+  auto r = run_cli({"hub", "--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (auto* s : {"/v1/events", "/v1/cursor", "/ws/feed", "/ws/ledger",
+                  "/fast", "/v1/ts", "/admin/faults", "/admin/state",
+                  "Exit codes:", "hub_error"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+}
+
 TEST(CliArgs, PlannedSubcommandIsAUsageError) {
   auto r = run_cli({"bench"});
   expect_failure(r, "usage_error", 2);
@@ -525,6 +550,28 @@ TEST_F(CliNginx, BodyOverTheCapIsAResponseError) {
   auto r
     = run_cli({"request", "--max-response-bytes", "1024", url("/v1/big.json")});
   expect_failure(r, "response_error", 6);
+  // The status line was read before the body was refused.
+  EXPECT_EQ(r.error().at("status").as_int64(), 200) << r.err;
+}
+
+TEST_F(CliNginx, VerboseRetryingEventCarriesTheRetriedStatus) {
+  auto r = run_cli({"request", "--verbose", "--retry-status", "503",
+                    "--base-backoff", "0", "--max-attempts", "2",
+                    url("/v1/unavailable")});
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  auto lines = r.err_lines();
+  int retrying = 0;
+  for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
+    auto ev = boost::json::parse(lines[i]).as_object();
+    if (ev.at("event").as_string() != "retrying")
+      continue;
+    ++retrying;
+    EXPECT_EQ(ev.at("cause").as_string(), "status 503") << lines[i];
+    ASSERT_TRUE(ev.at("status").is_int64()) << lines[i];
+    EXPECT_EQ(ev.at("status").as_int64(), 503) << lines[i];
+  }
+  EXPECT_EQ(retrying, 1) << r.err;
+  EXPECT_EQ(r.error().at("status").as_int64(), 503);
 }
 
 TEST_F(CliNginx, RedirectIsNotFollowed) {
@@ -577,6 +624,18 @@ TEST_F(CliNginx, EmptyTokenSchemeSendsTheRawToken) {
   auto seen = server_->requests_with_id("cli-token-2");
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0].authorization, token);
+}
+
+TEST(CliConfig, AbsoluteUrlWithEnvIsAUsageErrorAndNothingIsSent) {
+  connection_sink sink;
+  auto base = "http://127.0.0.1:" + std::to_string(sink.port());
+  auto r = run_cli({"request", "--env", "CLITEST", base + "/v1/items"},
+                   {"CLITEST_URL=" + base});
+  expect_failure(r, "usage_error", 2);
+  EXPECT_NE(detail_of(r).find("an absolute URL and --env do not mix"),
+            std::string::npos)
+    << r.err;
+  EXPECT_EQ(sink.connections(), 0u);
 }
 
 TEST_F(CliNginx, EnvPrefixGivesTheBaseUrlAndUrlIsAPath) {
@@ -731,4 +790,34 @@ TEST(CliConfig, DemoHubWithoutAHostNamesTheHubOption) {
   auto r = run_cli({"demo", "--hub", "http://", "--duration", "1"});
   expect_failure(r, "config_error", 2);
   EXPECT_EQ(detail_of(r).rfind("--hub: ", 0), 0u) << r.err;
+}
+
+TEST(CliDemo, OracleEndpointsWithoutHubIsAUsageErrorNamingTheOption) {
+  auto r = run_cli({"demo", "--oracle-endpoints", "127.0.0.1:1", "--duration",
+                    "1", "--metrics-port", "0"});
+  expect_failure(r, "usage_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("--oracle-endpoints needs --hub", 0), 0u)
+    << r.err;
+}
+
+TEST(CliDemo, ADeadHubIsExit7AfterTheReport) {
+  auto r = run_cli({"demo", "--hub",
+                    "http://127.0.0.1:" + std::to_string(closed_port()),
+                    "--duration", "1", "--feeds", "3", "--rate", "5",
+                    "--metrics-port", "0"});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_NE(r.out.find("outbound demo report"), std::string::npos) << r.out;
+  auto e = r.error(); // the last stderr line
+  EXPECT_EQ(e.at("error").as_string(), "service_unavailable") << r.err;
+  EXPECT_EQ(std::string{e.at("detail").as_string()}.rfind("nothing at --hub ",
+                                                            0),
+            0u)
+    << r.err;
+  // Not a usage error's line: the demo tried (publishes, calls), and what
+  // happened is that nothing was reached, not that nothing was sent.
+  EXPECT_FALSE(e.at("reached").as_bool()) << r.err;
+  EXPECT_FALSE(e.at("nothing_sent").as_bool()) << r.err;
+  EXPECT_FALSE(e.at("nothing_billed").as_bool()) << r.err;
+  EXPECT_TRUE(e.at("status").is_null()) << r.err;
+  EXPECT_GE(e.at("attempts").to_number<int64_t>(), 1) << r.err;
 }

@@ -434,3 +434,52 @@ TEST_F(CoalesceCli, BadCredentialOptionsAreConfigErrorsNamingTheField) {
     EXPECT_EQ(r.err.find("s3cret"), std::string::npos) << r.err;
   }
 }
+
+TEST(CoalesceCliScripted, TsAgainstAnHtmlAnswerSaysNotJson) {
+  // A proxy's error page with a 200: the error names the body, not the
+  // zero count it leaves behind.
+  const std::string page = "<html><body>maintenance</body></html>";
+  scripted_server node{
+    {{step::read_request(),
+      step::send("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+                 "Content-Length: "
+                 + std::to_string(page.size()) + "\r\n\r\n" + page)}}};
+  auto r = run_cli({"ts", "--endpoints",
+                    "127.0.0.1:" + std::to_string(node.port()), "--timeout",
+                    "5"});
+  EXPECT_NE(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  auto e = r.err_json();
+  auto detail = std::string{e.at("detail").as_string()};
+  EXPECT_NE(detail.find("response body is not JSON"), std::string::npos)
+    << r.err;
+  EXPECT_EQ(detail.find("count"), std::string::npos) << r.err;
+  // The 200 was seen: the line says so, as `outbound request` does.
+  EXPECT_EQ(e.at("error").as_string(), "response_error") << r.err;
+  ASSERT_TRUE(e.at("status").is_int64()) << r.err;
+  EXPECT_EQ(e.at("status").as_int64(), 200) << r.err;
+  EXPECT_EQ(r.code, 6) << r.err;
+}
+
+TEST(CoalesceCliScripted, SeqAgainstAnHtmlAnswerReportsTheStatusSeen) {
+  // The same page for a GetSeq: the block may have been spent (uncertain,
+  // exit 8), and the line carries the 200 and the "not JSON" cause.
+  const std::string page = "<html><body>maintenance</body></html>";
+  scripted_server node{
+    {{step::read_request(),
+      step::send("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+                 "Content-Length: "
+                 + std::to_string(page.size()) + "\r\n\r\n" + page)}}};
+  auto r = run_cli({"seq", "--endpoints",
+                    "127.0.0.1:" + std::to_string(node.port()), "--key",
+                    "orders", "--count", "1", "--timeout", "5"});
+  EXPECT_EQ(r.code, 8) << r.err;
+  EXPECT_EQ(r.out, "");
+  auto e = r.err_json();
+  EXPECT_EQ(e.at("error").as_string(), "uncertain_outcome") << r.err;
+  ASSERT_TRUE(e.at("status").is_int64()) << r.err;
+  EXPECT_EQ(e.at("status").as_int64(), 200) << r.err;
+  auto detail = std::string{e.at("detail").as_string()};
+  EXPECT_NE(detail.find("response body is not JSON"), std::string::npos)
+    << r.err;
+}

@@ -14,6 +14,7 @@
 
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 #include <gtest/gtest.h>
 
@@ -26,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
@@ -651,6 +653,102 @@ TEST_F(WatchCli, ConnectionRefusedIsReportedAndGivesUpNonZero) {
   EXPECT_TRUE(sum.at("gave_up").as_bool());
   EXPECT_GE(sum.at("failures").as_int64(), 1);
   EXPECT_GE(sum.at("replay_errors").as_int64(), 1);
+  // The last failure line says why it gave up.
+  ASSERT_FALSE(fails.empty());
+  EXPECT_EQ(fails.back().at("source"), "fail_after") << w.err();
+  EXPECT_EQ(fails.back().at("kind"), "service_unavailable");
+  EXPECT_NE(std::string{fails.back().at("detail").as_string()}.find(
+              "last failure: "),
+            std::string::npos)
+    << w.err();
+}
+
+/// A failure line's cause, as the CLI compares them (not the request id).
+std::string cause_of(const json::object& f) {
+  return json::serialize(f.at("source")) + json::serialize(f.at("kind"))
+         + json::serialize(f.at("status")) + json::serialize(f.at("detail"))
+         + (f.contains("reason") ? json::serialize(f.at("reason")) : "");
+}
+
+TEST_F(WatchCli, ADeadPortIsOneLinePerCauseNotAFlood) {
+  // Every replay poll (0.1 s) and every reconnect fails the same way; the
+  // user is told once per cause, and the summary counts the rest.
+  auto url = "http://127.0.0.1:" + std::to_string(refused_port());
+  cli_child w{{"watch", "--poll-interval", "0.1", "--fail-after", "2", url}};
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << w.err();
+  EXPECT_EQ(*code, 7) << w.err();
+  auto fails = failure_lines(w.err());
+  ASSERT_GE(fails.size(), 2u) << w.err(); // a cause, then the give-up line
+  std::vector<std::string> causes;
+  for (auto& f : fails) {
+    auto c = cause_of(f);
+    EXPECT_EQ(std::count(causes.begin(), causes.end(), c), 0)
+      << "printed twice: " << c << "\n"
+      << w.err();
+    causes.push_back(c);
+  }
+  auto sum = summary_of(w.err());
+  EXPECT_GE(sum.at("failures_suppressed").as_int64(), 1) << w.err();
+  // (A failure during the stop is counted, not printed.)
+  EXPECT_GE(sum.at("failures").as_int64(),
+            static_cast<int64_t>(fails.size() - 1)
+              + sum.at("failures_suppressed").as_int64())
+    << w.err();
+}
+
+TEST_F(WatchCli, ASilentServerGivesUpWithTheReason) {
+  // Accepts (backlog) and never answers: no call has failed when the time
+  // is up, and the give-up line still says what happened.
+  blackhole_listener blackhole;
+  cli_child w{{"watch", "--fail-after", "1",
+               "http://127.0.0.1:" + std::to_string(blackhole.port())}};
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << w.err();
+  EXPECT_EQ(*code, 7) << w.err();
+  auto fails = failure_lines(w.err());
+  ASSERT_FALSE(fails.empty()) << w.err();
+  auto& f = fails.back();
+  EXPECT_EQ(f.at("source"), "fail_after") << w.err();
+  EXPECT_EQ(f.at("kind"), "service_unavailable");
+  EXPECT_NE(std::string{f.at("detail").as_string()}.find("no answer from "
+                                                         "the server"),
+            std::string::npos)
+    << w.err();
+  EXPECT_TRUE(summary_of(w.err()).at("gave_up").as_bool());
+}
+
+TEST_F(WatchCli, FailAfterHasAFiniteDefault) {
+  cli_child w{{"watch", "--help"}};
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code);
+  EXPECT_EQ(*code, 0);
+  auto out = w.out();
+  auto at = out.find("--fail-after");
+  ASSERT_NE(at, std::string::npos) << out;
+  auto line = out.substr(at, out.find('\n', at) - at);
+  EXPECT_NE(line.find("FLOAT=30 "), std::string::npos) << line; // CLI11's default
+}
+
+TEST_F(WatchCli, AReachedFeedOutlivesFailAfterThroughAnOutage) {
+  // Self-healing: once reached, a hub that goes away before --fail-after
+  // is up does not end it when the time comes.
+  auto url = hub_->base_url();
+  publish(1);
+  cli_child w{{"watch", "--poll-interval", "0.2", "--fail-after", "3", url}};
+  ASSERT_TRUE(w.wait_out_lines(1, 10s)) << w.err();
+  hub_->stop();
+  auto past = std::chrono::duration_cast<std::chrono::milliseconds>(
+    w.started() + 4s - std::chrono::steady_clock::now());
+  EXPECT_FALSE(w.wait_exit(std::max(past, 500ms)))
+    << "gave up after reaching: " << w.err();
+  w.signal(SIGTERM);
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << w.err();
+  EXPECT_EQ(*code, 0) << w.err();
+  auto sum = summary_of(w.err());
+  EXPECT_TRUE(sum.at("reached").as_bool());
+  EXPECT_FALSE(sum.contains("gave_up")) << w.err();
 }
 
 TEST_F(WatchCli, A404OnReplayIsARequestErrorNotAQuietFeed) {
