@@ -123,6 +123,22 @@ protected:
     return s;
   }
 
+  /// Hedge tokens in the host key's bucket now (-1 if not tracked).
+  double tokens() {
+    double t = -1.0;
+    auto st = context()->hedging->stats;
+    sys().spawn([=, &t](caf::event_based_actor* self) {
+      self->request(st, caf::infinite, hedge_metrics_request{})
+        .then([&t](hedge_metrics_reply& r) {
+          for (auto& k : r.keys)
+            if (k.key == host_key)
+              t = k.tokens;
+        });
+    });
+    run();
+    return t;
+  }
+
   std::optional<breaker_snapshot> host_breaker() {
     std::optional<breaker_snapshot> b;
     auto br = context()->hedging->breakers;
@@ -387,9 +403,14 @@ TEST_F(CallLifetime,
 // ends with the typed error at once, the granted token goes back to the
 // bucket, and the probe permit held for the hedge goes back too.
 TEST_F(CallLifetime, AFaultHandlingTheTokenReplyReleasesTheProbePermit) {
+  // A budget of 0.1 token/s and a burst of one: the 10 ms of the test
+  // refill 0.001 token, so a granted token that never came back shows.
+  hedging.config.estimated_rps = 1.0;
   log->script
     = {fake_step::status(500), fake_step::status(500), fake_step::stall()};
   half_open_the_host_breaker();
+  auto before = tokens();
+  ASSERT_GE(before, 1.0) << "the bucket must hold the token the hedge asks for";
   hook = [](fault_point p, uint64_t) {
     if (p == fault_point::token_reply)
       throw std::runtime_error("injected fault");
@@ -409,6 +430,7 @@ TEST_F(CallLifetime, AFaultHandlingTheTokenReplyReleasesTheProbePermit) {
   EXPECT_EQ(b->phase, breaker_phase::half_open);
   EXPECT_EQ(b->permits_out, 0);
   EXPECT_EQ(stats().hedged_requests, 0u);
+  EXPECT_NEAR(tokens(), before, 0.01) << "the granted token went back";
   EXPECT_TRUE(w->down) << "nothing left in flight that it waits for";
   EXPECT_TRUE(w->reason == caf::exit_reason::normal) << sys().render(w->reason);
 }
