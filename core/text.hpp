@@ -31,7 +31,9 @@ constexpr std::string_view trim_ows(std::string_view s) noexcept {
 /// Deleted for a temporary std::string: the view would dangle once it is
 /// gone. (A template so that literals and lvalues still pick the overload
 /// above.)
-template <class T, std::enable_if_t<std::is_same_v<T, std::string>, int> = 0>
+template <class T,
+          std::enable_if_t<std::is_same_v<std::remove_cv_t<T>, std::string>,
+                           int> = 0>
 std::string_view trim_ows(T&&) = delete;
 
 /// 0–9 (RFC 5234 DIGIT).

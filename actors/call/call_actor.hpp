@@ -82,7 +82,9 @@ struct hedge_due {
 /// A half-open permit is kept in the actor's state from the breakers' reply
 /// on, so it goes back whatever ends the wait for the token: the call's
 /// end, a fault in a reply handler (which ends the call with a typed
-/// error), or the actor's death.
+/// error), or the actor's death. A granted hedge token goes back on the
+/// first two; an actor killed while its token request is still out loses
+/// that one token (the reply reaches a dead actor) until the bucket refills.
 ///
 /// The attempt budget is a CAF request timeout on the transport request, so
 /// it runs on the actor clock (exact in virtual time) and a late answer is
