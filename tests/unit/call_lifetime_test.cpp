@@ -58,6 +58,19 @@ protected:
     hedging.config.estimated_rps = 1000.0;
   }
 
+  ~CallLifetime() override {
+    // A stalled fake transport keeps the promises of the requests it never
+    // answers in its own state, and a promise holds a reference to its
+    // actor: an actor left running keeps itself (and the call actor it owes
+    // an answer) alive past the system. The real pool answers every request
+    // within its time budget; here the fake is stopped instead.
+    if (ctx_)
+      caf::anon_send_exit(ctx_->transport, caf::exit_reason::kill);
+    if (watcher)
+      caf::anon_send_exit(watcher, caf::exit_reason::kill);
+    run();
+  }
+
   std::shared_ptr<call_context> context() {
     if (!ctx_) {
       cfg.validate();
