@@ -8,6 +8,7 @@
 #include "actors/messages.hpp"
 #include "config/coalesce_config.hpp"
 #include "config/config_error.hpp"
+#include "core/text.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/tls_context.hpp"
 
@@ -20,7 +21,6 @@
 #include <caf/scoped_actor.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -51,36 +51,20 @@ std::string error_json(const call_error& e) {
 }
 
 bool starts_with_https(const std::string& s) {
-  if (s.size() < 8)
-    return false;
-  std::string p = s.substr(0, 8);
-  std::transform(p.begin(), p.end(), p.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
-  return p == "https://";
-}
-
-std::string trim(const std::string& s) {
-  auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos)
-    return {};
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+  return core::starts_with_ci(s, "https://");
 }
 
 /// `Name: value` → (Name, value), as `outbound request --header`. The
 /// value is never echoed in an error: it may carry a credential.
 std::pair<std::string, std::string> split_header(const std::string& h) {
-  auto colon = h.find(':');
-  if (colon == std::string::npos || trim(h.substr(0, colon)).empty())
+  auto kv = core::split_field_line(h);
+  if (!kv)
     throw config_error("--header", "expects 'Name: value' (got an argument "
                                    "without a name before ':')");
-  auto name = trim(h.substr(0, colon));
-  std::string lname = name;
-  std::transform(lname.begin(), lname.end(), lname.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
-  if (lname == "x-request-id")
+  if (core::iequals(kv->first, "x-request-id"))
     throw config_error("--header", "x-request-id is set by the coalescing "
                                    "driver, one per RPC");
-  return {name, trim(h.substr(colon + 1))};
+  return std::move(*kv);
 }
 
 /// The driver's configuration from the options; throws config_error naming

@@ -4,6 +4,7 @@
 #include "actors/messages.hpp"
 #include "actors/observer.hpp"
 #include "config/config_error.hpp"
+#include "core/text.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/json_parse.hpp"
 
@@ -16,7 +17,6 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -34,30 +34,10 @@ struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
-
-std::string upper(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return std::toupper(c); });
-  return s;
-}
-
-std::string trim(const std::string& s) {
-  auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos)
-    return {};
-  auto e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
-
 int hex_value(char c) {
-  if (c >= '0' && c <= '9')
+  if (core::is_digit(c))
     return c - '0';
-  c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  c = core::ascii_lower(c);
   if (c >= 'a' && c <= 'f')
     return c - 'a' + 10;
   return -1;
@@ -190,21 +170,21 @@ std::pair<std::string, path_and_query> split_url(const std::string& url) {
 bool has_scheme(const std::string& url) {
   auto sep = url.find("://");
   if (sep == std::string::npos || sep == 0
-      || !std::isalpha(static_cast<unsigned char>(url[0])))
+      || !core::is_alpha(url[0]))
     return false;
-  return std::all_of(url.begin(), url.begin() + sep, [](unsigned char c) {
-    return std::isalnum(c) || c == '+' || c == '-' || c == '.';
+  return std::all_of(url.begin(), url.begin() + sep, [](char c) {
+    return core::is_alnum(c) || c == '+' || c == '-' || c == '.';
   });
 }
 
 /// `Name: value` → (Name, value). The value is never echoed in an error: it
 /// may carry a credential.
 std::pair<std::string, std::string> split_header(const std::string& h) {
-  auto colon = h.find(':');
-  if (colon == std::string::npos || trim(h.substr(0, colon)).empty())
+  auto kv = core::split_field_line(h);
+  if (!kv)
     throw usage_error("--header expects 'Name: value' (got an argument "
                       "without a name before ':')");
-  return {trim(h.substr(0, colon)), trim(h.substr(colon + 1))};
+  return std::move(*kv);
 }
 
 boost::json::value nullable_status(int status) {
@@ -230,7 +210,7 @@ std::string error_json(const call_error& e) {
 boost::json::object headers_json(const header_list& hs) {
   boost::json::object o;
   for (auto& [k, v] : hs) {
-    auto name = valid_utf8(lower(k));
+    auto name = valid_utf8(core::ascii_lower(k));
     auto value = valid_utf8(v);
     if (auto* prev = o.if_contains(name))
       *prev = std::string{prev->as_string()} + ", " + value;
@@ -290,10 +270,10 @@ void drain(caf::actor_system& sys, const verbose_observer_actor& obs) {
 /// Builds the call from the options; validates what the client does not.
 call_request make_request(const request_options& opts, path_and_query target) {
   call_request req;
-  req.method = upper(opts.method);
+  req.method = core::ascii_upper(opts.method);
   if (req.method.empty()
       || !std::all_of(req.method.begin(), req.method.end(),
-                      [](unsigned char c) { return std::isalpha(c); }))
+                      [](char c) { return core::is_alpha(c); }))
     throw usage_error("-X/--method must be a word of letters, got '"
                       + opts.method + "'");
   req.path = std::move(target.path);
@@ -469,8 +449,8 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
         errno = 0;
         char* end = nullptr;
         auto n = std::strtoull(v.c_str(), &end, 10);
-        if (v.empty() || !std::all_of(v.begin(), v.end(), [](unsigned char c) {
-              return std::isdigit(c);
+        if (v.empty() || !std::all_of(v.begin(), v.end(), [](char c) {
+              return core::is_digit(c);
             }) || errno == ERANGE || *end != '\0'
             || n > std::numeric_limits<std::size_t>::max())
           return "must be a whole number of bytes, got '" + v + "'";
@@ -531,7 +511,7 @@ int run_request(caf::actor_system& sys, const request_options& opts,
     std::string request_id;
     for (auto& h : opts.headers) {
       auto kv = split_header(h);
-      if (lower(kv.first) == "x-request-id")
+      if (core::iequals(kv.first, "x-request-id"))
         request_id = kv.second;
       else
         cfg.default_headers.push_back(std::move(kv));

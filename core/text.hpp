@@ -8,9 +8,11 @@
 // parsers. Locale-independent on purpose: std::tolower follows the C locale,
 // and a host's locale must never change how a header name compares. Pure.
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 namespace outbound::core {
 
@@ -140,6 +142,22 @@ constexpr bool has_cr_lf_nul(std::string_view s) noexcept {
     if (c == '\r' || c == '\n' || c == '\0')
       return true;
   return false;
+}
+
+/// `Name: value` (an RFC 9110 §5.2 field line, as `curl -H` takes it) →
+/// (name, value), each without surrounding OWS; the value may be empty and
+/// may hold further ':'. nullopt when there is no ':' or the name is empty.
+/// Nothing else is checked (the client's config validation does that).
+inline std::optional<std::pair<std::string, std::string>>
+split_field_line(std::string_view line) {
+  auto colon = line.find(':');
+  if (colon == std::string_view::npos)
+    return std::nullopt;
+  auto name = trim_ows(line.substr(0, colon));
+  if (name.empty())
+    return std::nullopt;
+  return std::pair{std::string{name},
+                   std::string{trim_ows(line.substr(colon + 1))}};
 }
 
 } // namespace outbound::core

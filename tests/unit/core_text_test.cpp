@@ -79,4 +79,18 @@ TEST(CoreText, UpperCaseMapsOnlyAsciiLetters) {
   EXPECT_EQ(ascii_upper('{'), '{');
 }
 
+TEST(CoreText, FieldLineSplitsAtTheFirstColonAndTrimsOws) {
+  using kv = std::pair<std::string, std::string>;
+  EXPECT_EQ(split_field_line("Accept: application/json"),
+            (kv{"Accept", "application/json"}));
+  EXPECT_EQ(split_field_line(" \tX-A \t:\t b: c \t"), (kv{"X-A", "b: c"}));
+  EXPECT_EQ(split_field_line("X-Empty:"), (kv{"X-Empty", ""}));
+  EXPECT_EQ(split_field_line("X-Empty:  "), (kv{"X-Empty", ""}));
+  EXPECT_EQ(split_field_line("no colon"), std::nullopt);
+  EXPECT_EQ(split_field_line(": value"), std::nullopt);
+  EXPECT_EQ(split_field_line(" \t: value"), std::nullopt);
+  EXPECT_EQ(split_field_line(""), std::nullopt);
+}
+
 } // namespace
+
