@@ -80,6 +80,11 @@ struct call_state {
   /// the host key of the breakers' host tier.
   std::string key;
   std::string host_key;
+  /// This actor's id: the owner of the hedge tokens it asks for.
+  uint64_t owner = 0;
+  /// Whether it ever asked for a hedge token (then it abandons its lease
+  /// when it stops).
+  bool asked_token = false;
   const effective_hedge_config* hcfg = nullptr;
   /// The half-open permit of the hedge sent in this attempt (held only when
   /// it holds a probe).
@@ -127,7 +132,7 @@ struct call_state {
       const auto& h = *ctx->hedging;
       auto lost = race.on_owner_stopped();
       for (int i = 0; i < lost.tokens_fired; ++i)
-        caf::anon_send(h.stats, hedge_token_outcome{key, true});
+        caf::anon_send(h.stats, hedge_token_outcome{key, true, owner});
       for (const auto& r : lost.held_races)
         caf::anon_send(h.stats, hedge_race_result{key, r.hedged, r.hedge_won});
       if (permit && permit->holds_probe())
@@ -136,6 +141,9 @@ struct call_state {
       for (auto& gp : gate_permits)
         caf::anon_send(h.breakers, breaker_release{std::move(gp.second)});
       gate_permits.clear();
+      // Last: a token granted while this actor died is still on its lease.
+      if (asked_token)
+        caf::anon_send(h.stats, hedge_token_abandon{owner});
     } catch (...) {
       // Out of memory while dying: nothing better to do.
     }
@@ -457,7 +465,8 @@ void cancel_leg(self_ptr self, core::race_leg l) {
 void settle_token(self_ptr self, core::token_settlement s) {
   auto& st = self->state;
   self->send(st.ctx->hedging->stats,
-             hedge_token_outcome{st.key, s == core::token_settlement::fired});
+             hedge_token_outcome{st.key, s == core::token_settlement::fired,
+                                 st.owner});
 }
 
 void count_race(self_ptr self, const core::race_result& r) {
@@ -778,7 +787,8 @@ void on_gate_reply(self_ptr self, uint64_t token, breaker_gate_result& g) {
       break;
   }
   fault_point(self, detail::call_fault_point::gate_reply, token);
-  self->request(h->stats, caf::infinite, hedge_token_request{st.key})
+  st.asked_token = true;
+  self->request(h->stats, caf::infinite, hedge_token_request{st.key, st.owner})
     .then([self, token](bool granted) { token_reply(self, token, granted); },
           [self, token](caf::error&) { token_reply(self, token, false); });
   ++st.gates_pending; // the token reply is still a gate reply
@@ -895,6 +905,7 @@ void start(self_ptr self, call_request call) {
       return;
     }
     st.key = route.key;
+    st.owner = self->id();
     st.host_key = route_table::host_key(url.host, url.port);
     st.hcfg = &h->config_for(route);
     st.race = core::hedge_race{hedge_eligible(

@@ -82,9 +82,11 @@ struct hedge_due {
 /// A half-open permit is kept in the actor's state from the breakers' reply
 /// on, so it goes back whatever ends the wait for the token: the call's
 /// end, a fault in a reply handler (which ends the call with a typed
-/// error), or the actor's death. A granted hedge token goes back on the
-/// first two; an actor killed while its token request is still out loses
-/// that one token (the reply reaches a dead actor) until the bucket refills.
+/// error), or the actor's death. So does a granted hedge token that no
+/// hedge used: the budget holds each grant on the call actor's lease
+/// (hedge_token_request::owner), and a dying call actor abandons its lease
+/// last (hedge_token_abandon), which also covers a grant whose reply reached
+/// it dead.
 ///
 /// The attempt budget is a CAF request timeout on the transport request, so
 /// it runs on the actor clock (exact in virtual time) and a late answer is

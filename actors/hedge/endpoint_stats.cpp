@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 namespace outbound {
@@ -17,6 +18,25 @@ namespace {
 struct endpoint_stats_actor_state {
   std::optional<endpoint_stats_state> stats;
   std::vector<hedge_hook_actor> subscribers;
+  /// Granted, unsettled tokens per owner (hedge_token_request::owner): the
+  /// keys, one entry per token. An owner is gone from the map once it has
+  /// nothing on lease.
+  std::unordered_map<uint64_t, std::vector<std::string>> leases;
+
+  /// Takes one token of `key` off `owner`'s lease; false if none was there.
+  bool settle_lease(uint64_t owner, const std::string& key) {
+    auto i = leases.find(owner);
+    if (i == leases.end())
+      return false;
+    auto& keys = i->second;
+    auto k = std::find(keys.begin(), keys.end(), key);
+    if (k == keys.end())
+      return false;
+    keys.erase(k);
+    if (keys.empty())
+      leases.erase(i);
+    return true;
+  }
 };
 
 using self_ptr
@@ -46,11 +66,17 @@ endpoint_stats_actor::behavior_type endpoint_stats_impl(self_ptr self,
     },
     [self](hedge_token_request& r) {
       return guarded_result(where, [&] {
-        return self->state.stats->try_take_token(r.key, self->clock().now());
+        auto granted
+          = self->state.stats->try_take_token(r.key, self->clock().now());
+        if (granted && r.owner != 0)
+          self->state.leases[r.owner].push_back(r.key);
+        return granted;
       });
     },
     [self](hedge_token_outcome& o) {
       guarded_void([&] {
+        if (o.owner != 0)
+          self->state.settle_lease(o.owner, o.key);
         if (!o.sent) {
           self->state.stats->return_token(o.key);
           return;
@@ -58,6 +84,17 @@ endpoint_stats_actor::behavior_type endpoint_stats_impl(self_ptr self,
         self->state.stats->hedge_sent(o.key);
         for (auto& s : self->state.subscribers)
           self->send(s, hedge_fired{o.key});
+      });
+    },
+    [self](hedge_token_abandon& a) {
+      guarded_void([&] {
+        auto i = self->state.leases.find(a.owner);
+        if (i == self->state.leases.end())
+          return;
+        auto keys = std::move(i->second);
+        self->state.leases.erase(i);
+        for (auto& k : keys)
+          self->state.stats->return_token(k);
       });
     },
     [self](hedge_observation& o) {

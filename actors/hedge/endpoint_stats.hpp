@@ -20,6 +20,7 @@ namespace outbound {
 /// - `hedge_token_request -> bool`: the budget gate (true: a token is held).
 /// - `hedge_token_outcome`: the held token's hedge went out (hedged +1,
 ///   hedge_fired to the subscribers) or not (the token goes back).
+/// - `hedge_token_abandon`: the tokens still on a dead owner's lease go back.
 /// - `hedge_observation`: the winner's latency and health.
 /// - `hedge_race_result`: hedge_wins / primary_wins.
 /// - `hedge_circuit_blocked`: circuit_blocked +1.
@@ -35,6 +36,7 @@ using endpoint_stats_actor = caf::typed_actor<
   caf::replies_to<hedge_token_request>::with<bool>,
   caf::reacts_to<hedge_observation>, caf::reacts_to<hedge_race_result>,
   caf::reacts_to<hedge_circuit_blocked>, caf::reacts_to<hedge_token_outcome>,
+  caf::reacts_to<hedge_token_abandon>,
   caf::replies_to<latency_quantile_request>::with<latency_quantile_reply>,
   caf::replies_to<hedge_stats_request>::with<hedge_stats_reply>,
   caf::replies_to<hedge_global_stats_request>::with<hedge_stats_snapshot>,

@@ -62,17 +62,30 @@ struct hedge_plan_request {
 };
 
 /// The budget gate: answers `bool` (true: a token was taken; the asker
-/// settles it with one hedge_token_outcome).
+/// settles it with one hedge_token_outcome). With an `owner` (non-zero, the
+/// asking actor's id), the granted token is also held on the owner's lease
+/// until its outcome arrives, so a hedge_token_abandon can give it back
+/// when the owner dies with the reply still in flight.
 struct hedge_token_request {
   std::string key;
+  uint64_t owner = 0;
 };
 
 /// What became of a granted token: `sent` true — the hedge went out
 /// (hedged_requests +1, hedge_fired to the subscribers); false — it was not
-/// sent and the token goes back to the bucket.
+/// sent and the token goes back to the bucket. `owner` as in the request.
 struct hedge_token_outcome {
   std::string key;
   bool sent = false;
+  uint64_t owner = 0;
+};
+
+/// The owner stopped: every token granted on its lease and not settled by a
+/// hedge_token_outcome goes back to its bucket (the grant's reply may have
+/// reached a dead actor). The owner sends it last, after its outcomes, so
+/// FIFO order between the two actors makes it exact.
+struct hedge_token_abandon {
+  uint64_t owner = 0;
 };
 
 /// The winner's latency (seconds from the request's start) and health.
@@ -194,6 +207,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_plan_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_plan)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_token_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_token_outcome)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_token_abandon)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_observation)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_race_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_circuit_blocked)

@@ -389,9 +389,13 @@ TEST_F(CallLifetime,
 // actor dies (else the breaker stays half-open with its one probe out).
 TEST_F(CallLifetime,
        DyingBetweenTheGateReplyAndTheTokenReplyReleasesTheProbePermit) {
+  // 0.1 token/s, burst one (see the token-reply fault test below).
+  hedging.config.estimated_rps = 1.0;
   log->script
     = {fake_step::status(500), fake_step::status(500), fake_step::stall()};
   half_open_the_host_breaker();
+  auto before = tokens();
+  ASSERT_GE(before, 1.0) << "the bucket must hold the token the hedge asks for";
   bool killed = false;
   hook = [this, &killed](fault_point p, uint64_t) {
     if (p == fault_point::gate_reply && !killed) {
@@ -410,6 +414,9 @@ TEST_F(CallLifetime,
   ASSERT_TRUE(b);
   EXPECT_EQ(b->phase, breaker_phase::half_open);
   EXPECT_EQ(b->permits_out, 0);
+  EXPECT_NEAR(tokens(), before, 0.01)
+    << "the token granted to the dead actor went back with its lease";
+  EXPECT_EQ(stats().hedged_requests, 0u);
 }
 
 // The token reply's handler throws (before the race reads it): the call

@@ -160,6 +160,35 @@ TEST_F(HedgeActors, ASentHedgeFiresTheHookAndTheBucketRefillsOnVirtualTime) {
   EXPECT_EQ(g->circuit_blocked, 1u);
 }
 
+// An owner that dies with a grant's reply in flight abandons its lease:
+// what it never settled goes back, what it settled does not go back twice,
+// and another owner's tokens are untouched.
+TEST_F(HedgeActors, AnAbandonedLeaseGivesBackOnlyTheUnsettledTokens) {
+  auto st = spawn_endpoint_stats(sys(), cfg);
+  tell(st, hedge_subscribe{spawn_hooks()});
+  endpoint_config ep;
+  ep.estimated_rps = 10.0; // 1 token/s, burst 2
+  ask<hedge_plan>(st, hedge_plan_request{"endpoint:e", eff(ep)});
+  EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e", 7}), true);
+  EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e", 8}), true);
+  EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e", 7}), false)
+    << "a refusal puts nothing on the lease";
+  tell(st, hedge_token_abandon{7});
+  tell(st, hedge_token_abandon{7}); // twice: the second finds nothing
+  EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e", 9}), true)
+    << "owner 7's one token went back";
+  EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e", 9}), false)
+    << "exactly one: owner 8's token is still out";
+  tell(st, hedge_token_outcome{"endpoint:e", true, 8});
+  tell(st, hedge_token_abandon{8});
+  EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e", 10}), false)
+    << "a settled token does not come back with the lease";
+  auto g = ask<hedge_stats_snapshot>(st, hedge_global_stats_request{});
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->hedged_requests, 1u);
+  EXPECT_EQ(log->fired.size(), 1u);
+}
+
 TEST_F(HedgeActors, ATokenWhoseHedgeWasNotSentGoesBackUncounted) {
   auto st = spawn_endpoint_stats(sys(), cfg);
   tell(st, hedge_subscribe{spawn_hooks()});
