@@ -124,7 +124,8 @@ struct call_state {
   /// and every held half-open permit (the hedge's, and those waiting for a
   /// token reply) goes back, exactly once (a normal quit
   /// holds nothing: maybe_quit waits for the tokens; core/hedge_race.hpp,
-  /// R14). Runs inside the dying actor's cleanup, hence anonymous sends.
+  /// R14), and the budget lease is abandoned. Runs inside the dying actor's
+  /// cleanup, hence anonymous sends.
   void settle_held() noexcept {
     if (!ctx || !ctx->hedging)
       return;
@@ -141,11 +142,19 @@ struct call_state {
       for (auto& gp : gate_permits)
         caf::anon_send(h.breakers, breaker_release{std::move(gp.second)});
       gate_permits.clear();
-      // Last: a token granted while this actor died is still on its lease.
-      if (asked_token)
-        caf::anon_send(h.stats, hedge_token_abandon{owner});
     } catch (...) {
-      // Out of memory while dying: nothing better to do.
+      // Out of memory while dying: still abandon the lease below.
+    }
+    // Last, also after a normal quit (then the lease is empty and this is a
+    // no-op): a token granted while this actor died is still on its lease.
+    // Every message of this actor to the stats actor is enqueued directly
+    // from its own thread, at normal priority, and the stats actor never
+    // skips a message, so the outcomes above are settled before it.
+    if (asked_token) {
+      try {
+        caf::anon_send(ctx->hedging->stats, hedge_token_abandon{owner});
+      } catch (...) {
+      }
     }
   }
 

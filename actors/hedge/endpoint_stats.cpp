@@ -66,10 +66,21 @@ endpoint_stats_actor::behavior_type endpoint_stats_impl(self_ptr self,
     },
     [self](hedge_token_request& r) {
       return guarded_result(where, [&] {
+        // Room on the lease first: nothing may throw between taking the
+        // token and recording it.
+        std::vector<std::string>* lease = nullptr;
+        if (r.owner != 0) {
+          lease = &self->state.leases[r.owner];
+          lease->reserve(lease->size() + 1);
+        }
         auto granted
           = self->state.stats->try_take_token(r.key, self->clock().now());
-        if (granted && r.owner != 0)
-          self->state.leases[r.owner].push_back(r.key);
+        if (lease) {
+          if (granted)
+            lease->push_back(std::move(r.key)); // no throw: reserved
+          else if (lease->empty())
+            self->state.leases.erase(r.owner);
+        }
         return granted;
       });
     },
@@ -91,10 +102,12 @@ endpoint_stats_actor::behavior_type endpoint_stats_impl(self_ptr self,
         auto i = self->state.leases.find(a.owner);
         if (i == self->state.leases.end())
           return;
-        auto keys = std::move(i->second);
+        auto& keys = i->second;
+        while (!keys.empty()) {
+          self->state.stats->return_token(keys.back());
+          keys.pop_back();
+        }
         self->state.leases.erase(i);
-        for (auto& k : keys)
-          self->state.stats->return_token(k);
       });
     },
     [self](hedge_observation& o) {

@@ -287,6 +287,8 @@ TEST_F(CallLifetime, AFaultAfterTheTokenSettledDoesNotSettleItAgain) {
 // race held for it), and the actor is killed: what it held is settled as it
 // dies, once.
 TEST_F(CallLifetime, KillingAnAnsweredCallWithAnOwedTokenSettlesIt) {
+  // 0.1 token/s, burst one: a fired token that came back would show.
+  hedging.config.estimated_rps = 1.0;
   log->script = {ok_after(25ms, R"({"who":"primary"})"),
                  ok_after(500ms, R"({"who":"hedge"})")}; // ignores the cancel
   auto w = start();
@@ -304,11 +306,14 @@ TEST_F(CallLifetime, KillingAnAnsweredCallWithAnOwedTokenSettlesIt) {
   s = stats();
   EXPECT_EQ(s.hedged_requests, 1u) << "settled exactly once";
   EXPECT_EQ(s.primary_wins, 1u);
+  EXPECT_LT(tokens(), 0.5) << "the fired token stays spent (not on the lease)";
 }
 
 // Killed with both legs in flight: the caller is answered at once and the
 // hedge's token counts as fired (it left; its answer can no longer come).
 TEST_F(CallLifetime, KillingACallWithBothLegsInFlightSettlesTheHedgesToken) {
+  // 0.1 token/s, burst one: a fired token that came back would show.
+  hedging.config.estimated_rps = 1.0;
   log->script = {fake_step::stall(), fake_step::stall()};
   auto w = start();
   advance_by(20ms);
@@ -322,6 +327,7 @@ TEST_F(CallLifetime, KillingACallWithBothLegsInFlightSettlesTheHedgesToken) {
   auto s = stats();
   EXPECT_EQ(s.hedged_requests, 1u);
   EXPECT_EQ(s.hedge_wins + s.primary_wins, 0u) << "no race was decided";
+  EXPECT_LT(tokens(), 0.5) << "the fired token stays spent (not on the lease)";
 }
 
 // A half-open probe hedge is in flight when the call actor is killed: its

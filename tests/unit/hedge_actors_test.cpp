@@ -189,6 +189,25 @@ TEST_F(HedgeActors, AnAbandonedLeaseGivesBackOnlyTheUnsettledTokens) {
   EXPECT_EQ(log->fired.size(), 1u);
 }
 
+// A token returned by its outcome is off the lease: the owner's abandon
+// (sent at every hedged call's end) must not return it a second time. The
+// bucket is not full here, so a second return would show.
+TEST_F(HedgeActors, AReturnedTokenIsNotReturnedAgainByTheAbandon) {
+  auto st = spawn_endpoint_stats(sys(), cfg);
+  endpoint_config ep;
+  ep.estimated_rps = 10.0; // 1 token/s, burst 2
+  ask<hedge_plan>(st, hedge_plan_request{"endpoint:e", eff(ep)});
+  EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e", 7}), true);
+  EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e", 8}), true);
+  tell(st, hedge_token_outcome{"endpoint:e", false, 7});
+  tell(st, hedge_token_abandon{7});
+  tell(st, hedge_token_outcome{"endpoint:e", true, 8});
+  tell(st, hedge_token_abandon{8});
+  EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e", 9}), true);
+  EXPECT_EQ(ask<bool>(st, hedge_token_request{"endpoint:e", 9}), false)
+    << "owner 7's token came back once; owner 8's was fired";
+}
+
 TEST_F(HedgeActors, ATokenWhoseHedgeWasNotSentGoesBackUncounted) {
   auto st = spawn_endpoint_stats(sys(), cfg);
   tell(st, hedge_subscribe{spawn_hooks()});
