@@ -703,8 +703,12 @@ TEST_F(FeedE2E, ThousandWatchersConnectedFirstAreFedByWakesExactlyOnceInOrder) {
     ASSERT_EQ(c->snapshot(), want);
   for (auto& w : ws) {
     auto s = stats(w);
-    // The page cursor: the head, past the last (filtered) "other/" event.
-    ASSERT_EQ(s.cursor, 2 * events);
+    // The page cursor: the head when the watcher last read a page. "other/"
+    // events wake nobody here, so that page may have been read before the
+    // last "other/" event (id 40) was published — both heads are legal; a
+    // cursor short of the last delivered event (39) or past the head is not.
+    ASSERT_GE(s.cursor, 2 * events - 1);
+    ASSERT_LE(s.cursor, 2 * events);
     ASSERT_EQ(s.connects, 1u);
     ASSERT_EQ(s.resets, 0u);
     ASSERT_GE(s.pages, 2u);
