@@ -37,10 +37,6 @@ std::string strip_query(const std::string& path) {
   return path.substr(0, path.find_first_of("?#"));
 }
 
-std::string upper(const std::string& s) {
-  return core::ascii_upper(s);
-}
-
 bool is_method_token(const std::string& m) {
   return !m.empty() && std::all_of(m.begin(), m.end(), [](char c) {
     return core::is_alpha(c) || c == '-' || c == '_';
@@ -62,7 +58,7 @@ std::string route_table::register_route(const std::string& method,
                                         const std::string& pattern,
                                         const endpoint_config& config,
                                         std::optional<std::string> name) {
-  auto m = upper(method);
+  auto m = core::ascii_upper(method);
   if (m != "*" && !is_method_token(m))
     throw config_error("route.method", "must be an HTTP method or '*'");
   if (pattern.empty() || pattern.front() != '/')
@@ -106,7 +102,7 @@ route_result route_table::match(const std::string& method,
                                 const std::string& path,
                                 const std::string& host,
                                 std::optional<uint16_t> port) const {
-  auto m = upper(method);
+  auto m = core::ascii_upper(method);
   for (auto& e : entries_)
     if ((e.method == "*" || e.method == m) && pattern_matches(e.pattern, path))
       return route_result{route_status::matched, e.key(), e};

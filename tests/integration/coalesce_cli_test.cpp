@@ -435,15 +435,19 @@ TEST_F(CoalesceCli, BadCredentialOptionsAreConfigErrorsNamingTheField) {
   }
 }
 
+/// One connection's script: a proxy's maintenance page, HTML with a 200.
+std::vector<step> html_page_answer() {
+  const std::string page = "<html><body>maintenance</body></html>";
+  return {step::read_request(),
+          step::send("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+                     "Content-Length: "
+                     + std::to_string(page.size()) + "\r\n\r\n" + page)};
+}
+
 TEST(CoalesceCliScripted, TsAgainstAnHtmlAnswerSaysNotJson) {
   // A proxy's error page with a 200: the error names the body, not the
   // zero count it leaves behind.
-  const std::string page = "<html><body>maintenance</body></html>";
-  scripted_server node{
-    {{step::read_request(),
-      step::send("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
-                 "Content-Length: "
-                 + std::to_string(page.size()) + "\r\n\r\n" + page)}}};
+  scripted_server node{{html_page_answer()}};
   auto r = run_cli({"ts", "--endpoints",
                     "127.0.0.1:" + std::to_string(node.port()), "--timeout",
                     "5"});
@@ -464,12 +468,7 @@ TEST(CoalesceCliScripted, TsAgainstAnHtmlAnswerSaysNotJson) {
 TEST(CoalesceCliScripted, SeqAgainstAnHtmlAnswerReportsTheStatusSeen) {
   // The same page for a GetSeq: the block may have been spent (uncertain,
   // exit 8), and the line carries the 200 and the "not JSON" cause.
-  const std::string page = "<html><body>maintenance</body></html>";
-  scripted_server node{
-    {{step::read_request(),
-      step::send("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
-                 "Content-Length: "
-                 + std::to_string(page.size()) + "\r\n\r\n" + page)}}};
+  scripted_server node{{html_page_answer()}};
   auto r = run_cli({"seq", "--endpoints",
                     "127.0.0.1:" + std::to_string(node.port()), "--key",
                     "orders", "--count", "1", "--timeout", "5"});
