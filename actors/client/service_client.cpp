@@ -8,6 +8,7 @@
 #include "actors/pool/connection_pool.hpp"
 
 #include <caf/actor_cast.hpp>
+#include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -25,7 +26,8 @@ namespace outbound {
 
 namespace {
 
-/// The client's one attempt watchdog ran out at `due` (sent to itself).
+/// The client's one attempt watchdog ran out at `due` (sent to the client
+/// by its timer actor).
 struct call_watchdog {
   retry_time due;
 };
@@ -53,6 +55,29 @@ namespace {
 using client_impl_actor
   = service_client_actor::extend<caf::reacts_to<call_watchdog>,
                                  caf::reacts_to<call_backoff_over>>;
+
+/// The client's timer actor: takes the watchdog's delayed messages and
+/// passes them on to the client while it lives. CAF 0.17's clock holds the
+/// receiver of a delayed message (and a request timeout's actor) alive until
+/// it fires, so a timer aimed at the client itself would keep a client
+/// nobody uses any more — and its actor_system's shutdown — waiting for up
+/// to an attempt's timeout. This actor is hidden (the system does not wait
+/// for it) and holds the client only weakly.
+struct client_timer_state {
+  caf::weak_actor_ptr client;
+  static inline const char* name = "outbound.service_client.timer";
+};
+
+caf::behavior client_timer(caf::stateful_actor<client_timer_state>* self,
+                           caf::weak_actor_ptr client) {
+  self->state.client = std::move(client);
+  return {
+    [self](call_watchdog& w) {
+      if (auto c = self->state.client.lock())
+        caf::anon_send(caf::actor_cast<caf::actor>(c), w);
+    },
+  };
+}
 
 /// Exchange ids of calls run inside a client: bit 63 set (a call actor's
 /// ids are `(actor id << 20) | n`, far below it) and a process-wide
@@ -117,6 +142,8 @@ struct service_client_state {
   std::multimap<retry_time, uint64_t> deadlines;
   /// Due time of the earliest watchdog timer still pending, if any.
   std::optional<retry_time> armed;
+  /// Passes the watchdog's timers on (client_timer).
+  caf::actor timer;
 
   /// Runs when the client terminates: every caller still waiting is
   /// answered at once, never left to its own timeout.
@@ -181,7 +208,7 @@ void disarm(self_ptr self, fast_call& c) {
 }
 
 // Arms the watchdog for the earliest deadline unless a timer at or before
-// it is pending already.
+// it is pending already (through the timer actor: see client_timer).
 void arm_watchdog(self_ptr self) {
   auto& st = self->state;
   if (st.deadlines.empty())
@@ -191,11 +218,10 @@ void arm_watchdog(self_ptr self) {
     return;
   st.armed = first;
   auto now = self->clock().now();
-  auto me = caf::actor_cast<client_impl_actor>(self);
   if (first <= now)
-    self->send(me, call_watchdog{first});
+    caf::anon_send(st.timer, call_watchdog{first});
   else
-    self->delayed_send(me, first - now, call_watchdog{first});
+    caf::delayed_anon_send(st.timer, first - now, call_watchdog{first});
 }
 
 // Ends call `id` with `o` and forgets it.
@@ -471,6 +497,8 @@ service_client_impl(self_ptr self, std::shared_ptr<const call_context> ctx,
                     uint64_t seed) {
   self->state.ctx = std::move(ctx);
   self->state.rng.seed(seed);
+  self->state.timer = self->spawn<caf::hidden>(
+    client_timer, caf::actor_cast<caf::weak_actor_ptr>(self));
   // The client depends on its pool: once the pool is gone no call can
   // succeed, so calls fail at once (the call actors in flight see the same
   // down message and fail theirs) instead of each waiting its budget.

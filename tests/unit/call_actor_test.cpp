@@ -335,6 +335,52 @@ TEST_F(CallActor, ALateAnswerWhileTheNextAttemptIsInFlightIsIgnored) {
   EXPECT_EQ(log->cancels.size(), 1u);
 }
 
+// The client keeps one watchdog timer for every send in flight, armed at
+// the earliest deadline. A send whose deadline comes before the armed
+// timer (here: an attempt cut to the overall deadline) must re-arm it.
+TEST_F(CallActor, OneWatchdogTimesOutEachSendAtItsOwnDeadline) {
+  cfg.timeout = 5;
+  cfg.deadline = 7;
+  cfg.retry.base_backoff = 0;
+  log->script = {fake_step::stall()};
+  auto client = make_client();
+  auto a = start(client, get("/a"));
+  run();
+  advance_by(4s);
+  auto b = start(client, get("/b"));
+  EXPECT_TRUE(run_to_quiescence());
+  ASSERT_TRUE(a->outcome && b->outcome);
+  // a: attempt 1 times out at 5 s, attempt 2 (sent at once) is cut to the
+  // 2 s left and times out at 7 s, before b's first deadline at 9 s.
+  EXPECT_EQ(a->outcome->error.kind, error_kind::deadline_exceeded);
+  EXPECT_EQ(a->at - t0_, 7s);
+  ASSERT_GE(log->requests.size(), 3u);
+  EXPECT_EQ(log->requests[2].request.timeout_ns, 2'000'000'000);
+  // b: 5 s from 4 s, then cut to the 2 s left of its 7 s deadline.
+  EXPECT_EQ(b->outcome->error.kind, error_kind::deadline_exceeded);
+  EXPECT_EQ(b->at - t0_, 11s);
+  EXPECT_EQ(log->cancels.size(), 4u);
+}
+
+// The watchdog's timer must not hold the client: an unused client goes away
+// (and with it nothing keeps its actor_system from shutting down) even
+// while the timer of a finished call is still pending.
+TEST_F(CallActor, AClientNobodyHoldsIsReleasedWhileItsWatchdogIsArmed) {
+  log->script = {fake_step::status(200, "{}")};
+  caf::weak_actor_ptr weak;
+  {
+    auto client = make_client();
+    weak = caf::actor_cast<caf::weak_actor_ptr>(client);
+    last = start(client, get("/v1/item"));
+    run();
+  }
+  run();
+  ASSERT_TRUE(last->outcome);
+  EXPECT_TRUE(last->outcome->ok);
+  EXPECT_TRUE(sched().has_pending_timeout()); // the 5 s watchdog
+  EXPECT_EQ(weak.lock(), nullptr);
+}
+
 // -- redials and local retries --------------------------------------------------------
 
 TEST_F(CallActor, ARedialCostsNoAttempt) {
