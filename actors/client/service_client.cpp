@@ -93,9 +93,12 @@ struct fast_call {
   caf::typed_response_promise<call_outcome> rp;
   call_rng rng;
   call_request call;
-  /// The request as built once; each send copies it and adds the per-send
-  /// fields, so every attempt carries the same request id and body.
-  http_request base;
+  /// The request as built, until the first send takes it. A later send (a
+  /// retry, a redial) builds it again from `call` with the same request id:
+  /// no call pays a copy of its request for a retry it may never make.
+  std::optional<http_request> base;
+  /// The request's method as sent (upper case), for events.
+  std::string method;
   std::string request_id;
   std::optional<retry_state> retry;
   retry_time start;
@@ -189,8 +192,8 @@ bool observed(self_ptr self) {
 
 client_event event_of(const fast_call& c, event_kind kind) {
   return call_event(kind, c.request_id,
-                    c.base.method.empty() ? c.call.method : c.base.method,
-                    c.call.path, c.attempt);
+                    c.method.empty() ? c.call.method : c.method, c.call.path,
+                    c.attempt);
 }
 
 void emit(self_ptr self, client_event ev) {
@@ -301,7 +304,26 @@ void send_attempt(self_ptr self, uint64_t id) {
     return;
   }
   c.attempt = plan.attempt;
-  http_request req = c.base;
+  http_request req;
+  if (c.base) {
+    req = std::move(*c.base);
+    c.base.reset();
+  } else {
+    // The same request again (build_request is a pure function of the
+    // call, the config and the request id). An id the call gave only as an
+    // x-request-id header is handed over as the id, as the first build
+    // took it, so the header keeps its place (last).
+    if (c.call.request_id.empty()) {
+      erase_header(c.call.headers, "x-request-id");
+      c.call.request_id = c.request_id;
+    }
+    auto built = build_request(st.ctx->cfg, st.ctx->url, c.call, c.rng);
+    if (!built.ok) {
+      finish_error(self, id, built.error);
+      return;
+    }
+    req = std::move(built.request);
+  }
   req.max_body_bytes
     = c.call.max_response_bytes.value_or(st.ctx->cfg.max_response_bytes);
   req.fresh_connection = plan.fresh_connection;
@@ -460,9 +482,10 @@ caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
         finish_error(self, id, built.error);
         return;
       }
+      c.method = built.request.method;
       c.base = std::move(built.request);
       bool idempotent
-        = c.call.idempotent.value_or(method_is_idempotent(c.base.method));
+        = c.call.idempotent.value_or(method_is_idempotent(c.method));
       c.retry.emplace(st.ctx->cfg, idempotent, c.start);
       send_attempt(self, id);
     },

@@ -6,8 +6,8 @@
 //
 // One exchange:
 //
-//   http_request ──► acquire(key, fresh) ─┬─ reuse: idle connection (MRU) ──► stale? ─ yes ─► discard_stale ─► answer not_sent
-//                                         │                                          └─ no ──► start(reused)
+//   http_request ──► acquire(key, fresh) ─┬─ reuse: idle connection (MRU) ──► start(reused); found stale on its io thread
+//                                         │                                   before the write: ends not_sent ─► stale_found
 //                                         ├─ dial (below the limit) ─────────────────────────► start(dialled)
 //                                         ├─ wait (at the limit) ──► enqueue ──► FIFO queue ──┬─ handed a connection ─► hand_on ─► start(reused)
 //                                         │                                                   ├─ a slot freed ────────► hand_on ─► start(dialled)
@@ -108,8 +108,9 @@ struct pool_limits {
 
 /// What `acquire` decided for a new exchange.
 enum class acquire_kind {
-  /// Run on `acquisition::conn`, an idle connection (check it for
-  /// staleness first: `discard_stale`, else `start(..., reused = true)`).
+  /// Run on `acquisition::conn`, an idle connection
+  /// (`start(..., reused = true)`; if it turns out stale before anything
+  /// was written: `stale_found`, then `release(..., false)`).
   reuse,
   /// Dial a new connection: a slot is reserved for it (`start(..., false)`,
   /// or `dial_failed` if it cannot even be created).
@@ -143,7 +144,7 @@ enum class release_decision {
 /// Connection limit (per key): a connection counts from the moment an
 /// exchange is admitted to dial it (so a dial in progress counts) until the
 /// caller closes it (`release` deciding to close, `cancel` of its exchange,
-/// `discard_stale`, `dial_failed`); idle connections count too, since they
+/// `dial_failed`); idle connections count too, since they
 /// hold a socket. `open_count(key)` = in flight on the key + idle on the key.
 ///
 /// When an exchange finds no idle connection and the key at
@@ -304,11 +305,14 @@ public:
     return true;
   }
 
-  /// Counts an idle connection found stale (the caller closes it). Returns
-  /// the waiter that dials in its slot, if any.
-  std::optional<waiter> discard_stale(const pool_key& key) {
+  /// An exchange started on a reused connection found it stale before
+  /// anything was written (the connection checks on its io thread): counts
+  /// it as stale, not as reused. The caller releases the connection as not
+  /// reusable.
+  void stale_found() {
     ++counters_.stale_discarded;
-    return free_slot(key);
+    if (counters_.reused > 0)
+      --counters_.reused;
   }
 
   /// A dial admitted by `acquire` (or given to a waiter) could not even be
@@ -369,7 +373,7 @@ public:
     return w.deadline > now && w.deadline - now >= limits_.min_dispatch_budget;
   }
 
-  /// Gives `w` (popped by `release`, `cancel`, `discard_stale` or
+  /// Gives `w` (popped by `release`, `cancel` or
   /// `dial_failed`) the connection `conn` (handed over) or, without one, the
   /// slot freed for it, unless its time is too short (`in_time`): then it
   /// joins `late` and the connection or slot passes on to the next waiter,

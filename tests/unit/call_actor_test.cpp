@@ -193,6 +193,34 @@ TEST_F(CallActor, RetryCountHeaderCountsRetriesAndTheRequestIdIsStable) {
     EXPECT_EQ(header(r.request, "x-request-id"), o.request_id);
 }
 
+// A retry sends the same request again: method, target, body and every
+// header in the same order (x-retry-count aside), also when the call gave
+// its request id only as a header.
+TEST_F(CallActor, EveryAttemptSendsTheSameRequest) {
+  cfg.retry.retry_statuses = {503};
+  cfg.retry.base_backoff = 0;
+  cfg.default_headers = {{"X-Team", "billing"}};
+  log->script = {fake_step::status(503), fake_step::status(200, "{}")};
+  auto req = post("/v1/item?x=1");
+  req.idempotent = true;
+  req.params = {{"y", "2 3"}};
+  req.headers = {{"X-Request-Id", "from-header"}, {"X-Tenant", "t1"}};
+  auto o = run_call(req);
+  ASSERT_TRUE(o.ok) << o.error.message();
+  EXPECT_EQ(o.request_id, "from-header");
+  ASSERT_EQ(log->requests.size(), 2u);
+  auto first = log->requests[0].request;
+  auto second = log->requests[1].request;
+  EXPECT_EQ(header(second, "x-retry-count"), "1");
+  erase_header(second.headers, "x-retry-count");
+  EXPECT_EQ(first.method, second.method);
+  EXPECT_EQ(first.target, second.target);
+  EXPECT_EQ(first.body, second.body);
+  EXPECT_EQ(first.headers, second.headers);
+  EXPECT_EQ(header(first, "x-request-id"), "from-header");
+  EXPECT_NE(first.exchange_id, second.exchange_id);
+}
+
 TEST_F(CallActor, GivenRequestIdIsSentAndReported) {
   log->script = {fake_step::status(500, R"({"detail":"boom"})")};
   auto req = get("/v1/item");
