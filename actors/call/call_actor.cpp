@@ -368,17 +368,6 @@ void apply_permit(self_ptr self, core::permit_action a, call_health health) {
   st.permit.reset();
 }
 
-// False for a send that provably never left on a pooled connection found
-// dead (a redial, a local retry) or that the pool refused with its queue
-// full (pool_overflow): the backend is not to blame, and the ~0 s "latency"
-// must not reach the hedging sketch or the breaker.
-bool reached_backend(const retry_step& step) {
-  return step.decision != retry_decision::redial
-         && step.decision != retry_decision::retry_local
-         && !(step.decision == retry_decision::not_retryable
-              && step.error.cause == transport_error_kind::pool_overflow);
-}
-
 // Send `send_id` ended (`a` as the race reads it, `e` as the retry loop
 // does): acts on the race's decision.
 void on_answer(self_ptr self, uint64_t send_id, const core::leg_answer& a,

@@ -7,6 +7,10 @@
 #include "actors/handler_guard.hpp"
 #include "actors/pool/connection_pool.hpp"
 
+#include "core/classify.hpp"
+#include "core/hedge_race.hpp"
+#include "core/text.hpp"
+
 #include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
@@ -111,6 +115,12 @@ struct fast_call {
   bool in_flight = false;
   /// Its entry in the watchdog's deadline table while in flight.
   std::multimap<retry_time, uint64_t>::iterator due;
+  /// A hedging client's call that is not hedged (actors/call/hedging.hpp,
+  /// hedge_eligible) still tells the breakers how each attempt went: its
+  /// stats key and host key (empty: the client does not hedge).
+  std::string key;
+  std::string host_key;
+  const effective_hedge_config* hcfg = nullptr;
 };
 
 struct service_client_state {
@@ -411,6 +421,19 @@ fast_call* current(self_ptr self, uint64_t id, uint64_t send_id) {
   return &i->second;
 }
 
+// Tells the breakers how an attempt of a hedging client's unhedged call
+// went (as the call actor records a lone primary: its health, never its
+// latency — the sketch learns only from hedgeable calls). Every attempt
+// counts, not only the call's last, as in the call actor.
+void record_health(self_ptr self, const fast_call& c, const retry_step& step,
+                   call_health health) {
+  if (c.key.empty() || !reached_backend(step))
+    return;
+  const auto& h = self->state.ctx->hedging;
+  self->send(h->breakers,
+             breaker_record{c.host_key, c.key, c.hcfg->breaker, health});
+}
+
 void on_fast_answer(self_ptr self, uint64_t id, uint64_t send_id,
                     exchange_result& r) {
   auto* c = current(self, id, send_id);
@@ -419,6 +442,13 @@ void on_fast_answer(self_ptr self, uint64_t id, uint64_t send_id,
   disarm(self, *c);
   auto step = c->retry->on_result(r, self->clock().now(),
                                   self->state.ctx->wall_clock(), c->rng);
+  if (!c->key.empty()) {
+    auto verdict = classify_exchange(
+      exchange_view::of(r, c->retry->idempotent()),
+      self->state.ctx->cfg.retry.retry_statuses);
+    record_health(self, *c, step,
+                  core::leg_answer::of(verdict, r.request_sent).health());
+  }
   act(self, id, step, &r.response);
 }
 
@@ -437,6 +467,7 @@ void on_fast_failure(self_ptr self, uint64_t id, uint64_t send_id,
   r.detail = "transport unavailable: " + self->system().render(err);
   auto step = c->retry->on_result(r, self->clock().now(),
                                   self->state.ctx->wall_clock(), c->rng);
+  record_health(self, *c, step, core::leg_answer::undelivered().health());
   act(self, id, step, nullptr);
 }
 
@@ -457,6 +488,7 @@ void on_watchdog(self_ptr self, retry_time due) {
       [&] {
         self->send(st.ctx->transport, cancel_atom_v, c.exchange_id);
         auto step = c.retry->on_attempt_timeout(now, c.rng);
+        record_health(self, c, step, core::leg_answer::timeout().health());
         act(self, id, step, nullptr);
       },
       fault_of(self, id));
@@ -487,6 +519,23 @@ caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
       bool idempotent
         = c.call.idempotent.value_or(method_is_idempotent(c.method));
       c.retry.emplace(st.ctx->cfg, idempotent, c.start);
+      if (const auto& h = st.ctx->hedging) {
+        const auto& url = st.ctx->url;
+        auto route = h->routes.route(c.call.hedge_endpoint, c.method,
+                                     path_without_query(c.call.path),
+                                     url.host, url.port);
+        if (route.status == route_status::unknown_endpoint) {
+          call_error e;
+          e.kind = error_kind::config_error;
+          e.detail = "unknown hedge endpoint '" + *c.call.hedge_endpoint + "'";
+          e.nothing_sent = true;
+          finish_error(self, id, std::move(e));
+          return;
+        }
+        c.key = route.key;
+        c.host_key = route_table::host_key(url.host, url.port);
+        c.hcfg = &h->config_for(route);
+      }
       send_attempt(self, id);
     },
     fault_of(self, id));
@@ -555,9 +604,12 @@ service_client_impl(self_ptr self, std::shared_ptr<const call_context> ctx,
         e.nothing_sent = true;
         return fail(std::move(e));
       }
-      // Unhedged calls run here; a call of a hedging client runs in its
-      // own call actor (the race needs its own timers and gate replies).
-      if (!st.ctx->hedging)
+      // Unhedged calls run here; a call a hedging client may hedge runs in
+      // its own call actor (the race needs its own timers and gate
+      // replies).
+      if (!st.ctx->hedging
+          || !hedge_eligible(core::ascii_upper(req.method), req.has_body,
+                             req.idempotent))
         return start_fast(self, req);
       return guarded(
         "service client",
