@@ -409,6 +409,27 @@ TEST_F(CallActor, AClientNobodyHoldsIsReleasedWhileItsWatchdogIsArmed) {
   EXPECT_EQ(weak.lock(), nullptr);
 }
 
+// A client that is killed answers every call it runs at once, never leaving
+// a caller to its own timeout.
+TEST_F(CallActor, AKilledClientAnswersItsCallsAtOnce) {
+  log->script = {fake_step::stall()};
+  auto client = make_client();
+  auto a = start(client, get("/a"));
+  auto b = start(client, get("/b"));
+  run();
+  ASSERT_EQ(log->requests.size(), 2u);
+  caf::anon_send_exit(client, caf::exit_reason::kill);
+  run();
+  for (auto& r : {a, b}) {
+    ASSERT_TRUE(r->outcome) << r->error;
+    EXPECT_EQ(r->outcome->error.kind, error_kind::service_unavailable);
+    EXPECT_EQ(r->outcome->error.detail, "service client stopped");
+    EXPECT_FALSE(r->outcome->error.nothing_sent);
+    EXPECT_EQ(r->outcome->attempts, 1);
+    EXPECT_EQ(r->at, t0_) << "at once, not at a timeout";
+  }
+}
+
 // -- redials and local retries --------------------------------------------------------
 
 TEST_F(CallActor, ARedialCostsNoAttempt) {
