@@ -151,7 +151,10 @@ struct service_client_state {
   /// serves them all: the earliest deadline is armed; a send that ends
   /// erases its entry, and a timer that finds nothing due re-arms for the
   /// next. A transport answers every exchange within its timeout, so the
-  /// watchdog fires only for a transport that does not.
+  /// watchdog fires only for a send still unanswered at its budget: a
+  /// transport that does not keep its promise, or a hung exchange whose
+  /// transport timer (started a little later, on the io thread) has not
+  /// fired yet — exactly as a per-attempt CAF request timeout did.
   std::multimap<retry_time, uint64_t> deadlines;
   /// Due time of the earliest watchdog timer still pending, if any.
   std::optional<retry_time> armed;
@@ -164,15 +167,23 @@ struct service_client_state {
     for (auto& [id, c] : fast) {
       if (!c.rp.pending())
         continue;
-      call_error e;
-      e.kind = error_kind::service_unavailable;
-      e.detail = "service client stopped";
-      e.nothing_sent = c.send_id == 0;
-      auto o = error_outcome(std::move(e), c.request_id,
-                             c.retry ? c.retry->attempts() : 0);
-      if (ctx)
-        finalize_outcome(ctx->cfg, o);
-      c.rp.deliver(std::move(o));
+      try {
+        call_error e;
+        e.kind = error_kind::service_unavailable;
+        e.detail = "service client stopped";
+        // A send in flight may have left; between sends the retry state
+        // knows (a call waiting to redial after not_sent sent nothing).
+        e.nothing_sent = c.send_id == 0
+                         || (!c.in_flight && c.retry
+                             && c.retry->nothing_sent());
+        auto o = error_outcome(std::move(e), c.request_id,
+                               c.retry ? c.retry->attempts() : 0);
+        if (ctx)
+          finalize_outcome(ctx->cfg, o);
+        c.rp.deliver(std::move(o));
+      } catch (...) {
+        // Out of memory while dying: nothing more can be sent.
+      }
     }
   }
 
@@ -182,6 +193,12 @@ struct service_client_state {
 using self_ptr = client_impl_actor::stateful_pointer<service_client_state>;
 
 // -- the fast path: an unhedged call on the client's own state -------------
+//
+// Trade-off: every unhedged call's work (request building, retry decisions,
+// parsing the JSON body of its answer) runs on this one actor, one call
+// after another. A huge body (max_response_bytes is 32 MiB by default)
+// delays the other calls of the same client while it is parsed; with the
+// recommended single CAF worker that was so before as well.
 //
 // The same retry loop as the call actor (retry_state decides), without a
 // per-call actor: the client sends each attempt to the transport, takes
@@ -237,7 +254,9 @@ void arm_watchdog(self_ptr self) {
     caf::delayed_anon_send(st.timer, first - now, call_watchdog{first});
 }
 
-// Ends call `id` with `o` and forgets it.
+// Ends call `id` with `o` and forgets it. The entry goes only once the
+// answer is out: if delivering throws (out of memory), the fault path still
+// finds the call and its promise.
 void deliver(self_ptr self, uint64_t id, call_outcome o) {
   auto& st = self->state;
   auto i = st.fast.find(id);
@@ -245,9 +264,8 @@ void deliver(self_ptr self, uint64_t id, call_outcome o) {
     return;
   disarm(self, i->second);
   finalize_outcome(st.ctx->cfg, o);
-  auto rp = std::move(i->second.rp);
+  i->second.rp.deliver(std::move(o));
   st.fast.erase(i);
-  rp.deliver(std::move(o));
 }
 
 void finish_error(self_ptr self, uint64_t id, call_error e) {
@@ -276,6 +294,28 @@ void finish_response(self_ptr self, uint64_t id, http_response& resp) {
   deliver(self, id, std::move(o));
 }
 
+// Answers call `id`, still pending, with a bare service_unavailable and
+// forgets it: the last resort when building the full answer threw.
+void answer_bare(self_ptr self, uint64_t id) noexcept {
+  auto& st = self->state;
+  auto i = st.fast.find(id);
+  if (i == st.fast.end())
+    return;
+  try {
+    auto& c = i->second;
+    disarm(self, c);
+    if (c.rp.pending()) {
+      call_outcome o;
+      o.error.kind = error_kind::service_unavailable;
+      o.request_id = c.request_id;
+      c.rp.deliver(std::move(o));
+    }
+  } catch (...) {
+    // Out of memory: nothing more can be sent.
+  }
+  st.fast.erase(i);
+}
+
 // A throw while call `id` was handled ends that call with a typed error;
 // the client serves every other call.
 auto fault_of(self_ptr self, uint64_t id) {
@@ -288,13 +328,7 @@ auto fault_of(self_ptr self, uint64_t id) {
     try {
       finish_error(self, id, std::move(e));
     } catch (...) {
-      // Out of memory building the event: answer without it.
-      auto rp = std::move(i->second.rp);
-      disarm(self, i->second);
-      st.fast.erase(i);
-      call_outcome o;
-      o.error.kind = error_kind::service_unavailable;
-      rp.deliver(std::move(o));
+      answer_bare(self, id); // looks the call up again
     }
   };
 }
@@ -348,8 +382,11 @@ void send_attempt(self_ptr self, uint64_t id) {
   c.due = st.deadlines.emplace(now + plan.budget, id);
   c.in_flight = true;
   arm_watchdog(self);
-  // No request timeout: the transport answers within the budget, and the
-  // watchdog covers one that does not.
+  // No request timeout (two clock-thread events per send): the transport
+  // answers within the budget, and the watchdog times the send out at the
+  // budget if it has not. The transport must answer every request, also
+  // a cancelled one (actors/transport.hpp): until it does, the reply
+  // handler stays with the client.
   self->request(st.ctx->transport, caf::infinite, std::move(req))
     .then(
       [self, id, send_id](exchange_result& r) {
@@ -481,7 +518,12 @@ void on_watchdog(self_ptr self, retry_time due) {
   auto now = self->clock().now();
   while (!st.deadlines.empty() && st.deadlines.begin()->first <= now) {
     auto id = st.deadlines.begin()->second;
-    auto& c = st.fast.at(id);
+    auto i = st.fast.find(id);
+    if (i == st.fast.end()) {
+      st.deadlines.erase(st.deadlines.begin()); // cannot happen; never loop
+      continue;
+    }
+    auto& c = i->second;
     disarm(self, c);
     guarded(
       "service client",
@@ -493,15 +535,29 @@ void on_watchdog(self_ptr self, retry_time due) {
       },
       fault_of(self, id));
   }
-  arm_watchdog(self);
+  try {
+    arm_watchdog(self);
+  } catch (...) {
+    // Out of memory: the next send arms it again.
+    st.armed.reset();
+  }
 }
 
 caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
   auto& st = self->state;
   auto id = ++st.next_call;
-  auto& c = st.fast[id];
-  c.rp = self->make_response_promise<call_outcome>();
-  auto rp = c.rp;
+  caf::typed_response_promise<call_outcome> rp;
+  try {
+    rp = self->make_response_promise<call_outcome>();
+    st.fast[id].rp = rp;
+  } catch (...) {
+    st.fast.erase(id);
+    call_outcome o;
+    o.error = error_of_exception(std::current_exception(), "service client");
+    o.error.nothing_sent = true;
+    return o;
+  }
+  auto& c = st.fast.at(id);
   guarded(
     "service client",
     [&] {
@@ -547,7 +603,14 @@ caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
 void fail_fast_calls(self_ptr self, const std::string& reason) {
   auto& st = self->state;
   std::vector<uint64_t> ids;
-  ids.reserve(st.fast.size());
+  try {
+    ids.reserve(st.fast.size());
+  } catch (...) {
+    // Out of memory: answer them bare, oldest table order.
+    while (!st.fast.empty())
+      answer_bare(self, st.fast.begin()->first);
+    return;
+  }
   for (auto& [id, c] : st.fast)
     ids.push_back(id);
   for (auto id : ids) {

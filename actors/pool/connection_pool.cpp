@@ -272,7 +272,7 @@ pool_actor::behavior_type pool_impl(self_ptr self,
         return; // cancelled earlier: already answered
       if (!done.reusable
           && done.result.error == transport_error_kind::not_sent)
-        st.pool.stale_found(); // nothing of it left; the caller redials
+        st.pool.stale_found(*flight); // nothing of it left; it redials
       auto r = st.pool.release(flight->key, flight->conn, done.reusable);
       bool handed = r.decision == release_decision::handed_to_waiter;
       if (!handed && r.decision != release_decision::keep_idle)

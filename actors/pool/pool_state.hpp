@@ -170,6 +170,8 @@ public:
     pool_key key;
     Conn conn;
     Pending pending;
+    /// Runs on a connection taken from the idle set (not a new dial).
+    bool reused = false;
   };
 
   /// An exchange waiting for a connection.
@@ -305,14 +307,19 @@ public:
     return true;
   }
 
-  /// An exchange started on a reused connection found it stale before
-  /// anything was written (the connection checks on its io thread): counts
-  /// it as stale, not as reused. The caller releases the connection as not
-  /// reusable.
-  void stale_found() {
+  /// The exchange `f` (returned by `complete`) ran on a reused connection
+  /// and ended `not_sent`: the connection was stale (the server closed it,
+  /// or left bytes on it, while it was idle; the connection checks on its
+  /// io thread before it writes). Counts it as stale, not as reused, and
+  /// returns true; returns false (and counts nothing) for a new dial. The
+  /// caller releases the connection as not reusable.
+  bool stale_found(const in_flight& f) {
+    if (!f.reused)
+      return false;
     ++counters_.stale_discarded;
     if (counters_.reused > 0)
       --counters_.reused;
+    return true;
   }
 
   /// A dial admitted by `acquire` (or given to a waiter) could not even be
@@ -326,7 +333,8 @@ public:
   bool start(uint64_t id, pool_key key, Conn conn, Pending pending,
              bool reused) {
     auto [i, added] = flights_.try_emplace(
-      id, in_flight{std::move(key), std::move(conn), std::move(pending)});
+      id, in_flight{std::move(key), std::move(conn), std::move(pending),
+                    reused});
     if (!added)
       return false;
     if (reused)

@@ -430,6 +430,21 @@ TEST_F(CallActor, AKilledClientAnswersItsCallsAtOnce) {
   }
 }
 
+// Killed between sends, the client knows what the retry state knows: a
+// call waiting to retry after a local port shortage sent nothing.
+TEST_F(CallActor, AKilledClientSaysNothingWasSentForACallThatSentNothing) {
+  log->script = {fake_step::fail(ek::local_resource, false)};
+  auto client = make_client();
+  auto a = start(client, get("/a"));
+  run();
+  ASSERT_EQ(log->requests.size(), 1u);
+  caf::anon_send_exit(client, caf::exit_reason::kill);
+  run();
+  ASSERT_TRUE(a->outcome) << a->error;
+  EXPECT_EQ(a->outcome->error.detail, "service client stopped");
+  EXPECT_TRUE(a->outcome->error.nothing_sent);
+}
+
 // -- redials and local retries --------------------------------------------------------
 
 TEST_F(CallActor, ARedialCostsNoAttempt) {

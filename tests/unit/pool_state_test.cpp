@@ -227,13 +227,24 @@ TEST(PoolState, AReusedConnectionFoundStaleFreesItsSlot) {
   // The connection found itself stale before writing: not reusable.
   auto g = s.complete(2);
   ASSERT_TRUE(g);
-  s.stale_found();
+  EXPECT_TRUE(s.stale_found(*g));
   auto r = s.release(key, g->conn, false);
   EXPECT_EQ(r.decision, release_decision::close_not_reusable);
   EXPECT_EQ(s.counters().stale_discarded, 1u);
   EXPECT_EQ(s.counters().reused, 0u);
   EXPECT_EQ(s.open_count(key), 0u);
   EXPECT_EQ(s.acquire(key, false).kind, acquire_kind::dial);
+}
+
+// A new dial that ends not_sent was never an idle connection: not stale.
+TEST(PoolState, ANewDialIsNeverCountedStale) {
+  auto s = limited(1, 8);
+  dial(s, 1, 10);
+  auto f = s.complete(1);
+  ASSERT_TRUE(f);
+  EXPECT_FALSE(s.stale_found(*f));
+  EXPECT_EQ(s.counters().stale_discarded, 0u);
+  EXPECT_EQ(s.counters().dialled, 1u);
 }
 
 TEST(PoolState, DialFailurePassesTheSlotOn) {
