@@ -83,9 +83,19 @@ protected:
     cfg.retry.max_backoff = 10.0;
   }
 
+  ~CallActor() override {
+    // A stalled fake holds response promises, and each promise holds the
+    // fake itself: a fake whose client died without cancelling (a killed
+    // client) would never be freed (LeakSanitizer).
+    for (auto& t : transports_)
+      caf::anon_send_exit(t, caf::exit_reason::kill);
+    run();
+  }
+
   service_client_actor make_client() {
     client_options opts;
     opts.transport = spawn_fake_transport(sys(), log);
+    transports_.push_back(opts.transport);
     auto evs = events;
     auto obs = sys().spawn([evs](caf::event_based_actor* self) -> caf::behavior {
       return {
@@ -147,6 +157,7 @@ protected:
   std::shared_ptr<std::vector<seen_event>> events
     = std::make_shared<std::vector<seen_event>>();
   std::shared_ptr<call_result> last;
+  std::vector<transport_actor> transports_;
 };
 
 } // namespace
