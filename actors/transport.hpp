@@ -18,7 +18,10 @@ namespace outbound {
 ///   are values), within the request's `timeout_ns` plus scheduling slack.
 /// - `(cancel_atom, exchange_id)`: the caller gave up on the exchange (it
 ///   timed out, or a hedge lost): close its connection at once, never reuse
-///   it. An answer may still arrive and is dropped by the caller.
+///   it. An answer may still arrive and is dropped by the caller. A
+///   cancelled exchange is still answered (the pool answers it at once with
+///   a `timeout`): the service client sends without a CAF request timeout
+///   and keeps its reply handler until the answer comes.
 using transport_actor = caf::typed_actor<
   caf::replies_to<http_request>::with<exchange_result>,
   caf::reacts_to<cancel_atom, uint64_t>>;

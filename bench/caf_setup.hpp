@@ -8,7 +8,8 @@
 // from CAF 0.17's own defaults instead (max(cores, 4) work-stealing workers,
 // 50us moderate sleep, unbounded max-throughput): the configuration of the
 // rows in bench/README.md measured before the helper existed. --caf-threads,
-// --caf-policy, --caf-max-throughput and --caf-moderate-sleep-us override
+// --caf-policy, --caf-max-throughput, --caf-moderate-sleep-us and
+// --caf-aggressive-polls override
 // single values of either preset; --caf-set KEY=VALUE writes any CAF setting
 // last. Every benchmark prints caf_flags::report(sys): the settings read
 // back from the running scheduler, never the requested ones.
@@ -48,6 +49,7 @@ struct caf_flags {
   std::string policy;
   std::size_t max_throughput = 0;
   int64_t moderate_sleep_us = -1;
+  std::size_t aggressive_polls = 0;
   std::vector<std::string> settings;
   // Threads the preset leaves their cores (configure's io_threads).
   std::size_t io_threads = 1;
@@ -74,6 +76,11 @@ struct caf_flags {
                    "stealing only (-1: the preset's; recommended: 0; CAF: "
                    "50)")
       ->capture_default_str();
+    app.add_option("--caf-aggressive-polls", aggressive_polls,
+                   "work-stealing.aggressive-poll-attempts, policy stealing "
+                   "only (0: the preset's; CAF: 100; 10000 trades idle CPU "
+                   "for latency, see bench/README.md)")
+      ->capture_default_str();
     app.add_option("--caf-set", settings,
                    "extra CAF setting KEY=VALUE (repeatable, applied last), "
                    "e.g. work-stealing.relaxed-sleep-duration=1ms");
@@ -92,6 +99,8 @@ struct caf_flags {
       o.max_throughput = max_throughput;
     if (moderate_sleep_us >= 0)
       o.moderate_sleep = std::chrono::microseconds{moderate_sleep_us};
+    if (aggressive_polls > 0)
+      o.aggressive_polls = aggressive_polls;
     return o;
   }
 
@@ -136,6 +145,9 @@ struct caf_flags {
     if (moderate_sleep_us >= 0)
       g.emplace_back("--caf-moderate-sleep-us",
                      std::to_string(moderate_sleep_us));
+    if (aggressive_polls > 0)
+      g.emplace_back("--caf-aggressive-polls",
+                     std::to_string(aggressive_polls));
     for (auto& kv : settings)
       g.emplace_back("--caf-set", kv);
     return g;

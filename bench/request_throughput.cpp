@@ -17,7 +17,9 @@
 #include "actors/pool/connection_pool.hpp"
 #include "actors/messages.hpp"
 #include "config/client_config.hpp"
+#include "protocol/http_connection.hpp"
 #include "protocol/io_runner.hpp"
+#include "protocol/io_runner_impl.hpp"
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -392,6 +394,85 @@ private:
   std::vector<std::thread> threads_;
 };
 
+// -- (c) the spike: a caller on the io thread ----------------------------------
+
+/// One caller that runs on outbound's io thread: it drives one outbound
+/// http_connection (the protocol layer the pool uses: serialisation, Beast
+/// parser, the exchange's deadline timer, the stale check) and issues its
+/// next exchange from the completion, on the io thread, with no CAF hop at
+/// all. The diagnostic "io_caller" row: how close a design whose callers
+/// run where the sockets run (a scheduler whose workers run the Asio loops)
+/// could come to raw Beast, and what outbound's own protocol layer costs.
+class io_caller : public std::enable_shared_from_this<io_caller> {
+public:
+  io_caller(outbound::io_runner& io, const outbound::url_parts& origin)
+    : conn_(outbound::http_connection::make(io, origin)) {
+  }
+
+  void run(std::shared_ptr<phase> p, int index) {
+    phase_ = std::move(p);
+    index_ = index;
+    next();
+  }
+
+private:
+  void next() {
+    if (!phase_->take()) {
+      auto p = std::move(phase_);
+      p->worker_done();
+      return;
+    }
+    outbound::http_request req;
+    req.exchange_id = ++id_;
+    req.method = "GET";
+    req.target = "/";
+    req.timeout_ns = 10'000'000'000;
+    t0_ = bench_clock::now();
+    conn_->async_exchange(std::move(req),
+                          [self = shared_from_this()](
+                            outbound::exchange_result r, bool reusable) {
+                            self->on_done(r, reusable);
+                          });
+  }
+
+  void on_done(const outbound::exchange_result& r, bool reusable) {
+    if (!r.ok() || r.response.status != 200) {
+      phase_->record_error(r.ok() ? "status " + std::to_string(r.response.status)
+                                  : std::string{"transport error "}
+                                      + to_string(r.error) + ": " + r.detail);
+    } else {
+      phase_->latencies[index_].push_back(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(bench_clock::now()
+                                                             - t0_)
+          .count());
+    }
+    if (!reusable) {
+      auto p = std::move(phase_); // a broken connection: this caller stops
+      p->worker_done();
+      return;
+    }
+    next();
+  }
+
+  std::shared_ptr<outbound::http_connection> conn_;
+  std::shared_ptr<phase> phase_;
+  int index_ = 0;
+  uint64_t id_ = 0;
+  bench_clock::time_point t0_;
+};
+
+/// `concurrency` io callers, one connection each, on `io`.
+result run_io_callers(outbound::io_runner& io,
+                      std::vector<std::shared_ptr<io_caller>>& callers,
+                      int64_t requests, bench_clock::duration max_time) {
+  auto n = static_cast<int>(callers.size());
+  auto p = std::make_shared<phase>(requests, n, max_time);
+  for (int i = 0; i < n; ++i)
+    boost::asio::post(io.get().ioc, [c = callers[i], p, i] { c->run(p, i); });
+  p->wait();
+  return summarize("io_caller", n, *p);
+}
+
 // -- (a) outbound's actor path ------------------------------------------------
 
 /// What a caller sends to its target and how it checks the answer: the
@@ -524,7 +605,8 @@ std::string json_line(const result& r, int io_threads, int caf_threads,
     << ",\"p99_us\":" << fmt(r.p99_us, 1)
     << ",\"cpu_us_per_request\":" << fmt(r.cpu_us_per_request, 1)
     << ",\"io_threads\":" << io_threads
-    << ",\"caf_threads\":" << (r.client == "raw_beast" ? 0 : caf_threads)
+    << ",\"caf_threads\":"
+    << (r.client == "raw_beast" || r.client == "io_caller" ? 0 : caf_threads)
     << ",\"server_threads\":" << server_threads
     << ",\"timed_out\":" << (r.timed_out ? "true" : "false") << "}";
   return o.str();
@@ -575,15 +657,19 @@ int main(int argc, char** argv) {
     ->capture_default_str();
   app.add_option("--client", only,
                  "which rows to run: both (raw and outbound, and their "
-                 "ratio), all (also the diagnostic pool-only row), or one of "
-                 "outbound, pool, raw (for profiling one side)")
-    ->check(CLI::IsMember({"both", "all", "outbound", "pool", "raw"}))
+                 "ratio), all (also the diagnostic rows: pool, the pool "
+                 "actor alone; io_caller, a caller on outbound's io thread "
+                 "driving its http_connection with no CAF hop), or one of "
+                 "outbound, pool, io_caller, raw (for profiling one side)")
+    ->check(CLI::IsMember({"both", "all", "outbound", "pool", "io_caller",
+                           "raw"}))
     ->capture_default_str();
   caf_opts.add_to(app);
   CLI11_PARSE(app, argc, argv);
   bool run_raw = only == "both" || only == "all" || only == "raw";
   bool run_ob = only == "both" || only == "all" || only == "outbound";
   bool run_pool = only == "all" || only == "pool";
+  bool run_io = only == "all" || only == "io_caller";
 
   auto max_time = std::chrono::duration_cast<bench_clock::duration>(
     std::chrono::duration<double>(max_seconds));
@@ -638,12 +724,20 @@ int main(int argc, char** argv) {
     std::optional<raw_client> raw;
     if (run_raw)
       raw.emplace(io_threads, server.port(), c);
+    std::vector<std::shared_ptr<io_caller>> io_callers;
+    if (run_io) {
+      auto origin = ccfg.parsed_url();
+      for (int i = 0; i < c; ++i)
+        io_callers.push_back(std::make_shared<io_caller>(*io, origin));
+    }
     for (int round = 1; round <= rounds; ++round) {
       if (warmup > 0) {
         if (run_raw)
           raw->run(warmup, max_time);
         if (run_pool)
           run_callers(sys, "pool", pool, c, warmup, max_time);
+        if (run_io)
+          run_io_callers(*io, io_callers, warmup, max_time);
         if (run_ob)
           run_callers(sys, "outbound", client, c, warmup, max_time);
       }
@@ -652,6 +746,8 @@ int main(int argc, char** argv) {
         rows.push_back(raw->run(requests, max_time));
       if (run_pool)
         rows.push_back(run_callers(sys, "pool", pool, c, requests, max_time));
+      if (run_io)
+        rows.push_back(run_io_callers(*io, io_callers, requests, max_time));
       if (run_ob)
         rows.push_back(
           run_callers(sys, "outbound", client, c, requests, max_time));

@@ -27,8 +27,8 @@ class tls_context;
 /// One HTTP/1.1 connection to one origin, dialled lazily by the first
 /// exchange and reused by later ones while it stays reusable.
 ///
-/// Threading: `async_exchange` and `stale` are called by the single owner
-/// (the pool actor) while the connection is idle; `close` from any thread.
+/// Threading: `async_exchange` is called by the single owner (the pool
+/// actor) while the connection is idle; `close` from any thread.
 /// Everything else runs on the connection's strand on an io thread.
 class http_connection {
 public:
@@ -56,7 +56,9 @@ public:
   /// arriving bytes do not extend it. Errors are values in `result.error`:
   /// `connect`, `local_resource` (EADDRNOTAVAIL / EADDRINUSE), `tls`,
   /// `not_sent` (a reused connection failed before any request byte was
-  /// written), `interrupted` (EOF, reset or malformed/truncated response),
+  /// written, or was found unusable before the write: the server closed it
+  /// or left bytes on it while it was idle — checked on the strand with a
+  /// non-blocking `recv(MSG_PEEK)`; the completion is not reusable), `interrupted` (EOF, reset or malformed/truncated response),
   /// `too_large` (a 2xx body over `req.max_body_bytes`; not read; the
   /// 2xx stays in `response.status`),
   /// `timeout`, `config` (a header containing CR or LF). A non-2xx response
@@ -68,13 +70,6 @@ public:
   /// Precondition: the connection is idle (no exchange in flight, not
   /// closed). `done` runs on an io thread; it must not block.
   virtual void async_exchange(http_request req, completion done) = 0;
-
-  /// True if this idle connection must not be reused: it was never
-  /// connected, was closed, or its socket reports EOF, an error or ANY
-  /// unread byte (an idle keep-alive connection never legitimately has
-  /// data pending). Non-blocking (`recv(MSG_PEEK | MSG_DONTWAIT)`); call
-  /// only while idle, from the owner's thread.
-  virtual bool stale() = 0;
 
   /// Closes the socket at once (posted to the strand; thread-safe,
   /// idempotent). An exchange in flight completes with `timeout`

@@ -157,28 +157,6 @@ public:
     });
   }
 
-  bool stale() override {
-    if (closed_.load() || !connected_.load())
-      return true;
-    auto fd = sock().native_handle();
-    char c;
-    for (;;) {
-      auto n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n > 0)
-        return true; // unread bytes on an idle connection: poisoned
-      if (n == 0)
-        return true; // FIN
-      if (errno == EINTR)
-        continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        return true;
-      break;
-    }
-    if constexpr (is_tls)
-      return tls_pending(stream_.native_handle()) > 0;
-    return false;
-  }
-
   void close() override {
     closed_.store(true);
     asio::post(strand_, [self = this->shared_from_this()] {
@@ -245,6 +223,11 @@ private:
     started_ = clock::now();
     if (closed_.load())
       return fail(transport_error_kind::not_sent, "connection closed");
+    // A reused connection is checked here, on its strand, just before the
+    // request goes out (not by the pool on a CAF worker).
+    if (connected_.load() && idle_socket_unusable())
+      return fail(transport_error_kind::not_sent,
+                  "pooled connection was closed by the server");
     std::string why;
     wire_.clear();
     if (!serialize_request(req_, origin_, wire_, why))
@@ -268,6 +251,30 @@ private:
          "timed out after " + millis_text(clock::now() - started_) + " while "
            + phase_text(phase_),
          phase_ >= phase::writing);
+  }
+
+  /// True if this idle, connected socket must not carry another request:
+  /// it reports EOF, an error or ANY unread byte (an idle keep-alive
+  /// connection never legitimately has data pending). Non-blocking
+  /// (`recv(MSG_PEEK | MSG_DONTWAIT)`); runs on the strand.
+  bool idle_socket_unusable() {
+    auto fd = sock().native_handle();
+    char c;
+    for (;;) {
+      auto n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n > 0)
+        return true; // unread bytes on an idle connection: poisoned
+      if (n == 0)
+        return true; // FIN
+      if (errno == EINTR)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        return true;
+      break;
+    }
+    if constexpr (is_tls)
+      return tls_pending(stream_.native_handle()) > 0;
+    return false;
   }
 
   /// Common prologue of every handler: true if the exchange already ended

@@ -1,5 +1,7 @@
 #include "actors/call/call_actor.hpp"
 
+#include "actors/call/call_result.hpp"
+
 #include "actors/call/detail/call_actor_testing.hpp"
 #include "actors/call/request_builder.hpp"
 #include "actors/call/retry_state.hpp"
@@ -170,43 +172,20 @@ void fault_point(self_ptr self, detail::call_fault_point where, uint64_t id) {
     hooks->at(where, id);
 }
 
-std::string path_without_query(const std::string& path) {
-  return path.substr(0, path.find('?'));
-}
-
-void replace_all(std::string& s, const std::string& what,
-                 const std::string& with) {
-  if (what.empty())
-    return;
-  for (auto pos = s.find(what); pos != std::string::npos;
-       pos = s.find(what, pos + with.size()))
-    s.replace(pos, what.size(), with);
-}
-
-// Belt and braces: whatever a server or a transport echoes, the credential
-// never leaves the call actor inside a text.
-void redact(const client_config& cfg, std::string& s) {
-  if (cfg.token.empty())
-    return;
-  replace_all(s, credential_value(cfg), "[redacted]");
-  replace_all(s, cfg.token, "[redacted]");
-}
-
 client_event make_event(self_ptr self, event_kind kind) {
   auto& st = self->state;
-  client_event ev;
-  ev.kind = kind;
-  ev.request_id = st.request_id;
-  ev.method = st.base.method.empty() ? st.call.method : st.base.method;
-  ev.path = path_without_query(st.call.path);
-  ev.attempt = st.attempt;
-  return ev;
+  return call_event(kind, st.request_id,
+                    st.base.method.empty() ? st.call.method : st.base.method,
+                    st.call.path, st.attempt);
+}
+
+// Whether anyone receives events: none is built otherwise.
+bool observed(self_ptr self) {
+  return static_cast<bool>(self->state.ctx->observer);
 }
 
 void emit(self_ptr self, client_event ev) {
   auto& st = self->state;
-  if (!st.ctx->observer)
-    return;
   redact(st.ctx->cfg, ev.cause);
   self->send(st.ctx->observer, std::move(ev));
 }
@@ -270,151 +249,32 @@ void deliver(self_ptr self, call_outcome o) {
   // back (core/hedge_race.hpp, R14).
   apply_permit(self, st.race.on_call_done(), call_health::failure);
   release_held_permits(self);
-  if (!o.ok)
-    settle_nothing_billed(o.error);
-  redact(st.ctx->cfg, o.error.detail);
-  redact(st.ctx->cfg, o.error.location);
+  finalize_outcome(st.ctx->cfg, o);
   st.rp.deliver(std::move(o));
   maybe_quit(self);
 }
 
 void finish_error(self_ptr self, call_error e) {
   auto& st = self->state;
-  e.request_id = st.request_id;
-  if (st.retry)
-    e.attempts = st.retry->attempts();
-  auto ev = make_event(self, event_kind::failed);
-  ev.cause = e.cause == transport_error_kind::none ? to_string(e.kind)
-                                                   : to_string(e.cause);
-  ev.attempts = e.attempts;
-  ev.status = e.status;
-  ev.outcome = to_string(e.kind);
-  ev.latency_ns = latency_ns(self);
-  emit(self, std::move(ev));
-  call_outcome o;
-  o.ok = false;
-  o.status = e.status;
-  o.attempts = e.attempts;
-  o.request_id = st.request_id;
-  o.error = std::move(e);
-  deliver(self, std::move(o));
-}
-
-// Empty → null; otherwise the parse under the client's JSON limits.
-json_parse_result parse_body(const std::string& body, const json_limits& l) {
-  if (body.empty())
-    return {};
-  return parse_json(body, l);
-}
-
-// The response_error of a body that did not parse, naming the limit that
-// stopped it so the user knows which setting to raise.
-call_error unreadable_body(const json_parse_result& r, int status,
-                           const client_config& cfg) {
-  call_error e;
-  e.kind = error_kind::response_error;
-  switch (r.error) {
-    case json_parse_error::too_deep:
-      e.detail = "response body nests deeper than json_max_depth ("
-                 + std::to_string(cfg.json_max_depth) + " levels)";
-      break;
-    case json_parse_error::too_large:
-      e.detail = "response body's parsed form exceeds the JSON memory "
-                 "bound ("
-                 + std::to_string(cfg.response_json_limits().max_bytes)
-                 + " bytes)";
-      break;
-    case json_parse_error::number_out_of_range:
-      e.detail = "response body has a " + r.detail;
-      break;
-    case json_parse_error::inexact_integer:
-      e.detail = "response body has an " + r.detail;
-      break;
-    default:
-      e.detail = "response body is not JSON";
-      break;
+  int attempts = st.retry ? st.retry->attempts() : e.attempts;
+  auto o = error_outcome(std::move(e), st.request_id, attempts);
+  if (observed(self)) {
+    auto ev = make_event(self, event_kind::failed);
+    fill_failed(ev, o.error, latency_ns(self));
+    emit(self, std::move(ev));
   }
-  e.detail += " (HTTP " + std::to_string(status) + ")";
-  return e;
+  deliver(self, std::move(o));
 }
 
 void finish_response(self_ptr self, http_response resp) {
   auto& st = self->state;
-  auto& cfg = st.ctx->cfg;
-  call_outcome o;
-  o.status = resp.status;
-  o.attempts = st.retry->attempts();
-  o.request_id = st.request_id;
-  auto over_cap = [&] {
-    call_error e;
-    e.kind = error_kind::response_error;
-    e.detail = "response body over max_response_bytes ("
-               + std::to_string(st.call.max_response_bytes.value_or(
-                 cfg.max_response_bytes))
-               + " bytes)";
-    return e;
-  };
-  std::optional<call_error> err;
-  bool success = resp.status >= 200 && resp.status < 300;
-  if (st.call.raw) {
-    if (resp.body_over_cap) {
-      err = over_cap();
-    } else {
-      // Raw mode hands over a body it cannot read as null (it promises
-      // status and headers), but never one that blew the memory bound.
-      auto r = parse_body(resp.body, cfg.response_json_limits());
-      if (r.error != json_parse_error::too_large) {
-        o.ok = true;
-        o.body = std::move(r.value);
-      } else {
-        err = unreadable_body(r, resp.status, cfg);
-      }
-    }
-  } else if (success) {
-    if (resp.body_over_cap) {
-      err = over_cap();
-    } else if (auto r = parse_body(resp.body, cfg.response_json_limits())) {
-      o.ok = true;
-      o.body = std::move(r.value);
-    } else {
-      err = unreadable_body(r, resp.status, cfg);
-      if (st.call.keep_unreadable_body > 0)
-        o.unreadable_body
-          = resp.body.substr(0, st.call.keep_unreadable_body);
-    }
-  } else if (resp.status >= 300 && resp.status < 400) {
-    auto e = classify_status(resp.status);
-    if (auto loc = find_header(resp.headers, "location"))
-      e.location = *loc;
-    err = std::move(e);
-  } else if (resp.body_over_cap) {
-    // The error body was dropped at the cap: no detail, the status still
-    // maps to its type.
-    auto e = classify_status(resp.status);
-    e.detail.clear();
-    err = std::move(e);
-  } else {
-    err = classify_status(resp.status,
-                          extract_detail(resp.body,
-                                         cfg.response_json_limits()));
+  auto o = response_outcome(st.ctx->cfg, st.call, st.request_id,
+                            st.retry->attempts(), resp);
+  if (observed(self)) {
+    auto ev = make_event(self, event_kind::answered);
+    fill_answered(ev, o, latency_ns(self), resp.body.size());
+    emit(self, std::move(ev));
   }
-  if (err) {
-    err->status = resp.status;
-    err->request_id = st.request_id;
-    err->attempts = o.attempts;
-    err->nothing_sent = false; // a response was seen
-    err->cause = transport_error_kind::none;
-    o.ok = false;
-    o.error = std::move(*err);
-  }
-  auto ev = make_event(self, event_kind::answered);
-  ev.status = resp.status;
-  ev.attempts = o.attempts;
-  ev.outcome = o.ok ? "ok" : to_string(o.error.kind);
-  ev.latency_ns = latency_ns(self);
-  ev.response_bytes = resp.body.size();
-  emit(self, std::move(ev));
-  o.headers = std::move(resp.headers);
   deliver(self, std::move(o));
 }
 
@@ -428,13 +288,15 @@ void act(self_ptr self, const retry_step& step, http_response* resp) {
       return;
     case retry_decision::retry_after:
     case retry_decision::retry_local: {
-      auto ev = make_event(self, event_kind::retrying);
-      ev.cause = step.cause;
-      ev.delay_ns = step.delay.count();
-      // A retried status ("status 503") was a response: say which.
-      if (resp)
-        ev.status = resp->status;
-      emit(self, std::move(ev));
+      if (observed(self)) {
+        auto ev = make_event(self, event_kind::retrying);
+        ev.cause = step.cause;
+        ev.delay_ns = step.delay.count();
+        // A retried status ("status 503") was a response: say which.
+        if (resp)
+          ev.status = resp->status;
+        emit(self, std::move(ev));
+      }
       auto me = caf::actor_cast<call_actor>(self);
       if (step.delay.count() == 0)
         self->send(me, retry_atom_v, st.send_id);
@@ -443,9 +305,11 @@ void act(self_ptr self, const retry_step& step, http_response* resp) {
       return;
     }
     case retry_decision::redial: {
-      auto ev = make_event(self, event_kind::redialing);
-      ev.cause = step.cause;
-      emit(self, std::move(ev));
+      if (observed(self)) {
+        auto ev = make_event(self, event_kind::redialing);
+        ev.cause = step.cause;
+        emit(self, std::move(ev));
+      }
       send_attempt(self);
       return;
     }
@@ -502,17 +366,6 @@ void apply_permit(self_ptr self, core::permit_action a, call_health health) {
   else
     self->send(h->breakers, breaker_release{std::move(*st.permit)});
   st.permit.reset();
-}
-
-// False for a send that provably never left on a pooled connection found
-// dead (a redial, a local retry) or that the pool refused with its queue
-// full (pool_overflow): the backend is not to blame, and the ~0 s "latency"
-// must not reach the hedging sketch or the breaker.
-bool reached_backend(const retry_step& step) {
-  return step.decision != retry_decision::redial
-         && step.decision != retry_decision::retry_local
-         && !(step.decision == retry_decision::not_retryable
-              && step.error.cause == transport_error_kind::pool_overflow);
 }
 
 // Send `send_id` ended (`a` as the race reads it, `e` as the retry loop
@@ -729,7 +582,7 @@ void fire_hedge(self_ptr self, uint64_t token,
   // than queue it behind (or ahead of) its own primary.
   req.may_queue = false;
   if (st.retry_count > 0)
-    set_header(req.headers, "x-retry-count", std::to_string(st.retry_count));
+    set_retry_count(req.headers, st.retry_count);
   auto send_id = send_leg(self, core::race_leg::hedge, std::move(req), budget);
   st.race.on_hedge_sent(send_id, self->clock().now(), probe);
 }
@@ -840,11 +693,11 @@ void send_attempt(self_ptr self) {
   req.max_body_bytes
     = st.call.max_response_bytes.value_or(st.ctx->cfg.max_response_bytes);
   req.fresh_connection = plan.fresh_connection;
-  if (plan.retry_count > 0) {
-    auto n = std::to_string(plan.retry_count);
-    set_header(req.headers, "x-retry-count", n);
-  }
-  emit(self, make_event(self, event_kind::sending));
+  // Retries so far; a first attempt keeps what the call's headers say.
+  if (plan.retry_count > 0)
+    set_retry_count(req.headers, plan.retry_count);
+  if (observed(self))
+    emit(self, make_event(self, event_kind::sending));
   auto send_id = send_leg(self, core::race_leg::primary, std::move(req),
                           plan.budget);
   st.race.begin_attempt(send_id, self->clock().now(), plan.budget);

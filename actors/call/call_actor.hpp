@@ -1,8 +1,10 @@
 #pragma once
 
 // The call actor (docs/ARCHITECTURE.md, "The actor tree"): one short-lived
-// actor per call that runs the patient retry loop (as in jev-client) against
-// the transport port. A thin adapter: request_builder shapes the request,
+// actor per call the client may hedge, running the patient retry loop (as in
+// jev-client) and the hedge race against the transport port. Unhedged calls
+// run inside the service client (service_client.cpp) on the same
+// retry_state and call_result. A thin adapter: request_builder shapes the request,
 // retry_state decides; this actor sends, waits on the actor clock, reports.
 
 #include "actors/call/hedging.hpp"

@@ -305,4 +305,11 @@ retry_step retry_state::transport_failure(const exchange_result& r,
   return s;
 }
 
+bool reached_backend(const retry_step& step) {
+  return step.decision != retry_decision::redial
+         && step.decision != retry_decision::retry_local
+         && !(step.decision == retry_decision::not_retryable
+              && step.error.cause == transport_error_kind::pool_overflow);
+}
+
 } // namespace outbound

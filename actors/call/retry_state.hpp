@@ -132,6 +132,13 @@ struct retry_step {
   }
 };
 
+/// False for a send that provably never left on a pooled connection found
+/// dead (a redial, a local retry) or that the pool refused with its queue
+/// full (pool_overflow): the backend is not to blame, and its ~0 s
+/// "latency" and health must reach neither the hedging sketch nor the
+/// breakers.
+bool reached_backend(const retry_step& step);
+
 /// The retry loop of one call. Use: begin_attempt(now) → send with the plan
 /// → on_result(...) or on_attempt_timeout(...) → act on the step; when the
 /// step waits, call begin_attempt again after the delay.

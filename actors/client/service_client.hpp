@@ -1,9 +1,11 @@
 #pragma once
 
 // The service client's front door (docs/ARCHITECTURE.md, "The actor tree"): a
-// typed actor that takes call_requests, spawns one short-lived call actor per
-// request (the retry loop, as in jev-client) and delegates the answer to it.
-// The calls reach the network through the client's connection_pool actor.
+// typed actor that takes call_requests and runs each unhedged call's retry
+// loop (as in jev-client) on its own state, with one attempt watchdog for all
+// of them; a call it may hedge gets a short-lived call actor (the retry loop
+// and the hedge race) to which it delegates the answer. The calls reach the
+// network through the client's connection_pool actor.
 
 #include "actors/call/hedging.hpp"
 #include "actors/messages.hpp"
@@ -29,7 +31,10 @@ class io_runner;
 /// `hedging_handles_request -> hedging_handles` gives the client's hedging
 /// actors (stats snapshots, latency_quantile, breaker snapshots; invalid
 /// handles when the client does not hedge).
-/// The client stays alive while a handle to it exists; in-flight calls finish.
+/// The client stays alive while a handle to it exists or a call is in
+/// flight; in-flight calls finish. A client killed with calls in progress
+/// answers each of them at once (service_unavailable, "service client
+/// stopped").
 using service_client_actor
   = caf::typed_actor<caf::replies_to<call_request>::with<call_outcome>,
                      caf::replies_to<hedging_handles_request>::with<

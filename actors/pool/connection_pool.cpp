@@ -210,14 +210,9 @@ pool_actor::behavior_type pool_impl(self_ptr self,
       bool reused = false;
       switch (a.kind) {
         case acquire_kind::reuse:
-          if ((*a.conn)->stale()) {
-            // The server closed it (or left bytes on it) while it was idle:
-            // nothing of this request left; the caller redials fresh.
-            (*a.conn)->close();
-            run_waiter(self, st.pool.discard_stale(st.key));
-            return error_result(id, transport_error_kind::not_sent,
-                                "pooled connection was closed by the server");
-          }
+          // Whether the server closed it (or left bytes on it) while it was
+          // idle is checked by the connection on its io thread before it
+          // writes: such an exchange ends not_sent (see exchange_done).
           conn = std::move(*a.conn);
           reused = true;
           break;
@@ -275,6 +270,9 @@ pool_actor::behavior_type pool_impl(self_ptr self,
       auto flight = st.pool.complete(done.exchange_id);
       if (!flight)
         return; // cancelled earlier: already answered
+      if (!done.reusable
+          && done.result.error == transport_error_kind::not_sent)
+        st.pool.stale_found(*flight); // nothing of it left; it redials
       auto r = st.pool.release(flight->key, flight->conn, done.reusable);
       bool handed = r.decision == release_decision::handed_to_waiter;
       if (!handed && r.decision != release_decision::keep_idle)

@@ -6,8 +6,8 @@
 //
 // One exchange:
 //
-//   http_request ──► acquire(key, fresh) ─┬─ reuse: idle connection (MRU) ──► stale? ─ yes ─► discard_stale ─► answer not_sent
-//                                         │                                          └─ no ──► start(reused)
+//   http_request ──► acquire(key, fresh) ─┬─ reuse: idle connection (MRU) ──► start(reused); found stale on its io thread
+//                                         │                                   before the write: ends not_sent ─► stale_found
 //                                         ├─ dial (below the limit) ─────────────────────────► start(dialled)
 //                                         ├─ wait (at the limit) ──► enqueue ──► FIFO queue ──┬─ handed a connection ─► hand_on ─► start(reused)
 //                                         │                                                   ├─ a slot freed ────────► hand_on ─► start(dialled)
@@ -108,8 +108,9 @@ struct pool_limits {
 
 /// What `acquire` decided for a new exchange.
 enum class acquire_kind {
-  /// Run on `acquisition::conn`, an idle connection (check it for
-  /// staleness first: `discard_stale`, else `start(..., reused = true)`).
+  /// Run on `acquisition::conn`, an idle connection
+  /// (`start(..., reused = true)`; if it turns out stale before anything
+  /// was written: `stale_found`, then `release(..., false)`).
   reuse,
   /// Dial a new connection: a slot is reserved for it (`start(..., false)`,
   /// or `dial_failed` if it cannot even be created).
@@ -143,7 +144,7 @@ enum class release_decision {
 /// Connection limit (per key): a connection counts from the moment an
 /// exchange is admitted to dial it (so a dial in progress counts) until the
 /// caller closes it (`release` deciding to close, `cancel` of its exchange,
-/// `discard_stale`, `dial_failed`); idle connections count too, since they
+/// `dial_failed`); idle connections count too, since they
 /// hold a socket. `open_count(key)` = in flight on the key + idle on the key.
 ///
 /// When an exchange finds no idle connection and the key at
@@ -169,6 +170,8 @@ public:
     pool_key key;
     Conn conn;
     Pending pending;
+    /// Runs on a connection taken from the idle set (not a new dial).
+    bool reused = false;
   };
 
   /// An exchange waiting for a connection.
@@ -304,11 +307,19 @@ public:
     return true;
   }
 
-  /// Counts an idle connection found stale (the caller closes it). Returns
-  /// the waiter that dials in its slot, if any.
-  std::optional<waiter> discard_stale(const pool_key& key) {
+  /// The exchange `f` (returned by `complete`) ran on a reused connection
+  /// and ended `not_sent`: the connection was stale (the server closed it,
+  /// or left bytes on it, while it was idle; the connection checks on its
+  /// io thread before it writes). Counts it as stale, not as reused, and
+  /// returns true; returns false (and counts nothing) for a new dial. The
+  /// caller releases the connection as not reusable.
+  bool stale_found(const in_flight& f) {
+    if (!f.reused)
+      return false;
     ++counters_.stale_discarded;
-    return free_slot(key);
+    if (counters_.reused > 0)
+      --counters_.reused;
+    return true;
   }
 
   /// A dial admitted by `acquire` (or given to a waiter) could not even be
@@ -322,7 +333,8 @@ public:
   bool start(uint64_t id, pool_key key, Conn conn, Pending pending,
              bool reused) {
     auto [i, added] = flights_.try_emplace(
-      id, in_flight{std::move(key), std::move(conn), std::move(pending)});
+      id, in_flight{std::move(key), std::move(conn), std::move(pending),
+                    reused});
     if (!added)
       return false;
     if (reused)
@@ -369,7 +381,7 @@ public:
     return w.deadline > now && w.deadline - now >= limits_.min_dispatch_budget;
   }
 
-  /// Gives `w` (popped by `release`, `cancel`, `discard_stale` or
+  /// Gives `w` (popped by `release`, `cancel` or
   /// `dial_failed`) the connection `conn` (handed over) or, without one, the
   /// slot freed for it, unless its time is too short (`in_time`): then it
   /// joins `late` and the connection or slot passes on to the next waiter,

@@ -36,6 +36,8 @@ const caf::string_view key_policy{"scheduler.policy"};
 const caf::string_view key_max_throughput{"scheduler.max-throughput"};
 const caf::string_view key_moderate_sleep{
   "work-stealing.moderate-sleep-duration"};
+const caf::string_view key_aggressive_polls{
+  "work-stealing.aggressive-poll-attempts"};
 
 std::size_t effective_cores(const system_options& opts) {
   if (opts.cores > 0)
@@ -61,6 +63,8 @@ void system_options::validate() const {
     throw config_error("system.max_throughput", "must be >= 1");
   if (moderate_sleep && moderate_sleep->count() < 0)
     throw config_error("system.moderate_sleep", "must be >= 0us");
+  if (aggressive_polls && *aggressive_polls < 1)
+    throw config_error("system.aggressive_polls", "must be >= 1");
 }
 
 scheduler_plan plan_scheduler(const system_options& opts) {
@@ -89,6 +93,13 @@ scheduler_plan plan_scheduler(const system_options& opts) {
   } else if (stealing && opts.preset == scheduler_preset::recommended) {
     p.moderate_sleep = recommended_moderate_sleep;
   }
+  if (opts.aggressive_polls) {
+    if (!stealing)
+      throw config_error("system.aggressive_polls",
+                         "applies to policy \"stealing\" only (CAF ignores "
+                         "it with \"" + *p.policy + "\")");
+    p.aggressive_polls = opts.aggressive_polls;
+  }
   return p;
 }
 
@@ -112,6 +123,9 @@ void configure(caf::actor_system_config& cfg, const system_options& opts) {
     cfg.set(key_moderate_sleep,
             caf::timespan{std::chrono::duration_cast<caf::timespan>(
               *p.moderate_sleep)});
+  if (p.aggressive_polls
+      && !keep(key_aggressive_polls, opts.aggressive_polls.has_value()))
+    cfg.set(key_aggressive_polls, *p.aggressive_polls);
 }
 
 scheduler_settings scheduler_in_effect(caf::actor_system& sys) {
@@ -127,9 +141,11 @@ scheduler_settings scheduler_in_effect(caf::actor_system& sys) {
     x.policy = "stealing";
     // The poll strategies are written once when the workers are built
     // (policy::work_stealing::worker_data) and only read afterwards.
-    if (x.workers > 0)
-      x.moderate_sleep = st->worker_by_id(0)->data().strategies[1]
-                           .sleep_duration;
+    if (x.workers > 0) {
+      const auto& strategies = st->worker_by_id(0)->data().strategies;
+      x.aggressive_polls = strategies[0].attempts;
+      x.moderate_sleep = strategies[1].sleep_duration;
+    }
   } else if (dynamic_cast<sharing_coordinator*>(&sched) != nullptr) {
     x.policy = "sharing";
   } else if (dynamic_cast<caf::scheduler::test_coordinator*>(&sched)
@@ -150,6 +166,10 @@ std::string to_string(const scheduler_settings& x) {
   s += x.max_throughput == std::numeric_limits<std::size_t>::max()
          ? std::string{"unbounded"}
          : std::to_string(x.max_throughput);
+  if (x.aggressive_polls) {
+    s += ", aggressive-poll-attempts ";
+    s += std::to_string(*x.aggressive_polls);
+  }
   if (x.moderate_sleep) {
     s += ", moderate-sleep-duration ";
     s += std::to_string(

@@ -83,9 +83,19 @@ protected:
     cfg.retry.max_backoff = 10.0;
   }
 
+  ~CallActor() override {
+    // A stalled fake holds response promises, and each promise holds the
+    // fake itself: a fake whose client died without cancelling (a killed
+    // client) would never be freed (LeakSanitizer).
+    for (auto& t : transports_)
+      caf::anon_send_exit(t, caf::exit_reason::kill);
+    run();
+  }
+
   service_client_actor make_client() {
     client_options opts;
     opts.transport = spawn_fake_transport(sys(), log);
+    transports_.push_back(opts.transport);
     auto evs = events;
     auto obs = sys().spawn([evs](caf::event_based_actor* self) -> caf::behavior {
       return {
@@ -147,6 +157,7 @@ protected:
   std::shared_ptr<std::vector<seen_event>> events
     = std::make_shared<std::vector<seen_event>>();
   std::shared_ptr<call_result> last;
+  std::vector<transport_actor> transports_;
 };
 
 } // namespace
@@ -191,6 +202,34 @@ TEST_F(CallActor, RetryCountHeaderCountsRetriesAndTheRequestIdIsStable) {
   EXPECT_EQ(o.request_id.size(), 32u);
   for (auto& r : log->requests)
     EXPECT_EQ(header(r.request, "x-request-id"), o.request_id);
+}
+
+// A retry sends the same request again: method, target, body and every
+// header in the same order (x-retry-count aside), also when the call gave
+// its request id only as a header.
+TEST_F(CallActor, EveryAttemptSendsTheSameRequest) {
+  cfg.retry.retry_statuses = {503};
+  cfg.retry.base_backoff = 0;
+  cfg.default_headers = {{"X-Team", "billing"}};
+  log->script = {fake_step::status(503), fake_step::status(200, "{}")};
+  auto req = post("/v1/item?x=1");
+  req.idempotent = true;
+  req.params = {{"y", "2 3"}};
+  req.headers = {{"X-Request-Id", "from-header"}, {"X-Tenant", "t1"}};
+  auto o = run_call(req);
+  ASSERT_TRUE(o.ok) << o.error.message();
+  EXPECT_EQ(o.request_id, "from-header");
+  ASSERT_EQ(log->requests.size(), 2u);
+  auto first = log->requests[0].request;
+  auto second = log->requests[1].request;
+  EXPECT_EQ(header(second, "x-retry-count"), "1");
+  erase_header(second.headers, "x-retry-count");
+  EXPECT_EQ(first.method, second.method);
+  EXPECT_EQ(first.target, second.target);
+  EXPECT_EQ(first.body, second.body);
+  EXPECT_EQ(first.headers, second.headers);
+  EXPECT_EQ(header(first, "x-request-id"), "from-header");
+  EXPECT_NE(first.exchange_id, second.exchange_id);
 }
 
 TEST_F(CallActor, GivenRequestIdIsSentAndReported) {
@@ -333,6 +372,88 @@ TEST_F(CallActor, ALateAnswerWhileTheNextAttemptIsInFlightIsIgnored) {
   EXPECT_EQ(arrival(1), 5s);
   EXPECT_EQ(finished(), 7s);
   EXPECT_EQ(log->cancels.size(), 1u);
+}
+
+// The client keeps one watchdog timer for every send in flight, armed at
+// the earliest deadline. A send whose deadline comes before the armed
+// timer (here: an attempt cut to the overall deadline) must re-arm it.
+TEST_F(CallActor, OneWatchdogTimesOutEachSendAtItsOwnDeadline) {
+  cfg.timeout = 5;
+  cfg.deadline = 7;
+  cfg.retry.base_backoff = 0;
+  log->script = {fake_step::stall()};
+  auto client = make_client();
+  auto a = start(client, get("/a"));
+  run();
+  advance_by(4s);
+  auto b = start(client, get("/b"));
+  EXPECT_TRUE(run_to_quiescence());
+  ASSERT_TRUE(a->outcome && b->outcome);
+  // a: attempt 1 times out at 5 s, attempt 2 (sent at once) is cut to the
+  // 2 s left and times out at 7 s, before b's first deadline at 9 s.
+  EXPECT_EQ(a->outcome->error.kind, error_kind::deadline_exceeded);
+  EXPECT_EQ(a->at - t0_, 7s);
+  ASSERT_GE(log->requests.size(), 3u);
+  EXPECT_EQ(log->requests[2].request.timeout_ns, 2'000'000'000);
+  // b: 5 s from 4 s, then cut to the 2 s left of its 7 s deadline.
+  EXPECT_EQ(b->outcome->error.kind, error_kind::deadline_exceeded);
+  EXPECT_EQ(b->at - t0_, 11s);
+  EXPECT_EQ(log->cancels.size(), 4u);
+}
+
+// The watchdog's timer must not hold the client: an unused client goes away
+// (and with it nothing keeps its actor_system from shutting down) even
+// while the timer of a finished call is still pending.
+TEST_F(CallActor, AClientNobodyHoldsIsReleasedWhileItsWatchdogIsArmed) {
+  log->script = {fake_step::status(200, "{}")};
+  caf::weak_actor_ptr weak;
+  {
+    auto client = make_client();
+    weak = caf::actor_cast<caf::weak_actor_ptr>(client);
+    last = start(client, get("/v1/item"));
+    run();
+  }
+  run();
+  ASSERT_TRUE(last->outcome);
+  EXPECT_TRUE(last->outcome->ok);
+  EXPECT_TRUE(sched().has_pending_timeout()); // the 5 s watchdog
+  EXPECT_EQ(weak.lock(), nullptr);
+}
+
+// A client that is killed answers every call it runs at once, never leaving
+// a caller to its own timeout.
+TEST_F(CallActor, AKilledClientAnswersItsCallsAtOnce) {
+  log->script = {fake_step::stall()};
+  auto client = make_client();
+  auto a = start(client, get("/a"));
+  auto b = start(client, get("/b"));
+  run();
+  ASSERT_EQ(log->requests.size(), 2u);
+  caf::anon_send_exit(client, caf::exit_reason::kill);
+  run();
+  for (auto& r : {a, b}) {
+    ASSERT_TRUE(r->outcome) << r->error;
+    EXPECT_EQ(r->outcome->error.kind, error_kind::service_unavailable);
+    EXPECT_EQ(r->outcome->error.detail, "service client stopped");
+    EXPECT_FALSE(r->outcome->error.nothing_sent);
+    EXPECT_EQ(r->outcome->attempts, 1);
+    EXPECT_EQ(r->at, t0_) << "at once, not at a timeout";
+  }
+}
+
+// Killed between sends, the client knows what the retry state knows: a
+// call waiting to retry after a local port shortage sent nothing.
+TEST_F(CallActor, AKilledClientSaysNothingWasSentForACallThatSentNothing) {
+  log->script = {fake_step::fail(ek::local_resource, false)};
+  auto client = make_client();
+  auto a = start(client, get("/a"));
+  run();
+  ASSERT_EQ(log->requests.size(), 1u);
+  caf::anon_send_exit(client, caf::exit_reason::kill);
+  run();
+  ASSERT_TRUE(a->outcome) << a->error;
+  EXPECT_EQ(a->outcome->error.detail, "service client stopped");
+  EXPECT_TRUE(a->outcome->error.nothing_sent);
 }
 
 // -- redials and local retries --------------------------------------------------------

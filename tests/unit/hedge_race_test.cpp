@@ -485,6 +485,53 @@ TEST_F(HedgeRace, ABackendFailingHalfItsAttemptsOpensItsBreakerBehindRetries) {
   EXPECT_EQ(s.errors, 2u) << "one per failed attempt";
 }
 
+// A call the client never hedges (it has a body) runs without a call actor,
+// but its attempts still reach the breakers (never the latency sketch).
+TEST_F(HedgeRace, AnUnhedgedCallsAttemptsStillReachTheBreakers) {
+  hedging.config.breaker.min_samples = 4;
+  hedging.config.breaker.cooldown = 60.0;
+  hedging.config.breaker.error_rate_threshold = 0.5;
+  cfg.retry.base_backoff = 0.001;
+  cfg.retry.retry_statuses = {503};
+  for (int i = 0; i < 2; ++i) {
+    log->script.push_back(fake_step::status(503));
+    log->script.push_back(fake_step::status(200, R"({"v":1})"));
+  }
+  for (int i = 0; i < 2; ++i) {
+    call_request p;
+    p.method = "post";
+    p.path = "/orders";
+    p.body = "{}";
+    p.has_body = true;
+    p.idempotent = true; // retried, but never hedged: it has a body
+    auto o = run_call(p);
+    EXPECT_TRUE(o.ok) << o.error.message();
+    EXPECT_EQ(o.attempts, 2);
+  }
+  ASSERT_EQ(log->requests.size(), 4u);
+  auto b = breaker(breaker_scope::host, host_key);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->phase, breaker_phase::open) << "2 of 4 attempts failed";
+  auto s = stats(host_key);
+  EXPECT_EQ(s.hedged_requests, 0u);
+  EXPECT_EQ(s.total_requests, 0u) << "only hedgeable calls feed the sketch";
+}
+
+TEST_F(HedgeRace, AnUnhedgedCallNamingAnUnknownEndpointIsAConfigError) {
+  call_request p;
+  p.method = "POST";
+  p.path = "/orders";
+  p.body = "{}";
+  p.has_body = true;
+  p.hedge_endpoint = "nope";
+  auto o = run_call(p);
+  EXPECT_FALSE(o.ok);
+  EXPECT_EQ(o.error.kind, error_kind::config_error);
+  EXPECT_EQ(o.error.detail, "unknown hedge endpoint 'nope'");
+  EXPECT_TRUE(o.error.nothing_sent);
+  EXPECT_TRUE(log->requests.empty());
+}
+
 TEST_F(HedgeRace, AlwaysSucceedingAttemptsNeverOpenTheBreaker) {
   hedging.config.breaker.min_samples = 4;
   for (int i = 0; i < 6; ++i)

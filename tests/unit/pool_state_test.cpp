@@ -214,7 +214,7 @@ TEST(PoolState, AFullQueueOverflowsAtOnce) {
   EXPECT_EQ(s.pending_count(), 1u);
 }
 
-TEST(PoolState, StaleDiscardFreesTheSlot) {
+TEST(PoolState, AReusedConnectionFoundStaleFreesItsSlot) {
   auto s = limited(1, 8);
   dial(s, 1, 10);
   auto f = s.complete(1);
@@ -222,10 +222,29 @@ TEST(PoolState, StaleDiscardFreesTheSlot) {
   auto a = s.acquire(key, false);
   ASSERT_EQ(a.kind, acquire_kind::reuse);
   EXPECT_EQ(*a.conn, 10);
-  EXPECT_FALSE(s.discard_stale(key));
+  ASSERT_TRUE(s.start(2, key, *a.conn, "p2", true));
+  EXPECT_EQ(s.counters().reused, 1u);
+  // The connection found itself stale before writing: not reusable.
+  auto g = s.complete(2);
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(s.stale_found(*g));
+  auto r = s.release(key, g->conn, false);
+  EXPECT_EQ(r.decision, release_decision::close_not_reusable);
   EXPECT_EQ(s.counters().stale_discarded, 1u);
+  EXPECT_EQ(s.counters().reused, 0u);
   EXPECT_EQ(s.open_count(key), 0u);
   EXPECT_EQ(s.acquire(key, false).kind, acquire_kind::dial);
+}
+
+// A new dial that ends not_sent was never an idle connection: not stale.
+TEST(PoolState, ANewDialIsNeverCountedStale) {
+  auto s = limited(1, 8);
+  dial(s, 1, 10);
+  auto f = s.complete(1);
+  ASSERT_TRUE(f);
+  EXPECT_FALSE(s.stale_found(*f));
+  EXPECT_EQ(s.counters().stale_discarded, 0u);
+  EXPECT_EQ(s.counters().dialled, 1u);
 }
 
 TEST(PoolState, DialFailurePassesTheSlotOn) {

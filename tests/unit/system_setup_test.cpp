@@ -125,9 +125,26 @@ TEST(SystemSetup, ExplicitOptionsOverrideTheRecommendation) {
   EXPECT_EQ(x.max_throughput, 7u);
   ASSERT_TRUE(x.moderate_sleep);
   EXPECT_EQ(*x.moderate_sleep, caf::timespan{20us});
+  ASSERT_TRUE(x.aggressive_polls);
+  EXPECT_EQ(*x.aggressive_polls, 100u); // CAF's default, not overridden
   EXPECT_EQ(describe_scheduler(sys), "3 workers, policy stealing, "
                                      "max-throughput 7, "
+                                     "aggressive-poll-attempts 100, "
                                      "moderate-sleep-duration 20us");
+}
+
+TEST(SystemSetup, AggressivePollsReachTheWorkers) {
+  auto o = two_cores_one_io();
+  o.policy = "stealing";
+  o.aggressive_polls = 10000;
+  caf::actor_system_config cfg;
+  configure(cfg, o);
+  caf::actor_system sys{cfg};
+  auto x = scheduler_in_effect(sys);
+  ASSERT_TRUE(x.aggressive_polls);
+  EXPECT_EQ(*x.aggressive_polls, 10000u);
+  ASSERT_TRUE(x.moderate_sleep);
+  EXPECT_EQ(x.moderate_sleep->count(), 0);
 }
 
 TEST(SystemSetup, StealingAloneGetsTheRecommendedZeroModerateSleep) {
@@ -215,6 +232,17 @@ TEST(SystemSetup, InvalidOptionsNameTheFieldAndLeaveTheConfigAlone) {
     auto o = two_cores_one_io();
     o.moderate_sleep = 0us;
     EXPECT_EQ(field_of(o), "system.moderate_sleep");
+  }
+  {
+    auto o = two_cores_one_io();
+    o.policy = "stealing";
+    o.aggressive_polls = 0;
+    EXPECT_EQ(field_of(o), "system.aggressive_polls");
+  }
+  {
+    auto o = two_cores_one_io();
+    o.aggressive_polls = 10000; // policy sharing: CAF would ignore it
+    EXPECT_EQ(field_of(o), "system.aggressive_polls");
   }
   caf::actor_system_config cfg;
   auto o = two_cores_one_io();
