@@ -9,6 +9,7 @@
 #include "apps/watch_cmd.hpp"
 
 #include "actors/system/system_setup.hpp"
+#include "protocol/io_runner.hpp"
 
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
@@ -103,21 +104,34 @@ int main(int argc, char** argv) {
   // So does the demo (it creates its own actor system).
   if (demo_cmd->parsed())
     return run_demo(demo_opts, std::cout, std::cerr);
+  // Every client, pool and WebSocket of a command runs on the process-wide
+  // io runner (io_runner::shared()). When the command is done, main stops
+  // it (its thread joined, no completion runs any more) before the actor
+  // system shuts down, and releases it last. Otherwise an io completion can
+  // drop the last reference to a connection pool actor on the io thread
+  // while the system shuts down: the pool then cleans itself up there,
+  // racing the system's teardown (seen under ASan as a SEGV in
+  // caf::actor_system::clock() and as TLS sessions leaked at exit).
+  auto io = outbound::io_runner::shared();
   try {
     caf::actor_system_config cfg;
     // Type ids and the recommended scheduler settings; the commands run one
     // io_runner thread each (actors/system/system_setup.hpp).
     outbound::configure(cfg);
     caf::actor_system sys{cfg};
+    int code = usage_exit_code;
     if (request_cmd->parsed())
-      return run_request(sys, request_opts, std::cout, std::cerr);
-    if (watch_cmd->parsed())
-      return run_watch(sys, watch_opts, std::cout, std::cerr);
-    if (ts_cmd->parsed())
-      return run_ts(sys, ts_opts, std::cout, std::cerr);
-    if (seq_cmd->parsed())
-      return run_seq(sys, seq_opts, std::cout, std::cerr);
+      code = run_request(sys, request_opts, std::cout, std::cerr);
+    else if (watch_cmd->parsed())
+      code = run_watch(sys, watch_opts, std::cout, std::cerr);
+    else if (ts_cmd->parsed())
+      code = run_ts(sys, ts_opts, std::cout, std::cerr);
+    else if (seq_cmd->parsed())
+      code = run_seq(sys, seq_opts, std::cout, std::cerr);
+    io->stop();
+    return code;
   } catch (const std::exception& e) {
+    io->stop();
     std::cerr << redact(usage_error_json("internal_error", e.what()), secrets)
               << '\n';
     return internal_exit_code;
