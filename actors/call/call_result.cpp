@@ -186,6 +186,14 @@ void fill_answered(client_event& ev, const call_outcome& o,
   ev.response_bytes = response_bytes;
 }
 
+void fill_retrying(client_event& ev, const retry_step& step,
+                   const http_response* resp) {
+  ev.cause = step.cause;
+  ev.delay_ns = step.delay.count();
+  if (resp)
+    ev.status = resp->status; // a retried status ("status 503") was a response
+}
+
 void fill_failed(client_event& ev, const call_error& e, int64_t latency_ns) {
   ev.cause = e.cause == transport_error_kind::none ? to_string(e.kind)
                                                    : to_string(e.cause);
