@@ -25,6 +25,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <set>
 #include <string>
 #include <vector>
@@ -879,7 +880,13 @@ TEST(LedgerWakes, WakesDuringADrainLeaveOnePendingDrain) {
     p.cursor = 0;
     return p;
   }());
-  EXPECT_EQ(d.on_page_done().what, drain_next::kind::fetch); // the pending one
+  // The pending one, one floor later: this drain read nothing new, so the
+  // event the wakes announce is not visible to replay yet.
+  auto n = d.on_page_done();
+  ASSERT_EQ(n.what, drain_next::kind::redrain);
+  EXPECT_EQ(n.delay, ledger_drain::redrain_floor);
+  EXPECT_EQ(d.on_wake(std::nullopt), drain_action::none); // coalesced into it
+  EXPECT_EQ(d.on_redrain_timer(n.redrain_id), drain_action::fetch);
   d.on_page([] {
     page_summary p;
     p.is_object = true;
@@ -887,6 +894,129 @@ TEST(LedgerWakes, WakesDuringADrainLeaveOnePendingDrain) {
     return p;
   }());
   EXPECT_EQ(d.on_page_done().what, drain_next::kind::idle);
+}
+
+TEST(LedgerWakes, NewsDuringADrainThatMovedTheCursorReadsAgainAtOnce) {
+  for (std::optional<int64_t> hint : {std::optional<int64_t>{},
+                                      std::optional<int64_t>{3}}) {
+    ledger_drain d{0, 10, 30s};
+    EXPECT_EQ(d.request(drain_trigger::start), drain_action::fetch);
+    EXPECT_EQ(d.on_wake(hint), drain_action::queued);
+    page_summary p;
+    p.is_object = true;
+    p.ids = {1, 2};
+    p.cursor = 2;
+    d.on_page(p);
+    d.on_event_delivered(1);
+    d.on_event_delivered(2);
+    // Events are flowing: no floor for the next read.
+    EXPECT_EQ(d.on_page_done().what, drain_next::kind::fetch)
+      << (hint ? *hint : -1);
+  }
+}
+
+TEST(LedgerWakes, RisingHintsDuringDrainsThatReadNothingCostOneCallPerFloor) {
+  // A hub announcing ever higher cursors that replay never shows, fast
+  // enough that a raised wake arrives during every drain. Before, each
+  // drain ended with "pending and raised: read again now", so the replay
+  // was asked as fast as it answered (one call per round trip).
+  ledger_drain d{0, 10, 30s};
+  int64_t hint = 1000;
+  ASSERT_EQ(d.on_wake(hint), drain_action::fetch);
+  page_summary empty;
+  empty.is_object = true;
+  empty.cursor = 0;
+  for (int round = 0; round < 100; ++round) {
+    for (int i = 0; i < 50; ++i)
+      EXPECT_EQ(d.on_wake(++hint), drain_action::queued);
+    // While the drain is in flight with a raise pending, one more raise
+    // changes nothing but the target: the io thread may absorb it.
+    EXPECT_TRUE(d.absorbs_raises());
+    d.on_page(empty);
+    auto n = d.on_page_done();
+    ASSERT_EQ(n.what, drain_next::kind::redrain) << round;
+    EXPECT_EQ(n.delay, ledger_drain::redrain_floor) << round;
+    EXPECT_TRUE(d.absorbs_raises());
+    for (int i = 0; i < 50; ++i)
+      EXPECT_EQ(d.on_wake(++hint), drain_action::none);
+    ASSERT_EQ(d.on_redrain_timer(n.redrain_id), drain_action::fetch);
+  }
+  EXPECT_EQ(d.target(), hint);
+}
+
+TEST(LedgerWakes, AbsorbsRaisesOnlyWhereARaiseChangesNothingButTheTarget) {
+  page_summary empty;
+  empty.is_object = true;
+  empty.cursor = 0;
+  ledger_drain d{0, 10, 30s};
+  EXPECT_FALSE(d.absorbs_raises()); // idle: a raise starts a drain
+  d.on_wake(100);
+  EXPECT_FALSE(d.absorbs_raises()); // in flight, nothing pending
+  d.on_wake(100);
+  EXPECT_FALSE(d.absorbs_raises()); // pending, but without news
+  d.on_wake(101);
+  EXPECT_TRUE(d.absorbs_raises());
+  d.on_page(empty);
+  auto n = d.on_page_done();
+  ASSERT_EQ(n.delay, ledger_drain::redrain_floor);
+  EXPECT_TRUE(d.absorbs_raises()); // armed at the floor
+  // Let the backoff grow past the floor: a raise would re-arm the timer.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(d.on_redrain_timer(n.redrain_id), drain_action::fetch);
+    d.on_page(empty);
+    n = d.on_page_done();
+  }
+  ASSERT_GT(n.delay, ledger_drain::redrain_floor);
+  EXPECT_FALSE(d.absorbs_raises());
+  EXPECT_EQ(d.on_wake(200), drain_action::rearm);
+  EXPECT_TRUE(d.absorbs_raises()); // re-armed at the floor
+}
+
+TEST(LedgerWakes, FoldingRaisesIntoOneWakeDecidesAsEachWakeWould) {
+  // What the io-thread intake relies on (wake_intake.hpp): where
+  // absorbs_raises() holds, the wakes 1101..1150 one by one and a single
+  // wake 1150 before the drain's next step lead to the same next step.
+  page_summary empty;
+  empty.is_object = true;
+  empty.cursor = 0;
+  page_summary some;
+  some.is_object = true;
+  some.ids = {1};
+  some.cursor = 1;
+  for (bool armed : {false, true}) {
+    for (bool moved : {false, true}) {
+      uint64_t timer = 0;
+      auto setup = [&] {
+        ledger_drain d{0, 10, 30s};
+        d.on_wake(100);
+        d.on_wake(1100); // pending and raised
+        if (armed) {
+          d.on_page(empty);
+          auto n = d.on_page_done();
+          EXPECT_EQ(n.delay, ledger_drain::redrain_floor);
+          timer = n.redrain_id;
+        }
+        EXPECT_TRUE(d.absorbs_raises());
+        return d;
+      };
+      auto one_by_one = setup();
+      auto folded = setup();
+      for (int64_t t = 1101; t <= 1150; ++t)
+        one_by_one.on_wake(t);
+      folded.on_wake(1150);
+      auto step = [&](ledger_drain& d) {
+        if (armed)
+          EXPECT_EQ(d.on_redrain_timer(timer), drain_action::fetch);
+        d.on_page(moved ? some : empty);
+        if (moved)
+          d.on_event_delivered(1);
+        auto n = d.on_page_done();
+        return std::make_tuple(n.what, n.delay, d.target(), d.cursor(),
+                               d.absorbs_raises());
+      };
+      EXPECT_EQ(step(one_by_one), step(folded)) << armed << moved;
+    }
+  }
 }
 
 TEST(LedgerWakes, AWakeThatAnnouncesTheCursorReachedReadsNothing) {
