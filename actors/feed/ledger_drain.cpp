@@ -21,7 +21,16 @@ bool ledger_drain::absorbs_raises() const {
     return false;
   if (state_ != state::idle)
     return pending_ && pending_news_;
-  return armed_ && !armed_start_over_ && armed_delay_ <= redrain_floor;
+  return armed_ && !raise_rearms();
+}
+
+bool ledger_drain::raise_rearms() const {
+  // Not the timer of a start-over: the event at the cursor is what it
+  // waits for, and a wake says nothing about it. Nor once news has led
+  // nowhere since the cursor last moved (news_attempt_ > 0): rising hints
+  // that replay never shows decay like a repeated one.
+  return armed_delay_ > redrain_floor && !armed_start_over_
+         && news_attempt_ == 0;
 }
 
 uint64_t ledger_drain::drain_errors() const {
@@ -56,6 +65,7 @@ void ledger_drain::advance_to(int64_t id) {
   // from the floor again.
   start_over_attempt_ = 0;
   moved_ = true;
+  news_attempt_ = 0;
 }
 
 drain_action ledger_drain::start() {
@@ -77,6 +87,7 @@ drain_action ledger_drain::start() {
     last_rewind_.emplace(cursor_, std::move(pending_key_));
     cursor_ = 0;
     moved_ = true; // a rewind is progress: the new ledger is read at once
+    news_attempt_ = 0;
     target_ = low_head_;
     low_head_.reset();
     last_reset_cursor_.reset();
@@ -147,7 +158,7 @@ drain_action ledger_drain::on_wake(std::optional<int64_t> target) {
     // timer forward to the floor, once.
     // Not the timer of a start-over: the event at the cursor is what it
     // waits for, and a wake says nothing about it.
-    if (raised && armed_delay_ > redrain_floor && !armed_start_over_) {
+    if (raised && raise_rearms()) {
       armed_delay_ = redrain_floor;
       ++redrain_gen_;
       return drain_action::rearm;
@@ -670,17 +681,16 @@ drain_next ledger_drain::finish(bool failed) {
   // after a drain that moved the cursor (events are flowing): read again
   // now. News after a drain that read nothing new -- the event a wake
   // announced is not visible to replay yet, or the hint is bogus -- waits
-  // one floor, as a raised target restores the floor: a flood of rising
-  // hints costs one replay call per floor, never one per round trip.
+  // on the re-drain backoff, from the floor again once the cursor moves:
+  // a flood of rising (or hint-less) wakes that replay never answers
+  // decays to the cap, never one call per round trip.
   if (pending_ && (pending_request_ || (pending_news_ && moved))) {
     start();
     next.what = drain_next::kind::fetch;
     return next;
   }
-  if (pending_ && pending_news_) {
-    int floor_step = 0;
-    return arm_redrain(floor_step);
-  }
+  if (pending_ && pending_news_)
+    return arm_redrain(news_attempt_);
   pending_ = false;
   pending_request_ = false;
   pending_news_ = false;

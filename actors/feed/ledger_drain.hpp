@@ -31,13 +31,17 @@
 // (hyperdjango's serviceclient docs, ChangeFeedWatcher, "Wake targets and
 // re-drain": "the floor is restored only when a fresh wake raises the
 // target"): the timer is re-armed at
-// 0.05 s if it was longer, so rising bogus hints cost at most one replay
-// call per floor, never one per wake. A drain that ends with a wake
+// 0.05 s if it was longer. A drain that ends with a wake
 // pending drains again at once only if that wake brought news (no hint, a
 // target raised above the cursor, a low hint) and the drain moved the
-// cursor; news after a drain that read nothing new waits one floor (the
-// event announced is not visible to replay yet, or the hint is bogus); a
-// wake without news (a hint in [cursor, target]) starts nothing.
+// cursor; a wake without news (a hint in [cursor, target]) starts nothing.
+// News after a drain that read nothing new -- the event announced is not
+// visible to replay yet, or the hint is bogus -- waits on the same backoff,
+// which starts at the floor again only when the cursor moves; until then a
+// raise no longer brings the timer forward either. So a flood of rising
+// bogus hints decays to the cap like a repeated one (our refinement of the
+// rule above: a raise restores the floor once per progress), while a feed
+// whose events do show keeps its floor.
 //
 // Poison pills. A page the watcher cannot read -- a 2xx body that does not
 // parse (or nests deeper than the parser allows), a body over the response
@@ -551,6 +555,13 @@ private:
   /// A pending wake brought news (no hint, a raised target above the
   /// cursor, a low hint).
   bool pending_news_ = false;
+  /// The re-drain backoff step of news that led nowhere (a drain with a
+  /// wake with news pending that did not move the cursor); 0 again when
+  /// the cursor moves.
+  int news_attempt_ = 0;
+
+  /// A raised target would bring the armed timer forward to the floor.
+  bool raise_rearms() const;
   feed_duration armed_delay_{0};
   int retry_attempt_ = 0;
   /// The start-over backoff; the armed timer is a start-over's.

@@ -915,33 +915,58 @@ TEST(LedgerWakes, NewsDuringADrainThatMovedTheCursorReadsAgainAtOnce) {
   }
 }
 
-TEST(LedgerWakes, RisingHintsDuringDrainsThatReadNothingCostOneCallPerFloor) {
+TEST(LedgerWakes, RisingHintsThatReplayNeverShowsDecayToTheCap) {
   // A hub announcing ever higher cursors that replay never shows, fast
-  // enough that a raised wake arrives during every drain. Before, each
-  // drain ended with "pending and raised: read again now", so the replay
-  // was asked as fast as it answered (one call per round trip).
+  // enough that raised wakes arrive during every drain and while every
+  // timer is armed. Before, each drain ended "pending and raised: read
+  // again now", so the replay was asked as fast as it answered.
   ledger_drain d{0, 10, 30s};
   int64_t hint = 1000;
   ASSERT_EQ(d.on_wake(hint), drain_action::fetch);
   page_summary empty;
   empty.is_object = true;
   empty.cursor = 0;
-  for (int round = 0; round < 100; ++round) {
+  std::vector<feed_duration> delays;
+  for (int round = 0; round < 12; ++round) {
     for (int i = 0; i < 50; ++i)
       EXPECT_EQ(d.on_wake(++hint), drain_action::queued);
-    // While the drain is in flight with a raise pending, one more raise
+    // While the drain is in flight with news pending, one more raise
     // changes nothing but the target: the io thread may absorb it.
     EXPECT_TRUE(d.absorbs_raises());
     d.on_page(empty);
     auto n = d.on_page_done();
     ASSERT_EQ(n.what, drain_next::kind::redrain) << round;
-    EXPECT_EQ(n.delay, ledger_drain::redrain_floor) << round;
+    delays.push_back(n.delay);
+    // Raises no longer bring the timer forward: news led nowhere.
     EXPECT_TRUE(d.absorbs_raises());
     for (int i = 0; i < 50; ++i)
       EXPECT_EQ(d.on_wake(++hint), drain_action::none);
     ASSERT_EQ(d.on_redrain_timer(n.redrain_id), drain_action::fetch);
   }
+  using ms = std::chrono::milliseconds;
+  // Doubling from the floor to the cap, max(3 s, poll_interval) = 30 s.
+  std::vector<feed_duration> want{
+    ms{50},   ms{100},  ms{200},   ms{400},   ms{800},   ms{1600},
+    ms{3200}, ms{6400}, ms{12800}, ms{25600}, ms{30000}, ms{30000}};
+  EXPECT_EQ(delays, want);
   EXPECT_EQ(d.target(), hint);
+  // The cursor moves: the next news after a drain that reads nothing
+  // waits the floor again.
+  for (int i = 0; i < 5; ++i)
+    d.on_wake(++hint);
+  page_summary one;
+  one.is_object = true;
+  one.ids = {1};
+  one.cursor = 1;
+  d.on_page(one);
+  d.on_event_delivered(1);
+  ASSERT_EQ(d.on_page_done().what, drain_next::kind::fetch); // moved: now
+  d.on_wake(++hint);
+  empty.cursor = 1;
+  d.on_page(empty);
+  auto n = d.on_page_done();
+  ASSERT_EQ(n.what, drain_next::kind::redrain);
+  EXPECT_EQ(n.delay, ledger_drain::redrain_floor);
 }
 
 TEST(LedgerWakes, AbsorbsRaisesOnlyWhereARaiseChangesNothingButTheTarget) {
@@ -952,24 +977,50 @@ TEST(LedgerWakes, AbsorbsRaisesOnlyWhereARaiseChangesNothingButTheTarget) {
   EXPECT_FALSE(d.absorbs_raises()); // idle: a raise starts a drain
   d.on_wake(100);
   EXPECT_FALSE(d.absorbs_raises()); // in flight, nothing pending
-  d.on_wake(100);
-  EXPECT_FALSE(d.absorbs_raises()); // pending, but without news
-  d.on_wake(101);
-  EXPECT_TRUE(d.absorbs_raises());
   d.on_page(empty);
   auto n = d.on_page_done();
   ASSERT_EQ(n.delay, ledger_drain::redrain_floor);
   EXPECT_TRUE(d.absorbs_raises()); // armed at the floor
-  // Let the backoff grow past the floor: a raise would re-arm the timer.
+  // Let the backoff grow past the floor (no wake pending, no news): a
+  // raise would re-arm the timer at the floor.
   for (int i = 0; i < 2; ++i) {
     ASSERT_EQ(d.on_redrain_timer(n.redrain_id), drain_action::fetch);
+    if (i == 1) {
+      d.on_wake(100);
+      EXPECT_FALSE(d.absorbs_raises()); // pending, but without news
+      d.on_wake(101);
+      EXPECT_TRUE(d.absorbs_raises()); // news pending
+      d.on_wake(100); // no news, the news stays
+      EXPECT_TRUE(d.absorbs_raises());
+    }
     d.on_page(empty);
     n = d.on_page_done();
   }
-  ASSERT_GT(n.delay, ledger_drain::redrain_floor);
-  EXPECT_FALSE(d.absorbs_raises());
-  EXPECT_EQ(d.on_wake(200), drain_action::rearm);
-  EXPECT_TRUE(d.absorbs_raises()); // re-armed at the floor
+  // The news led nowhere: its own backoff, and raises no longer re-arm.
+  EXPECT_EQ(n.delay, ledger_drain::redrain_floor);
+  EXPECT_TRUE(d.absorbs_raises());
+  EXPECT_EQ(d.on_wake(200), drain_action::none);
+  // A start-over timer never absorbs: a raise would not change it, but a
+  // start-over is about the event at the cursor, not about targets.
+  ledger_drain e{0, 10, 30s};
+  EXPECT_EQ(e.request(drain_trigger::start), drain_action::fetch);
+  e.on_page(empty);
+  auto m = e.on_page_done();
+  EXPECT_EQ(m.what, drain_next::kind::idle);
+  EXPECT_EQ(e.on_wake(5), drain_action::fetch);
+  e.on_page(empty);
+  m = e.on_page_done();
+  ASSERT_EQ(m.what, drain_next::kind::redrain);
+  // Grow the tail backoff with no news pending: a raise re-arms.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(e.on_redrain_timer(m.redrain_id), drain_action::fetch);
+    e.on_page(empty);
+    m = e.on_page_done();
+  }
+  ASSERT_GT(m.delay, ledger_drain::redrain_floor);
+  EXPECT_FALSE(e.absorbs_raises());
+  EXPECT_EQ(e.on_wake(6), drain_action::rearm);
+  EXPECT_TRUE(e.absorbs_raises()); // re-armed at the floor
 }
 
 TEST(LedgerWakes, FoldingRaisesIntoOneWakeDecidesAsEachWakeWould) {
