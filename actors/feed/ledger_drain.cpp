@@ -66,6 +66,7 @@ void ledger_drain::advance_to(int64_t id) {
   start_over_attempt_ = 0;
   moved_ = true;
   news_attempt_ = 0;
+  news_retried_ = false;
 }
 
 drain_action ledger_drain::start() {
@@ -88,6 +89,7 @@ drain_action ledger_drain::start() {
     cursor_ = 0;
     moved_ = true; // a rewind is progress: the new ledger is read at once
     news_attempt_ = 0;
+    news_retried_ = false;
     target_ = low_head_;
     low_head_.reset();
     last_reset_cursor_.reset();
@@ -679,11 +681,19 @@ drain_next ledger_drain::finish(bool failed) {
   // A drain was requested meanwhile (a new session, a hello, a poll tick:
   // at most one per connection or poll interval), or a wake brought news
   // after a drain that moved the cursor (events are flowing): read again
-  // now. News after a drain that read nothing new -- the event a wake
-  // announced is not visible to replay yet, or the hint is bogus -- waits
-  // on the re-drain backoff, from the floor again once the cursor moves:
-  // a flood of rising (or hint-less) wakes that replay never answers
-  // decays to the cap, never one call per round trip.
+  // now. News after a drain that read nothing new reads again at once the
+  // first time since the cursor last moved; after that -- the event a
+  // wake announced is not visible to replay yet, or the hint is bogus --
+  // it waits on the re-drain backoff, from the floor again once the
+  // cursor moves: a flood of rising (or hint-less) wakes that replay never
+  // answers decays to the cap, never one call per round trip.
+  if (pending_ && pending_news_ && !moved && !news_retried_) {
+    // The page may have been read just before the event announced became
+    // visible (the usual end of a burst): once per progress, read again
+    // at once.
+    news_retried_ = true;
+    pending_request_ = true;
+  }
   if (pending_ && (pending_request_ || (pending_news_ && moved))) {
     start();
     next.what = drain_next::kind::fetch;

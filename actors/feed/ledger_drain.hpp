@@ -35,8 +35,11 @@
 // pending drains again at once only if that wake brought news (no hint, a
 // target raised above the cursor, a low hint) and the drain moved the
 // cursor; a wake without news (a hint in [cursor, target]) starts nothing.
-// News after a drain that read nothing new -- the event announced is not
-// visible to replay yet, or the hint is bogus -- waits on the same backoff,
+// News after a drain that read nothing new reads again at once the first
+// time since the cursor last moved (the page was likely read just before
+// the event became visible: the usual end of a burst); after that -- the
+// event announced is not visible to replay yet, or the hint is bogus -- it
+// waits on the same backoff,
 // which starts at the floor again only when the cursor moves; until then a
 // raise no longer brings the timer forward either. So a flood of rising
 // bogus hints decays to the cap like a repeated one (our refinement of the
@@ -559,6 +562,9 @@ private:
   /// wake with news pending that did not move the cursor); 0 again when
   /// the cursor moves.
   int news_attempt_ = 0;
+  /// News after a drain that read nothing new was read again at once once
+  /// since the cursor last moved.
+  bool news_retried_ = false;
 
   /// A raised target would bring the armed timer forward to the floor.
   bool raise_rearms() const;

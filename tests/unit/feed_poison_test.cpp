@@ -880,8 +880,18 @@ TEST(LedgerWakes, WakesDuringADrainLeaveOnePendingDrain) {
     p.cursor = 0;
     return p;
   }());
-  // The pending one, one floor later: this drain read nothing new, so the
-  // event the wakes announce is not visible to replay yet.
+  // The pending one, at once: the page may have been read just before
+  // the event the wakes announce became visible.
+  EXPECT_EQ(d.on_page_done().what, drain_next::kind::fetch);
+  for (int i = 0; i < 1000; ++i)
+    EXPECT_EQ(d.on_wake(std::nullopt), drain_action::queued);
+  d.on_page([] {
+    page_summary p;
+    p.is_object = true;
+    p.cursor = 0;
+    return p;
+  }());
+  // Read nothing new twice: the next one waits the floor.
   auto n = d.on_page_done();
   ASSERT_EQ(n.what, drain_next::kind::redrain);
   EXPECT_EQ(n.delay, ledger_drain::redrain_floor);
@@ -927,6 +937,12 @@ TEST(LedgerWakes, RisingHintsThatReplayNeverShowsDecayToTheCap) {
   empty.is_object = true;
   empty.cursor = 0;
   std::vector<feed_duration> delays;
+  // The first drain that reads nothing new with news pending reads again
+  // at once (the event may just have become visible); then the backoff.
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ(d.on_wake(++hint), drain_action::queued);
+  d.on_page(empty);
+  ASSERT_EQ(d.on_page_done().what, drain_next::kind::fetch);
   for (int round = 0; round < 12; ++round) {
     for (int i = 0; i < 50; ++i)
       EXPECT_EQ(d.on_wake(++hint), drain_action::queued);
@@ -961,8 +977,11 @@ TEST(LedgerWakes, RisingHintsThatReplayNeverShowsDecayToTheCap) {
   d.on_page(one);
   d.on_event_delivered(1);
   ASSERT_EQ(d.on_page_done().what, drain_next::kind::fetch); // moved: now
-  d.on_wake(++hint);
   empty.cursor = 1;
+  d.on_wake(++hint);
+  d.on_page(empty);
+  ASSERT_EQ(d.on_page_done().what, drain_next::kind::fetch); // once at once
+  d.on_wake(++hint);
   d.on_page(empty);
   auto n = d.on_page_done();
   ASSERT_EQ(n.what, drain_next::kind::redrain);
@@ -985,18 +1004,25 @@ TEST(LedgerWakes, AbsorbsRaisesOnlyWhereARaiseChangesNothingButTheTarget) {
   // raise would re-arm the timer at the floor.
   for (int i = 0; i < 2; ++i) {
     ASSERT_EQ(d.on_redrain_timer(n.redrain_id), drain_action::fetch);
-    if (i == 1) {
-      d.on_wake(100);
-      EXPECT_FALSE(d.absorbs_raises()); // pending, but without news
-      d.on_wake(101);
-      EXPECT_TRUE(d.absorbs_raises()); // news pending
-      d.on_wake(100); // no news, the news stays
-      EXPECT_TRUE(d.absorbs_raises());
-    }
     d.on_page(empty);
     n = d.on_page_done();
   }
+  ASSERT_GT(n.delay, ledger_drain::redrain_floor);
+  EXPECT_FALSE(d.absorbs_raises());
+  ASSERT_EQ(d.on_redrain_timer(n.redrain_id), drain_action::fetch);
+  d.on_wake(100);
+  EXPECT_FALSE(d.absorbs_raises()); // pending, but without news
+  d.on_wake(101);
+  EXPECT_TRUE(d.absorbs_raises()); // news pending
+  d.on_wake(100); // no news, the news stays
+  EXPECT_TRUE(d.absorbs_raises());
+  d.on_page(empty);
+  ASSERT_EQ(d.on_page_done().what, drain_next::kind::fetch); // once at once
+  d.on_wake(std::nullopt);
+  d.on_page(empty);
+  n = d.on_page_done();
   // The news led nowhere: its own backoff, and raises no longer re-arm.
+  ASSERT_EQ(n.what, drain_next::kind::redrain);
   EXPECT_EQ(n.delay, ledger_drain::redrain_floor);
   EXPECT_TRUE(d.absorbs_raises());
   EXPECT_EQ(d.on_wake(200), drain_action::none);
@@ -1043,7 +1069,11 @@ TEST(LedgerWakes, FoldingRaisesIntoOneWakeDecidesAsEachWakeWould) {
         d.on_wake(1100); // pending and raised
         if (armed) {
           d.on_page(empty);
+          EXPECT_EQ(d.on_page_done().what, drain_next::kind::fetch);
+          d.on_wake(std::nullopt); // news again
+          d.on_page(empty);
           auto n = d.on_page_done();
+          EXPECT_EQ(n.what, drain_next::kind::redrain);
           EXPECT_EQ(n.delay, ledger_drain::redrain_floor);
           timer = n.redrain_id;
         }
