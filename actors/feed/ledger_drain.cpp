@@ -26,11 +26,8 @@ bool ledger_drain::absorbs_raises() const {
 
 bool ledger_drain::raise_rearms() const {
   // Not the timer of a start-over: the event at the cursor is what it
-  // waits for, and a wake says nothing about it. Nor once news has led
-  // nowhere since the cursor last moved (news_attempt_ > 0): rising hints
-  // that replay never shows decay like a repeated one.
-  return armed_delay_ > redrain_floor && !armed_start_over_
-         && news_attempt_ == 0;
+  // waits for, and a wake says nothing about it.
+  return armed_delay_ > redrain_floor && !armed_start_over_;
 }
 
 uint64_t ledger_drain::drain_errors() const {
@@ -65,7 +62,6 @@ void ledger_drain::advance_to(int64_t id) {
   // from the floor again.
   start_over_attempt_ = 0;
   moved_ = true;
-  news_attempt_ = 0;
   news_retried_ = false;
 }
 
@@ -88,7 +84,6 @@ drain_action ledger_drain::start() {
     last_rewind_.emplace(cursor_, std::move(pending_key_));
     cursor_ = 0;
     moved_ = true; // a rewind is progress: the new ledger is read at once
-    news_attempt_ = 0;
     news_retried_ = false;
     target_ = low_head_;
     low_head_.reset();
@@ -684,9 +679,9 @@ drain_next ledger_drain::finish(bool failed) {
   // now. News after a drain that read nothing new reads again at once the
   // first time since the cursor last moved; after that -- the event a
   // wake announced is not visible to replay yet, or the hint is bogus --
-  // it waits on the re-drain backoff, from the floor again once the
-  // cursor moves: a flood of rising (or hint-less) wakes that replay never
-  // answers decays to the cap, never one call per round trip.
+  // it waits one floor, as a raised target restores the floor: a flood of
+  // rising (or hint-less) wakes costs one replay call per floor, never one
+  // per round trip.
   if (pending_ && pending_news_ && !moved && !news_retried_) {
     // The page may have been read just before the event announced became
     // visible (the usual end of a burst): once per progress, read again
@@ -699,8 +694,10 @@ drain_next ledger_drain::finish(bool failed) {
     next.what = drain_next::kind::fetch;
     return next;
   }
-  if (pending_ && pending_news_)
-    return arm_redrain(news_attempt_);
+  if (pending_ && pending_news_) {
+    int floor_step = 0;
+    return arm_redrain(floor_step);
+  }
   pending_ = false;
   pending_request_ = false;
   pending_news_ = false;

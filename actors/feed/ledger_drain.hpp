@@ -39,12 +39,13 @@
 // time since the cursor last moved (the page was likely read just before
 // the event became visible: the usual end of a burst); after that -- the
 // event announced is not visible to replay yet, or the hint is bogus -- it
-// waits on the same backoff,
-// which starts at the floor again only when the cursor moves; until then a
-// raise no longer brings the timer forward either. So a flood of rising
-// bogus hints decays to the cap like a repeated one (our refinement of the
-// rule above: a raise restores the floor once per progress), while a feed
-// whose events do show keeps its floor.
+// waits one floor, as a raise restores the floor. So a flood of rising
+// bogus hints costs one replay call per floor (20 a second), and the
+// wake intake (wake_intake.hpp) keeps the wakes themselves off the actor.
+// Decaying past the floor would be cheaper, but it is the case the floor
+// exists for: while an unrelated long transaction holds replay's
+// visibility back, every new event raises the target, and the event must
+// be delivered within a floor of becoming visible.
 //
 // Poison pills. A page the watcher cannot read -- a 2xx body that does not
 // parse (or nests deeper than the parser allows), a body over the response
@@ -558,10 +559,6 @@ private:
   /// A pending wake brought news (no hint, a raised target above the
   /// cursor, a low hint).
   bool pending_news_ = false;
-  /// The re-drain backoff step of news that led nowhere (a drain with a
-  /// wake with news pending that did not move the cursor); 0 again when
-  /// the cursor moves.
-  int news_attempt_ = 0;
   /// News after a drain that read nothing new was read again at once once
   /// since the cursor last moved.
   bool news_retried_ = false;
