@@ -270,6 +270,12 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
                  "reached, later outages are ridden out (0: never give up)")
     ->capture_default_str();
   cmd
+    ->add_option("--json-max-depth", opts.json_max_depth,
+                 "Nesting limit of replay pages and WebSocket messages "
+                 "(1..1024); an event nested deeper is an undeliverable "
+                 "reset")
+    ->capture_default_str();
+  cmd
     ->add_option("--max-response-bytes", f.replay_max_response_bytes,
                  "Cap on one replay response, bytes (0: the client's, 32 "
                  "MiB); a page over it is narrowed, not lost")
@@ -294,6 +300,10 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     }
     auto cfg = opts.cfg;
     cfg.base_url = opts.base_url;
+    // One limit for both readers: an event reads the same in a frame as in
+    // a replay page.
+    cfg.json_max_depth = opts.json_max_depth;
+    fc.json_max_depth = opts.json_max_depth;
     fc.validate();
     auto io = std::make_shared<io_runner>(1);
     client_options copts;

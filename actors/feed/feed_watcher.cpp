@@ -99,6 +99,8 @@ struct wake_gate {
 
 struct watcher_state {
   feed_config cfg;
+  /// Limits of every message parse (frame_json_limits of cfg).
+  json_limits frame_limits;
   feed_watcher_options opts;
   feed_subscriber_actor target;
   core::rng rng;
@@ -740,7 +742,8 @@ void on_ws_event(self_ptr self, ws_event& ev) {
         return;
       ++st.messages;
       st.ka->on_activity(now);
-      auto m = parse_message(ev.payload, st.cfg.fields.wake_cursor);
+      auto m = parse_message(ev.payload, st.cfg.fields.wake_cursor,
+                             st.frame_limits);
       if (m.is_hello)
         on_hello(self, m);
       else
@@ -967,6 +970,7 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
              feed_subscriber_actor target, caf::actor runner) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
+  st.frame_limits = frame_json_limits(st.cfg);
   st.opts = std::move(opts);
   st.target = std::move(target);
   auto seed = st.opts.seed != 0 ? st.opts.seed : core::entropy_seed();
