@@ -455,6 +455,13 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
         by_reason[to_string(static_cast<drain_error_reason>(r))]
           = st.drain_errors_by_reason[r];
     sum["drain_errors_by_reason"] = std::move(by_reason);
+    sum["unreadable_frames"] = st.unreadable_frames;
+    boost::json::object frames_by_reason;
+    for (std::size_t r = 0; r < frame_error_reason_count; ++r)
+      if (st.unreadable_frames_by_reason[r] > 0)
+        frames_by_reason[to_string(static_cast<frame_error_reason>(r))]
+          = st.unreadable_frames_by_reason[r];
+    sum["unreadable_frames_by_reason"] = std::move(frames_by_reason);
     sum["undeliverable"]
       = st.resets_by_cause[static_cast<std::size_t>(
         reset_cause::undeliverable)];

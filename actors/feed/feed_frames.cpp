@@ -84,6 +84,25 @@ parsed_message parse_message(std::string_view payload,
                 + std::to_string(limits.max_bytes) + " bytes)";
     else
       m.error = !parsed ? parsed.detail : "not a JSON object";
+    switch (parsed.error) {
+      case json_parse_error::none:
+        m.unreadable = frame_error_reason::not_an_object;
+        break;
+      case json_parse_error::too_deep:
+        m.unreadable = frame_error_reason::too_deep;
+        break;
+      case json_parse_error::too_large:
+        m.unreadable = frame_error_reason::memory_bound;
+        break;
+      case json_parse_error::number_out_of_range:
+      case json_parse_error::inexact_integer:
+        m.unreadable = frame_error_reason::bad_number;
+        break;
+      case json_parse_error::syntax:
+      case json_parse_error::duplicate_key:
+        m.unreadable = frame_error_reason::unparseable;
+        break;
+    }
     // What the text still shows of an event that cannot be read whole.
     if (!parsed)
       m.frame.seq = frame_seq(payload);

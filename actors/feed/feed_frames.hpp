@@ -54,6 +54,8 @@ struct parsed_message {
   boost::json::value json;
   /// not_json: why ("<parser message>" or "not a JSON object").
   std::string error;
+  /// not_json: the same as a label.
+  frame_error_reason unreadable = frame_error_reason::unparseable;
 };
 
 /// The limits of every parse of a WebSocket message of the feed under

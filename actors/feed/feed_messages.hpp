@@ -130,10 +130,15 @@ struct feed_stats {
   /// those dropped at intake (on the io thread, as repeats of a target the
   /// drain would coalesce; they are counted in wakes_coalesced too).
   uint64_t wakes = 0;
-  /// Event frames (catchup / ephemeral) that were not a JSON object or
-  /// were over `ws_max_frame_bytes`: each is delivered as an undeliverable
+  /// Event frames (catchup / ephemeral) that could not be read (not a JSON
+  /// object, too deep, over the memory bound, a bad number, over
+  /// `ws_max_frame_bytes`): each is delivered as an undeliverable
   /// reset, unless catchup had already delivered the seq it shows.
   uint64_t unreadable_frames = 0;
+  /// The same by reason, indexed by frame_error_reason (sums to
+  /// `unreadable_frames`).
+  std::array<uint64_t, frame_error_reason_count>
+    unreadable_frames_by_reason{};
   /// WebSocket messages over `feed_config::ws_max_frame_bytes`, discarded
   /// by the session (any mode; the session stays open). Catchup and
   /// ephemeral also count them at `unreadable_frames` (one undeliverable

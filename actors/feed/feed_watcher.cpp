@@ -622,13 +622,19 @@ bool frames_over(const watcher_state& st, std::size_t frames,
   return st.frames_queued > frames || st.frames_bytes > bytes;
 }
 
-/// An in-frame event that cannot be read (`why`: unparseable, or over_cap
-/// for a message over ws_max_frame_bytes): one undeliverable reset in its
-/// place (with its seq when the text shows it), never silence.
-void enqueue_unreadable_frame(self_ptr self, const parsed_message& m,
-                              drain_error_reason why) {
+/// An in-frame event that cannot be read (m.unreadable says why): one
+/// undeliverable reset in its place (with its seq when the text shows it),
+/// never silence. Its reason and the failure's kind keep the vocabulary of
+/// replay pages (unparseable, or over_cap for a message over
+/// ws_max_frame_bytes); the counters tell the finer reason.
+void enqueue_unreadable_frame(self_ptr self, const parsed_message& m) {
   auto& st = self->state;
   ++st.counters.unreadable_frames;
+  ++st.counters
+      .unreadable_frames_by_reason[static_cast<std::size_t>(m.unreadable)];
+  auto why = m.unreadable == frame_error_reason::over_cap
+               ? drain_error_reason::over_cap
+               : drain_error_reason::unparseable;
   auto reason = std::string{to_string(why)} + ": " + m.error;
   feed_failure f;
   f.source = "frame";
@@ -644,9 +650,7 @@ void enqueue_unreadable_frame(self_ptr self, const parsed_message& m,
     st.queue.back().rs.event_id = info->lost_to;
 }
 
-void on_frame(self_ptr self, parsed_message& m, std::size_t bytes,
-              drain_error_reason unreadable_why
-              = drain_error_reason::unparseable) {
+void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
   auto& st = self->state;
   auto before = st.neg->mode();
   auto r = st.neg->on_frame(m.frame);
@@ -677,7 +681,7 @@ void on_frame(self_ptr self, parsed_message& m, std::size_t bytes,
   // frame before any hello only makes the watcher infer ephemeral).
   if (m.frame.type == frame_type::not_json
       && (before == feed_mode::catchup || before == feed_mode::ephemeral))
-    enqueue_unreadable_frame(self, m, unreadable_why);
+    enqueue_unreadable_frame(self, m);
   pump(self);
   if (frames_over(st, st.cfg.max_pending_frames,
                   st.cfg.max_pending_frame_bytes)
@@ -778,6 +782,7 @@ void on_ws_event(self_ptr self, ws_event& ev) {
       st.ka->on_activity(now);
       parsed_message m;
       m.frame.type = frame_type::not_json;
+      m.unreadable = frame_error_reason::over_cap;
       m.frame.seq = frame_seq(ev.payload);
       m.error = ev.closing
                   ? "message announcing " + std::to_string(ev.size)
@@ -805,7 +810,7 @@ void on_ws_event(self_ptr self, ws_event& ev) {
         f.detail = m.error;
         report(self, std::move(f));
       }
-      on_frame(self, m, 0, drain_error_reason::over_cap);
+      on_frame(self, m, 0);
       break;
     }
     case ws_event::kind::activity:

@@ -7,6 +7,7 @@
 // while the child runs.
 
 #include "nginx_fixture.hpp"
+#include "scripted_server.hpp"
 #include "test_certs.hpp"
 
 #include "hub/hub.hpp"
@@ -815,6 +816,92 @@ TEST_F(WatchCli, AnEventOverTheReplayCapIsOneUndeliverableResetInOrder) {
   ASSERT_FALSE(fails.empty()) << w.err();
   EXPECT_EQ(fails[0].at("source"), "page");
   EXPECT_EQ(fails[0].at("kind"), "over_cap");
+}
+
+// -- what a user sees of a scripted server ------------------------------------------
+
+namespace {
+
+/// An unmasked text frame of a server (RFC 6455 section 5.2).
+std::string ws_text(const std::string& payload) {
+  std::string f;
+  f += static_cast<char>(0x81);
+  auto n = payload.size();
+  if (n < 126) {
+    f += static_cast<char>(n);
+  } else if (n < 65536) {
+    f += static_cast<char>(126);
+    f += static_cast<char>(n >> 8);
+    f += static_cast<char>(n & 0xff);
+  } else {
+    f += static_cast<char>(127);
+    for (int i = 7; i >= 0; --i)
+      f += static_cast<char>((static_cast<uint64_t>(n) >> (8 * i)) & 0xff);
+  }
+  return f + payload;
+}
+
+/// A catchup hub that sends event 1 nested `depth` deep, then event 2.
+std::vector<script> deep_catchup(int depth) {
+  auto frames
+    = ws_text(R"({"type":"hello","mode":"catchup","seq":0,"cursor":0,"resync":false,"epoch":"e1"})")
+      + ws_text(R"({"type":"event","subject":"a","kind":"k","seq":1,"metadata":)"
+                + std::string(depth - 1, '[') + std::string(depth - 1, ']')
+                + "}")
+      + ws_text(R"({"type":"event","subject":"a","kind":"k","seq":2})");
+  return {{step::read_request(), step::ws_accept("", frames), step::hold()}};
+}
+
+} // namespace
+
+TEST(WatchCliFrames, AFrameTooDeepIsAResetCountedByReasonInTheSummary) {
+  scripted_server ws{deep_catchup(100)};
+  cli_child w{{"watch", "--replay-path", "", "--ws-path", "/ws/feed",
+               "--ping-interval", "0", "--count", "1", "--fail-after", "0",
+               "--duration", "20", ws.base_url()}};
+  auto code = w.wait_exit(30s);
+  ASSERT_TRUE(code) << w.out() << w.err();
+  EXPECT_EQ(*code, 0) << w.err();
+  auto lines = lines_of(w.out());
+  ASSERT_EQ(lines.size(), 2u) << w.out();
+  auto r = json::parse(lines[0]).as_object();
+  EXPECT_EQ(r.at("cause"), "undeliverable") << lines[0];
+  EXPECT_EQ(r.at("event_id").as_int64(), 1);
+  EXPECT_EQ(json::parse(lines[1]).at("event").at("seq").as_int64(), 2);
+  auto sum = summary_of(w.err());
+  EXPECT_EQ(sum.at("unreadable_frames").as_int64(), 1) << w.err();
+  EXPECT_EQ(sum.at("unreadable_frames_by_reason"),
+            json::parse(R"({"too_deep":1})"))
+    << w.err();
+  EXPECT_EQ(sum.at("undeliverable").as_int64(), 1);
+}
+
+TEST(WatchCliFrames, JsonMaxDepthLetsADeeperFrameThrough) {
+  scripted_server ws{deep_catchup(100)};
+  cli_child w{{"watch", "--replay-path", "", "--ws-path", "/ws/feed",
+               "--ping-interval", "0", "--count", "2", "--fail-after", "0",
+               "--duration", "20", "--json-max-depth", "128", ws.base_url()}};
+  auto code = w.wait_exit(30s);
+  ASSERT_TRUE(code) << w.out() << w.err();
+  EXPECT_EQ(*code, 0) << w.err();
+  auto lines = lines_of(w.out());
+  ASSERT_EQ(lines.size(), 2u) << w.out();
+  json::parse_options deep_ok;
+  deep_ok.max_depth = 256; // Boost.JSON's default is 32
+  EXPECT_EQ(json::parse(lines[0], {}, deep_ok).at("event").at("seq").as_int64(),
+            1);
+  EXPECT_EQ(json::parse(lines[1]).at("event").at("seq").as_int64(), 2);
+  auto sum = summary_of(w.err());
+  EXPECT_EQ(sum.at("unreadable_frames").as_int64(), 0) << w.err();
+  EXPECT_TRUE(sum.at("unreadable_frames_by_reason").as_object().empty());
+}
+
+TEST(WatchCliFrames, JsonMaxDepthOutOfRangeIsAConfigError) {
+  cli_child w{{"watch", "--json-max-depth", "0", "http://127.0.0.1:1"}};
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code);
+  EXPECT_EQ(*code, 2) << w.err();
+  EXPECT_NE(w.err().find("json_max_depth"), std::string::npos) << w.err();
 }
 
 // -- numbers, end to end through a real `outbound hub` -------------------------

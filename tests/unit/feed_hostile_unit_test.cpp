@@ -316,6 +316,36 @@ TEST(FeedHostileFrames, TheFrameDepthLimitIsTheConfiguredOne) {
             frame_type::event);
 }
 
+TEST(FeedHostileFrames, AnUnreadableMessageSaysWhyAsALabel) {
+  feed_config c;
+  c.ws_max_frame_bytes = 1024; // memory bound 16 KiB
+  auto l = frame_json_limits(c);
+  std::string zeros = "[0";
+  while (zeros.size() < 1000)
+    zeros += ",0";
+  zeros += "]";
+  struct row {
+    std::string text;
+    frame_error_reason why;
+  };
+  for (auto& r : std::vector<row>{
+         {"not json", frame_error_reason::unparseable},
+         {"", frame_error_reason::unparseable},
+         {std::string(100, '[') + std::string(100, ']'),
+          frame_error_reason::too_deep},
+         {zeros, frame_error_reason::memory_bound},
+         {R"({"type":"event","n":1e400})", frame_error_reason::bad_number},
+         {R"({"type":"event","n":123456789012345678901234567890})",
+          frame_error_reason::bad_number},
+         {"[1,2]", frame_error_reason::not_an_object},
+       }) {
+    auto m = parse_message(r.text, "cursor", l);
+    EXPECT_EQ(m.frame.type, frame_type::not_json) << r.text.substr(0, 40);
+    EXPECT_STREQ(to_string(m.unreadable), to_string(r.why))
+      << r.text.substr(0, 40) << ": " << m.error;
+  }
+}
+
 TEST(FeedHostileFrames, AFrameJustUnderTheDefaultCapCannotTakeGigabytes) {
   // 8.2 MB of `[0,0,...]` is under the 8 MiB frame cap; unbounded, its
   // parse took about 200 MB (a hub sending a few of them took a watcher to

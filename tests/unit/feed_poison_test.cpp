@@ -1206,6 +1206,9 @@ TEST_F(FeedPoison, AnUnreadableCatchupFrameIsAnUndeliverableResetInOrder) {
   EXPECT_EQ(rs[0]->reason.rfind("unparseable: ", 0), 0u) << rs[0]->reason;
   auto s = stats();
   EXPECT_EQ(s.unreadable_frames, 1u);
+  EXPECT_EQ(s.unreadable_frames_by_reason[static_cast<std::size_t>(
+              frame_error_reason::too_deep)],
+            1u);
   EXPECT_EQ(s.resets_by_cause[idx(reset_cause::undeliverable)], 1u);
 }
 
@@ -1235,7 +1238,11 @@ TEST_F(FeedPoison, ACatchupFrameOverTheMemoryBoundIsAnUndeliverableReset) {
   EXPECT_EQ(rs[0]->event_id, 2);
   EXPECT_NE(rs[0]->reason.find("memory bound"), std::string::npos)
     << rs[0]->reason;
-  EXPECT_EQ(stats().unreadable_frames, 1u);
+  auto s = stats();
+  EXPECT_EQ(s.unreadable_frames, 1u);
+  EXPECT_EQ(s.unreadable_frames_by_reason[static_cast<std::size_t>(
+              frame_error_reason::memory_bound)],
+            1u);
 }
 
 TEST_F(FeedPoison, ADeepCatchupFrameWithinTheConfiguredDepthIsDelivered) {
