@@ -187,7 +187,8 @@ struct feed_failure {
   int status = 0;
   /// The client's or the session's description (never the credential).
   std::string detail;
-  /// The replay call's x-request-id (empty for WebSocket failures).
+  /// The x-request-id of the replay call, or of the WebSocket upgrade of
+  /// the session that failed (empty for page and frame failures).
   std::string request_id;
   /// websocket: the ws_close_reason ("connect", "tls", "handshake", ...).
   std::string reason;

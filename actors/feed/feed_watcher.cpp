@@ -101,6 +101,9 @@ struct watcher_state {
   feed_config cfg;
   /// Limits of every message parse (frame_json_limits of cfg).
   json_limits frame_limits;
+  /// The x-request-id of the current (last dialled) session's upgrade,
+  /// carried by the failures that session reports.
+  std::string ws_request_id;
   feed_watcher_options opts;
   feed_subscriber_actor target;
   core::rng rng;
@@ -822,6 +825,7 @@ void on_ws_event(self_ptr self, ws_event& ev) {
           && ev.reason != ws_close_reason::peer_closed) {
         feed_failure f;
         f.source = "websocket";
+        f.request_id = st.ws_request_id;
         f.reason = to_string(ev.reason);
         f.detail = ev.detail;
         f.kind = "service_unavailable";
@@ -903,7 +907,8 @@ void dial(self_ptr self) {
   // configured x-request-id default header is replaced, as build_request
   // does), so a hub's logs can tell the sessions of one watcher apart.
   erase_header(o.headers, "x-request-id");
-  o.headers.emplace_back("x-request-id", generate_request_id(st.id_rng));
+  st.ws_request_id = generate_request_id(st.id_rng);
+  o.headers.emplace_back("x-request-id", st.ws_request_id);
   o.max_frame_bytes = st.cfg.ws_max_frame_bytes;
   o.max_discard_bytes = st.cfg.ws_max_discard_bytes;
   o.discard_timeout_ns = feed_seconds(st.cfg.ws_discard_timeout).count();
