@@ -4,6 +4,7 @@
 #include <boost/json/error.hpp>
 #include <boost/json/value_stack.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -287,6 +288,14 @@ private:
 };
 
 } // namespace
+
+std::size_t json_memory_bound(std::size_t cap, std::size_t factor,
+                              std::size_t ceiling) {
+  auto max = std::numeric_limits<std::size_t>::max();
+  auto bound = factor != 0 && cap > max / factor ? max : cap * factor;
+  auto floor = cap > max / 4 ? max : cap * 4;
+  return std::min(bound, std::max(ceiling, floor));
+}
 
 json_parse_result parse_json(std::string_view text,
                              const json_limits& limits) {

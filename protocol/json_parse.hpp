@@ -37,6 +37,27 @@ namespace outbound {
 /// replay page wraps around each event.
 inline constexpr std::size_t default_json_max_depth = 64;
 
+/// Default bytes of parsed form allowed per byte of a text's cap (see
+/// json_memory_bound). Measured with Boost.JSON 1.81: a replay page of tiny
+/// events costs 10.5 to 12.3 bytes per byte of text, `[[],[],...]` 16 to
+/// 20, `[0,0,...]` 24. [16]
+inline constexpr std::size_t default_json_memory_factor = 16;
+
+/// Default ceiling of json_memory_bound, in bytes. [192 MiB]
+inline constexpr std::size_t default_json_memory_max_bytes
+  = 192u * 1024u * 1024u;
+
+/// The memory bound (json_limits::max_bytes) of parsing a text of at most
+/// `cap` bytes: min(factor * cap, max(ceiling, 4 * cap)), each product
+/// saturating at SIZE_MAX. The ceiling never brings the bound below
+/// 4 x cap, so a raised cap keeps parsing. The one rule for every capped
+/// text the library parses: HTTP response bodies
+/// (client_config::response_json_limits) and feed WebSocket messages
+/// (frame_json_limits of actors/feed/feed_frames.hpp).
+std::size_t json_memory_bound(
+  std::size_t cap, std::size_t factor = default_json_memory_factor,
+  std::size_t ceiling = default_json_memory_max_bytes);
+
 /// Limits of one parse.
 struct json_limits {
   /// Maximum nesting depth of arrays and objects (>= 1). A document nested

@@ -108,6 +108,14 @@ struct feed_config {
   /// bytes or more breaks the protocol (RFC 6455 section 5.2) and ends the
   /// session. [8 MiB]
   uint64_t ws_max_frame_bytes = 8u * 1024u * 1024u;
+  /// Maximum nesting depth of arrays and objects in one WebSocket message
+  /// (1 .. 1024): a deeper message is an unreadable frame (catchup /
+  /// ephemeral: one `undeliverable` reset in its place; the ledger tier
+  /// takes it for a wake without a hint). The counterpart of
+  /// client_config::json_max_depth for replay pages; set both alike so an
+  /// event reads the same in a frame and in a page. [64,
+  /// default_json_max_depth of protocol/json_parse.hpp]
+  std::size_t json_max_depth = 64;
   /// Ceiling on what one WebSocket message may announce, in bytes: a frame
   /// header that takes a message's announced size (the sum of its frames'
   /// lengths) over it is refused at once -- close 1009, the session ends

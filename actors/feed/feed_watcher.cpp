@@ -91,6 +91,11 @@ enum class ws_phase : uint8_t { off, connecting, open, backoff, stopped };
 
 struct watcher_state {
   feed_config cfg;
+  /// Limits of every message parse (frame_json_limits of cfg).
+  json_limits frame_limits;
+  /// The x-request-id of the current (last dialled) session's upgrade,
+  /// carried by the failures that session reports.
+  std::string ws_request_id;
   feed_watcher_options opts;
   feed_subscriber_actor target;
   core::rng rng;
@@ -637,13 +642,19 @@ bool frames_over(const watcher_state& st, std::size_t frames,
   return st.frames_queued > frames || st.frames_bytes > bytes;
 }
 
-/// An in-frame event that cannot be read (`why`: unparseable, or over_cap
-/// for a message over ws_max_frame_bytes): one undeliverable reset in its
-/// place (with its seq when the text shows it), never silence.
-void enqueue_unreadable_frame(self_ptr self, const parsed_message& m,
-                              drain_error_reason why) {
+/// An in-frame event that cannot be read (m.unreadable says why): one
+/// undeliverable reset in its place (with its seq when the text shows it),
+/// never silence. Its reason and the failure's kind keep the vocabulary of
+/// replay pages (unparseable, or over_cap for a message over
+/// ws_max_frame_bytes); the counters tell the finer reason.
+void enqueue_unreadable_frame(self_ptr self, const parsed_message& m) {
   auto& st = self->state;
   ++st.counters.unreadable_frames;
+  ++st.counters
+      .unreadable_frames_by_reason[static_cast<std::size_t>(m.unreadable)];
+  auto why = m.unreadable == frame_error_reason::over_cap
+               ? drain_error_reason::over_cap
+               : drain_error_reason::unparseable;
   auto reason = std::string{to_string(why)} + ": " + m.error;
   feed_failure f;
   f.source = "frame";
@@ -659,9 +670,7 @@ void enqueue_unreadable_frame(self_ptr self, const parsed_message& m,
     st.queue.back().rs.event_id = info->lost_to;
 }
 
-void on_frame(self_ptr self, parsed_message& m, std::size_t bytes,
-              drain_error_reason unreadable_why
-              = drain_error_reason::unparseable) {
+void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
   auto& st = self->state;
   auto before = st.neg->mode();
   auto r = st.neg->on_frame(m.frame);
@@ -692,7 +701,7 @@ void on_frame(self_ptr self, parsed_message& m, std::size_t bytes,
   // frame before any hello only makes the watcher infer ephemeral).
   if (m.frame.type == frame_type::not_json
       && (before == feed_mode::catchup || before == feed_mode::ephemeral))
-    enqueue_unreadable_frame(self, m, unreadable_why);
+    enqueue_unreadable_frame(self, m);
   pump(self);
   if (frames_over(st, st.cfg.max_pending_frames,
                   st.cfg.max_pending_frame_bytes)
@@ -757,7 +766,8 @@ void on_ws_event(self_ptr self, ws_event& ev) {
         return;
       ++st.messages;
       st.ka->on_activity(now);
-      auto m = parse_message(ev.payload, st.cfg.fields.wake_cursor);
+      auto m = parse_message(ev.payload, st.cfg.fields.wake_cursor,
+                             st.frame_limits);
       if (m.is_hello)
         on_hello(self, m);
       else
@@ -792,6 +802,7 @@ void on_ws_event(self_ptr self, ws_event& ev) {
       st.ka->on_activity(now);
       parsed_message m;
       m.frame.type = frame_type::not_json;
+      m.unreadable = frame_error_reason::over_cap;
       m.frame.seq = frame_seq(ev.payload);
       m.error = ev.closing
                   ? "message announcing " + std::to_string(ev.size)
@@ -819,7 +830,7 @@ void on_ws_event(self_ptr self, ws_event& ev) {
         f.detail = m.error;
         report(self, std::move(f));
       }
-      on_frame(self, m, 0, drain_error_reason::over_cap);
+      on_frame(self, m, 0);
       break;
     }
     case ws_event::kind::activity:
@@ -831,6 +842,7 @@ void on_ws_event(self_ptr self, ws_event& ev) {
           && ev.reason != ws_close_reason::peer_closed) {
         feed_failure f;
         f.source = "websocket";
+        f.request_id = st.ws_request_id;
         f.reason = to_string(ev.reason);
         f.detail = ev.detail;
         f.kind = "service_unavailable";
@@ -912,7 +924,8 @@ void dial(self_ptr self) {
   // configured x-request-id default header is replaced, as build_request
   // does), so a hub's logs can tell the sessions of one watcher apart.
   erase_header(o.headers, "x-request-id");
-  o.headers.emplace_back("x-request-id", generate_request_id(st.id_rng));
+  st.ws_request_id = generate_request_id(st.id_rng);
+  o.headers.emplace_back("x-request-id", st.ws_request_id);
   o.max_frame_bytes = st.cfg.ws_max_frame_bytes;
   o.max_discard_bytes = st.cfg.ws_max_discard_bytes;
   o.discard_timeout_ns = feed_seconds(st.cfg.ws_discard_timeout).count();
@@ -982,6 +995,7 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
              feed_subscriber_actor target, caf::actor runner) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
+  st.frame_limits = frame_json_limits(st.cfg);
   st.opts = std::move(opts);
   st.target = std::move(target);
   auto seed = st.opts.seed != 0 ? st.opts.seed : core::entropy_seed();

@@ -1449,7 +1449,59 @@ TEST_F(FeedPoison, AnUnreadableCatchupFrameIsAnUndeliverableResetInOrder) {
   EXPECT_EQ(rs[0]->reason.rfind("unparseable: ", 0), 0u) << rs[0]->reason;
   auto s = stats();
   EXPECT_EQ(s.unreadable_frames, 1u);
+  EXPECT_EQ(s.unreadable_frames_by_reason[static_cast<std::size_t>(
+              frame_error_reason::too_deep)],
+            1u);
   EXPECT_EQ(s.resets_by_cause[idx(reset_cause::undeliverable)], 1u);
+}
+
+TEST_F(FeedPoison, ACatchupFrameOverTheMemoryBoundIsAnUndeliverableReset) {
+  // ws_max_frame_bytes 64 KiB: frames parse within 1 MiB (the rule of
+  // HTTP bodies, json_memory_bound). A 64 KiB frame of `[0,0,...]` would
+  // take about 1.5 MB.
+  cfg.replay_path.clear();
+  cfg.ws_max_frame_bytes = 64 * 1024;
+  start();
+  ws->last().open();
+  run();
+  std::string arr = "[0";
+  while (arr.size() < 64 * 1024 - 100)
+    arr += ",0";
+  arr += "]";
+  ws->last().message(
+    R"({"type":"hello","mode":"catchup","seq":0,"cursor":0,"resync":false,"epoch":"e1"})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":1})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":2,"metadata":)"
+                     + arr + "}");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":3})");
+  run();
+  EXPECT_EQ(got(), (std::vector<std::string>{"e#1", "r:undeliverable", "e#3"}));
+  auto rs = subs->resets();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0]->event_id, 2);
+  EXPECT_NE(rs[0]->reason.find("memory bound"), std::string::npos)
+    << rs[0]->reason;
+  auto s = stats();
+  EXPECT_EQ(s.unreadable_frames, 1u);
+  EXPECT_EQ(s.unreadable_frames_by_reason[static_cast<std::size_t>(
+              frame_error_reason::memory_bound)],
+            1u);
+}
+
+TEST_F(FeedPoison, ADeepCatchupFrameWithinTheConfiguredDepthIsDelivered) {
+  // The same frame as above (nested 100 deep), under json_max_depth 128.
+  cfg.replay_path.clear();
+  cfg.json_max_depth = 128;
+  start();
+  ws->last().open();
+  run();
+  ws->last().message(
+    R"({"type":"hello","mode":"catchup","seq":0,"cursor":0,"resync":false,"epoch":"e1"})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":1,"metadata":)"
+                     + deep(100) + "}");
+  run();
+  EXPECT_EQ(got(), (std::vector<std::string>{"e#1"}));
+  EXPECT_EQ(stats().unreadable_frames, 0u);
 }
 
 TEST_F(FeedPoison, AnUnreadableCatchupFrameWithoutASeqIsOneResetToo) {
