@@ -283,6 +283,13 @@ private:
   bool reject_duplicates_;
   bool allow_inexact_;
   std::size_t used_ = 0;
+
+public:
+  std::size_t used() const {
+    return used_;
+  }
+
+private:
   std::vector<frame> path_;
   std::string number_;
 };
@@ -312,6 +319,7 @@ json_parse_result parse_json(std::string_view text,
     ec = json::error::extra_data;
   if (!ec) {
     r.value = p.handler().st.release();
+    r.bytes = p.handler().used();
     return r;
   }
   auto& h = p.handler();

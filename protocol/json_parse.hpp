@@ -129,6 +129,10 @@ struct json_parse_result {
   /// Where the failing number or repeated key was (`a.b[3]`, `a.b`), "" for
   /// other errors or at the top level.
   std::string field;
+  /// The parsed form's size in bytes as json_limits::max_bytes counts it
+  /// (values, keys, strings; 0 when the parse failed): what holding
+  /// `value` costs, for callers that bound memory across many documents.
+  std::size_t bytes = 0;
 
   explicit operator bool() const {
     return error == json_parse_error::none;

@@ -165,10 +165,12 @@ struct feed_config {
   /// closes the session (backpressure: catchup resumes from the last
   /// delivered seq, ephemeral resets) (>= 1). [4096]
   std::size_t max_pending_frames = 4096;
-  /// The same bound in bytes (the sum of the queued messages' payload
-  /// sizes), so that a hub sending large frames to a slow subscriber
-  /// cannot make the watcher hold max_pending_frames x ws_max_frame_bytes
-  /// (>= 1). [64 MiB]
+  /// The same bound in bytes (the sum over the queued messages of the
+  /// larger of payload size and parsed form, as json_limits::max_bytes
+  /// counts it: a frame of tiny arrays parses into up to 16x its text), so
+  /// that a hub sending large frames to a slow subscriber cannot make the
+  /// watcher hold max_pending_frames parsed frames. One queued message is
+  /// never over it (>= 1). [64 MiB]
   std::size_t max_pending_frame_bytes = 64u * 1024u * 1024u;
   /// Field and parameter names.
   feed_fields fields;

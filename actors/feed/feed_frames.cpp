@@ -76,6 +76,7 @@ parsed_message parse_message(std::string_view payload,
                              const json_limits& limits) {
   parsed_message m;
   auto parsed = parse_json(payload, limits);
+  m.parsed_bytes = parsed.bytes;
   auto& v = parsed.value;
   if (!parsed || !v.is_object()) {
     m.frame.type = frame_type::not_json;

@@ -54,6 +54,8 @@ struct parsed_message {
   boost::json::value json;
   /// not_json: why ("<parser message>" or "not a JSON object").
   std::string error;
+  /// The parsed form's size (json_parse_result::bytes; 0 when not parsed).
+  std::size_t parsed_bytes = 0;
   /// not_json: the same as a label.
   frame_error_reason unreadable = frame_error_reason::unparseable;
 };

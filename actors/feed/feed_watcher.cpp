@@ -636,10 +636,13 @@ void on_hello(self_ptr self, parsed_message& m) {
   st.overcap_resync_reason.reset();
 }
 
-/// A backlog of in-frame deliveries over either bound.
+/// A backlog of in-frame deliveries over either bound. One message alone
+/// is never a backlog (it is within the frame cap and the parse bound):
+/// refusing it would only make catchup resend it forever.
 bool frames_over(const watcher_state& st, std::size_t frames,
                  std::size_t bytes) {
-  return st.frames_queued > frames || st.frames_bytes > bytes;
+  return st.frames_queued > frames
+         || (st.frames_queued > 1 && st.frames_bytes > bytes);
 }
 
 /// An in-frame event that cannot be read (m.unreadable says why): one
@@ -771,7 +774,9 @@ void on_ws_event(self_ptr self, ws_event& ev) {
       if (m.is_hello)
         on_hello(self, m);
       else
-        on_frame(self, m, ev.payload.size());
+        // A queued event costs its parsed form (up to the parse bound, 16x
+        // the text for tiny arrays), not its text.
+        on_frame(self, m, std::max(ev.payload.size(), m.parsed_bytes));
       break;
     }
     case ws_event::kind::too_large: {
