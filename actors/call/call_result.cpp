@@ -97,10 +97,16 @@ call_outcome response_outcome(const client_config& cfg,
     } else {
       // Raw mode hands over a body it cannot read as null (it promises
       // status and headers), but never one that blew the memory bound.
+      // The text of such a body goes along, whole (it is within the cap),
+      // with the reason: a `{"a":1e400}` must not vanish silently.
       auto r = parse_body(resp.body, cfg.response_json_limits());
       if (r.error != json_parse_error::too_large) {
         o.ok = true;
         o.body = std::move(r.value);
+        if (!r) {
+          o.raw_body_error = r.detail;
+          o.unreadable_body = std::move(resp.body);
+        }
       } else {
         err = unreadable_body(r, resp.status, cfg);
       }
