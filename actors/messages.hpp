@@ -85,14 +85,20 @@ struct call_outcome {
   int status = 0;
   header_list headers;
   /// The parsed JSON body; null for an empty body (and, in raw mode, for a
-  /// body that is not JSON).
+  /// body that is not JSON or not representable: see raw_body_error).
   boost::json::value body;
   /// Attempts made (redials and out-of-band local retries not counted).
   int attempts = 0;
   std::string request_id;
   /// A 2xx body that did not parse (a response_error), cut at
-  /// call_request::keep_unreadable_body bytes; empty otherwise.
+  /// call_request::keep_unreadable_body bytes; empty otherwise. For a raw
+  /// call (call_request::raw), a non-empty body that `body` cannot
+  /// represent, whole, with the reason in raw_body_error.
   std::string unreadable_body;
+  /// Raw calls only: why the non-empty body is `null` in `body`, the
+  /// parser's detail naming the field where there is one ("number out of
+  /// range (IEEE 754 binary64) at a", "syntax error"); empty otherwise.
+  std::string raw_body_error;
 };
 
 /// Observer events (as jev-client's Observer): what happens inside a call,

@@ -84,6 +84,7 @@ coalesce_config make_config(const oracle_options& o) {
                          starts_with_https);
   c.retry.overall = o.timeout;
   c.retry.per_attempt = std::min(c.retry.per_attempt, o.timeout);
+  c.json_max_depth = o.json_max_depth;
   c.validate();
   check_oracle_requests(c);
   if (c.tls) {
@@ -158,6 +159,11 @@ void add_common_options(CLI::App& cmd, oracle_options& o,
     .add_option("--timeout", o.timeout,
                 "Overall budget of the call in seconds (attempts, redirects, "
                 "backoffs and election ride-out together)")
+    ->capture_default_str();
+  cmd
+    .add_option("--json-max-depth", o.json_max_depth,
+                "Maximum nesting depth of the oracle's response bodies, "
+                "1..1024")
     ->capture_default_str();
   cmd.add_flag("--tls", o.tls,
                "Bare host:port endpoints are https; http:// leader hints are "

@@ -12,6 +12,7 @@
 
 #include <caf/fwd.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -44,6 +45,9 @@ struct oracle_options {
   /// `--verbose`: the driver's counters (coalesce_stats) as one JSON line
   /// on stderr after the call.
   bool verbose = false;
+  /// `--json-max-depth N`: maximum nesting depth of the oracle's response
+  /// bodies (coalesce_config::json_max_depth, 1..1024). [64]
+  std::size_t json_max_depth = 64;
   /// TLS identity of the per-endpoint pools (`--ca-file`, `--cert`, and
   /// `--key` (ts) / `--cert-key` (ts and seq) for the client key: seq's
   /// `--key` is the sequence key), and the credential of the oracle

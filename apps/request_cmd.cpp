@@ -268,7 +268,9 @@ void drain(caf::actor_system& sys, const verbose_observer_actor& obs) {
 }
 
 /// Builds the call from the options; validates what the client does not.
-call_request make_request(const request_options& opts, path_and_query target) {
+/// The `--json` body is checked under the client's json_max_depth.
+call_request make_request(const request_options& opts, path_and_query target,
+                          const client_config& cfg) {
   call_request req;
   req.method = core::ascii_upper(opts.method);
   if (req.method.empty()
@@ -286,9 +288,15 @@ call_request make_request(const request_options& opts, path_and_query target) {
     // fine here: its digits go out as typed, never through a double.
     json_limits check;
     check.allow_inexact_integers = true;
+    check.max_depth = cfg.json_max_depth;
     auto parsed = parse_json(opts.json_body, check);
-    if (!parsed)
+    // Nesting beyond the limit or a number beyond binary64 is valid JSON
+    // (RFC 8259 section 9 lets a parser limit both): only a syntax error
+    // is "not valid JSON".
+    if (parsed.error == json_parse_error::syntax)
       throw usage_error("--json is not valid JSON: " + parsed.detail);
+    if (!parsed)
+      throw usage_error("--json cannot be sent: " + parsed.detail);
     req.body = opts.json_body;
     req.has_body = true;
   }
@@ -312,6 +320,12 @@ int print_outcome(const request_options& opts, const call_outcome& res,
     o["status"] = res.status;
     o["headers"] = headers_json(res.headers);
     o["body"] = res.body;
+    if (!res.raw_body_error.empty()) {
+      // Not JSON, or JSON the parsed form cannot hold (1e400, a 30-digit
+      // integer): the text as received, and why.
+      o["body_text"] = res.unreadable_body;
+      o["body_error"] = res.raw_body_error;
+    }
     out << boost::json::serialize(o) << '\n' << std::flush;
   } else {
     out << boost::json::serialize(res.body) << '\n' << std::flush;
@@ -439,6 +453,11 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
                  "Comma-separated HTTP statuses to retry, e.g. 429,503")
     ->delimiter(',');
   cmd
+    ->add_option("--json-max-depth", cfg.json_max_depth,
+                 "Maximum nesting depth of the --json body and of the "
+                 "response body, 1..1024")
+    ->capture_default_str();
+  cmd
     ->add_option("--max-response-bytes", cfg.max_response_bytes,
                  "Cap on the response body, bytes")
     ->capture_default_str()
@@ -537,7 +556,10 @@ int run_request(caf::actor_system& sys, const request_options& opts,
       target = std::move(rest);
     }
     secrets.push_back(cfg.token);
-    auto req = make_request(opts, std::move(target));
+    // json_max_depth bounds the --json check: a bad value is a config_error
+    // naming it, not a --json failure.
+    cfg.validate();
+    auto req = make_request(opts, std::move(target), cfg);
     req.request_id = std::move(request_id);
     client_options copts;
     if (opts.hedge) {

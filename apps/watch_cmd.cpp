@@ -172,12 +172,35 @@ struct watch_sink {
   std::ostream* err = nullptr;
   std::vector<std::string> secrets;
   uint64_t failures = 0;
-  std::optional<error_kind> last_error;
-  /// The last failure's line, for the give-up reason.
+  /// The last failure with an error kind of one side of the feed.
+  struct side {
+    std::optional<error_kind> error;
+    int status = 0;
+    std::string text;
+  };
+  /// Replay calls and pages: the source of the events (a read page is
+  /// what `reached` means when a replay path is set).
+  side replay;
+  /// WebSocket sessions.
+  side websocket;
+  /// The last failure's line, whatever its source, for the give-up reason
+  /// when no failure had an error kind.
   std::string last_failure;
   failure_throttle throttle{failure_repeat_after};
   /// Set on exit: nothing more is printed.
   bool closed = false;
+
+  /// The failure that decides the exit code and the give-up line: the last
+  /// replay failure when there was one (replay is the source of the
+  /// events), else the last WebSocket failure; nullptr when none had an
+  /// error kind. Whichever came last in time does not matter.
+  const side* deciding() const {
+    if (replay.error)
+      return &replay;
+    if (websocket.error)
+      return &websocket;
+    return nullptr;
+  }
 
   bool done() const {
     return closed || (limit > 0 && events >= limit);
@@ -205,8 +228,9 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
     "(default 30): a \"fail_after\" failure line with the reason, the "
     "summary, exit non-zero.\nExit codes: 0 the feed was reached; never "
     "reached (or --fail-after gave up): 3 auth_error, 4 request_error, 5 "
-    "server_error, 6 response_error, 7 service_unavailable (the last "
-    "failure's kind; 7 when nothing answered); 2 usage/config_error, 1 "
+    "server_error, 6 response_error, 7 service_unavailable (the kind of "
+    "the last replay failure, else of the last WebSocket failure; 7 when "
+    "nothing answered); 2 usage/config_error, 1 "
     "internal_error.");
   auto& f = opts.feed;
   cmd->add_option("base_url", opts.base_url, "The hub's base URL")->required();
@@ -270,6 +294,12 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
                  "reached, later outages are ridden out (0: never give up)")
     ->capture_default_str();
   cmd
+    ->add_option("--json-max-depth", opts.json_max_depth,
+                 "Nesting limit of replay pages and WebSocket messages "
+                 "(1..1024); an event nested deeper is an undeliverable "
+                 "reset")
+    ->capture_default_str();
+  cmd
     ->add_option("--max-response-bytes", f.replay_max_response_bytes,
                  "Cap on one replay response, bytes (0: the client's, 32 "
                  "MiB); a page over it is narrowed, not lost")
@@ -294,6 +324,10 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     }
     auto cfg = opts.cfg;
     cfg.base_url = opts.base_url;
+    // One limit for both readers: an event reads the same in a frame as in
+    // a replay page.
+    cfg.json_max_depth = opts.json_max_depth;
+    fc.json_max_depth = opts.json_max_depth;
     fc.validate();
     auto io = std::make_shared<io_runner>(1);
     client_options copts;
@@ -335,11 +369,15 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     wo.on_failure = [sink](const feed_failure& f) {
       std::lock_guard<std::mutex> lock{sink->mu};
       ++sink->failures;
-      if (f.error)
-        sink->last_error = f.error;
       sink->last_failure = f.source + ": " + f.kind
                            + (f.status ? " " + std::to_string(f.status) : "")
                            + (f.detail.empty() ? "" : ": " + f.detail);
+      if (f.error) {
+        auto& side = f.source == "websocket" ? sink->websocket : sink->replay;
+        side.error = f.error;
+        side.status = f.status;
+        side.text = sink->last_failure;
+      }
       if (sink->closed)
         return;
       uint64_t suppressed = 0;
@@ -445,16 +483,30 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
         by_reason[to_string(static_cast<drain_error_reason>(r))]
           = st.drain_errors_by_reason[r];
     sum["drain_errors_by_reason"] = std::move(by_reason);
+    sum["unreadable_frames"] = st.unreadable_frames;
+    boost::json::object frames_by_reason;
+    for (std::size_t r = 0; r < frame_error_reason_count; ++r)
+      if (st.unreadable_frames_by_reason[r] > 0)
+        frames_by_reason[to_string(static_cast<frame_error_reason>(r))]
+          = st.unreadable_frames_by_reason[r];
+    sum["unreadable_frames_by_reason"] = std::move(frames_by_reason);
     sum["undeliverable"]
       = st.resets_by_cause[static_cast<std::size_t>(
         reset_cause::undeliverable)];
     sum["wakes_coalesced"] = st.wakes_coalesced;
     std::optional<error_kind> last_error;
+    int last_status = 0;
+    std::string last_failure;
     {
       std::lock_guard<std::mutex> lock{sink->mu};
       sum["failures"] = sink->failures;
       sum["failures_suppressed"] = sink->throttle.suppressed();
-      last_error = sink->last_error;
+      last_failure = sink->last_failure;
+      if (auto* d = sink->deciding()) {
+        last_error = d->error;
+        last_status = d->status;
+        last_failure = d->text;
+      }
     }
     sum["reached"] = st.reached;
     if (gave_up)
@@ -464,14 +516,10 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
       // The one-line reason, also when nothing failed: a server that
       // accepts and never answers leaves a replay call and a handshake
       // waiting, and no failure has been reported when the time is up.
-      std::string last_failure;
-      {
-        std::lock_guard<std::mutex> lock{sink->mu};
-        last_failure = sink->last_failure;
-      }
       feed_failure f;
       f.source = "fail_after";
       f.kind = to_string(kind);
+      f.status = last_status;
       std::ostringstream d;
       d << "gave up: the feed at " << opts.base_url
         << " was not reached within --fail-after " << opts.fail_after << " s; "

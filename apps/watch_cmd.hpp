@@ -39,6 +39,10 @@ struct watch_options {
   /// reached once is followed through later outages. 0: never give up (a
   /// run that ends unreached still exits non-zero). [30]
   double fail_after = 30.0;
+  /// `--json-max-depth N`: nesting limit of every JSON the watcher reads,
+  /// replay pages (client_config::json_max_depth) and WebSocket messages
+  /// (feed_config::json_max_depth) alike (1 .. 1024). [64]
+  std::size_t json_max_depth = 64;
   feed_config feed;
   client_config cfg;
 

@@ -82,6 +82,10 @@ struct settings {
   int64_t tick_us = 1000;
   int64_t target = 1'000'000;
   int64_t replay_cursor = 0;
+  /// What the wakes announce: "same" (every wake --target), "rising"
+  /// (--target, --target + 1, ...: a new target each wake), "alternating"
+  /// (--target and --target - 1 in turn).
+  std::string targets = "same";
   bool skip_baseline = false;
 };
 
@@ -131,8 +135,15 @@ void serve_ws(tcp::socket sock, http::request<http::string_body> req,
                       + std::to_string(s.replay_cursor)
                       + ",\"resync\":false,\"epoch\":null}";
   ws.write(asio::buffer(hello), ec);
-  std::string wake = "{\"type\":\"wake\",\"cursor\":" + std::to_string(s.target)
-                     + "}";
+  auto wake_for = [&s](uint64_t n) {
+    auto cursor = s.target;
+    if (s.targets == "rising")
+      cursor += static_cast<int64_t>(n);
+    else if (s.targets == "alternating")
+      cursor -= static_cast<int64_t>(n % 2);
+    return "{\"type\":\"wake\",\"cursor\":" + std::to_string(cursor) + "}";
+  };
+  std::string wake = wake_for(0);
   auto t0 = clk::now();
   auto tick = std::chrono::microseconds{std::max<int64_t>(s.tick_us, 1)};
   auto end = t0 + std::chrono::duration_cast<clk::duration>(
@@ -146,6 +157,8 @@ void serve_ws(tcp::socket sock, http::request<http::string_body> req,
     auto due = static_cast<uint64_t>(
       s.rate * std::chrono::duration<double>(now - t0).count());
     while (sent < due && !ec) {
+      if (s.targets != "same")
+        wake = wake_for(sent);
       ws.write(asio::buffer(wake), ec);
       ++sent;
       c.wakes.store(sent);
@@ -223,7 +236,8 @@ public:
       ::close(in[1]);
       ::execl("/proc/self/exe", "wake_flood", "--peer", "--rate", rate.c_str(),
               "--seconds", secs.c_str(), "--tick-us", tick.c_str(), "--target",
-              target.c_str(), "--replay-cursor", rc.c_str(), nullptr);
+              target.c_str(), "--replay-cursor", rc.c_str(), "--targets",
+              s.targets.c_str(), nullptr);
       std::_Exit(127);
     }
     ::close(out[1]);
@@ -441,6 +455,12 @@ int main(int argc, char** argv) {
     ->capture_default_str();
   app.add_option("--target", s.target, "Cursor the wakes announce")
     ->capture_default_str();
+  app.add_option("--targets", s.targets,
+                 "What the wakes announce: same (--target each time), rising "
+                 "(a higher target each wake), alternating (--target and "
+                 "--target - 1)")
+    ->check(CLI::IsMember({"same", "rising", "alternating"}))
+    ->capture_default_str();
   app.add_option("--replay-cursor", s.replay_cursor,
                  "Cursor of the (empty) replay pages and the hello")
     ->capture_default_str();
@@ -462,10 +482,10 @@ int main(int argc, char** argv) {
   caf::actor_system sys{cfg};
   auto caf_in_effect = outbound::scheduler_in_effect(sys);
   std::printf("bench wake_flood: rate=%.0f/s seconds=%.1f rounds=%d "
-              "tick=%" PRId64 "us target=%" PRId64 " replay_cursor=%" PRId64
-              "\n",
+              "tick=%" PRId64 "us target=%" PRId64 " targets=%s "
+              "replay_cursor=%" PRId64 "\n",
               s.rate, s.seconds, s.rounds, s.tick_us, s.target,
-              s.replay_cursor);
+              s.targets.c_str(), s.replay_cursor);
   std::printf("%s; cores %u; load average %s\n", caf_opts.report(sys).c_str(),
               std::thread::hardware_concurrency(),
               outbound::bench::load_average().c_str());

@@ -173,14 +173,8 @@ json_limits client_config::response_json_limits() const {
   json_limits l;
   l.max_depth = json_max_depth;
   l.allow_inexact_integers = json_allow_inexact_integers;
-  auto cap = std::numeric_limits<std::size_t>::max();
-  l.max_bytes = max_response_bytes > cap / json_memory_factor
-                  ? cap
-                  : max_response_bytes * json_memory_factor;
-  // The ceiling never brings the bound below 4 x the cap (the bound before
-  // the ceiling existed), so a raised max_response_bytes keeps parsing.
-  auto floor = max_response_bytes > cap / 4 ? cap : max_response_bytes * 4;
-  l.max_bytes = std::min(l.max_bytes, std::max(json_memory_max_bytes, floor));
+  l.max_bytes = json_memory_bound(max_response_bytes, json_memory_factor,
+                                  json_memory_max_bytes);
   return l;
 }
 

@@ -121,13 +121,13 @@ struct client_config {
   /// per byte of text, `[[],[],...]` 16 to 20, `[0,0,...]` 24. The default
   /// covers any page of tiny events under the cap (up to the ceiling
   /// below). [16]
-  std::size_t json_memory_factor = 16;
+  std::size_t json_memory_factor = default_json_memory_factor;
   /// Ceiling of that bound in bytes (>= 1 MiB); it never lowers the bound
   /// below 4 * max_response_bytes, so raising the cap keeps large bodies
   /// parsing. At the defaults, tiny-event pages up to about 15 MiB parse,
   /// and a 30 MiB body of `[[],[],...]` stops at 192 MiB instead of the
   /// 480 MB and more its parse would take. [192 MiB]
-  std::size_t json_memory_max_bytes = 192u * 1024u * 1024u;
+  std::size_t json_memory_max_bytes = default_json_memory_max_bytes;
   /// Accept an integer literal beyond int64/uint64 that IEEE 754 binary64
   /// cannot hold exactly (a 30-digit id) as the nearest double, digits
   /// lost. When false such a body is a response_error naming the field

@@ -152,6 +152,8 @@ void coalesce_config::validate() const {
   if (max_seq_key_bytes < 1 || max_seq_key_bytes > 4096)
     throw config_error("coalesce.max_seq_key_bytes",
                        "must be between 1 and 4096");
+  if (json_max_depth < 1 || json_max_depth > 1024)
+    throw config_error("coalesce.json_max_depth", "must be 1..1024");
   retry.validate("coalesce.retry");
   if (!finite_positive(leader_ttl))
     throw config_error("coalesce.leader_ttl", "must be > 0 seconds");

@@ -141,6 +141,12 @@ struct coalesce_config {
   int max_redirects_per_call = 64;
   /// Endpoints known only from hints, kept at most (LRU) (>= 0). [8]
   std::size_t max_hinted_endpoints = 8;
+  /// Maximum nesting depth of the oracle's response bodies (GetTs/GetSeq
+  /// answers, error bodies read for the pre-commit marker or a leader
+  /// epoch), as client_config::json_max_depth (1..1024). A deeper body is
+  /// read as unreadable. [64, default_json_max_depth in
+  /// protocol/json_parse.hpp]
+  std::size_t json_max_depth = 64;
 
   /// Credential sent on every oracle request, as client_config::token
   /// (never logged, never in an error text or a metric). Empty: no

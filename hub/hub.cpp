@@ -193,7 +193,7 @@ hub::impl::impl(hub_config c)
     // Loaded events were visible before the restart: no lag for them.
     state.ledger().set_visibility_lag(0);
     lfile = std::make_unique<ledger_file>(cfg.ledger_file, state.ledger(),
-                                          epoch);
+                                          epoch, cfg.publishing());
     state.ledger().set_visibility_lag(cfg.faults.visibility_lag_polls);
     epoch = lfile->epoch();
   }

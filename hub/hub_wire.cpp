@@ -134,9 +134,11 @@ publish_parse parse_publish(std::string_view body,
     return r;
   }
   if (parsed.error == json_parse_error::number_out_of_range) {
-    r.error = parsed.field.empty()
-                ? std::string{"number out of range"}
-                : parsed.field + ": number out of range (IEEE 754 binary64)";
+    // "number out of range (IEEE 754 binary64)", or "(underflows IEEE 754
+    // binary64 to zero)" for 1e-400, which stored would replay as 0.
+    auto why = parsed.detail.substr(0, parsed.detail.rfind(" at "));
+    r.error = parsed.field.empty() ? std::string{"number out of range"}
+                                   : parsed.field + ": " + why;
     return r;
   }
   if (parsed.error == json_parse_error::inexact_integer) {

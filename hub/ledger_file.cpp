@@ -23,7 +23,8 @@ namespace {
 } // namespace
 
 ledger_file::ledger_file(const std::string& path, ledger_log& log,
-                         const std::string& fresh_epoch) {
+                         const std::string& fresh_epoch,
+                         const publish_limits& limits) {
   std::vector<std::string> lines;
   std::vector<std::uintmax_t> ends; // byte offset after each line's '\n'
   bool torn_tail = false;
@@ -88,6 +89,17 @@ ledger_file::ledger_file(const std::string& path, ledger_log& log,
         || !seq || !seq->is_int64() || !ts || !ts->is_number() || !md
         || !md->is_object() || (dk && !dk->is_string()))
       fail(path, "line " + std::to_string(i + 1) + " is not a stored event");
+    // The limits in force now hold for stored events too: the same check
+    // as a publish of the event.
+    json::object as_publish;
+    as_publish["subject"] = *str("subject");
+    as_publish["kind"] = *str("kind");
+    as_publish["metadata"] = *md;
+    auto check = parse_publish(json::serialize(as_publish), limits);
+    if (!check.input)
+      fail(path, "line " + std::to_string(i + 1) + " holds an event the hub "
+                   "would refuse now (" + check.error + "); start it with "
+                   "the limits it was written under");
     // Every stored line is an event, whatever the dedupe index says now:
     // its LRU order at run time (refreshed by duplicate publishes, which
     // are not written) need not be replayed by appends, so a key the index

@@ -16,6 +16,7 @@
 // lose the last events: that ledger comes back shorter under the same
 // epoch).
 
+#include "hub/hub_wire.hpp"
 #include "hub/ledger_log.hpp"
 
 #include <fstream>
@@ -28,9 +29,14 @@ public:
   /// Opens `path` (created when missing) and appends its events to `log`
   /// (which must be empty) in order. A new file starts with `fresh_epoch`.
   /// Throws config_error naming `ledger_file`: unreadable or unwritable
-  /// file, a bad line other than the last, ids out of order.
+  /// file, a bad line other than the last, ids out of order, or a stored
+  /// event that the hub's publish would refuse under `limits` (subject,
+  /// metadata depth or size, event size): a file written under larger
+  /// limits would otherwise serve replay pages a default client cannot
+  /// read; the message names the line and the limit to raise.
   ledger_file(const std::string& path, ledger_log& log,
-              const std::string& fresh_epoch);
+              const std::string& fresh_epoch,
+              const publish_limits& limits = {});
 
   /// The ledger's epoch: the file's, or `fresh_epoch` for a new file.
   const std::string& epoch() const {

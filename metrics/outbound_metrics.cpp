@@ -103,6 +103,9 @@ void add_feed_counters(feed_stats& sum, const feed_stats& s) {
   sum.drain_errors += s.drain_errors;
   for (std::size_t r = 0; r < drain_error_reason_count; ++r)
     sum.drain_errors_by_reason[r] += s.drain_errors_by_reason[r];
+  sum.unreadable_frames += s.unreadable_frames;
+  for (std::size_t r = 0; r < frame_error_reason_count; ++r)
+    sum.unreadable_frames_by_reason[r] += s.unreadable_frames_by_reason[r];
   sum.replay_errors += s.replay_errors;
   sum.overflows += s.overflows;
   sum.oversized_frames += s.oversized_frames;
@@ -167,6 +170,20 @@ void render_feed(family_set& out, const label_list& l, const feed_stats& s) {
                 {{"reason", to_string(static_cast<drain_error_reason>(r))},
                  l[0], l[1]},
                 as_double(s.drain_errors_by_reason[r]));
+  }
+  for (std::size_t r = 0; r < frame_error_reason_count; ++r) {
+    // An in-frame feed exports every reason from 0; others once seen.
+    if (s.unreadable_frames_by_reason[r] == 0 && l[1].value != "catchup"
+        && l[1].value != "ephemeral")
+      continue;
+    out.counter("outbound_feed_unreadable_frames_total",
+                "In-frame events (catchup, ephemeral) the watcher could not "
+                "read, each delivered as an undeliverable reset, by reason "
+                "(unparseable, too_deep, memory_bound, bad_number, "
+                "not_an_object, over_cap)",
+                {{"reason", to_string(static_cast<frame_error_reason>(r))},
+                 l[0], l[1]},
+                as_double(s.unreadable_frames_by_reason[r]));
   }
   out.counter("outbound_feed_replay_errors_total",
               "Replay calls that failed (retried on the next tick)", l,

@@ -131,7 +131,11 @@ std::string extract_detail(const std::string& body,
                            const json_limits& limits) {
   if (body.empty())
     return {};
-  auto r = parse_json(body, limits);
+  // Only "detail" is read: a number elsewhere in the body that the parsed
+  // form cannot hold (`"n":1e400`) must not cost the detail.
+  json_limits l = limits;
+  l.bad_numbers_as_null = true;
+  auto r = parse_json(body, l);
   auto& v = r.value;
   if (!r || !v.is_object())
     return {};

@@ -96,7 +96,9 @@ void settle_nothing_billed(call_error& e);
 
 /// Extracts the `detail` field of a JSON error body if it is a string (other
 /// JSON values are serialised); empty for non-JSON bodies and for bodies
-/// that exceed `limits` (default: depth 64, no memory bound).
+/// that exceed `limits` (default: depth 64, no memory bound). Numbers
+/// binary64 cannot hold (`1e400`, `1e-400`, a 30-digit integer) do not cost
+/// the detail: they are read as null (json_limits::bad_numbers_as_null).
 std::string extract_detail(const std::string& body,
                            const json_limits& limits = {});
 

@@ -4,6 +4,7 @@
 #include <boost/json/error.hpp>
 #include <boost/json/value_stack.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -62,10 +63,13 @@ public:
   static constexpr std::size_t max_key_size = json::string::max_size();
   static constexpr std::size_t max_string_size = json::string::max_size();
 
-  handler(std::size_t max_bytes, bool reject_duplicates, bool allow_inexact)
-    : max_bytes_(max_bytes),
+  handler(const json::storage_ptr& sp, std::size_t max_bytes,
+          bool reject_duplicates, bool allow_inexact, bool bad_numbers_as_null)
+    : st(sp),
+      max_bytes_(max_bytes),
       reject_duplicates_(reject_duplicates),
-      allow_inexact_(allow_inexact) {
+      allow_inexact_(allow_inexact),
+      bad_as_null_(bad_numbers_as_null) {
   }
 
   json::value_stack st;
@@ -73,6 +77,8 @@ public:
   std::string failed_field;
   // Number of digits of the inexact integer literal (for the detail).
   std::size_t failed_digits = 0;
+  // The number_out_of_range was a nonzero literal rounding to zero.
+  bool underflow = false;
 
   bool on_document_begin(json::error_code&) {
     return true;
@@ -181,19 +187,19 @@ public:
     double exact = 0;
     auto r = std::from_chars(text.data(), text.data() + text.size(), exact);
     if (r.ec == std::errc::result_out_of_range) {
-      // Overflow is an error (also when Boost.JSON rounded it to DBL_MAX);
-      // underflow keeps Boost.JSON's (tiny or zero) value, which serializes
-      // as valid JSON.
-      if (!std::isfinite(d) || std::abs(d) >= 1.0) {
-        fail(json_parse_error::number_out_of_range, ec);
-        return false;
-      }
-      exact = d;
-    } else if (r.ec != std::errc{} || !std::isfinite(exact)) {
-      if (!std::isfinite(d)) {
-        fail(json_parse_error::number_out_of_range, ec);
-        return false;
-      }
+      // Overflow (also when Boost.JSON rounded it to DBL_MAX) and underflow
+      // are both errors: an infinity would print as invalid JSON, and a
+      // nonzero literal that rounds to zero would silently print as 0E0.
+      // libstdc++ (checked with GCC 12) reports result_out_of_range only
+      // when the value rounds to zero or beyond DBL_MAX; subnormals such
+      // as 5e-324 come back correctly rounded with no error, and literal
+      // zeros (0e-400, -0.0) are exact zeros, not out of range.
+      underflow = std::isfinite(d) && std::abs(d) < 1.0;
+      return bad_number(json_parse_error::number_out_of_range, ec);
+    }
+    if (r.ec != std::errc{} || !std::isfinite(exact)) {
+      if (!std::isfinite(d))
+        return bad_number(json_parse_error::number_out_of_range, ec);
       exact = d;
     }
     // Integer literals reach on_double only once they overflow int64 and
@@ -201,8 +207,7 @@ public:
     if (!allow_inexact_ && std::abs(exact) >= 0x1p63
         && is_integer_literal(text) && !integer_is_exact(text, exact)) {
       failed_digits = text.size() - (text.front() == '-' ? 1 : 0);
-      fail(json_parse_error::inexact_integer, ec);
-      return false;
+      return bad_number(json_parse_error::inexact_integer, ec);
     }
     number_.clear();
     st.push_double(exact);
@@ -251,6 +256,20 @@ private:
     return true;
   }
 
+  // A number the parsed form cannot hold faithfully: an error, or null
+  // (json_limits::bad_numbers_as_null). Its value slot is already charged.
+  bool bad_number(json_parse_error e, json::error_code& ec) {
+    number_.clear();
+    if (bad_as_null_) {
+      underflow = false;
+      failed_digits = 0;
+      st.push_null();
+      return true;
+    }
+    fail(e, ec);
+    return false;
+  }
+
   void fail(json_parse_error e, json::error_code& ec) {
     failure = e;
     if (e == json_parse_error::number_out_of_range
@@ -281,29 +300,54 @@ private:
   std::size_t max_bytes_;
   bool reject_duplicates_;
   bool allow_inexact_;
+  bool bad_as_null_;
   std::size_t used_ = 0;
+
+public:
+  std::size_t used() const {
+    return used_;
+  }
+
+private:
   std::vector<frame> path_;
   std::string number_;
 };
 
 } // namespace
 
+std::size_t json_memory_bound(std::size_t cap, std::size_t factor,
+                              std::size_t ceiling) {
+  auto max = std::numeric_limits<std::size_t>::max();
+  auto bound = factor != 0 && cap > max / factor ? max : cap * factor;
+  auto floor = cap > max / 4 ? max : cap * 4;
+  return std::min(bound, std::max(ceiling, floor));
+}
+
 json_parse_result parse_json(std::string_view text,
                              const json_limits& limits) {
+  return parse_json(text, limits, {});
+}
+
+json_parse_result parse_json(std::string_view text, const json_limits& limits,
+                             json::storage_ptr sp) {
   json_parse_result r;
   json::parse_options opt;
   opt.max_depth = limits.max_depth;
-  json::basic_parser<handler> p{opt, limits.max_bytes,
+  json::basic_parser<handler> p{opt, sp, limits.max_bytes,
                                 limits.reject_duplicate_keys,
-                                limits.allow_inexact_integers};
-  p.handler().st.reset();
+                                limits.allow_inexact_integers,
+                                limits.bad_numbers_as_null};
+  p.handler().st.reset(std::move(sp));
   json::error_code ec;
   auto n = p.write_some(false, text.data(), text.size(), ec);
   if (!ec && n < text.size())
     ec = json::error::extra_data;
   if (!ec) {
-    r.value = p.handler().st.release();
-    return r;
+    // Move-constructed, the value keeps `sp` (a move assignment would copy
+    // it into the default resource).
+    auto used = p.handler().used();
+    return json_parse_result{p.handler().st.release(), json_parse_error::none,
+                             {}, {}, used};
   }
   auto& h = p.handler();
   if (h.failure != json_parse_error::none) {
@@ -324,7 +368,10 @@ json_parse_result parse_json(std::string_view text,
       break;
     case json_parse_error::number_out_of_range:
       r.field = h.failed_field;
-      r.detail = "number out of range (IEEE 754 binary64)";
+      r.detail = h.underflow
+                   ? "number out of range (underflows IEEE 754 binary64 "
+                     "to zero)"
+                   : "number out of range (IEEE 754 binary64)";
       if (!r.field.empty())
         r.detail += " at " + r.field;
       break;

@@ -16,12 +16,16 @@
 //    later) and its fast path can be one ulp off;
 //  - a number that overflows binary64 (`1e400`, a 5000-digit integer) is an
 //    error naming the field instead of an infinity that serialize() would
-//    print as invalid JSON;
+//    print as invalid JSON, and so is a nonzero literal that underflows to
+//    zero (`1e-400`) instead of a 0 that serialize() would print as `0E0`;
+//    subnormals binary64 holds (`5e-324`) are kept, correctly rounded, and
+//    literal zeros (`0e-400`, `-0.0`) stay zero;
 //  - an integer literal beyond int64/uint64 that binary64 cannot hold
 //    exactly (a 30-digit ID) is an error naming the field instead of a
 //    double that serialize() would print with its low digits changed
 //    (see json_limits::allow_inexact_integers).
 
+#include <boost/json/storage_ptr.hpp>
 #include <boost/json/value.hpp>
 
 #include <cstddef>
@@ -36,6 +40,27 @@ namespace outbound {
 /// metadata (hub_config::metadata_max_depth, 32) plus the two levels a
 /// replay page wraps around each event.
 inline constexpr std::size_t default_json_max_depth = 64;
+
+/// Default bytes of parsed form allowed per byte of a text's cap (see
+/// json_memory_bound). Measured with Boost.JSON 1.81: a replay page of tiny
+/// events costs 10.5 to 12.3 bytes per byte of text, `[[],[],...]` 16 to
+/// 20, `[0,0,...]` 24. [16]
+inline constexpr std::size_t default_json_memory_factor = 16;
+
+/// Default ceiling of json_memory_bound, in bytes. [192 MiB]
+inline constexpr std::size_t default_json_memory_max_bytes
+  = 192u * 1024u * 1024u;
+
+/// The memory bound (json_limits::max_bytes) of parsing a text of at most
+/// `cap` bytes: min(factor * cap, max(ceiling, 4 * cap)), each product
+/// saturating at SIZE_MAX. The ceiling never brings the bound below
+/// 4 x cap, so a raised cap keeps parsing. The one rule for every capped
+/// text the library parses: HTTP response bodies
+/// (client_config::response_json_limits) and feed WebSocket messages
+/// (frame_json_limits of actors/feed/feed_frames.hpp).
+std::size_t json_memory_bound(
+  std::size_t cap, std::size_t factor = default_json_memory_factor,
+  std::size_t ceiling = default_json_memory_max_bytes);
 
 /// Limits of one parse.
 struct json_limits {
@@ -70,6 +95,12 @@ struct json_limits {
   /// then sent on unchanged (`outbound request --json`). The check runs
   /// only for numbers that overflowed the 64-bit integer range. [false]
   bool allow_inexact_integers = false;
+  /// Parse a number out of range (number_out_of_range) or an inexact
+  /// integer (inexact_integer, unless allow_inexact_integers) as `null`
+  /// instead of failing. For a parse that reads only other fields and
+  /// never re-serialises the value, such as the `detail` of an error body
+  /// (extract_detail()). [false]
+  bool bad_numbers_as_null = false;
 };
 
 /// Why a parse failed. Stable lower-case names via to_string().
@@ -81,7 +112,9 @@ enum class json_parse_error : uint8_t {
   too_deep,
   /// The parsed form would exceed json_limits::max_bytes.
   too_large,
-  /// A number outside the range of IEEE 754 binary64.
+  /// A number outside the range of IEEE 754 binary64: beyond DBL_MAX, or
+  /// a literal with a nonzero digit that rounds to zero (`1e-400`; the
+  /// detail then says "underflows").
   number_out_of_range,
   /// A key repeated in one object (only with
   /// json_limits::reject_duplicate_keys).
@@ -101,13 +134,19 @@ struct json_parse_result {
   boost::json::value value;
   json_parse_error error = json_parse_error::none;
   /// One-line reason when error != none, e.g. "nesting deeper than 64
-  /// levels", "number out of range at metadata.n[2]", "integer of 30
+  /// levels", "number out of range (IEEE 754 binary64) at metadata.n[2]",
+  /// "number out of range (underflows IEEE 754 binary64 to zero) at x",
+  /// "integer of 30
   /// digits not exact in IEEE 754 binary64 at metadata.id". Never
   /// contains the input text beyond a field name.
   std::string detail;
   /// Where the failing number or repeated key was (`a.b[3]`, `a.b`), "" for
   /// other errors or at the top level.
   std::string field;
+  /// The parsed form's size in bytes as json_limits::max_bytes counts it
+  /// (values, keys, strings; 0 when the parse failed): what holding
+  /// `value` costs, for callers that bound memory across many documents.
+  std::size_t bytes = 0;
 
   explicit operator bool() const {
     return error == json_parse_error::none;
@@ -118,6 +157,15 @@ struct json_parse_result {
 /// throws for bad input (allocation failure still throws std::bad_alloc).
 json_parse_result parse_json(std::string_view text,
                              const json_limits& limits = {});
+
+/// As above, with the parsed value and the parser's value stack allocated
+/// from `sp` (the value keeps a reference to it), so that a caller, or a
+/// test with a counting memory_resource, can see the memory a parse really
+/// takes against json_limits::max_bytes. The parser's own nesting state
+/// (bounded by max_depth) and the path kept for error messages still use
+/// the default allocator.
+json_parse_result parse_json(std::string_view text, const json_limits& limits,
+                             boost::json::storage_ptr sp);
 
 /// Nesting depth of `v`: 0 for a scalar, 1 for `[]` or `{}`, one more per
 /// level (the same count as json_limits::max_depth).

@@ -290,11 +290,7 @@ void act(self_ptr self, const retry_step& step, http_response* resp) {
     case retry_decision::retry_local: {
       if (observed(self)) {
         auto ev = make_event(self, event_kind::retrying);
-        ev.cause = step.cause;
-        ev.delay_ns = step.delay.count();
-        // A retried status ("status 503") was a response: say which.
-        if (resp)
-          ev.status = resp->status;
+        fill_retrying(ev, step, resp);
         emit(self, std::move(ev));
       }
       auto me = caf::actor_cast<call_actor>(self);

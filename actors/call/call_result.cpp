@@ -97,10 +97,16 @@ call_outcome response_outcome(const client_config& cfg,
     } else {
       // Raw mode hands over a body it cannot read as null (it promises
       // status and headers), but never one that blew the memory bound.
+      // The text of such a body goes along, whole (it is within the cap),
+      // with the reason: a `{"a":1e400}` must not vanish silently.
       auto r = parse_body(resp.body, cfg.response_json_limits());
       if (r.error != json_parse_error::too_large) {
         o.ok = true;
         o.body = std::move(r.value);
+        if (!r) {
+          o.raw_body_error = r.detail;
+          o.unreadable_body = std::move(resp.body);
+        }
       } else {
         err = unreadable_body(r, resp.status, cfg);
       }
@@ -184,6 +190,14 @@ void fill_answered(client_event& ev, const call_outcome& o,
   ev.outcome = o.ok ? "ok" : to_string(o.error.kind);
   ev.latency_ns = latency_ns;
   ev.response_bytes = response_bytes;
+}
+
+void fill_retrying(client_event& ev, const retry_step& step,
+                   const http_response* resp) {
+  ev.cause = step.cause;
+  ev.delay_ns = step.delay.count();
+  if (resp)
+    ev.status = resp->status; // a retried status ("status 503") was a response
 }
 
 void fill_failed(client_event& ev, const call_error& e, int64_t latency_ns) {

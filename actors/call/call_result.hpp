@@ -7,6 +7,7 @@
 // once under the client's limits), makes the observer's events, and
 // redacts the credential from every text that leaves the call.
 
+#include "actors/call/retry_state.hpp"
 #include "actors/messages.hpp"
 #include "config/client_config.hpp"
 #include "protocol/http_types.hpp"
@@ -56,6 +57,12 @@ client_event call_event(event_kind kind, const std::string& request_id,
 /// attempts, outcome name, latency, bytes of the body as read).
 void fill_answered(client_event& ev, const call_outcome& o,
                    int64_t latency_ns, uint64_t response_bytes);
+
+/// Fills the fields a `retrying` event reports for the retry loop's step
+/// `step`: its cause, its delay, and the status when the attempt that is
+/// retried ended with a response (`resp`, null after a transport failure).
+void fill_retrying(client_event& ev, const retry_step& step,
+                   const http_response* resp);
 
 /// Fills the fields a `failed` event reports for error `e`.
 void fill_failed(client_event& ev, const call_error& e, int64_t latency_ns);

@@ -414,10 +414,7 @@ void act(self_ptr self, uint64_t id, const retry_step& step,
     case retry_decision::retry_local: {
       if (observed(self)) {
         auto ev = event_of(c, event_kind::retrying);
-        ev.cause = step.cause;
-        ev.delay_ns = step.delay.count();
-        if (resp)
-          ev.status = resp->status; // a retried status was a response
+        fill_retrying(ev, step, resp);
         emit(self, std::move(ev));
       }
       auto me = caf::actor_cast<client_impl_actor>(self);

@@ -283,10 +283,13 @@ void on_success(self_ptr self, uint64_t rpc_id, rpc_run& run,
   auto now = now_of(self);
   auto attempts = run.dc->attempts();
   std::vector<delivery> ds;
+  auto depth = st.cfg.json_max_depth;
   if (run.plan.kind == waiter_kind::ts)
-    ds = st.batches->on_ts_response(rpc_id, parse_ts_body(r.response.body), now);
+    ds = st.batches->on_ts_response(
+      rpc_id, parse_ts_body(r.response.body, depth), now);
   else
-    ds = st.batches->on_seq_response(rpc_id, parse_seq_body(r.response.body), now);
+    ds = st.batches->on_seq_response(
+      rpc_id, parse_seq_body(r.response.body, depth), now);
   deliver_all(self, ds, endpoint, attempts, run.request_id, std::nullopt,
               false, false, r.response.status);
   finish_rpc(self, rpc_id);
@@ -342,16 +345,17 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
                    || r.error == transport_error_kind::none;
   attempt_report rep;
   bool answered_error = r.ok() && !is_success_status(r.response.status);
-  rep.cls = classify_attempt(r.error, r.request_sent, r.response.status,
-                             answered_error
-                               && marks_nothing_committed(r.response.body));
+  rep.cls = classify_attempt(
+    r.error, r.request_sent, r.response.status,
+    answered_error
+      && marks_nothing_committed(r.response.body, st.cfg.json_max_depth));
   rep.cause = r.error;
   rep.unreachable = r.error == transport_error_kind::connect;
   if (rep.cls == attempt_class::not_leader) {
     if (auto* h = find_header(r.response.headers, leader_hint_header))
       rep.hint = *h;
   } else if (rep.cls == attempt_class::success) {
-    rep.epoch = parse_body_epoch(r.response.body);
+    rep.epoch = parse_body_epoch(r.response.body, st.cfg.json_max_depth);
   }
   if (r.error != transport_error_kind::none)
     rep.detail = std::string{to_string(r.error)}

@@ -145,10 +145,12 @@ attempt_class classify_attempt(transport_error_kind error, bool request_sent,
   return attempt_class::fatal;
 }
 
-bool marks_nothing_committed(std::string_view body) {
+bool marks_nothing_committed(std::string_view body, std::size_t max_depth) {
   if (body.empty() || body.size() > 64 * 1024)
     return false;
-  auto r = parse_json(body);
+  json_limits l;
+  l.max_depth = max_depth;
+  auto r = parse_json(body, l);
   auto& v = r.value;
   if (!r || !v.is_object())
     return false;

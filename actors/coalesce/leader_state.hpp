@@ -150,8 +150,10 @@ attempt_class classify_attempt(transport_error_kind error, bool request_sent,
 
 /// True if an oracle error body carries the pre-commit marker: a JSON
 /// object whose `committed` member is `false`. Anything else (not JSON, no
-/// member, another value, over 64 KiB) is false. Never throws.
-bool marks_nothing_committed(std::string_view body);
+/// member, another value, over 64 KiB, nested deeper than `max_depth`
+/// (coalesce_config::json_max_depth)) is false. Never throws.
+bool marks_nothing_committed(std::string_view body,
+                             std::size_t max_depth = 64);
 
 /// True if an attempt of this class provably committed nothing (safe to
 /// retry a non-idempotent RPC after it): not_leader, refused, rejected,

@@ -92,9 +92,19 @@ std::string unreadable_cause(const json_parse_result& parsed,
 // A body that does not parse, or fields out of range, give default values
 // (count 0): the batcher reports the violation (ts) or the uncertainty (seq).
 
-ts_response parse_ts_body(const std::string& body) {
+namespace {
+
+json_limits depth_limit(std::size_t max_depth) {
+  json_limits l;
+  l.max_depth = max_depth;
+  return l;
+}
+
+} // namespace
+
+ts_response parse_ts_body(const std::string& body, std::size_t max_depth) {
   ts_response r;
-  auto parsed = parse_json(body);
+  auto parsed = parse_json(body, depth_limit(max_depth));
   auto& v = parsed.value;
   auto* obj = parsed ? unambiguous_object(v, body) : nullptr;
   r.unreadable = unreadable_cause(parsed, obj);
@@ -117,9 +127,9 @@ ts_response parse_ts_body(const std::string& body) {
   return r;
 }
 
-seq_response parse_seq_body(const std::string& body) {
+seq_response parse_seq_body(const std::string& body, std::size_t max_depth) {
   seq_response r;
-  auto parsed = parse_json(body);
+  auto parsed = parse_json(body, depth_limit(max_depth));
   auto& v = parsed.value;
   auto* obj = parsed ? unambiguous_object(v, body) : nullptr;
   r.unreadable = unreadable_cause(parsed, obj);
@@ -139,8 +149,9 @@ seq_response parse_seq_body(const std::string& body) {
   return r;
 }
 
-std::optional<uint64_t> parse_body_epoch(const std::string& body) {
-  auto parsed = parse_json(body);
+std::optional<uint64_t> parse_body_epoch(const std::string& body,
+                                         std::size_t max_depth) {
+  auto parsed = parse_json(body, depth_limit(max_depth));
   auto& v = parsed.value;
   if (!parsed || !v.is_object())
     return std::nullopt;

@@ -7,6 +7,7 @@
 
 #include "actors/coalesce/batcher.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -18,17 +19,23 @@ namespace outbound {
 /// a top-level key (ambiguous: Boost.JSON keeps the last one, another reader
 /// the first) or has a field out of range gives a default ts_response
 /// (count 0): the batcher reports the violation. `epoch` is kept only when it
-/// is a decimal leader epoch (parse_leader_epoch), else empty. Never throws.
-ts_response parse_ts_body(const std::string& body);
+/// is a decimal leader epoch (parse_leader_epoch), else empty. A body nested
+/// deeper than `max_depth` (coalesce_config::json_max_depth) does not parse.
+/// Never throws.
+ts_response parse_ts_body(const std::string& body,
+                          std::size_t max_depth = 64);
 
 /// Parses a GetSeq 2xx body `{"start":S,"count":N,"epoch":"E"}` under the
 /// rules of parse_ts_body (a missing epoch leaves `epoch` empty, which the
 /// batcher treats as an uncertain outcome, as tsoracle's seq_attempt.rs
 /// does). Never throws.
-seq_response parse_seq_body(const std::string& body);
+seq_response parse_seq_body(const std::string& body,
+                            std::size_t max_depth = 64);
 
 /// The decimal `"epoch"` string of a JSON object body, if any (a follower's
-/// refusal may carry it); nullopt otherwise. Never throws.
-std::optional<uint64_t> parse_body_epoch(const std::string& body);
+/// refusal may carry it); nullopt otherwise (also for a body nested deeper
+/// than `max_depth`). Never throws.
+std::optional<uint64_t> parse_body_epoch(const std::string& body,
+                                         std::size_t max_depth = 64);
 
 } // namespace outbound

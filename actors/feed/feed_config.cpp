@@ -67,6 +67,9 @@ void feed_config::validate() const {
   require_seconds(ws_pong_timeout, "ws_pong_timeout", true);
   if (ws_max_frame_bytes == 0)
     throw config_error("ws_max_frame_bytes", "must be > 0");
+  if (json_max_depth < 1 || json_max_depth > 1024)
+    throw config_error("json_max_depth", "must be 1..1024, got "
+                                           + std::to_string(json_max_depth));
   if (ws_max_discard_bytes != 0 && ws_max_discard_bytes < ws_max_frame_bytes)
     throw config_error("ws_max_discard_bytes",
                        "must be 0 (automatic) or >= ws_max_frame_bytes ("

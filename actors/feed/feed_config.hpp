@@ -108,6 +108,14 @@ struct feed_config {
   /// bytes or more breaks the protocol (RFC 6455 section 5.2) and ends the
   /// session. [8 MiB]
   uint64_t ws_max_frame_bytes = 8u * 1024u * 1024u;
+  /// Maximum nesting depth of arrays and objects in one WebSocket message
+  /// (1 .. 1024): a deeper message is an unreadable frame (catchup /
+  /// ephemeral: one `undeliverable` reset in its place; the ledger tier
+  /// takes it for a wake without a hint). The counterpart of
+  /// client_config::json_max_depth for replay pages; set both alike so an
+  /// event reads the same in a frame and in a page. [64,
+  /// default_json_max_depth of protocol/json_parse.hpp]
+  std::size_t json_max_depth = 64;
   /// Ceiling on what one WebSocket message may announce, in bytes: a frame
   /// header that takes a message's announced size (the sum of its frames'
   /// lengths) over it is refused at once -- close 1009, the session ends
@@ -157,10 +165,12 @@ struct feed_config {
   /// closes the session (backpressure: catchup resumes from the last
   /// delivered seq, ephemeral resets) (>= 1). [4096]
   std::size_t max_pending_frames = 4096;
-  /// The same bound in bytes (the sum of the queued messages' payload
-  /// sizes), so that a hub sending large frames to a slow subscriber
-  /// cannot make the watcher hold max_pending_frames x ws_max_frame_bytes
-  /// (>= 1). [64 MiB]
+  /// The same bound in bytes (the sum over the queued messages of the
+  /// larger of payload size and parsed form, as json_limits::max_bytes
+  /// counts it: a frame of tiny arrays parses into up to 16x its text), so
+  /// that a hub sending large frames to a slow subscriber cannot make the
+  /// watcher hold max_pending_frames parsed frames. One queued message is
+  /// never over it (>= 1). [64 MiB]
   std::size_t max_pending_frame_bytes = 64u * 1024u * 1024u;
   /// Field and parameter names.
   feed_fields fields;

@@ -60,14 +60,50 @@ std::string string_field(const json::object& o, std::string_view k) {
 
 } // namespace
 
+json_limits frame_json_limits(const feed_config& cfg) {
+  json_limits l;
+  l.max_depth = cfg.json_max_depth;
+  auto cap = cfg.ws_max_frame_bytes
+                 > std::numeric_limits<std::size_t>::max()
+               ? std::numeric_limits<std::size_t>::max()
+               : static_cast<std::size_t>(cfg.ws_max_frame_bytes);
+  l.max_bytes = json_memory_bound(cap);
+  return l;
+}
+
 parsed_message parse_message(std::string_view payload,
-                             const std::string& wake_cursor_field) {
+                             const std::string& wake_cursor_field,
+                             const json_limits& limits) {
   parsed_message m;
-  auto parsed = parse_json(payload);
+  auto parsed = parse_json(payload, limits);
+  m.parsed_bytes = parsed.bytes;
   auto& v = parsed.value;
   if (!parsed || !v.is_object()) {
     m.frame.type = frame_type::not_json;
-    m.error = !parsed ? parsed.detail : "not a JSON object";
+    if (parsed.error == json_parse_error::too_large)
+      m.error = "frame's parsed form exceeds the JSON memory bound ("
+                + std::to_string(limits.max_bytes) + " bytes)";
+    else
+      m.error = !parsed ? parsed.detail : "not a JSON object";
+    switch (parsed.error) {
+      case json_parse_error::none:
+        m.unreadable = frame_error_reason::not_an_object;
+        break;
+      case json_parse_error::too_deep:
+        m.unreadable = frame_error_reason::too_deep;
+        break;
+      case json_parse_error::too_large:
+        m.unreadable = frame_error_reason::memory_bound;
+        break;
+      case json_parse_error::number_out_of_range:
+      case json_parse_error::inexact_integer:
+        m.unreadable = frame_error_reason::bad_number;
+        break;
+      case json_parse_error::syntax:
+      case json_parse_error::duplicate_key:
+        m.unreadable = frame_error_reason::unparseable;
+        break;
+    }
     // What the text still shows of an event that cannot be read whole.
     if (!parsed)
       m.frame.seq = frame_seq(payload);

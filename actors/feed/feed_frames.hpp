@@ -17,6 +17,7 @@
 #include "actors/feed/ledger_drain.hpp"
 #include "actors/feed/mode_negotiator.hpp"
 #include "actors/messages.hpp"
+#include "protocol/json_parse.hpp"
 
 #include <boost/json/array.hpp>
 #include <boost/json/value.hpp>
@@ -53,15 +54,31 @@ struct parsed_message {
   boost::json::value json;
   /// not_json: why ("<parser message>" or "not a JSON object").
   std::string error;
+  /// The parsed form's size (json_parse_result::bytes; 0 when not parsed).
+  std::size_t parsed_bytes = 0;
+  /// not_json: the same as a label.
+  frame_error_reason unreadable = frame_error_reason::unparseable;
 };
 
+/// The limits of every parse of a WebSocket message of the feed under
+/// `cfg`: nesting depth cfg.json_max_depth, and the memory bound of a
+/// text of ws_max_frame_bytes by the rule HTTP bodies follow
+/// (json_memory_bound at its default factor and ceiling: 128 MiB at the
+/// default 8 MiB cap), so that no message within the cap makes a parse
+/// take more.
+json_limits frame_json_limits(const feed_config& cfg);
+
 /// Classifies a message. Never throws: a payload that is not a JSON object
-/// is `frame_type::not_json` (in the ledger model still a wake), with the
-/// top-level integer `seq` in `frame.seq` when the text still shows it
-/// (frame_seq).
-/// `wake_cursor_field` names the cursor hint of any JSON object.
+/// or that cannot be parsed within `limits` (too deep, parsed form over
+/// the memory bound, a number out of range) is `frame_type::not_json` (in
+/// the ledger model still a wake), with the top-level integer `seq` in
+/// `frame.seq` when the text still shows it (frame_seq).
+/// `wake_cursor_field` names the cursor hint of any JSON object. [limits:
+/// frame_json_limits of a default feed_config]
 parsed_message parse_message(std::string_view payload,
-                             const std::string& wake_cursor_field);
+                             const std::string& wake_cursor_field,
+                             const json_limits& limits
+                             = frame_json_limits(feed_config{}));
 
 /// A replay response, split for the drain.
 struct parsed_page {

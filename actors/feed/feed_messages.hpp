@@ -130,10 +130,15 @@ struct feed_stats {
   /// those dropped at intake (on the io thread, as repeats of a target the
   /// drain would coalesce; they are counted in wakes_coalesced too).
   uint64_t wakes = 0;
-  /// Event frames (catchup / ephemeral) that were not a JSON object or
-  /// were over `ws_max_frame_bytes`: each is delivered as an undeliverable
+  /// Event frames (catchup / ephemeral) that could not be read (not a JSON
+  /// object, too deep, over the memory bound, a bad number, over
+  /// `ws_max_frame_bytes`): each is delivered as an undeliverable
   /// reset, unless catchup had already delivered the seq it shows.
   uint64_t unreadable_frames = 0;
+  /// The same by reason, indexed by frame_error_reason (sums to
+  /// `unreadable_frames`).
+  std::array<uint64_t, frame_error_reason_count>
+    unreadable_frames_by_reason{};
   /// WebSocket messages over `feed_config::ws_max_frame_bytes`, discarded
   /// by the session (any mode; the session stays open). Catchup and
   /// ephemeral also count them at `unreadable_frames` (one undeliverable
@@ -182,7 +187,8 @@ struct feed_failure {
   int status = 0;
   /// The client's or the session's description (never the credential).
   std::string detail;
-  /// The replay call's x-request-id (empty for WebSocket failures).
+  /// The x-request-id of the replay call, or of the WebSocket upgrade of
+  /// the session that failed (empty for page and frame failures).
   std::string request_id;
   /// websocket: the ws_close_reason ("connect", "tls", "handshake", ...).
   std::string reason;

@@ -108,6 +108,37 @@ static_assert(static_cast<std::size_t>(drain_error_reason::stalled) + 1
 /// "unparseable", "over_cap", "bad_page", "bad_event", "anomaly", "stalled".
 const char* to_string(drain_error_reason r);
 
+/// Why an in-frame message (catchup / ephemeral) counted at
+/// feed_stats::unreadable_frames could not be read (one metric label
+/// each).
+enum class frame_error_reason : uint8_t {
+  /// Not JSON (RFC 8259 syntax, invalid UTF-8, empty).
+  unparseable,
+  /// Nested deeper than feed_config::json_max_depth.
+  too_deep,
+  /// Its parsed form would exceed the frame memory bound
+  /// (frame_json_limits of actors/feed/feed_frames.hpp).
+  memory_bound,
+  /// A number outside IEEE 754 binary64, or an integer beyond int64/uint64
+  /// that binary64 cannot hold exactly.
+  bad_number,
+  /// JSON, but not an object.
+  not_an_object,
+  /// A message over feed_config::ws_max_frame_bytes (discarded or refused
+  /// by the session).
+  over_cap,
+};
+
+/// Number of frame_error_reason values.
+inline constexpr std::size_t frame_error_reason_count = 6;
+static_assert(static_cast<std::size_t>(frame_error_reason::over_cap) + 1
+                == frame_error_reason_count,
+              "frame_error_reason_count must follow frame_error_reason");
+
+/// "unparseable", "too_deep", "memory_bound", "bad_number",
+/// "not_an_object", "over_cap".
+const char* to_string(frame_error_reason r);
+
 /// Seconds to nanoseconds, rounded; negative and non-finite give 0.
 feed_duration feed_seconds(double seconds);
 

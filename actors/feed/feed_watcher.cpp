@@ -89,16 +89,13 @@ struct delivery {
 
 enum class ws_phase : uint8_t { off, connecting, open, backoff, stopped };
 
-/// Shared by the watcher and its session's intake filter (wake_intake.hpp):
-/// the one wake hint the io thread may drop, -1 for none. The watcher
-/// refreshes it after every step that can change its drain; a session
-/// gets a fresh gate, closed until the watcher opens it.
-struct wake_gate {
-  std::atomic<int64_t> hint{-1};
-};
-
 struct watcher_state {
   feed_config cfg;
+  /// Limits of every message parse (frame_json_limits of cfg).
+  json_limits frame_limits;
+  /// The x-request-id of the current (last dialled) session's upgrade,
+  /// carried by the failures that session reports.
+  std::string ws_request_id;
   feed_watcher_options opts;
   feed_subscriber_actor target;
   core::rng rng;
@@ -117,8 +114,13 @@ struct watcher_state {
     = std::make_shared<std::shared_ptr<ws_session>>();
   ws_phase phase = ws_phase::off;
   uint64_t session_id = 0;
-  /// The current session's wake gate.
+  /// The current session's wake gate (wake_intake.hpp): shared with the
+  /// session's intake filter on the io thread; a session gets a fresh gate,
+  /// closed until the watcher opens it.
   std::shared_ptr<wake_gate> gate = std::make_shared<wake_gate>();
+  /// Folds of absorbed wakes the drain counted as coalesced: those wakes
+  /// are already counted at wakes_dropped.
+  uint64_t folds_coalesced = 0;
   /// Wake frames the drain saw, and those dropped at intake.
   uint64_t wakes_seen = 0;
   uint64_t wakes_dropped = 0;
@@ -207,7 +209,8 @@ feed_stats make_stats(self_ptr self) {
     for (std::size_t r = 0; r < drain_error_reason_count; ++r)
       s.drain_errors_by_reason[r]
         = st.drain->drain_errors(static_cast<drain_error_reason>(r));
-    s.wakes_coalesced = st.drain->wakes_coalesced() + st.wakes_dropped;
+    s.wakes_coalesced = st.drain->wakes_coalesced() - st.folds_coalesced
+                        + st.wakes_dropped;
   }
   s.wakes = st.wakes_seen + st.wakes_dropped;
   s.reached = st.reached;
@@ -222,7 +225,7 @@ void shutdown(self_ptr self) {
     return;
   st.phase = ws_phase::stopped;
   st.connected = false;
-  st.gate->hint.store(-1, std::memory_order_relaxed);
+  st.gate->close();
   if (*st.session) {
     (*st.session)->close();
     st.session->reset();
@@ -262,14 +265,31 @@ bool can_drain(self_ptr self) {
          && st.phase != ws_phase::stopped;
 }
 
-/// Opens the session's wake gate at the hint the drain would coalesce now,
-/// or closes it. Called after every step that can change the drain.
+/// Opens the session's wake gate at what the drain would coalesce or
+/// absorb now, or closes it. Called after every step that can change the
+/// drain.
 void refresh_gate(self_ptr self) {
   auto& st = self->state;
-  std::optional<int64_t> hint;
   if (can_drain(self) && st.phase == ws_phase::open)
-    hint = coalesced_wake_hint(*st.drain);
-  st.gate->hint.store(hint ? *hint : -1, std::memory_order_relaxed);
+    st.gate->set(st.drain->cursor(), coalesced_wake_hint(*st.drain),
+                 st.drain->absorbs_raises());
+  else
+    st.gate->close();
+}
+
+void act(self_ptr self, drain_action a);
+
+/// Applies the wakes the io thread absorbed since the last drain step, as
+/// one wake with the highest cursor. Called before every step that can
+/// change the drain (its page, its failure, a timer, a frame).
+void fold_wakes(self_ptr self) {
+  auto& st = self->state;
+  auto x = st.gate->fold();
+  if (!x || !can_drain(self))
+    return;
+  auto before = st.drain->wakes_coalesced();
+  act(self, st.drain->on_wake(*x));
+  st.folds_coalesced += st.drain->wakes_coalesced() - before;
 }
 
 // -- ledger ------------------------------------------------------------------------
@@ -426,6 +446,7 @@ void do_fetch(self_ptr self) {
       [self, token](call_outcome& o) {
         if (token != self->state.fetch_token)
           return;
+        fold_wakes(self);
         on_page(self, o);
         refresh_gate(self);
       },
@@ -433,6 +454,7 @@ void do_fetch(self_ptr self) {
         auto& st = self->state;
         if (token != st.fetch_token)
           return;
+        fold_wakes(self);
         call_error e;
         e.kind = error_kind::service_unavailable;
         e.detail = "replay call failed: " + caf::to_string(err);
@@ -481,10 +503,10 @@ void on_delivered(self_ptr self, bool ok) {
         && --st.page_outstanding == 0) {
       page_done(self);
       refresh_gate(self);
-    } else if (st.drain->cursor() > st.gate->hint.load(std::memory_order_relaxed)) {
-      // The cursor passed the hint: a wake announcing it would now be a low
-      // hint, which the drain must see (no probe per event on this path).
-      st.gate->hint.store(-1, std::memory_order_relaxed);
+    } else {
+      // A wake below the cursor is now a low hint, which the drain must
+      // see (no probe per event on this path).
+      st.gate->raise_low(st.drain->cursor());
     }
   }
   pump(self);
@@ -569,7 +591,7 @@ void schedule_reconnect(self_ptr self) {
 /// closed by us): count it, back off, dial again later.
 void end_session(self_ptr self, bool close_it) {
   auto& st = self->state;
-  st.gate->hint.store(-1, std::memory_order_relaxed);
+  st.gate->close();
   if (close_it && *st.session)
     (*st.session)->close();
   st.session->reset();
@@ -614,19 +636,28 @@ void on_hello(self_ptr self, parsed_message& m) {
   st.overcap_resync_reason.reset();
 }
 
-/// A backlog of in-frame deliveries over either bound.
+/// A backlog of in-frame deliveries over either bound. One message alone
+/// is never a backlog (it is within the frame cap and the parse bound):
+/// refusing it would only make catchup resend it forever.
 bool frames_over(const watcher_state& st, std::size_t frames,
                  std::size_t bytes) {
-  return st.frames_queued > frames || st.frames_bytes > bytes;
+  return st.frames_queued > frames
+         || (st.frames_queued > 1 && st.frames_bytes > bytes);
 }
 
-/// An in-frame event that cannot be read (`why`: unparseable, or over_cap
-/// for a message over ws_max_frame_bytes): one undeliverable reset in its
-/// place (with its seq when the text shows it), never silence.
-void enqueue_unreadable_frame(self_ptr self, const parsed_message& m,
-                              drain_error_reason why) {
+/// An in-frame event that cannot be read (m.unreadable says why): one
+/// undeliverable reset in its place (with its seq when the text shows it),
+/// never silence. Its reason and the failure's kind keep the vocabulary of
+/// replay pages (unparseable, or over_cap for a message over
+/// ws_max_frame_bytes); the counters tell the finer reason.
+void enqueue_unreadable_frame(self_ptr self, const parsed_message& m) {
   auto& st = self->state;
   ++st.counters.unreadable_frames;
+  ++st.counters
+      .unreadable_frames_by_reason[static_cast<std::size_t>(m.unreadable)];
+  auto why = m.unreadable == frame_error_reason::over_cap
+               ? drain_error_reason::over_cap
+               : drain_error_reason::unparseable;
   auto reason = std::string{to_string(why)} + ": " + m.error;
   feed_failure f;
   f.source = "frame";
@@ -642,9 +673,7 @@ void enqueue_unreadable_frame(self_ptr self, const parsed_message& m,
     st.queue.back().rs.event_id = info->lost_to;
 }
 
-void on_frame(self_ptr self, parsed_message& m, std::size_t bytes,
-              drain_error_reason unreadable_why
-              = drain_error_reason::unparseable) {
+void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
   auto& st = self->state;
   auto before = st.neg->mode();
   auto r = st.neg->on_frame(m.frame);
@@ -675,7 +704,7 @@ void on_frame(self_ptr self, parsed_message& m, std::size_t bytes,
   // frame before any hello only makes the watcher infer ephemeral).
   if (m.frame.type == frame_type::not_json
       && (before == feed_mode::catchup || before == feed_mode::ephemeral))
-    enqueue_unreadable_frame(self, m, unreadable_why);
+    enqueue_unreadable_frame(self, m);
   pump(self);
   if (frames_over(st, st.cfg.max_pending_frames,
                   st.cfg.max_pending_frame_bytes)
@@ -740,11 +769,14 @@ void on_ws_event(self_ptr self, ws_event& ev) {
         return;
       ++st.messages;
       st.ka->on_activity(now);
-      auto m = parse_message(ev.payload, st.cfg.fields.wake_cursor);
+      auto m = parse_message(ev.payload, st.cfg.fields.wake_cursor,
+                             st.frame_limits);
       if (m.is_hello)
         on_hello(self, m);
       else
-        on_frame(self, m, ev.payload.size());
+        // A queued event costs its parsed form (up to the parse bound, 16x
+        // the text for tiny arrays), not its text.
+        on_frame(self, m, std::max(ev.payload.size(), m.parsed_bytes));
       break;
     }
     case ws_event::kind::too_large: {
@@ -775,6 +807,7 @@ void on_ws_event(self_ptr self, ws_event& ev) {
       st.ka->on_activity(now);
       parsed_message m;
       m.frame.type = frame_type::not_json;
+      m.unreadable = frame_error_reason::over_cap;
       m.frame.seq = frame_seq(ev.payload);
       m.error = ev.closing
                   ? "message announcing " + std::to_string(ev.size)
@@ -802,7 +835,7 @@ void on_ws_event(self_ptr self, ws_event& ev) {
         f.detail = m.error;
         report(self, std::move(f));
       }
-      on_frame(self, m, 0, drain_error_reason::over_cap);
+      on_frame(self, m, 0);
       break;
     }
     case ws_event::kind::activity:
@@ -814,6 +847,7 @@ void on_ws_event(self_ptr self, ws_event& ev) {
           && ev.reason != ws_close_reason::peer_closed) {
         feed_failure f;
         f.source = "websocket";
+        f.request_id = st.ws_request_id;
         f.reason = to_string(ev.reason);
         f.detail = ev.detail;
         f.kind = "service_unavailable";
@@ -895,23 +929,22 @@ void dial(self_ptr self) {
   // configured x-request-id default header is replaced, as build_request
   // does), so a hub's logs can tell the sessions of one watcher apart.
   erase_header(o.headers, "x-request-id");
-  o.headers.emplace_back("x-request-id", generate_request_id(st.id_rng));
+  st.ws_request_id = generate_request_id(st.id_rng);
+  o.headers.emplace_back("x-request-id", st.ws_request_id);
   o.max_frame_bytes = st.cfg.ws_max_frame_bytes;
   o.max_discard_bytes = st.cfg.ws_max_discard_bytes;
   o.discard_timeout_ns = feed_seconds(st.cfg.ws_discard_timeout).count();
   o.handshake_timeout_ns = feed_seconds(st.cfg.ws_handshake_timeout).count();
   if (st.drain) {
-    // Wake intake (wake_intake.hpp): a plain wake repeating the hint the
-    // gate holds is dropped on the io thread; everything else, and every
+    // Wake intake (wake_intake.hpp): a plain wake the drain would coalesce
+    // is dropped on the io thread, one that only raises its target while it
+    // absorbs raises is kept for fold_wakes; everything else, and every
     // frame while the gate is closed, goes to the actor as before.
     st.gate = std::make_shared<wake_gate>();
     o.drop_text = [gate = st.gate, field = st.cfg.fields.wake_cursor](
                     std::string_view text) {
-      auto hint = gate->hint.load(std::memory_order_relaxed);
-      if (hint < 0)
-        return false;
       auto cursor = plain_wake_cursor(text, field);
-      return cursor && *cursor == hint;
+      return cursor && gate->take(*cursor);
     };
     // Dropped wakes are proof of life only for the silence rule (three
     // whole ping intervals; pongs keep their own 100 ms path for the pong
@@ -967,6 +1000,7 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
              feed_subscriber_actor target, caf::actor runner) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
+  st.frame_limits = frame_json_limits(st.cfg);
   st.opts = std::move(opts);
   st.target = std::move(target);
   auto seed = st.opts.seed != 0 ? st.opts.seed : core::entropy_seed();
@@ -1015,6 +1049,7 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
       return s;
     },
     [self](ws_event& ev) {
+      fold_wakes(self);
       on_ws_event(self, ev);
       refresh_gate(self);
     },
@@ -1023,10 +1058,12 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
       if (token != st.poll_token || st.phase == ws_phase::stopped)
         return;
       schedule_poll(self);
+      fold_wakes(self);
       request_drain(self, drain_trigger::poll);
       refresh_gate(self);
     },
     [self](redrain_atom, uint64_t id) {
+      fold_wakes(self);
       if (can_drain(self))
         act(self, self->state.drain->on_redrain_timer(id));
       refresh_gate(self);

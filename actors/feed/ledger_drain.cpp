@@ -16,6 +16,20 @@ ledger_drain::ledger_drain(int64_t cursor, int limit,
     fetch_limit_(limit_) {
 }
 
+bool ledger_drain::absorbs_raises() const {
+  if (rewind_pending_)
+    return false;
+  if (state_ != state::idle)
+    return pending_ && pending_news_;
+  return armed_ && !raise_rearms();
+}
+
+bool ledger_drain::raise_rearms() const {
+  // Not the timer of a start-over: the event at the cursor is what it
+  // waits for, and a wake says nothing about it.
+  return armed_delay_ > redrain_floor && !armed_start_over_;
+}
+
 uint64_t ledger_drain::drain_errors() const {
   return std::accumulate(drain_errors_.begin(), drain_errors_.end(),
                          uint64_t{0});
@@ -47,14 +61,17 @@ void ledger_drain::advance_to(int64_t id) {
   // Real progress: the next isolation attempt that ends without any starts
   // from the floor again.
   start_over_attempt_ = 0;
+  moved_ = true;
+  news_retried_ = false;
 }
 
 drain_action ledger_drain::start() {
   state_ = state::fetching;
   pending_ = false;
+  pending_request_ = false;
+  pending_news_ = false;
   armed_ = false;
   armed_start_over_ = false;
-  raised_since_start_ = false;
   if (rewind_pending_) {
     stop_isolating(); // the old ledger's poison is not the new one's
     probe_resume_.reset();
@@ -66,6 +83,8 @@ drain_action ledger_drain::start() {
     pending_old_epoch_.reset();
     last_rewind_.emplace(cursor_, std::move(pending_key_));
     cursor_ = 0;
+    moved_ = true; // a rewind is progress: the new ledger is read at once
+    news_retried_ = false;
     target_ = low_head_;
     low_head_.reset();
     last_reset_cursor_.reset();
@@ -81,6 +100,7 @@ drain_action ledger_drain::start() {
 drain_action ledger_drain::request(drain_trigger why) {
   if (state_ != state::idle) {
     pending_ = true;
+    pending_request_ = true;
     return drain_action::queued;
   }
   if (why == drain_trigger::poll && armed_ && armed_start_over_) {
@@ -99,7 +119,6 @@ void ledger_drain::note_target(std::optional<int64_t> target) {
   if (target && (!target_ || *target > *target_)) {
     target_ = target;
     redrain_attempt_ = 0;
-    raised_since_start_ = true;
   }
 }
 
@@ -122,6 +141,11 @@ drain_action ledger_drain::on_wake(std::optional<int64_t> target) {
     if (pending_)
       ++wakes_coalesced_;
     pending_ = true;
+    // News the page in flight may not show: no hint at all, a raised
+    // target above the cursor, or a low hint (a page must judge it). A hint
+    // in [cursor, target] repeats what the drain already pursues.
+    if (!target || *target < cursor_ || (raised && *target > cursor_))
+      pending_news_ = true;
     return drain_action::queued;
   }
   if (armed_) {
@@ -131,7 +155,7 @@ drain_action ledger_drain::on_wake(std::optional<int64_t> target) {
     // timer forward to the floor, once.
     // Not the timer of a start-over: the event at the cursor is what it
     // waits for, and a wake says nothing about it.
-    if (raised && armed_delay_ > redrain_floor && !armed_start_over_) {
+    if (raised && raise_rearms()) {
       armed_delay_ = redrain_floor;
       ++redrain_gen_;
       return drain_action::rearm;
@@ -243,11 +267,14 @@ drain_action ledger_drain::on_hello(const std::optional<std::string>& epoch,
 }
 
 void ledger_drain::quiesce() {
+  moved_ = false;
   // In-frame delivery takes over: what a page disproved before says nothing
   // about the hints of the ledger the drain comes back to.
   checked_low_.reset();
   state_ = state::idle;
   pending_ = false;
+  pending_request_ = false;
+  pending_news_ = false;
   armed_ = false;
   armed_start_over_ = false;
   page_probe_ = false;
@@ -603,6 +630,8 @@ page_plan ledger_drain::declare(int64_t event_id) {
 drain_next ledger_drain::arm_redrain(int& attempt) {
   drain_next next;
   pending_ = false;
+  pending_request_ = false;
+  pending_news_ = false;
   armed_ = true;
   armed_delay_ = redrain_backoff_.step(attempt);
   next.what = drain_next::kind::redrain;
@@ -615,6 +644,7 @@ drain_next ledger_drain::arm_redrain(int& attempt) {
 
 drain_next ledger_drain::start_over() {
   state_ = state::idle;
+  moved_ = false;
   stop_isolating();
   if (rewind_pending_) {
     drain_next next;
@@ -636,19 +666,41 @@ drain_next ledger_drain::finish(bool failed) {
     next.what = drain_next::kind::fetch;
     return next;
   }
+  bool moved = moved_;
+  moved_ = false;
   // The replay did not answer usefully: retry after a backoff, and let
   // wakes meanwhile wait for it rather than hammer a failing endpoint.
   if (failed)
     return arm_redrain(retry_attempt_);
   bool below = target_ && cursor_ < *target_;
-  if (pending_ && (!below || raised_since_start_)) {
-    // A wake came during the drain with news (a higher target, or no hint
-    // at all): read again now. One pending, whatever the wake rate.
+  // A drain was requested meanwhile (a new session, a hello, a poll tick:
+  // at most one per connection or poll interval), or a wake brought news
+  // after a drain that moved the cursor (events are flowing): read again
+  // now. News after a drain that read nothing new reads again at once the
+  // first time since the cursor last moved; after that -- the event a
+  // wake announced is not visible to replay yet, or the hint is bogus --
+  // it waits one floor, as a raised target restores the floor: a flood of
+  // rising (or hint-less) wakes costs one replay call per floor, never one
+  // per round trip.
+  if (pending_ && pending_news_ && !moved && !news_retried_) {
+    // The page may have been read just before the event announced became
+    // visible (the usual end of a burst): once per progress, read again
+    // at once.
+    news_retried_ = true;
+    pending_request_ = true;
+  }
+  if (pending_ && (pending_request_ || (pending_news_ && moved))) {
     start();
     next.what = drain_next::kind::fetch;
     return next;
   }
+  if (pending_ && pending_news_) {
+    int floor_step = 0;
+    return arm_redrain(floor_step);
+  }
   pending_ = false;
+  pending_request_ = false;
+  pending_news_ = false;
   if (below)
     return arm_redrain(redrain_attempt_);
   return next;

@@ -31,10 +31,21 @@
 // (hyperdjango's serviceclient docs, ChangeFeedWatcher, "Wake targets and
 // re-drain": "the floor is restored only when a fresh wake raises the
 // target"): the timer is re-armed at
-// 0.05 s if it was longer, so rising bogus hints cost at most one replay
-// call per floor, never one per wake. A drain that ends below the target
-// with a wake pending drains again at once only if that wake raised the
-// target; else it waits for its timer.
+// 0.05 s if it was longer. A drain that ends with a wake
+// pending drains again at once only if that wake brought news (no hint, a
+// target raised above the cursor, a low hint) and the drain moved the
+// cursor; a wake without news (a hint in [cursor, target]) starts nothing.
+// News after a drain that read nothing new reads again at once the first
+// time since the cursor last moved (the page was likely read just before
+// the event became visible: the usual end of a burst); after that -- the
+// event announced is not visible to replay yet, or the hint is bogus -- it
+// waits one floor, as a raise restores the floor. So a flood of rising
+// bogus hints costs one replay call per floor (20 a second), and the
+// wake intake (wake_intake.hpp) keeps the wakes themselves off the actor.
+// Decaying past the floor would be cheaper, but it is the case the floor
+// exists for: while an unrelated long transaction holds replay's
+// visibility back, every new event raises the target, and the event must
+// be delivered within a floor of becoming visible.
 //
 // Poison pills. A page the watcher cannot read -- a 2xx body that does not
 // parse (or nests deeper than the parser allows), a body over the response
@@ -350,6 +361,16 @@ public:
     return undeliverable_;
   }
 
+  /// True when a wake that raises the target would change nothing but
+  /// the target (and the re-drain step a raise restores): a drain is in
+  /// flight with a wake with news already pending, or the re-drain timer is
+  /// armed at the floor. Until the drain's next step (its page, its
+  /// failure, its timer) such wakes may be folded into one on_wake with
+  /// the highest of their targets, in any order relative to that step --
+  /// what the watcher's io-thread intake does with a flood of rising
+  /// hints (wake_intake.hpp).
+  bool absorbs_raises() const;
+
   /// Wakes that started no drain (coalesced).
   uint64_t wakes_coalesced() const {
     return wakes_coalesced_;
@@ -527,10 +548,23 @@ private:
   /// The poison event found: the cursor moves to it when the page is done.
   std::optional<int64_t> skip_to_;
   uint64_t undeliverable_ = 0;
-  /// Coalescing: a re-drain or retry timer is armed; the target was raised
-  /// since the current drain started; the retry backoff of failed fetches.
+  /// Coalescing: a re-drain or retry timer is armed; the retry backoff of
+  /// failed fetches.
   bool armed_ = false;
-  bool raised_since_start_ = false;
+  /// The cursor moved (an event delivered or passed, a rewind) since the
+  /// drain last went idle.
+  bool moved_ = false;
+  /// The pending drain was asked by request() (not only by wakes).
+  bool pending_request_ = false;
+  /// A pending wake brought news (no hint, a raised target above the
+  /// cursor, a low hint).
+  bool pending_news_ = false;
+  /// News after a drain that read nothing new was read again at once once
+  /// since the cursor last moved.
+  bool news_retried_ = false;
+
+  /// A raised target would bring the armed timer forward to the floor.
+  bool raise_rearms() const;
   feed_duration armed_delay_{0};
   int retry_attempt_ = 0;
   /// The start-over backoff; the armed timer is a start-over's.

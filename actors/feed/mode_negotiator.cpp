@@ -45,6 +45,18 @@ const char* to_string(drain_error_reason r) {
   return "unknown";
 }
 
+const char* to_string(frame_error_reason r) {
+  switch (r) {
+    case frame_error_reason::unparseable: return "unparseable";
+    case frame_error_reason::too_deep: return "too_deep";
+    case frame_error_reason::memory_bound: return "memory_bound";
+    case frame_error_reason::bad_number: return "bad_number";
+    case frame_error_reason::not_an_object: return "not_an_object";
+    case frame_error_reason::over_cap: return "over_cap";
+  }
+  return "unknown";
+}
+
 feed_duration feed_seconds(double seconds) {
   // Saturates at duration::max() beyond ~285 years.
   return core::from_seconds(seconds);

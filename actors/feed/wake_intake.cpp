@@ -179,4 +179,42 @@ std::optional<int64_t> coalesced_wake_hint(const ledger_drain& drain) {
   return target;
 }
 
+bool wake_gate::take(int64_t cursor) {
+  auto lo = lo_.load(std::memory_order_relaxed);
+  auto hint = hint_.load(std::memory_order_relaxed);
+  if (cursor < lo)
+    return false; // a low hint: the drain decides what it means
+  if (cursor <= hint)
+    return true;
+  if (!absorb_.load())
+    return false;
+  auto seen = absorbed_.load();
+  while (seen < cursor && !absorbed_.compare_exchange_weak(seen, cursor)) {
+  }
+  // fold() closes absorbing before it reads absorbed_ (both sequentially
+  // consistent): either it saw this cursor, or this load sees the gate
+  // closed and the frame goes to the watcher as well.
+  return absorb_.load();
+}
+
+std::optional<int64_t> wake_gate::fold() {
+  absorb_.store(false);
+  auto x = absorbed_.exchange(-1);
+  if (x < 0)
+    return std::nullopt;
+  return x;
+}
+
+void wake_gate::set(int64_t lo, std::optional<int64_t> hint, bool absorb) {
+  lo_.store(lo, std::memory_order_relaxed);
+  hint_.store(hint ? *hint : -1, std::memory_order_relaxed);
+  absorb_.store(absorb);
+}
+
+void wake_gate::raise_low(int64_t lo) {
+  lo_.store(lo, std::memory_order_relaxed);
+  if (lo > hint_.load(std::memory_order_relaxed))
+    hint_.store(-1, std::memory_order_relaxed);
+}
+
 } // namespace outbound

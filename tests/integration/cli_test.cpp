@@ -271,6 +271,53 @@ TEST(CliArgs, InvalidJsonBodyIsAUsageErrorAndNothingIsSent) {
   EXPECT_EQ(sink.connections(), 0u);
 }
 
+TEST(CliArgs, ValidJsonBeyondTheLimitsCannotBeSentButIsNotCalledInvalid) {
+  connection_sink sink;
+  auto url = "http://127.0.0.1:" + std::to_string(sink.port()) + "/v1/x";
+  std::string deep65 = std::string(65, '[') + std::string(65, ']');
+  struct row {
+    std::vector<std::string> extra;
+    std::string json;
+    std::string detail;
+  };
+  for (const auto& c : std::vector<row>{
+         {{}, deep65, "--json cannot be sent: nesting deeper than 64 levels"},
+         {{"--json-max-depth", "32"},
+          std::string(33, '[') + std::string(33, ']'),
+          "--json cannot be sent: nesting deeper than 32 levels"},
+         {{},
+          R"({"n":[1e400]})",
+          "--json cannot be sent: number out of range (IEEE 754 binary64) "
+          "at n[0]"},
+         {{},
+          R"({"n":1e-400})",
+          "--json cannot be sent: number out of range (underflows IEEE 754 "
+          "binary64 to zero) at n"}}) {
+    std::vector<std::string> args{"request", "-X", "POST"};
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    args.insert(args.end(), {"--json", c.json, url});
+    auto r = run_cli(args);
+    expect_failure(r, "usage_error", 2);
+    EXPECT_EQ(detail_of(r), c.detail);
+  }
+  EXPECT_EQ(sink.connections(), 0u);
+  // The limit is the client's json_max_depth, validated as such.
+  auto bad = run_cli({"request", "--json-max-depth", "0", "--json", "[]", url});
+  expect_failure(bad, "config_error", 2);
+  EXPECT_EQ(detail_of(bad).rfind("json_max_depth: ", 0), 0u) << bad.err;
+}
+
+TEST(CliJson, JsonMaxDepthRaisesTheLimitOfTheJsonBody) {
+  std::string deep65 = std::string(65, '[') + std::string(65, ']');
+  scripted_server srv{{{step::read_request(),
+                        step::send(scripted_server::json_response(200, "{}"))}}};
+  auto r = run_cli({"request", "-X", "POST", "--json-max-depth", "128",
+                    "--json", deep65, srv.base_url() + "/v1/x"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(srv.wait_for_requests(1, 5000ms));
+  EXPECT_EQ(srv.requests().at(0).body, deep65);
+}
+
 TEST(CliArgs, IdempotentAndNotIdempotentExcludeEachOther) {
   auto r
     = run_cli({"request", "--idempotent", "--not-idempotent", refused_url()});
@@ -773,6 +820,57 @@ TEST(CliJson, ADeepErrorBodyKeepsItsDetail) {
   auto r = run_cli({"request", srv.base_url() + "/v1/x"});
   expect_failure(r, "request_error", 4);
   EXPECT_EQ(detail_of(r), "bad shape");
+}
+
+TEST(CliJson, RawKeepsTheTextOfABodyItCannotRepresent) {
+  struct row {
+    std::string body;
+    std::string error; // "" = representable: no body_text
+  };
+  for (const auto& c : std::vector<row>{
+         {R"({"a":1e400})", "number out of range (IEEE 754 binary64) at a"},
+         {R"({"a":[1e-400]})",
+          "number out of range (underflows IEEE 754 binary64 to zero) at "
+          "a[0]"},
+         {R"({"id":123456789012345678901234567890})",
+          "integer of 30 digits not exact in IEEE 754 binary64 at id"},
+         {"<html>oops</html>", "?"},
+         {R"({"a":1})", ""},
+         {"", ""}}) {
+    scripted_server srv{{{step::read_request(),
+                          step::send(scripted_server::json_response(
+                            200, c.body))}}};
+    auto r = run_cli({"request", "--raw", srv.base_url() + "/v1/x"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    auto v = boost::json::parse(r.out).as_object();
+    EXPECT_EQ(v.at("status").as_int64(), 200) << c.body;
+    if (c.error.empty()) {
+      EXPECT_FALSE(v.contains("body_text")) << r.out;
+      EXPECT_FALSE(v.contains("body_error")) << r.out;
+      continue;
+    }
+    EXPECT_TRUE(v.at("body").is_null()) << r.out;
+    ASSERT_TRUE(v.contains("body_text")) << r.out;
+    EXPECT_EQ(v.at("body_text").as_string(), c.body);
+    ASSERT_TRUE(v.contains("body_error")) << r.out;
+    if (c.error != "?")
+      EXPECT_EQ(v.at("body_error").as_string(), c.error);
+    else
+      EXPECT_FALSE(v.at("body_error").as_string().empty());
+  }
+}
+
+TEST(CliJson, AnErrorBodyWithAnOutOfRangeNumberKeepsItsDetail) {
+  for (const std::string number :
+       {"1e400", "1e-400", "123456789012345678901234567890"}) {
+    scripted_server srv{{{step::read_request(),
+                          step::send(scripted_server::json_response(
+                            400, R"({"detail":"bad shape","n":)" + number
+                                   + "}"))}}};
+    auto r = run_cli({"request", srv.base_url() + "/v1/x"});
+    expect_failure(r, "request_error", 4);
+    EXPECT_EQ(detail_of(r), "bad shape") << number;
+  }
 }
 
 // -- small items: errors that name what the user typed --------------------------

@@ -1839,7 +1839,7 @@ std::string nested_metadata(int depth) {
 
 } // namespace
 
-TEST_F(HubTest, APublishWithAnOverflowingNumberIsAnswered400NamingTheField) {
+TEST_F(HubTest, APublishWithAnOutOfRangeNumberIsAnswered400NamingTheField) {
   start();
   for (const std::string& number : {std::string{"1e400"},
                                     std::string(5000, '9')}) {
@@ -1849,8 +1849,25 @@ TEST_F(HubTest, APublishWithAnOverflowingNumberIsAnswered400NamingTheField) {
     EXPECT_EQ(o.error.detail,
               "metadata.x[1]: number out of range (IEEE 754 binary64)");
   }
-  // Nothing was stored; the hub still answers.
-  EXPECT_EQ(replay(0).at("events").as_array().size(), 0u);
+  // A nonzero number that underflows would be stored, and replayed, as 0.
+  for (const std::string& number : {std::string{"1e-400"},
+                                    std::string{"-2e-324"}}) {
+    auto o = http().call(
+      raw_publish(R"({"subject":"s","metadata":{"x":)" + number + "}}"));
+    EXPECT_EQ(o.status, 400) << o.error.message();
+    EXPECT_EQ(o.error.detail, "metadata.x: number out of range (underflows "
+                              "IEEE 754 binary64 to zero)");
+  }
+  // Subnormals binary64 holds and literal zeros are stored as sent.
+  auto ok = http().call(raw_publish(
+    R"({"subject":"s","metadata":{"x":[5e-324,0e-400]}})"));
+  EXPECT_EQ(ok.status / 100, 2) << ok.error.message();
+  // Only the last publish was stored; the hub still answers.
+  auto events = replay(0).at("events").as_array();
+  ASSERT_EQ(events.size(), 1u);
+  auto x = events[0].at("metadata").at("x").as_array();
+  EXPECT_EQ(x[0].as_double(), 0x0.0000000000001p-1022);
+  EXPECT_EQ(x[1].as_double(), 0.0);
 }
 
 TEST_F(HubTest, APublishWithAnInexactIntegerIsAnswered400NamingTheField) {

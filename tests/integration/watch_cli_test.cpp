@@ -7,6 +7,7 @@
 // while the child runs.
 
 #include "nginx_fixture.hpp"
+#include "scripted_server.hpp"
 #include "test_certs.hpp"
 
 #include "hub/hub.hpp"
@@ -19,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -28,6 +30,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
@@ -815,6 +819,282 @@ TEST_F(WatchCli, AnEventOverTheReplayCapIsOneUndeliverableResetInOrder) {
   ASSERT_FALSE(fails.empty()) << w.err();
   EXPECT_EQ(fails[0].at("source"), "page");
   EXPECT_EQ(fails[0].at("kind"), "over_cap");
+}
+
+// -- what a user sees of a scripted server ------------------------------------------
+
+namespace {
+
+/// An HTTP server on 127.0.0.1 that answers each request with what
+/// `answer` returns for its head (request line and header fields), then
+/// closes the connection; one connection at a time. Records the heads.
+class path_server {
+public:
+  using handler = std::function<std::string(const std::string& head)>;
+
+  explicit path_server(handler h) : answer_(std::move(h)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0
+        || ::listen(fd_, 64) != 0
+        || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw std::runtime_error("path_server: cannot listen");
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread{[this] { loop(); }};
+  }
+
+  ~path_server() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+
+  path_server(const path_server&) = delete;
+  path_server& operator=(const path_server&) = delete;
+
+  std::string base_url() const {
+    return "http://127.0.0.1:" + std::to_string(port_);
+  }
+
+  std::vector<std::string> heads() const {
+    std::lock_guard<std::mutex> lock{mu_};
+    return heads_;
+  }
+
+  /// The value of header `name` (lower-case) in `head`, "" if absent.
+  static std::string header(const std::string& head, const std::string& name) {
+    std::istringstream in{head};
+    for (std::string l; std::getline(in, l);) {
+      auto colon = l.find(':');
+      if (colon == std::string::npos)
+        continue;
+      auto k = l.substr(0, colon);
+      std::transform(k.begin(), k.end(), k.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
+      if (k != name)
+        continue;
+      auto v = l.substr(colon + 1);
+      while (!v.empty() && (v.front() == ' ' || v.front() == '\t'))
+        v.erase(v.begin());
+      while (!v.empty() && (v.back() == '\r' || v.back() == ' '))
+        v.pop_back();
+      return v;
+    }
+    return {};
+  }
+
+private:
+  void loop() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0)
+        continue;
+      int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0)
+        continue;
+      timeval tv{2, 0};
+      ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      std::string head;
+      char buf[4096];
+      while (head.find("\r\n\r\n") == std::string::npos) {
+        auto n = ::recv(c, buf, sizeof buf, 0);
+        if (n <= 0)
+          break;
+        head.append(buf, static_cast<std::size_t>(n));
+      }
+      if (head.find("\r\n\r\n") != std::string::npos) {
+        {
+          std::lock_guard<std::mutex> lock{mu_};
+          heads_.push_back(head);
+        }
+        auto r = answer_(head);
+        ::send(c, r.data(), r.size(), MSG_NOSIGNAL);
+      }
+      ::shutdown(c, SHUT_WR);
+      ::close(c);
+    }
+  }
+
+  handler answer_;
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;
+  std::vector<std::string> heads_;
+  std::thread thread_;
+};
+
+std::string http_answer(int status, const std::string& reason,
+                        const std::string& body,
+                        const std::string& extra_headers = "") {
+  return "HTTP/1.1 " + std::to_string(status) + " " + reason
+         + "\r\nContent-Type: application/json\r\nContent-Length: "
+         + std::to_string(body.size()) + "\r\n" + extra_headers
+         + "Connection: close\r\n\r\n" + body;
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+/// An unmasked text frame of a server (RFC 6455 section 5.2).
+std::string ws_text(const std::string& payload) {
+  std::string f;
+  f += static_cast<char>(0x81);
+  auto n = payload.size();
+  if (n < 126) {
+    f += static_cast<char>(n);
+  } else if (n < 65536) {
+    f += static_cast<char>(126);
+    f += static_cast<char>(n >> 8);
+    f += static_cast<char>(n & 0xff);
+  } else {
+    f += static_cast<char>(127);
+    for (int i = 7; i >= 0; --i)
+      f += static_cast<char>((static_cast<uint64_t>(n) >> (8 * i)) & 0xff);
+  }
+  return f + payload;
+}
+
+/// A catchup hub that sends event 1 nested `depth` deep, then event 2.
+std::vector<script> deep_catchup(int depth) {
+  auto frames
+    = ws_text(R"({"type":"hello","mode":"catchup","seq":0,"cursor":0,"resync":false,"epoch":"e1"})")
+      + ws_text(R"({"type":"event","subject":"a","kind":"k","seq":1,"metadata":)"
+                + std::string(depth - 1, '[') + std::string(depth - 1, ']')
+                + "}")
+      + ws_text(R"({"type":"event","subject":"a","kind":"k","seq":2})");
+  return {{step::read_request(), step::ws_accept("", frames), step::hold()}};
+}
+
+} // namespace
+
+TEST(WatchCliFrames, AFrameTooDeepIsAResetCountedByReasonInTheSummary) {
+  scripted_server ws{deep_catchup(100)};
+  cli_child w{{"watch", "--replay-path", "", "--ws-path", "/ws/feed",
+               "--ping-interval", "0", "--count", "1", "--fail-after", "0",
+               "--duration", "20", ws.base_url()}};
+  auto code = w.wait_exit(30s);
+  ASSERT_TRUE(code) << w.out() << w.err();
+  EXPECT_EQ(*code, 0) << w.err();
+  auto lines = lines_of(w.out());
+  ASSERT_EQ(lines.size(), 2u) << w.out();
+  auto r = json::parse(lines[0]).as_object();
+  EXPECT_EQ(r.at("cause"), "undeliverable") << lines[0];
+  EXPECT_EQ(r.at("event_id").as_int64(), 1);
+  EXPECT_EQ(json::parse(lines[1]).at("event").at("seq").as_int64(), 2);
+  auto sum = summary_of(w.err());
+  EXPECT_EQ(sum.at("unreadable_frames").as_int64(), 1) << w.err();
+  EXPECT_EQ(sum.at("unreadable_frames_by_reason"),
+            json::parse(R"({"too_deep":1})"))
+    << w.err();
+  EXPECT_EQ(sum.at("undeliverable").as_int64(), 1);
+}
+
+TEST(WatchCliFrames, JsonMaxDepthLetsADeeperFrameThrough) {
+  scripted_server ws{deep_catchup(100)};
+  cli_child w{{"watch", "--replay-path", "", "--ws-path", "/ws/feed",
+               "--ping-interval", "0", "--count", "2", "--fail-after", "0",
+               "--duration", "20", "--json-max-depth", "128", ws.base_url()}};
+  auto code = w.wait_exit(30s);
+  ASSERT_TRUE(code) << w.out() << w.err();
+  EXPECT_EQ(*code, 0) << w.err();
+  auto lines = lines_of(w.out());
+  ASSERT_EQ(lines.size(), 2u) << w.out();
+  json::parse_options deep_ok;
+  deep_ok.max_depth = 256; // Boost.JSON's default is 32
+  EXPECT_EQ(json::parse(lines[0], {}, deep_ok).at("event").at("seq").as_int64(),
+            1);
+  EXPECT_EQ(json::parse(lines[1]).at("event").at("seq").as_int64(), 2);
+  auto sum = summary_of(w.err());
+  EXPECT_EQ(sum.at("unreadable_frames").as_int64(), 0) << w.err();
+  EXPECT_TRUE(sum.at("unreadable_frames_by_reason").as_object().empty());
+}
+
+TEST(WatchCliFrames, JsonMaxDepthOutOfRangeIsAConfigError) {
+  cli_child w{{"watch", "--json-max-depth", "0", "http://127.0.0.1:1"}};
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code);
+  EXPECT_EQ(*code, 2) << w.err();
+  EXPECT_NE(w.err().find("json_max_depth"), std::string::npos) << w.err();
+}
+
+TEST(WatchCliFailures, AWebSocketFailureCarriesItsUpgradesRequestId) {
+  path_server srv{[](const std::string&) {
+    return http_answer(401, "Unauthorized", "");
+  }};
+  cli_child w{{"watch", "--replay-path", "", "--ws-path", "/ws/feed",
+               "--fail-after", "1", srv.base_url()}};
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << w.err();
+  EXPECT_EQ(*code, 3) << w.err(); // auth_error
+  auto fails = failure_lines(w.err());
+  ASSERT_GE(fails.size(), 2u) << w.err();
+  auto heads = srv.heads();
+  ASSERT_FALSE(heads.empty());
+  auto sent = path_server::header(heads[0], "x-request-id");
+  EXPECT_EQ(sent.size(), 32u) << heads[0];
+  EXPECT_EQ(fails[0].at("source"), "websocket") << w.err();
+  EXPECT_EQ(fails[0].at("status").as_int64(), 401);
+  EXPECT_EQ(fails[0].at("request_id").as_string(), sent) << w.err();
+  // The give-up line carries the status of the failure it names.
+  EXPECT_EQ(fails.back().at("source"), "fail_after") << w.err();
+  EXPECT_EQ(fails.back().at("kind"), "auth_error");
+  EXPECT_EQ(fails.back().at("status").as_int64(), 401) << w.err();
+}
+
+TEST(WatchCliFailures, TheReplayFailureDecidesTheExitCodeOverTheWebSockets) {
+  // Replay 403 (auth_error, exit 3) once; the WebSocket then fails with a
+  // 404 (request_error, exit 4) on every redial until the give-up: the
+  // replay failure decides, whichever came last.
+  path_server srv{[](const std::string& head) {
+    if (starts_with(head, "GET /v1/events"))
+      return http_answer(403, "Forbidden", "");
+    return http_answer(404, "Not Found", "");
+  }};
+  cli_child w{{"watch", "--fail-after", "1.5", srv.base_url()}};
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << w.err();
+  EXPECT_EQ(*code, 3) << w.err();
+  auto fails = failure_lines(w.err());
+  ASSERT_FALSE(fails.empty()) << w.err();
+  EXPECT_EQ(fails.back().at("source"), "fail_after") << w.err();
+  EXPECT_EQ(fails.back().at("kind"), "auth_error");
+  EXPECT_EQ(fails.back().at("status").as_int64(), 403) << w.err();
+  bool ws404 = false;
+  for (auto& f : fails)
+    ws404 = ws404
+            || (f.at("source") == "websocket" && f.at("status") == 404);
+  EXPECT_TRUE(ws404) << w.err();
+}
+
+TEST(WatchCliFailures, ATokenEchoedByTheServerIsNeverPrinted) {
+  // Every answer is a 401 with the token in its body's `detail` (which
+  // the client puts into the failure's detail) and in two headers.
+  const std::string token = "s3cr3t-tok-4711";
+  path_server srv{[token](const std::string&) {
+    return http_answer(401, "Unauthorized",
+                       R"({"detail":"token was )" + token + R"("})",
+                       "X-Echo: " + token + "\r\nWWW-Authenticate: Bearer "
+                         + token + "\r\n");
+  }};
+  cli_child w{{"watch", "--token", token, "--fail-after", "1",
+               srv.base_url()}};
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << w.err();
+  EXPECT_EQ(*code, 3) << w.err();
+  ASSERT_FALSE(failure_lines(w.err()).empty()) << w.err();
+  EXPECT_EQ(w.err().find(token), std::string::npos) << w.err();
+  EXPECT_EQ(w.out().find(token), std::string::npos) << w.out();
+  EXPECT_NE(w.err().find("token was [redacted]"), std::string::npos)
+    << w.err();
+  // The server did receive it (the test is about printing, not sending).
+  auto heads = srv.heads();
+  ASSERT_FALSE(heads.empty());
+  EXPECT_NE(heads[0].find(token), std::string::npos);
 }
 
 // -- numbers, end to end through a real `outbound hub` -------------------------

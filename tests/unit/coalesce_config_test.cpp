@@ -48,6 +48,7 @@ TEST(CoalesceConfig, DefaultsAreTsoraclesDefaults) {
   EXPECT_EQ(c.max_redirects_per_pass, 16);
   EXPECT_EQ(c.max_redirects_per_call, 64);
   EXPECT_EQ(c.max_hinted_endpoints, 8u);
+  EXPECT_EQ(c.json_max_depth, 64u);
   EXPECT_FALSE(c.tls);
   EXPECT_EQ(failing_field([](coalesce_config&) {}), "(valid)");
 }
@@ -94,6 +95,10 @@ TEST(CoalesceConfig, BadValuesNameTheirField) {
             "coalesce.max_redirects_per_pass");
   EXPECT_EQ(failing_field([](auto& c) { c.max_redirects_per_call = 0; }),
             "coalesce.max_redirects_per_call");
+  EXPECT_EQ(failing_field([](auto& c) { c.json_max_depth = 0; }),
+            "coalesce.json_max_depth");
+  EXPECT_EQ(failing_field([](auto& c) { c.json_max_depth = 1025; }),
+            "coalesce.json_max_depth");
 }
 
 TEST(CoalesceConfig, BareEndpointsTakeTheConfiguredScheme) {

@@ -70,6 +70,8 @@ struct fake_oracle {
   uint64_t epoch = 1;
   std::map<std::string, uint64_t> seqs;
   int transports_made = 0;
+  /// Raw JSON of an extra member `"x"` in every answer ("" = none).
+  std::string extra;
   /// Nodes for endpoints not in `nodes` (hinted ones); null: refuse.
   std::function<std::shared_ptr<fake_node>(const std::string&)> make_unknown;
 
@@ -87,7 +89,10 @@ struct fake_oracle {
       s += count;
     }
     o["epoch"] = std::to_string(epoch);
-    return json::serialize(o);
+    auto text = json::serialize(o);
+    if (!extra.empty())
+      text.insert(text.size() - 1, ",\"x\":" + extra);
+    return text;
   }
 };
 
@@ -715,6 +720,27 @@ TEST_F(CoalescingDriver, AWrongCountFromTheServerFailsOnlyThatChunk) {
   EXPECT_TRUE(bad_key->reply->error->nothing_sent);
   ASSERT_TRUE(run_to_quiescence());
   EXPECT_EQ(ok(later).ts.count, 1u);
+}
+
+TEST_F(CoalescingDriver, AnswersAreReadUnderTheConfiguredJsonDepth) {
+  // 65 levels: the answer object and 64 nested arrays in "x".
+  oracle_->extra = std::string(64, '[') + std::string(64, ']');
+  elect(A, 1);
+  auto deep = ts();
+  ASSERT_TRUE(run_to_quiescence());
+  EXPECT_EQ(failed(deep), error_kind::response_error)
+    << "the default limit, 64, refuses the answer";
+}
+
+TEST_F(CoalescingDriver, ARaisedJsonDepthReadsADeeperAnswer) {
+  oracle_->extra = std::string(64, '[') + std::string(64, ']');
+  cfg.json_max_depth = 65;
+  elect(A, 1);
+  auto t = ts();
+  auto s = seq("k", 2);
+  ASSERT_TRUE(run_to_quiescence());
+  EXPECT_EQ(ok(t).ts.count, 1u);
+  EXPECT_EQ(ok(s).seq.count, 2u);
 }
 
 TEST_F(CoalescingDriver, ConstructionValidatesTheConfigNamingTheField) {

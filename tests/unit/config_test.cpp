@@ -229,6 +229,15 @@ TEST(ExtractDetail, ReadsTheJsonDetailField) {
   EXPECT_EQ(extract_detail("<html>oops</html>"), "");
   EXPECT_EQ(extract_detail("[1,2]"), "");
   EXPECT_EQ(extract_detail(""), "");
+  // Numbers the parsed form cannot hold do not cost the detail.
+  EXPECT_EQ(extract_detail(R"({"detail":"bad shape","n":1e400})"),
+            "bad shape");
+  EXPECT_EQ(extract_detail(R"({"n":[-1e-400],"detail":"tiny"})"), "tiny");
+  EXPECT_EQ(
+    extract_detail(R"({"id":123456789012345678901234567890,"detail":"id"})"),
+    "id");
+  EXPECT_EQ(extract_detail(R"({"detail":{"n":1e400,"m":1}})"),
+            R"({"n":null,"m":1})");
 }
 
 TEST(Exceptions, ThrowErrorRaisesTheMatchingType) {

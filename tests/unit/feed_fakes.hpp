@@ -233,6 +233,26 @@ struct fake_ws_record {
     ev.fragmented = fragmented;
     push(ev);
   }
+  /// A text message read off the wire as a real session handles it: the
+  /// owner's `drop_text` filter (ws_options) runs first, as on the io
+  /// thread; a dropped message is only counted, in the next event's
+  /// `dropped`. Returns true when the message reached the owner.
+  bool wire_message(std::string payload) {
+    if (opts.drop_text && opts.drop_text(payload)) {
+      ++dropped;
+      return false;
+    }
+    ws_event ev;
+    ev.what = ws_event::kind::message;
+    ev.payload = std::move(payload);
+    ev.dropped = dropped;
+    dropped = 0;
+    push(ev);
+    return true;
+  }
+  /// Messages wire_message dropped and not reported yet.
+  uint64_t dropped = 0;
+
   /// A message over max_frame_bytes as the session reports it: its first
   /// bytes and its full size.
   void too_large(std::string prefix, uint64_t size) {
@@ -245,6 +265,8 @@ struct fake_ws_record {
   void activity() {
     ws_event ev;
     ev.what = ws_event::kind::activity;
+    ev.dropped = dropped; // as a real session reports what it dropped
+    dropped = 0;
     push(ev);
   }
   void peer_close() {

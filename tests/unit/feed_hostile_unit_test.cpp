@@ -9,6 +9,7 @@
 #include "actors/feed/feed_frames.hpp"
 #include "actors/feed/ledger_drain.hpp"
 #include "actors/feed/mode_negotiator.hpp"
+#include "config/client_config.hpp"
 #include "config/config_error.hpp"
 
 #include <boost/json/parse.hpp>
@@ -261,6 +262,104 @@ TEST(FeedHostileFrames, DeepOrMalformedMessagesAreNotJsonNeverACrash) {
   EXPECT_EQ(h.hello.mode, "");
   EXPECT_EQ(h.hello.seq, std::nullopt);
   EXPECT_EQ(h.hello.epoch, std::nullopt);
+}
+
+TEST(FeedHostileFrames, FrameParsesAreBoundedInMemoryByTheCapRule) {
+  // The bound of an HTTP body under the same cap (json_memory_bound).
+  feed_config c;
+  EXPECT_EQ(frame_json_limits(c).max_bytes, 128u * 1024u * 1024u);
+  EXPECT_EQ(frame_json_limits(c).max_depth, default_json_max_depth);
+  c.ws_max_frame_bytes = 64 * 1024;
+  auto small = frame_json_limits(c);
+  EXPECT_EQ(small.max_bytes, 1024u * 1024u);
+  client_config cc;
+  cc.max_response_bytes = 64 * 1024;
+  EXPECT_EQ(cc.response_json_limits().max_bytes, small.max_bytes);
+
+  // An event frame of 64 KiB whose `[0,0,...]` metadata takes about 24
+  // bytes of parsed form per byte of text: over 1 MiB.
+  std::string arr = "[0";
+  while (arr.size() < 64 * 1024 - 64)
+    arr += ",0";
+  arr += "]";
+  auto frame = R"({"type":"event","seq":2,"m":)" + arr + "}";
+  auto m = parse_message(frame, "cursor", small);
+  EXPECT_EQ(m.frame.type, frame_type::not_json);
+  EXPECT_NE(m.error.find("memory bound (1048576 bytes)"), std::string::npos)
+    << m.error;
+  EXPECT_EQ(m.frame.seq, 2) << "the seq the text shows";
+  // Under the default 8 MiB cap the same frame is an ordinary event.
+  auto ok = parse_message(frame, "cursor");
+  EXPECT_EQ(ok.frame.type, frame_type::event);
+  EXPECT_EQ(ok.frame.seq, 2);
+}
+
+TEST(FeedHostileFrames, TheFrameDepthLimitIsTheConfiguredOne) {
+  auto nest = [](int n) {
+    return R"({"type":"event","seq":4,"m":)" + std::string(n - 1, '[')
+           + std::string(n - 1, ']') + "}";
+  };
+  feed_config c;
+  // 100 levels: over the default 64, within 128.
+  EXPECT_EQ(parse_message(nest(100), "cursor", frame_json_limits(c))
+              .frame.type,
+            frame_type::not_json);
+  c.json_max_depth = 128;
+  auto m = parse_message(nest(100), "cursor", frame_json_limits(c));
+  EXPECT_EQ(m.frame.type, frame_type::event) << m.error;
+  EXPECT_EQ(m.frame.seq, 4);
+  EXPECT_EQ(parse_message(nest(129), "cursor", frame_json_limits(c))
+              .frame.type,
+            frame_type::not_json);
+  EXPECT_EQ(parse_message(nest(128), "cursor", frame_json_limits(c))
+              .frame.type,
+            frame_type::event);
+}
+
+TEST(FeedHostileFrames, AnUnreadableMessageSaysWhyAsALabel) {
+  feed_config c;
+  c.ws_max_frame_bytes = 1024; // memory bound 16 KiB
+  auto l = frame_json_limits(c);
+  std::string zeros = "[0";
+  while (zeros.size() < 1000)
+    zeros += ",0";
+  zeros += "]";
+  struct row {
+    std::string text;
+    frame_error_reason why;
+  };
+  for (auto& r : std::vector<row>{
+         {"not json", frame_error_reason::unparseable},
+         {"", frame_error_reason::unparseable},
+         {std::string(100, '[') + std::string(100, ']'),
+          frame_error_reason::too_deep},
+         {zeros, frame_error_reason::memory_bound},
+         {R"({"type":"event","n":1e400})", frame_error_reason::bad_number},
+         {R"({"type":"event","n":123456789012345678901234567890})",
+          frame_error_reason::bad_number},
+         {"[1,2]", frame_error_reason::not_an_object},
+       }) {
+    auto m = parse_message(r.text, "cursor", l);
+    EXPECT_EQ(m.frame.type, frame_type::not_json) << r.text.substr(0, 40);
+    EXPECT_STREQ(to_string(m.unreadable), to_string(r.why))
+      << r.text.substr(0, 40) << ": " << m.error;
+  }
+}
+
+TEST(FeedHostileFrames, AFrameJustUnderTheDefaultCapCannotTakeGigabytes) {
+  // 8.2 MB of `[0,0,...]` is under the 8 MiB frame cap; unbounded, its
+  // parse took about 200 MB (a hub sending a few of them took a watcher to
+  // 921 MB). The default bound stops it at 128 MiB.
+  std::string arr;
+  arr.reserve(8200 * 1000);
+  arr += "[0";
+  while (arr.size() < 8200 * 1000 - 2)
+    arr += ",0";
+  arr += "]";
+  ASSERT_LT(arr.size(), feed_config{}.ws_max_frame_bytes);
+  auto m = parse_message(arr, "cursor");
+  EXPECT_EQ(m.frame.type, frame_type::not_json);
+  EXPECT_NE(m.error.find("memory bound"), std::string::npos) << m.error;
 }
 
 TEST(FeedHostileFrames, CatchupResumeHelloWithSeqGoingBackwardIsAReset) {

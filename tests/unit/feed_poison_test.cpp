@@ -25,6 +25,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <set>
 #include <string>
 #include <vector>
@@ -879,7 +880,23 @@ TEST(LedgerWakes, WakesDuringADrainLeaveOnePendingDrain) {
     p.cursor = 0;
     return p;
   }());
-  EXPECT_EQ(d.on_page_done().what, drain_next::kind::fetch); // the pending one
+  // The pending one, at once: the page may have been read just before
+  // the event the wakes announce became visible.
+  EXPECT_EQ(d.on_page_done().what, drain_next::kind::fetch);
+  for (int i = 0; i < 1000; ++i)
+    EXPECT_EQ(d.on_wake(std::nullopt), drain_action::queued);
+  d.on_page([] {
+    page_summary p;
+    p.is_object = true;
+    p.cursor = 0;
+    return p;
+  }());
+  // Read nothing new twice: the next one waits the floor.
+  auto n = d.on_page_done();
+  ASSERT_EQ(n.what, drain_next::kind::redrain);
+  EXPECT_EQ(n.delay, ledger_drain::redrain_floor);
+  EXPECT_EQ(d.on_wake(std::nullopt), drain_action::none); // coalesced into it
+  EXPECT_EQ(d.on_redrain_timer(n.redrain_id), drain_action::fetch);
   d.on_page([] {
     page_summary p;
     p.is_object = true;
@@ -887,6 +904,191 @@ TEST(LedgerWakes, WakesDuringADrainLeaveOnePendingDrain) {
     return p;
   }());
   EXPECT_EQ(d.on_page_done().what, drain_next::kind::idle);
+}
+
+TEST(LedgerWakes, NewsDuringADrainThatMovedTheCursorReadsAgainAtOnce) {
+  for (std::optional<int64_t> hint : {std::optional<int64_t>{},
+                                      std::optional<int64_t>{3}}) {
+    ledger_drain d{0, 10, 30s};
+    EXPECT_EQ(d.request(drain_trigger::start), drain_action::fetch);
+    EXPECT_EQ(d.on_wake(hint), drain_action::queued);
+    page_summary p;
+    p.is_object = true;
+    p.ids = {1, 2};
+    p.cursor = 2;
+    d.on_page(p);
+    d.on_event_delivered(1);
+    d.on_event_delivered(2);
+    // Events are flowing: no floor for the next read.
+    EXPECT_EQ(d.on_page_done().what, drain_next::kind::fetch)
+      << (hint ? *hint : -1);
+  }
+}
+
+TEST(LedgerWakes, RisingHintsDuringDrainsThatReadNothingCostOneCallPerFloor) {
+  // A hub announcing ever higher cursors that replay never shows, fast
+  // enough that raised wakes arrive during every drain and while every
+  // timer is armed. Before, each drain ended "pending and raised: read
+  // again now", so the replay was asked as fast as it answered. A raise
+  // restores the floor (hyperdjango's ChangeFeedWatcher), so the floor is
+  // what such a flood costs: one call per 50 ms.
+  ledger_drain d{0, 10, 30s};
+  int64_t hint = 1000;
+  ASSERT_EQ(d.on_wake(hint), drain_action::fetch);
+  page_summary empty;
+  empty.is_object = true;
+  empty.cursor = 0;
+  // The first drain that reads nothing new with news pending reads again
+  // at once (the event may just have become visible).
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ(d.on_wake(++hint), drain_action::queued);
+  d.on_page(empty);
+  ASSERT_EQ(d.on_page_done().what, drain_next::kind::fetch);
+  for (int round = 0; round < 100; ++round) {
+    for (int i = 0; i < 50; ++i)
+      EXPECT_EQ(d.on_wake(++hint), drain_action::queued);
+    // While the drain is in flight with news pending, one more raise
+    // changes nothing but the target: the io thread may absorb it.
+    EXPECT_TRUE(d.absorbs_raises());
+    d.on_page(empty);
+    auto n = d.on_page_done();
+    ASSERT_EQ(n.what, drain_next::kind::redrain) << round;
+    EXPECT_EQ(n.delay, ledger_drain::redrain_floor) << round;
+    EXPECT_TRUE(d.absorbs_raises());
+    for (int i = 0; i < 50; ++i)
+      EXPECT_EQ(d.on_wake(++hint), drain_action::none);
+    ASSERT_EQ(d.on_redrain_timer(n.redrain_id), drain_action::fetch);
+  }
+  EXPECT_EQ(d.target(), hint);
+  // The cursor moves: the next news after a drain that reads nothing is
+  // read again at once, once.
+  page_summary one;
+  one.is_object = true;
+  one.ids = {1};
+  one.cursor = 1;
+  d.on_page(one);
+  d.on_event_delivered(1);
+  ASSERT_EQ(d.on_page_done().what, drain_next::kind::redrain); // below
+  ASSERT_EQ(d.on_redrain_timer(d.rearm_id()), drain_action::fetch);
+  empty.cursor = 1;
+  d.on_wake(++hint);
+  d.on_page(empty);
+  ASSERT_EQ(d.on_page_done().what, drain_next::kind::fetch);
+  d.on_wake(++hint);
+  d.on_page(empty);
+  EXPECT_EQ(d.on_page_done().delay, ledger_drain::redrain_floor);
+}
+
+TEST(LedgerWakes, AbsorbsRaisesOnlyWhereARaiseChangesNothingButTheTarget) {
+  page_summary empty;
+  empty.is_object = true;
+  empty.cursor = 0;
+  ledger_drain d{0, 10, 30s};
+  EXPECT_FALSE(d.absorbs_raises()); // idle: a raise starts a drain
+  d.on_wake(100);
+  EXPECT_FALSE(d.absorbs_raises()); // in flight, nothing pending
+  d.on_page(empty);
+  auto n = d.on_page_done();
+  ASSERT_EQ(n.delay, ledger_drain::redrain_floor);
+  EXPECT_TRUE(d.absorbs_raises()); // armed at the floor
+  // Let the backoff grow past the floor (no wake pending, no news): a
+  // raise would re-arm the timer at the floor.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(d.on_redrain_timer(n.redrain_id), drain_action::fetch);
+    d.on_page(empty);
+    n = d.on_page_done();
+  }
+  ASSERT_GT(n.delay, ledger_drain::redrain_floor);
+  EXPECT_FALSE(d.absorbs_raises());
+  ASSERT_EQ(d.on_redrain_timer(n.redrain_id), drain_action::fetch);
+  d.on_wake(100);
+  EXPECT_FALSE(d.absorbs_raises()); // pending, but without news
+  d.on_wake(101);
+  EXPECT_TRUE(d.absorbs_raises()); // news pending
+  d.on_wake(100); // no news, the news stays
+  EXPECT_TRUE(d.absorbs_raises());
+  d.on_page(empty);
+  ASSERT_EQ(d.on_page_done().what, drain_next::kind::fetch); // once at once
+  d.on_wake(std::nullopt);
+  d.on_page(empty);
+  n = d.on_page_done();
+  // The news led nowhere: the floor, where a raise changes nothing more.
+  ASSERT_EQ(n.what, drain_next::kind::redrain);
+  EXPECT_EQ(n.delay, ledger_drain::redrain_floor);
+  EXPECT_TRUE(d.absorbs_raises());
+  EXPECT_EQ(d.on_wake(200), drain_action::none);
+  // A start-over timer never absorbs: a raise would not change it, but a
+  // start-over is about the event at the cursor, not about targets.
+  ledger_drain e{0, 10, 30s};
+  EXPECT_EQ(e.request(drain_trigger::start), drain_action::fetch);
+  e.on_page(empty);
+  auto m = e.on_page_done();
+  EXPECT_EQ(m.what, drain_next::kind::idle);
+  EXPECT_EQ(e.on_wake(5), drain_action::fetch);
+  e.on_page(empty);
+  m = e.on_page_done();
+  ASSERT_EQ(m.what, drain_next::kind::redrain);
+  // Grow the tail backoff with no news pending: a raise re-arms.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(e.on_redrain_timer(m.redrain_id), drain_action::fetch);
+    e.on_page(empty);
+    m = e.on_page_done();
+  }
+  ASSERT_GT(m.delay, ledger_drain::redrain_floor);
+  EXPECT_FALSE(e.absorbs_raises());
+  EXPECT_EQ(e.on_wake(6), drain_action::rearm);
+  EXPECT_TRUE(e.absorbs_raises()); // re-armed at the floor
+}
+
+TEST(LedgerWakes, FoldingRaisesIntoOneWakeDecidesAsEachWakeWould) {
+  // What the io-thread intake relies on (wake_intake.hpp): where
+  // absorbs_raises() holds, the wakes 1101..1150 one by one and a single
+  // wake 1150 before the drain's next step lead to the same next step.
+  page_summary empty;
+  empty.is_object = true;
+  empty.cursor = 0;
+  page_summary some;
+  some.is_object = true;
+  some.ids = {1};
+  some.cursor = 1;
+  for (bool armed : {false, true}) {
+    for (bool moved : {false, true}) {
+      uint64_t timer = 0;
+      auto setup = [&] {
+        ledger_drain d{0, 10, 30s};
+        d.on_wake(100);
+        d.on_wake(1100); // pending and raised
+        if (armed) {
+          d.on_page(empty);
+          EXPECT_EQ(d.on_page_done().what, drain_next::kind::fetch);
+          d.on_wake(std::nullopt); // news again
+          d.on_page(empty);
+          auto n = d.on_page_done();
+          EXPECT_EQ(n.what, drain_next::kind::redrain);
+          EXPECT_EQ(n.delay, ledger_drain::redrain_floor);
+          timer = n.redrain_id;
+        }
+        EXPECT_TRUE(d.absorbs_raises());
+        return d;
+      };
+      auto one_by_one = setup();
+      auto folded = setup();
+      for (int64_t t = 1101; t <= 1150; ++t)
+        one_by_one.on_wake(t);
+      folded.on_wake(1150);
+      auto step = [&](ledger_drain& d) {
+        if (armed)
+          EXPECT_EQ(d.on_redrain_timer(timer), drain_action::fetch);
+        d.on_page(moved ? some : empty);
+        if (moved)
+          d.on_event_delivered(1);
+        auto n = d.on_page_done();
+        return std::make_tuple(n.what, n.delay, d.target(), d.cursor(),
+                               d.absorbs_raises());
+      };
+      EXPECT_EQ(step(one_by_one), step(folded)) << armed << moved;
+    }
+  }
 }
 
 TEST(LedgerWakes, AWakeThatAnnouncesTheCursorReachedReadsNothing) {
@@ -1180,6 +1382,47 @@ TEST_F(FeedPoison, AFloodOfRisingUnreachableTargetsIsHeldToTheReDrainFloor) {
   EXPECT_GE(calls, 5u);
 }
 
+TEST_F(FeedPoison, RisingWakesThroughTheIntakeCostFewCallsAndFewMessages) {
+  // The wake intake as on the io thread (ws_options::drop_text): 10,000
+  // wakes a second for 3 s, each announcing a higher cursor that replay
+  // never shows, arriving between every two actor messages -- during
+  // drains and while timers are armed. Before, each drain ended with a
+  // raise pending and read again at once, and every raised wake was an
+  // actor message.
+  ledger->append_to(5);
+  start();
+  ws->last().open();
+  run();
+  auto before = ledger->requests.size();
+  int64_t c = 100;
+  uint64_t forwarded = 0, sent = 0;
+  for (int ms = 0; ms < 3000; ++ms) {
+    for (int i = 0; i < 10; ++i) {
+      ++sent;
+      if (ws->last().wire_message(wake(++c)))
+        ++forwarded;
+      sched().try_run_once();
+    }
+    advance_by(1ms);
+  }
+  run();
+  auto calls = ledger->requests.size() - before;
+  // A raise restores the re-drain floor: at most one call per 50 ms, and
+  // one immediate re-read.
+  EXPECT_LE(calls, 3000u / 50u + 2u);
+  EXPECT_GE(calls, 10u);
+  // The gate absorbed all but a handful: the first raise of each drain
+  // cycle at most.
+  EXPECT_LE(forwarded, 3 * calls + 3) << "of " << sent;
+  auto s = stats();
+  EXPECT_EQ(s.cursor, 5);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5}));
+  // Every wake counted: seen by the drain or dropped at intake.
+  ws->last().activity(); // reports the last dropped ones
+  run();
+  EXPECT_EQ(stats().wakes, sent);
+}
+
 TEST_F(FeedPoison, AnUnreadableCatchupFrameIsAnUndeliverableResetInOrder) {
   cfg.replay_path.clear();
   start();
@@ -1206,7 +1449,59 @@ TEST_F(FeedPoison, AnUnreadableCatchupFrameIsAnUndeliverableResetInOrder) {
   EXPECT_EQ(rs[0]->reason.rfind("unparseable: ", 0), 0u) << rs[0]->reason;
   auto s = stats();
   EXPECT_EQ(s.unreadable_frames, 1u);
+  EXPECT_EQ(s.unreadable_frames_by_reason[static_cast<std::size_t>(
+              frame_error_reason::too_deep)],
+            1u);
   EXPECT_EQ(s.resets_by_cause[idx(reset_cause::undeliverable)], 1u);
+}
+
+TEST_F(FeedPoison, ACatchupFrameOverTheMemoryBoundIsAnUndeliverableReset) {
+  // ws_max_frame_bytes 64 KiB: frames parse within 1 MiB (the rule of
+  // HTTP bodies, json_memory_bound). A 64 KiB frame of `[0,0,...]` would
+  // take about 1.5 MB.
+  cfg.replay_path.clear();
+  cfg.ws_max_frame_bytes = 64 * 1024;
+  start();
+  ws->last().open();
+  run();
+  std::string arr = "[0";
+  while (arr.size() < 64 * 1024 - 100)
+    arr += ",0";
+  arr += "]";
+  ws->last().message(
+    R"({"type":"hello","mode":"catchup","seq":0,"cursor":0,"resync":false,"epoch":"e1"})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":1})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":2,"metadata":)"
+                     + arr + "}");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":3})");
+  run();
+  EXPECT_EQ(got(), (std::vector<std::string>{"e#1", "r:undeliverable", "e#3"}));
+  auto rs = subs->resets();
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0]->event_id, 2);
+  EXPECT_NE(rs[0]->reason.find("memory bound"), std::string::npos)
+    << rs[0]->reason;
+  auto s = stats();
+  EXPECT_EQ(s.unreadable_frames, 1u);
+  EXPECT_EQ(s.unreadable_frames_by_reason[static_cast<std::size_t>(
+              frame_error_reason::memory_bound)],
+            1u);
+}
+
+TEST_F(FeedPoison, ADeepCatchupFrameWithinTheConfiguredDepthIsDelivered) {
+  // The same frame as above (nested 100 deep), under json_max_depth 128.
+  cfg.replay_path.clear();
+  cfg.json_max_depth = 128;
+  start();
+  ws->last().open();
+  run();
+  ws->last().message(
+    R"({"type":"hello","mode":"catchup","seq":0,"cursor":0,"resync":false,"epoch":"e1"})");
+  ws->last().message(R"({"type":"event","subject":"a","kind":"k","seq":1,"metadata":)"
+                     + deep(100) + "}");
+  run();
+  EXPECT_EQ(got(), (std::vector<std::string>{"e#1"}));
+  EXPECT_EQ(stats().unreadable_frames, 0u);
 }
 
 TEST_F(FeedPoison, AnUnreadableCatchupFrameWithoutASeqIsOneResetToo) {

@@ -79,6 +79,7 @@ TEST(FeedConfig, DefaultsFollowTheReference) {
   EXPECT_EQ(c.ws_max_frame_bytes, 8u * 1024u * 1024u);
   EXPECT_EQ(c.ws_max_discard_bytes, 0u); // max(16 x the cap, 256 MiB)
   EXPECT_EQ(c.ws_discard_timeout, 60.0);
+  EXPECT_EQ(c.json_max_depth, 64u);
   EXPECT_EQ(c.fields.events, "events");
   EXPECT_EQ(c.fields.cursor, "cursor");
   EXPECT_EQ(c.fields.reset, "reset");
@@ -123,6 +124,15 @@ TEST(FeedConfig, ValidationNamesTheField) {
   c = ledger_cfg();
   c.ws_max_frame_bytes = 0;
   EXPECT_EQ(field_of(c), "ws_max_frame_bytes");
+  c = ledger_cfg();
+  c.json_max_depth = 0;
+  EXPECT_EQ(field_of(c), "json_max_depth");
+  c.json_max_depth = 1025;
+  EXPECT_EQ(field_of(c), "json_max_depth");
+  c.json_max_depth = 1024;
+  EXPECT_EQ(field_of(c), "<valid>");
+  c.json_max_depth = 1;
+  EXPECT_EQ(field_of(c), "<valid>");
   c = ledger_cfg();
   c.ws_max_discard_bytes = c.ws_max_frame_bytes - 1;
   EXPECT_EQ(field_of(c), "ws_max_discard_bytes");

@@ -155,3 +155,45 @@ TEST(FeedWakeIntake, GateClosesWhenTheCursorPassedTheTarget) {
   // A wake at 2 would now be a low hint, which only the drain may judge.
   EXPECT_EQ(coalesced_wake_hint(d), std::nullopt);
 }
+
+TEST(FeedWakeIntake, GateDropsTheCoalescedRangeAbsorbsRaisesAndFoldsTheHighest) {
+  wake_gate g;
+  // A new gate is closed: every wake goes to the watcher.
+  EXPECT_FALSE(g.take(0));
+  EXPECT_FALSE(g.take(5));
+  g.set(10, 20, false);
+  EXPECT_FALSE(g.take(9)); // a low hint: the drain judges it
+  EXPECT_TRUE(g.take(10));
+  EXPECT_TRUE(g.take(15));
+  EXPECT_TRUE(g.take(20));
+  EXPECT_FALSE(g.take(21)); // raises the target: the drain must see it
+  EXPECT_EQ(g.fold(), std::nullopt);
+  g.set(10, 20, true);
+  EXPECT_TRUE(g.take(25));
+  EXPECT_TRUE(g.take(23));
+  EXPECT_TRUE(g.take(20));
+  EXPECT_FALSE(g.take(9));
+  EXPECT_EQ(g.fold(), 25); // the highest raise, once
+  EXPECT_EQ(g.fold(), std::nullopt);
+  // fold() closed absorbing until the watcher sets the gate again.
+  EXPECT_FALSE(g.take(30));
+  EXPECT_TRUE(g.take(12));
+  // No target: absorbing takes any wake at or above the cursor.
+  g.set(10, std::nullopt, true);
+  EXPECT_FALSE(g.take(9));
+  EXPECT_TRUE(g.take(10));
+  EXPECT_EQ(g.fold(), 10);
+  // The cursor passed the target: the range closes, lower wakes go on.
+  g.set(10, 20, false);
+  g.raise_low(15);
+  EXPECT_FALSE(g.take(14));
+  EXPECT_TRUE(g.take(16));
+  g.raise_low(21);
+  EXPECT_FALSE(g.take(20));
+  EXPECT_FALSE(g.take(21));
+  g.set(10, 20, true);
+  g.close();
+  EXPECT_FALSE(g.take(15));
+  EXPECT_FALSE(g.take(50));
+  EXPECT_EQ(g.fold(), std::nullopt);
+}

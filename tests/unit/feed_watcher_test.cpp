@@ -699,6 +699,47 @@ TEST_F(FeedWatcher, InFrameBacklogOverflowClosesTheSessionAndResumesLater) {
   EXPECT_EQ(sub.at("last_seq"), 3) << "every queued event was delivered";
 }
 
+TEST_F(FeedWatcher, TheBacklogBoundCountsTheParsedFormNotTheText) {
+  // 100 empty arrays: ~400 bytes of text, over 3 KB parsed (two value
+  // slots each). Two such events queued are under 1 KB of text -- under
+  // the bound -- but over 6 KB parsed: over it. A bound on text alone let
+  // 16x the bound stay in memory.
+  std::string arrays = "[";
+  for (int i = 0; i < 100; ++i)
+    arrays += i == 0 ? "[]" : ",[]";
+  arrays += "]";
+  auto fat = [&](int64_t seq) {
+    return R"({"type":"event","subject":"orders/x","kind":"k","seq":)"
+           + std::to_string(seq) + R"(,"metadata":{"a":)" + arrays + "}}";
+  };
+  ASSERT_LT(2 * fat(1).size(), 1000u);
+  cfg.replay_path.clear();
+  cfg.max_pending_frame_bytes = 4000;
+  subs->manual = true;
+  sub_ = spawn_recording_subscriber(sys(), subs);
+  feed_watcher_options o;
+  o.connector = std::make_shared<fake_ws_connector>(ws, [this] { return now(); });
+  cfg.ws_path = "/ws/feed";
+  o.ws = feed_ws_endpoint::from(ccfg);
+  o.subscriber = sub_;
+  o.seed = 5;
+  w = spawn_feed_watcher(sys(), cfg, o);
+  run();
+  ws->last().open();
+  ws->last().message(hello("catchup", 0, false, "e1"));
+  // One message alone is never a backlog, whatever its size.
+  ws->last().message(fat(1));
+  run();
+  EXPECT_FALSE(ws->sessions[0]->closed);
+  ws->last().message(fat(2));
+  run();
+  EXPECT_TRUE(ws->sessions[0]->closed);
+  EXPECT_EQ(stats().overflows, 1u);
+  for (int i = 0; i < 4; ++i)
+    release_ack();
+  EXPECT_EQ(subs->seqs(), (ids{1, 2})) << "every queued event delivered";
+}
+
 // -- delivery -----------------------------------------------------------------------
 
 TEST_F(FeedWatcher, SubscriberBackpressureNoSecondEventBeforeTheAck) {

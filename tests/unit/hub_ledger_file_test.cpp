@@ -175,3 +175,48 @@ TEST_F(LedgerFile, ALedgerWhoseDedupeIndexWasRefreshedReloads) {
   EXPECT_EQ(log.head(), 4);
   EXPECT_EQ(log.get(4)->subject, "b2");
 }
+
+TEST_F(LedgerFile, AnEventOverTheLimitsInForceIsAConfigErrorNamingTheLine) {
+  // A file written by a hub with larger limits (a 900 KB subject): served
+  // as it is, 40 such events make a replay page no default client can read.
+  publish_limits large;
+  large.subject_max_bytes = 1'000'000;
+  large.event_max_bytes = 1'000'000;
+  {
+    ledger_log log;
+    ledger_file f{path_, log, "aaaa", large};
+    store(log, f, "orders/1");
+    store(log, f, std::string(900'000, 's'));
+  }
+  {
+    // The limits it was written under: it loads.
+    ledger_log log;
+    ledger_file f{path_, log, "bbbb", large};
+    EXPECT_EQ(log.head(), 2);
+  }
+  try {
+    ledger_log log;
+    ledger_file f{path_, log, "cccc"}; // the hub's defaults
+    FAIL() << "loaded an event over the default limits";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "ledger_file");
+    std::string what = e.what();
+    EXPECT_NE(what.find("line 3"), std::string::npos) << what;
+    EXPECT_NE(what.find("subject exceeds 1024 bytes"), std::string::npos)
+      << what;
+  }
+  // Depth: metadata nested 5 levels, loaded under a limit of 4.
+  write("{\"ledger_epoch\":\"aaaa\"}\n"
+        R"({"dedupe_key":"","event":{"id":1,"seq":1,"subject":"s","kind":"k","metadata":{"a":{"b":{"c":{"d":{}}}}},"ts":1}})"
+        "\n");
+  publish_limits shallow;
+  shallow.metadata_max_depth = 4;
+  try {
+    ledger_log log;
+    ledger_file f{path_, log, "dddd", shallow};
+    FAIL() << "loaded metadata deeper than the limit";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string{e.what()}.find("deeper than 4"), std::string::npos)
+      << e.what();
+  }
+}

@@ -4,7 +4,11 @@
 
 #include "actors/coalesce/oracle_body.hpp"
 
+#include "actors/coalesce/leader_state.hpp"
+
 #include <gtest/gtest.h>
+
+#include <string>
 
 namespace outbound {
 namespace {
@@ -45,6 +49,27 @@ TEST(OracleBody, OutOfRangeFieldsReadAsNoAnswer) {
     0u);
   EXPECT_EQ(parse_seq_body(R"({"start":0,"count":4294967296})").count, 0u);
   EXPECT_EQ(parse_seq_body("[]").count, 0u);
+}
+
+TEST(OracleBody, TheDepthLimitIsTheConfiguredOne) {
+  // 65 levels: the object plus 64 nested arrays in "x".
+  std::string deep = std::string(64, '[') + std::string(64, ']');
+  std::string ts = R"({"physical_ms":5,"logical_start":0,"count":1,"x":)"
+                   + deep + "}";
+  std::string seq = R"({"start":3,"count":2,"epoch":"7","x":)" + deep + "}";
+  std::string marked = R"({"committed":false,"x":)" + deep + "}";
+  EXPECT_EQ(parse_ts_body(ts).count, 0u); // the default, 64
+  EXPECT_EQ(parse_seq_body(seq).count, 0u);
+  EXPECT_EQ(parse_body_epoch(seq), std::nullopt);
+  EXPECT_FALSE(marks_nothing_committed(marked));
+  EXPECT_EQ(parse_ts_body(ts, 65).count, 1u);
+  EXPECT_EQ(parse_seq_body(seq, 65).count, 2u);
+  EXPECT_EQ(parse_body_epoch(seq, 65), std::optional<uint64_t>{7});
+  EXPECT_TRUE(marks_nothing_committed(marked, 65));
+  // And a lower limit refuses what the default reads.
+  std::string flat = R"({"start":3,"count":2,"x":[[1]]})";
+  EXPECT_EQ(parse_seq_body(flat).count, 2u);
+  EXPECT_EQ(parse_seq_body(flat, 2).count, 0u);
 }
 
 } // namespace

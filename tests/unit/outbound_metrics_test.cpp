@@ -330,6 +330,57 @@ TEST(SnapshotCollector, FeedsPastTheCapAreSummedIntoOtherAndNeverDecrease) {
               "mode=\"ledger\"} 0"}));
 }
 
+TEST(SnapshotCollector, UnreadablePagesAndFramesAreCountedByReason) {
+  snapshot_collector c;
+  auto orders = feed(10, true, 10);
+  orders.drain_errors = 4;
+  orders.drain_errors_by_reason[static_cast<std::size_t>(
+    drain_error_reason::unparseable)] = 3;
+  orders.drain_errors_by_reason[static_cast<std::size_t>(
+    drain_error_reason::over_cap)] = 1;
+  auto users = feed(20, true, 0);
+  users.mode = feed_mode::catchup;
+  users.unreadable_frames = 3;
+  users.unreadable_frames_by_reason[static_cast<std::size_t>(
+    frame_error_reason::too_deep)] = 2;
+  users.unreadable_frames_by_reason[static_cast<std::size_t>(
+    frame_error_reason::memory_bound)] = 1;
+  c.set_feed("orders", "ledger", orders);
+  c.set_feed("users", "catchup", users);
+  auto body = text(c.Collect());
+  // A ledger feed exports every drain reason from 0; a catchup feed none
+  // until one happens.
+  EXPECT_EQ(lines_starting(body, "outbound_feed_drain_errors_total{"),
+            (std::vector<std::string>{
+              "outbound_feed_drain_errors_total{reason=\"unparseable\","
+              "feed=\"orders\",mode=\"ledger\"} 3",
+              "outbound_feed_drain_errors_total{reason=\"over_cap\","
+              "feed=\"orders\",mode=\"ledger\"} 1",
+              "outbound_feed_drain_errors_total{reason=\"bad_page\","
+              "feed=\"orders\",mode=\"ledger\"} 0",
+              "outbound_feed_drain_errors_total{reason=\"bad_event\","
+              "feed=\"orders\",mode=\"ledger\"} 0",
+              "outbound_feed_drain_errors_total{reason=\"anomaly\","
+              "feed=\"orders\",mode=\"ledger\"} 0",
+              "outbound_feed_drain_errors_total{reason=\"stalled\","
+              "feed=\"orders\",mode=\"ledger\"} 0"}));
+  // The other way round for unreadable frames.
+  EXPECT_EQ(lines_starting(body, "outbound_feed_unreadable_frames_total{"),
+            (std::vector<std::string>{
+              "outbound_feed_unreadable_frames_total{reason=\"unparseable\","
+              "feed=\"users\",mode=\"catchup\"} 0",
+              "outbound_feed_unreadable_frames_total{reason=\"too_deep\","
+              "feed=\"users\",mode=\"catchup\"} 2",
+              "outbound_feed_unreadable_frames_total{reason=\"memory_bound\","
+              "feed=\"users\",mode=\"catchup\"} 1",
+              "outbound_feed_unreadable_frames_total{reason=\"bad_number\","
+              "feed=\"users\",mode=\"catchup\"} 0",
+              "outbound_feed_unreadable_frames_total{reason=\"not_an_object\","
+              "feed=\"users\",mode=\"catchup\"} 0",
+              "outbound_feed_unreadable_frames_total{reason=\"over_cap\","
+              "feed=\"users\",mode=\"catchup\"} 0"}));
+}
+
 TEST(SnapshotCollector, PoolAndPollerFamilies) {
   snapshot_collector c;
   pool_stats p;
