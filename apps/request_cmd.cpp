@@ -8,6 +8,7 @@
 #include "protocol/errors.hpp"
 #include "protocol/json_parse.hpp"
 
+#include <openssl/evp.h>
 #include <CLI/CLI.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
@@ -60,6 +61,16 @@ std::string percent_decode(const std::string& s) {
     }
   }
   return r;
+}
+
+/// `s` in standard base64 (RFC 4648 section 4), with OpenSSL.
+std::string base64(const std::string& s) {
+  std::string out(4 * ((s.size() + 2) / 3) + 1, '\0');
+  auto n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                           reinterpret_cast<const unsigned char*>(s.data()),
+                           static_cast<int>(s.size()));
+  out.resize(static_cast<std::size_t>(n));
+  return out;
 }
 
 /// `s` as valid UTF-8: every byte that does not start a well-formed
@@ -323,7 +334,12 @@ int print_outcome(const request_options& opts, const call_outcome& res,
     if (!res.raw_body_error.empty()) {
       // Not JSON, or JSON the parsed form cannot hold (1e400, a 30-digit
       // integer): the text as received, and why.
-      o["body_text"] = res.unreadable_body;
+      // JSON output must be UTF-8 (RFC 8259 section 8.1): a body that is
+      // not goes out as base64 (RFC 4648), byte for byte.
+      if (valid_utf8(res.unreadable_body) == res.unreadable_body)
+        o["body_text"] = res.unreadable_body;
+      else
+        o["body_base64"] = base64(res.unreadable_body);
       o["body_error"] = res.raw_body_error;
     }
     out << boost::json::serialize(o) << '\n' << std::flush;

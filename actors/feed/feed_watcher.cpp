@@ -501,6 +501,7 @@ void on_delivered(self_ptr self, bool ok) {
       st.drain->on_event_delivered(d.ev.id);
     if (st.page_active && d.page == st.page_token
         && --st.page_outstanding == 0) {
+      fold_wakes(self); // before the drain's step, as every handler does
       page_done(self);
       refresh_gate(self);
     } else {

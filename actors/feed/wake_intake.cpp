@@ -180,8 +180,16 @@ std::optional<int64_t> coalesced_wake_hint(const ledger_drain& drain) {
 }
 
 bool wake_gate::take(int64_t cursor) {
+  // A seqlock read (Boehm, "Can seqlocks get along with programming
+  // language memory models?", MSPC 2012): lo and hint from one set(), or
+  // "not sure" (the frame goes to the watcher). A torn pair -- a new lo
+  // with an old hint -- could drop a wake the new drain needs.
+  auto v1 = version_.load(std::memory_order_acquire);
   auto lo = lo_.load(std::memory_order_relaxed);
   auto hint = hint_.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if ((v1 & 1) != 0 || version_.load(std::memory_order_relaxed) != v1)
+    return false;
   if (cursor < lo)
     return false; // a low hint: the drain decides what it means
   if (cursor <= hint)
@@ -205,16 +213,24 @@ std::optional<int64_t> wake_gate::fold() {
   return x;
 }
 
-void wake_gate::set(int64_t lo, std::optional<int64_t> hint, bool absorb) {
+void wake_gate::store_range(int64_t lo, int64_t hint) {
+  // The one writer (the watcher): odd while the pair changes.
+  auto v = version_.load(std::memory_order_relaxed);
+  version_.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
   lo_.store(lo, std::memory_order_relaxed);
-  hint_.store(hint ? *hint : -1, std::memory_order_relaxed);
+  hint_.store(hint, std::memory_order_relaxed);
+  version_.store(v + 2, std::memory_order_release);
+}
+
+void wake_gate::set(int64_t lo, std::optional<int64_t> hint, bool absorb) {
+  store_range(lo, hint ? *hint : -1);
   absorb_.store(absorb);
 }
 
 void wake_gate::raise_low(int64_t lo) {
-  lo_.store(lo, std::memory_order_relaxed);
-  if (lo > hint_.load(std::memory_order_relaxed))
-    hint_.store(-1, std::memory_order_relaxed);
+  auto hint = hint_.load(std::memory_order_relaxed);
+  store_range(lo, lo > hint ? -1 : hint);
 }
 
 } // namespace outbound

@@ -81,6 +81,10 @@ public:
   }
 
 private:
+  void store_range(int64_t lo, int64_t hint);
+
+  /// Seqlock version of (lo_, hint_): odd while the watcher writes them.
+  std::atomic<uint64_t> version_{0};
   std::atomic<int64_t> lo_{0};
   std::atomic<int64_t> hint_{-1};
   std::atomic<bool> absorb_{false};

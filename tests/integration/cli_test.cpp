@@ -860,6 +860,22 @@ TEST(CliJson, RawKeepsTheTextOfABodyItCannotRepresent) {
   }
 }
 
+TEST(CliJson, RawKeepsABodyThatIsNotUtf8AsBase64) {
+  // JSON output must be UTF-8: raw bytes would make the line unreadable to
+  // every JSON tool, so such a body goes out byte for byte as base64.
+  std::string body = "\xff\xfe{\"a\":1}\x80";
+  scripted_server srv{{{step::read_request(),
+                        step::send(scripted_server::json_response(200, body))}}};
+  auto r = run_cli({"request", "--raw", srv.base_url() + "/v1/x"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto v = boost::json::parse(r.out).as_object(); // valid UTF-8 JSON
+  EXPECT_TRUE(v.at("body").is_null()) << r.out;
+  EXPECT_FALSE(v.contains("body_text")) << r.out;
+  ASSERT_TRUE(v.contains("body_base64")) << r.out;
+  EXPECT_EQ(v.at("body_base64").as_string(), "//57ImEiOjF9gA==");
+  EXPECT_TRUE(v.contains("body_error")) << r.out;
+}
+
 TEST(CliJson, AnErrorBodyWithAnOutOfRangeNumberKeepsItsDetail) {
   for (const std::string number :
        {"1e400", "1e-400", "123456789012345678901234567890"}) {

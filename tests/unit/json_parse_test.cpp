@@ -98,7 +98,9 @@ private:
   }
   void do_deallocate(void* p, std::size_t n, std::size_t align) override {
     current -= n;
-    ::operator delete(p, n, std::align_val_t{align});
+    // Unsized: clang 14 declares sized deallocation only with
+    // -fsized-deallocation.
+    ::operator delete(p, std::align_val_t{align});
   }
   bool do_is_equal(const memory_resource& o) const noexcept override {
     return this == &o;
