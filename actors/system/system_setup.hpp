@@ -36,10 +36,13 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 
 namespace outbound {
+
+class io_runner;
 
 /// Where the scheduler settings of configure() start from.
 enum class scheduler_preset {
@@ -78,6 +81,15 @@ struct system_options {
   ///   it with notify_one.
   /// - stealing (caf/policy/work_stealing.hpp): a queue per worker, LIFO for
   ///   messages sent by actors, idle workers poll (see moderate_sleep).
+  /// - io_loop (outbound's own, actors/system/detail/io_loop_policy.hpp):
+  ///   work sharing whose idle workers block in epoll running the
+  ///   asio::io_context of outbound's sockets instead of on a condition
+  ///   variable. Pools spawned without an explicit io_runner then use that
+  ///   context (io_runner_for()), so the caller, the client, the pool and
+  ///   the socket share one thread: a call costs no cross-thread wake-up.
+  ///   A handler that blocks its worker also stalls that worker's sockets.
+  ///   With io_loop, `io_threads` should count only threads that are not
+  ///   outbound's (an in-process server): the workers are the io threads.
   /// Recommended: sharing (bench/README.md, "Recommended CAF scheduler
   /// settings", has the comparison). CAF's default: stealing. [unset]
   std::optional<std::string> policy;
@@ -144,8 +156,8 @@ void configure(caf::actor_system_config& cfg, const system_options& opts = {});
 struct scheduler_settings {
   /// sys.scheduler().num_workers().
   std::size_t workers = 0;
-  /// "stealing", "sharing", "testing" (CAF's deterministic test scheduler),
-  /// or "other".
+  /// "stealing", "sharing", "io_loop", "testing" (CAF's deterministic test
+  /// scheduler), or "other".
   std::string policy;
   /// sys.scheduler().max_throughput(); SIZE_MAX means unbounded.
   std::size_t max_throughput = 0;
@@ -162,6 +174,10 @@ scheduler_settings scheduler_in_effect(caf::actor_system& sys);
 /// "4 workers, policy stealing, max-throughput unbounded,
 /// aggressive-poll-attempts 100, moderate-sleep-duration 50us".
 std::string to_string(const scheduler_settings& x);
+
+/// The io_runner outbound's pools use in `sys` when none is given: the one
+/// the workers of the io_loop policy run, else io_runner::shared().
+std::shared_ptr<io_runner> io_runner_for(caf::actor_system& sys);
 
 /// to_string(scheduler_in_effect(sys)).
 std::string describe_scheduler(caf::actor_system& sys);
