@@ -7,6 +7,7 @@
 #include "actors/feed/feed_watcher.hpp"
 #include "actors/messages.hpp"
 #include "config/config_error.hpp"
+#include "actors/system/system_setup.hpp"
 #include "protocol/io_runner.hpp"
 #include "protocol/tls_context.hpp"
 #include "protocol/ws_session.hpp"
@@ -329,7 +330,8 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     cfg.json_max_depth = opts.json_max_depth;
     fc.json_max_depth = opts.json_max_depth;
     fc.validate();
-    auto io = std::make_shared<io_runner>(1);
+    // The io_loop policy's workers run the sockets (else the shared runner).
+    auto io = io_runner_for(sys);
     client_options copts;
     copts.io = io;
     auto client = make_service_client(sys, cfg, copts);

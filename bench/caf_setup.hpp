@@ -78,7 +78,7 @@ struct caf_flags {
     app.add_option("--caf-policy", policy,
                    "CAF scheduler policy: sharing, stealing or io_loop "
                    "(outbound's: workers run the io_context of outbound's "
-                   "sockets) (empty: the preset's; recommended: sharing; "
+                   "sockets) (empty: the preset's; recommended: io_loop; "
                    "CAF: stealing)")
       ->check(CLI::IsMember({"", "stealing", "sharing", "io_loop"}));
     app.add_option("--caf-max-throughput", max_throughput,

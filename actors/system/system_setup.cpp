@@ -24,7 +24,7 @@ namespace outbound {
 namespace {
 
 // The recommendation (see the field docs in system_setup.hpp).
-constexpr const char* recommended_policy = "sharing";
+constexpr const char* recommended_policy = "io_loop";
 constexpr std::size_t recommended_max_throughput = 100;
 constexpr std::chrono::microseconds recommended_moderate_sleep{0};
 
