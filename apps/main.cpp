@@ -131,7 +131,11 @@ int main(int argc, char** argv) {
       code = run_ts(sys, ts_opts, std::cout, std::cerr);
     else if (seq_cmd->parsed())
       code = run_seq(sys, seq_opts, std::cout, std::cerr);
-    io->stop();
+    // A driven runner (the io_loop policy) is run by the CAF workers:
+    // completions keep running on them until the scheduler stops, never on
+    // a thread of their own.
+    if (!io->driven())
+      io->stop();
     return code;
   } catch (const std::exception& e) {
     if (io)

@@ -18,6 +18,7 @@
 #include <boost/json/value.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
 
 #include <chrono>
 #include <condition_variable>
@@ -454,9 +455,12 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     std::signal(SIGTERM, old_term);
     // The watcher is gone; the client may still have a replay call in
     // flight (a server that accepted and never answers keeps it until the
-    // client's deadline, 30 s by default). Release our references, give the
-    // actors a moment to finish, and then let the process end without
-    // waiting for them: the summary is all that is left to do.
+    // client's deadline, 30 s by default). End the client (and with it the
+    // pool it spawned, which holds the call's response promise and so the
+    // client: a reference cycle until the exchange ends), give the actors a
+    // moment to finish, and then let the process end without waiting for
+    // them: the summary is all that is left to do.
+    caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
     w = nullptr;
     client = nullptr;
     wo = {};
