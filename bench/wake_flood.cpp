@@ -366,7 +366,10 @@ round_result run_watcher(caf::actor_system& sys, const settings& s) {
   }
   self->send_exit(caf::actor_cast<caf::actor>(client),
                   caf::exit_reason::user_shutdown);
-  io->stop();
+  // A driven runner (the io_loop policy) is the system's own and serves
+  // the next round too.
+  if (!io->driven())
+    io->stop();
   return r;
 }
 

@@ -24,7 +24,8 @@ public:
   /// A runner whose io_context some other thread runs: the workers of the
   /// "io_loop" scheduler policy (actors/system/system_setup.hpp), which
   /// hand it to outbound's pools through io_runner_for(). stop() stops the
-  /// context; nothing is joined.
+  /// context for good (every pool of the system loses its io); nothing is
+  /// joined. Its owner, the scheduler, needs no stop().
   explicit io_runner(driven_t);
   ~io_runner();
 
