@@ -399,10 +399,12 @@ int run_demo(const demo_options& opts, std::ostream& out, std::ostream& err) {
   try {
     caf::actor_system_config sc;
     system_options so;
-    so.io_threads = embedded ? 4 : 2; // the io_runner below (+ the hub's)
+    // The embedded hub's 2 io threads keep their cores; outbound's sockets
+    // run on the CAF workers (the recommended io_loop policy).
+    so.io_threads = embedded ? 2 : 0;
     configure(sc, so);
     caf::actor_system sys{sc};
-    auto io = std::make_shared<io_runner>(2);
+    auto io = io_runner_for(sys);
 
     // -- the hedging service client ----------------------------------------
     client_config cc;

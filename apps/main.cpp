@@ -104,21 +104,24 @@ int main(int argc, char** argv) {
   // So does the demo (it creates its own actor system).
   if (demo_cmd->parsed())
     return run_demo(demo_opts, std::cout, std::cerr);
-  // Every client, pool and WebSocket of a command runs on the process-wide
-  // io runner (io_runner::shared()). When the command is done, main stops
-  // it (its thread joined, no completion runs any more) before the actor
-  // system shuts down, and releases it last. Otherwise an io completion can
-  // drop the last reference to a connection pool actor on the io thread
-  // while the system shuts down: the pool then cleans itself up there,
-  // racing the system's teardown (seen under ASan as a SEGV in
-  // caf::actor_system::clock() and as TLS sessions leaked at exit).
-  auto io = outbound::io_runner::shared();
+  // Every client, pool and WebSocket of a command runs on the system's io
+  // runner (io_runner_for: with the recommended io_loop policy the CAF
+  // worker runs it; with another policy it is the process-wide runner and
+  // its own thread). When the command is done, main stops it (no
+  // completion runs any more) before the actor system shuts down, and
+  // releases it last. Otherwise an io completion on a runner thread can
+  // drop the last reference to a connection pool actor while the system
+  // shuts down: the pool then cleans itself up there, racing the system's
+  // teardown (seen under ASan as a SEGV in caf::actor_system::clock() and
+  // as TLS sessions leaked at exit).
+  std::shared_ptr<outbound::io_runner> io;
   try {
     caf::actor_system_config cfg;
-    // Type ids and the recommended scheduler settings; the commands run one
-    // io_runner thread each (actors/system/system_setup.hpp).
+    // Type ids and the recommended scheduler settings
+    // (actors/system/system_setup.hpp).
     outbound::configure(cfg);
     caf::actor_system sys{cfg};
+    io = outbound::io_runner_for(sys);
     int code = usage_exit_code;
     if (request_cmd->parsed())
       code = run_request(sys, request_opts, std::cout, std::cerr);
@@ -128,10 +131,15 @@ int main(int argc, char** argv) {
       code = run_ts(sys, ts_opts, std::cout, std::cerr);
     else if (seq_cmd->parsed())
       code = run_seq(sys, seq_opts, std::cout, std::cerr);
-    io->stop();
+    // A driven runner (the io_loop policy) is run by the CAF workers:
+    // completions keep running on them until the scheduler stops, never on
+    // a thread of their own.
+    if (!io->driven())
+      io->stop();
     return code;
   } catch (const std::exception& e) {
-    io->stop();
+    if (io)
+      io->stop();
     std::cerr << redact(usage_error_json("internal_error", e.what()), secrets)
               << '\n';
     return internal_exit_code;

@@ -7,6 +7,7 @@
 #include "actors/feed/feed_watcher.hpp"
 #include "actors/messages.hpp"
 #include "config/config_error.hpp"
+#include "actors/system/system_setup.hpp"
 #include "protocol/io_runner.hpp"
 #include "protocol/tls_context.hpp"
 #include "protocol/ws_session.hpp"
@@ -17,6 +18,7 @@
 #include <boost/json/value.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
 
 #include <chrono>
 #include <condition_variable>
@@ -329,7 +331,8 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     cfg.json_max_depth = opts.json_max_depth;
     fc.json_max_depth = opts.json_max_depth;
     fc.validate();
-    auto io = std::make_shared<io_runner>(1);
+    // The io_loop policy's workers run the sockets (else the shared runner).
+    auto io = io_runner_for(sys);
     client_options copts;
     copts.io = io;
     auto client = make_service_client(sys, cfg, copts);
@@ -452,9 +455,12 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     std::signal(SIGTERM, old_term);
     // The watcher is gone; the client may still have a replay call in
     // flight (a server that accepted and never answers keeps it until the
-    // client's deadline, 30 s by default). Release our references, give the
-    // actors a moment to finish, and then let the process end without
-    // waiting for them: the summary is all that is left to do.
+    // client's deadline, 30 s by default). End the client (and with it the
+    // pool it spawned, which holds the call's response promise and so the
+    // client: a reference cycle until the exchange ends), give the actors a
+    // moment to finish, and then let the process end without waiting for
+    // them: the summary is all that is left to do.
+    caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
     w = nullptr;
     client = nullptr;
     wo = {};

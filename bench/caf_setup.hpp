@@ -16,6 +16,7 @@
 
 #include "actors/system/system_setup.hpp"
 #include "config/config_error.hpp"
+#include "protocol/io_runner.hpp"
 
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
@@ -26,6 +27,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -41,6 +43,16 @@ inline std::string load_average() {
   std::string a, b, c;
   f >> a >> b >> c;
   return a + " " + b + " " + c;
+}
+
+/// The io_runner of a benchmark's outbound clients: with the io_loop policy
+/// the one its CAF workers run (outbound::io_runner_for), otherwise a runner
+/// with `threads` io threads of its own.
+inline std::shared_ptr<outbound::io_runner>
+client_io(caf::actor_system& sys, std::size_t threads) {
+  if (outbound::scheduler_in_effect(sys).policy == "io_loop")
+    return outbound::io_runner_for(sys);
+  return std::make_shared<outbound::io_runner>(threads);
 }
 
 struct caf_flags {
@@ -64,9 +76,11 @@ struct caf_flags {
                    "max(1, cores - io threads); CAF: max(cores, 4))")
       ->capture_default_str();
     app.add_option("--caf-policy", policy,
-                   "CAF scheduler policy: sharing or stealing (empty: the "
-                   "preset's; recommended: sharing; CAF: stealing)")
-      ->check(CLI::IsMember({"", "stealing", "sharing"}));
+                   "CAF scheduler policy: sharing, stealing or io_loop "
+                   "(outbound's: workers run the io_context of outbound's "
+                   "sockets) (empty: the preset's; recommended: io_loop; "
+                   "CAF: stealing)")
+      ->check(CLI::IsMember({"", "stealing", "sharing", "io_loop"}));
     app.add_option("--caf-max-throughput", max_throughput,
                    "scheduler.max-throughput (0: the preset's; recommended: "
                    "100; CAF: unbounded)")

@@ -831,7 +831,7 @@ int main(int argc, char** argv) {
               std::thread::hardware_concurrency(),
               outbound::bench::load_average().c_str());
 
-  auto io = std::make_shared<io_runner>(1);
+  auto io = outbound::bench::client_io(sys, 1);
   client_config cc;
   cc.base_url = base;
   cc.timeout = 2.0;

@@ -617,8 +617,8 @@ int main(int argc, char** argv) {
   if (!caf_opts.apply(cfg))
     return 2;
   caf::actor_system sys{cfg};
-  auto io = std::make_shared<outbound::io_runner>(
-    static_cast<std::size_t>(io_threads));
+  auto io = outbound::bench::client_io(sys,
+                                       static_cast<std::size_t>(io_threads));
 
   std::string eps;
   for (std::size_t i = 0; i < endpoints.size(); ++i)

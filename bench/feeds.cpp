@@ -168,7 +168,7 @@ struct client_side {
 
   client_side(caf::actor_system& sys, const std::string& base_url,
               std::size_t io_threads) {
-    io = std::make_shared<io_runner>(io_threads);
+    io = outbound::bench::client_io(sys, io_threads);
     client_config cc;
     cc.base_url = base_url;
     cc.timeout = 10.0;

@@ -685,8 +685,8 @@ int main(int argc, char** argv) {
   caf::actor_system sys{cfg};
   auto caf_workers = static_cast<int>(sys.scheduler().num_workers());
 
-  auto io = std::make_shared<outbound::io_runner>(
-    static_cast<std::size_t>(io_threads));
+  auto io = outbound::bench::client_io(sys,
+                                       static_cast<std::size_t>(io_threads));
   outbound::client_config ccfg;
   ccfg.base_url = "http://127.0.0.1:" + std::to_string(server.port());
   ccfg.timeout = 10.0;

@@ -335,7 +335,7 @@ double pct(clk::time_point t0, double c0, double& wall) {
 round_result run_watcher(caf::actor_system& sys, const settings& s) {
   round_result r;
   peer_process peer{s};
-  auto io = std::make_shared<io_runner>(1);
+  auto io = outbound::bench::client_io(sys, 1);
   client_config cc;
   cc.base_url = "http://127.0.0.1:" + std::to_string(peer.port());
   client_options co;
@@ -366,7 +366,10 @@ round_result run_watcher(caf::actor_system& sys, const settings& s) {
   }
   self->send_exit(caf::actor_cast<caf::actor>(client),
                   caf::exit_reason::user_shutdown);
-  io->stop();
+  // A driven runner (the io_loop policy) is the system's own and serves
+  // the next round too.
+  if (!io->driven())
+    io->stop();
   return r;
 }
 

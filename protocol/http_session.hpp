@@ -22,6 +22,7 @@
 // until the next exchange, because a pending operation may still refer to
 // them.
 
+#include "protocol/dial.hpp"
 #include "protocol/http_connection.hpp"
 #include "protocol/http_wire.hpp"
 #include "protocol/io_runner_impl.hpp"
@@ -171,6 +172,38 @@ public:
     return connected_.load() && !closed_.load();
   }
 
+  // -- dial hooks (protocol/dial.hpp) -----------------------------------------
+
+  plain_stream& sock() {
+    if constexpr (is_tls)
+      return stream_.next_layer();
+    else
+      return stream_;
+  }
+
+  Stream& dial_stream() {
+    return stream_;
+  }
+
+  bool dial_abandoned() const {
+    return ended();
+  }
+
+  void dial_step(detail::dial_step s) {
+    phase_ = s == detail::dial_step::resolving    ? phase::resolving
+             : s == detail::dial_step::connecting ? phase::connecting
+                                                  : phase::handshaking;
+  }
+
+  void dialled() {
+    connected_.store(true);
+    do_write();
+  }
+
+  void dial_failed(transport_error_kind kind, std::string detail) {
+    fail(kind, std::move(detail));
+  }
+
 private:
   using clock = std::chrono::steady_clock;
 
@@ -203,13 +236,6 @@ private:
       return Stream(strand);
   }
 
-  plain_stream& sock() {
-    if constexpr (is_tls)
-      return stream_.next_layer();
-    else
-      return stream_;
-  }
-
   // -- steps ------------------------------------------------------------------
 
   void start(http_request req, completion done) {
@@ -240,7 +266,7 @@ private:
       });
     if (connected_.load())
       return do_write();
-    do_resolve();
+    dial(this->shared_from_this(), resolver_, origin_);
   }
 
   void on_timer(const error_code& ec, uint64_t serial) {
@@ -281,83 +307,6 @@ private:
   /// (deadline, close()) and this completion is to be ignored.
   bool ended() const {
     return !done_;
-  }
-
-  void do_resolve() {
-    auto port = std::to_string(origin_.port);
-    if (is_ip_literal(origin_.host)) {
-      error_code ec;
-      auto addr = asio::ip::make_address(origin_.host, ec);
-      auto eps = tcp::resolver::results_type::create(tcp::endpoint{addr, origin_.port},
-                                                     origin_.host, port);
-      return do_connect(eps);
-    }
-    phase_ = phase::resolving;
-    resolver_.async_resolve(
-      origin_.host, port,
-      [self = this->shared_from_this()](const error_code& ec,
-                                        tcp::resolver::results_type eps) {
-        self->on_resolve(ec, std::move(eps));
-      });
-  }
-
-  void on_resolve(const error_code& ec, tcp::resolver::results_type eps) {
-    if (ended())
-      return;
-    if (ec)
-      return fail(transport_error_kind::connect,
-                  "cannot resolve " + origin_.host + ": " + ec.message());
-    do_connect(eps);
-  }
-
-  void do_connect(const tcp::resolver::results_type& eps) {
-    phase_ = phase::connecting;
-    asio::async_connect(sock(), eps,
-                        [self = this->shared_from_this()](const error_code& ec,
-                                                          const tcp::endpoint&) {
-                          self->on_connect(ec);
-                        });
-  }
-
-  void on_connect(const error_code& ec) {
-    if (ended())
-      return;
-    if (ec)
-      return fail(classify_connect_error(ec), "connect to " + origin_.authority()
-                                                + " failed: " + ec.message());
-    error_code ignored;
-    sock().set_option(tcp::no_delay{true}, ignored);
-    if constexpr (is_tls) {
-      do_handshake();
-    } else {
-      connected_.store(true);
-      do_write();
-    }
-  }
-
-  void do_handshake() {
-    if constexpr (is_tls) {
-      phase_ = phase::handshaking;
-      std::string why;
-      if (!prepare_tls(stream_.native_handle(), origin_.host, why))
-        return fail(transport_error_kind::tls, why);
-      stream_.async_handshake(asio::ssl::stream_base::client,
-                              [self = this->shared_from_this()](
-                                const error_code& ec) { self->on_handshake(ec); });
-    }
-  }
-
-  void on_handshake(const error_code& ec) {
-    if constexpr (is_tls) {
-      if (ended())
-        return;
-      if (ec)
-        return fail(transport_error_kind::tls,
-                    describe_tls_error(
-                      ec, SSL_get_verify_result(stream_.native_handle())));
-      connected_.store(true);
-      do_write();
-    }
   }
 
   void do_write() {

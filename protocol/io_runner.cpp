@@ -7,9 +7,13 @@
 namespace outbound {
 
 io_runner::impl::impl(std::size_t threads)
-  : ioc(static_cast<int>(std::max<std::size_t>(threads, 1))) {
+  // A driven context may be run by several scheduler workers: Asio's
+  // default concurrency hint (thread-safe, no single-thread shortcuts).
+  : ioc(threads == 0 ? BOOST_ASIO_CONCURRENCY_HINT_DEFAULT
+                     : static_cast<int>(threads)),
+    driven(threads == 0) {
   guard_.emplace(boost::asio::make_work_guard(ioc));
-  auto n = std::max<std::size_t>(threads, 1);
+  auto n = threads;
   threads_.reserve(n);
   for (std::size_t i = 0; i < n; ++i)
     threads_.emplace_back([this] {
@@ -52,7 +56,14 @@ bool io_runner::impl::on_own_thread() {
 }
 
 io_runner::io_runner(std::size_t threads)
-  : impl_(std::make_unique<impl>(threads)) {
+  : impl_(std::make_unique<impl>(std::max<std::size_t>(threads, 1))) {
+}
+
+io_runner::io_runner(driven_t) : impl_(std::make_unique<impl>(0)) {
+}
+
+bool io_runner::driven() const noexcept {
+  return impl_->driven;
 }
 
 io_runner::~io_runner() {

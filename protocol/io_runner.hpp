@@ -17,6 +17,16 @@ class io_runner {
 public:
   /// Starts `threads` (>= 1) io threads. [1]
   explicit io_runner(std::size_t threads = 1);
+
+  /// Tag of the runner without threads of its own.
+  struct driven_t {};
+
+  /// A runner whose io_context some other thread runs: the workers of the
+  /// "io_loop" scheduler policy (actors/system/system_setup.hpp), which
+  /// hand it to outbound's pools through io_runner_for(). stop() stops the
+  /// context for good (every pool of the system loses its io); nothing is
+  /// joined. Its owner, the scheduler, needs no stop().
+  explicit io_runner(driven_t);
   ~io_runner();
 
   io_runner(const io_runner&) = delete;
@@ -28,6 +38,9 @@ public:
   /// A process-wide runner with one thread, created on first use and
   /// destroyed when the last holder lets go.
   static std::shared_ptr<io_runner> shared();
+
+  /// True for a runner made with driven_t.
+  bool driven() const noexcept;
 
   struct impl;
   /// Access for protocol/ .cpp files (the asio::io_context lives in impl).

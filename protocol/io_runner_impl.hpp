@@ -21,6 +21,8 @@ struct io_runner::impl {
   using work_guard_type
     = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
 
+  /// `threads` io threads; 0: none (a driven runner, whose context the
+  /// io_loop scheduler's workers run).
   explicit impl(std::size_t threads);
 
   /// Releases the work guard, stops the context and joins the threads
@@ -32,6 +34,9 @@ struct io_runner::impl {
 
   /// The context every socket of this runner lives on.
   boost::asio::io_context ioc;
+
+  /// No threads of its own (made with io_runner::driven_t).
+  const bool driven;
 
 private:
   std::mutex mtx_;

@@ -33,6 +33,8 @@ const char* to_string(ws_close_reason r) {
       return "peer_closed";
     case ws_close_reason::connect:
       return "connect";
+    case ws_close_reason::local_resource:
+      return "local_resource";
     case ws_close_reason::tls:
       return "tls";
     case ws_close_reason::handshake:
@@ -64,6 +66,17 @@ std::shared_ptr<ws_session> make_plain_ws_session(io_runner& io, uint64_t id,
 std::shared_ptr<ws_session>
 make_tls_ws_session(io_runner& io, uint64_t id, const ws_options& opts,
                     ws_session::handler h, std::shared_ptr<tls_context> tls);
+
+ws_close_reason ws_reason_of_dial_failure(transport_error_kind kind) {
+  switch (kind) {
+    case transport_error_kind::tls:
+      return ws_close_reason::tls;
+    case transport_error_kind::local_resource:
+      return ws_close_reason::local_resource;
+    default:
+      return ws_close_reason::connect;
+  }
+}
 
 namespace {
 

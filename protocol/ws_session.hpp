@@ -37,6 +37,10 @@ enum class ws_close_reason : uint8_t {
   peer_closed,
   /// TCP connect / DNS failed.
   connect,
+  /// No local address or port to connect from (EADDRNOTAVAIL /
+  /// EADDRINUSE: local port exhaustion); the HTTP transport's
+  /// `local_resource` (protocol/dial.hpp classifies both).
+  local_resource,
   /// TLS handshake or verification failed.
   tls,
   /// The HTTP upgrade was refused (non-101) or its header block exceeded

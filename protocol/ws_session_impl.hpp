@@ -30,6 +30,7 @@
 // socket and drops the handler; completions still queued then find
 // `finished_` set and return.
 
+#include "protocol/dial.hpp"
 #include "protocol/http_wire.hpp"
 #include "protocol/io_runner_impl.hpp"
 #include "protocol/tls_context_impl.hpp"
@@ -382,6 +383,34 @@ public:
     });
   }
 
+  // -- dial hooks (protocol/dial.hpp) -----------------------------------------
+
+  plain_stream& sock() {
+    return shim().socket();
+  }
+
+  Stream& dial_stream() {
+    return stream();
+  }
+
+  bool dial_abandoned() const {
+    return finished_;
+  }
+
+  void dial_step(detail::dial_step s) {
+    phase_ = s == detail::dial_step::resolving    ? phase::resolving
+             : s == detail::dial_step::connecting ? phase::connecting
+                                                  : phase::tls_handshake;
+  }
+
+  void dialled() {
+    do_upgrade();
+  }
+
+  void dial_failed(transport_error_kind kind, std::string detail) {
+    finish(ws_reason_of_dial_failure(kind), std::move(detail));
+  }
+
 private:
   using clock = std::chrono::steady_clock;
   using ws_type = websocket::stream<ws_shim<Stream>, false>;
@@ -430,10 +459,6 @@ private:
     return shim().next_layer();
   }
 
-  plain_stream& sock() {
-    return shim().socket();
-  }
-
   // -- steps ------------------------------------------------------------------
 
   void do_start() {
@@ -455,7 +480,7 @@ private:
     timer_.async_wait([self = this->shared_from_this()](const error_code& ec) {
       self->on_timer(ec);
     });
-    do_resolve();
+    dial(this->shared_from_this(), resolver_, opts_.origin);
   }
 
   void on_timer(const error_code& ec) {
@@ -464,84 +489,6 @@ private:
     finish(ws_close_reason::timeout,
            "handshake timed out after " + millis_text(clock::now() - started_)
              + " while " + phase_text(phase_));
-  }
-
-  void do_resolve() {
-    const auto& origin = opts_.origin;
-    auto port = std::to_string(origin.port);
-    if (is_ip_literal(origin.host)) {
-      error_code ec;
-      auto addr = asio::ip::make_address(origin.host, ec);
-      auto eps = tcp::resolver::results_type::create(
-        tcp::endpoint{addr, origin.port}, origin.host, port);
-      return do_connect(eps);
-    }
-    phase_ = phase::resolving;
-    resolver_.async_resolve(
-      origin.host, port,
-      [self = this->shared_from_this()](const error_code& ec,
-                                        tcp::resolver::results_type eps) {
-        self->on_resolve(ec, std::move(eps));
-      });
-  }
-
-  void on_resolve(const error_code& ec, tcp::resolver::results_type eps) {
-    if (finished_)
-      return;
-    if (ec)
-      return finish(ws_close_reason::connect,
-                    "cannot resolve " + opts_.origin.host + ": " + ec.message());
-    do_connect(eps);
-  }
-
-  void do_connect(const tcp::resolver::results_type& eps) {
-    phase_ = phase::connecting;
-    asio::async_connect(sock(), eps,
-                        [self = this->shared_from_this()](const error_code& ec,
-                                                          const tcp::endpoint&) {
-                          self->on_connect(ec);
-                        });
-  }
-
-  void on_connect(const error_code& ec) {
-    if (finished_)
-      return;
-    if (ec)
-      return finish(ws_close_reason::connect,
-                    "connect to " + opts_.origin.authority()
-                      + " failed: " + ec.message());
-    error_code ignored;
-    sock().set_option(tcp::no_delay{true}, ignored);
-    if constexpr (is_tls)
-      do_tls_handshake();
-    else
-      do_upgrade();
-  }
-
-  void do_tls_handshake() {
-    if constexpr (is_tls) {
-      phase_ = phase::tls_handshake;
-      std::string why;
-      if (!prepare_tls(stream().native_handle(), opts_.origin.host, why))
-        return finish(ws_close_reason::tls, why);
-      stream().async_handshake(
-        asio::ssl::stream_base::client,
-        [self = this->shared_from_this()](const error_code& ec) {
-          self->on_tls_handshake(ec);
-        });
-    }
-  }
-
-  void on_tls_handshake(const error_code& ec) {
-    if constexpr (is_tls) {
-      if (finished_)
-        return;
-      if (ec)
-        return finish(ws_close_reason::tls,
-                      describe_tls_error(
-                        ec, SSL_get_verify_result(stream().native_handle())));
-      do_upgrade();
-    }
   }
 
   void do_upgrade() {

@@ -15,6 +15,7 @@
 // Error translation (Beast/Asio error codes to ws_close_reason and detail
 // text) happens here, once.
 
+#include "protocol/http_types.hpp"
 #include "protocol/ws_session.hpp"
 
 #include <boost/system/error_code.hpp>
@@ -36,6 +37,11 @@ constexpr uint32_t ws_max_fragments = 64;
 /// chatty peer must not flood the owning actor. Activity inside the interval
 /// is reported at its end, never dropped. [100 ms]
 constexpr int64_t ws_activity_interval_ns = 100'000'000;
+
+/// The close reason of a failed dial (protocol/dial.hpp classifies it as the
+/// HTTP transport does): tls → tls, local_resource → local_resource,
+/// anything else → connect.
+ws_close_reason ws_reason_of_dial_failure(transport_error_kind kind);
 
 /// A fresh Sec-WebSocket-Key: base64 of 16 random bytes (OpenSSL RAND).
 std::string make_ws_key();

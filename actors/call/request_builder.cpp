@@ -112,6 +112,27 @@ void set_retry_count(header_list& headers, int n) {
     erase_header(headers, "x-retry-count");
 }
 
+identity_problem append_identity_headers(const client_config& cfg,
+                                         header_list& hs) {
+  hs.emplace_back("User-Agent", user_agent());
+  if (!cfg.token.empty()) {
+    // config validation checks these too; re-checked because a config can be
+    // built without validate(). The token is never quoted.
+    if (!core::is_token(cfg.token_header))
+      return {"token_header", "token_header is not a valid header name"};
+    if (core::has_ctl(cfg.token) || core::has_ctl(cfg.token_scheme))
+      return {"token",
+              "the credential contains control characters (not shown)"};
+    hs.emplace_back(cfg.token_header, credential_value(cfg));
+  }
+  for (auto& [k, v] : cfg.default_headers) {
+    if (auto err = check_header(k, v, "default_headers"); !err.empty())
+      return {"default_headers", err};
+    set_header(hs, k, v);
+  }
+  return {};
+}
+
 built_request build_request(const client_config& cfg, const url_parts& base,
                             const call_request& call, call_rng& rng) {
   // The request id first, so that even a refused request names it.
@@ -164,22 +185,8 @@ built_request build_request(const client_config& cfg, const url_parts& base,
   hs.emplace_back("Accept", "application/json");
   if (call.has_body)
     hs.emplace_back("Content-Type", "application/json");
-  hs.emplace_back("User-Agent", user_agent());
-  if (!cfg.token.empty()) {
-    // config validation checks these too; re-checked because a config can be
-    // built without validate(). The token is never quoted.
-    if (!core::is_token(cfg.token_header))
-      return fail("token_header is not a valid header name", request_id);
-    if (core::has_ctl(cfg.token) || core::has_ctl(cfg.token_scheme))
-      return fail("the credential contains control characters (not shown)",
-                  request_id);
-    hs.emplace_back(cfg.token_header, credential_value(cfg));
-  }
-  for (auto& [k, v] : cfg.default_headers) {
-    if (auto err = check_header(k, v, "default_headers"); !err.empty())
-      return fail(err, request_id);
-    set_header(hs, k, v);
-  }
+  if (auto p = append_identity_headers(cfg, hs); !p.why.empty())
+    return fail(p.why, request_id);
   for (auto& [k, v] : call_headers) {
     if (auto err = check_header(k, v, "the call's headers"); !err.empty())
       return fail(err, request_id);

@@ -60,6 +60,23 @@ std::string generate_request_id(call_rng& rng);
 /// header is sent). Never log or print the result.
 std::string credential_value(const client_config& cfg);
 
+/// What append_identity_headers found wrong: the config field and why
+/// (never the credential or a header value). Empty `why`: nothing.
+struct identity_problem {
+  const char* field = "";
+  std::string why;
+};
+
+/// Appends the headers every outbound request and WebSocket upgrade
+/// carries, in this order: `User-Agent: outbound/<version>`, the credential
+/// (`cfg.token_header: credential_value(cfg)`, when a token is set), then
+/// `cfg.default_headers` (each replacing an earlier header of the same
+/// name). Checks what it appends as build_request does (a bad header name,
+/// a control character, a Host / Content-Length / Transfer-Encoding
+/// default header); on a problem `hs` may hold part of the headers.
+identity_problem append_identity_headers(const client_config& cfg,
+                                         header_list& hs);
+
 /// Builds the request of `call` against the base URL `base` (parsed from
 /// `cfg.base_url`):
 /// - target = base path + call path + `?` + encode_query(params) (`&` when
@@ -68,9 +85,9 @@ std::string credential_value(const client_config& cfg);
 ///   percent-encoded, existing `%XX` escapes are kept;
 /// - method upper-cased, must be an RFC 9110 token;
 /// - headers in this order: `Accept: application/json`, `Content-Type:
-///   application/json` (only with a body), `User-Agent: outbound/<version>`,
-///   the credential (`cfg.token_header`), `cfg.default_headers`, the call's
-///   headers (a later header replaces an earlier one of the same name), then
+///   application/json` (only with a body), append_identity_headers
+///   (User-Agent, credential, `cfg.default_headers`), the call's headers (a
+///   later header replaces an earlier one of the same name), then
 ///   `x-request-id` (the call's, or a generated one);
 /// - a control character (CR, LF, ...) in the method, the path, a header
 ///   name or value, or the request id; a bad header name; or a

@@ -726,8 +726,10 @@ service_client_actor make_service_client(caf::actor_system& sys,
     opts.hedging->config.validate();
   auto ctx = std::make_shared<call_context>();
   ctx->url = cfg.parsed_url();
-  ctx->transport = opts.transport ? opts.transport
-                                  : spawn_connection_pool(sys, cfg, opts.io);
+  transport_actor own_pool;
+  if (!opts.transport)
+    own_pool = spawn_connection_pool(sys, cfg, opts.io);
+  ctx->transport = opts.transport ? opts.transport : own_pool;
   ctx->observer = opts.observer;
   if (opts.hedging)
     ctx->hedging = make_hedging_context(sys, *opts.hedging);
@@ -737,8 +739,20 @@ service_client_actor make_service_client(caf::actor_system& sys,
     ctx->wall_clock = [] { return std::chrono::system_clock::now(); };
   ctx->cfg = std::move(cfg);
   uint64_t seed = opts.seed != 0 ? opts.seed : core::entropy_seed();
-  return sys.spawn(service_client_impl,
-                   std::shared_ptr<const call_context>{std::move(ctx)}, seed);
+  auto client = sys.spawn(service_client_impl,
+                          std::shared_ptr<const call_context>{std::move(ctx)},
+                          seed);
+  if (own_pool) {
+    // The pool is the client's own: it ends when the client ends, on a CAF
+    // worker while the system is alive. Left to its last reference it could
+    // be cleaned up on an io thread while the actor system shuts down (CAF
+    // 0.17's local_actor::cleanup then reads the dying system's clock).
+    caf::actor_cast<caf::abstract_actor*>(client)->attach_functor(
+      [pool = std::move(own_pool)] {
+        caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+      });
+  }
+  return client;
 }
 
 } // namespace outbound

@@ -7,6 +7,7 @@
 #include "core/classify.hpp"
 #include "protocol/tls_context.hpp"
 
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
@@ -76,8 +77,14 @@ struct driver_state {
   coalesce_stats stats;
 
   /// Runs when the driver terminates (any exit reason): every caller still
-  /// waiting is answered at once instead of waiting for its own timeout.
+  /// waiting is answered at once instead of waiting for its own timeout,
+  /// and the pools the driver spawned itself end with it (on a CAF worker,
+  /// while the system is alive; a transport from `opts.transports` is the
+  /// user's).
   ~driver_state() {
+    if (!opts.transports)
+      for (auto& [key, t] : transports)
+        caf::anon_send_exit(t, caf::exit_reason::user_shutdown);
     for (auto& [id, w] : waiters) {
       if (!w.rp.pending())
         continue;

@@ -32,16 +32,10 @@ feed_ws_endpoint feed_ws_endpoint::from(const client_config& cfg) {
   while (!url.empty() && url.back() == '/')
     url.pop_back();
   e.origin = url_parts::parse(url);
-  // The headers build_request gives every outbound request, with its
-  // precedence (a default header replaces an earlier one of the same
-  // name): User-Agent, the credential, the default headers. The dial adds
-  // its x-request-id.
-  e.headers.emplace_back("User-Agent", user_agent());
-  auto cred = credential_value(cfg);
-  if (!cred.empty())
-    set_header(e.headers, cfg.token_header, std::move(cred));
-  for (auto& [k, v] : cfg.default_headers)
-    set_header(e.headers, k, v);
+  // The request builder's headers of every outbound request (User-Agent,
+  // the credential, the default headers); the dial adds its x-request-id.
+  if (auto p = append_identity_headers(cfg, e.headers); !p.why.empty())
+    throw config_error(p.field, p.why);
   return e;
 }
 

@@ -73,11 +73,11 @@ struct feed_ws_endpoint {
   /// each dial adds its own `x-request-id` (replacing any given here).
   header_list headers;
 
-  /// The origin of `cfg.base_url` with `User-Agent: outbound/<version>`,
-  /// the client's credential header and default headers, in
-  /// build_request's order and precedence (a default header replaces an
-  /// earlier one of the same name: one line per name). Throws config_error
-  /// (base_url).
+  /// The origin of `cfg.base_url` with the request builder's
+  /// append_identity_headers (actors/call/request_builder.hpp):
+  /// `User-Agent: outbound/<version>`, the client's credential header and
+  /// default headers, with build_request's precedence and checks. Throws
+  /// config_error (base_url, token_header, token, default_headers).
   static feed_ws_endpoint from(const client_config& cfg);
 };
 

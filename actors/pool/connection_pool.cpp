@@ -2,6 +2,7 @@
 
 #include "actors/pool/pool_state.hpp"
 #include "protocol/http_connection.hpp"
+#include "actors/system/system_setup.hpp"
 #include "protocol/io_runner.hpp"
 #include "protocol/tls_context.hpp"
 
@@ -339,7 +340,7 @@ transport_actor spawn_connection_pool(caf::actor_system& sys,
   if (!origin.tls())
     tls.reset(); // files checked, but plain http carries no identity
   if (!io)
-    io = io_runner::shared();
+    io = io_runner_for(sys);
   pool_limits limits;
   limits.max_idle = cfg.max_idle_per_endpoint;
   limits.max_connections = cfg.max_connections_per_endpoint;

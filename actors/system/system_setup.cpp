@@ -1,6 +1,7 @@
 #include "actors/system/system_setup.hpp"
 
 #include "actors/messages.hpp"
+#include "actors/system/detail/io_loop_policy.hpp"
 #include "config/config_error.hpp"
 
 #include <caf/actor_system.hpp>
@@ -23,7 +24,7 @@ namespace outbound {
 namespace {
 
 // The recommendation (see the field docs in system_setup.hpp).
-constexpr const char* recommended_policy = "sharing";
+constexpr const char* recommended_policy = "io_loop";
 constexpr std::size_t recommended_max_throughput = 100;
 constexpr std::chrono::microseconds recommended_moderate_sleep{0};
 
@@ -46,6 +47,8 @@ std::size_t effective_cores(const system_options& opts) {
   return hw > 0 ? hw : 1;
 }
 
+using io_loop_coordinator = caf::scheduler::coordinator<detail::io_loop_policy>;
+
 bool has_key(const caf::actor_system_config& cfg, caf::string_view key) {
   return caf::get_if(&cfg.content, key) != nullptr;
 }
@@ -55,10 +58,11 @@ bool has_key(const caf::actor_system_config& cfg, caf::string_view key) {
 void system_options::validate() const {
   if (max_threads && *max_threads < 1)
     throw config_error("system.max_threads", "must be >= 1");
-  if (policy && *policy != "sharing" && *policy != "stealing")
+  if (policy && *policy != "sharing" && *policy != "stealing"
+      && *policy != "io_loop")
     throw config_error("system.policy",
-                       "must be \"sharing\" or \"stealing\", got \"" + *policy
-                         + "\"");
+                       "must be \"sharing\", \"stealing\" or \"io_loop\", "
+                       "got \"" + *policy + "\"");
   if (max_throughput && *max_throughput < 1)
     throw config_error("system.max_throughput", "must be >= 1");
   if (moderate_sleep && moderate_sleep->count() < 0)
@@ -126,6 +130,13 @@ void configure(caf::actor_system_config& cfg, const system_options& opts) {
   if (p.aggressive_polls
       && !keep(key_aggressive_polls, opts.aggressive_polls.has_value()))
     cfg.set(key_aggressive_polls, *p.aggressive_polls);
+  // io_loop is not one of CAF's policies: CAF 0.17.6 creates its own
+  // scheduler only when none was loaded (actor_system.cpp), so loading this
+  // coordinator makes it the system's scheduler. The key may also come from
+  // the command line (cfg.parse()).
+  auto policy = caf::get_or(cfg, key_policy, caf::atom("stealing"));
+  if (policy == caf::atom("io_loop"))
+    cfg.load<io_loop_coordinator>();
 }
 
 scheduler_settings scheduler_in_effect(caf::actor_system& sys) {
@@ -148,6 +159,8 @@ scheduler_settings scheduler_in_effect(caf::actor_system& sys) {
     }
   } else if (dynamic_cast<sharing_coordinator*>(&sched) != nullptr) {
     x.policy = "sharing";
+  } else if (dynamic_cast<io_loop_coordinator*>(&sched) != nullptr) {
+    x.policy = "io_loop";
   } else if (dynamic_cast<caf::scheduler::test_coordinator*>(&sched)
              != nullptr) {
     x.policy = "testing";
@@ -178,6 +191,12 @@ std::string to_string(const scheduler_settings& x) {
     s += "us";
   }
   return s;
+}
+
+std::shared_ptr<io_runner> io_runner_for(caf::actor_system& sys) {
+  if (auto* c = dynamic_cast<io_loop_coordinator*>(&sys.scheduler()))
+    return c->data().runner;
+  return io_runner::shared();
 }
 
 std::string describe_scheduler(caf::actor_system& sys) {

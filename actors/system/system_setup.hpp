@@ -36,10 +36,13 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 
 namespace outbound {
+
+class io_runner;
 
 /// Where the scheduler settings of configure() start from.
 enum class scheduler_preset {
@@ -62,9 +65,10 @@ struct system_options {
   std::size_t cores = 0;
 
   /// Threads of the process that are not CAF workers but are busy when the
-  /// actors are: outbound's io_runner threads (1 per io_runner by default),
-  /// an in-process server's threads. The recommended worker count leaves
-  /// them their cores. [1]
+  /// actors are: an in-process server's threads, the host's own threads,
+  /// and, with a policy other than io_loop, outbound's io_runner threads (1
+  /// per io_runner by default; with io_loop the workers run the sockets).
+  /// The recommended worker count leaves them their cores. [1]
   std::size_t io_threads = 1;
 
   /// `scheduler.max-threads`: CAF worker threads (>= 1). Recommended:
@@ -72,14 +76,25 @@ struct system_options {
   /// on the same cores. CAF's default: max(cores, 4). [unset]
   std::optional<std::size_t> max_threads;
 
-  /// `scheduler.policy`: "sharing" or "stealing".
+  /// `scheduler.policy`: "io_loop", "sharing" or "stealing".
   /// - sharing (caf/policy/work_sharing.hpp): one FIFO queue, a mutex and a
   ///   condition variable; an idle worker blocks at once and an enqueue wakes
   ///   it with notify_one.
   /// - stealing (caf/policy/work_stealing.hpp): a queue per worker, LIFO for
   ///   messages sent by actors, idle workers poll (see moderate_sleep).
-  /// Recommended: sharing (bench/README.md, "Recommended CAF scheduler
-  /// settings", has the comparison). CAF's default: stealing. [unset]
+  /// - io_loop (outbound's own, actors/system/detail/io_loop_policy.hpp):
+  ///   work sharing whose idle workers block in epoll running the
+  ///   asio::io_context of outbound's sockets instead of on a condition
+  ///   variable. Pools spawned without an explicit io_runner then use that
+  ///   context (io_runner_for()), so the caller, the client, the pool and
+  ///   the socket share one thread: a call costs no cross-thread wake-up.
+  ///   An actor that blocks its worker also stalls the sockets that worker
+  ///   would serve (with sharing it stalls the replies instead). The
+  ///   extension point is CAF's own: actor_system_config::load of a
+  ///   scheduler coordinator (docs/ARCHITECTURE.md shows the call's hops).
+  /// Recommended: io_loop (bench/README.md, "The io_loop policy", has the
+  /// comparison with sharing and raw Beast). CAF's default: stealing.
+  /// [unset]
   std::optional<std::string> policy;
 
   /// `scheduler.max-throughput`: messages an actor may handle before it
@@ -97,7 +112,7 @@ struct system_options {
   /// blocks on its condition variable, which an enqueue from outside
   /// signals.
   /// Recommended with stealing: 0us. CAF's default: 50us. Setting it with
-  /// policy sharing is an error (CAF would ignore it). [unset]
+  /// policy sharing or io_loop is an error (CAF would ignore it). [unset]
   std::optional<std::chrono::microseconds> moderate_sleep;
 
   /// `work-stealing.aggressive-poll-attempts`, policy stealing only (>= 1):
@@ -108,7 +123,7 @@ struct system_options {
   /// job). bench/README.md ("request_throughput") measures 10000 against
   /// the recommendation: concurrency-1 p50 about 1.4x raw Beast instead of
   /// about 2.3x. Not part of the recommendation. CAF's default: 100.
-  /// Setting it with policy sharing is an error. [unset]
+  /// Setting it with policy sharing or io_loop is an error. [unset]
   std::optional<std::size_t> aggressive_polls;
 
   /// Throws config_error naming the first invalid field.
@@ -144,8 +159,8 @@ void configure(caf::actor_system_config& cfg, const system_options& opts = {});
 struct scheduler_settings {
   /// sys.scheduler().num_workers().
   std::size_t workers = 0;
-  /// "stealing", "sharing", "testing" (CAF's deterministic test scheduler),
-  /// or "other".
+  /// "stealing", "sharing", "io_loop", "testing" (CAF's deterministic test
+  /// scheduler), or "other".
   std::string policy;
   /// sys.scheduler().max_throughput(); SIZE_MAX means unbounded.
   std::size_t max_throughput = 0;
@@ -158,10 +173,14 @@ struct scheduler_settings {
 /// Reads the scheduler settings of `sys`.
 scheduler_settings scheduler_in_effect(caf::actor_system& sys);
 
-/// One line, e.g. "1 worker, policy sharing, max-throughput 100" or
+/// One line, e.g. "1 worker, policy io_loop, max-throughput 100" or
 /// "4 workers, policy stealing, max-throughput unbounded,
 /// aggressive-poll-attempts 100, moderate-sleep-duration 50us".
 std::string to_string(const scheduler_settings& x);
+
+/// The io_runner outbound's pools use in `sys` when none is given: the one
+/// the workers of the io_loop policy run, else io_runner::shared().
+std::shared_ptr<io_runner> io_runner_for(caf::actor_system& sys);
 
 /// to_string(scheduler_in_effect(sys)).
 std::string describe_scheduler(caf::actor_system& sys);

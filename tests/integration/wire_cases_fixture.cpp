@@ -1,6 +1,7 @@
 #include "tests/integration/wire_cases_fixture.hpp"
 
 #include "actors/metrics/metrics_observer.hpp"
+#include "actors/system/system_setup.hpp"
 
 #include <boost/beast/zlib/deflate_stream.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -8,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 
 namespace outbound::testing {
 
@@ -94,8 +96,22 @@ wire_test::wire_test()
   : metrics_(std::make_shared<client_metrics>(registry_, "wire")),
     log_(std::make_shared<event_log>()),
     io_(std::make_shared<io_runner>(1)) {
-  cfg_.add_message_types<caf::id_block::outbound>();
-  sys_ = std::make_unique<caf::actor_system>(cfg_);
+  // ctest runs these cases twice: as they are, and with the environment
+  // variable OUTBOUND_TEST_SCHEDULER=io_loop (tests/CMakeLists.txt), where
+  // one CAF worker runs the clients' actors and their sockets
+  // (system_options::policy "io_loop").
+  const char* sched = std::getenv("OUTBOUND_TEST_SCHEDULER");
+  if (sched != nullptr && std::string{sched} == "io_loop") {
+    system_options o;
+    o.policy = "io_loop";
+    o.max_threads = 1;
+    configure(cfg_, o);
+    sys_ = std::make_unique<caf::actor_system>(cfg_);
+    io_ = io_runner_for(*sys_);
+  } else {
+    cfg_.add_message_types<caf::id_block::outbound>();
+    sys_ = std::make_unique<caf::actor_system>(cfg_);
+  }
   observer_ = spawn_metrics_observer(*sys_, metrics_,
                                      spawn_recorder(*sys_, log_));
 }

@@ -566,6 +566,20 @@ TEST_F(ws_session_test, RefusedConnectIsAConnectFailure) {
   expect_closed_once_last(*log);
 }
 
+// One dial routine (protocol/dial.hpp) classifies failures for both
+// sessions; the WebSocket names them with its close reasons.
+TEST(WsDial, DialFailuresMapToCloseReasonsAsTheHttpTransportClassifiesThem) {
+  EXPECT_EQ(detail::ws_reason_of_dial_failure(transport_error_kind::connect),
+            ws_close_reason::connect);
+  EXPECT_EQ(
+    detail::ws_reason_of_dial_failure(transport_error_kind::local_resource),
+    ws_close_reason::local_resource);
+  EXPECT_EQ(detail::ws_reason_of_dial_failure(transport_error_kind::tls),
+            ws_close_reason::tls);
+  EXPECT_EQ(std::string{to_string(ws_close_reason::local_resource)},
+            "local_resource");
+}
+
 // "localhost" comes from /etc/hosts: no DNS traffic leaves the machine.
 TEST_F(ws_session_test, HostNameIsResolvedAndSentAsHost) {
   scripted_server srv{{{step::read_request(), step::ws_accept(),

@@ -2,6 +2,9 @@
 
 #include "actors/call/request_builder.hpp"
 
+#include "actors/feed/feed_watcher.hpp"
+#include "config/config_error.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -90,6 +93,48 @@ TEST(RequestBuilder, HeadersWithoutBodyHaveThisShape) {
   EXPECT_EQ(r.request.headers, expected);
   EXPECT_TRUE(r.request.body.empty());
   EXPECT_EQ(r.request_id, "rid-1");
+}
+
+TEST(RequestBuilder, EveryRequestAndEveryUpgradeCarryTheSameIdentityHeaders) {
+  auto cfg = cfg_with();
+  cfg.default_headers = {{"x-tenant", "t1"}, {"user-agent", "custom/2"}};
+  header_list identity;
+  auto problem = append_identity_headers(cfg, identity);
+  EXPECT_TRUE(problem.why.empty()) << problem.why;
+  // A default header replaces the value and keeps the name's place.
+  header_list expected{{"User-Agent", "custom/2"},
+                       {"Authorization", "Bearer tok123"},
+                       {"x-tenant", "t1"}};
+  EXPECT_EQ(identity, expected);
+  // The service client's requests (between Accept and x-request-id) ...
+  auto c = get("/x");
+  c.request_id = "rid-1";
+  auto r = build(cfg, c);
+  ASSERT_TRUE(r.ok);
+  header_list middle(r.request.headers.begin() + 1,
+                     r.request.headers.end() - 1);
+  EXPECT_EQ(middle, identity);
+  // ... and the feed watcher's WebSocket upgrades.
+  EXPECT_EQ(feed_ws_endpoint::from(cfg).headers, identity);
+}
+
+TEST(RequestBuilder, AnUpgradeWithABadIdentityHeaderFailsNamingTheField) {
+  auto cfg = cfg_with();
+  cfg.default_headers = {{"Host", "elsewhere"}};
+  try {
+    (void) feed_ws_endpoint::from(cfg);
+    ADD_FAILURE() << "no config_error";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "default_headers");
+  }
+  cfg = cfg_with("tok\r\nx-injected: 1");
+  try {
+    (void) feed_ws_endpoint::from(cfg);
+    ADD_FAILURE() << "no config_error";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "token");
+    EXPECT_EQ(std::string{e.what()}.find("injected"), std::string::npos);
+  }
 }
 
 TEST(RequestBuilder, BodyAddsContentTypeJson) {

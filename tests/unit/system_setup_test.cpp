@@ -68,27 +68,27 @@ std::string field_of(const system_options& o) {
 TEST(SystemSetup, RecommendedSettingsOnTwoCoresWithOneIoThread) {
   auto p = plan_scheduler(two_cores_one_io());
   EXPECT_EQ(p.max_threads, std::optional<std::size_t>{1});
-  EXPECT_EQ(p.policy, std::optional<std::string>{"sharing"});
+  EXPECT_EQ(p.policy, std::optional<std::string>{"io_loop"});
   EXPECT_EQ(p.max_throughput, std::optional<std::size_t>{100});
-  EXPECT_FALSE(p.moderate_sleep); // sharing has no moderate polls
+  EXPECT_FALSE(p.moderate_sleep); // io_loop has no moderate polls
 
   caf::actor_system_config cfg;
   configure(cfg, two_cores_one_io());
   EXPECT_EQ(setting<std::size_t>(cfg, "scheduler.max-threads"),
             std::optional<std::size_t>{1});
   EXPECT_EQ(setting<caf::atom_value>(cfg, "scheduler.policy"),
-            caf::atom("sharing"));
+            caf::atom("io_loop"));
   EXPECT_EQ(setting<std::size_t>(cfg, "scheduler.max-throughput"), 100u);
   EXPECT_FALSE(has_setting(cfg, "work-stealing.moderate-sleep-duration"));
 
   caf::actor_system sys{cfg};
   auto x = scheduler_in_effect(sys);
   EXPECT_EQ(x.workers, 1u);
-  EXPECT_EQ(x.policy, "sharing");
+  EXPECT_EQ(x.policy, "io_loop");
   EXPECT_EQ(x.max_throughput, 100u);
   EXPECT_FALSE(x.moderate_sleep);
   EXPECT_EQ(describe_scheduler(sys),
-            "1 worker, policy sharing, max-throughput 100");
+            "1 worker, policy io_loop, max-throughput 100");
 }
 
 TEST(SystemSetup, WorkerCountLeavesTheIoThreadsTheirCoresButIsAtLeastOne) {
@@ -202,7 +202,7 @@ TEST(SystemSetup, ValuesAlreadyInTheConfigAreKeptUnlessSetExplicitly) {
   EXPECT_EQ(setting<std::size_t>(cfg, "scheduler.max-threads"), 2u);
   EXPECT_EQ(setting<std::size_t>(cfg, "scheduler.max-throughput"), 50u);
   EXPECT_EQ(setting<caf::atom_value>(cfg, "scheduler.policy"),
-            caf::atom("sharing"));
+            caf::atom("io_loop"));
 }
 
 TEST(SystemSetup, InvalidOptionsNameTheFieldAndLeaveTheConfigAlone) {
@@ -228,7 +228,7 @@ TEST(SystemSetup, InvalidOptionsNameTheFieldAndLeaveTheConfigAlone) {
     EXPECT_EQ(field_of(o), "system.moderate_sleep");
   }
   {
-    // CAF would silently ignore a moderate sleep with work sharing.
+    // CAF would silently ignore a moderate sleep with io_loop.
     auto o = two_cores_one_io();
     o.moderate_sleep = 0us;
     EXPECT_EQ(field_of(o), "system.moderate_sleep");
@@ -241,7 +241,7 @@ TEST(SystemSetup, InvalidOptionsNameTheFieldAndLeaveTheConfigAlone) {
   }
   {
     auto o = two_cores_one_io();
-    o.aggressive_polls = 10000; // policy sharing: CAF would ignore it
+    o.aggressive_polls = 10000; // policy io_loop: CAF would ignore it
     EXPECT_EQ(field_of(o), "system.aggressive_polls");
   }
   caf::actor_system_config cfg;
