@@ -105,13 +105,14 @@ int main(int argc, char** argv) {
   if (demo_cmd->parsed())
     return run_demo(demo_opts, std::cout, std::cerr);
   // Every client, pool and WebSocket of a command runs on the system's io
-  // runner (io_runner_for: with the recommended io_loop policy the CAF
-  // worker runs it; with another policy it is the process-wide runner and
-  // its own thread). When the command is done, main stops it (no
-  // completion runs any more) before the actor system shuts down, and
-  // releases it last. Otherwise an io completion on a runner thread can
-  // drop the last reference to a connection pool actor while the system
-  // shuts down: the pool then cleans itself up there, racing the system's
+  // runner (io_runner_for). With the recommended io_loop policy the CAF
+  // workers run it: completions run on them until the scheduler stops, and
+  // its context goes when main releases `io`, last. With another policy it
+  // is the process-wide runner with its own thread: when the command is
+  // done, main stops it (no completion runs any more) before the actor
+  // system shuts down. Otherwise an io completion on that thread can drop
+  // the last reference to a connection pool actor while the system shuts
+  // down: the pool then cleans itself up there, racing the system's
   // teardown (seen under ASan as a SEGV in caf::actor_system::clock() and
   // as TLS sessions leaked at exit).
   std::shared_ptr<outbound::io_runner> io;
@@ -131,11 +132,7 @@ int main(int argc, char** argv) {
       code = run_ts(sys, ts_opts, std::cout, std::cerr);
     else if (seq_cmd->parsed())
       code = run_seq(sys, seq_opts, std::cout, std::cerr);
-    // A driven runner (the io_loop policy) is run by the CAF workers:
-    // completions keep running on them until the scheduler stops, never on
-    // a thread of their own.
-    if (!io->driven())
-      io->stop();
+    io->stop(); // nothing for a driven runner (see above)
     return code;
   } catch (const std::exception& e) {
     if (io)

@@ -366,10 +366,9 @@ round_result run_watcher(caf::actor_system& sys, const settings& s) {
   }
   self->send_exit(caf::actor_cast<caf::actor>(client),
                   caf::exit_reason::user_shutdown);
-  // A driven runner (the io_loop policy) is the system's own and serves
-  // the next round too.
-  if (!io->driven())
-    io->stop();
+  // A driven runner (the io_loop policy) is the system's own: stop() leaves
+  // it running for the next round.
+  io->stop();
   return r;
 }
 

@@ -81,6 +81,10 @@ io_runner::~io_runner() {
 }
 
 void io_runner::stop() {
+  // The scheduler that drives the context owns it: stopping it here would
+  // leave every pool of the system without io (and their calls unanswered).
+  if (impl_->driven)
+    return;
   impl_->stop();
 }
 

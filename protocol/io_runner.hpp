@@ -23,16 +23,18 @@ public:
 
   /// A runner whose io_context some other thread runs: the workers of the
   /// "io_loop" scheduler policy (actors/system/system_setup.hpp), which
-  /// hand it to outbound's pools through io_runner_for(). stop() stops the
-  /// context for good (every pool of the system loses its io); nothing is
-  /// joined. Its owner, the scheduler, needs no stop().
+  /// hand it to outbound's pools through io_runner_for(). stop() does
+  /// nothing on it (the scheduler owns it; stopping it would leave every
+  /// pool of the system without io); its context stops when the last
+  /// holder lets go.
   explicit io_runner(driven_t);
   ~io_runner();
 
   io_runner(const io_runner&) = delete;
   io_runner& operator=(const io_runner&) = delete;
 
-  /// Stops the io_context and joins the threads (idempotent).
+  /// Stops the io_context and joins the threads (idempotent). Does nothing
+  /// on a driven runner.
   void stop();
 
   /// A process-wide runner with one thread, created on first use and

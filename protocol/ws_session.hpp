@@ -37,10 +37,6 @@ enum class ws_close_reason : uint8_t {
   peer_closed,
   /// TCP connect / DNS failed.
   connect,
-  /// No local address or port to connect from (EADDRNOTAVAIL /
-  /// EADDRINUSE: local port exhaustion); the HTTP transport's
-  /// `local_resource` (protocol/dial.hpp classifies both).
-  local_resource,
   /// TLS handshake or verification failed.
   tls,
   /// The HTTP upgrade was refused (non-101) or its header block exceeded
@@ -65,6 +61,11 @@ enum class ws_close_reason : uint8_t {
   /// its budget (see `ws_options::discard_timeout_ns`) of its first frame
   /// header.
   timeout,
+  /// No local address or port to connect from (EADDRNOTAVAIL /
+  /// EADDRINUSE: local port exhaustion); the HTTP transport's
+  /// `local_resource` (protocol/dial.hpp classifies both). Last, so the
+  /// earlier values keep their numbers.
+  local_resource,
 };
 
 const char* to_string(ws_close_reason r);

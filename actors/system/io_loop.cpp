@@ -6,10 +6,30 @@ namespace outbound::detail {
 
 namespace {
 
-/// The coordinator whose worker runs on this thread (set by the worker's
-/// first dequeue). An enqueue from such a thread needs no wake-up: the
-/// thread looks at the queue again as soon as its job or io handler returns.
-thread_local const io_loop_policy::coordinator_data* this_worker_of = nullptr;
+/// The coordinator whose worker is running io handlers on this thread (set
+/// around run_one() and poll()). An enqueue from an io handler needs no
+/// wake-up: the worker looks at the queue as soon as the handler returns.
+/// An enqueue from an actor's job does wake a sleeping worker (with two or
+/// more workers the job must not wait for the sender's job to end: that job
+/// may even wait for it, as a blocking request would).
+thread_local const io_loop_policy::coordinator_data* in_io_of = nullptr;
+
+/// Sets in_io_of for one run_one() / poll().
+class in_io_scope {
+public:
+  explicit in_io_scope(const io_loop_policy::coordinator_data& cd)
+    : prev_(in_io_of) {
+    in_io_of = &cd;
+  }
+  ~in_io_scope() {
+    in_io_of = prev_;
+  }
+  in_io_scope(const in_io_scope&) = delete;
+  in_io_scope& operator=(const in_io_scope&) = delete;
+
+private:
+  const io_loop_policy::coordinator_data* prev_;
+};
 
 /// Runs one io handler; a handler that throws must not end the worker (the
 /// io_runner's own threads do the same).
@@ -53,7 +73,7 @@ void io_loop_policy::enqueue(coordinator_data& cd, caf::resumable* job) {
   {
     std::lock_guard<std::mutex> guard{cd.lock};
     cd.queue.push_back(job);
-    if (cd.io_sleepers > 0 && !cd.wake_posted && this_worker_of != &cd) {
+    if (cd.io_sleepers > 0 && !cd.wake_posted && in_io_of != &cd) {
       cd.wake_posted = true;
       wake = true;
     }
@@ -69,11 +89,11 @@ void io_loop_policy::enqueue(coordinator_data& cd, caf::resumable* job) {
 
 caf::resumable* io_loop_policy::dequeue_impl(coordinator_data& cd,
                                               worker_data& wd) {
-  this_worker_of = &cd;
   auto& ioc = cd.runner->get().ioc;
   for (;;) {
     if (wd.since_poll >= jobs_per_poll) {
       wd.since_poll = 0;
+      in_io_scope scope{cd};
       poll_handlers(ioc);
     }
     std::unique_lock<std::mutex> guard{cd.lock};
@@ -100,7 +120,10 @@ caf::resumable* io_loop_policy::dequeue_impl(coordinator_data& cd,
     }
     ++cd.io_sleepers;
     guard.unlock();
-    run_one_handler(ioc);
+    {
+      in_io_scope scope{cd};
+      run_one_handler(ioc);
+    }
     guard.lock();
     --cd.io_sleepers;
     wd.since_poll = 0;

@@ -169,19 +169,62 @@ TEST(IoLoopScheduler, AHandlerThatThrowsDoesNotEndTheWorker) {
   EXPECT_NE(ask_thread(sys, actor), "(no answer)");
 }
 
-TEST(IoLoopScheduler, AStoppedRunnerLeavesTheActorsRunning) {
+TEST(IoLoopScheduler, StoppingTheSystemsRunnerIsIgnored) {
+  caf::actor_system_config cfg;
+  configure(cfg, io_loop_options());
+  caf::actor_system sys{cfg};
+  auto io = io_runner_for(sys);
+  // The scheduler owns the driven runner: a stop() would leave every pool
+  // of the system without io, so it does nothing.
+  io->stop();
+  std::promise<void> fired;
+  boost::asio::steady_timer timer{io->get().ioc};
+  timer.expires_after(1ms);
+  timer.async_wait([&](const boost::system::error_code&) { fired.set_value(); });
+  EXPECT_EQ(fired.get_future().wait_for(10s), std::future_status::ready);
+}
+
+TEST(IoLoopScheduler, AContextStoppedBehindTheRunnersBackLeavesTheActorsRunning) {
   caf::actor_system_config cfg;
   configure(cfg, io_loop_options());
   caf::actor_system sys{cfg};
   auto actor = sys.spawn(thread_reporter);
   EXPECT_NE(ask_thread(sys, actor), "(no answer)");
-  // A host may stop the runner before the system (outbound's CLI does):
-  // the workers then wait for jobs without io.
-  io_runner_for(sys)->stop();
+  // No io any more: the workers wait for jobs on a condition variable.
+  io_runner_for(sys)->get().ioc.stop();
   for (int i = 0; i < 100; ++i)
     ASSERT_NE(ask_thread(sys, actor), "(no answer)") << i;
   auto late = sys.spawn(thread_reporter);
   EXPECT_NE(ask_thread(sys, late), "(no answer)");
+}
+
+TEST(IoLoopScheduler, AJobSentFromAnActorWakesAnIdleWorker) {
+  caf::actor_system_config cfg;
+  configure(cfg, io_loop_options(2));
+  caf::actor_system sys{cfg};
+  std::atomic<bool> b_ran{false};
+  auto b = sys.spawn([&](caf::event_based_actor*) -> caf::behavior {
+    return {[&](int) { b_ran = true; }};
+  });
+  // A's job sends to B and then waits for B (bounded) without returning,
+  // as a blocking request made inside a job would: the second worker,
+  // asleep in epoll, must be woken to run B.
+  std::promise<bool> seen;
+  auto a = sys.spawn([&](caf::event_based_actor* self) -> caf::behavior {
+    return {[&, self](const std::string&) {
+      self->send(b, 1);
+      auto until = std::chrono::steady_clock::now() + 5s;
+      while (!b_ran && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(1ms);
+      seen.set_value(b_ran.load());
+    }};
+  });
+  // Let both workers fall asleep first.
+  std::this_thread::sleep_for(50ms);
+  caf::anon_send(a, std::string{"go"});
+  auto f = seen.get_future();
+  ASSERT_EQ(f.wait_for(20s), std::future_status::ready);
+  EXPECT_TRUE(f.get());
 }
 
 TEST(IoLoopScheduler, ASystemWithIoPendingShutsDown) {
