@@ -111,8 +111,9 @@ caf::resumable* io_loop_policy::dequeue_impl(coordinator_data& cd,
       return job;
     }
     if (ioc.stopped()) {
-      // The host stopped the runner (e.g. before shutting the system down):
-      // no io any more, wait for jobs like work sharing does.
+      // Someone stopped the context itself (io_runner::stop() leaves a
+      // driven runner alone): no io any more, wait for jobs like work
+      // sharing does.
       ++cd.cv_sleepers;
       cd.cv.wait(guard, [&] { return !cd.queue.empty(); });
       --cd.cv_sleepers;

@@ -119,6 +119,25 @@ protected:
     return *out;
   }
 
+  /// A WebSocket-only watcher (cfg's replay_path cleared by the caller)
+  /// whose subscriber acknowledges only on release_ack(), on an opened
+  /// session greeted with a catchup hello at seq 0.
+  void start_ws_only_catchup_with_manual_acks() {
+    subs->manual = true;
+    sub_ = spawn_recording_subscriber(sys(), subs);
+    feed_watcher_options o;
+    o.connector
+      = std::make_shared<fake_ws_connector>(ws, [this] { return now(); });
+    cfg.ws_path = "/ws/feed";
+    o.ws = feed_ws_endpoint::from(ccfg);
+    o.subscriber = sub_;
+    o.seed = 5;
+    w = spawn_feed_watcher(sys(), cfg, o);
+    run();
+    ws->last().open();
+    ws->last().message(hello("catchup", 0, false, "e1"));
+  }
+
   void release_ack() {
     caf::anon_send(caf::actor_cast<caf::actor>(sub_handle()), caf::ok_atom_v);
     run();
@@ -668,18 +687,7 @@ TEST_F(FeedWatcher, LedgerHelloCursorIsAWakeTarget) {
 TEST_F(FeedWatcher, InFrameBacklogOverflowClosesTheSessionAndResumesLater) {
   cfg.replay_path.clear();
   cfg.max_pending_frames = 2;
-  subs->manual = true;
-  sub_ = spawn_recording_subscriber(sys(), subs);
-  feed_watcher_options o;
-  o.connector = std::make_shared<fake_ws_connector>(ws, [this] { return now(); });
-  cfg.ws_path = "/ws/feed";
-  o.ws = feed_ws_endpoint::from(ccfg);
-  o.subscriber = sub_;
-  o.seed = 5;
-  w = spawn_feed_watcher(sys(), cfg, o);
-  run();
-  ws->last().open();
-  ws->last().message(hello("catchup", 0, false, "e1"));
+  start_ws_only_catchup_with_manual_acks();
   for (int64_t s : {1, 2, 3})
     ws->last().message(event_frame(s));
   run();
@@ -715,18 +723,7 @@ TEST_F(FeedWatcher, TheBacklogBoundCountsTheParsedFormNotTheText) {
   ASSERT_LT(2 * fat(1).size(), 1000u);
   cfg.replay_path.clear();
   cfg.max_pending_frame_bytes = 4000;
-  subs->manual = true;
-  sub_ = spawn_recording_subscriber(sys(), subs);
-  feed_watcher_options o;
-  o.connector = std::make_shared<fake_ws_connector>(ws, [this] { return now(); });
-  cfg.ws_path = "/ws/feed";
-  o.ws = feed_ws_endpoint::from(ccfg);
-  o.subscriber = sub_;
-  o.seed = 5;
-  w = spawn_feed_watcher(sys(), cfg, o);
-  run();
-  ws->last().open();
-  ws->last().message(hello("catchup", 0, false, "e1"));
+  start_ws_only_catchup_with_manual_acks();
   // One message alone is never a backlog, whatever its size.
   ws->last().message(fat(1));
   run();

@@ -6,6 +6,8 @@
 
 #include "actors/system/system_setup.hpp"
 
+#include "actors/system/detail/io_loop_policy.hpp"
+
 #include "protocol/io_runner.hpp"
 #include "protocol/io_runner_impl.hpp"
 
@@ -13,6 +15,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
+#include <caf/scheduler/coordinator.hpp>
 #include <caf/send.hpp>
 
 #include <boost/asio/post.hpp>
@@ -20,7 +23,6 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -137,11 +139,15 @@ TEST(IoLoopScheduler, MessagesFromIoHandlersReachActorsWithTwoWorkers) {
   caf::actor_system sys{cfg};
   EXPECT_EQ(scheduler_in_effect(sys).workers, 2u);
   auto io = io_runner_for(sys);
-  std::atomic<int> seen{0};
-  auto counter = sys.spawn([&](caf::event_based_actor*) -> caf::behavior {
-    return {[&](int) { ++seen; }};
-  });
   constexpr int n = 20000;
+  int seen = 0; // the counter actor's alone
+  std::promise<void> all_seen;
+  auto counter = sys.spawn([&](caf::event_based_actor*) -> caf::behavior {
+    return {[&](int) {
+      if (++seen == n)
+        all_seen.set_value();
+    }};
+  });
   // Half from io handlers (enqueued from inside a worker's run_one), half
   // from this thread (external enqueues that must wake a worker in epoll).
   for (int i = 0; i < n / 2; ++i)
@@ -149,10 +155,7 @@ TEST(IoLoopScheduler, MessagesFromIoHandlersReachActorsWithTwoWorkers) {
                       [counter, i] { caf::anon_send(counter, i); });
   for (int i = 0; i < n / 2; ++i)
     caf::anon_send(counter, i);
-  auto until = std::chrono::steady_clock::now() + 20s;
-  while (seen.load() < n && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(1ms);
-  EXPECT_EQ(seen.load(), n);
+  EXPECT_EQ(all_seen.get_future().wait_for(20s), std::future_status::ready);
 }
 
 TEST(IoLoopScheduler, AHandlerThatThrowsDoesNotEndTheWorker) {
@@ -202,9 +205,9 @@ TEST(IoLoopScheduler, AJobSentFromAnActorWakesAnIdleWorker) {
   caf::actor_system_config cfg;
   configure(cfg, io_loop_options(2));
   caf::actor_system sys{cfg};
-  std::atomic<bool> b_ran{false};
+  std::promise<void> b_ran;
   auto b = sys.spawn([&](caf::event_based_actor*) -> caf::behavior {
-    return {[&](int) { b_ran = true; }};
+    return {[&](int) { b_ran.set_value(); }};
   });
   // A's job sends to B and then waits for B (bounded) without returning,
   // as a blocking request made inside a job would: the second worker,
@@ -213,14 +216,22 @@ TEST(IoLoopScheduler, AJobSentFromAnActorWakesAnIdleWorker) {
   auto a = sys.spawn([&](caf::event_based_actor* self) -> caf::behavior {
     return {[&, self](const std::string&) {
       self->send(b, 1);
-      auto until = std::chrono::steady_clock::now() + 5s;
-      while (!b_ran && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(1ms);
-      seen.set_value(b_ran.load());
+      seen.set_value(b_ran.get_future().wait_for(5s)
+                     == std::future_status::ready);
     }};
   });
-  // Let both workers fall asleep first.
-  std::this_thread::sleep_for(50ms);
+  // Both workers asleep in epoll first (the coordinator's own count).
+  auto& cd = dynamic_cast<caf::scheduler::coordinator<detail::io_loop_policy>&>(
+               sys.scheduler())
+               .data();
+  auto asleep = [&] {
+    std::lock_guard<std::mutex> guard{cd.lock};
+    return cd.io_sleepers == 2;
+  };
+  auto until = std::chrono::steady_clock::now() + 10s;
+  while (!asleep() && std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
+  ASSERT_TRUE(asleep());
   caf::anon_send(a, std::string{"go"});
   auto f = seen.get_future();
   ASSERT_EQ(f.wait_for(20s), std::future_status::ready);
