@@ -242,7 +242,9 @@ std::string event_json(const client_event& ev) {
   o["delay_ns"] = ev.delay_ns;
   o["status"] = nullable_status(ev.status);
   o["attempts"] = ev.attempts;
-  o["outcome"] = ev.outcome;
+  o["outcome"] = ev.kind == event_kind::answered || ev.kind == event_kind::failed
+                   ? outcome_label(ev)
+                   : "";
   o["latency_ns"] = ev.latency_ns;
   return boost::json::serialize(o);
 }

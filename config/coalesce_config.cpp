@@ -163,7 +163,7 @@ void coalesce_config::validate() const {
     throw config_error("coalesce.max_redirects_per_call", "must be >= 1");
   validate_credential_fields(token, token_header, token_scheme,
                              default_headers, "coalesce.");
-  // What the request builder (actors/call/request_builder.hpp) refuses at
+  // What the request builder (core/request_builder.hpp) refuses at
   // send time, refused here so that it fails at construction: the
   // transport owns Host / Content-Length / Transfer-Encoding, and the
   // driver sets x-request-id per RPC (a default one would be overwritten).

@@ -135,6 +135,23 @@ constexpr bool has_ctl(std::string_view s, bool allow_htab = false) noexcept {
   return false;
 }
 
+/// Index of the first CTL in `s` (with `allow_htab`, HTAB is allowed), or
+/// nullopt: where has_ctl would say yes, for an error text.
+constexpr std::optional<std::size_t> find_ctl(std::string_view s,
+                                              bool allow_htab = false) noexcept {
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (is_ctl(s[i]) && !(allow_htab && s[i] == '\t'))
+      return i;
+  return std::nullopt;
+}
+
+/// `c` as "0x" and two upper-case hex digits (a byte named in an error
+/// text without printing it).
+inline std::string hex_byte(unsigned char c) {
+  const char* digits = "0123456789ABCDEF";
+  return std::string{"0x"} + digits[c >> 4] + digits[c & 0xF];
+}
+
 /// Whether `s` holds CR, LF or NUL: the bytes RFC 9110 §5.5 says a field
 /// value must never carry (the transport's last check before the wire).
 constexpr bool has_cr_lf_nul(std::string_view s) noexcept {

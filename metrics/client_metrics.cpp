@@ -54,14 +54,6 @@ std::string client_metrics::status_class(int status) {
   return std::to_string(status / 100) + "xx";
 }
 
-std::string client_metrics::reason_label(const std::string& cause) {
-  // Causes are "status 503" or a transport_error_kind name ("timeout", ...).
-  if (cause.rfind("status", 0) == 0)
-    return "status";
-  auto sp = cause.find(' ');
-  return sp == std::string::npos ? cause : cause.substr(0, sp);
-}
-
 void client_metrics::record(const client_event& ev) {
   switch (ev.kind) {
     case event_kind::sending:
@@ -69,7 +61,7 @@ void client_metrics::record(const client_event& ev) {
         .Increment();
       break;
     case event_kind::retrying:
-      retries_.Add({{"service", service_}, {"reason", reason_label(ev.cause)}})
+      retries_.Add({{"service", service_}, {"reason", reason_label(ev)}})
         .Increment();
       break;
     case event_kind::redialing:
@@ -80,7 +72,7 @@ void client_metrics::record(const client_event& ev) {
       requests_
         .Add({{"service", service_},
               {"method", ev.method},
-              {"outcome", ev.outcome.empty() ? "ok" : ev.outcome}})
+              {"outcome", outcome_label(ev)}})
         .Increment();
       if (ev.kind == event_kind::answered)
         responses_

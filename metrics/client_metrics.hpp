@@ -5,7 +5,7 @@
 // observer actor receives, so what a dashboard shows and what an
 // observer sees can never disagree.
 
-#include "actors/messages.hpp"
+#include "core/call_types.hpp"
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -24,6 +24,8 @@ namespace outbound {
 /// `service` (given at construction), `method`, `outcome` (an error_kind name
 /// or "ok"), `reason` (a transport_error_kind name or "status"),
 /// `status_class` ("1xx" .. "5xx"). The path is never a label (unbounded).
+/// Labels come from the event's enums (outcome_label, reason_label in
+/// core/call_types.hpp), never from parsing its texts.
 ///
 /// | metric                                      | type      | labels |
 /// |---------------------------------------------|-----------|--------|
@@ -56,10 +58,6 @@ public:
 
   /// "1xx" .. "5xx" for an HTTP status in [100, 599], else "other".
   static std::string status_class(int status);
-
-  /// Retry reason label of an event's cause ("status" for an HTTP status,
-  /// else the transport error kind's name).
-  static std::string reason_label(const std::string& cause);
 
 private:
   std::string service_;

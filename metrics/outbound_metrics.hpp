@@ -44,11 +44,10 @@
 // `reason`, `outcome`, `kind`, `feed` (a name the user gives a watcher, at
 // most metrics_limits::max_labelled_feeds of them) and `mode`.
 
-#include "actors/coalesce/coalescing_driver.hpp"
-#include "actors/feed/feed_messages.hpp"
-#include "actors/hedge/breaker_state.hpp"
-#include "actors/hedge/endpoint_stats_state.hpp"
-#include "actors/messages.hpp"
+#include "core/call_types.hpp"
+#include "core/coalesce_stats.hpp"
+#include "core/feed_types.hpp"
+#include "core/hedge_stats.hpp"
 
 #include <prometheus/collectable.h>
 #include <prometheus/histogram.h>

@@ -1,5 +1,6 @@
 #include "protocol/ws_session.hpp"
 
+#include "core/request_builder.hpp"
 #include "core/rng.hpp"
 #include "core/text.hpp"
 #include "protocol/http_wire.hpp"
@@ -102,22 +103,6 @@ bool has_token(std::string_view list, std::string_view token) {
   return false;
 }
 
-/// Index of the first control character (< 0x20 except HTAB, or 0x7F).
-std::optional<std::size_t> find_ctl(std::string_view s, bool allow_tab) {
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if ((c < 0x20 && !(allow_tab && c == '\t')) || c == 0x7F)
-      return i;
-  }
-  return std::nullopt;
-}
-
-std::string hex_byte(unsigned char c) {
-  char buf[8];
-  std::snprintf(buf, sizeof(buf), "0x%02X", c);
-  return buf;
-}
-
 bool is_reset(const error_code& ec) {
   return ec == boost::asio::error::connection_reset
          || ec == boost::asio::error::connection_aborted
@@ -159,39 +144,8 @@ std::string ws_accept_for(std::string_view key) {
 bool build_upgrade_request(const ws_options& opts, const std::string& key,
                            std::string& out, std::string& why) {
   http_request req;
-  req.method = "GET";
-  req.target = opts.path.empty() ? std::string{"/"} : opts.path;
-  if (auto i = find_ctl(req.target, false)) {
-    why = "WebSocket path contains control byte "
-          + hex_byte(static_cast<unsigned char>(req.target[*i])) + " at index "
-          + std::to_string(*i);
+  if (!outbound::build_upgrade_request(opts.path, key, opts.headers, req, why))
     return false;
-  }
-  req.headers = {{"Upgrade", "websocket"},
-                 {"Connection", "Upgrade"},
-                 {"Sec-WebSocket-Key", key},
-                 {"Sec-WebSocket-Version", "13"}};
-  for (const auto& [name, value] : opts.headers) {
-    if (auto i = find_ctl(name, false)) {
-      why = "header name contains control byte "
-            + hex_byte(static_cast<unsigned char>(name[*i])) + " at index "
-            + std::to_string(*i);
-      return false;
-    }
-    if (auto i = find_ctl(value, true)) {
-      // Never echo the value: it may be a credential.
-      why = "value of header '" + name + "' contains control byte "
-            + hex_byte(static_cast<unsigned char>(value[*i])) + " at index "
-            + std::to_string(*i);
-      return false;
-    }
-    if (core::iequals(name, "Upgrade") || core::iequals(name, "Connection")
-        || core::iequals(name, "Sec-WebSocket-Key")
-        || core::iequals(name, "Sec-WebSocket-Version")
-        || core::iequals(name, "Sec-WebSocket-Extensions"))
-      continue; // generated here (and no extension is offered)
-    req.headers.emplace_back(name, value);
-  }
   out.clear();
   return serialize_request(req, opts.origin, out, why);
 }

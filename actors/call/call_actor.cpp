@@ -3,9 +3,9 @@
 #include "actors/call/call_result.hpp"
 
 #include "actors/call/detail/call_actor_testing.hpp"
-#include "actors/call/request_builder.hpp"
 #include "actors/call/retry_state.hpp"
 #include "actors/handler_guard.hpp"
+#include "core/request_builder.hpp"
 
 #include "core/hedge_race.hpp"
 
@@ -304,6 +304,7 @@ void act(self_ptr self, const retry_step& step, http_response* resp) {
       if (observed(self)) {
         auto ev = make_event(self, event_kind::redialing);
         ev.cause = step.cause;
+        ev.cause_kind = step.cause_kind;
         emit(self, std::move(ev));
       }
       send_attempt(self);

@@ -1,6 +1,6 @@
 #include "actors/call/call_result.hpp"
 
-#include "actors/call/request_builder.hpp"
+#include "core/request_builder.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/json_parse.hpp"
 
@@ -187,7 +187,8 @@ void fill_answered(client_event& ev, const call_outcome& o,
                    int64_t latency_ns, uint64_t response_bytes) {
   ev.status = o.status;
   ev.attempts = o.attempts;
-  ev.outcome = o.ok ? "ok" : to_string(o.error.kind);
+  if (!o.ok)
+    ev.error = o.error.kind;
   ev.latency_ns = latency_ns;
   ev.response_bytes = response_bytes;
 }
@@ -195,6 +196,7 @@ void fill_answered(client_event& ev, const call_outcome& o,
 void fill_retrying(client_event& ev, const retry_step& step,
                    const http_response* resp) {
   ev.cause = step.cause;
+  ev.cause_kind = step.cause_kind;
   ev.delay_ns = step.delay.count();
   if (resp)
     ev.status = resp->status; // a retried status ("status 503") was a response
@@ -205,7 +207,8 @@ void fill_failed(client_event& ev, const call_error& e, int64_t latency_ns) {
                                                    : to_string(e.cause);
   ev.attempts = e.attempts;
   ev.status = e.status;
-  ev.outcome = to_string(e.kind);
+  ev.cause_kind = e.cause;
+  ev.error = e.kind;
   ev.latency_ns = latency_ns;
 }
 

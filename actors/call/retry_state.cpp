@@ -127,10 +127,12 @@ attempt_plan retry_state::begin_attempt(retry_time now) {
 }
 
 retry_step retry_state::end_with(retry_decision d, call_error e,
-                                 std::string cause) {
+                                 std::string cause,
+                                 transport_error_kind cause_kind) {
   retry_step s;
   s.decision = d;
   s.cause = std::move(cause);
+  s.cause_kind = cause_kind;
   e.attempts = attempts_;
   e.nothing_sent = !any_sent_;
   s.error = std::move(e);
@@ -184,6 +186,7 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
         retry_step s;
         s.decision = retry_decision::redial;
         s.cause = to_string(kind);
+        s.cause_kind = kind;
         next_ = next_send::redial;
         return s;
       }
@@ -199,6 +202,7 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
         s.decision = retry_decision::retry_local;
         s.delay = delay;
         s.cause = to_string(kind);
+        s.cause_kind = kind;
         next_ = next_send::local;
         return s;
       }
@@ -215,7 +219,8 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
       e.cause = kind;
       e.detail = "tls: " + (r.detail.empty() ? "handshake failed" : r.detail);
       e.status = r.response.status;
-      return end_with(retry_decision::not_retryable, std::move(e), "tls");
+      return end_with(retry_decision::not_retryable, std::move(e),
+                      to_string(kind), kind);
     }
     case transport_error_kind::too_large: {
       call_error e;
@@ -225,14 +230,15 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
       e.detail = r.detail.empty() ? "response body over the size cap"
                                   : r.detail;
       return end_with(retry_decision::not_retryable, std::move(e),
-                      "too_large");
+                      to_string(kind), kind);
     }
     case transport_error_kind::config: {
       call_error e;
       e.kind = error_kind::config_error;
       e.cause = kind;
       e.detail = r.detail.empty() ? "transport configuration error" : r.detail;
-      return end_with(retry_decision::not_retryable, std::move(e), "config");
+      return end_with(retry_decision::not_retryable, std::move(e),
+                      to_string(kind), kind);
     }
     case transport_error_kind::pool_overflow: {
       // Nothing left, but the local queue for the endpoint is full: a retry
@@ -242,7 +248,7 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
       e.cause = kind;
       e.detail = r.detail.empty() ? "connection pool queue full" : r.detail;
       return end_with(retry_decision::not_retryable, std::move(e),
-                      "pool_overflow");
+                      to_string(kind), kind);
     }
   }
   return transport_failure(r, transport_error_kind::interrupted, now, rng);
@@ -273,7 +279,7 @@ retry_step retry_state::transport_failure(const exchange_result& r,
     e.detail = deadline_text();
     if (!idempotent_ && r.request_sent)
       e.detail += "; the request may have been processed";
-    return end_with(retry_decision::give_up_deadline, std::move(e), cause);
+    return end_with(retry_decision::give_up_deadline, std::move(e), cause, kind);
   }
   if (!idempotent_) {
     e.detail = last_failure_;
@@ -282,25 +288,26 @@ retry_step retry_state::transport_failure(const exchange_result& r,
                   "request is not idempotent)";
     else
       e.detail += " (not retried: the request is not idempotent)";
-    return end_with(retry_decision::not_retryable, std::move(e), cause);
+    return end_with(retry_decision::not_retryable, std::move(e), cause, kind);
   }
   if (attempts_ >= policy_.max_attempts) {
     e.detail = last_failure_ + " (gave up after "
                + std::to_string(attempts_)
                + (attempts_ == 1 ? " attempt)" : " attempts)");
-    return end_with(retry_decision::give_up_attempts, std::move(e), cause);
+    return end_with(retry_decision::give_up_attempts, std::move(e), cause, kind);
   }
   auto delay = backoff_delay(policy_, attempts_ - 1, rng);
   if (now + delay > deadline_at_) {
     e.kind = error_kind::deadline_exceeded;
     e.detail = deadline_text() + "; the next backoff of " + ms_text(delay)
                + " ms would pass it";
-    return end_with(retry_decision::give_up_deadline, std::move(e), cause);
+    return end_with(retry_decision::give_up_deadline, std::move(e), cause, kind);
   }
   retry_step s;
   s.decision = retry_decision::retry_after;
   s.delay = delay;
   s.cause = std::move(cause);
+  s.cause_kind = kind;
   next_ = next_send::new_attempt;
   return s;
 }

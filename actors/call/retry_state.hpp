@@ -116,6 +116,9 @@ struct retry_step {
   /// Why ("status 503", "timeout", "not_sent", ...); never carries header
   /// values.
   std::string cause;
+  /// The cause as a value: the transport error kind, or none when the cause
+  /// is an HTTP status (or there is none).
+  transport_error_kind cause_kind = transport_error_kind::none;
   /// The call ends with the response just received (decision `answer`, or a
   /// retryable status given up on): the caller maps it to the outcome.
   bool answer_with_response = false;
@@ -190,7 +193,8 @@ private:
   retry_step transport_failure(const exchange_result& r,
                                transport_error_kind kind, retry_time now,
                                call_rng& rng);
-  retry_step end_with(retry_decision d, call_error e, std::string cause);
+  retry_step end_with(retry_decision d, call_error e, std::string cause,
+                      transport_error_kind cause_kind);
   std::string deadline_text() const;
 
   retry_policy policy_;

@@ -2,10 +2,10 @@
 
 #include "actors/call/call_actor.hpp"
 #include "actors/call/call_result.hpp"
-#include "actors/call/request_builder.hpp"
 #include "actors/call/retry_state.hpp"
 #include "actors/handler_guard.hpp"
 #include "actors/pool/connection_pool.hpp"
+#include "core/request_builder.hpp"
 
 #include "core/classify.hpp"
 #include "core/hedge_race.hpp"
@@ -429,6 +429,7 @@ void act(self_ptr self, uint64_t id, const retry_step& step,
       if (observed(self)) {
         auto ev = event_of(c, event_kind::redialing);
         ev.cause = step.cause;
+        ev.cause_kind = step.cause_kind;
         emit(self, std::move(ev));
       }
       send_attempt(self, id);

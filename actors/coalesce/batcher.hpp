@@ -53,6 +53,7 @@
 
 #include "actors/coalesce/coalesce_types.hpp"
 #include "config/coalesce_config.hpp"
+#include "core/coalesce_stats.hpp"
 
 #include <cstdint>
 #include <deque>
@@ -212,25 +213,6 @@ enum class rpc_failure : uint8_t {
   failed,
   /// A seq RPC that may have committed: uncertain.
   uncertain,
-};
-
-/// Counters of a batcher (for metrics and tests).
-struct batcher_stats {
-  uint64_t joined = 0;
-  uint64_t rejected_backpressure = 0;
-  uint64_t rejected_invalid = 0;
-  uint64_t batches = 0;
-  uint64_t rpcs = 0;
-  uint64_t served = 0;
-  uint64_t protocol_violations = 0;
-  uint64_t failed = 0;
-  uint64_t cancelled = 0;
-  /// Cancelled waiters whose share was already requested (tsoracle
-  /// abandoned_waiters).
-  uint64_t abandoned = 0;
-  uint64_t rpcs_cancelled = 0;
-  /// Answers for RPCs no longer current (cancelled), ignored.
-  uint64_t stale_answers = 0;
 };
 
 /// Checks a GetTs answer against the chunk it answers (tsoracle

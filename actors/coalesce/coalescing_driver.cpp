@@ -59,7 +59,7 @@ struct driver_state {
   coalesce_rng rng;
   /// Request ids only (its own generator: the worklist offsets and the
   /// jitter drawn from `rng` stay what they were for a given seed).
-  call_rng id_rng;
+  core::rng id_rng;
   coalesce_config cfg;
   /// cfg's credential and default headers as the request builder takes
   /// them (oracle_request_config).

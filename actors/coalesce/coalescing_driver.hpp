@@ -25,7 +25,7 @@
 //                                                  (421 + hint → next send)
 //
 // Every oracle request is built by the service client's request builder
-// (actors/call/request_builder.hpp, through actors/coalesce/oracle_request.hpp)
+// (core/request_builder.hpp, through actors/coalesce/oracle_request.hpp)
 // for the endpoint of its attempt: Accept / Content-Type, User-Agent, the
 // credential and default headers of coalesce_config, and one x-request-id
 // per RPC, kept on each of its attempts and redirects (as the service client
@@ -111,46 +111,6 @@ struct coalesce_reply {
   /// `error->request_id`); empty when the caller never rode one (refused
   /// at entry, or its own timeout passed before its batch was sent).
   std::string request_id;
-};
-
-/// Upper bounds of the batch-size histogram (waiters per RPC): 1, 2, 4, ...,
-/// 4096; one more bucket counts the larger batches (+Inf).
-inline constexpr std::array<uint32_t, 13> coalesce_batch_bounds{
-  1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
-
-/// Counters and state of a driver: the answer to `stats_atom`.
-struct coalesce_stats {
-  /// Waiters per RPC sent: counts per bucket of coalesce_batch_bounds (NOT
-  /// cumulative; the last entry is the +Inf bucket), and their sum.
-  std::array<uint64_t, coalesce_batch_bounds.size() + 1> batch_sizes{};
-  uint64_t batch_size_sum = 0;
-  batcher_stats batches;
-  leader_stats leader;
-  /// Calls answered (served or failed).
-  uint64_t calls = 0;
-  uint64_t calls_failed = 0;
-  /// Exchanges sent to transports (each discovery attempt).
-  uint64_t attempts = 0;
-  /// 421 answers followed to a hinted endpoint.
-  uint64_t redirects = 0;
-  /// Times the cached leader changed endpoint (the first seating, from no
-  /// leader, counts too).
-  uint64_t leader_changes = 0;
-  /// RPCs that failed for good (discovery gave up), all causes.
-  uint64_t rpc_errors = 0;
-  /// The same by cause: to_string(discovery_error) → count (a bounded key
-  /// set: "unreachable", "no_leader", "redirect_cap", ...).
-  std::map<std::string, uint64_t> rpc_errors_by_cause;
-  /// seq RPCs that ended uncertain (also in rpc_errors_by_cause).
-  uint64_t uncertain = 0;
-  /// Waiters held now; RPCs in flight now.
-  uint64_t held = 0;
-  uint64_t in_flight = 0;
-  /// The cached leader now ("" when none or expired) and its epoch.
-  std::string leader_endpoint;
-  std::optional<uint64_t> leader_epoch;
-  /// Transports (connection pools) held now, one per endpoint.
-  uint64_t transports = 0;
 };
 
 /// Typed interface of a coalescing driver.

@@ -51,6 +51,7 @@
 
 #include "actors/coalesce/coalesce_types.hpp"
 #include "config/coalesce_config.hpp"
+#include "core/coalesce_stats.hpp"
 #include "protocol/http_types.hpp"
 
 #include <cstdint>
@@ -242,15 +243,6 @@ struct hint_check {
   /// usable: the endpoint key to try next.
   std::string endpoint;
   std::optional<uint64_t> epoch;
-};
-
-/// Counters of a leader_state (for metrics and tests).
-struct leader_stats {
-  uint64_t seats = 0;
-  uint64_t stale_hints = 0;
-  uint64_t downgrade_hints = 0;
-  uint64_t malformed_hints = 0;
-  uint64_t hinted_evictions = 0;
 };
 
 /// The leader cache, the configured endpoints and the endpoints known from

@@ -50,7 +50,7 @@ built_request build_oracle_request(const client_config& rc,
                                    const oracle_endpoint& ep,
                                    const rpc_plan& plan,
                                    const std::string& request_id,
-                                   call_rng& rng, int retry_count) {
+                                   core::rng& rng, int retry_count) {
   auto b = build_request(rc, oracle_base_url(ep), oracle_call(plan, request_id),
                          rng);
   if (b.ok) {
@@ -64,7 +64,7 @@ void check_oracle_requests(const coalesce_config& cfg) {
   auto eps = cfg.parsed_endpoints();
   if (eps.empty())
     return; // validate() names the endpoints
-  call_rng rng{1};
+  core::rng rng{1};
   rpc_plan ts;
   ts.kind = waiter_kind::ts;
   ts.count = 1;

@@ -2,7 +2,7 @@
 
 // The coalescing driver's oracle requests (`POST /v1/ts {"count":N}`,
 // `POST /v1/seq {"count":N,"key":K}`), built by the service client's
-// request builder (actors/call/request_builder.hpp), so an oracle request
+// request builder (core/request_builder.hpp), so an oracle request
 // carries what every outbound request carries: Accept / Content-Type,
 // `User-Agent: outbound/<version>`, the credential in `token_header`, the
 // default headers and an `x-request-id` (the request shape of hyperdjango's
@@ -10,10 +10,10 @@
 // (coalescing_driver.cpp) calls it once per attempt, for the endpoint of
 // that attempt.
 
-#include "actors/call/request_builder.hpp"
 #include "actors/coalesce/batcher.hpp"
 #include "config/client_config.hpp"
 #include "config/coalesce_config.hpp"
+#include "core/request_builder.hpp"
 
 #include <cstdint>
 #include <string>
@@ -53,7 +53,7 @@ built_request build_oracle_request(const client_config& rc,
                                    const oracle_endpoint& ep,
                                    const rpc_plan& plan,
                                    const std::string& request_id,
-                                   call_rng& rng, int retry_count = 0);
+                                   core::rng& rng, int retry_count = 0);
 
 /// Builds a ts and a seq request for the first configured endpoint of
 /// `cfg` (validate() first) and throws config_error naming the field when

@@ -1,8 +1,8 @@
 #include "actors/feed/feed_config.hpp"
 
-#include "actors/call/request_builder.hpp"
 #include "config/config_error.hpp"
 #include "core/backoff.hpp"
+#include "core/request_builder.hpp"
 #include "core/time.hpp"
 
 #include <algorithm>

@@ -1,6 +1,5 @@
 #include "actors/feed/feed_watcher.hpp"
 
-#include "actors/call/request_builder.hpp"
 #include "actors/feed/feed_frames.hpp"
 #include "actors/feed/keepalive.hpp"
 #include "actors/feed/ledger_drain.hpp"
@@ -8,6 +7,7 @@
 #include "actors/feed/reconnect_backoff.hpp"
 #include "actors/feed/wake_intake.hpp"
 #include "config/config_error.hpp"
+#include "core/request_builder.hpp"
 
 #include <boost/json/object.hpp>
 #include <caf/actor_cast.hpp>

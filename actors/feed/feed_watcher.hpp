@@ -74,7 +74,7 @@ struct feed_ws_endpoint {
   header_list headers;
 
   /// The origin of `cfg.base_url` with the request builder's
-  /// append_identity_headers (actors/call/request_builder.hpp):
+  /// append_identity_headers (core/request_builder.hpp):
   /// `User-Agent: outbound/<version>`, the client's credential header and
   /// default headers, with build_request's precedence and checks. Throws
   /// config_error (base_url, token_header, token, default_headers).

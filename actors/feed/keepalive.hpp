@@ -14,7 +14,7 @@
 //      on_activity ────┘    └── next check at min(next ping, silence
 //                                deadline, pong deadline)
 
-#include "actors/feed/feed_types.hpp"
+#include "core/feed_types.hpp"
 
 #include <optional>
 

@@ -124,8 +124,8 @@
 // Kubernetes watch cache after an etcd restore (kubernetes/kubernetes#107457),
 // where a resource version that moved backward was followed silently.
 
-#include "actors/feed/feed_types.hpp"
 #include "core/backoff.hpp"
+#include "core/feed_types.hpp"
 
 #include <array>
 #include <cstddef>

@@ -22,7 +22,7 @@
 //   [ephemeral]  event frames: deliver, last_seq = max; a ws-only watcher
 //                treats a wake frame as a reset
 
-#include "actors/feed/feed_types.hpp"
+#include "core/feed_types.hpp"
 
 #include <cstdint>
 #include <optional>

@@ -13,8 +13,8 @@
 //     ▲                                         │
 //     └───────── session ended healthy ◄────────┘
 
-#include "actors/feed/feed_types.hpp"
 #include "core/backoff.hpp"
+#include "core/feed_types.hpp"
 #include "core/rng.hpp"
 
 namespace outbound {

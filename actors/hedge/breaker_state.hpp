@@ -30,9 +30,10 @@
 // Pure: time is an argument; no clock is read. Transitions are returned so
 // the owner can emit exactly one on_circuit_open per OPEN transition.
 
-#include "actors/hedge/hedge_types.hpp"
 #include "actors/hedge/lru_map.hpp"
 #include "config/hedge_config.hpp"
+#include "core/hedge_stats.hpp"
+#include "core/hedge_types.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -40,12 +41,6 @@
 #include <vector>
 
 namespace outbound {
-
-/// Where a breaker is.
-enum class breaker_phase : uint8_t { closed, open, half_open };
-
-/// "closed", "open", "half_open".
-const char* to_string(breaker_phase p);
 
 /// A change of phase caused by a call (none: no change).
 enum class breaker_transition : uint8_t { none, opened, half_opened, closed };
@@ -79,24 +74,6 @@ struct breaker_allow {
     return decision == breaker_decision::allow
            || decision == breaker_decision::allow_probe;
   }
-};
-
-/// Window counts and phase of one breaker (observability and tests).
-struct breaker_snapshot {
-  breaker_phase phase = breaker_phase::closed;
-  /// Samples and failures in current ∪ previous window.
-  uint64_t samples = 0;
-  uint64_t failures = 0;
-  /// Half-open: permits out, trials finished, failed trials.
-  int permits_out = 0;
-  int trials = 0;
-  int trial_failures = 0;
-  /// OPEN transitions so far.
-  uint64_t opens = 0;
-  /// HALF-OPEN transitions (cooldown over) and CLOSED transitions (probes
-  /// passed) so far.
-  uint64_t half_opens = 0;
-  uint64_t closes = 0;
 };
 
 /// One breaker (see the header comment).
@@ -207,13 +184,6 @@ struct breaker_gate_result {
   hedge_permit permit;
   /// half_opened transitions (never opened).
   breaker_changes changes;
-};
-
-/// One breaker of a registry, for metrics exporters (metrics_poller).
-struct breaker_key_snapshot {
-  breaker_scope scope = breaker_scope::host;
-  std::string key;
-  breaker_snapshot snapshot;
 };
 
 /// Breakers of both tiers, per key, each tier LRU-bounded at

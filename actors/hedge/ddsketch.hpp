@@ -17,7 +17,7 @@
 //
 // Values are seconds (any unit works; min_indexable is in the same unit).
 
-#include "actors/hedge/hedge_types.hpp"
+#include "core/hedge_types.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -21,11 +21,12 @@
 // Pure: time is an argument; no clock is read.
 
 #include "actors/hedge/ddsketch.hpp"
-#include "actors/hedge/hedge_types.hpp"
 #include "actors/hedge/lru_map.hpp"
 #include "actors/hedge/rolling_rate.hpp"
 #include "actors/hedge/token_bucket.hpp"
 #include "config/hedge_config.hpp"
+#include "core/hedge_stats.hpp"
+#include "core/hedge_types.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -44,44 +45,6 @@ struct hedge_plan {
   bool warmup = false;
   /// The delay is the endpoint's hardcoded hedge_delay.
   bool hardcoded = false;
-};
-
-/// Counters of one key or of all keys (httpx-hedged StatsSnapshot).
-struct hedge_stats_snapshot {
-  /// Requests planned.
-  uint64_t total_requests = 0;
-  /// Hedges sent (every gate passed: a token was taken).
-  uint64_t hedged_requests = 0;
-  /// Races with a hedge that the hedge / the primary won: the winner's
-  /// definitive answer ended the race while the other leg still ran
-  /// (core/hedge_race.hpp, R9). A race whose loser had failed first (the
-  /// primary's 503, then the hedge's 200) counts for neither: the hedge
-  /// rescued the attempt but beat no one. So hedge_wins + primary_wins <=
-  /// hedged_requests, and hedged_requests - hedge_wins is not the number
-  /// of hedges that lost.
-  uint64_t hedge_wins = 0;
-  uint64_t primary_wins = 0;
-  /// Hedges not sent because the bucket was empty.
-  uint64_t budget_exhausted = 0;
-  /// Requests planned with the warmup delay.
-  uint64_t warmup_requests = 0;
-  /// Hedges not sent because a breaker was open.
-  uint64_t circuit_blocked = 0;
-  /// Observed calls that failed (failure, or 5xx under
-  /// treat_5xx_as_failure).
-  uint64_t errors = 0;
-};
-
-/// Counters and gauges of one key, for metrics exporters (metrics_poller).
-struct hedge_key_metrics {
-  /// "endpoint:<name>" or "host:<host[:port]>".
-  std::string key;
-  hedge_stats_snapshot stats;
-  /// Hedge tokens in the key's bucket now.
-  double tokens = 0.0;
-  /// Seconds the key's next request would wait before hedging (the plan's
-  /// delay: hardcoded, warmup or learned, floored at min_delay).
-  double delay = 0.0;
 };
 
 /// The per-key state (see the header comment).

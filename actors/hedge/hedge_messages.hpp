@@ -8,8 +8,8 @@
 
 #include "actors/hedge/breaker_state.hpp"
 #include "actors/hedge/endpoint_stats_state.hpp"
-#include "actors/hedge/hedge_types.hpp"
 #include "config/hedge_config.hpp"
+#include "core/hedge_types.hpp"
 
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/replies_to.hpp>

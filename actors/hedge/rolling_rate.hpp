@@ -26,7 +26,7 @@
 //
 // Pure: time is an argument; no clock is read.
 
-#include "actors/hedge/hedge_types.hpp"
+#include "core/hedge_types.hpp"
 
 #include <algorithm>
 #include <cstdint>

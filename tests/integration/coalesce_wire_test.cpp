@@ -1,7 +1,7 @@
 // The coalescing driver's oracle requests on the wire: a real driver with its
 // real per-endpoint connection pools against scripted loopback oracle nodes
 // (scripted_server.hpp), real time. The requests come out of the service
-// client's request builder (actors/call/request_builder.hpp), so the raw
+// client's request builder (core/request_builder.hpp), so the raw
 // bytes of a coalesced ts or seq RPC carry the builder's headers: Accept,
 // Content-Type, `User-Agent: outbound/<version>`, the configured credential,
 // the default headers and one `x-request-id` (32 hex digits) kept on every

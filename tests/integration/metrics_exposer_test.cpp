@@ -353,7 +353,6 @@ TEST(MetricsExposer, EverySnapshotFamilyPassesPromtool) {
     client_event e;
     e.kind = event_kind::answered;
     e.method = "GET";
-    e.outcome = "ok";
     e.status = 204;
     e.latency_ns = 3'000'000;
     return e;
@@ -534,7 +533,6 @@ std::shared_ptr<metrics_registry> registry_with_a_call() {
     client_event e;
     e.kind = event_kind::answered;
     e.method = "GET";
-    e.outcome = "ok";
     e.status = 200;
     e.latency_ns = 2'000'000;
     return e;

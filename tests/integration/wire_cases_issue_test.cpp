@@ -55,7 +55,7 @@ TEST_F(WireIssueCases, EveryConnectionDroppedGetMakesThreeAttempts) {
   EXPECT_EQ(event_log::only(evs, event_kind::retrying).size(), 2u);
   auto failed = event_log::only(evs, event_kind::failed);
   ASSERT_EQ(failed.size(), 1u);
-  EXPECT_EQ(failed[0].ev.outcome, "service_unavailable");
+  EXPECT_STREQ(outcome_label(failed[0].ev), "service_unavailable");
   EXPECT_EQ(failed[0].ev.attempts, 3);
   EXPECT_EQ(retries("interrupted"), before + 2);
 }

@@ -46,7 +46,9 @@ TEST(ClientMetrics, EventsDriveCountersWithBoundedLabels) {
   client_metrics m{reg, "billing"};
   m.record(ev(event_kind::sending));
   auto r = ev(event_kind::retrying);
-  r.cause = "interrupted";
+  // The label comes from the enum, never from the text for people.
+  r.cause = "connection reset by peer";
+  r.cause_kind = transport_error_kind::interrupted;
   m.record(r);
   m.record(ev(event_kind::sending));
   auto s = ev(event_kind::retrying);
@@ -54,7 +56,6 @@ TEST(ClientMetrics, EventsDriveCountersWithBoundedLabels) {
   m.record(s);
   m.record(ev(event_kind::redialing));
   auto a = ev(event_kind::answered);
-  a.outcome = "ok";
   a.latency_ns = 2'500'000;
   m.record(a);
   EXPECT_EQ(value_of(reg, "outbound_client_attempts_total",
@@ -83,12 +84,11 @@ TEST(ClientMetrics, ResponseSizesAreAHistogramOfAnsweredBodies) {
   client_metrics m{reg, "billing"};
   for (uint64_t bytes : {0u, 64u, 65u, 5000u}) {
     auto a = ev(event_kind::answered);
-    a.outcome = "ok";
     a.response_bytes = bytes;
     m.record(a);
   }
   auto f = ev(event_kind::failed); // no body: not observed
-  f.outcome = "service_unavailable";
+  f.error = error_kind::service_unavailable;
   m.record(f);
   auto text = prometheus::TextSerializer{}.Serialize(reg.Collect());
   auto has = [&](const std::string& line) {

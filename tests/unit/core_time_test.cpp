@@ -2,8 +2,8 @@
 
 #include "actors/call/retry_state.hpp"
 #include "actors/coalesce/coalesce_types.hpp"
-#include "actors/feed/feed_types.hpp"
 #include "config/config_error.hpp"
+#include "core/feed_types.hpp"
 
 #include <gtest/gtest.h>
 

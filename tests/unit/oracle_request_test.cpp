@@ -1,6 +1,6 @@
 // Pure tests of the coalescing driver's oracle requests
 // (actors/coalesce/oracle_request.hpp): they come out of the service
-// client's request builder (actors/call/request_builder.hpp), so a ts and a
+// client's request builder (core/request_builder.hpp), so a ts and a
 // seq RPC carry the builder's headers in the builder's order, the
 // credential and a request id, with the oracle's own target and body; and a
 // coalesce_config whose credential or default headers the builder would
@@ -83,7 +83,7 @@ TEST(OracleRequest, ATsRequestCarriesTheBuilderHeadersInOrderWithIdAndCredential
   auto c = valid();
   c.token = "s3cret";
   c.default_headers = {{"X-Team", "billing"}};
-  call_rng rng{7};
+  core::rng rng{7};
   auto b = build_oracle_request(oracle_request_config(c),
                                 endpoint("127.0.0.1:7001"), ts_plan(3), {},
                                 rng);
@@ -109,7 +109,7 @@ TEST(OracleRequest, ASeqRequestCarriesTheConfiguredCredentialHeaderAndTheGivenId
   c.token_header = "X-API-Key";
   c.token_scheme = "";
   c.default_headers = {{"X-Tenant", "eu"}, {"x-team", "a"}, {"X-Team", "b"}};
-  call_rng rng{7};
+  core::rng rng{7};
   const std::string id = "0123456789abcdef0123456789abcdef";
   auto b = build_oracle_request(oracle_request_config(c),
                                 endpoint("https://10.0.0.2:7002"),
@@ -133,7 +133,7 @@ TEST(OracleRequest, ASeqRequestCarriesTheConfiguredCredentialHeaderAndTheGivenId
 
 TEST(OracleRequest, WithoutATokenNoCredentialHeaderIsSent) {
   auto c = valid();
-  call_rng rng{1};
+  core::rng rng{1};
   auto b = build_oracle_request(oracle_request_config(c),
                                 endpoint("127.0.0.1:7001"), ts_plan(1), {},
                                 rng);
@@ -149,7 +149,7 @@ TEST(OracleRequest, EveryEndpointOfOneRpcGetsTheSameRequestAndId) {
   auto c = valid();
   c.token = "t";
   auto rc = oracle_request_config(c);
-  call_rng rng{3};
+  core::rng rng{3};
   auto id = generate_request_id(rng);
   auto a = build_oracle_request(rc, endpoint("127.0.0.1:7001"), ts_plan(5),
                                 id, rng);
@@ -165,7 +165,7 @@ TEST(OracleRequest, EveryEndpointOfOneRpcGetsTheSameRequestAndId) {
 TEST(OracleRequest, ARetryCarriesXRetryCountAndAFirstAttemptNone) {
   auto rc = oracle_request_config(valid());
   rc.default_headers = {{"X-Retry-Count", "9"}}; // never sent as configured
-  call_rng rng{3};
+  core::rng rng{3};
   auto first = build_oracle_request(rc, endpoint("127.0.0.1:7001"),
                                     ts_plan(1), "id", rng);
   auto third = build_oracle_request(rc, endpoint("127.0.0.1:7001"),

@@ -1,6 +1,6 @@
-// Pure tests of the request shape (actors/call/request_builder.hpp).
+// Pure tests of the request shape (core/request_builder.hpp).
 
-#include "actors/call/request_builder.hpp"
+#include "core/request_builder.hpp"
 
 #include "actors/feed/feed_watcher.hpp"
 #include "config/config_error.hpp"
@@ -23,7 +23,7 @@ client_config cfg_with(std::string token = "tok123",
 
 built_request build(const client_config& cfg, const call_request& call,
                     uint64_t seed = 1) {
-  call_rng rng{seed};
+  core::rng rng{seed};
   return build_request(cfg, cfg.parsed_url(), call, rng);
 }
 

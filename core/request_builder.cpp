@@ -1,4 +1,4 @@
-#include "actors/call/request_builder.hpp"
+#include "core/request_builder.hpp"
 
 #include "core/text.hpp"
 
@@ -84,7 +84,7 @@ std::string encode_query(
   return out;
 }
 
-std::string generate_request_id(call_rng& rng) {
+std::string generate_request_id(core::rng& rng) {
   // 32 lower-case hex digits from two 64-bit outputs.
   char buf[33];
   auto hi = static_cast<unsigned long long>(rng());
@@ -134,7 +134,7 @@ identity_problem append_identity_headers(const client_config& cfg,
 }
 
 built_request build_request(const client_config& cfg, const url_parts& base,
-                            const call_request& call, call_rng& rng) {
+                            const call_request& call, core::rng& rng) {
   // The request id first, so that even a refused request names it.
   std::string request_id = call.request_id;
   header_list call_headers = call.headers;
@@ -200,6 +200,48 @@ built_request build_request(const client_config& cfg, const url_parts& base,
   r.ok = true;
   r.request_id = std::move(request_id);
   return r;
+}
+
+bool build_upgrade_request(const std::string& path, const std::string& key,
+                           const header_list& headers, http_request& out,
+                           std::string& why) {
+  using core::hex_byte;
+  http_request req;
+  req.method = "GET";
+  req.target = path.empty() ? std::string{"/"} : path;
+  if (auto i = core::find_ctl(req.target)) {
+    why = "WebSocket path contains control byte "
+          + hex_byte(static_cast<unsigned char>(req.target[*i])) + " at index "
+          + std::to_string(*i);
+    return false;
+  }
+  req.headers = {{"Upgrade", "websocket"},
+                 {"Connection", "Upgrade"},
+                 {"Sec-WebSocket-Key", key},
+                 {"Sec-WebSocket-Version", "13"}};
+  for (const auto& [name, value] : headers) {
+    if (auto i = core::find_ctl(name)) {
+      why = "header name contains control byte "
+            + hex_byte(static_cast<unsigned char>(name[*i])) + " at index "
+            + std::to_string(*i);
+      return false;
+    }
+    if (auto i = core::find_ctl(value, true)) {
+      // Never echo the value: it may be a credential.
+      why = "value of header '" + name + "' contains control byte "
+            + hex_byte(static_cast<unsigned char>(value[*i])) + " at index "
+            + std::to_string(*i);
+      return false;
+    }
+    if (core::iequals(name, "Upgrade") || core::iequals(name, "Connection")
+        || core::iequals(name, "Sec-WebSocket-Key")
+        || core::iequals(name, "Sec-WebSocket-Version")
+        || core::iequals(name, "Sec-WebSocket-Extensions"))
+      continue; // generated here (and no extension is offered)
+    req.headers.emplace_back(name, value);
+  }
+  out = std::move(req);
+  return true;
 }
 
 } // namespace outbound

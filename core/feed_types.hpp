@@ -4,9 +4,12 @@
 // the delivery mode, the clock type and the reasons of a reset. No CAF, no
 // Asio, no clock reads.
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace outbound {
 
@@ -141,5 +144,89 @@ const char* to_string(frame_error_reason r);
 
 /// Seconds to nanoseconds, rounded; negative and non-finite give 0.
 feed_duration feed_seconds(double seconds);
+
+/// State and counters of one watcher: the answer to `stats_atom` and to
+/// `stop_atom`.
+struct feed_stats {
+  /// Ledger cursor (the id of the last delivered event).
+  int64_t cursor = 0;
+  /// Last in-frame seq received (catchup's resume key).
+  std::optional<int64_t> last_seq;
+  /// Ledger: the highest event id the hub announced (a ledger hello's
+  /// cursor, wake hints); nullopt before the first. max(head - cursor, 0) is
+  /// the known lag in events.
+  std::optional<int64_t> head;
+  /// A WebSocket session is open and its model is running.
+  bool connected = false;
+  feed_mode mode = feed_mode::none;
+  std::string client_id;
+  std::optional<std::string> epoch;
+  /// WebSocket sessions opened.
+  uint64_t connects = 0;
+  /// Opened sessions that ended.
+  uint64_t disconnects = 0;
+  /// Sessions dialled after the first one.
+  uint64_t reconnects = 0;
+  /// Keepalive pings sent.
+  uint64_t keepalives = 0;
+  /// Sessions closed as a dead peer.
+  uint64_t peer_timeouts = 0;
+  /// Resets delivered (or, for a ledger reset, fired).
+  uint64_t resets = 0;
+  /// The same by cause, indexed by reset_cause (sums to `resets`).
+  std::array<uint64_t, reset_cause_count> resets_by_cause{};
+  /// Replay pages the watcher could not read or use: unparseable or
+  /// over-cap bodies (each page of a narrowing counts), bad pages, full
+  /// pages that did not move the cursor. Sum of `drain_errors_by_reason`.
+  uint64_t drain_errors = 0;
+  /// The same by reason, indexed by drain_error_reason.
+  std::array<uint64_t, drain_error_reason_count> drain_errors_by_reason{};
+  /// Wakes that started no drain: one was in flight with one already
+  /// pending, a re-drain / retry backoff was armed and the wake did not
+  /// raise the target, or the wake announced the cursor already reached
+  /// (including wakes dropped at intake, see `wakes`).
+  uint64_t wakes_coalesced = 0;
+  /// Wake frames received in the ledger model: those the drain saw plus
+  /// those dropped at intake (on the io thread, as repeats of a target the
+  /// drain would coalesce; they are counted in wakes_coalesced too).
+  uint64_t wakes = 0;
+  /// Event frames (catchup / ephemeral) that could not be read (not a JSON
+  /// object, too deep, over the memory bound, a bad number, over
+  /// `ws_max_frame_bytes`): each is delivered as an undeliverable
+  /// reset, unless catchup had already delivered the seq it shows.
+  uint64_t unreadable_frames = 0;
+  /// The same by reason, indexed by frame_error_reason (sums to
+  /// `unreadable_frames`).
+  std::array<uint64_t, frame_error_reason_count>
+    unreadable_frames_by_reason{};
+  /// WebSocket messages over `feed_config::ws_max_frame_bytes`, discarded
+  /// by the session (any mode; the session stays open). Catchup and
+  /// ephemeral also count them at `unreadable_frames` (one undeliverable
+  /// reset each, reason "over_cap: ..."); the ledger takes each for a wake
+  /// without a hint. Also counted: sessions the session ended (and the
+  /// watcher reconnected) with reason too_large and a known size -- a
+  /// message that announced more than `ws_max_discard_bytes`, or one over
+  /// `ws_max_frame_bytes` that did not end within `ws_discard_timeout`
+  /// (their reset: feed_config's ws_max_discard_bytes). Not counted: a
+  /// message within the cap past its budget (a `timeout` failure), one of
+  /// more than 64 fragments, a frame announcing 2^63 bytes or more.
+  uint64_t oversized_frames = 0;
+  /// The feed was reached at least once: a replay page was read (a watcher
+  /// with a replay path), or a WebSocket session opened (ws-only).
+  bool reached = false;
+  /// Replay calls that failed (unreachable, non-JSON, HTTP error); retried
+  /// on the next tick with the cursor untouched.
+  uint64_t replay_errors = 0;
+  /// Deliveries of events / resets the subscriber answered with an error
+  /// (a callback threw).
+  uint64_t event_callback_errors = 0;
+  uint64_t reset_callback_errors = 0;
+  /// Events acknowledged by the subscriber.
+  uint64_t events_delivered = 0;
+  /// Replay pages received.
+  uint64_t pages = 0;
+  /// Sessions closed because undelivered in-frame events piled up.
+  uint64_t overflows = 0;
+};
 
 } // namespace outbound

@@ -6,9 +6,9 @@
 // credential in one configurable header, a request id on every request
 // ("jev-client — the patient one").
 
-#include "actors/call/retry_state.hpp"
-#include "actors/messages.hpp"
 #include "config/client_config.hpp"
+#include "core/call_types.hpp"
+#include "core/rng.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/http_types.hpp"
 
@@ -53,7 +53,7 @@ std::string encode_query(
   const std::vector<std::pair<std::string, std::string>>& params);
 
 /// A fresh request id: 32 lower-case hex digits (128 bits from `rng`).
-std::string generate_request_id(call_rng& rng);
+std::string generate_request_id(core::rng& rng);
 
 /// The credential header's value: `token_scheme + " " + token`, or the raw
 /// token when the scheme is empty. Empty when the token is empty (then no
@@ -94,6 +94,19 @@ identity_problem append_identity_headers(const client_config& cfg,
 ///   Host / Content-Length / Transfer-Encoding header (the transport owns
 ///   them) gives a config_error and nothing is sent.
 built_request build_request(const client_config& cfg, const url_parts& base,
-                            const call_request& call, call_rng& rng);
+                            const call_request& call, core::rng& rng);
+
+/// Builds the WebSocket opening handshake request (RFC 6455 §4.1) into
+/// `out`: `GET <path>` (origin-form; "/" if empty), `Upgrade: websocket`,
+/// `Connection: Upgrade`, `Sec-WebSocket-Key: <key>`,
+/// `Sec-WebSocket-Version: 13`, then `headers` (the identity headers from
+/// append_identity_headers and any extra ones) in order, except copies of
+/// the generated ones and `Sec-WebSocket-Extensions` (no extension is
+/// offered). Host is the transport's. Returns false with the reason in
+/// `why` for a control character in the path or a header (the byte and its
+/// index are named, a header value never shown).
+bool build_upgrade_request(const std::string& path, const std::string& key,
+                           const header_list& headers, http_request& out,
+                           std::string& why);
 
 } // namespace outbound
