@@ -91,10 +91,15 @@ caf::resumable* io_loop_policy::dequeue_impl(coordinator_data& cd,
                                               worker_data& wd) {
   auto& ioc = cd.runner->get().ioc;
   for (;;) {
-    if (wd.since_poll >= jobs_per_poll) {
-      wd.since_poll = 0;
-      in_io_scope scope{cd};
-      poll_handlers(ioc);
+    if (wd.since_poll > 0) {
+      auto now = std::chrono::steady_clock::now();
+      if (wd.since_poll >= max_jobs_per_poll
+          || now - wd.last_poll >= poll_interval) {
+        wd.since_poll = 0;
+        wd.last_poll = now;
+        in_io_scope scope{cd};
+        poll_handlers(ioc);
+      }
     }
     std::unique_lock<std::mutex> guard{cd.lock};
     if (!cd.queue.empty()) {
@@ -128,6 +133,7 @@ caf::resumable* io_loop_policy::dequeue_impl(coordinator_data& cd,
     guard.lock();
     --cd.io_sleepers;
     wd.since_poll = 0;
+    wd.last_poll = std::chrono::steady_clock::now();
   }
 }
 

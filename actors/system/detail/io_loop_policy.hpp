@@ -30,6 +30,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -40,12 +41,18 @@ namespace outbound::detail {
 
 class io_loop_policy : public caf::policy::unprofiled {
 public:
-  /// Jobs a worker runs between two non-blocking polls of the io_context
-  /// while its queue is not empty. 1: a socket completion waits for at most
-  /// one job. Measured on 2 cores (bench/feeds, wake-to-delivery at 10,000
-  /// events/s): 32 gave p50 2-4 ms, 1 gives 0.2-0.3 ms in most runs; the
-  /// poll (an epoll_wait with no timeout) did not move request_throughput.
-  static constexpr std::size_t jobs_per_poll = 1;
+  /// A worker with jobs queued polls the io_context (a non-blocking
+  /// poll(): an epoll_wait with no timeout, then the ready handlers) before
+  /// a job when `poll_interval` has passed since its last poll, or after
+  /// `max_jobs_per_poll` jobs, whichever comes first; so a socket completion
+  /// waits for at most one job past the interval. Polling before every job
+  /// cost request_throughput two epoll_waits per call at concurrency 64
+  /// (strace -c: 41,666 for 20,000 calls; the raw Beast client 1,976); a
+  /// count alone (32 jobs) let feed wake-to-delivery p50 grow to 2-4 ms at
+  /// 10,000 events/s, because one job may deliver up to max-throughput
+  /// messages. Measurements: bench/README.md, "The io_loop policy".
+  static constexpr std::chrono::microseconds poll_interval{50};
+  static constexpr std::size_t max_jobs_per_poll = 64;
 
   struct coordinator_data {
     explicit coordinator_data(caf::scheduler::abstract_coordinator*);
@@ -71,7 +78,9 @@ public:
     explicit worker_data(caf::scheduler::abstract_coordinator*) {
       // nop
     }
+    /// Jobs since the last poll and when it was.
     std::size_t since_poll = 0;
+    std::chrono::steady_clock::time_point last_poll{};
   };
 
   template <class Coordinator>
