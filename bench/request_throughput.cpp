@@ -14,12 +14,12 @@
 #include "bench/caf_setup.hpp"
 
 #include "actors/client/service_client.hpp"
-#include "actors/pool/connection_pool.hpp"
 #include "actors/messages.hpp"
+#include "actors/pool/connection_pool.hpp"
 #include "config/client_config.hpp"
+#include "protocol/detail/io_runner_impl.hpp"
 #include "protocol/http_connection.hpp"
 #include "protocol/io_runner.hpp"
-#include "protocol/io_runner_impl.hpp"
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/executor_work_guard.hpp>

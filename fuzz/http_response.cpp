@@ -1,5 +1,5 @@
 // Fuzz target: how a call reads and maps an HTTP/1.1 response. The bytes go
-// through Beast's response parser exactly as protocol/http_session.hpp
+// through Beast's response parser exactly as protocol/detail/http_session.hpp
 // drives it (64 KiB header limit, interim 1xx answers skipped, a status
 // below 100 or a 101 refused, Content-Length checked against the body cap
 // after the header, then the cap as body_limit), and the response is mapped

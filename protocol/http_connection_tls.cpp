@@ -1,7 +1,7 @@
 // The TLS instantiation of the http_connection session (its own TU so that it
 // and the plain one compile in parallel).
 
-#include "protocol/http_session.hpp"
+#include "protocol/detail/http_session.hpp"
 
 namespace outbound::detail {
 

@@ -1,6 +1,6 @@
 #include "protocol/io_runner.hpp"
 
-#include "protocol/io_runner_impl.hpp"
+#include "protocol/detail/io_runner_impl.hpp"
 
 #include <algorithm>
 

@@ -1,7 +1,7 @@
 #include "protocol/tls_context.hpp"
 
 #include "config/config_error.hpp"
-#include "protocol/tls_context_impl.hpp"
+#include "protocol/detail/tls_context_impl.hpp"
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>

@@ -3,8 +3,8 @@
 #include "core/request_builder.hpp"
 #include "core/rng.hpp"
 #include "core/text.hpp"
+#include "protocol/detail/io_runner_impl.hpp"
 #include "protocol/http_wire.hpp"
-#include "protocol/io_runner_impl.hpp"
 #include "protocol/tls_context.hpp"
 #include "protocol/ws_wire.hpp"
 

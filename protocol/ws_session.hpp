@@ -63,7 +63,7 @@ enum class ws_close_reason : uint8_t {
   timeout,
   /// No local address or port to connect from (EADDRNOTAVAIL /
   /// EADDRINUSE: local port exhaustion); the HTTP transport's
-  /// `local_resource` (protocol/dial.hpp classifies both). Last, so the
+  /// `local_resource` (protocol/detail/dial.hpp classifies both). Last, so the
   /// earlier values keep their numbers.
   local_resource,
 };

@@ -1,7 +1,7 @@
 // The plain-TCP instantiation of the WebSocket client session (its own TU so
 // that it and the TLS one compile in parallel).
 
-#include "protocol/ws_session_impl.hpp"
+#include "protocol/detail/ws_session_impl.hpp"
 
 namespace outbound::detail {
 

@@ -566,7 +566,7 @@ TEST_F(ws_session_test, RefusedConnectIsAConnectFailure) {
   expect_closed_once_last(*log);
 }
 
-// One dial routine (protocol/dial.hpp) classifies failures for both
+// One dial routine (protocol/detail/dial.hpp) classifies failures for both
 // sessions; the WebSocket names them with its close reasons.
 TEST(WsDial, DialFailuresMapToCloseReasonsAsTheHttpTransportClassifiesThem) {
   EXPECT_EQ(detail::ws_reason_of_dial_failure(transport_error_kind::connect),

@@ -8,8 +8,8 @@
 
 #include "actors/system/detail/io_loop_policy.hpp"
 
+#include "protocol/detail/io_runner_impl.hpp"
 #include "protocol/io_runner.hpp"
-#include "protocol/io_runner_impl.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

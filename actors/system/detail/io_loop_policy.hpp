@@ -21,8 +21,8 @@
 // implements; this policy is work sharing (one FIFO queue) whose idle wait
 // is `io_context::run_one()` instead of a condition variable.
 
+#include "protocol/detail/io_runner_impl.hpp"
 #include "protocol/io_runner.hpp"
-#include "protocol/io_runner_impl.hpp"
 
 #include <caf/policy/unprofiled.hpp>
 #include <caf/resumable.hpp>

@@ -22,11 +22,11 @@
 // until the next exchange, because a pending operation may still refer to
 // them.
 
-#include "protocol/dial.hpp"
+#include "protocol/detail/dial.hpp"
+#include "protocol/detail/io_runner_impl.hpp"
+#include "protocol/detail/tls_context_impl.hpp"
 #include "protocol/http_connection.hpp"
 #include "protocol/http_wire.hpp"
-#include "protocol/io_runner_impl.hpp"
-#include "protocol/tls_context_impl.hpp"
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/connect.hpp>
@@ -172,7 +172,7 @@ public:
     return connected_.load() && !closed_.load();
   }
 
-  // -- dial hooks (protocol/dial.hpp) -----------------------------------------
+  // -- dial hooks (protocol/detail/dial.hpp) -----------------------------------------
 
   plain_stream& sock() {
     if constexpr (is_tls)

@@ -30,10 +30,10 @@
 // socket and drops the handler; completions still queued then find
 // `finished_` set and return.
 
-#include "protocol/dial.hpp"
+#include "protocol/detail/dial.hpp"
+#include "protocol/detail/io_runner_impl.hpp"
+#include "protocol/detail/tls_context_impl.hpp"
 #include "protocol/http_wire.hpp"
-#include "protocol/io_runner_impl.hpp"
-#include "protocol/tls_context_impl.hpp"
 #include "protocol/ws_session.hpp"
 #include "protocol/ws_wire.hpp"
 
@@ -383,7 +383,7 @@ public:
     });
   }
 
-  // -- dial hooks (protocol/dial.hpp) -----------------------------------------
+  // -- dial hooks (protocol/detail/dial.hpp) -----------------------------------------
 
   plain_stream& sock() {
     return shim().socket();
