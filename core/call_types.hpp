@@ -114,9 +114,10 @@ struct client_event {
   /// answered / failed: attempts made.
   int attempts = 0;
   /// retrying / redialing / failed: the cause as a value, for labels: the
-  /// transport error kind, or transport_error_kind::none when the cause is
-  /// an HTTP status (`status`) or the call failed without a transport
-  /// error (a config or request error).
+  /// transport error kind (a request the builder refused is `config`, an
+  /// overall deadline passed before a send is `timeout`), or
+  /// transport_error_kind::none when the cause is an HTTP status (`status`)
+  /// or the error has no transport cause.
   transport_error_kind cause_kind = transport_error_kind::none;
   /// failed: the error kind; answered: the kind the status maps to, or
   /// nullopt for a success ("ok").

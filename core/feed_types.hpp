@@ -1,8 +1,9 @@
 #pragma once
 
-// Vocabulary shared by the feed watcher's pure state machines and its actor:
-// the delivery mode, the clock type and the reasons of a reset. No CAF, no
-// Asio, no clock reads.
+// Vocabulary shared by the feed watcher's pure state machines, its actor
+// and the metrics: the delivery mode, the clock type, the reasons of a
+// reset, of a drain error and of an unreadable frame, and a watcher's
+// counters (feed_stats). No CAF, no Asio, no clock reads.
 
 #include <array>
 #include <chrono>

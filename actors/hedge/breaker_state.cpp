@@ -2,15 +2,6 @@
 
 namespace outbound {
 
-const char* to_string(breaker_phase p) {
-  switch (p) {
-    case breaker_phase::closed: return "closed";
-    case breaker_phase::open: return "open";
-    case breaker_phase::half_open: return "half_open";
-  }
-  return "?";
-}
-
 const char* to_string(breaker_transition t) {
   switch (t) {
     case breaker_transition::none: return "none";

@@ -96,9 +96,13 @@ caf::resumable* io_loop_policy::dequeue_impl(coordinator_data& cd,
       if (wd.since_poll >= max_jobs_per_poll
           || now - wd.last_poll >= poll_interval) {
         wd.since_poll = 0;
-        wd.last_poll = now;
-        in_io_scope scope{cd};
-        poll_handlers(ioc);
+        {
+          in_io_scope scope{cd};
+          poll_handlers(ioc);
+        }
+        // From the end of the poll: however long its handlers ran, the
+        // next poll waits for the interval or the job count.
+        wd.last_poll = std::chrono::steady_clock::now();
       }
     }
     std::unique_lock<std::mutex> guard{cd.lock};

@@ -475,6 +475,7 @@ TEST_F(CallActor, ARedialCostsNoAttempt) {
             (std::vector<event_kind>{event_kind::sending, event_kind::redialing,
                                      event_kind::sending,
                                      event_kind::answered}));
+  EXPECT_EQ(events->at(1).ev.cause_kind, ek::not_sent);
 }
 
 TEST_F(CallActor, APostThatNeverLeftIsRedialedNotRetried) {
@@ -514,7 +515,8 @@ TEST_F(CallActor, LocalResourceIsRetriedOutOfBandWithoutConsumingAttempts) {
   }
   int local_retries = 0;
   for (auto& e : *events)
-    if (e.ev.kind == event_kind::retrying && e.ev.cause == "local_resource")
+    if (e.ev.kind == event_kind::retrying && e.ev.cause == "local_resource"
+        && e.ev.cause_kind == ek::local_resource)
       ++local_retries;
   EXPECT_EQ(local_retries, 2);
 }
@@ -767,6 +769,8 @@ TEST_F(CallActor, ObserverSeesSendingRetryingAndAnsweredInOrder) {
   EXPECT_EQ(ev[0].ev.method, "GET");
   EXPECT_EQ(ev[0].ev.request_id, o.request_id);
   EXPECT_EQ(ev[1].ev.cause, "status 503");
+  EXPECT_EQ(ev[1].ev.cause_kind, ek::none);
+  EXPECT_STREQ(reason_label(ev[1].ev), "status");
   EXPECT_EQ(ev[1].ev.delay_ns, 100'000'000);
   EXPECT_EQ(ev[1].ev.attempt, 1);
   EXPECT_EQ(ev[2].ev.attempt, 2);
@@ -788,8 +792,13 @@ TEST_F(CallActor, ObserverSeesFailedWithTheErrorKind) {
   auto& f = events->back().ev;
   EXPECT_STREQ(outcome_label(f), "service_unavailable");
   EXPECT_EQ(f.cause, "connect");
+  EXPECT_EQ(f.cause_kind, ek::connect);
+  EXPECT_EQ(f.error, error_kind::service_unavailable);
   EXPECT_EQ(f.attempts, 3);
   EXPECT_EQ(events->at(1).ev.cause, "connect");
+  // The metric label is the enum's, not a parse of the text.
+  EXPECT_EQ(events->at(1).ev.cause_kind, ek::connect);
+  EXPECT_STREQ(reason_label(events->at(1).ev), "connect");
 }
 
 TEST_F(CallActor, AStatusErrorIsReportedAsAnsweredWithItsKind) {

@@ -133,6 +133,29 @@ TEST(IoLoopScheduler, ActorsAndIoHandlersRunOnTheSameWorker) {
   EXPECT_NE(io_thread, thread_name(std::this_thread::get_id()));
 }
 
+TEST(IoLoopScheduler, IoRunsWhileTheWorkerIsNeverIdle) {
+  // One worker kept busy by an actor that sends itself a message after
+  // each one, forever: the worker never waits in the reactor, so only its
+  // polls between jobs (io_loop_policy::poll_interval, max_jobs_per_poll)
+  // can run a handler posted from outside. A policy that never polled a
+  // busy worker leaves the promise unset and fails at the bounded wait.
+  caf::actor_system_config cfg;
+  configure(cfg, io_loop_options());
+  caf::actor_system sys{cfg};
+  auto io = io_runner_for(sys);
+  auto spinner = sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
+    return {[self](int n) { self->send(self, n + 1); }};
+  });
+  caf::anon_send(spinner, 0);
+  for (int round = 0; round < 3; ++round) {
+    auto ran = std::make_shared<std::promise<void>>();
+    boost::asio::post(io->get().ioc, [ran] { ran->set_value(); });
+    EXPECT_EQ(ran->get_future().wait_for(10s), std::future_status::ready)
+      << "round " << round;
+  }
+  caf::anon_send_exit(spinner, caf::exit_reason::user_shutdown);
+}
+
 TEST(IoLoopScheduler, MessagesFromIoHandlersReachActorsWithTwoWorkers) {
   caf::actor_system_config cfg;
   configure(cfg, io_loop_options(2));

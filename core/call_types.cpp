@@ -1,0 +1,16 @@
+#include "core/call_types.hpp"
+
+namespace outbound {
+
+const char* to_string(event_kind k) {
+  switch (k) {
+    case event_kind::sending: return "sending";
+    case event_kind::retrying: return "retrying";
+    case event_kind::redialing: return "redialing";
+    case event_kind::answered: return "answered";
+    case event_kind::failed: return "failed";
+  }
+  return "unknown";
+}
+
+} // namespace outbound

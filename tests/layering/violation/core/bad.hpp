@@ -1,0 +1,2 @@
+// A layering violation: the check must fail on this tree.
+  #  include "actors/messages.hpp"

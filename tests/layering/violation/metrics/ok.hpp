@@ -1,0 +1,2 @@
+// Clean.
+#include <string>
