@@ -99,7 +99,18 @@ struct driver_state {
   static inline const char* name = "outbound.coalescing_driver";
 };
 
-using self_ptr = coalescing_driver_actor::stateful_pointer<driver_state>;
+/// The driver's own interface: the public one plus its timers (spawned with
+/// this one, handed out as coalescing_driver_actor): `(timeout_atom,
+/// waiter_id)` a caller's timeout, `(retry_atom, rpc_id, token)` a
+/// backoff's end, `(cancel_atom, rpc_id, token)` an attempt's own time
+/// limit, `(poll_atom, token)` the cold-start flush.
+using driver_impl_actor = coalescing_driver_actor::extend<
+  caf::reacts_to<timeout_atom, uint64_t>,
+  caf::reacts_to<retry_atom, uint64_t, uint64_t>,
+  caf::reacts_to<cancel_atom, uint64_t, uint64_t>,
+  caf::reacts_to<poll_atom, uint64_t>>;
+
+using self_ptr = driver_impl_actor::stateful_pointer<driver_state>;
 
 coalesce_time now_of(self_ptr self) {
   return self->clock().now();
@@ -392,7 +403,7 @@ void act(self_ptr self, uint64_t rpc_id, discovery_action a) {
   if (it == st.rpcs.end())
     return;
   auto& run = it->second;
-  auto me = caf::actor_cast<coalescing_driver_actor>(self);
+  auto me = caf::actor_cast<driver_impl_actor>(self);
   switch (a.step) {
     case discovery_step::send: {
       // No attempt can be made (nothing is sent): the RPC fails with
@@ -494,7 +505,7 @@ void pump(self_ptr self, std::optional<coalesce_time> at) {
   st.flush_armed = *due;
   auto token = ++st.flush_token;
   auto delay = *due > now ? *due - now : coalesce_duration{0};
-  self->delayed_send(caf::actor_cast<coalescing_driver_actor>(self), delay,
+  self->delayed_send(caf::actor_cast<driver_impl_actor>(self), delay,
                      poll_atom_v, token);
 }
 
@@ -600,7 +611,7 @@ caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
   // +inf into 0, an immediate deadline_exceeded).
   if (std::isfinite(timeout) && timeout > 0) {
     auto delay = coalesce_seconds(timeout);
-    self->delayed_send(caf::actor_cast<coalescing_driver_actor>(self), delay,
+    self->delayed_send(caf::actor_cast<driver_impl_actor>(self), delay,
                        timeout_atom_v, w.id);
   }
   pump(self, now);
@@ -667,7 +678,7 @@ void on_attempt_limit(self_ptr self, uint64_t rpc_id, uint64_t token) {
       run.dc->on_attempt_timeout(*st.leaders, now_of(self), st.rng));
 }
 
-coalescing_driver_actor::behavior_type
+driver_impl_actor::behavior_type
 driver_impl(self_ptr self, coalesce_config cfg, coalesce_options opts,
             uint64_t seed) {
   auto& st = self->state;
@@ -794,7 +805,8 @@ coalescing_driver_actor make_coalescing_driver(caf::actor_system& sys,
   if (!opts.transports && opts.tls_template.tls.any())
     tls_context::make(opts.tls_template.tls);
   uint64_t seed = opts.seed != 0 ? opts.seed : core::entropy_seed();
-  return sys.spawn(driver_impl, std::move(cfg), std::move(opts), seed);
+  auto driver = sys.spawn(driver_impl, std::move(cfg), std::move(opts), seed);
+  return caf::actor_cast<coalescing_driver_actor>(std::move(driver));
 }
 
 } // namespace outbound

@@ -117,18 +117,14 @@ struct coalesce_reply {
 ///
 /// - `ts_call -> coalesce_reply`, `seq_call -> coalesce_reply`: the calls.
 /// - `stats_atom -> coalesce_stats`.
-/// - The rest are the driver's own timers and are not for callers:
-///   `(timeout_atom, waiter_id)` a caller's timeout, `(retry_atom, rpc_id,
-///   token)` a backoff's end, `(cancel_atom, rpc_id, token)` an attempt's
-///   own time limit, `(poll_atom, token)` the cold-start flush.
+///
+/// The driver's own timers are messages of a private extension of this
+/// interface (actors/coalesce/coalescing_driver.cpp), not reachable through
+/// this handle.
 using coalescing_driver_actor = caf::typed_actor<
   caf::replies_to<ts_call>::with<coalesce_reply>,
   caf::replies_to<seq_call>::with<coalesce_reply>,
-  caf::replies_to<stats_atom>::with<coalesce_stats>,
-  caf::reacts_to<timeout_atom, uint64_t>,
-  caf::reacts_to<retry_atom, uint64_t, uint64_t>,
-  caf::reacts_to<cancel_atom, uint64_t, uint64_t>,
-  caf::reacts_to<poll_atom, uint64_t>>;
+  caf::replies_to<stats_atom>::with<coalesce_stats>>;
 
 /// Makes the transport of one endpoint (tests script fakes per endpoint).
 using coalesce_transport_factory

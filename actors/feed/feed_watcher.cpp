@@ -168,7 +168,18 @@ struct watcher_state {
   static inline const char* name = "outbound.feed_watcher";
 };
 
-using self_ptr = feed_watcher_actor::stateful_pointer<watcher_state>;
+/// The watcher's own interface: the public one plus `ws_event` (a report of
+/// its WebSocket session, sent by the session's handler; events of an old
+/// session are dropped) and its timers `(poll_atom | redrain_atom |
+/// keepalive_atom | reconnect_atom, token)` (stale tokens are dropped).
+/// Spawned with this one, handed out as feed_watcher_actor.
+using watcher_impl_actor = feed_watcher_actor::extend<
+  caf::reacts_to<ws_event>, caf::reacts_to<poll_atom, uint64_t>,
+  caf::reacts_to<redrain_atom, uint64_t>,
+  caf::reacts_to<keepalive_atom, uint64_t>,
+  caf::reacts_to<reconnect_atom, uint64_t>>;
+
+using self_ptr = watcher_impl_actor::stateful_pointer<watcher_state>;
 
 void pump(self_ptr self);
 void enqueue_ledger_reset(self_ptr self, page_plan& plan,
@@ -952,7 +963,7 @@ void dial(self_ptr self) {
   caf::weak_actor_ptr weak{self->ctrl()};
   auto handler = [weak](ws_event ev) {
     if (auto strong = weak.lock())
-      caf::anon_send(caf::actor_cast<feed_watcher_actor>(strong),
+      caf::anon_send(caf::actor_cast<watcher_impl_actor>(strong),
                      std::move(ev));
   };
   *st.session = st.opts.connector->connect(id, o, std::move(handler));
@@ -990,7 +1001,7 @@ void on_keepalive(self_ptr self, uint64_t token) {
     arm_keepalive(self, *step.next_check);
 }
 
-feed_watcher_actor::behavior_type
+watcher_impl_actor::behavior_type
 watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
              feed_subscriber_actor target, caf::actor runner) {
   auto& st = self->state;
@@ -1105,8 +1116,9 @@ feed_watcher_actor spawn_feed_watcher(caf::actor_system& sys, feed_config cfg,
     target = spawn_callback_subscriber(sys, opts.callbacks);
     runner = caf::actor_cast<caf::actor>(target);
   }
-  return sys.spawn(watcher_impl, std::move(cfg), std::move(opts),
-                   std::move(target), std::move(runner));
+  auto watcher = sys.spawn(watcher_impl, std::move(cfg), std::move(opts),
+                           std::move(target), std::move(runner));
+  return caf::actor_cast<feed_watcher_actor>(std::move(watcher));
 }
 
 } // namespace outbound

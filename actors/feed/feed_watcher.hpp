@@ -38,16 +38,13 @@ namespace outbound {
 /// - `stop_atom -> feed_stats`: closes the session, answers the final
 ///   stats and quits at once (idle, mid-handshake, during a backoff, while
 ///   a delivery is unacknowledged). An exit message does the same.
-/// - `ws_event`: a report of the watcher's WebSocket session (sent by the
-///   session's handler; events of an old session are dropped).
-/// - `(poll_atom | redrain_atom | keepalive_atom | reconnect_atom, token)`:
-///   the watcher's own timers; stale tokens are dropped.
+///
+/// The reports of the watcher's WebSocket session and its own timers are
+/// messages of a private extension of this interface
+/// (actors/feed/feed_watcher.cpp), not reachable through this handle.
 using feed_watcher_actor = caf::typed_actor<
   caf::replies_to<stats_atom>::with<feed_stats>,
-  caf::replies_to<stop_atom>::with<feed_stats>, caf::reacts_to<ws_event>,
-  caf::reacts_to<poll_atom, uint64_t>, caf::reacts_to<redrain_atom, uint64_t>,
-  caf::reacts_to<keepalive_atom, uint64_t>,
-  caf::reacts_to<reconnect_atom, uint64_t>>;
+  caf::replies_to<stop_atom>::with<feed_stats>>;
 
 /// Callbacks instead of a subscriber actor. They run on a helper actor,
 /// never on the watcher: a slow callback holds up only the next delivery

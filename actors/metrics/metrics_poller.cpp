@@ -73,7 +73,13 @@ struct poller_state {
   uint64_t timer_token = 0;
 };
 
-using self_ptr = metrics_poller_actor::stateful_pointer<poller_state>;
+/// The poller's own interface: the public one plus its interval timer
+/// `(poll_atom, token)` (stale tokens are dropped). Spawned with this one,
+/// handed out as metrics_poller_actor.
+using poller_impl_actor
+  = metrics_poller_actor::extend<caf::reacts_to<poll_atom, uint64_t>>;
+
+using self_ptr = poller_impl_actor::stateful_pointer<poller_state>;
 
 std::chrono::nanoseconds to_duration(double seconds) {
   return std::chrono::nanoseconds{
@@ -327,7 +333,7 @@ void arm_timer(self_ptr self) {
                      ++self->state.timer_token);
 }
 
-metrics_poller_actor::behavior_type
+poller_impl_actor::behavior_type
 poller_impl(self_ptr self, std::shared_ptr<snapshot_collector> collector,
             metrics_poller_config cfg) {
   self->state.collector = std::move(collector);
@@ -428,7 +434,8 @@ spawn_metrics_poller(caf::actor_system& sys,
   cfg.validate();
   if (!collector)
     throw config_error("metrics.collector", "no collector");
-  return sys.spawn(poller_impl, std::move(collector), cfg);
+  auto poller = sys.spawn(poller_impl, std::move(collector), cfg);
+  return caf::actor_cast<metrics_poller_actor>(std::move(poller));
 }
 
 } // namespace outbound

@@ -98,14 +98,14 @@ struct metrics_poll_report {
 /// - `poll_atom -> metrics_poll_report`: poll every source now; answers
 ///   when every snapshot of this round was handed to the collector (tests,
 ///   and a last poll before a final scrape).
-/// - `(poll_atom, token)`: the poller's own interval timer; stale tokens are
-///   dropped.
+///
+/// The poller's interval timer is a message of a private extension of this
+/// interface (actors/metrics/metrics_poller.cpp).
 using metrics_poller_actor = caf::typed_actor<
   caf::reacts_to<metrics_watch_hedging>, caf::reacts_to<metrics_watch_client>,
   caf::reacts_to<metrics_watch_coalescer>, caf::reacts_to<metrics_watch_feed>,
   caf::reacts_to<metrics_watch_pool>,
-  caf::replies_to<poll_atom>::with<metrics_poll_report>,
-  caf::reacts_to<poll_atom, uint64_t>>;
+  caf::replies_to<poll_atom>::with<metrics_poll_report>>;
 
 /// Spawns the poller feeding `collector`. The first interval poll runs one
 /// interval after the spawn. The poller never quits on its own (its timer
