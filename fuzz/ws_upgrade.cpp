@@ -1,6 +1,6 @@
 // Fuzz target: the feed session's reading of the server's answer to the
-// WebSocket upgrade (protocol/detail/ws_session_impl.hpp: Beast's response parser
-// with the session's 64 KiB header limit, then ws_wire.hpp
+// WebSocket upgrade (protocol/detail/ws_session_impl.hpp: Beast's response
+// parser with the session's 64 KiB header limit, then ws_wire.hpp
 // check_upgrade_response, RFC 6455 4.1). Input: the server's bytes.
 
 #include "protocol/http_types.hpp"

@@ -161,7 +161,8 @@ std::string describe_body_error(const error_code& ec, bool chunked,
   if (ec == e::bad_chunk || ec == e::bad_chunk_extension)
     return "malformed chunked body (" + ec.message() + ")";
   if (ec == e::buffer_overflow)
-    // Only a chunk-size line or a trailer stays buffered (http_session.hpp).
+    // Only a chunk-size line or a trailer stays buffered
+    // (detail/http_session.hpp).
     return "malformed chunked body (a chunk-size line or trailer exceeds "
            + std::to_string((max_header_bytes + 64 * 1024) / 1024) + " KiB)";
   if (ec == e::bad_field || ec == e::bad_value || ec == e::header_limit)

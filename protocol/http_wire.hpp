@@ -3,7 +3,7 @@
 // Private to protocol/http_connection*.cpp: the stream-independent pieces of
 // an HTTP/1.1 exchange (request serialization, error translation, TLS
 // per-connection setup), defined once in http_connection.cpp and used by both
-// session instantiations (http_session.hpp). Only Boost.System here.
+// session instantiations (detail/http_session.hpp). Only Boost.System here.
 
 #include "config/client_config.hpp"
 #include "protocol/http_types.hpp"

@@ -2,7 +2,7 @@
 
 // A client TLS context built once per client from its tls_config
 // (docs/ARCHITECTURE.md, "TLS done properly"). No OpenSSL, Asio here; protocol/
-// .cpp files reach the asio::ssl::context through tls_context_impl.hpp.
+// .cpp files reach the asio::ssl::context through detail/tls_context_impl.hpp.
 
 #include "config/client_config.hpp"
 

@@ -63,8 +63,8 @@ enum class ws_close_reason : uint8_t {
   timeout,
   /// No local address or port to connect from (EADDRNOTAVAIL /
   /// EADDRINUSE: local port exhaustion); the HTTP transport's
-  /// `local_resource` (protocol/detail/dial.hpp classifies both). Last, so the
-  /// earlier values keep their numbers.
+  /// `local_resource` (the library's one dial routine classifies both).
+  /// Last, so the earlier values keep their numbers.
   local_resource,
 };
 

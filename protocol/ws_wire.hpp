@@ -38,9 +38,9 @@ constexpr uint32_t ws_max_fragments = 64;
 /// is reported at its end, never dropped. [100 ms]
 constexpr int64_t ws_activity_interval_ns = 100'000'000;
 
-/// The close reason of a failed dial (protocol/detail/dial.hpp classifies it as the
-/// HTTP transport does): tls → tls, local_resource → local_resource,
-/// anything else → connect.
+/// The close reason of a failed dial (the library's one dial routine
+/// classifies it as the HTTP transport does): tls → tls, local_resource →
+/// local_resource, anything else → connect.
 ws_close_reason ws_reason_of_dial_failure(transport_error_kind kind);
 
 /// A fresh Sec-WebSocket-Key: base64 of 16 random bytes (OpenSSL RAND).

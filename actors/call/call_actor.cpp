@@ -29,6 +29,22 @@ namespace outbound {
 
 namespace {
 
+/// The hedge timer of attempt `token` ran out (sent by a call actor to
+/// itself; stale tokens are dropped).
+struct hedge_due {
+  uint64_t token = 0;
+};
+
+} // namespace
+
+} // namespace outbound
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_due)
+
+namespace outbound {
+
+namespace {
+
 struct call_state {
   std::shared_ptr<const call_context> ctx;
   /// Fault injection (detail/call_actor_testing.hpp); null outside tests.
@@ -152,7 +168,15 @@ struct call_state {
   static inline const char* name = "outbound.call";
 };
 
-using self_ptr = call_actor::stateful_pointer<call_state>;
+/// The call actor's own interface: the public one plus its timers:
+/// `(retry_atom, send_id)` the end of a backoff wait (stale ids are
+/// dropped) and `hedge_due` an attempt's hedge timer. Spawned with this
+/// one, handed out as call_actor.
+using call_impl_actor
+  = call_actor::extend<caf::reacts_to<retry_atom, uint64_t>,
+                       caf::reacts_to<hedge_due>>;
+
+using self_ptr = call_impl_actor::stateful_pointer<call_state>;
 
 // Runs the test hook at `where` (detail/call_actor_testing.hpp), if any.
 void fault_point(self_ptr self, detail::call_fault_point where, uint64_t id) {
@@ -282,7 +306,7 @@ void act(self_ptr self, const retry_step& step, http_response* resp) {
         fill_retrying(ev, step, resp);
         emit(self, std::move(ev));
       }
-      auto me = caf::actor_cast<call_actor>(self);
+      auto me = caf::actor_cast<call_impl_actor>(self);
       if (step.delay.count() == 0)
         self->send(me, retry_atom_v, st.send_id);
       else
@@ -496,7 +520,7 @@ void arm_hedge_timer(self_ptr self) {
   if (!due)
     return;
   auto now = self->clock().now();
-  auto me = caf::actor_cast<call_actor>(self);
+  auto me = caf::actor_cast<call_impl_actor>(self);
   if (*due <= now)
     self->send(me, hedge_due{st.race.attempt()});
   else
@@ -776,7 +800,7 @@ void start(self_ptr self, call_request call) {
   send_attempt(self);
 }
 
-call_actor::behavior_type
+call_impl_actor::behavior_type
 call_impl(self_ptr self, std::shared_ptr<const call_context> ctx, uint64_t seed,
           std::shared_ptr<const detail::call_test_hooks> hooks) {
   self->state.ctx = std::move(ctx);
@@ -826,8 +850,9 @@ call_impl(self_ptr self, std::shared_ptr<const call_context> ctx, uint64_t seed,
 call_actor spawn_call_actor(caf::actor_system& sys,
                             std::shared_ptr<const call_context> ctx,
                             uint64_t seed) {
-  return sys.spawn(call_impl, std::move(ctx), seed,
-                   std::shared_ptr<const detail::call_test_hooks>{});
+  call_actor handle = sys.spawn(call_impl, std::move(ctx), seed,
+                               std::shared_ptr<const detail::call_test_hooks>{});
+  return handle; // the public interface (checked: a subset of the private)
 }
 
 namespace detail {
@@ -837,7 +862,9 @@ spawn_call_actor_for_testing(caf::actor_system& sys,
                              std::shared_ptr<const call_context> ctx,
                              uint64_t seed,
                              std::shared_ptr<const call_test_hooks> hooks) {
-  return sys.spawn(call_impl, std::move(ctx), seed, std::move(hooks));
+  call_actor handle = sys.spawn(call_impl, std::move(ctx), seed,
+                               std::move(hooks));
+  return handle;
 }
 
 } // namespace detail

@@ -41,21 +41,14 @@ struct call_context {
   std::shared_ptr<const hedging_context> hedging;
 };
 
-/// The hedge timer of attempt `token` ran out (sent by a call actor to
-/// itself; stale tokens are dropped).
-struct hedge_due {
-  uint64_t token = 0;
-};
-
 /// Typed interface of a call actor.
 ///
 /// - `call_request -> call_outcome`: the one call this actor runs (it is sent
 ///   exactly one, usually delegated by the service client); it answers with
 ///   exactly one outcome (attempts and request_id always filled) and quits.
-/// - `(retry_atom, send_id)`: end of a backoff wait, sent to itself (stale
-///   ids are dropped).
 ///
-/// - `hedge_due`: the hedge timer of an attempt, sent to itself.
+/// Its timers (a backoff's end, an attempt's hedge timer) are messages of a
+/// private extension of this interface (actors/call/call_actor.cpp).
 ///
 /// Hedging (httpx-hedged; Dean & Barroso, "The Tail at Scale", CACM 2013), if
 /// the client hedges and the call is eligible (hedge_eligible): the primary
@@ -95,9 +88,7 @@ struct hedge_due {
 /// dropped by CAF; the actor then sends `(cancel_atom, exchange_id)` to the
 /// transport so the connection is closed, never reused.
 using call_actor
-  = caf::typed_actor<caf::replies_to<call_request>::with<call_outcome>,
-                     caf::reacts_to<retry_atom, uint64_t>,
-                     caf::reacts_to<hedge_due>>;
+  = caf::typed_actor<caf::replies_to<call_request>::with<call_outcome>>;
 
 /// Spawns a call actor for one call. `seed` seeds its jitter and request-id
 /// generator. Exchange ids are `(actor id << 20) | send number`, unique per
@@ -108,4 +99,3 @@ call_actor spawn_call_actor(caf::actor_system& sys,
 
 } // namespace outbound
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_due)

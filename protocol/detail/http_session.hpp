@@ -172,7 +172,7 @@ public:
     return connected_.load() && !closed_.load();
   }
 
-  // -- dial hooks (protocol/detail/dial.hpp) -----------------------------------------
+  // -- dial hooks (protocol/detail/dial.hpp) ------------------------------
 
   plain_stream& sock() {
     if constexpr (is_tls)

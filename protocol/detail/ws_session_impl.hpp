@@ -383,7 +383,7 @@ public:
     });
   }
 
-  // -- dial hooks (protocol/detail/dial.hpp) -----------------------------------------
+  // -- dial hooks (protocol/detail/dial.hpp) ------------------------------
 
   plain_stream& sock() {
     return shim().socket();

@@ -42,23 +42,11 @@ if(NOT EXISTS "${prefix}/include/outbound/actors/client/service_client.hpp")
   message(FATAL_ERROR "install test: headers missing under ${prefix}")
 endif()
 
-# Only public headers are installed: no detail/ folder, no *_impl.hpp, and
-# none pulls in Asio, Beast or OpenSSL (those stay inside the library).
+# Only public headers are installed (check_public_headers.cmake).
 set(inc "${prefix}/include/outbound")
+include("${src}/check_public_headers.cmake")
+check_public_headers("${inc}")
 file(GLOB_RECURSE installed RELATIVE "${inc}" "${inc}/*")
-set(private "")
-foreach(h IN LISTS installed)
-  if(h MATCHES "(^|/)detail/" OR h MATCHES "_impl\\.hpp$")
-    string(APPEND private "  ${h} (a private header)\n")
-  endif()
-  file(STRINGS "${inc}/${h}" heavy REGEX "^#include <(boost/asio|boost/beast|openssl)")
-  foreach(line IN LISTS heavy)
-    string(APPEND private "  ${h}: ${line}\n")
-  endforeach()
-endforeach()
-if(private)
-  message(FATAL_ERROR "install test: private headers installed:\n${private}")
-endif()
 
 # Every installed header, included together in one translation unit of the
 # consumer: a public header that needs a header which is not installed
