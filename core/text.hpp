@@ -126,23 +126,20 @@ constexpr bool is_ctl(char c) noexcept {
   return u < 0x20 || u == 0x7f;
 }
 
-/// Whether `s` holds a CTL; with `allow_htab`, HTAB is allowed (field
-/// values may hold it, RFC 9110 §5.5).
-constexpr bool has_ctl(std::string_view s, bool allow_htab = false) noexcept {
-  for (char c : s)
-    if (is_ctl(c) && !(allow_htab && c == '\t'))
-      return true;
-  return false;
-}
-
 /// Index of the first CTL in `s` (with `allow_htab`, HTAB is allowed), or
 /// nullopt: where has_ctl would say yes, for an error text.
-constexpr std::optional<std::size_t> find_ctl(std::string_view s,
-                                              bool allow_htab = false) noexcept {
+constexpr std::optional<std::size_t>
+find_ctl(std::string_view s, bool allow_htab = false) noexcept {
   for (std::size_t i = 0; i < s.size(); ++i)
     if (is_ctl(s[i]) && !(allow_htab && s[i] == '\t'))
       return i;
   return std::nullopt;
+}
+
+/// Whether `s` holds a CTL; with `allow_htab`, HTAB is allowed (field
+/// values may hold it, RFC 9110 §5.5).
+constexpr bool has_ctl(std::string_view s, bool allow_htab = false) noexcept {
+  return find_ctl(s, allow_htab).has_value();
 }
 
 /// `c` as "0x" and two upper-case hex digits (a byte named in an error

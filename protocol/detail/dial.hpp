@@ -27,9 +27,12 @@
 #include "protocol/http_wire.hpp"
 
 #include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/ssl/stream_base.hpp>
+#include <boost/asio/strand.hpp>
 
 #include <openssl/ssl.h>
 
@@ -37,6 +40,14 @@
 #include <string>
 
 namespace outbound::detail {
+
+/// The streams both sessions dial: a TCP socket on its connection's strand,
+/// and TLS over it.
+using strand_type
+  = boost::asio::strand<boost::asio::io_context::executor_type>;
+using plain_stream
+  = boost::asio::basic_stream_socket<boost::asio::ip::tcp, strand_type>;
+using tls_stream = boost::asio::ssl::stream<plain_stream>;
 
 /// Where a dial is (for a session's "timed out while ..." text).
 enum class dial_step { resolving, connecting, tls_handshake };

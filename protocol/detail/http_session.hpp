@@ -63,9 +63,6 @@ namespace http = boost::beast::http;
 using boost::system::error_code;
 using tcp = asio::ip::tcp;
 
-using strand_type = asio::strand<asio::io_context::executor_type>;
-using plain_stream = asio::basic_stream_socket<tcp, strand_type>;
-using tls_stream = asio::ssl::stream<plain_stream>;
 
 // -- the response body -----------------------------------------------------------
 

@@ -81,9 +81,6 @@ namespace websocket = boost::beast::websocket;
 using boost::system::error_code;
 using tcp = asio::ip::tcp;
 
-using strand_type = asio::strand<asio::io_context::executor_type>;
-using plain_stream = asio::basic_stream_socket<tcp, strand_type>;
-using tls_stream = asio::ssl::stream<plain_stream>;
 
 /// What the frame tracker refused (the read that carried it fails).
 enum class ws_violation : uint8_t {
