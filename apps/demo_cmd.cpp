@@ -594,7 +594,7 @@ int run_demo(const demo_options& opts, std::ostream& out, std::ostream& err) {
           self->request(feed_client, 25s, std::move(req))
             .receive(
               [&](call_outcome& o) {
-                ok = o.ok;
+                ok = o.ok();
                 if (ok && o.body.is_object())
                   if (auto* id = o.body.as_object().if_contains("id");
                       id && id->is_int64()) {
@@ -627,7 +627,7 @@ int run_demo(const demo_options& opts, std::ostream& out, std::ostream& err) {
             auto s = demo_clock::now();
             bool ok = false;
             self->request(client, deadline, std::move(req))
-              .receive([&](call_outcome& o) { ok = o.ok; },
+              .receive([&](call_outcome& o) { ok = o.ok(); },
                        [](caf::error&) {});
             requests_book.record(seconds_since(s), ok);
           }

@@ -324,9 +324,9 @@ call_request make_request(const request_options& opts, path_and_query target,
 int print_outcome(const request_options& opts, const call_outcome& res,
                   std::ostream& out, std::ostream& err,
                   const std::vector<std::string>& secrets) {
-  if (!res.ok) {
-    err << redact(error_json(res.error), secrets) << '\n' << std::flush;
-    return exit_code(res.error.kind);
+  if (res.error) {
+    err << redact(error_json(*res.error), secrets) << '\n' << std::flush;
+    return exit_code(res.error->kind);
   }
   if (opts.raw) {
     boost::json::object o;

@@ -590,11 +590,11 @@ int soak(const options& o, const std::string& base, caf::actor_system& sys,
         self->request(client, 30s, std::move(c))
           .then(
             [counters](const call_outcome& out) {
-              if (out.ok)
+              if (out.ok())
                 counters->ok.fetch_add(1, std::memory_order_relaxed);
               else
-                counters->fail(std::string{to_string(out.error.kind)} + ": "
-                               + out.error.detail);
+                counters->fail(std::string{to_string(out.error->kind)} + ": "
+                               + out.error->detail);
             },
             [counters](const caf::error& e) {
               counters->fail("actor error: " + caf::to_string(e));
@@ -624,7 +624,7 @@ int soak(const options& o, const std::string& base, caf::actor_system& sys,
       c.has_body = true;
       bool ok = false;
       try {
-        ok = admin.call(std::move(c)).ok;
+        ok = admin.call(std::move(c)).ok();
       } catch (const std::exception&) {
         // No answer from the actor system in time: counted as failed.
       }
@@ -1007,7 +1007,7 @@ int main(int argc, char** argv) {
       c.body = json::serialize(body);
       c.has_body = true;
       auto out = admin.call(std::move(c));
-      if (!out.ok || !out.body.is_object()) {
+      if (!out.ok() || !out.body.is_object()) {
         ++book.failed;
         failed_stamps.insert(n);
         continue;

@@ -231,8 +231,8 @@ checked check_answer(const outbound::coalesce_reply& r, uint32_t count) {
 
 checked check_answer(const outbound::call_outcome& o, uint32_t count) {
   checked c;
-  if (!o.ok) {
-    c.error = o.error.message();
+  if (!o.ok()) {
+    c.error = o.error->message();
     return c;
   }
   if (o.status != 200 || !o.body.is_object()) {

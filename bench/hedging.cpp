@@ -144,7 +144,7 @@ result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
       auto t0 = bench_clock::now();
       auto o = client.call(std::move(req));
       auto t1 = bench_clock::now();
-      if (!o.ok)
+      if (!o.ok())
         failures.fetch_add(1);
       r.latencies_ms[static_cast<std::size_t>(i)]
         = std::chrono::duration<double, std::milli>(t1 - t0).count();

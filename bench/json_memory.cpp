@@ -204,9 +204,9 @@ int child(const std::string& shape, std::size_t size,
   auto before = vm_hwm_kib();
   auto o = client.call(get);
   auto growth = vm_hwm_kib() - before;
-  std::string outcome = o.ok ? "ok" : to_string(o.error.kind);
-  if (!o.ok && !o.error.detail.empty())
-    outcome += " (" + o.error.detail.substr(0, 60) + ")";
+  std::string outcome = o.ok() ? "ok" : to_string(o.error->kind);
+  if (!o.ok() && !o.error->detail.empty())
+    outcome += " (" + o.error->detail.substr(0, 60) + ")";
   std::printf("%ld %s\n%s\n", growth, outcome.c_str(),
               caf_opts.report(sys).c_str());
   return 0;

@@ -496,8 +496,8 @@ outbound::http_request bench_message(const outbound::transport_actor&) {
 }
 
 std::string bench_check(const outbound::call_outcome& out) {
-  if (!out.ok)
-    return out.error.message();
+  if (!out.ok())
+    return out.error->message();
   return out.status == 200 ? "" : "status " + std::to_string(out.status);
 }
 

@@ -53,11 +53,15 @@ struct call_request {
   std::optional<std::string> hedge_endpoint;
 };
 
-/// The answer to a call_request: a value or a call_error.
+/// The answer to a call_request: a value or a call_error, in the library's
+/// one result shape (see call_error): `error` is set exactly when the call
+/// failed; the other fields describe what was seen either way.
 struct call_outcome {
-  /// No error: `status`, `headers`, `body` are the answer.
-  bool ok = false;
-  call_error error;
+  /// Set when the call failed; empty: `status`, `headers`, `body` are the
+  /// answer.
+  std::optional<call_error> error;
+  /// No error: the call succeeded.
+  bool ok() const noexcept { return !error.has_value(); }
   /// HTTP status of the answering response (0 if none was seen).
   int status = 0;
   header_list headers;

@@ -26,12 +26,12 @@ bool path_char(unsigned char c) {
 
 built_request fail(std::string detail, std::string request_id = {}) {
   built_request r;
-  r.ok = false;
-  r.error.kind = error_kind::config_error;
-  r.error.detail = std::move(detail);
-  r.error.nothing_sent = true;
-  r.error.cause = transport_error_kind::config;
-  r.error.request_id = request_id;
+  auto& e = r.error.emplace();
+  e.kind = error_kind::config_error;
+  e.detail = std::move(detail);
+  e.nothing_sent = true;
+  e.cause = transport_error_kind::config;
+  e.request_id = request_id;
   r.request_id = std::move(request_id);
   return r;
 }
@@ -197,7 +197,6 @@ built_request build_request(const client_config& cfg, const url_parts& base,
   if (call.has_body)
     req.body = call.body;
   req.max_body_bytes = call.max_response_bytes.value_or(cfg.max_response_bytes);
-  r.ok = true;
   r.request_id = std::move(request_id);
   return r;
 }

@@ -33,15 +33,15 @@ void set_retry_count(header_list& headers, int n);
 /// The result of build_request: a request ready to send, or a config_error
 /// outcome (nothing may be sent then).
 struct built_request {
-  /// True: `request` is ready (exchange_id, timeout_ns, max_body_bytes and
-  /// fresh_connection are left for the caller to set).
-  bool ok = false;
+  /// Set when the request cannot be built: a config_error naming what is
+  /// wrong (nothing_sent); never contains the credential or a header value.
+  std::optional<call_error> error;
+  /// No error: `request` is ready (exchange_id, timeout_ns, max_body_bytes
+  /// and fresh_connection are left for the caller to set).
+  bool ok() const noexcept { return !error.has_value(); }
   http_request request;
-  /// The x-request-id the request carries (also set when !ok if known).
+  /// The x-request-id the request carries (also set on error if known).
   std::string request_id;
-  /// !ok: a config_error naming what is wrong; never contains the
-  /// credential or a header value.
-  call_error error;
 };
 
 /// Percent-encodes every byte outside RFC 3986's unreserved set

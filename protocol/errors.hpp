@@ -47,6 +47,12 @@ const char* to_string(error_kind k);
 int exit_code(error_kind k);
 
 /// A failed call, as a value.
+///
+/// The library's one result shape: every result that can fail (call_outcome,
+/// coalesce_reply, built_request) carries `std::optional<call_error> error`,
+/// set exactly when it failed, and `ok()` (no error). Unlike a plain
+/// `expected<T, E>` the result keeps what was seen on the way either way
+/// (status, attempts, request id), which a failed call needs for its logs.
 struct call_error {
   error_kind kind = error_kind::service_unavailable;
   /// The HTTP status when a response was seen, else 0.

@@ -117,11 +117,11 @@ struct call_state {
     if (!rp.pending())
       return;
     call_outcome o;
-    o.ok = false;
     o.request_id = request_id;
-    o.error.kind = error_kind::service_unavailable;
-    o.error.detail = "call actor stopped";
-    o.error.request_id = request_id;
+    auto& e = o.error.emplace();
+    e.kind = error_kind::service_unavailable;
+    e.detail = "call actor stopped";
+    e.request_id = request_id;
     rp.deliver(std::move(o));
   }
 
@@ -273,7 +273,7 @@ void finish_error(self_ptr self, call_error e) {
   auto o = error_outcome(std::move(e), st.request_id, attempts);
   if (observed(self)) {
     auto ev = make_event(self, event_kind::failed);
-    fill_failed(ev, o.error, latency_ns(self));
+    fill_failed(ev, *o.error, latency_ns(self));
     emit(self, std::move(ev));
   }
   deliver(self, std::move(o));
@@ -755,8 +755,8 @@ void start(self_ptr self, call_request call) {
   st.call = std::move(call);
   auto built = build_request(st.ctx->cfg, st.ctx->url, st.call, st.rng);
   st.request_id = built.request_id;
-  if (!built.ok) {
-    finish_error(self, built.error);
+  if (built.error) {
+    finish_error(self, *built.error);
     return;
   }
   st.base = std::move(built.request);
@@ -815,10 +815,11 @@ call_impl(self_ptr self, std::shared_ptr<const call_context> ctx, uint64_t seed,
       if (st.started) {
         // One call per actor: a second request is a programming error.
         call_outcome o;
-        o.error.kind = error_kind::config_error;
-        o.error.detail = "a call actor runs exactly one call";
-        o.error.nothing_sent = true;
-        o.error.nothing_billed = true;
+        auto& e = o.error.emplace();
+        e.kind = error_kind::config_error;
+        e.detail = "a call actor runs exactly one call";
+        e.nothing_sent = true;
+        e.nothing_billed = true;
         rp.deliver(std::move(o));
         return rp;
       }

@@ -101,7 +101,6 @@ call_outcome response_outcome(const client_config& cfg,
       // with the reason: a `{"a":1e400}` must not vanish silently.
       auto r = parse_body(resp.body, cfg.response_json_limits());
       if (r.error != json_parse_error::too_large) {
-        o.ok = true;
         o.body = std::move(r.value);
         if (!r) {
           o.raw_body_error = r.detail;
@@ -115,7 +114,6 @@ call_outcome response_outcome(const client_config& cfg,
     if (resp.body_over_cap) {
       err = over_cap();
     } else if (auto r = parse_body(resp.body, cfg.response_json_limits())) {
-      o.ok = true;
       o.body = std::move(r.value);
     } else {
       err = unreadable_body(r, resp.status, cfg);
@@ -144,8 +142,7 @@ call_outcome response_outcome(const client_config& cfg,
     err->attempts = attempts;
     err->nothing_sent = false; // a response was seen
     err->cause = transport_error_kind::none;
-    o.ok = false;
-    o.error = std::move(*err);
+    o.error = std::move(err);
   }
   o.headers = std::move(resp.headers);
   return o;
@@ -156,7 +153,6 @@ call_outcome error_outcome(call_error e, const std::string& request_id,
   e.request_id = request_id;
   e.attempts = attempts;
   call_outcome o;
-  o.ok = false;
   o.status = e.status;
   o.attempts = attempts;
   o.request_id = request_id;
@@ -165,10 +161,11 @@ call_outcome error_outcome(call_error e, const std::string& request_id,
 }
 
 void finalize_outcome(const client_config& cfg, call_outcome& o) {
-  if (!o.ok)
-    settle_nothing_billed(o.error);
-  redact(cfg, o.error.detail);
-  redact(cfg, o.error.location);
+  if (!o.error)
+    return;
+  settle_nothing_billed(*o.error);
+  redact(cfg, o.error->detail);
+  redact(cfg, o.error->location);
 }
 
 client_event call_event(event_kind kind, const std::string& request_id,
@@ -187,8 +184,8 @@ void fill_answered(client_event& ev, const call_outcome& o,
                    int64_t latency_ns, uint64_t response_bytes) {
   ev.status = o.status;
   ev.attempts = o.attempts;
-  if (!o.ok)
-    ev.error = o.error.kind;
+  if (o.error)
+    ev.error = o.error->kind;
   ev.latency_ns = latency_ns;
   ev.response_bytes = response_bytes;
 }

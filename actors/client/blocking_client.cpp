@@ -86,15 +86,15 @@ call_outcome blocking_client::call(call_request req) {
         answered = true;
       },
       [&](caf::error& err) {
-        result.ok = false;
-        result.error.kind = error_kind::service_unavailable;
-        result.error.detail = "no answer from the service client: "
-                              + sys_->render(err);
-        result.error.nothing_sent = false;
+        auto& e = result.error.emplace();
+        e.kind = error_kind::service_unavailable;
+        e.detail = "no answer from the service client: " + sys_->render(err);
+        e.nothing_sent = false;
       });
   if (!answered) {
     result.request_id = request_id;
-    result.error.request_id = request_id;
+    if (result.error)
+      result.error->request_id = request_id;
   }
   return result;
 }
@@ -105,8 +105,8 @@ blocking_client::request(const std::string& method, const std::string& path,
                          param_list params, std::optional<bool> idempotent) {
   auto o = call(make_call(method, path, std::move(json_body), std::move(params),
                           idempotent, false));
-  if (!o.ok)
-    throw_error(std::move(o.error));
+  if (o.error)
+    throw_error(std::move(*o.error));
   return std::move(o.body);
 }
 
@@ -116,8 +116,8 @@ blocking_client::request_raw(const std::string& method, const std::string& path,
                              param_list params, std::optional<bool> idempotent) {
   auto o = call(make_call(method, path, std::move(json_body), std::move(params),
                           idempotent, true));
-  if (!o.ok)
-    throw_error(std::move(o.error));
+  if (o.error)
+    throw_error(std::move(*o.error));
   raw_response r;
   r.status = o.status;
   r.headers = std::move(o.headers);

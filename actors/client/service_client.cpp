@@ -275,7 +275,7 @@ void finish_error(self_ptr self, uint64_t id, call_error e) {
   auto o = error_outcome(std::move(e), c.request_id, attempts);
   if (observed(self)) {
     auto ev = event_of(c, event_kind::failed);
-    fill_failed(ev, o.error, elapsed_ns(self, c));
+    fill_failed(ev, *o.error, elapsed_ns(self, c));
     emit(self, std::move(ev));
   }
   deliver(self, id, std::move(o));
@@ -306,7 +306,7 @@ void answer_bare(self_ptr self, uint64_t id) noexcept {
     disarm(self, c);
     if (c.rp.pending()) {
       call_outcome o;
-      o.error.kind = error_kind::service_unavailable;
+      o.error.emplace().kind = error_kind::service_unavailable;
       o.request_id = c.request_id;
       c.rp.deliver(std::move(o));
     }
@@ -362,8 +362,8 @@ void send_attempt(self_ptr self, uint64_t id) {
       c.call.request_id = c.request_id;
     }
     auto built = build_request(st.ctx->cfg, st.ctx->url, c.call, c.rng);
-    if (!built.ok) {
-      finish_error(self, id, built.error);
+    if (built.error) {
+      finish_error(self, id, *built.error);
       return;
     }
     req = std::move(built.request);
@@ -552,7 +552,7 @@ caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
     st.fast.erase(id);
     call_outcome o;
     o.error = error_of_exception(std::current_exception(), "service client");
-    o.error.nothing_sent = true;
+    o.error->nothing_sent = true;
     return o;
   }
   auto& c = st.fast.at(id);
@@ -564,8 +564,8 @@ caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
       c.call = std::move(req);
       auto built = build_request(st.ctx->cfg, st.ctx->url, c.call, c.rng);
       c.request_id = built.request_id;
-      if (!built.ok) {
-        finish_error(self, id, built.error);
+      if (built.error) {
+        finish_error(self, id, *built.error);
         return;
       }
       c.method = built.request.method;
@@ -653,7 +653,6 @@ service_client_impl(self_ptr self, std::shared_ptr<const call_context> ctx,
       auto& st = self->state;
       auto fail = [](call_error e) {
         call_outcome o;
-        o.ok = false;
         o.error = std::move(e);
         return caf::result<call_outcome>{std::move(o)};
       };

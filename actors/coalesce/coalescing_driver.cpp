@@ -429,8 +429,8 @@ void act(self_ptr self, uint64_t rpc_id, discovery_action a) {
       auto built = build_oracle_request(st.request_cfg, *ep, run.plan,
                                         run.request_id, st.id_rng,
                                         a.attempts - 1);
-      if (!built.ok)
-        return cannot_send(built.error);
+      if (built.error)
+        return cannot_send(*built.error);
       call_error why;
       auto t = transport_for(self, a.endpoint, why);
       if (!t)

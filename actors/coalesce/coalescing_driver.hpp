@@ -94,6 +94,8 @@ struct coalesce_reply {
   /// deadline_exceeded (the caller's timeout or the RPC's overall budget),
   /// uncertain_outcome (seq only: the block may have been spent).
   std::optional<call_error> error;
+  /// No error: `ts` or `seq` is the answer.
+  bool ok() const noexcept { return !error.has_value(); }
   /// ts: the caller's timestamps.
   ts_range ts;
   /// seq: the caller's block.

@@ -53,7 +53,7 @@ built_request build_oracle_request(const client_config& rc,
                                    core::rng& rng, int retry_count) {
   auto b = build_request(rc, oracle_base_url(ep), oracle_call(plan, request_id),
                          rng);
-  if (b.ok) {
+  if (b.ok()) {
     b.request.max_body_bytes = max_oracle_body;
     set_retry_count(b.request.headers, retry_count);
   }
@@ -80,8 +80,8 @@ void check_oracle_requests(const coalesce_config& cfg) {
   for (const char* field : {"coalesce.token_header", "coalesce.default_headers"}) {
     for (auto* p : {&ts, &seq}) {
       auto b = build_oracle_request(rc, eps.front(), *p, {}, rng);
-      if (!b.ok)
-        throw config_error(field, b.error.detail);
+      if (b.error)
+        throw config_error(field, b.error->detail);
     }
     rc.default_headers = headers;
   }

@@ -411,8 +411,8 @@ void enqueue_ledger_reset(self_ptr self, page_plan& plan,
 
 void on_page(self_ptr self, const call_outcome& o) {
   auto& st = self->state;
-  if (!o.ok) {
-    on_fetch_error(self, o.error, o.unreadable_body);
+  if (o.error) {
+    on_fetch_error(self, *o.error, o.unreadable_body);
     return;
   }
   st.reached = true;

@@ -39,15 +39,15 @@ int main() {
   self->request(client, std::chrono::seconds{10}, req)
     .receive(
       [&](const outbound::call_outcome& out) {
-        if (out.ok) {
+        if (out.ok()) {
           std::cerr << "consumer: unexpected success, status " << out.status
                     << '\n';
           return;
         }
-        std::cout << "consumer: " << out.error.message() << '\n';
-        if (out.error.kind == outbound::error_kind::service_unavailable
-            && out.error.status == 0 && out.error.attempts == 1
-            && out.error.nothing_sent)
+        std::cout << "consumer: " << out.error->message() << '\n';
+        if (out.error->kind == outbound::error_kind::service_unavailable
+            && out.error->status == 0 && out.error->attempts == 1
+            && out.error->nothing_sent)
           rc = 0;
         else
           std::cerr << "consumer: expected service_unavailable after 1 "

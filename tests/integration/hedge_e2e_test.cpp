@@ -99,7 +99,7 @@ TEST_F(HedgeE2E, ASlowPrimaryLosesToAFastHedge) {
   auto t0 = std::chrono::steady_clock::now();
   auto o = c.call(get("/flaky?key=" + key));
   auto took = std::chrono::steady_clock::now() - t0;
-  ASSERT_TRUE(o.ok) << o.error.detail;
+  ASSERT_TRUE(o.ok()) << o.error->detail;
   // The key's second arrival (the fast one) answered, not the 900 ms
   // straggler. Which leg arrives second is a race: the hedge, 50 ms after the
   // primary, unless a loaded machine delayed the primary's dial and write by
@@ -118,7 +118,7 @@ TEST_F(HedgeE2E, AFastPrimarySendsNoHedge) {
   auto c = client(0.2);
   for (int i = 0; i < 5; ++i) {
     auto o = c.call(get("/fast?key=f" + std::to_string(i)));
-    ASSERT_TRUE(o.ok) << o.error.detail;
+    ASSERT_TRUE(o.ok()) << o.error->detail;
     EXPECT_EQ(o.body.at("arrival").as_int64(), 0);
   }
   EXPECT_EQ(profile_requests(), 5);
@@ -134,7 +134,7 @@ TEST_F(HedgeE2E, APostIsNeverHedged) {
   p.has_body = true;
   auto t0 = std::chrono::steady_clock::now();
   auto o = c.call(p);
-  ASSERT_TRUE(o.ok) << o.error.detail;
+  ASSERT_TRUE(o.ok()) << o.error->detail;
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 790ms);
   EXPECT_EQ(profile_requests(), 1);
   EXPECT_EQ(stats(c).hedged_requests, 0u);
@@ -145,7 +145,7 @@ TEST_F(HedgeE2E, APostIsNeverHedged) {
 TEST_F(HedgeE2E, WhenBothLegsAreSlowThePrimaryWinsAndTheHedgeIsCancelled) {
   auto c = client(0.05);
   auto o = c.call(get("/slow?key=s"));
-  ASSERT_TRUE(o.ok) << o.error.detail;
+  ASSERT_TRUE(o.ok()) << o.error->detail;
   // Legal outcomes: the primary wins (it started 50 ms earlier: the usual
   // one), or the hedge does (a loaded machine delayed the primary by more
   // than the 50 ms). Either way exactly one leg wins and the other is
@@ -158,5 +158,5 @@ TEST_F(HedgeE2E, WhenBothLegsAreSlowThePrimaryWinsAndTheHedgeIsCancelled) {
   EXPECT_EQ(s.primary_wins + s.hedge_wins, 1u);
   // The next call works (the cancelled leg's connection is not reused).
   auto again = c.call(get("/fast?key=after"));
-  ASSERT_TRUE(again.ok) << again.error.detail;
+  ASSERT_TRUE(again.ok()) << again.error->detail;
 }

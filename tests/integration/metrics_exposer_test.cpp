@@ -168,7 +168,7 @@ TEST(MetricsExposer, ServesLiveFamiliesOfEverySourceAndPromtoolAcceptsThem) {
   get.path = "/fast";
   for (int i = 0; i < 3; ++i) {
     auto o = client.call(get);
-    ASSERT_TRUE(o.ok) << o.error.detail;
+    ASSERT_TRUE(o.ok()) << o.error->detail;
   }
   // A coalescing driver against the cluster.
   coalesce_config cc;

@@ -179,7 +179,7 @@ TEST_F(NginxTest, GivenRequestIdIsSentVerbatim) {
   req.path = "/v1/items.json";
   req.request_id = "nginx-test-given-id-1";
   auto out = c.call(req);
-  ASSERT_TRUE(out.ok) << out.error.message();
+  ASSERT_TRUE(out.ok()) << out.error->message();
   EXPECT_EQ(out.status, 200);
   EXPECT_EQ(out.request_id, "nginx-test-given-id-1");
   EXPECT_EQ(out.body, json(nginx_instance::items_body));

@@ -104,7 +104,7 @@ TEST_F(PoolLimit, FiveConcurrentCallsShareTwoConnectionsAndAllSucceed) {
   for (auto& t : threads)
     t.join();
   for (auto& o : out) {
-    EXPECT_TRUE(o.ok) << o.error.message();
+    EXPECT_TRUE(o.ok()) << o.error->message();
     EXPECT_EQ(o.attempts, 1);
   }
   EXPECT_LE(srv->connections(), 2u);
@@ -137,19 +137,19 @@ TEST_F(PoolLimit, AFullQueueFailsTheCallAtOnceWithTheTypedError) {
   t1.join();
   t2.join();
   ASSERT_TRUE(queued);
-  EXPECT_FALSE(third.ok);
-  EXPECT_EQ(third.error.kind, error_kind::service_unavailable);
-  EXPECT_EQ(third.error.cause, transport_error_kind::pool_overflow);
-  EXPECT_TRUE(third.error.nothing_sent);
-  EXPECT_EQ(third.error.attempts, 1); // not retried
-  EXPECT_NE(third.error.detail.find(
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.error->kind, error_kind::service_unavailable);
+  EXPECT_EQ(third.error->cause, transport_error_kind::pool_overflow);
+  EXPECT_TRUE(third.error->nothing_sent);
+  EXPECT_EQ(third.error->attempts, 1); // not retried
+  EXPECT_NE(third.error->detail.find(
               "connection pool queue full (1 waiting, 1 connections)"),
             std::string::npos)
-    << third.error.detail;
+    << third.error->detail;
   // At once: well before the held response (1 s) frees the connection.
   EXPECT_LT(ms(took), 1000);
-  EXPECT_TRUE(first.ok) << first.error.message();
-  EXPECT_TRUE(second.ok) << second.error.message();
+  EXPECT_TRUE(first.ok()) << first.error->message();
+  EXPECT_TRUE(second.ok()) << second.error->message();
   EXPECT_EQ(srv->connections(), 1u);
   EXPECT_EQ(srv->requests().size(), 2u);
   auto s = stats(pool);
@@ -184,18 +184,18 @@ TEST_F(PoolLimit, TimeQueuedCountsAgainstTheAttemptBudget) {
   auto queued = impatient->call(get("/v1/item"));
   auto took = wire_clock::now() - t0;
   t1.join();
-  EXPECT_FALSE(queued.ok);
-  EXPECT_EQ(queued.error.cause, transport_error_kind::timeout)
-    << queued.error.message();
+  ASSERT_FALSE(queued.ok());
+  EXPECT_EQ(queued.error->cause, transport_error_kind::timeout)
+    << queued.error->message();
   // The pool's queue timer answered, not the call's attempt timer.
-  EXPECT_NE(queued.error.detail.find(
+  EXPECT_NE(queued.error->detail.find(
               "no connection free within the exchange's timeout"),
             std::string::npos)
-    << queued.error.detail;
-  EXPECT_TRUE(queued.error.nothing_sent) << queued.error.message();
+    << queued.error->detail;
+  EXPECT_TRUE(queued.error->nothing_sent) << queued.error->message();
   EXPECT_GE(ms(took), 300);
   EXPECT_LT(ms(took), 1500); // did not wait for the held connection
-  EXPECT_TRUE(first.ok) << first.error.message();
+  EXPECT_TRUE(first.ok()) << first.error->message();
   EXPECT_EQ(srv->connections(), 1u);
   EXPECT_EQ(srv->requests().size(), 1u); // the queued call never left
   auto s = stats(pool);
@@ -225,15 +225,15 @@ TEST_F(PoolLimit, APostThatOnlyQueuedIsReportedAsNeverSent) {
   ASSERT_TRUE(srv->wait_for_requests(1, 5s));
   auto queued = impatient->call(post("/v1/orders", R"({"n":1})"));
   t1.join();
-  EXPECT_FALSE(queued.ok);
-  EXPECT_EQ(queued.error.cause, transport_error_kind::timeout)
-    << queued.error.message();
-  EXPECT_TRUE(queued.error.nothing_sent) << queued.error.message();
-  EXPECT_EQ(queued.error.detail.find("may have been processed"),
+  ASSERT_FALSE(queued.ok());
+  EXPECT_EQ(queued.error->cause, transport_error_kind::timeout)
+    << queued.error->message();
+  EXPECT_TRUE(queued.error->nothing_sent) << queued.error->message();
+  EXPECT_EQ(queued.error->detail.find("may have been processed"),
             std::string::npos)
-    << queued.error.detail;
-  EXPECT_EQ(queued.error.attempts, 1); // not idempotent: not retried
-  EXPECT_TRUE(first.ok) << first.error.message();
+    << queued.error->detail;
+  EXPECT_EQ(queued.error->attempts, 1); // not idempotent: not retried
+  EXPECT_TRUE(first.ok()) << first.error->message();
   EXPECT_EQ(srv->requests().size(), 1u); // the POST never left
 }
 

@@ -111,7 +111,7 @@ TEST_F(WireIssueCases, CallerRequestIdIsSentOnEveryAttempt) {
   auto req = get("/v1/item");
   req.request_id = "caller-id-7";
   auto o = c->call(req);
-  ASSERT_TRUE(o.ok) << o.error.message();
+  ASSERT_TRUE(o.ok()) << o.error->message();
   EXPECT_EQ(o.attempts, 3);
   EXPECT_EQ(o.request_id, "caller-id-7");
   auto rs = srv->requests();

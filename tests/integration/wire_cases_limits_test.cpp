@@ -163,14 +163,14 @@ TEST_F(WireLimits, Case7aChunkedBodyExactlyAtCapSucceeds) {
   auto srv = server({s});
   auto c = client(cap_1024(srv->base_url()));
   auto o = c->call(get("/v1/blob"));
-  ASSERT_TRUE(o.ok) << o.error.message();
+  ASSERT_TRUE(o.ok()) << o.error->message();
   EXPECT_EQ(o.attempts, 1);
   ASSERT_TRUE(o.body.is_string());
   EXPECT_EQ(boost::json::serialize(o.body).size(), 1024u);
   EXPECT_EQ(boost::json::serialize(o.body), body);
   // A complete response leaves the connection reusable.
   auto o2 = c->call(get("/v1/item"));
-  ASSERT_TRUE(o2.ok) << o2.error.message();
+  ASSERT_TRUE(o2.ok()) << o2.error->message();
   EXPECT_EQ(srv->connections(), 1u);
 }
 

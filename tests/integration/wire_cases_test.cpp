@@ -30,7 +30,7 @@ TEST_F(WireCases, Case1aIdleClosedConnectionIsRedialedWithoutRetryOrBackoff) {
   auto c = client(defaults(srv->base_url()));
   auto first = c->call(get("/v1/item"));
   auto t_response1 = wire_clock::now();
-  ASSERT_TRUE(first.ok) << first.error.message();
+  ASSERT_TRUE(first.ok()) << first.error->message();
   ASSERT_TRUE(srv->wait_for_finished(0, 2s)); // the server closed it
   std::this_thread::sleep_until(t_response1 + 500ms);
   events_of(first.request_id);
@@ -40,7 +40,7 @@ TEST_F(WireCases, Case1aIdleClosedConnectionIsRedialedWithoutRetryOrBackoff) {
   auto t0 = wire_clock::now();
   auto o = c->call(get("/v1/item"));
   auto took = wire_clock::now() - t0;
-  ASSERT_TRUE(o.ok) << o.error.message();
+  ASSERT_TRUE(o.ok()) << o.error->message();
   EXPECT_EQ(o.status, 200);
   EXPECT_EQ(o.body, json("{}"));
   EXPECT_EQ(o.attempts, 1);
@@ -75,13 +75,13 @@ TEST_F(WireCases, Case1bGetClosedAfterRequestIsResentOnceOnNewConnection) {
   });
   auto c = client(defaults(srv->base_url()));
   auto first = c->call(get("/v1/item"));
-  ASSERT_TRUE(first.ok) << first.error.message();
+  ASSERT_TRUE(first.ok()) << first.error->message();
   events_of(first.request_id);
   auto transport_before = retries("interrupted");
   auto all_before = retries_all();
 
   auto o = c->call(get("/v1/item"));
-  ASSERT_TRUE(o.ok) << o.error.message();
+  ASSERT_TRUE(o.ok()) << o.error->message();
   EXPECT_EQ(o.status, 200);
   EXPECT_EQ(o.body, json("{}"));
   EXPECT_EQ(o.attempts, 2);
@@ -212,14 +212,14 @@ TEST_F(WireCases, Case1eIdleClosedConnectionThenPostIsSentOnceOnFreshConnection)
   auto c = client(defaults(srv->base_url()));
   auto first = c->call(get("/v1/item"));
   auto t_response1 = wire_clock::now();
-  ASSERT_TRUE(first.ok) << first.error.message();
+  ASSERT_TRUE(first.ok()) << first.error->message();
   ASSERT_TRUE(srv->wait_for_finished(0, 2s));
   std::this_thread::sleep_until(t_response1 + 500ms);
   events_of(first.request_id);
   auto retries_before = retries_all();
 
   auto o = c->call(post("/v1/orders", qty_body));
-  ASSERT_TRUE(o.ok) << o.error.message();
+  ASSERT_TRUE(o.ok()) << o.error->message();
   EXPECT_EQ(o.status, 200);
   EXPECT_EQ(o.attempts, 1);
   EXPECT_EQ(srv->connections(), 2u);
@@ -282,7 +282,7 @@ TEST_F(WireCases, Case2aTruncatedOnceThenRetriedToSuccess) {
   });
   auto c = client(defaults(srv->base_url()));
   auto o = c->call(get("/v1/status"));
-  ASSERT_TRUE(o.ok) << o.error.message();
+  ASSERT_TRUE(o.ok()) << o.error->message();
   EXPECT_EQ(o.body, json(R"({"ok":true})"));
   EXPECT_EQ(o.attempts, 2);
   EXPECT_EQ(srv->connections(), 2u);
@@ -333,7 +333,7 @@ TEST_F(WireCases, Case2cOverlongBodyPoisonsNothingWhenSentInOneWrite) {
   EXPECT_NE(err->detail.find("not JSON"), std::string::npos) << err->detail;
 
   auto o = c->call(get("/v1/status"));
-  ASSERT_TRUE(o.ok) << o.error.message();
+  ASSERT_TRUE(o.ok()) << o.error->message();
   EXPECT_EQ(o.body, json(R"({"second":2})"));
   EXPECT_EQ(o.attempts, 1);
   EXPECT_EQ(srv->connections(), 2u);
@@ -365,7 +365,7 @@ TEST_F(WireCases, Case2cOverlongBodyArrivingLaterIsDetectedOnIdleConnection) {
   ASSERT_TRUE(srv->wait_for_steps(0, 4, 3s));
 
   auto o = c->call(get("/v1/status"));
-  ASSERT_TRUE(o.ok) << o.error.message();
+  ASSERT_TRUE(o.ok()) << o.error->message();
   EXPECT_EQ(o.body, json(R"({"second":2})"));
   EXPECT_EQ(o.attempts, 1);
   EXPECT_EQ(srv->connections(), 2u);
@@ -460,11 +460,11 @@ TEST_F(WireCases, Case3DCompleteChunkedGetSucceedsAndConnectionIsReused) {
   });
   auto c = client(defaults(srv->base_url()));
   auto o = c->call(get("/v1/status"));
-  ASSERT_TRUE(o.ok) << o.error.message();
+  ASSERT_TRUE(o.ok()) << o.error->message();
   EXPECT_EQ(o.body, json(R"({"ok":true})"));
   EXPECT_EQ(o.attempts, 1);
   auto o2 = c->call(get("/v1/item"));
-  ASSERT_TRUE(o2.ok) << o2.error.message();
+  ASSERT_TRUE(o2.ok()) << o2.error->message();
   EXPECT_EQ(o2.body, json("{}"));
   EXPECT_EQ(srv->connections(), 1u);
   auto rs = srv->requests();
@@ -480,11 +480,11 @@ TEST_F(WireCases, Case3DCompleteChunkedPostSucceedsAndConnectionIsReused) {
   });
   auto c = client(defaults(srv->base_url()));
   auto o = c->call(post("/v1/orders", qty_body));
-  ASSERT_TRUE(o.ok) << o.error.message();
+  ASSERT_TRUE(o.ok()) << o.error->message();
   EXPECT_EQ(o.body, json(R"({"ok":true})"));
   EXPECT_EQ(o.attempts, 1);
   auto o2 = c->call(post("/v1/orders", qty_body));
-  ASSERT_TRUE(o2.ok) << o2.error.message();
+  ASSERT_TRUE(o2.ok()) << o2.error->message();
   EXPECT_EQ(srv->connections(), 1u);
   EXPECT_EQ(count_method(srv->requests(), "POST"), 2u);
 }

@@ -387,12 +387,12 @@ TEST_F(ClientFailure, KillingThePoolFailsTheCallInFlightAtOnce) {
   run();
   ASSERT_TRUE(r->outcome) << "the call waited for its attempt budget";
   EXPECT_LE(r->at - killed_at, at_once);
-  EXPECT_FALSE(r->outcome->ok);
-  EXPECT_EQ(r->outcome->error.kind, error_kind::service_unavailable);
-  EXPECT_NE(r->outcome->error.detail.find("connection pool terminated"),
+  ASSERT_FALSE(r->outcome->ok());
+  EXPECT_EQ(r->outcome->error->kind, error_kind::service_unavailable);
+  EXPECT_NE(r->outcome->error->detail.find("connection pool terminated"),
             std::string::npos)
-    << r->outcome->error.detail;
-  EXPECT_FALSE(r->outcome->error.nothing_sent) << "the request had left";
+    << r->outcome->error->detail;
+  EXPECT_FALSE(r->outcome->error->nothing_sent) << "the request had left";
 }
 
 TEST_F(ClientFailure, AfterThePoolDiedEveryCallFailsAtOnceWithNothingSent) {
@@ -403,8 +403,8 @@ TEST_F(ClientFailure, AfterThePoolDiedEveryCallFailsAtOnceWithNothingSent) {
   auto r = call();
   ASSERT_TRUE(r->outcome);
   EXPECT_LE(r->at - start, at_once);
-  EXPECT_EQ(r->outcome->error.kind, error_kind::service_unavailable);
-  EXPECT_TRUE(r->outcome->error.nothing_sent);
+  EXPECT_EQ(r->outcome->error->kind, error_kind::service_unavailable);
+  EXPECT_TRUE(r->outcome->error->nothing_sent);
   EXPECT_TRUE(log->requests.empty());
 }
 

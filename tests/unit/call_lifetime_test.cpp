@@ -176,7 +176,7 @@ protected:
       auto w = start();
       run_to_quiescence();
       ASSERT_TRUE(w->outcome);
-      ASSERT_FALSE(w->outcome->ok);
+      ASSERT_FALSE(w->outcome->ok());
     }
     advance_by(2s);
   }
@@ -226,10 +226,10 @@ TEST_F(CallLifetime,
   auto w = start();
   run_to_quiescence();
   ASSERT_TRUE(w->outcome);
-  EXPECT_FALSE(w->outcome->ok);
-  EXPECT_EQ(w->outcome->error.kind, error_kind::service_unavailable);
-  EXPECT_NE(w->outcome->error.detail.find("injected fault"), std::string::npos)
-    << w->outcome->error.detail;
+  ASSERT_FALSE(w->outcome->ok());
+  EXPECT_EQ(w->outcome->error->kind, error_kind::service_unavailable);
+  EXPECT_NE(w->outcome->error->detail.find("injected fault"), std::string::npos)
+    << w->outcome->error->detail;
   EXPECT_EQ(since_t0(w->answered_at), 30ms);
   auto s = stats();
   EXPECT_EQ(s.hedged_requests, 1u) << "the hedge's token is settled";
@@ -251,7 +251,7 @@ TEST_F(CallLifetime, AFaultReadingALateHedgeAnswerStillSettlesAndTheActorGoes) {
   auto w = start();
   advance_by(30ms);
   ASSERT_TRUE(w->outcome);
-  EXPECT_TRUE(w->outcome->ok);
+  EXPECT_TRUE(w->outcome->ok());
   EXPECT_FALSE(w->down) << "owed until the hedge answers";
   run_to_quiescence();
   auto s = stats();
@@ -272,8 +272,8 @@ TEST_F(CallLifetime, AFaultAfterTheTokenSettledDoesNotSettleItAgain) {
   auto w = start();
   run_to_quiescence();
   ASSERT_TRUE(w->outcome);
-  EXPECT_FALSE(w->outcome->ok);
-  EXPECT_EQ(w->outcome->error.kind, error_kind::service_unavailable);
+  ASSERT_FALSE(w->outcome->ok());
+  EXPECT_EQ(w->outcome->error->kind, error_kind::service_unavailable);
   auto s = stats();
   EXPECT_EQ(s.hedged_requests, 1u) << "settled exactly once";
   EXPECT_EQ(s.hedge_wins, 1u);
@@ -294,7 +294,7 @@ TEST_F(CallLifetime, KillingAnAnsweredCallWithAnOwedTokenSettlesIt) {
   auto w = start();
   advance_by(30ms);
   ASSERT_TRUE(w->outcome);
-  EXPECT_TRUE(w->outcome->ok);
+  EXPECT_TRUE(w->outcome->ok());
   EXPECT_EQ(stats().hedged_requests, 0u) << "owed until the hedge answers";
   caf::anon_send_exit(call, caf::exit_reason::kill);
   run();
@@ -321,8 +321,8 @@ TEST_F(CallLifetime, KillingACallWithBothLegsInFlightSettlesTheHedgesToken) {
   caf::anon_send_exit(call, caf::exit_reason::kill);
   run();
   ASSERT_TRUE(w->outcome);
-  EXPECT_FALSE(w->outcome->ok);
-  EXPECT_EQ(w->outcome->error.kind, error_kind::service_unavailable);
+  ASSERT_FALSE(w->outcome->ok());
+  EXPECT_EQ(w->outcome->error->kind, error_kind::service_unavailable);
   EXPECT_EQ(since_t0(w->answered_at), 20ms);
   auto s = stats();
   EXPECT_EQ(s.hedged_requests, 1u);
@@ -368,10 +368,10 @@ TEST_F(CallLifetime,
   EXPECT_EQ(b->permits_out, 1);
   advance_by(20ms); // the primary's answer (30 ms) throws
   ASSERT_TRUE(w->outcome);
-  EXPECT_FALSE(w->outcome->ok);
-  EXPECT_EQ(w->outcome->error.kind, error_kind::service_unavailable);
-  EXPECT_NE(w->outcome->error.detail.find("injected fault"), std::string::npos)
-    << w->outcome->error.detail;
+  ASSERT_FALSE(w->outcome->ok());
+  EXPECT_EQ(w->outcome->error->kind, error_kind::service_unavailable);
+  EXPECT_NE(w->outcome->error->detail.find("injected fault"), std::string::npos)
+    << w->outcome->error->detail;
   // Checked now, while the hedge still runs: the actor is alive (the
   // hedge's token is owed), so the permit came back through the fault path,
   // not through the actor's teardown or the hedge's later time-out.
@@ -415,7 +415,7 @@ TEST_F(CallLifetime,
   EXPECT_TRUE(w->down);
   EXPECT_EQ(log->requests.size(), 3u) << "no hedge went out";
   ASSERT_TRUE(w->outcome);
-  EXPECT_FALSE(w->outcome->ok);
+  ASSERT_FALSE(w->outcome->ok());
   auto b = host_breaker();
   ASSERT_TRUE(b);
   EXPECT_EQ(b->phase, breaker_phase::half_open);
@@ -445,10 +445,10 @@ TEST_F(CallLifetime, AFaultHandlingTheTokenReplyReleasesTheProbePermit) {
   auto w = start();
   advance_by(20ms);
   ASSERT_TRUE(w->outcome);
-  EXPECT_FALSE(w->outcome->ok);
-  EXPECT_EQ(w->outcome->error.kind, error_kind::service_unavailable);
-  EXPECT_NE(w->outcome->error.detail.find("injected fault"), std::string::npos)
-    << w->outcome->error.detail;
+  ASSERT_FALSE(w->outcome->ok());
+  EXPECT_EQ(w->outcome->error->kind, error_kind::service_unavailable);
+  EXPECT_NE(w->outcome->error->detail.find("injected fault"), std::string::npos)
+    << w->outcome->error->detail;
   EXPECT_EQ(w->answered_at - started, 10ms) << "at the token's reply";
   EXPECT_EQ(log->requests.size(), 3u) << "no hedge went out";
   auto b = host_breaker();
@@ -474,9 +474,9 @@ TEST_F(CallLifetime, AFaultHandlingTheGateReplyReleasesTheProbePermit) {
   auto w = start();
   advance_by(20ms);
   ASSERT_TRUE(w->outcome);
-  EXPECT_FALSE(w->outcome->ok);
-  EXPECT_NE(w->outcome->error.detail.find("injected fault"), std::string::npos)
-    << w->outcome->error.detail;
+  ASSERT_FALSE(w->outcome->ok());
+  EXPECT_NE(w->outcome->error->detail.find("injected fault"), std::string::npos)
+    << w->outcome->error->detail;
   EXPECT_EQ(log->requests.size(), 3u) << "no hedge went out";
   auto b = host_breaker();
   ASSERT_TRUE(b);
@@ -495,7 +495,7 @@ TEST_F(CallLifetime, TheActorGoesWithItsAnswerWhenNothingIsInFlight) {
   auto w = start();
   run_to_quiescence();
   ASSERT_TRUE(w->outcome);
-  EXPECT_TRUE(w->outcome->ok);
+  EXPECT_TRUE(w->outcome->ok());
   EXPECT_TRUE(w->down);
   EXPECT_TRUE(w->reason == caf::exit_reason::normal) << sys().render(w->reason);
   EXPECT_EQ(since_t0(w->down_at), 5ms);
@@ -511,7 +511,7 @@ TEST_F(CallLifetime,
   auto w = start();
   advance_by(30ms);
   ASSERT_TRUE(w->outcome);
-  EXPECT_TRUE(w->outcome->ok);
+  EXPECT_TRUE(w->outcome->ok());
   EXPECT_FALSE(w->down);
   run_to_quiescence();
   EXPECT_TRUE(w->down);

@@ -174,7 +174,7 @@ TEST_F(HedgeRace, ASlowPrimaryLosesToAFastHedge) {
   log->script = {ok_after(300ms, R"({"who":"primary"})"),
                  ok_after(5ms, R"({"who":"hedge"})")};
   auto o = run_call(get("/slow"));
-  ASSERT_TRUE(o.ok) << o.error.detail;
+  ASSERT_TRUE(o.ok()) << o.error->detail;
   EXPECT_EQ(o.body.at("who").as_string(), "hedge");
   ASSERT_EQ(log->requests.size(), 2u);
   EXPECT_EQ(arrival(0), 0ns);
@@ -200,7 +200,7 @@ TEST_F(HedgeRace, ASlowPrimaryLosesToAFastHedge) {
 TEST_F(HedgeRace, AFastPrimarySendsNoHedge) {
   log->script = {ok_after(9ms)};
   auto o = run_call(get("/fast"));
-  ASSERT_TRUE(o.ok);
+  ASSERT_TRUE(o.ok());
   EXPECT_EQ(log->requests.size(), 1u);
   EXPECT_EQ(finished(), 9ms);
   EXPECT_TRUE(log->cancels.empty());
@@ -214,7 +214,7 @@ TEST_F(HedgeRace, APrimaryThatWinsCancelsTheHedge) {
   log->script = {ok_after(30ms, R"({"who":"primary"})"),
                  ok_after(100ms, R"({"who":"hedge"})")};
   auto o = run_call(get("/x"));
-  ASSERT_TRUE(o.ok);
+  ASSERT_TRUE(o.ok());
   EXPECT_EQ(o.body.at("who").as_string(), "primary");
   ASSERT_EQ(log->requests.size(), 2u);
   EXPECT_EQ(finished(), 30ms);
@@ -231,10 +231,10 @@ TEST_F(HedgeRace, PostAndExplicitlyNonIdempotentGetsAreNeverHedged) {
   p.path = "/orders";
   p.body = "{}";
   p.has_body = true;
-  ASSERT_TRUE(run_call(p).ok);
+  ASSERT_TRUE(run_call(p).ok());
   auto g = get("/once");
   g.idempotent = false;
-  ASSERT_TRUE(run_call(g).ok);
+  ASSERT_TRUE(run_call(g).ok());
   EXPECT_EQ(log->requests.size(), 2u);
   EXPECT_EQ(stats(host_key).hedged_requests, 0u);
 }
@@ -244,7 +244,7 @@ TEST_F(HedgeRace, AFastFailingHedgeDoesNotFailTheCall) {
   log->script = {ok_after(300ms, R"({"who":"primary"})"),
                  fake_step::fail(ek::connect, false)};
   auto o = run_call(get("/x"));
-  ASSERT_TRUE(o.ok) << o.error.detail;
+  ASSERT_TRUE(o.ok()) << o.error->detail;
   EXPECT_EQ(o.body.at("who").as_string(), "primary");
   EXPECT_EQ(log->requests.size(), 2u);
   EXPECT_EQ(finished(), 300ms);
@@ -255,7 +255,7 @@ TEST_F(HedgeRace, ARetryableStatusFromTheHedgeDoesNotEndTheRace) {
   log->script = {ok_after(200ms, R"({"who":"primary"})"),
                  fake_step::status(503).delayed(1ms)};
   auto o = run_call(get("/x"));
-  ASSERT_TRUE(o.ok);
+  ASSERT_TRUE(o.ok());
   EXPECT_EQ(o.body.at("who").as_string(), "primary");
   EXPECT_EQ(finished(), 200ms);
   EXPECT_EQ(log->requests.size(), 2u);
@@ -267,8 +267,8 @@ TEST_F(HedgeRace, ADefinitiveStatusFromTheHedgeWins) {
   log->script = {ok_after(300ms), fake_step::status(404, R"({"detail":"no"})")
                                     .delayed(2ms)};
   auto o = run_call(get("/x"));
-  ASSERT_FALSE(o.ok);
-  EXPECT_EQ(o.error.kind, error_kind::request_error);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.error->kind, error_kind::request_error);
   EXPECT_EQ(o.status, 404);
   EXPECT_EQ(finished(), 12ms);
   EXPECT_EQ(log->cancels, std::vector<uint64_t>{exchange(0)});
@@ -282,7 +282,7 @@ TEST_F(HedgeRace, BothLegsFailingRetriesAndTheNextAttemptHedgesAgain) {
                  ok_after(300ms, R"({"who":"primary2"})"),
                  ok_after(1ms, R"({"who":"hedge2"})")};
   auto o = run_call(get("/x"));
-  ASSERT_TRUE(o.ok) << o.error.detail;
+  ASSERT_TRUE(o.ok()) << o.error->detail;
   EXPECT_EQ(o.body.at("who").as_string(), "hedge2");
   ASSERT_EQ(log->requests.size(), 4u);
   EXPECT_EQ(o.attempts, 2);
@@ -303,8 +303,8 @@ TEST_F(HedgeRace, BothLegsTimingOutEndTheAttemptAtItsBudget) {
   cfg.retry.max_attempts = 1;
   log->script = {fake_step::stall(), fake_step::stall()};
   auto o = run_call(get("/x"));
-  ASSERT_FALSE(o.ok);
-  EXPECT_EQ(o.error.kind, error_kind::service_unavailable);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.error->kind, error_kind::service_unavailable);
   EXPECT_EQ(finished(), 1000ms);
   EXPECT_EQ(log->cancels.size(), 2u);
 }
@@ -314,7 +314,7 @@ TEST_F(HedgeRace, Case9aAnExhaustedBudgetOnlySuppressesTheHedge) {
   hedging.config.budget_percent = 0;
   log->script = {ok_after(300ms)};
   auto o = run_call(get("/slow"));
-  ASSERT_TRUE(o.ok);
+  ASSERT_TRUE(o.ok());
   EXPECT_EQ(o.body.at("v").as_int64(), 1);
   EXPECT_EQ(finished(), 300ms);
   EXPECT_EQ(log->requests.size(), 1u);
@@ -356,10 +356,10 @@ TEST_F(HedgeRace, AnUnknownExplicitEndpointIsAnErrorAndSendsNothing) {
   auto c = get("/users/1");
   c.hedge_endpoint = "nobody";
   auto o = run_call(c);
-  ASSERT_FALSE(o.ok);
-  EXPECT_EQ(o.error.kind, error_kind::config_error);
-  EXPECT_NE(o.error.detail.find("nobody"), std::string::npos);
-  EXPECT_TRUE(o.error.nothing_sent);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.error->kind, error_kind::config_error);
+  EXPECT_NE(o.error->detail.find("nobody"), std::string::npos);
+  EXPECT_TRUE(o.error->nothing_sent);
   EXPECT_TRUE(log->requests.empty());
 }
 
@@ -370,13 +370,13 @@ TEST_F(HedgeRace, RoutesKeyTheStatsAndAnExplicitNameBypassesMatching) {
   hedging.routes.register_route("GET", "/orders/*");
   log->script = {ok_after(100ms), ok_after(1ms), ok_after(100ms),
                  ok_after(1ms), ok_after(100ms), ok_after(1ms)};
-  ASSERT_TRUE(run_call(get("/users/42?x=1")).ok);
+  ASSERT_TRUE(run_call(get("/users/42?x=1")).ok());
   EXPECT_EQ(arrival(1) - arrival(0), 2ms); // the hardcoded delay
-  ASSERT_TRUE(run_call(get("/orders/7")).ok);
+  ASSERT_TRUE(run_call(get("/orders/7")).ok());
   EXPECT_EQ(arrival(3) - arrival(2), 10ms); // warmup, defaults
   auto c = get("/somewhere/else");
   c.hedge_endpoint = "user";
-  ASSERT_TRUE(run_call(c).ok);
+  ASSERT_TRUE(run_call(c).ok());
   EXPECT_EQ(arrival(5) - arrival(4), 2ms);
   EXPECT_EQ(stats("endpoint:user").total_requests, 2u);
   EXPECT_EQ(stats("endpoint:GET /orders/*").total_requests, 1u);
@@ -392,10 +392,10 @@ TEST_F(HedgeRace, AfterWarmupTheHedgeFiresAtTheLearnedPercentile) {
   log->script.push_back(ok_after(300ms, R"({"who":"primary"})"));
   log->script.push_back(ok_after(1ms, R"({"who":"hedge"})"));
   for (int i = 0; i < 30; ++i)
-    ASSERT_TRUE(run_call(get("/x")).ok);
+    ASSERT_TRUE(run_call(get("/x")).ok());
   ASSERT_EQ(log->requests.size(), 30u);
   auto o = run_call(get("/x"));
-  ASSERT_TRUE(o.ok);
+  ASSERT_TRUE(o.ok());
   EXPECT_EQ(o.body.at("who").as_string(), "hedge");
   ASSERT_EQ(log->requests.size(), 32u);
   auto delay = arrival(31) - arrival(30);
@@ -417,13 +417,13 @@ TEST_F(HedgeRace, AnOpenHostBreakerBlocksHedgesNeverThePrimary) {
     log->script.push_back(fake_step::status(500)); // 4 x 5xx: trips
   log->script.push_back(ok_after(300ms, R"({"who":"primary"})"));
   for (int i = 0; i < 4; ++i)
-    EXPECT_FALSE(run_call(get("/x")).ok);
+    ASSERT_FALSE(run_call(get("/x")).ok());
   auto b = breaker(breaker_scope::host, host_key);
   ASSERT_TRUE(b);
   EXPECT_EQ(b->phase, breaker_phase::open);
   EXPECT_EQ(*opened_, std::vector<std::string>{std::string{"host "} + host_key});
   auto o = run_call(get("/x"));
-  ASSERT_TRUE(o.ok);
+  ASSERT_TRUE(o.ok());
   EXPECT_EQ(o.body.at("who").as_string(), "primary");
   EXPECT_EQ(log->requests.size(), 5u);
   EXPECT_EQ(finished() - arrival(4), 300ms);
@@ -444,11 +444,11 @@ TEST_F(HedgeRace, AHalfOpenProbeCancelledByItsPrimaryReleasesThePermit) {
   cfg.retry.max_attempts = 1;
   log->script = {fake_step::status(500), fake_step::status(500),
                  ok_after(30ms, R"({"who":"primary"})"), ok_after(200ms)};
-  EXPECT_FALSE(run_call(get("/x")).ok);
-  EXPECT_FALSE(run_call(get("/x")).ok);
+  ASSERT_FALSE(run_call(get("/x")).ok());
+  ASSERT_FALSE(run_call(get("/x")).ok());
   advance(2s); // past the cooldown: the next allow() half-opens
   auto o = run_call(get("/x"));
-  ASSERT_TRUE(o.ok);
+  ASSERT_TRUE(o.ok());
   EXPECT_EQ(o.body.at("who").as_string(), "primary");
   ASSERT_EQ(log->requests.size(), 4u); // the probe hedge went out
   auto b = breaker(breaker_scope::host, host_key);
@@ -473,7 +473,7 @@ TEST_F(HedgeRace, ABackendFailingHalfItsAttemptsOpensItsBreakerBehindRetries) {
   }
   for (int i = 0; i < 2; ++i) {
     auto o = run_call(get("/x"));
-    EXPECT_TRUE(o.ok) << "the retry hides the failure from the caller";
+    EXPECT_TRUE(o.ok()) << "the retry hides the failure from the caller";
     EXPECT_EQ(o.attempts, 2);
   }
   ASSERT_EQ(log->requests.size(), 4u) << "no hedge: every answer is at once";
@@ -505,7 +505,7 @@ TEST_F(HedgeRace, AnUnhedgedCallsAttemptsStillReachTheBreakers) {
     p.has_body = true;
     p.idempotent = true; // retried, but never hedged: it has a body
     auto o = run_call(p);
-    EXPECT_TRUE(o.ok) << o.error.message();
+    EXPECT_TRUE(o.ok()) << o.error->message();
     EXPECT_EQ(o.attempts, 2);
   }
   ASSERT_EQ(log->requests.size(), 4u);
@@ -525,10 +525,10 @@ TEST_F(HedgeRace, AnUnhedgedCallNamingAnUnknownEndpointIsAConfigError) {
   p.has_body = true;
   p.hedge_endpoint = "nope";
   auto o = run_call(p);
-  EXPECT_FALSE(o.ok);
-  EXPECT_EQ(o.error.kind, error_kind::config_error);
-  EXPECT_EQ(o.error.detail, "unknown hedge endpoint 'nope'");
-  EXPECT_TRUE(o.error.nothing_sent);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.error->kind, error_kind::config_error);
+  EXPECT_EQ(o.error->detail, "unknown hedge endpoint 'nope'");
+  EXPECT_TRUE(o.error->nothing_sent);
   EXPECT_TRUE(log->requests.empty());
 }
 
@@ -537,7 +537,7 @@ TEST_F(HedgeRace, AlwaysSucceedingAttemptsNeverOpenTheBreaker) {
   for (int i = 0; i < 6; ++i)
     log->script.push_back(fake_step::status(200, R"({"v":1})"));
   for (int i = 0; i < 6; ++i)
-    EXPECT_TRUE(run_call(get("/x")).ok);
+    EXPECT_TRUE(run_call(get("/x")).ok());
   auto b = breaker(breaker_scope::host, host_key);
   ASSERT_TRUE(b);
   EXPECT_EQ(b->phase, breaker_phase::closed);
@@ -558,7 +558,7 @@ TEST_F(HedgeRace, OnlyHedgesActuallySentAreCountedWhateverTheRace) {
     auto before_fired = fired_->size();
     auto before = stats(host_key).hedged_requests;
     auto o = run_call(get("/x"));
-    ASSERT_TRUE(o.ok);
+    ASSERT_TRUE(o.ok());
     EXPECT_EQ(o.body.at("who").as_string(), "primary");
     auto hedges_sent = log->requests.size() - 1;
     EXPECT_LE(hedges_sent, 1u);
@@ -581,7 +581,7 @@ TEST_F(HedgeRace, AHedgeThePoolRefusesIsNotFiredNotCountedAndGivesItsTokenBack) 
   log->script = {ok_after(300ms, R"({"who":"p1"})"),
                  ok_after(300ms, R"({"who":"p2"})")};
   auto o = run_call(get("/x"));
-  ASSERT_TRUE(o.ok) << o.error.detail;
+  ASSERT_TRUE(o.ok()) << o.error->detail;
   EXPECT_EQ(o.body.at("who").as_string(), "p1");
   EXPECT_EQ(finished(), 300ms);
   ASSERT_EQ(log->refused.size(), 1u);
@@ -589,7 +589,7 @@ TEST_F(HedgeRace, AHedgeThePoolRefusesIsNotFiredNotCountedAndGivesItsTokenBack) 
   EXPECT_TRUE(log->requests[0].request.may_queue); // primaries may queue
   EXPECT_TRUE(log->cancels.empty()); // nothing to cancel
   auto o2 = run_call(get("/x"));
-  ASSERT_TRUE(o2.ok) << o2.error.detail;
+  ASSERT_TRUE(o2.ok()) << o2.error->detail;
   EXPECT_EQ(log->refused.size(), 2u) << "the first hedge's token came back";
   EXPECT_EQ(log->requests.size(), 2u);
   auto s = stats(host_key);
@@ -610,7 +610,7 @@ TEST_F(HedgeRace, APrimaryThatFailedBeforeTheRefusalArrivedIsRetried) {
   log->script = {fake_step::status(503).delayed(12ms),
                  ok_after(20ms, R"({"who":"p2"})")};
   auto o = run_call(get("/x"));
-  ASSERT_TRUE(o.ok) << o.error.detail;
+  ASSERT_TRUE(o.ok()) << o.error->detail;
   EXPECT_EQ(o.body.at("who").as_string(), "p2");
   EXPECT_EQ(o.attempts, 2);
   EXPECT_EQ(log->refused.size(), 2u); // attempt 2 tried to hedge too
@@ -639,7 +639,7 @@ TEST_F(HedgeRace, ARefusalArrivingAfterThePrimaryAnsweredGivesTheTokenBack) {
   log->script = {ok_after(25ms, R"({"who":"p1"})"),
                  ok_after(300ms, R"({"who":"p2"})")};
   auto o = run_call(get("/x"));
-  ASSERT_TRUE(o.ok) << o.error.detail;
+  ASSERT_TRUE(o.ok()) << o.error->detail;
   EXPECT_EQ(o.body.at("who").as_string(), "p1");
   EXPECT_EQ(finished(), 25ms);
   ASSERT_EQ(log->refused.size(), 1u);
@@ -652,7 +652,7 @@ TEST_F(HedgeRace, ARefusalArrivingAfterThePrimaryAnsweredGivesTheTokenBack) {
   EXPECT_EQ(s.hedge_wins, 0u);
   EXPECT_TRUE(fired_->empty());
   auto o2 = run_call(get("/x"));
-  ASSERT_TRUE(o2.ok) << o2.error.detail;
+  ASSERT_TRUE(o2.ok()) << o2.error->detail;
   EXPECT_EQ(o2.body.at("who").as_string(), "p2");
   EXPECT_EQ(log->refused.size(), 2u) << "the first hedge's token came back";
   EXPECT_EQ(stats(host_key).budget_exhausted, 0u);
@@ -691,12 +691,12 @@ TEST_F(HedgeRace, ARefusedHalfOpenProbeReleasesThePermit) {
   cfg.retry.max_attempts = 1;
   log->script = {fake_step::status(500), fake_step::status(500),
                  ok_after(30ms, R"({"who":"primary"})")};
-  EXPECT_FALSE(run_call(get("/x")).ok);
-  EXPECT_FALSE(run_call(get("/x")).ok);
+  ASSERT_FALSE(run_call(get("/x")).ok());
+  ASSERT_FALSE(run_call(get("/x")).ok());
   advance(2s); // past the cooldown: the next allow() half-opens
   log->refuse_hedges = nanoseconds{0};
   auto o = run_call(get("/x"));
-  ASSERT_TRUE(o.ok);
+  ASSERT_TRUE(o.ok());
   ASSERT_EQ(log->refused.size(), 1u); // the probe hedge was tried
   auto b = breaker(breaker_scope::host, host_key);
   ASSERT_TRUE(b);

@@ -87,7 +87,7 @@ TEST(OracleRequest, ATsRequestCarriesTheBuilderHeadersInOrderWithIdAndCredential
   auto b = build_oracle_request(oracle_request_config(c),
                                 endpoint("127.0.0.1:7001"), ts_plan(3), {},
                                 rng);
-  ASSERT_TRUE(b.ok) << b.error.detail;
+  ASSERT_TRUE(b.ok()) << b.error->detail;
   auto& req = b.request;
   EXPECT_EQ(req.method, "POST");
   EXPECT_EQ(req.target, "/v1/ts");
@@ -114,7 +114,7 @@ TEST(OracleRequest, ASeqRequestCarriesTheConfiguredCredentialHeaderAndTheGivenId
   auto b = build_oracle_request(oracle_request_config(c),
                                 endpoint("https://10.0.0.2:7002"),
                                 seq_plan("orders/eu", 2), id, rng);
-  ASSERT_TRUE(b.ok) << b.error.detail;
+  ASSERT_TRUE(b.ok()) << b.error->detail;
   auto& req = b.request;
   EXPECT_EQ(req.method, "POST");
   EXPECT_EQ(req.target, "/v1/seq");
@@ -137,7 +137,7 @@ TEST(OracleRequest, WithoutATokenNoCredentialHeaderIsSent) {
   auto b = build_oracle_request(oracle_request_config(c),
                                 endpoint("127.0.0.1:7001"), ts_plan(1), {},
                                 rng);
-  ASSERT_TRUE(b.ok) << b.error.detail;
+  ASSERT_TRUE(b.ok()) << b.error->detail;
   for (auto& [k, v] : b.request.headers)
     EXPECT_NE(k, "Authorization");
   EXPECT_EQ(b.request.headers.size(), 4u); // Accept, Content-Type, UA, id
@@ -155,7 +155,7 @@ TEST(OracleRequest, EveryEndpointOfOneRpcGetsTheSameRequestAndId) {
                                 id, rng);
   auto b = build_oracle_request(rc, endpoint("http://10.9.9.9:80"),
                                 ts_plan(5), id, rng);
-  ASSERT_TRUE(a.ok && b.ok);
+  ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a.request.headers, b.request.headers);
   EXPECT_EQ(a.request.target, b.request.target);
   EXPECT_EQ(a.request_id, id);
@@ -170,7 +170,7 @@ TEST(OracleRequest, ARetryCarriesXRetryCountAndAFirstAttemptNone) {
                                     ts_plan(1), "id", rng);
   auto third = build_oracle_request(rc, endpoint("127.0.0.1:7001"),
                                     ts_plan(1), "id", rng, 2);
-  ASSERT_TRUE(first.ok && third.ok);
+  ASSERT_TRUE(first.ok() && third.ok());
   EXPECT_EQ(find_header(first.request.headers, "x-retry-count"), nullptr);
   auto* n = find_header(third.request.headers, "x-retry-count");
   ASSERT_NE(n, nullptr);

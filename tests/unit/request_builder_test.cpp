@@ -57,7 +57,7 @@ TEST(RequestBuilder, TargetIsBasePathPlusCallPathPlusEncodedQuery) {
   auto c = get("/v1/things");
   c.params = {{"limit", "50"}, {"name", "x y"}};
   auto r = build(cfg, c);
-  ASSERT_TRUE(r.ok) << r.error.detail;
+  ASSERT_TRUE(r.ok()) << r.error->detail;
   EXPECT_EQ(r.request.target, "/api/v1/things?limit=50&name=x%20y");
   EXPECT_EQ(r.request.method, "GET");
 
@@ -77,7 +77,7 @@ TEST(RequestBuilder, MethodIsUpperCased) {
   auto c = get("/x");
   c.method = "post";
   auto r = build(cfg_with(), c);
-  ASSERT_TRUE(r.ok);
+  ASSERT_TRUE(r.ok());
   EXPECT_EQ(r.request.method, "POST");
 }
 
@@ -85,7 +85,7 @@ TEST(RequestBuilder, HeadersWithoutBodyHaveThisShape) {
   auto c = get("/x");
   c.request_id = "rid-1";
   auto r = build(cfg_with(), c);
-  ASSERT_TRUE(r.ok);
+  ASSERT_TRUE(r.ok());
   header_list expected{{"Accept", "application/json"},
                        {"User-Agent", std::string{"outbound/"} + outbound_version},
                        {"Authorization", "Bearer tok123"},
@@ -110,7 +110,7 @@ TEST(RequestBuilder, EveryRequestAndEveryUpgradeCarryTheSameIdentityHeaders) {
   auto c = get("/x");
   c.request_id = "rid-1";
   auto r = build(cfg, c);
-  ASSERT_TRUE(r.ok);
+  ASSERT_TRUE(r.ok());
   header_list middle(r.request.headers.begin() + 1,
                      r.request.headers.end() - 1);
   EXPECT_EQ(middle, identity);
@@ -145,7 +145,7 @@ TEST(RequestBuilder, BodyAddsContentTypeJson) {
   c.has_body = true;
   c.request_id = "r";
   auto r = build(cfg_with(), c);
-  ASSERT_TRUE(r.ok);
+  ASSERT_TRUE(r.ok());
   header_list expected{{"Accept", "application/json"},
                        {"Content-Type", "application/json"},
                        {"User-Agent", std::string{"outbound/"} + outbound_version},
@@ -159,7 +159,7 @@ TEST(RequestBuilder, EmptySchemeSendsTheRawToken) {
   auto cfg = cfg_with("raw-key");
   cfg.token_scheme = "";
   auto r = build(cfg, get("/x"));
-  ASSERT_TRUE(r.ok);
+  ASSERT_TRUE(r.ok());
   ASSERT_TRUE(find_header(r.request.headers, "Authorization"));
   EXPECT_EQ(*find_header(r.request.headers, "Authorization"), "raw-key");
 }
@@ -169,7 +169,7 @@ TEST(RequestBuilder, CustomTokenHeaderCarriesTheCredential) {
   cfg.token_header = "X-API-Key";
   cfg.token_scheme = "";
   auto r = build(cfg, get("/x"));
-  ASSERT_TRUE(r.ok);
+  ASSERT_TRUE(r.ok());
   EXPECT_EQ(find_header(r.request.headers, "Authorization"), nullptr);
   ASSERT_TRUE(find_header(r.request.headers, "x-api-key"));
   EXPECT_EQ(*find_header(r.request.headers, "x-api-key"), "k1");
@@ -177,7 +177,7 @@ TEST(RequestBuilder, CustomTokenHeaderCarriesTheCredential) {
 
 TEST(RequestBuilder, EmptyTokenSendsNoCredentialHeader) {
   auto r = build(cfg_with(""), get("/x"));
-  ASSERT_TRUE(r.ok);
+  ASSERT_TRUE(r.ok());
   EXPECT_EQ(find_header(r.request.headers, "Authorization"), nullptr);
   EXPECT_EQ(r.request.headers.size(), 3u);
 }
@@ -189,7 +189,7 @@ TEST(RequestBuilder, DefaultThenCallHeadersReplaceEarlierOnesByName) {
   c.headers = {{"x-team", "b"}, {"X-Call", "1"}};
   c.request_id = "r";
   auto r = build(cfg, c);
-  ASSERT_TRUE(r.ok);
+  ASSERT_TRUE(r.ok());
   header_list expected{{"Accept", "application/x+json"},
                        {"User-Agent", std::string{"outbound/"} + outbound_version},
                        {"Authorization", "Bearer tok123"},
@@ -228,33 +228,33 @@ TEST(RequestBuilder, ControlCharactersAreRejectedAndNothingIsBuilt) {
   bad.push_back(rid);
   for (auto& c : bad) {
     auto r = build(cfg, c);
-    EXPECT_FALSE(r.ok);
-    EXPECT_EQ(r.error.kind, error_kind::config_error);
-    EXPECT_TRUE(r.error.nothing_sent);
-    EXPECT_EQ(r.error.detail.find("sekrit"), std::string::npos)
-      << r.error.detail;
-    EXPECT_EQ(r.error.detail.find("X-Evil"), std::string::npos)
-      << r.error.detail;
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error->kind, error_kind::config_error);
+    EXPECT_TRUE(r.error->nothing_sent);
+    EXPECT_EQ(r.error->detail.find("sekrit"), std::string::npos)
+      << r.error->detail;
+    EXPECT_EQ(r.error->detail.find("X-Evil"), std::string::npos)
+      << r.error->detail;
   }
   auto tab = get("/x");
   tab.headers = {{"X-A", "a\tb"}};
-  EXPECT_TRUE(build(cfg, tab).ok);
+  EXPECT_TRUE(build(cfg, tab).ok());
 }
 
 TEST(RequestBuilder, PathMustStartWithSlash) {
   auto r = build(cfg_with(), get("v1/x"));
-  EXPECT_FALSE(r.ok);
-  EXPECT_EQ(r.error.kind, error_kind::config_error);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error->kind, error_kind::config_error);
   EXPECT_FALSE(r.request_id.empty());
-  EXPECT_EQ(r.error.request_id, r.request_id);
-  EXPECT_FALSE(build(cfg_with(), get("")).ok);
+  EXPECT_EQ(r.error->request_id, r.request_id);
+  ASSERT_FALSE(build(cfg_with(), get("")).ok());
 }
 
 TEST(RequestBuilder, TransportOwnedHeadersAreRejected) {
   for (auto name : {"Host", "content-length", "Transfer-Encoding"}) {
     auto c = get("/x");
     c.headers = {{name, "1"}};
-    EXPECT_FALSE(build(cfg_with(), c).ok) << name;
+    EXPECT_FALSE(build(cfg_with(), c).ok()) << name;
   }
 }
 
@@ -262,7 +262,7 @@ TEST(RequestBuilder, RequestIdIsGeneratedAs32HexDigitsUnlessGiven) {
   auto a = build(cfg_with(), get("/x"), 1);
   auto b = build(cfg_with(), get("/x"), 2);
   auto a2 = build(cfg_with(), get("/x"), 1);
-  ASSERT_TRUE(a.ok);
+  ASSERT_TRUE(a.ok());
   EXPECT_EQ(a.request_id.size(), 32u);
   EXPECT_TRUE(all_hex(a.request_id)) << a.request_id;
   EXPECT_NE(a.request_id, b.request_id);

@@ -285,7 +285,6 @@ TEST(SystemSetup, OutboundTypesAreRegisteredAndTravelBetweenActors) {
     return {
       [](outbound::cancel_atom, const call_request& req) {
         call_outcome out;
-        out.ok = true;
         out.status = 200;
         out.body = boost::json::value(req.path);
         return out;
@@ -300,7 +299,7 @@ TEST(SystemSetup, OutboundTypesAreRegisteredAndTravelBetweenActors) {
     .receive(
       [&](const call_outcome& out) {
         answered = true;
-        EXPECT_TRUE(out.ok);
+        EXPECT_TRUE(out.ok());
         EXPECT_EQ(out.body, boost::json::value("/v1/ping"));
       },
       [&](const caf::error& err) { ADD_FAILURE() << sys.render(err); });
