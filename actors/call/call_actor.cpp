@@ -3,6 +3,7 @@
 #include "actors/call/call_result.hpp"
 
 #include "actors/call/detail/call_actor_testing.hpp"
+#include "actors/call/detail/hedging_context.hpp"
 #include "actors/call/retry_state.hpp"
 #include "actors/handler_guard.hpp"
 #include "core/request_builder.hpp"

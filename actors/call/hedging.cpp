@@ -1,4 +1,4 @@
-#include "actors/call/hedging.hpp"
+#include "actors/call/detail/hedging_context.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/send.hpp>

@@ -48,27 +48,10 @@ struct hedging_options {
   hedge_hook_actor hooks;
 };
 
-/// What every call actor of a hedging client shares; immutable once built.
-struct hedging_context {
-  hedge_config config;
-  route_table routes;
-  /// The effective config of unmatched (host-keyed) requests.
-  effective_hedge_config host_config;
-  /// The effective config of each registered endpoint, by name.
-  std::unordered_map<std::string, effective_hedge_config> endpoint_configs;
-  /// The per-key latency sketches, RPS estimates and budgets.
-  endpoint_stats_actor stats;
-  /// The host and endpoint breakers.
-  breaker_actor breakers;
-
-  /// The effective config of a routed request (matched or host-keyed).
-  const effective_hedge_config& config_for(const route_result& r) const;
-};
-
-/// Validates `opts`, spawns the endpoint_stats and breaker actors and
-/// subscribes `opts.hooks` to both. Throws config_error naming the field.
-std::shared_ptr<const hedging_context>
-make_hedging_context(caf::actor_system& sys, const hedging_options& opts);
+/// What every call actor of a hedging client shares (its configs and the
+/// full handles of its hedge actors): actors/call/detail/hedging_context.hpp,
+/// built by make_service_client.
+struct hedging_context;
 
 /// True if a request may be hedged: GET, HEAD or OPTIONS, no body, and not
 /// explicitly marked non-idempotent (a hedge sends the request twice).

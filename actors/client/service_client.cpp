@@ -1,6 +1,7 @@
 #include "actors/client/service_client.hpp"
 
 #include "actors/call/call_actor.hpp"
+#include "actors/call/detail/hedging_context.hpp"
 #include "actors/call/call_result.hpp"
 #include "actors/call/retry_state.hpp"
 #include "actors/handler_guard.hpp"

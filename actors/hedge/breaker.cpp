@@ -1,4 +1,4 @@
-#include "actors/hedge/breaker.hpp"
+#include "actors/hedge/detail/hedge_actors.hpp"
 
 #include "actors/handler_guard.hpp"
 
@@ -19,7 +19,7 @@ struct breaker_actor_state {
   std::vector<hedge_hook_actor> subscribers;
 };
 
-using self_ptr = breaker_actor::stateful_pointer<breaker_actor_state>;
+using self_ptr = breaker_impl_actor::stateful_pointer<breaker_actor_state>;
 
 /// One circuit_opened per OPEN transition, to every subscriber.
 void announce(self_ptr self, const breaker_changes& c,
@@ -32,7 +32,8 @@ void announce(self_ptr self, const breaker_changes& c,
   }
 }
 
-breaker_actor::behavior_type breaker_impl(self_ptr self, hedge_config cfg) {
+breaker_impl_actor::behavior_type breaker_impl(self_ptr self,
+                                               hedge_config cfg) {
   self->state.registry.emplace(cfg);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& subs = self->state.subscribers;
@@ -99,7 +100,8 @@ breaker_actor::behavior_type breaker_impl(self_ptr self, hedge_config cfg) {
 
 } // namespace
 
-breaker_actor spawn_breaker(caf::actor_system& sys, const hedge_config& cfg) {
+breaker_impl_actor spawn_breaker(caf::actor_system& sys,
+                                 const hedge_config& cfg) {
   cfg.validate();
   return sys.spawn(breaker_impl, cfg);
 }

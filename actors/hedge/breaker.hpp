@@ -7,35 +7,24 @@
 // hook subscribers as exactly one circuit_opened(scope, key).
 
 #include "actors/hedge/hedge_messages.hpp"
-#include "config/hedge_config.hpp"
 
-#include <caf/actor_system.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
 namespace outbound {
 
-/// Typed interface of the breaker actor.
+/// Public interface of the breaker actor (what hedging_handles gives out):
 ///
-/// - `breaker_allow_request -> breaker_gate_result`: the breaker gate of
-///   one hedge (host tier, then endpoint tier). On `allowed` the permit is
-///   later sent back in `breaker_complete` (the hedge won) or
-///   `breaker_release` (cancelled, or not sent because the budget said no).
-/// - `breaker_record`: the winner's health, into both tiers.
 /// - `breaker_snapshot_request -> breaker_snapshot_reply`,
 ///   `breaker_all_request -> breaker_all_reply` (every breaker).
 /// - `hedge_subscribe`: adds a hook subscriber.
+///
+/// The gates and records the call actors send (a hedge's permit, the
+/// winner's health) are a private extension of this interface
+/// (actors/hedge/detail/hedge_actors.hpp); the client spawns the actor.
 using breaker_actor = caf::typed_actor<
-  caf::replies_to<breaker_allow_request>::with<breaker_gate_result>,
-  caf::reacts_to<breaker_record>, caf::reacts_to<breaker_complete>,
-  caf::reacts_to<breaker_release>,
   caf::replies_to<breaker_snapshot_request>::with<breaker_snapshot_reply>,
   caf::replies_to<breaker_all_request>::with<breaker_all_reply>,
   caf::reacts_to<hedge_subscribe>>;
-
-/// Spawns the actor for the transport defaults `cfg` (its breaker config is
-/// the host tier's; max_keys bounds each tier). Throws config_error naming
-/// the bad `hedge.*` field.
-breaker_actor spawn_breaker(caf::actor_system& sys, const hedge_config& cfg);
 
 } // namespace outbound

@@ -1,4 +1,4 @@
-#include "actors/hedge/endpoint_stats.hpp"
+#include "actors/hedge/detail/hedge_actors.hpp"
 
 #include "actors/handler_guard.hpp"
 
@@ -40,10 +40,10 @@ struct endpoint_stats_actor_state {
 };
 
 using self_ptr
-  = endpoint_stats_actor::stateful_pointer<endpoint_stats_actor_state>;
+  = endpoint_stats_impl_actor::stateful_pointer<endpoint_stats_actor_state>;
 
-endpoint_stats_actor::behavior_type endpoint_stats_impl(self_ptr self,
-                                                        hedge_config cfg) {
+endpoint_stats_impl_actor::behavior_type
+endpoint_stats_impl(self_ptr self, hedge_config cfg) {
   self->state.stats.emplace(cfg);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& subs = self->state.subscribers;
@@ -163,8 +163,8 @@ endpoint_stats_actor::behavior_type endpoint_stats_impl(self_ptr self,
 
 } // namespace
 
-endpoint_stats_actor spawn_endpoint_stats(caf::actor_system& sys,
-                                          const hedge_config& cfg) {
+endpoint_stats_impl_actor spawn_endpoint_stats(caf::actor_system& sys,
+                                               const hedge_config& cfg) {
   cfg.validate();
   return sys.spawn(endpoint_stats_impl, cfg);
 }

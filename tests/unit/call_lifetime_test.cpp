@@ -9,6 +9,7 @@
 
 #include "actors/call/call_actor.hpp"
 #include "actors/call/detail/call_actor_testing.hpp"
+#include "actors/call/detail/hedging_context.hpp"
 #include "actors/call/hedging.hpp"
 
 #include "fake_transport.hpp"

@@ -2,8 +2,7 @@
 // time drives their windows, buckets and cooldowns; hooks arrive as
 // messages at a subscriber actor.
 
-#include "actors/hedge/breaker.hpp"
-#include "actors/hedge/endpoint_stats.hpp"
+#include "actors/hedge/detail/hedge_actors.hpp"
 #include "actors/hedge/hedge_hooks.hpp"
 #include "config/config_error.hpp"
 #include "virtual_time_fixture.hpp"

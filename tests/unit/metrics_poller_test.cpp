@@ -8,8 +8,7 @@
 
 #include "actors/metrics/metrics_poller.hpp"
 
-#include "actors/hedge/breaker.hpp"
-#include "actors/hedge/endpoint_stats.hpp"
+#include "actors/hedge/detail/hedge_actors.hpp"
 #include "config/config_error.hpp"
 #include "metrics/outbound_metrics.hpp"
 #include "virtual_time_fixture.hpp"
