@@ -92,9 +92,15 @@ call_outcome blocking_client::call(call_request req) {
         e.nothing_sent = false;
       });
   if (!answered) {
+    // The error handler always runs when no outcome came; still, never
+    // hand back a default outcome (a success) for a call without answer.
+    if (!result.error) {
+      auto& e = result.error.emplace();
+      e.kind = error_kind::service_unavailable;
+      e.detail = "no answer from the service client";
+    }
     result.request_id = request_id;
-    if (result.error)
-      result.error->request_id = request_id;
+    result.error->request_id = request_id;
   }
   return result;
 }

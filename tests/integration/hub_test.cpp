@@ -16,6 +16,7 @@
 #include "config/client_config.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/json_parse.hpp"
+#include "tests/support/outcome_checks.hpp"
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -55,6 +56,7 @@
 #include <vector>
 
 using namespace outbound;
+using outbound::testing::failure_of;
 using namespace std::chrono_literals;
 
 namespace net = boost::asio;
@@ -1845,8 +1847,8 @@ TEST_F(HubTest, APublishWithAnOutOfRangeNumberIsAnswered400NamingTheField) {
                                     std::string(5000, '9')}) {
     auto o = http().call(
       raw_publish(R"({"subject":"s","metadata":{"x":[1,)" + number + "]}}"));
-    EXPECT_EQ(o.status, 400) << o.error->message();
-    EXPECT_EQ(o.error->detail,
+    EXPECT_EQ(o.status, 400) << failure_of(o).message();
+    EXPECT_EQ(failure_of(o).detail,
               "metadata.x[1]: number out of range (IEEE 754 binary64)");
   }
   // A nonzero number that underflows would be stored, and replayed, as 0.
@@ -1854,14 +1856,14 @@ TEST_F(HubTest, APublishWithAnOutOfRangeNumberIsAnswered400NamingTheField) {
                                     std::string{"-2e-324"}}) {
     auto o = http().call(
       raw_publish(R"({"subject":"s","metadata":{"x":)" + number + "}}"));
-    EXPECT_EQ(o.status, 400) << o.error->message();
-    EXPECT_EQ(o.error->detail, "metadata.x: number out of range (underflows "
+    EXPECT_EQ(o.status, 400) << failure_of(o).message();
+    EXPECT_EQ(failure_of(o).detail, "metadata.x: number out of range (underflows "
                               "IEEE 754 binary64 to zero)");
   }
   // Subnormals binary64 holds and literal zeros are stored as sent.
   auto ok = http().call(raw_publish(
     R"({"subject":"s","metadata":{"x":[5e-324,0e-400]}})"));
-  EXPECT_EQ(ok.status / 100, 2) << ok.error->message();
+  EXPECT_EQ(ok.status / 100, 2) << failure_of(ok).message();
   // Only the last publish was stored; the hub still answers.
   auto events = replay(0).at("events").as_array();
   ASSERT_EQ(events.size(), 1u);
@@ -1876,8 +1878,8 @@ TEST_F(HubTest, APublishWithAnInexactIntegerIsAnswered400NamingTheField) {
   start();
   auto o = http().call(raw_publish(
     R"({"subject":"s","metadata":{"ids":[1,123456789012345678901234567890]}})"));
-  EXPECT_EQ(o.status, 400) << o.error->message();
-  EXPECT_EQ(o.error->detail, "metadata.ids[1]: integer not exact in IEEE 754 "
+  EXPECT_EQ(o.status, 400) << failure_of(o).message();
+  EXPECT_EQ(failure_of(o).detail, "metadata.ids[1]: integer not exact in IEEE 754 "
                             "binary64 (send it as a string)");
   EXPECT_EQ(replay(0).at("events").as_array().size(), 0u);
 }
@@ -1889,22 +1891,22 @@ TEST_F(HubTest, PublishRejectsWhatReplayCouldNotServeWith400AndAReason) {
   auto deep = http().call(raw_publish(
     R"({"subject":"s","metadata":)" + nested_metadata(33) + "}"));
   EXPECT_EQ(deep.status, 400);
-  EXPECT_EQ(deep.error->detail, "metadata nests deeper than 32 levels");
+  EXPECT_EQ(failure_of(deep).detail, "metadata nests deeper than 32 levels");
   auto long_subject = http().call(
     raw_publish("{\"subject\":\"" + std::string(17, 's') + "\"}"));
   EXPECT_EQ(long_subject.status, 400);
-  EXPECT_EQ(long_subject.error->detail, "subject exceeds 16 bytes");
+  EXPECT_EQ(failure_of(long_subject).detail, "subject exceeds 16 bytes");
   auto big = http().call(raw_publish(
     "{\"subject\":\"s\",\"kind\":\"" + std::string(6000, 'k') + "\"}"));
   EXPECT_EQ(big.status, 400);
-  EXPECT_EQ(big.error->detail, "event exceeds 5120 bytes");
+  EXPECT_EQ(failure_of(big).detail, "event exceeds 5120 bytes");
 }
 
 TEST_F(HubTest, TheDeepestAcceptedMetadataReplaysToADefaultClient) {
   start();
   auto ok = http().call(raw_publish(
     R"({"subject":"s","metadata":)" + nested_metadata(32) + "}"));
-  ASSERT_TRUE(ok.ok()) << ok.error->message();
+  ASSERT_TRUE(ok.ok()) << failure_of(ok).message();
   publish("after");
   auto page = replay(0); // a default client: depth 64
   ASSERT_EQ(ids(page), (std::vector<int64_t>{1, 2}));
@@ -1915,7 +1917,7 @@ TEST_F(HubTest, PublishedDoublesReplayExactly) {
   start();
   auto o = http().call(
     raw_publish(R"({"subject":"s","metadata":{"t":1.7961554897535605E9}})"));
-  ASSERT_TRUE(o.ok()) << o.error->message();
+  ASSERT_TRUE(o.ok()) << failure_of(o).message();
   auto page = replay(0);
   EXPECT_EQ(json::serialize(page.at("events").at(0).at("metadata")),
             R"({"t":1.7961554897535605E9})");

@@ -12,6 +12,7 @@
 #include "actors/coalesce/leader_state.hpp"
 #include "actors/handler_guard.hpp"
 #include "config/config_error.hpp"
+#include "tests/support/outcome_checks.hpp"
 
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
@@ -388,11 +389,11 @@ TEST_F(ClientFailure, KillingThePoolFailsTheCallInFlightAtOnce) {
   ASSERT_TRUE(r->outcome) << "the call waited for its attempt budget";
   EXPECT_LE(r->at - killed_at, at_once);
   ASSERT_FALSE(r->outcome->ok());
-  EXPECT_EQ(r->outcome->error->kind, error_kind::service_unavailable);
-  EXPECT_NE(r->outcome->error->detail.find("connection pool terminated"),
+  EXPECT_EQ(failure_of(*r->outcome).kind, error_kind::service_unavailable);
+  EXPECT_NE(failure_of(*r->outcome).detail.find("connection pool terminated"),
             std::string::npos)
-    << r->outcome->error->detail;
-  EXPECT_FALSE(r->outcome->error->nothing_sent) << "the request had left";
+    << failure_of(*r->outcome).detail;
+  EXPECT_FALSE(failure_of(*r->outcome).nothing_sent) << "the request had left";
 }
 
 TEST_F(ClientFailure, AfterThePoolDiedEveryCallFailsAtOnceWithNothingSent) {
@@ -403,8 +404,8 @@ TEST_F(ClientFailure, AfterThePoolDiedEveryCallFailsAtOnceWithNothingSent) {
   auto r = call();
   ASSERT_TRUE(r->outcome);
   EXPECT_LE(r->at - start, at_once);
-  EXPECT_EQ(r->outcome->error->kind, error_kind::service_unavailable);
-  EXPECT_TRUE(r->outcome->error->nothing_sent);
+  EXPECT_EQ(failure_of(*r->outcome).kind, error_kind::service_unavailable);
+  EXPECT_TRUE(failure_of(*r->outcome).nothing_sent);
   EXPECT_TRUE(log->requests.empty());
 }
 

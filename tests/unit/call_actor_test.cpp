@@ -12,6 +12,7 @@
 
 #include "fake_transport.hpp"
 #include "virtual_time_fixture.hpp"
+#include "tests/support/outcome_checks.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -132,7 +133,7 @@ protected:
     EXPECT_TRUE(run_to_quiescence());
     if (!last->outcome) {
       ADD_FAILURE() << "no outcome; error: " << last->error;
-      return {};
+      return no_outcome("no outcome");
     }
     return *last->outcome;
   }
@@ -174,7 +175,7 @@ TEST_F(CallActor, ThreeRetryable503sHonourRetryAfterMsToTheMillisecond) {
     fake_step::status(200, R"({"ok":true})"),
   };
   auto o = run_call(get("/v1/item"));
-  ASSERT_TRUE(o.ok()) << o.error->message();
+  ASSERT_TRUE(o.ok()) << failure_of(o).message();
   EXPECT_EQ(o.attempts, 4);
   EXPECT_EQ(o.status, 200);
   EXPECT_EQ(boost::json::serialize(o.body), R"({"ok":true})");
@@ -217,7 +218,7 @@ TEST_F(CallActor, EveryAttemptSendsTheSameRequest) {
   req.params = {{"y", "2 3"}};
   req.headers = {{"X-Request-Id", "from-header"}, {"X-Tenant", "t1"}};
   auto o = run_call(req);
-  ASSERT_TRUE(o.ok()) << o.error->message();
+  ASSERT_TRUE(o.ok()) << failure_of(o).message();
   EXPECT_EQ(o.request_id, "from-header");
   ASSERT_EQ(log->requests.size(), 2u);
   auto first = log->requests[0].request;
@@ -239,7 +240,7 @@ TEST_F(CallActor, GivenRequestIdIsSentAndReported) {
   auto o = run_call(req);
   EXPECT_EQ(header(log->requests.at(0).request, "x-request-id"), "req-123");
   EXPECT_EQ(o.request_id, "req-123");
-  EXPECT_EQ(o.error->request_id, "req-123");
+  EXPECT_EQ(failure_of(o).request_id, "req-123");
 }
 
 TEST_F(CallActor, Three503sWithoutRetryAfterBackOffPerPolicyThenServerError) {
@@ -247,9 +248,9 @@ TEST_F(CallActor, Three503sWithoutRetryAfterBackOffPerPolicyThenServerError) {
   log->script = {fake_step::status(503, R"({"detail":"busy"})")};
   auto o = run_call(get("/v1/item"));
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error->kind, error_kind::server_error);
-  EXPECT_EQ(o.error->status, 503);
-  EXPECT_EQ(o.error->detail, "busy");
+  EXPECT_EQ(failure_of(o).kind, error_kind::server_error);
+  EXPECT_EQ(failure_of(o).status, 503);
+  EXPECT_EQ(failure_of(o).detail, "busy");
   EXPECT_EQ(o.attempts, 3);
   ASSERT_EQ(log->requests.size(), 3u);
   auto gap1 = arrival(1) - arrival(0);
@@ -277,8 +278,8 @@ TEST_F(CallActor, RetryAfterPastTheDeadlineEndsAtOnceWithTheStatusError) {
                  fake_step::status(200, "{}")};
   auto o = run_call(get("/v1/item"));
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error->kind, error_kind::server_error);
-  EXPECT_EQ(o.error->status, 503);
+  EXPECT_EQ(failure_of(o).kind, error_kind::server_error);
+  EXPECT_EQ(failure_of(o).status, 503);
   EXPECT_EQ(o.attempts, 1);
   EXPECT_EQ(log->requests.size(), 1u);
   EXPECT_EQ(finished(), 0ns);
@@ -288,7 +289,7 @@ TEST_F(CallActor, AStalledAttemptCostsExactlyThePerAttemptTimeout) {
   cfg.retry.base_backoff = 0;
   log->script = {fake_step::stall(), fake_step::status(200, "{}")};
   auto o = run_call(get("/v1/item"));
-  ASSERT_TRUE(o.ok()) << o.error->message();
+  ASSERT_TRUE(o.ok()) << failure_of(o).message();
   EXPECT_EQ(o.attempts, 2);
   ASSERT_EQ(log->requests.size(), 2u);
   EXPECT_EQ(log->requests[0].request.timeout_ns, 5'000'000'000);
@@ -313,9 +314,9 @@ TEST_F(CallActor, StallsSpendExactlyTheOverallDeadline) {
   log->script = {fake_step::stall()};
   auto o = run_call(get("/v1/item"));
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error->kind, error_kind::deadline_exceeded);
+  EXPECT_EQ(failure_of(o).kind, error_kind::deadline_exceeded);
   EXPECT_EQ(o.attempts, 3);
-  EXPECT_FALSE(o.error->nothing_sent);
+  EXPECT_FALSE(failure_of(o).nothing_sent);
   ASSERT_EQ(log->requests.size(), 3u);
   EXPECT_EQ(arrival(0), 0s);
   EXPECT_EQ(arrival(1), 10s);
@@ -331,7 +332,7 @@ TEST_F(CallActor, TheLastAttemptIsCutToTheDeadlineLeft) {
   cfg.retry.base_backoff = 0;
   log->script = {fake_step::stall()};
   auto o = run_call(get("/v1/item"));
-  EXPECT_EQ(o.error->kind, error_kind::deadline_exceeded);
+  EXPECT_EQ(failure_of(o).kind, error_kind::deadline_exceeded);
   ASSERT_EQ(log->requests.size(), 3u);
   EXPECT_EQ(log->requests[2].request.timeout_ns, 5'000'000'000);
   EXPECT_EQ(finished(), 25s);
@@ -342,8 +343,8 @@ TEST_F(CallActor, TimeoutsThatSpendTheAttemptsAreServiceUnavailableNotDeadline) 
   cfg.retry.base_backoff = 0;
   log->script = {fake_step::stall()};
   auto o = run_call(get("/v1/item"));
-  EXPECT_EQ(o.error->kind, error_kind::service_unavailable);
-  EXPECT_EQ(o.error->cause, ek::timeout);
+  EXPECT_EQ(failure_of(o).kind, error_kind::service_unavailable);
+  EXPECT_EQ(failure_of(o).cause, ek::timeout);
   EXPECT_EQ(o.attempts, 3);
   EXPECT_EQ(finished(), 3s);
 }
@@ -391,12 +392,12 @@ TEST_F(CallActor, OneWatchdogTimesOutEachSendAtItsOwnDeadline) {
   ASSERT_TRUE(a->outcome && b->outcome);
   // a: attempt 1 times out at 5 s, attempt 2 (sent at once) is cut to the
   // 2 s left and times out at 7 s, before b's first deadline at 9 s.
-  EXPECT_EQ(a->outcome->error->kind, error_kind::deadline_exceeded);
+  EXPECT_EQ(failure_of(*a->outcome).kind, error_kind::deadline_exceeded);
   EXPECT_EQ(a->at - t0_, 7s);
   ASSERT_GE(log->requests.size(), 3u);
   EXPECT_EQ(log->requests[2].request.timeout_ns, 2'000'000'000);
   // b: 5 s from 4 s, then cut to the 2 s left of its 7 s deadline.
-  EXPECT_EQ(b->outcome->error->kind, error_kind::deadline_exceeded);
+  EXPECT_EQ(failure_of(*b->outcome).kind, error_kind::deadline_exceeded);
   EXPECT_EQ(b->at - t0_, 11s);
   EXPECT_EQ(log->cancels.size(), 4u);
 }
@@ -433,9 +434,9 @@ TEST_F(CallActor, AKilledClientAnswersItsCallsAtOnce) {
   run();
   for (auto& r : {a, b}) {
     ASSERT_TRUE(r->outcome) << r->error;
-    EXPECT_EQ(r->outcome->error->kind, error_kind::service_unavailable);
-    EXPECT_EQ(r->outcome->error->detail, "service client stopped");
-    EXPECT_FALSE(r->outcome->error->nothing_sent);
+    EXPECT_EQ(failure_of(*r->outcome).kind, error_kind::service_unavailable);
+    EXPECT_EQ(failure_of(*r->outcome).detail, "service client stopped");
+    EXPECT_FALSE(failure_of(*r->outcome).nothing_sent);
     EXPECT_EQ(r->outcome->attempts, 1);
     EXPECT_EQ(r->at, t0_) << "at once, not at a timeout";
   }
@@ -452,8 +453,8 @@ TEST_F(CallActor, AKilledClientSaysNothingWasSentForACallThatSentNothing) {
   caf::anon_send_exit(client, caf::exit_reason::kill);
   run();
   ASSERT_TRUE(a->outcome) << a->error;
-  EXPECT_EQ(a->outcome->error->detail, "service client stopped");
-  EXPECT_TRUE(a->outcome->error->nothing_sent);
+  EXPECT_EQ(failure_of(*a->outcome).detail, "service client stopped");
+  EXPECT_TRUE(failure_of(*a->outcome).nothing_sent);
 }
 
 // -- redials and local retries --------------------------------------------------------
@@ -492,9 +493,9 @@ TEST_F(CallActor, MoreThanTwoNotSentAreABrokenExchange) {
   cfg.retry.base_backoff = 0;
   log->script = {fake_step::fail(ek::not_sent, false)};
   auto o = run_call(get("/v1/item"));
-  EXPECT_EQ(o.error->kind, error_kind::service_unavailable);
+  EXPECT_EQ(failure_of(o).kind, error_kind::service_unavailable);
   EXPECT_EQ(o.attempts, 3);
-  EXPECT_TRUE(o.error->nothing_sent);
+  EXPECT_TRUE(failure_of(o).nothing_sent);
   // 3 sends of attempt 1 (two redials), then attempts 2 and 3.
   EXPECT_EQ(log->requests.size(), 5u);
 }
@@ -504,7 +505,7 @@ TEST_F(CallActor, LocalResourceIsRetriedOutOfBandWithoutConsumingAttempts) {
                  fake_step::fail(ek::local_resource, false),
                  fake_step::status(201, "{}")};
   auto o = run_call(post("/v1/orders"));
-  ASSERT_TRUE(o.ok()) << o.error->message();
+  ASSERT_TRUE(o.ok()) << failure_of(o).message();
   EXPECT_EQ(o.attempts, 1);
   ASSERT_EQ(log->requests.size(), 3u);
   for (size_t i = 1; i < 3; ++i) {
@@ -525,9 +526,9 @@ TEST_F(CallActor, LocalResourceBeyondItsBudgetIsAConnectFailure) {
   cfg.local_retry_deadline = 1.0;
   log->script = {fake_step::fail(ek::local_resource, false)};
   auto o = run_call(post("/v1/orders"));
-  EXPECT_EQ(o.error->kind, error_kind::service_unavailable);
-  EXPECT_EQ(o.error->cause, ek::connect);
-  EXPECT_TRUE(o.error->nothing_sent);
+  EXPECT_EQ(failure_of(o).kind, error_kind::service_unavailable);
+  EXPECT_EQ(failure_of(o).cause, ek::connect);
+  EXPECT_TRUE(failure_of(o).nothing_sent);
   EXPECT_EQ(o.attempts, 1);
   EXPECT_LE(finished(), 1s);
   EXPECT_GE(log->requests.size(), 3u);
@@ -539,23 +540,23 @@ TEST_F(CallActor, GetWithEveryAttemptInterruptedMakesThreeAttempts) {
   log->script = {fake_step::fail(ek::interrupted, true, "connection reset")};
   auto o = run_call(get("/v1/item"));
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error->kind, error_kind::service_unavailable);
-  EXPECT_EQ(o.error->cause, ek::interrupted);
+  EXPECT_EQ(failure_of(o).kind, error_kind::service_unavailable);
+  EXPECT_EQ(failure_of(o).cause, ek::interrupted);
   EXPECT_EQ(o.attempts, 3);
-  EXPECT_EQ(o.error->attempts, 3);
-  EXPECT_FALSE(o.error->nothing_sent);
+  EXPECT_EQ(failure_of(o).attempts, 3);
+  EXPECT_FALSE(failure_of(o).nothing_sent);
   EXPECT_EQ(log->requests.size(), 3u);
-  EXPECT_NE(o.error->detail.find("connection reset"), std::string::npos);
+  EXPECT_NE(failure_of(o).detail.find("connection reset"), std::string::npos);
 }
 
 TEST_F(CallActor, PostInterruptedIsNotRetriedAndMayHaveBeenProcessed) {
   log->script = {fake_step::fail(ek::interrupted, true)};
   auto o = run_call(post("/v1/orders"));
-  EXPECT_EQ(o.error->kind, error_kind::service_unavailable);
+  EXPECT_EQ(failure_of(o).kind, error_kind::service_unavailable);
   EXPECT_EQ(o.attempts, 1);
-  EXPECT_FALSE(o.error->nothing_sent);
-  EXPECT_NE(o.error->detail.find("may have been processed"), std::string::npos)
-    << o.error->detail;
+  EXPECT_FALSE(failure_of(o).nothing_sent);
+  EXPECT_NE(failure_of(o).detail.find("may have been processed"), std::string::npos)
+    << failure_of(o).detail;
   EXPECT_EQ(log->requests.size(), 1u);
 }
 
@@ -581,25 +582,25 @@ TEST_F(CallActor, GetMarkedNotIdempotentIsNotRetried) {
 TEST_F(CallActor, ConnectRefusedThreeTimesSentNothing) {
   log->script = {fake_step::fail(ek::connect, false, "connection refused")};
   auto o = run_call(get("/v1/item"));
-  EXPECT_EQ(o.error->kind, error_kind::service_unavailable);
-  EXPECT_EQ(o.error->cause, ek::connect);
+  EXPECT_EQ(failure_of(o).kind, error_kind::service_unavailable);
+  EXPECT_EQ(failure_of(o).cause, ek::connect);
   EXPECT_EQ(o.attempts, 3);
-  EXPECT_TRUE(o.error->nothing_sent);
-  EXPECT_EQ(o.error->status, 0);
+  EXPECT_TRUE(failure_of(o).nothing_sent);
+  EXPECT_EQ(failure_of(o).status, 0);
 }
 
 TEST_F(CallActor, TlsFailureIsNotRetried) {
   log->script = {fake_step::fail(ek::tls, false, "certificate verify failed")};
   auto o = run_call(get("/v1/item"));
-  EXPECT_EQ(o.error->kind, error_kind::service_unavailable);
-  EXPECT_EQ(o.error->cause, ek::tls);
+  EXPECT_EQ(failure_of(o).kind, error_kind::service_unavailable);
+  EXPECT_EQ(failure_of(o).cause, ek::tls);
   EXPECT_EQ(o.attempts, 1);
 }
 
 TEST_F(CallActor, TooLargeIsAResponseErrorNotRetried) {
   log->script = {fake_step::fail(ek::too_large, true, "body over the cap")};
   auto o = run_call(get("/v1/item"));
-  EXPECT_EQ(o.error->kind, error_kind::response_error);
+  EXPECT_EQ(failure_of(o).kind, error_kind::response_error);
   EXPECT_EQ(o.attempts, 1);
 }
 
@@ -608,28 +609,28 @@ TEST_F(CallActor, TooLargeIsAResponseErrorNotRetried) {
 TEST_F(CallActor, ServerErrorCarriesTheJsonDetail) {
   log->script = {fake_step::status(500, R"({"detail":"boom"})")};
   auto o = run_call(get("/v1/item"));
-  EXPECT_EQ(o.error->kind, error_kind::server_error);
-  EXPECT_EQ(o.error->status, 500);
-  EXPECT_EQ(o.error->detail, "boom");
+  EXPECT_EQ(failure_of(o).kind, error_kind::server_error);
+  EXPECT_EQ(failure_of(o).status, 500);
+  EXPECT_EQ(failure_of(o).detail, "boom");
   EXPECT_EQ(o.attempts, 1);
-  EXPECT_FALSE(o.error->nothing_sent);
+  EXPECT_FALSE(failure_of(o).nothing_sent);
   EXPECT_EQ(log->requests.size(), 1u);
 }
 
 TEST_F(CallActor, AuthStatusesAreAuthErrors) {
   log->script = {fake_step::status(403, R"({"detail":"no grant"})")};
   auto o = run_call(get("/v1/item"));
-  EXPECT_EQ(o.error->kind, error_kind::auth_error);
-  EXPECT_EQ(o.error->detail, "no grant");
+  EXPECT_EQ(failure_of(o).kind, error_kind::auth_error);
+  EXPECT_EQ(failure_of(o).detail, "no grant");
 }
 
 TEST_F(CallActor, ARedirectIsNotFollowedAndExposesTheLocation) {
   log->script = {fake_step::status(
     302, "", {{"Location", "http://other.example:8080/v1/data"}})};
   auto o = run_call(get("/v1/data"));
-  EXPECT_EQ(o.error->kind, error_kind::request_error);
-  EXPECT_EQ(o.error->status, 302);
-  EXPECT_EQ(o.error->location, "http://other.example:8080/v1/data");
+  EXPECT_EQ(failure_of(o).kind, error_kind::request_error);
+  EXPECT_EQ(failure_of(o).status, 302);
+  EXPECT_EQ(failure_of(o).location, "http://other.example:8080/v1/data");
   EXPECT_EQ(o.attempts, 1);
   EXPECT_EQ(log->requests.size(), 1u);
 }
@@ -637,8 +638,8 @@ TEST_F(CallActor, ARedirectIsNotFollowedAndExposesTheLocation) {
 TEST_F(CallActor, NonJson200IsAResponseError) {
   log->script = {fake_step::status(200, "<html>portal</html>")};
   auto o = run_call(get("/v1/item"));
-  EXPECT_EQ(o.error->kind, error_kind::response_error);
-  EXPECT_EQ(o.error->status, 200);
+  EXPECT_EQ(failure_of(o).kind, error_kind::response_error);
+  EXPECT_EQ(failure_of(o).status, 200);
   EXPECT_EQ(o.attempts, 1);
 }
 
@@ -653,9 +654,9 @@ TEST_F(CallActor, EmptyBodyIsNull) {
 TEST_F(CallActor, AnOverCapErrorBodyKeepsTheStatusTypeWithEmptyDetail) {
   log->script = {fake_step::over_cap(500)};
   auto o = run_call(get("/v1/item"));
-  EXPECT_EQ(o.error->kind, error_kind::server_error);
-  EXPECT_EQ(o.error->status, 500);
-  EXPECT_EQ(o.error->detail, "");
+  EXPECT_EQ(failure_of(o).kind, error_kind::server_error);
+  EXPECT_EQ(failure_of(o).status, 500);
+  EXPECT_EQ(failure_of(o).detail, "");
   EXPECT_EQ(o.attempts, 1);
 }
 
@@ -689,8 +690,8 @@ TEST_F(CallActor, RawModeStillFailsOnAnOverCapBodyAndTransportFailures) {
   req.raw = true;
   auto o = run_call(req);
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error->kind, error_kind::response_error);
-  EXPECT_EQ(o.error->status, 404);
+  EXPECT_EQ(failure_of(o).kind, error_kind::response_error);
+  EXPECT_EQ(failure_of(o).status, 404);
 }
 
 TEST_F(CallActor, RawModeRetriesTransportFailuresThenServiceUnavailable) {
@@ -699,7 +700,7 @@ TEST_F(CallActor, RawModeRetriesTransportFailuresThenServiceUnavailable) {
   auto req = get("/v1/x");
   req.raw = true;
   auto o = run_call(req);
-  EXPECT_EQ(o.error->kind, error_kind::service_unavailable);
+  EXPECT_EQ(failure_of(o).kind, error_kind::service_unavailable);
   EXPECT_EQ(o.attempts, 3);
 }
 
@@ -736,13 +737,13 @@ TEST_F(CallActor, TheCredentialNeverAppearsInEventsOrErrors) {
   auto req = get("/v1/item");
   req.params = {{"q", "x"}};
   auto o = run_call(req);
-  EXPECT_EQ(o.error->kind, error_kind::server_error);
+  EXPECT_EQ(failure_of(o).kind, error_kind::server_error);
   auto clean = [](const std::string& s) {
     return s.find(secret) == std::string::npos;
   };
-  EXPECT_TRUE(clean(o.error->detail)) << o.error->detail;
-  EXPECT_TRUE(clean(o.error->message()));
-  EXPECT_TRUE(clean(o.error->location));
+  EXPECT_TRUE(clean(failure_of(o).detail)) << failure_of(o).detail;
+  EXPECT_TRUE(clean(failure_of(o).message()));
+  EXPECT_TRUE(clean(failure_of(o).location));
   ASSERT_FALSE(events->empty());
   for (auto& e : *events) {
     for (auto* s : {&e.ev.request_id, &e.ev.method, &e.ev.path, &e.ev.cause})
@@ -814,9 +815,9 @@ TEST_F(CallActor, ABadPathIsAConfigErrorAndNothingIsSent) {
   log->script = {fake_step::status(200, "{}")};
   auto o = run_call(get("v1/item"));
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error->kind, error_kind::config_error);
+  EXPECT_EQ(failure_of(o).kind, error_kind::config_error);
   EXPECT_EQ(o.attempts, 0);
-  EXPECT_TRUE(o.error->nothing_sent);
+  EXPECT_TRUE(failure_of(o).nothing_sent);
   EXPECT_FALSE(o.request_id.empty());
   EXPECT_TRUE(log->requests.empty());
   ASSERT_EQ(events->size(), 1u);
@@ -828,7 +829,7 @@ TEST_F(CallActor, HeaderInjectionIsAConfigError) {
   auto req = get("/v1/item");
   req.headers = {{"X-A", "v\r\nX-Evil: 1"}};
   auto o = run_call(req);
-  EXPECT_EQ(o.error->kind, error_kind::config_error);
+  EXPECT_EQ(failure_of(o).kind, error_kind::config_error);
   EXPECT_TRUE(log->requests.empty());
 }
 
@@ -952,7 +953,7 @@ TEST(BlockingClient, CallNeverThrowsForCallFailures) {
   blocking_client client{s.sys, s.cfg(), s.opts()};
   auto o = client.call(post("/v1/orders"));
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error->kind, error_kind::service_unavailable);
+  EXPECT_EQ(failure_of(o).kind, error_kind::service_unavailable);
   EXPECT_EQ(o.attempts, 1);
 }
 
@@ -994,8 +995,8 @@ TEST(BlockingClient, ConstructionValidatesTheConfig) {
 
 TEST_F(CallActor, ARequestThatWasNeverBuiltBilledNothing) {
   auto o = run_call(get("v1/item"));
-  EXPECT_TRUE(o.error->nothing_sent);
-  EXPECT_TRUE(o.error->nothing_billed);
+  EXPECT_TRUE(failure_of(o).nothing_sent);
+  EXPECT_TRUE(failure_of(o).nothing_billed);
 }
 
 TEST_F(CallActor, OneAttemptRefusedOutrightBilledNothing) {
@@ -1005,9 +1006,9 @@ TEST_F(CallActor, OneAttemptRefusedOutrightBilledNothing) {
     log->script = {fake_step::status(status, R"({"detail":"no"})")};
     auto o = run_call(post("/v1/orders"));
     ASSERT_FALSE(o.ok());
-    EXPECT_EQ(o.error->attempts, 1);
-    EXPECT_FALSE(o.error->nothing_sent) << "it was sent";
-    EXPECT_TRUE(o.error->nothing_billed);
+    EXPECT_EQ(failure_of(o).attempts, 1);
+    EXPECT_FALSE(failure_of(o).nothing_sent) << "it was sent";
+    EXPECT_TRUE(failure_of(o).nothing_billed);
   }
 }
 
@@ -1019,13 +1020,13 @@ TEST_F(CallActor, AnythingElseMayHaveBilled) {
     log->script = {fake_step::status(status, R"({"detail":"no"})")};
     auto o = run_call(post("/v1/orders"));
     ASSERT_FALSE(o.ok());
-    EXPECT_FALSE(o.error->nothing_billed);
+    EXPECT_FALSE(failure_of(o).nothing_billed);
   }
   log->requests.clear();
   log->script = {fake_step::fail(ek::interrupted, true, "connection reset")};
   auto o = run_call(post("/v1/orders"));
-  EXPECT_FALSE(o.error->nothing_sent);
-  EXPECT_FALSE(o.error->nothing_billed);
+  EXPECT_FALSE(failure_of(o).nothing_sent);
+  EXPECT_FALSE(failure_of(o).nothing_billed);
 }
 
 TEST_F(CallActor, ARefusalAfterEarlierAttemptsMayHaveBilled) {
@@ -1034,9 +1035,9 @@ TEST_F(CallActor, ARefusalAfterEarlierAttemptsMayHaveBilled) {
   cfg.retry.base_backoff = 0.01;
   log->script = {fake_step::status(503), fake_step::status(429)};
   auto o = run_call(get("/v1/item"));
-  EXPECT_EQ(o.error->status, 429);
-  EXPECT_EQ(o.error->attempts, 2);
-  EXPECT_FALSE(o.error->nothing_billed);
+  EXPECT_EQ(failure_of(o).status, 429);
+  EXPECT_EQ(failure_of(o).attempts, 2);
+  EXPECT_FALSE(failure_of(o).nothing_billed);
 }
 
 // -- JSON limits of response bodies (protocol/json_parse.hpp) ----------------------
@@ -1052,7 +1053,7 @@ std::string nested(std::size_t depth, const std::string& inner = "1") {
 TEST_F(CallActor, ABodyNestedDeeperThan32LevelsIsNotReportedAsNotJson) {
   log->script = {fake_step::status(200, R"({"a":)" + nested(40) + "}")};
   auto o = run_call(get("/v1/item"));
-  ASSERT_TRUE(o.ok()) << o.error->message();
+  ASSERT_TRUE(o.ok()) << failure_of(o).message();
   EXPECT_EQ(json_depth(o.body), 41u);
 }
 
@@ -1061,8 +1062,8 @@ TEST_F(CallActor, ABodyDeeperThanJsonMaxDepthIsAResponseErrorNamingIt) {
   log->script = {fake_step::status(200, nested(9))};
   auto o = run_call(get("/v1/item"));
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error->kind, error_kind::response_error);
-  EXPECT_EQ(o.error->detail,
+  EXPECT_EQ(failure_of(o).kind, error_kind::response_error);
+  EXPECT_EQ(failure_of(o).detail,
             "response body nests deeper than json_max_depth (8 levels) "
             "(HTTP 200)");
 }
@@ -1072,8 +1073,8 @@ TEST_F(CallActor, AnErrorBodyWithADeepFieldKeepsItsDetail) {
     400, R"({"detail":"bad shape","where":)" + nested(40) + "}")};
   auto o = run_call(get("/v1/item"));
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error->kind, error_kind::request_error);
-  EXPECT_EQ(o.error->detail, "bad shape");
+  EXPECT_EQ(failure_of(o).kind, error_kind::request_error);
+  EXPECT_EQ(failure_of(o).detail, "bad shape");
 }
 
 TEST_F(CallActor, TinyArraysOverTheMemoryBoundAreAResponseError) {
@@ -1088,8 +1089,8 @@ TEST_F(CallActor, TinyArraysOverTheMemoryBoundAreAResponseError) {
   log->script = {fake_step::status(200, body)};
   auto o = run_call(get("/v1/item"));
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error->kind, error_kind::response_error);
-  EXPECT_EQ(o.error->detail,
+  EXPECT_EQ(failure_of(o).kind, error_kind::response_error);
+  EXPECT_EQ(failure_of(o).detail,
             "response body's parsed form exceeds the JSON memory bound "
             "(262144 bytes) (HTTP 200)");
   // The same body with a larger factor parses.
@@ -1097,15 +1098,15 @@ TEST_F(CallActor, TinyArraysOverTheMemoryBoundAreAResponseError) {
   log->requests.clear();
   log->script = {fake_step::status(200, body)};
   auto ok = run_call(get("/v1/item"));
-  EXPECT_TRUE(ok.ok()) << ok.error->message();
+  EXPECT_TRUE(ok.ok()) << failure_of(ok).message();
 }
 
 TEST_F(CallActor, AnOverflowingNumberIsAResponseErrorNamingTheField) {
   log->script = {fake_step::status(200, R"({"rows":[{"v":1e400}]})")};
   auto o = run_call(get("/v1/item"));
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error->kind, error_kind::response_error);
-  EXPECT_EQ(o.error->detail,
+  EXPECT_EQ(failure_of(o).kind, error_kind::response_error);
+  EXPECT_EQ(failure_of(o).detail,
             "response body has a number out of range (IEEE 754 binary64) at "
             "rows[0].v (HTTP 200)");
 }
@@ -1115,8 +1116,8 @@ TEST_F(CallActor, AnInexactIntegerIsAResponseErrorNamingTheField) {
     200, R"({"rows":[{"id":123456789012345678901234567890}]})")};
   auto o = run_call(get("/v1/item"));
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error->kind, error_kind::response_error);
-  EXPECT_EQ(o.error->detail,
+  EXPECT_EQ(failure_of(o).kind, error_kind::response_error);
+  EXPECT_EQ(failure_of(o).detail,
             "response body has an integer of 30 digits not exact in IEEE 754 "
             "binary64 at rows[0].id (HTTP 200)");
 }
@@ -1126,7 +1127,7 @@ TEST_F(CallActor, InexactIntegersAreTheNearestDoubleWhenTheClientAllowsThem) {
   log->script = {fake_step::status(
     200, R"({"rows":[{"id":123456789012345678901234567890}]})")};
   auto o = run_call(get("/v1/item"));
-  ASSERT_TRUE(o.ok()) << o.error->message();
+  ASSERT_TRUE(o.ok()) << failure_of(o).message();
   auto& id = o.body.at("rows").at(0).at("id");
   ASSERT_TRUE(id.is_double());
   EXPECT_EQ(id.as_double(), 123456789012345678901234567890.0);
@@ -1135,6 +1136,6 @@ TEST_F(CallActor, InexactIntegersAreTheNearestDoubleWhenTheClientAllowsThem) {
 TEST_F(CallActor, DoublesInABodyRoundTripExactly) {
   log->script = {fake_step::status(200, R"({"t":1.7961554897535605E9})")};
   auto o = run_call(get("/v1/item"));
-  ASSERT_TRUE(o.ok()) << o.error->message();
+  ASSERT_TRUE(o.ok()) << failure_of(o).message();
   EXPECT_EQ(boost::json::serialize(o.body), R"({"t":1.7961554897535605E9})");
 }

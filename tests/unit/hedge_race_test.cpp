@@ -8,6 +8,7 @@
 
 #include "fake_transport.hpp"
 #include "virtual_time_fixture.hpp"
+#include "tests/support/outcome_checks.hpp"
 
 #include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
@@ -99,7 +100,7 @@ protected:
     EXPECT_TRUE(run_to_quiescence());
     if (!r->outcome) {
       ADD_FAILURE() << "no outcome";
-      return {};
+      return no_outcome("no outcome");
     }
     finished_at = r->at;
     return *r->outcome;

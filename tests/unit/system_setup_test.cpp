@@ -287,6 +287,12 @@ TEST(SystemSetup, OutboundTypesAreRegisteredAndTravelBetweenActors) {
         call_outcome out;
         out.status = 200;
         out.body = boost::json::value(req.path);
+        if (req.path == "/v1/fail") {
+          out.status = 401;
+          auto& e = out.error.emplace();
+          e.kind = error_kind::auth_error;
+          e.detail = "revoked";
+        }
         return out;
       },
     };
@@ -301,6 +307,20 @@ TEST(SystemSetup, OutboundTypesAreRegisteredAndTravelBetweenActors) {
         answered = true;
         EXPECT_TRUE(out.ok());
         EXPECT_EQ(out.body, boost::json::value("/v1/ping"));
+      },
+      [&](const caf::error& err) { ADD_FAILURE() << sys.render(err); });
+  EXPECT_TRUE(answered);
+  // The error survives the trip as well.
+  req.path = "/v1/fail";
+  answered = false;
+  self->request(echo, caf::infinite, outbound::cancel_atom_v, req)
+    .receive(
+      [&](const call_outcome& out) {
+        answered = true;
+        ASSERT_FALSE(out.ok());
+        EXPECT_EQ(out.error->kind, error_kind::auth_error);
+        EXPECT_EQ(out.error->detail, "revoked");
+        EXPECT_EQ(out.status, 401);
       },
       [&](const caf::error& err) { ADD_FAILURE() << sys.render(err); });
   EXPECT_TRUE(answered);
