@@ -699,158 +699,203 @@ hub::impl::http_answer hub::impl::oracle_request(std::size_t node,
 
 // -- impl: HTTP routing ------------------------------------------------------------
 
-hub::impl::http_answer hub::impl::handle_http(const std::string& method,
-                                              const std::string& target,
-                                              const std::string& body,
-                                              std::size_t node) {
+namespace {
+
+using http_answer = hub::impl::http_answer;
+using http_call = hub::impl::http_call;
+
+http_answer answer(int status, std::string body) {
+  return http_answer{status, std::move(body)};
+}
+
+http_answer error_answer(int status, std::string_view detail) {
+  return answer(status, error_body(detail));
+}
+
+/// One row of the route table: a path, the methods it answers and its
+/// handler.
+struct http_route {
+  std::string_view path;
+  /// The methods answered, space-separated; any other is a 405. Empty: any
+  /// method.
+  std::string_view methods;
+  http_answer (hub::impl::*handler)(const http_call&);
+};
+
+constexpr http_route http_routes[] = {
+  {"/v1/events", "GET POST", &hub::impl::http_events},
+  {"/v1/cursor", "GET", &hub::impl::http_cursor},
+  {"/v1/ts", "POST", &hub::impl::http_oracle_op},
+  {"/v1/seq", "POST", &hub::impl::http_oracle_op},
+  {"/admin/faults", "POST", &hub::impl::http_faults},
+  {"/admin/restart", "POST", &hub::impl::http_restart},
+  {"/admin/wakes", "POST", &hub::impl::http_wakes},
+  {"/admin/drop", "POST", &hub::impl::http_drop},
+  {"/admin/state", "GET", &hub::impl::http_state},
+  {"/admin/oracle", "GET POST", &hub::impl::http_oracle_admin},
+  {"/healthz", "", &hub::impl::http_healthz},
+};
+
+bool answers_method(std::string_view methods, std::string_view method) {
+  if (methods.empty())
+    return true;
+  while (!methods.empty()) {
+    auto sp = methods.find(' ');
+    if (methods.substr(0, sp) == method)
+      return true;
+    if (sp == std::string_view::npos)
+      break;
+    methods.remove_prefix(sp + 1);
+  }
+  return false;
+}
+
+} // namespace
+
+http_answer hub::impl::handle_http(const std::string& method,
+                                   const std::string& target,
+                                   const std::string& body, std::size_t node) {
   ++counters.http_requests;
   auto t = parse_hub_target(target);
-  auto answer = [](int status, std::string b) {
-    return http_answer{status, std::move(b)};
-  };
-  auto wrong_method = [&] {
-    return answer(405, error_body("method not allowed"));
-  };
-  if (t.path == "/v1/events") {
-    if (method == "POST") {
-      auto p = parse_publish(body, cfg.publishing());
-      if (!p.input)
-        return answer(400, error_body(p.error));
-      return answer(200, publish(*p.input).event->json);
-    }
-    if (method == "GET") {
-      auto q = parse_replay_query(t.query);
-      if (!q.query)
-        return answer(400, error_body(q.error));
-      replay_outcome r;
-      {
-        std::lock_guard<std::mutex> lock{mu};
-        r = state.replay(*q.query);
-      }
-      return answer(200,
-                    render_page(r.page, r.bare_array, state.ledger_epoch()));
-    }
-    return wrong_method();
+  http_call c{method, t, body, node};
+  for (const auto& r : http_routes) {
+    if (r.path != t.path)
+      continue;
+    if (!answers_method(r.methods, method))
+      return error_answer(405, "method not allowed");
+    return (this->*r.handler)(c);
   }
-  if (t.path == "/v1/cursor") {
-    if (method != "GET")
-      return wrong_method();
-    std::lock_guard<std::mutex> lock{mu};
-    return answer(200,
-                  "{\"cursor\":" + std::to_string(state.cursor()) + "}");
-  }
-  if (t.path == "/admin/faults") {
-    if (method != "POST")
-      return wrong_method();
-    if (auto err = apply_faults(body))
-      return answer(400, error_body(*err));
-    std::lock_guard<std::mutex> lock{mu};
-    return answer(200, json::serialize(to_json(state.faults())));
-  }
-  if (t.path == "/admin/restart") {
-    if (method != "POST")
-      return wrong_method();
-    json::object o;
-    o["epoch"] = restart();
-    return answer(200, json::serialize(o));
-  }
-  if (t.path == "/admin/wakes") {
-    if (method != "POST")
-      return wrong_method();
-    auto parsed = parse_json(body);
-    auto& v = parsed.value;
-    const json::array* cursors = nullptr;
-    if (parsed && v.is_object())
-      if (auto* c = v.get_object().if_contains("cursors"); c && c->is_array())
-        cursors = &c->get_array();
-    if (!cursors)
-      return answer(400, error_body("body must be {\"cursors\":[...]}"));
-    std::vector<int64_t> list;
-    for (const auto& c : *cursors) {
-      if (!c.is_int64() || c.get_int64() < 0)
-        return answer(400, error_body("cursors must be integers >= 0"));
-      list.push_back(c.get_int64());
-    }
-    std::size_t n;
-    {
-      std::lock_guard<std::mutex> lock{mu};
-      n = subscribers[static_cast<int>(hub_tier::ledger)].size();
-      emit_wakes_locked(list);
-    }
-    return answer(200, "{\"connections\":" + std::to_string(n) + "}");
-  }
-  if (t.path == "/admin/drop") {
-    if (method != "POST")
-      return wrong_method();
-    // Body: {"tier":"ledger"|"catchup"|"ephemeral"|"all"}; empty: all.
-    std::string tier = "all";
-    if (!body.empty()) {
-      auto parsed = parse_json(body);
-      auto& v = parsed.value;
-      bool ok = parsed && v.is_object();
-      if (ok)
-        if (auto* t = v.get_object().if_contains("tier")) {
-          ok = t->is_string() && is_drop_tier(t->get_string());
-          if (ok)
-            tier = std::string{t->get_string()};
-        }
-      if (!ok)
-        return answer(400, error_body("body must be {\"tier\":\"ledger\"|"
-                                      "\"catchup\"|\"ephemeral\"|\"all\"}"));
-    }
-    auto n = drop_connections(parse_hub_tier(tier));
-    return answer(200, "{\"dropped\":" + std::to_string(n) + "}");
-  }
-  if (t.path == "/admin/state") {
-    if (method != "GET")
-      return wrong_method();
-    return answer(200, state_json());
-  }
-  if (t.path == "/healthz")
-    return answer(200, "{\"ok\":true}");
-  if (t.path == "/v1/ts" || t.path == "/v1/seq") {
-    if (method != "POST")
-      return wrong_method();
-    return oracle_request(node, t.path == "/v1/ts" ? oracle_op::ts
-                                                   : oracle_op::seq,
-                          body);
-  }
-  if (t.path == "/admin/oracle") {
-    std::lock_guard<std::mutex> lock{oracle_mu};
-    if (method == "POST") {
-      if (auto err = oracle.apply_admin(body))
-        return answer(400, error_body(*err));
-    } else if (method != "GET") {
-      return wrong_method();
-    }
-    return answer(200, json::serialize(oracle.state_json()));
-  }
-  if (auto kind = latency_profile_at(t.path)) {
-    // Any method: a test can show that a slow POST is never hedged.
-    auto p = parse_latency_profile(*kind, t.query);
-    if (!p.profile)
-      return answer(400, error_body(p.error));
-    ++counters.profile_requests;
-    uint64_t n;
-    {
-      std::lock_guard<std::mutex> lock{mu};
-      n = profile_arrivals.next(p.profile->key);
-    }
-    auto seed = p.profile->seed.value_or(profile_seed);
-    auto d = latency_profile_delay(*p.profile, seed, p.profile->key, n);
-    json::object o;
-    o["profile"] = to_string(*kind);
-    o["delay_ms"] = d * 1000.0;
-    o["key"] = p.profile->key;
-    o["arrival"] = n;
-    http_answer a{200, json::serialize(o)};
-    a.delay = std::chrono::duration_cast<std::chrono::nanoseconds>(
-      std::chrono::duration<double>(d));
-    return a;
-  }
+  if (auto kind = latency_profile_at(t.path))
+    return http_latency_profile(*kind, c);
   if (ws_tier(t.path))
-    return answer(426, error_body("WebSocket upgrade required"));
-  return answer(404, error_body("not found"));
+    return error_answer(426, "WebSocket upgrade required");
+  return error_answer(404, "not found");
+}
+
+http_answer hub::impl::http_events(const http_call& c) {
+  if (c.method == "POST") {
+    auto p = parse_publish(c.body, cfg.publishing());
+    if (!p.input)
+      return error_answer(400, p.error);
+    return answer(200, publish(*p.input).event->json);
+  }
+  auto q = parse_replay_query(c.target.query);
+  if (!q.query)
+    return error_answer(400, q.error);
+  replay_outcome r;
+  {
+    std::lock_guard<std::mutex> lock{mu};
+    r = state.replay(*q.query);
+  }
+  return answer(200, render_page(r.page, r.bare_array, state.ledger_epoch()));
+}
+
+http_answer hub::impl::http_cursor(const http_call&) {
+  std::lock_guard<std::mutex> lock{mu};
+  return answer(200, "{\"cursor\":" + std::to_string(state.cursor()) + "}");
+}
+
+http_answer hub::impl::http_faults(const http_call& c) {
+  if (auto err = apply_faults(c.body))
+    return error_answer(400, *err);
+  std::lock_guard<std::mutex> lock{mu};
+  return answer(200, json::serialize(to_json(state.faults())));
+}
+
+http_answer hub::impl::http_restart(const http_call&) {
+  json::object o;
+  o["epoch"] = restart();
+  return answer(200, json::serialize(o));
+}
+
+http_answer hub::impl::http_wakes(const http_call& c) {
+  auto parsed = parse_json(c.body);
+  auto& v = parsed.value;
+  const json::array* cursors = nullptr;
+  if (parsed && v.is_object())
+    if (auto* cs = v.get_object().if_contains("cursors"); cs && cs->is_array())
+      cursors = &cs->get_array();
+  if (!cursors)
+    return error_answer(400, "body must be {\"cursors\":[...]}");
+  std::vector<int64_t> list;
+  for (const auto& cur : *cursors) {
+    if (!cur.is_int64() || cur.get_int64() < 0)
+      return error_answer(400, "cursors must be integers >= 0");
+    list.push_back(cur.get_int64());
+  }
+  std::size_t n;
+  {
+    std::lock_guard<std::mutex> lock{mu};
+    n = subscribers[static_cast<int>(hub_tier::ledger)].size();
+    emit_wakes_locked(list);
+  }
+  return answer(200, "{\"connections\":" + std::to_string(n) + "}");
+}
+
+http_answer hub::impl::http_drop(const http_call& c) {
+  // Body: {"tier":"ledger"|"catchup"|"ephemeral"|"all"}; empty: all.
+  std::string tier = "all";
+  if (!c.body.empty()) {
+    auto parsed = parse_json(c.body);
+    auto& v = parsed.value;
+    bool ok = parsed && v.is_object();
+    if (ok)
+      if (auto* t = v.get_object().if_contains("tier")) {
+        ok = t->is_string() && is_drop_tier(t->get_string());
+        if (ok)
+          tier = std::string{t->get_string()};
+      }
+    if (!ok)
+      return error_answer(400, "body must be {\"tier\":\"ledger\"|"
+                               "\"catchup\"|\"ephemeral\"|\"all\"}");
+  }
+  auto n = drop_connections(parse_hub_tier(tier));
+  return answer(200, "{\"dropped\":" + std::to_string(n) + "}");
+}
+
+http_answer hub::impl::http_state(const http_call&) {
+  return answer(200, state_json());
+}
+
+http_answer hub::impl::http_healthz(const http_call&) {
+  return answer(200, "{\"ok\":true}");
+}
+
+http_answer hub::impl::http_oracle_op(const http_call& c) {
+  return oracle_request(
+    c.node, c.target.path == "/v1/ts" ? oracle_op::ts : oracle_op::seq, c.body);
+}
+
+http_answer hub::impl::http_oracle_admin(const http_call& c) {
+  std::lock_guard<std::mutex> lock{oracle_mu};
+  if (c.method == "POST")
+    if (auto err = oracle.apply_admin(c.body))
+      return error_answer(400, *err);
+  return answer(200, json::serialize(oracle.state_json()));
+}
+
+http_answer hub::impl::http_latency_profile(latency_profile_kind kind,
+                                            const http_call& c) {
+  auto p = parse_latency_profile(kind, c.target.query);
+  if (!p.profile)
+    return error_answer(400, p.error);
+  ++counters.profile_requests;
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> lock{mu};
+    n = profile_arrivals.next(p.profile->key);
+  }
+  auto seed = p.profile->seed.value_or(profile_seed);
+  auto d = latency_profile_delay(*p.profile, seed, p.profile->key, n);
+  json::object o;
+  o["profile"] = to_string(kind);
+  o["delay_ms"] = d * 1000.0;
+  o["key"] = p.profile->key;
+  o["arrival"] = n;
+  http_answer a{200, json::serialize(o)};
+  a.delay = std::chrono::duration_cast<std::chrono::nanoseconds>(
+    std::chrono::duration<double>(d));
+  return a;
 }
 
 // -- hub ------------------------------------------------------------------------------

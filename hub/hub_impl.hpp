@@ -132,9 +132,34 @@ struct hub::impl {
   };
 
   /// Routes one plain HTTP request that arrived on the port of oracle node
-  /// `node` (0 for the hub's own port).
+  /// `node` (0 for the hub's own port), through the route table of hub.cpp:
+  /// a known path with a method it does not answer is a 405.
   http_answer handle_http(const std::string& method, const std::string& target,
                           const std::string& body, std::size_t node = 0);
+
+  /// One routed HTTP request, as a route's handler sees it.
+  struct http_call {
+    const std::string& method;
+    const hub_target& target;
+    const std::string& body;
+    std::size_t node;
+  };
+
+  // The route handlers (hub.cpp's route table names each one's path and
+  // methods).
+  http_answer http_events(const http_call& c);
+  http_answer http_cursor(const http_call& c);
+  http_answer http_faults(const http_call& c);
+  http_answer http_restart(const http_call& c);
+  http_answer http_wakes(const http_call& c);
+  http_answer http_drop(const http_call& c);
+  http_answer http_state(const http_call& c);
+  http_answer http_healthz(const http_call& c);
+  http_answer http_oracle_op(const http_call& c);
+  http_answer http_oracle_admin(const http_call& c);
+  /// Any method: a test can show that a slow POST is never hedged.
+  http_answer http_latency_profile(latency_profile_kind kind,
+                                   const http_call& c);
 
   /// Answers `POST /v1/ts` and `POST /v1/seq` at `node`.
   http_answer oracle_request(std::size_t node, oracle_op op,
