@@ -304,139 +304,283 @@ void snapshot_collector::set_snapshot_seconds(const std::string& kind,
   snapshot_seconds_[{kind, source}] = seconds;
 }
 
-std::vector<prometheus::MetricFamily> snapshot_collector::Collect() const {
-  std::lock_guard<std::mutex> guard{mtx_};
-  family_set out;
-  // Hedging.
-  for (auto& [service, keys] : hedge_keys_) {
-    for (auto& k : keys) {
-      label_list l{{"key", k.key}, {"service", service}};
-      auto& s = k.stats;
-      out.counter("outbound_hedge_requests_total",
-                  "Requests planned by the hedging policy", l,
-                  as_double(s.total_requests));
-      out.counter("outbound_hedge_fired_total",
-                  "Hedges sent (breakers and budget allowed them)", l,
-                  as_double(s.hedged_requests));
-      out.counter("outbound_hedge_won_total",
-                  "Hedged races won by the hedge", l,
-                  as_double(s.hedge_wins));
-      out.counter("outbound_hedge_cancelled_total",
-                  "Hedged races won by the primary (the hedge was cancelled)",
-                  l, as_double(s.primary_wins));
-      out.counter("outbound_hedge_suppressed_total",
-                  "Hedges not sent, by reason (budget, breaker)",
-                  {{"key", k.key}, {"reason", "budget"}, {"service", service}},
-                  as_double(s.budget_exhausted));
-      out.counter("outbound_hedge_suppressed_total",
-                  "Hedges not sent, by reason (budget, breaker)",
-                  {{"key", k.key}, {"reason", "breaker"}, {"service", service}},
-                  as_double(s.circuit_blocked));
-      out.counter("outbound_hedge_warmup_requests_total",
-                  "Requests planned with the warmup delay", l,
-                  as_double(s.warmup_requests));
-      out.counter("outbound_hedge_errors_total",
-                  "Finished calls whose winner failed", l,
-                  as_double(s.errors));
-      out.gauge("outbound_hedge_budget_tokens",
-                "Hedge tokens in the key's budget bucket", l, k.tokens);
-      out.gauge("outbound_hedge_delay_seconds",
-                "Delay the next request waits before hedging", l, k.delay);
-    }
+namespace {
+
+// -- the family tables -----------------------------------------------------
+//
+// What each component exports per source, one row per sample: kind, family
+// name, help, an optional extra label and how to read the value from the
+// component's snapshot. Collect() renders a table once per source with the
+// source's labels; the families come out in name order (family_set).
+
+enum class family_kind { counter, gauge };
+
+template <class S>
+struct family_row {
+  family_kind kind;
+  const char* name;
+  const char* help;
+  double (*value)(const S&);
+  /// An extra label of this row, e.g. {"reason", "budget"}; null: none.
+  const char* label = nullptr;
+  const char* label_value = nullptr;
+};
+
+/// `base` with {name, value} inserted in name order (every label list here
+/// is kept sorted by name).
+label_list with_label(label_list base, const char* name, const char* value) {
+  auto at = std::find_if(base.begin(), base.end(),
+                         [&](const auto& l) { return l.name > name; });
+  base.insert(at, {name, value});
+  return base;
+}
+
+template <class S, std::size_t N>
+void render_rows(family_set& out, const family_row<S> (&rows)[N],
+                 const label_list& base, const S& s) {
+  for (const auto& r : rows) {
+    auto labels = r.label ? with_label(base, r.label, r.label_value) : base;
+    if (r.kind == family_kind::counter)
+      out.counter(r.name, r.help, std::move(labels), r.value(s));
+    else
+      out.gauge(r.name, r.help, std::move(labels), r.value(s));
   }
-  for (auto& [service, list] : breakers_) {
-    for (auto& b : list) {
-      label_list l{{"key", b.key},
-                   {"scope", to_string(b.scope)},
-                   {"service", service}};
-      out.gauge("outbound_breaker_state",
-                "Hedge breaker phase: 0 closed, 1 open, 2 half-open", l,
-                breaker_state_value(b.snapshot.phase));
-      out.counter("outbound_breaker_opens_total",
-                  "Hedge breaker transitions to open", l,
-                  as_double(b.snapshot.opens));
-      for (auto [to, n] : {std::pair<const char*, uint64_t>{
-                             "open", b.snapshot.opens},
-                           {"half_open", b.snapshot.half_opens},
-                           {"closed", b.snapshot.closes}})
-        out.counter("outbound_breaker_transitions_total",
-                    "Hedge breaker transitions, by the phase entered",
-                    {{"key", b.key},
-                     {"scope", to_string(b.scope)},
-                     {"service", service},
-                     {"to", to}},
-                    as_double(n));
-      out.gauge("outbound_breaker_window_samples",
-                "Calls in the breaker's error-rate window", l,
-                as_double(b.snapshot.samples));
-      out.gauge("outbound_breaker_window_failures",
-                "Failed calls in the breaker's error-rate window", l,
-                as_double(b.snapshot.failures));
-    }
-  }
-  // Coalescing drivers.
-  for (auto& [service, s] : coalescers_) {
-    label_list l{{"service", service}};
-    auto ok = s.calls >= s.calls_failed ? s.calls - s.calls_failed : 0;
-    out.counter("outbound_coalesce_calls_total",
-                "Coalesced calls answered, by outcome",
-                {{"outcome", "ok"}, {"service", service}}, as_double(ok));
-    out.counter("outbound_coalesce_calls_total",
-                "Coalesced calls answered, by outcome",
-                {{"outcome", "error"}, {"service", service}},
-                as_double(s.calls_failed));
-    out.counter("outbound_coalesce_waiters_total",
-                "Callers that joined a batch", l, as_double(s.batches.joined));
-    out.counter("outbound_coalesce_rpcs_total", "Batched RPCs started", l,
-                as_double(s.batches.rpcs));
-    out.histogram("outbound_coalesce_batch_size",
-                  "Waiters per batched RPC sent", l, coalesce_batch_bounds,
-                  s.batch_sizes, as_double(s.batch_size_sum));
-    out.counter("outbound_coalesce_attempts_total",
-                "Exchanges sent to the oracle (each discovery attempt)", l,
-                as_double(s.attempts));
-    out.counter("outbound_coalesce_rejected_total",
-                "Callers refused at entry, by reason",
-                {{"reason", "backpressure"}, {"service", service}},
-                as_double(s.batches.rejected_backpressure));
-    out.counter("outbound_coalesce_rejected_total",
-                "Callers refused at entry, by reason",
-                {{"reason", "invalid"}, {"service", service}},
-                as_double(s.batches.rejected_invalid));
-    out.counter("outbound_coalesce_cancelled_total",
-                "Waiters that left before their answer (own timeout)", l,
-                as_double(s.batches.cancelled));
-    out.counter("outbound_coalesce_redirects_total",
-                "421 answers followed to a hinted leader", l,
-                as_double(s.redirects));
-    out.counter("outbound_coalesce_leader_changes_total",
-                "Times the cached leader changed endpoint", l,
-                as_double(s.leader_changes));
-    out.counter("outbound_coalesce_errors_total",
-                "RPCs ended by a discovery error", l, as_double(s.rpc_errors));
-    out.counter("outbound_coalesce_protocol_violations_total",
-                "Oracle answers that failed validation", l,
-                as_double(s.batches.protocol_violations));
-    out.counter("outbound_coalesce_uncertain_total",
-                "Sequence RPCs whose outcome is uncertain", l,
-                as_double(s.uncertain));
-    out.gauge("outbound_coalesce_waiters_held", "Waiters held now", l,
-              as_double(s.held));
-    out.gauge("outbound_coalesce_rpcs_in_flight", "RPCs in flight now", l,
-              as_double(s.in_flight));
-    out.gauge("outbound_coalesce_leader_known",
-              "1 when a fresh leader is cached", l,
-              s.leader_endpoint.empty() ? 0.0 : 1.0);
-    out.gauge("outbound_coalesce_transports",
-              "Per-endpoint connection pools held now", l,
-              as_double(s.transports));
-  }
-  // Feeds: labelled ones one by one, the rest summed per mode.
-  std::map<std::string, feed_stats> other = retired_other_;
+}
+
+constexpr auto counter = family_kind::counter;
+constexpr auto gauge = family_kind::gauge;
+
+/// Per hedging key; labels {key, service}.
+const family_row<hedge_key_metrics> hedge_key_rows[] = {
+  {counter, "outbound_hedge_requests_total",
+   "Requests planned by the hedging policy",
+   [](const hedge_key_metrics& k) {
+     return as_double(k.stats.total_requests);
+   }},
+  {counter, "outbound_hedge_fired_total",
+   "Hedges sent (breakers and budget allowed them)",
+   [](const hedge_key_metrics& k) {
+     return as_double(k.stats.hedged_requests);
+   }},
+  {counter, "outbound_hedge_won_total", "Hedged races won by the hedge",
+   [](const hedge_key_metrics& k) {
+     return as_double(k.stats.hedge_wins);
+   }},
+  {counter, "outbound_hedge_cancelled_total",
+   "Hedged races won by the primary (the hedge was cancelled)",
+   [](const hedge_key_metrics& k) {
+     return as_double(k.stats.primary_wins);
+   }},
+  {counter, "outbound_hedge_suppressed_total",
+   "Hedges not sent, by reason (budget, breaker)",
+   [](const hedge_key_metrics& k) {
+     return as_double(k.stats.budget_exhausted);
+   },
+   "reason", "budget"},
+  {counter, "outbound_hedge_suppressed_total",
+   "Hedges not sent, by reason (budget, breaker)",
+   [](const hedge_key_metrics& k) {
+     return as_double(k.stats.circuit_blocked);
+   },
+   "reason", "breaker"},
+  {counter, "outbound_hedge_warmup_requests_total",
+   "Requests planned with the warmup delay",
+   [](const hedge_key_metrics& k) {
+     return as_double(k.stats.warmup_requests);
+   }},
+  {counter, "outbound_hedge_errors_total", "Finished calls whose winner failed",
+   [](const hedge_key_metrics& k) {
+     return as_double(k.stats.errors);
+   }},
+  {gauge, "outbound_hedge_budget_tokens",
+   "Hedge tokens in the key's budget bucket",
+   [](const hedge_key_metrics& k) {
+     return k.tokens;
+   }},
+  {gauge, "outbound_hedge_delay_seconds",
+   "Delay the next request waits before hedging",
+   [](const hedge_key_metrics& k) {
+     return k.delay;
+   }},
+};
+
+/// Per breaker; labels {key, scope, service}.
+const family_row<breaker_snapshot> breaker_rows[] = {
+  {gauge, "outbound_breaker_state",
+   "Hedge breaker phase: 0 closed, 1 open, 2 half-open",
+   [](const breaker_snapshot& b) {
+     return breaker_state_value(b.phase);
+   }},
+  {counter, "outbound_breaker_opens_total", "Hedge breaker transitions to open",
+   [](const breaker_snapshot& b) {
+     return as_double(b.opens);
+   }},
+  {counter, "outbound_breaker_transitions_total",
+   "Hedge breaker transitions, by the phase entered",
+   [](const breaker_snapshot& b) { return as_double(b.opens); }, "to", "open"},
+  {counter, "outbound_breaker_transitions_total",
+   "Hedge breaker transitions, by the phase entered",
+   [](const breaker_snapshot& b) { return as_double(b.half_opens); }, "to",
+   "half_open"},
+  {counter, "outbound_breaker_transitions_total",
+   "Hedge breaker transitions, by the phase entered",
+   [](const breaker_snapshot& b) { return as_double(b.closes); }, "to",
+   "closed"},
+  {gauge, "outbound_breaker_window_samples",
+   "Calls in the breaker's error-rate window",
+   [](const breaker_snapshot& b) {
+     return as_double(b.samples);
+   }},
+  {gauge, "outbound_breaker_window_failures",
+   "Failed calls in the breaker's error-rate window",
+   [](const breaker_snapshot& b) {
+     return as_double(b.failures);
+   }},
+};
+
+/// Per coalescing driver; labels {service} (and its batch-size histogram).
+const family_row<coalesce_stats> coalescer_rows[] = {
+  {counter, "outbound_coalesce_calls_total",
+   "Coalesced calls answered, by outcome",
+   [](const coalesce_stats& s) {
+     return as_double(s.calls >= s.calls_failed ? s.calls - s.calls_failed : 0);
+   },
+   "outcome", "ok"},
+  {counter, "outbound_coalesce_calls_total",
+   "Coalesced calls answered, by outcome",
+   [](const coalesce_stats& s) { return as_double(s.calls_failed); }, "outcome",
+   "error"},
+  {counter, "outbound_coalesce_waiters_total", "Callers that joined a batch",
+   [](const coalesce_stats& s) {
+     return as_double(s.batches.joined);
+   }},
+  {counter, "outbound_coalesce_rpcs_total", "Batched RPCs started",
+   [](const coalesce_stats& s) {
+     return as_double(s.batches.rpcs);
+   }},
+  {counter, "outbound_coalesce_attempts_total",
+   "Exchanges sent to the oracle (each discovery attempt)",
+   [](const coalesce_stats& s) {
+     return as_double(s.attempts);
+   }},
+  {counter, "outbound_coalesce_rejected_total",
+   "Callers refused at entry, by reason",
+   [](const coalesce_stats& s) {
+     return as_double(s.batches.rejected_backpressure);
+   },
+   "reason", "backpressure"},
+  {counter, "outbound_coalesce_rejected_total",
+   "Callers refused at entry, by reason",
+   [](const coalesce_stats& s) {
+     return as_double(s.batches.rejected_invalid);
+   },
+   "reason", "invalid"},
+  {counter, "outbound_coalesce_cancelled_total",
+   "Waiters that left before their answer (own timeout)",
+   [](const coalesce_stats& s) {
+     return as_double(s.batches.cancelled);
+   }},
+  {counter, "outbound_coalesce_redirects_total",
+   "421 answers followed to a hinted leader",
+   [](const coalesce_stats& s) {
+     return as_double(s.redirects);
+   }},
+  {counter, "outbound_coalesce_leader_changes_total",
+   "Times the cached leader changed endpoint",
+   [](const coalesce_stats& s) {
+     return as_double(s.leader_changes);
+   }},
+  {counter, "outbound_coalesce_errors_total", "RPCs ended by a discovery error",
+   [](const coalesce_stats& s) {
+     return as_double(s.rpc_errors);
+   }},
+  {counter, "outbound_coalesce_protocol_violations_total",
+   "Oracle answers that failed validation",
+   [](const coalesce_stats& s) {
+     return as_double(s.batches.protocol_violations);
+   }},
+  {counter, "outbound_coalesce_uncertain_total",
+   "Sequence RPCs whose outcome is uncertain",
+   [](const coalesce_stats& s) {
+     return as_double(s.uncertain);
+   }},
+  {gauge, "outbound_coalesce_waiters_held", "Waiters held now",
+   [](const coalesce_stats& s) {
+     return as_double(s.held);
+   }},
+  {gauge, "outbound_coalesce_rpcs_in_flight", "RPCs in flight now",
+   [](const coalesce_stats& s) {
+     return as_double(s.in_flight);
+   }},
+  {gauge, "outbound_coalesce_leader_known", "1 when a fresh leader is cached",
+   [](const coalesce_stats& s) {
+     return s.leader_endpoint.empty() ? 0.0 : 1.0;
+   }},
+  {gauge, "outbound_coalesce_transports",
+   "Per-endpoint connection pools held now",
+   [](const coalesce_stats& s) {
+     return as_double(s.transports);
+   }},
+};
+
+/// Per connection pool; labels {service}.
+const family_row<pool_stats> pool_rows[] = {
+  {counter, "outbound_pool_dialled_total", "Connections dialled",
+   [](const pool_stats& s) {
+     return as_double(s.dialled);
+   }},
+  {counter, "outbound_pool_reused_total",
+   "Exchanges run on a pooled idle connection",
+   [](const pool_stats& s) {
+     return as_double(s.reused);
+   }},
+  {counter, "outbound_pool_stale_discarded_total",
+   "Idle connections found stale and discarded",
+   [](const pool_stats& s) {
+     return as_double(s.stale_discarded);
+   }},
+  {counter, "outbound_pool_cancelled_total",
+   "Exchanges cancelled by their caller",
+   [](const pool_stats& s) {
+     return as_double(s.cancelled);
+   }},
+  {gauge, "outbound_pool_idle_connections", "Idle connections now",
+   [](const pool_stats& s) {
+     return as_double(s.idle);
+   }},
+  {gauge, "outbound_pool_in_flight", "Exchanges in flight now",
+   [](const pool_stats& s) {
+     return as_double(s.in_flight);
+   }},
+  {gauge, "outbound_pool_pending",
+   "Exchanges queued now, waiting for a connection (endpoint at "
+   "max_connections_per_endpoint)",
+   [](const pool_stats& s) {
+     return as_double(s.pending);
+   }},
+  {counter, "outbound_pool_waited_total",
+   "Exchanges that waited for a connection",
+   [](const pool_stats& s) {
+     return as_double(s.waited);
+   }},
+  {counter, "outbound_pool_overflowed_total",
+   "Exchanges refused because the queue held max_pending_requests",
+   [](const pool_stats& s) {
+     return as_double(s.overflowed);
+   }},
+};
+
+/// The feeds: labelled ones one by one ({feed, mode}), the rest summed per
+/// mode under the "_other" label, starting from `other` (the counters of
+/// retired unlabelled feeds). `Entries` maps a feed name to its entry
+/// (mode, stats, labelled).
+template <class Entries>
+void render_feeds(family_set& out, const Entries& feeds,
+                  std::map<std::string, feed_stats> other) {
   std::map<std::string, uint64_t> other_connected;
   std::map<std::string, int64_t> other_lag;
   std::map<std::pair<std::string, bool>, uint64_t> watchers;
-  for (auto& [name, e] : feeds_) {
+  for (auto& [name, e] : feeds) {
     ++watchers[{e.mode, e.stats.connected}];
     if (!e.labelled) {
       add_feed_counters(other[e.mode], e.stats);
@@ -481,36 +625,33 @@ std::vector<prometheus::MetricFamily> snapshot_collector::Collect() const {
               {{"mode", key.first},
                {"state", key.second ? "connected" : "disconnected"}},
               as_double(n));
-  // Pools.
-  for (auto& [service, s] : pools_) {
+}
+
+} // namespace
+
+std::vector<prometheus::MetricFamily> snapshot_collector::Collect() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  family_set out;
+  for (auto& [service, keys] : hedge_keys_)
+    for (auto& k : keys)
+      render_rows(out, hedge_key_rows, {{"key", k.key}, {"service", service}},
+                  k);
+  for (auto& [service, list] : breakers_)
+    for (auto& b : list)
+      render_rows(
+        out, breaker_rows,
+        {{"key", b.key}, {"scope", to_string(b.scope)}, {"service", service}},
+        b.snapshot);
+  for (auto& [service, s] : coalescers_) {
     label_list l{{"service", service}};
-    out.counter("outbound_pool_dialled_total", "Connections dialled", l,
-                as_double(s.dialled));
-    out.counter("outbound_pool_reused_total",
-                "Exchanges run on a pooled idle connection", l,
-                as_double(s.reused));
-    out.counter("outbound_pool_stale_discarded_total",
-                "Idle connections found stale and discarded", l,
-                as_double(s.stale_discarded));
-    out.counter("outbound_pool_cancelled_total",
-                "Exchanges cancelled by their caller", l,
-                as_double(s.cancelled));
-    out.gauge("outbound_pool_idle_connections", "Idle connections now", l,
-              as_double(s.idle));
-    out.gauge("outbound_pool_in_flight", "Exchanges in flight now", l,
-              as_double(s.in_flight));
-    out.gauge("outbound_pool_pending",
-              "Exchanges queued now, waiting for a connection (endpoint at "
-              "max_connections_per_endpoint)",
-              l, as_double(s.pending));
-    out.counter("outbound_pool_waited_total",
-                "Exchanges that waited for a connection", l,
-                as_double(s.waited));
-    out.counter("outbound_pool_overflowed_total",
-                "Exchanges refused because the queue held "
-                "max_pending_requests",
-                l, as_double(s.overflowed));
+    render_rows(out, coalescer_rows, l, s);
+    out.histogram("outbound_coalesce_batch_size",
+                  "Waiters per batched RPC sent", l, coalesce_batch_bounds,
+                  s.batch_sizes, as_double(s.batch_size_sum));
   }
+  render_feeds(out, feeds_, retired_other_);
+  for (auto& [service, s] : pools_)
+    render_rows(out, pool_rows, {{"service", service}}, s);
   // The poller.
   for (auto& [kind, n] : sources_)
     out.gauge("outbound_metrics_sources",
