@@ -722,6 +722,158 @@ void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
   }
 }
 
+// The session is open: subscribe (from the drain's cursor and the last seq)
+// and start the keepalive.
+void on_ws_opened(self_ptr self, caf::actor_clock::time_point now) {
+  auto& st = self->state;
+  if (st.phase != ws_phase::connecting)
+    return;
+  st.phase = ws_phase::open;
+  st.opened = true;
+  st.opened_at = now;
+  ++st.counters.connects;
+  if (!st.drain)
+    st.reached = true; // ws-only: the session is the feed
+  std::optional<int64_t> cursor;
+  if (st.drain)
+    cursor = st.drain->cursor();
+  auto last_seq = st.neg->last_seq();
+  st.overcap_resync_reason.reset();
+  if (st.overcap_resubscribe) {
+    // Escalation (see the closed case): a subscribe without last_seq
+    // is a first connect to the hub, which answers with a resync hello
+    // at its head and replays nothing; the hello's reset covers every
+    // seq skipped, (last_seq, head], the refused message's included.
+    last_seq.reset();
+    st.overcap_resync_reason = st.overcap_resubscribe;
+  }
+  (*st.session)
+    ->send_text(subscribe_frame(st.cfg.prefixes, st.client_id, last_seq, cursor,
+                                st.neg->epoch()));
+  if (auto first = st.ka->on_open(now))
+    arm_keepalive(self, *first);
+  else
+    ++st.ka_token; // no keepalive: disarm the handshake guard
+  if (st.neg->on_open() == open_decision::enter_ledger) {
+    st.connected = true;
+    request_drain(self, drain_trigger::connect);
+  }
+}
+
+// One message of the open session: a hello or a frame.
+void on_ws_message(self_ptr self, const ws_event& ev,
+                   caf::actor_clock::time_point now) {
+  auto& st = self->state;
+  if (st.phase != ws_phase::open)
+    return;
+  ++st.messages;
+  st.ka->on_activity(now);
+  auto m
+    = parse_message(ev.payload, st.cfg.fields.wake_cursor, st.frame_limits);
+  if (m.is_hello)
+    on_hello(self, m);
+  else
+    // A queued event costs its parsed form (up to the parse bound, 16x
+    // the text for tiny arrays), not its text.
+    on_frame(self, m, std::max(ev.payload.size(), m.parsed_bytes));
+}
+
+// A message over ws_max_frame_bytes, already discarded by the
+// session (only its first bytes came): a frame that cannot be read,
+// like one that does not parse. In-frame tiers get one undeliverable
+// reset (over_cap, with the seq the prefix shows); the ledger takes
+// it for a wake without a hint (its drain still runs on its timer).
+// The session stays open: the same frame again is the same reset,
+// never a reconnect loop.
+//
+// `closing`: the session refused the message (over
+// ws_max_discard_bytes, or past ws_discard_timeout) and ends right
+// after this report; the `closed` case counts and reports it. The
+// seq its prefix shows still gets its reset here, so that last_seq
+// moves past it and the hub, which resends from last_seq after the
+// redial, does not send it again. Without a seq a catchup watcher
+// has nothing to reset yet: the closed case counts the refusal and
+// escalates (feed_overcap_resync_after).
+void on_ws_too_large(self_ptr self, const ws_event& ev,
+                     caf::actor_clock::time_point now) {
+  auto& st = self->state;
+  if (st.phase != ws_phase::open)
+    return;
+  // A refusal is no sign of a healthy session (classify_session): the
+  // redial backs off as after any failure.
+  if (!ev.closing)
+    ++st.messages;
+  if (!ev.closing)
+    ++st.counters.oversized_frames;
+  st.ka->on_activity(now);
+  parsed_message m;
+  m.frame.type = frame_type::not_json;
+  m.unreadable = frame_error_reason::over_cap;
+  m.frame.seq = frame_seq(ev.payload);
+  m.error = ev.closing ? "message announcing " + std::to_string(ev.size)
+                           + " bytes over ws_max_frame_bytes ("
+                           + std::to_string(st.cfg.ws_max_frame_bytes)
+                           + "), refused by the session"
+                       : "message of " + std::to_string(ev.size)
+                           + " bytes over ws_max_frame_bytes ("
+                           + std::to_string(st.cfg.ws_max_frame_bytes) + ")";
+  auto mode = st.neg->mode();
+  if (ev.closing && mode == feed_mode::catchup && !m.frame.seq)
+    return;
+  if (ev.closing && mode == feed_mode::catchup) {
+    // Its reset moves last_seq past it: the close is no strike.
+    st.overcap_strikes = 0;
+    st.overcap_seq_reset = true;
+  }
+  if (ev.closing && mode != feed_mode::catchup && mode != feed_mode::ephemeral)
+    return; // a ledger wakes on its redial; the closed case reports it
+  if (mode != feed_mode::catchup && mode != feed_mode::ephemeral) {
+    feed_failure f;
+    f.source = "frame";
+    f.kind = to_string(drain_error_reason::over_cap);
+    f.detail = m.error;
+    report(self, std::move(f));
+  }
+  on_frame(self, m, 0);
+}
+
+// The session ended: report why (unless we or the peer closed it cleanly)
+// and end it.
+void on_ws_closed(self_ptr self, const ws_event& ev) {
+  auto& st = self->state;
+  if (ev.reason != ws_close_reason::local
+      && ev.reason != ws_close_reason::peer_closed) {
+    feed_failure f;
+    f.source = "websocket";
+    f.request_id = st.ws_request_id;
+    f.reason = to_string(ev.reason);
+    f.detail = ev.detail;
+    f.kind = "service_unavailable";
+    f.error = error_kind::service_unavailable;
+    if (ev.reason == ws_close_reason::too_large && ev.size > 0) {
+      // A message over ws_max_discard_bytes, or an over-cap message
+      // that did not end within ws_discard_timeout: the session was
+      // failed (1009) rather than held forever; reconnect, counted.
+      ++st.counters.oversized_frames;
+      f.kind = to_string(drain_error_reason::over_cap);
+      note_overcap_close(self, ev.detail);
+    }
+    // "upgrade refused: HTTP 401 ..." (protocol/ws_session.cpp).
+    auto at = ev.detail.find("HTTP ");
+    if (ev.reason == ws_close_reason::handshake && at != std::string::npos) {
+      auto status = std::atoi(ev.detail.c_str() + at + 5);
+      if (status >= 100 && status <= 999 && status != 101) {
+        f.status = status;
+        auto e = classify_status(status);
+        f.error = e.kind;
+        f.kind = to_string(e.kind);
+      }
+    }
+    report(self, std::move(f));
+  }
+  end_session(self, false);
+}
+
 void on_ws_event(self_ptr self, ws_event& ev) {
   auto& st = self->state;
   // Wakes dropped at intake were received, whichever session read them:
@@ -735,153 +887,14 @@ void on_ws_event(self_ptr self, ws_event& ev) {
   // an activity report).
   st.messages += ev.dropped;
   switch (ev.what) {
-    case ws_event::kind::opened: {
-      if (st.phase != ws_phase::connecting)
-        return;
-      st.phase = ws_phase::open;
-      st.opened = true;
-      st.opened_at = now;
-      ++st.counters.connects;
-      if (!st.drain)
-        st.reached = true; // ws-only: the session is the feed
-      std::optional<int64_t> cursor;
-      if (st.drain)
-        cursor = st.drain->cursor();
-      auto last_seq = st.neg->last_seq();
-      st.overcap_resync_reason.reset();
-      if (st.overcap_resubscribe) {
-        // Escalation (see the closed case): a subscribe without last_seq
-        // is a first connect to the hub, which answers with a resync hello
-        // at its head and replays nothing; the hello's reset covers every
-        // seq skipped, (last_seq, head], the refused message's included.
-        last_seq.reset();
-        st.overcap_resync_reason = st.overcap_resubscribe;
-      }
-      (*st.session)
-        ->send_text(subscribe_frame(st.cfg.prefixes, st.client_id, last_seq,
-                                    cursor, st.neg->epoch()));
-      if (auto first = st.ka->on_open(now))
-        arm_keepalive(self, *first);
-      else
-        ++st.ka_token; // no keepalive: disarm the handshake guard
-      if (st.neg->on_open() == open_decision::enter_ledger) {
-        st.connected = true;
-        request_drain(self, drain_trigger::connect);
-      }
-      break;
-    }
-    case ws_event::kind::message: {
-      if (st.phase != ws_phase::open)
-        return;
-      ++st.messages;
-      st.ka->on_activity(now);
-      auto m = parse_message(ev.payload, st.cfg.fields.wake_cursor,
-                             st.frame_limits);
-      if (m.is_hello)
-        on_hello(self, m);
-      else
-        // A queued event costs its parsed form (up to the parse bound, 16x
-        // the text for tiny arrays), not its text.
-        on_frame(self, m, std::max(ev.payload.size(), m.parsed_bytes));
-      break;
-    }
-    case ws_event::kind::too_large: {
-      // A message over ws_max_frame_bytes, already discarded by the
-      // session (only its first bytes came): a frame that cannot be read,
-      // like one that does not parse. In-frame tiers get one undeliverable
-      // reset (over_cap, with the seq the prefix shows); the ledger takes
-      // it for a wake without a hint (its drain still runs on its timer).
-      // The session stays open: the same frame again is the same reset,
-      // never a reconnect loop.
-      //
-      // `closing`: the session refused the message (over
-      // ws_max_discard_bytes, or past ws_discard_timeout) and ends right
-      // after this report; the `closed` case counts and reports it. The
-      // seq its prefix shows still gets its reset here, so that last_seq
-      // moves past it and the hub, which resends from last_seq after the
-      // redial, does not send it again. Without a seq a catchup watcher
-      // has nothing to reset yet: the closed case counts the refusal and
-      // escalates (feed_overcap_resync_after).
-      if (st.phase != ws_phase::open)
-        return;
-      // A refusal is no sign of a healthy session (classify_session): the
-      // redial backs off as after any failure.
-      if (!ev.closing)
-        ++st.messages;
-      if (!ev.closing)
-        ++st.counters.oversized_frames;
-      st.ka->on_activity(now);
-      parsed_message m;
-      m.frame.type = frame_type::not_json;
-      m.unreadable = frame_error_reason::over_cap;
-      m.frame.seq = frame_seq(ev.payload);
-      m.error = ev.closing
-                  ? "message announcing " + std::to_string(ev.size)
-                      + " bytes over ws_max_frame_bytes ("
-                      + std::to_string(st.cfg.ws_max_frame_bytes)
-                      + "), refused by the session"
-                  : "message of " + std::to_string(ev.size)
-                      + " bytes over ws_max_frame_bytes ("
-                      + std::to_string(st.cfg.ws_max_frame_bytes) + ")";
-      auto mode = st.neg->mode();
-      if (ev.closing && mode == feed_mode::catchup && !m.frame.seq)
-        break;
-      if (ev.closing && mode == feed_mode::catchup) {
-        // Its reset moves last_seq past it: the close is no strike.
-        st.overcap_strikes = 0;
-        st.overcap_seq_reset = true;
-      }
-      if (ev.closing && mode != feed_mode::catchup
-          && mode != feed_mode::ephemeral)
-        break; // a ledger wakes on its redial; the closed case reports it
-      if (mode != feed_mode::catchup && mode != feed_mode::ephemeral) {
-        feed_failure f;
-        f.source = "frame";
-        f.kind = to_string(drain_error_reason::over_cap);
-        f.detail = m.error;
-        report(self, std::move(f));
-      }
-      on_frame(self, m, 0);
-      break;
-    }
+    case ws_event::kind::opened: on_ws_opened(self, now); break;
+    case ws_event::kind::message: on_ws_message(self, ev, now); break;
+    case ws_event::kind::too_large: on_ws_too_large(self, ev, now); break;
     case ws_event::kind::activity:
       if (st.phase == ws_phase::open)
         st.ka->on_activity(now);
       break;
-    case ws_event::kind::closed:
-      if (ev.reason != ws_close_reason::local
-          && ev.reason != ws_close_reason::peer_closed) {
-        feed_failure f;
-        f.source = "websocket";
-        f.request_id = st.ws_request_id;
-        f.reason = to_string(ev.reason);
-        f.detail = ev.detail;
-        f.kind = "service_unavailable";
-        f.error = error_kind::service_unavailable;
-        if (ev.reason == ws_close_reason::too_large && ev.size > 0) {
-          // A message over ws_max_discard_bytes, or an over-cap message
-          // that did not end within ws_discard_timeout: the session was
-          // failed (1009) rather than held forever; reconnect, counted.
-          ++st.counters.oversized_frames;
-          f.kind = to_string(drain_error_reason::over_cap);
-          note_overcap_close(self, ev.detail);
-        }
-        // "upgrade refused: HTTP 401 ..." (protocol/ws_session.cpp).
-        auto at = ev.detail.find("HTTP ");
-        if (ev.reason == ws_close_reason::handshake
-            && at != std::string::npos) {
-          auto status = std::atoi(ev.detail.c_str() + at + 5);
-          if (status >= 100 && status <= 999 && status != 101) {
-            f.status = status;
-            auto e = classify_status(status);
-            f.error = e.kind;
-            f.kind = to_string(e.kind);
-          }
-        }
-        report(self, std::move(f));
-      }
-      end_session(self, false);
-      break;
+    case ws_event::kind::closed: on_ws_closed(self, ev); break;
   }
 }
 
