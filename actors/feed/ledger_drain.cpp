@@ -289,71 +289,61 @@ drain_action ledger_drain::on_redrain_timer(uint64_t id) {
   return request(drain_trigger::redrain);
 }
 
-page_plan ledger_drain::on_page(const page_summary& page) {
-  page_plan plan;
-  state_ = state::delivering;
-  ++pages_;
+bool ledger_drain::page_is_stale(const page_summary& page) {
   // Incarnation first: a page of another ledger than the one it was asked
   // of says nothing about this cursor. It is dropped unread, and
   // on_page_done fetches from the new ledger's start.
   // A page asked for before a decided rewind applies is stale whatever it
   // says (its epoch may even be the old one).
-  page_stale_ = rewind_pending_;
-  if (!page_stale_ && page.is_object && page.epoch) {
+  bool stale = rewind_pending_;
+  if (!stale && page.is_object && page.epoch) {
     if (rewind_armed_ || !page_epoch_)
       page_epoch_ = page.epoch; // the new start, whatever it says: adopt
     else if (*page.epoch != *page_epoch_)
-      page_stale_ = decide_rewind(epoch_source::page, page.epoch);
+      stale = decide_rewind(epoch_source::page, page.epoch);
   }
-  if (!page_stale_ && shows_rewind(page))
-    page_stale_ = decide_rewind(epoch_source::head, std::nullopt);
-  else if (!page_stale_ && page.cursor && *page.cursor >= page_start_) {
+  if (!stale && shows_rewind(page))
+    stale = decide_rewind(epoch_source::head, std::nullopt);
+  else if (!stale && page.cursor && *page.cursor >= page_start_) {
     if (low_head_)
       checked_low_ = low_head_; // the low hint was stale: remember it
     low_head_.reset();
   }
-  if (page_stale_)
-    return plan;
-  if (isolate_ == isolate_phase::probing) {
-    // A probe: only "readable or not" matters; nothing is delivered from
-    // it (the events after the poison come with the next page, in order).
-    page_probe_ = true;
-    bool readable = page.is_object && (page.ids.empty() || page.ids.front());
-    if (!readable) {
-      auto why = page.is_object ? drain_error_reason::bad_event
-                                : drain_error_reason::bad_page;
-      count(why);
-      probe_unreadable_ = true;
-      probe_why_ = why;
-      return plan;
-    }
-    retry_attempt_ = 0;
-    if (confirm_x_) {
-      // A fresh look below x answers: the failures were transient (an
-      // outage that ended mid-walk). Start over from the cursor, after the
-      // start-over backoff (on_page_done).
-      probe_resume_.reset();
-      stop_isolating();
-      start_over_ = true;
-      return plan;
-    }
-    // after = x - 1 failed twice, after = x answers: the first event after
-    // x - 1 is x, and it is the one that cannot be read -- once a fresh
-    // look at after = x - 1 and after = cursor says so too.
-    confirm_x_ = probe_x_;
-    confirm_step_ = 1;
-    probe_x_ = *confirm_x_ - 1;
-    return plan;
+  return stale;
+}
+
+void ledger_drain::on_probe_page(const page_summary& page) {
+  // A probe: only "readable or not" matters; nothing is delivered from
+  // it (the events after the poison come with the next page, in order).
+  page_probe_ = true;
+  bool readable = page.is_object && (page.ids.empty() || page.ids.front());
+  if (!readable) {
+    auto why = page.is_object ? drain_error_reason::bad_event
+                              : drain_error_reason::bad_page;
+    count(why);
+    probe_unreadable_ = true;
+    probe_why_ = why;
+    return;
   }
-  if (strike_after_ && *strike_after_ == page_start_)
-    strike_after_.reset(); // the failure did not repeat: it was transient
-  if (page.is_object)
-    retry_attempt_ = 0; // the replay answers again
-  page_count_ = page.ids.size();
-  page_cursor_ = page.cursor;
-  page_bad_ = !page.is_object;
-  page_bad_event_ = false;
-  page_over_limit_ = page.over_limit;
+  retry_attempt_ = 0;
+  if (confirm_x_) {
+    // A fresh look below x answers: the failures were transient (an
+    // outage that ended mid-walk). Start over from the cursor, after the
+    // start-over backoff (on_page_done).
+    probe_resume_.reset();
+    stop_isolating();
+    start_over_ = true;
+    return;
+  }
+  // after = x - 1 failed twice, after = x answers: the first event after
+  // x - 1 is x, and it is the one that cannot be read -- once a fresh
+  // look at after = x - 1 and after = cursor says so too.
+  confirm_x_ = probe_x_;
+  confirm_step_ = 1;
+  probe_x_ = *confirm_x_ - 1;
+}
+
+bool ledger_drain::check_page_order(const page_summary& page) {
   // Ids above the cursor must not go backward: a page that does has lost
   // the ledger's order, and neither delivering it (a reorder) nor skipping
   // the lower ids (a silent loss) is sound. Equal ids are one event.
@@ -361,43 +351,37 @@ page_plan ledger_drain::on_page(const page_summary& page) {
   // neither an id nor the cursor moves past the start, delivering them
   // would deliver them again on every tick.
   bool repeated = false;
-  if (!page_bad_) {
-    auto high = page_start_;
-    bool unpositioned = false;
-    for (auto& id : page.ids) {
-      if (!id) {
-        unpositioned = true;
-        continue;
-      }
-      if (*id <= page_start_)
-        continue;
-      if (*id < high) {
-        page_bad_ = true;
-        break;
-      }
-      repeated = repeated || *id == high;
-      high = *id;
+  if (page_bad_)
+    return repeated;
+  auto high = page_start_;
+  bool unpositioned = false;
+  for (auto& id : page.ids) {
+    if (!id) {
+      unpositioned = true;
+      continue;
     }
-    bool progress = high > page_start_
-                    || (!page.over_limit && page.cursor
-                        && *page.cursor > page_start_);
-    if (unpositioned && !progress && !page_bad_) {
-      // Events that can be neither delivered nor passed: narrow the page
-      // to isolate them (on_page_done).
+    if (*id <= page_start_)
+      continue;
+    if (*id < high) {
       page_bad_ = true;
-      page_bad_event_ = true;
+      break;
     }
+    repeated = repeated || *id == high;
+    high = *id;
   }
-  if (page_bad_) {
-    count(page_bad_event_ ? drain_error_reason::bad_event
-                          : drain_error_reason::bad_page);
-    plan.verdict = page_verdict::bad_page;
-    return plan;
+  bool progress = high > page_start_
+                  || (!page.over_limit && page.cursor
+                      && *page.cursor > page_start_);
+  if (unpositioned && !progress && !page_bad_) {
+    // Events that can be neither delivered nor passed: narrow the page
+    // to isolate them (on_page_done).
+    page_bad_ = true;
+    page_bad_event_ = true;
   }
-  if (repeated || page.over_limit) {
-    count(drain_error_reason::anomaly);
-    plan.anomaly = true;
-  }
+  return repeated;
+}
+
+void ledger_drain::plan_reset(const page_summary& page, page_plan& plan) {
   if (rewind_armed_) {
     // The first page of the new incarnation: one rewind reset before its
     // events (it stands for a retention reset of this page too: the
@@ -440,6 +424,40 @@ page_plan ledger_drain::on_page(const page_summary& page) {
         && !page.over_limit)
       plan.reset_to = page.cursor;
   }
+}
+
+page_plan ledger_drain::on_page(const page_summary& page) {
+  page_plan plan;
+  state_ = state::delivering;
+  ++pages_;
+  page_stale_ = page_is_stale(page);
+  if (page_stale_)
+    return plan;
+  if (isolate_ == isolate_phase::probing) {
+    on_probe_page(page);
+    return plan;
+  }
+  if (strike_after_ && *strike_after_ == page_start_)
+    strike_after_.reset(); // the failure did not repeat: it was transient
+  if (page.is_object)
+    retry_attempt_ = 0; // the replay answers again
+  page_count_ = page.ids.size();
+  page_cursor_ = page.cursor;
+  page_bad_ = !page.is_object;
+  page_bad_event_ = false;
+  page_over_limit_ = page.over_limit;
+  bool repeated = check_page_order(page);
+  if (page_bad_) {
+    count(page_bad_event_ ? drain_error_reason::bad_event
+                          : drain_error_reason::bad_page);
+    plan.verdict = page_verdict::bad_page;
+    return plan;
+  }
+  if (repeated || page.over_limit) {
+    count(drain_error_reason::anomaly);
+    plan.anomaly = true;
+  }
+  plan_reset(page, plan);
   auto high = page_start_;
   for (std::size_t i = 0; i < page.ids.size(); ++i) {
     auto& id = page.ids[i];

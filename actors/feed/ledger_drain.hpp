@@ -468,6 +468,21 @@ private:
   /// A page that shows the ledger head below a non-zero start.
   bool shows_rewind(const page_summary& page) const;
 
+  // The steps of on_page, in order.
+  /// True if `page` belongs to another incarnation than the one it was
+  /// asked of (or came before a decided rewind): it is dropped unread.
+  bool page_is_stale(const page_summary& page);
+  /// A probe page while isolating a poison event: only "readable or not"
+  /// matters, nothing is delivered.
+  void on_probe_page(const page_summary& page);
+  /// Checks the page's ids against its start (no id goes backward; events
+  /// without an id must be passed by the cursor); sets page_bad_ /
+  /// page_bad_event_. Returns true when an id repeats.
+  bool check_page_order(const page_summary& page);
+  /// The reset the page starts with, if any: the rewind armed for a new
+  /// incarnation, or a retention reset the page reports.
+  void plan_reset(const page_summary& page, page_plan& plan);
+
   struct rewind_info {
     int64_t from = 0;
     std::optional<std::string> old_epoch;
