@@ -8,6 +8,8 @@
 #include "nginx_fixture.hpp"
 #include "scripted_server.hpp"
 #include "test_certs.hpp"
+#include "tests/support/child_process.hpp"
+#include "tests/support/ports.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -66,78 +68,23 @@ struct cli_result {
   }
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in{path, std::ios::binary};
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
-/// Runs the CLI with `args` (and `env` added to the environment), stdout and
-/// stderr into files; kills it after 60 s.
+/// Runs the CLI with `args` (and `env` added to the environment); kills it
+/// after 60 s.
 cli_result run_cli(const std::vector<std::string>& args,
                    const std::vector<std::string>& env = {}) {
-  temp_dir dir{"outbound-cli-"};
-  std::vector<std::string> argv_s{OUTBOUND_CLI};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e; ++e)
-    env_s.emplace_back(*e);
-  env_s.insert(env_s.end(), env.begin(), env.end());
-  std::vector<char*> envp;
-  for (auto& e : env_s)
-    envp.push_back(e.data());
-  envp.push_back(nullptr);
-  auto out_path = dir.file("out");
-  auto err_path = dir.file("err");
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  pid_t pid = -1;
-  auto rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0)
-    throw std::runtime_error(std::string{"cannot spawn the CLI: "}
-                             + std::strerror(rc));
-  int status = 0;
-  auto give_up = std::chrono::steady_clock::now() + 60s;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > give_up) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      throw std::runtime_error("the CLI did not exit within 60 s");
-    }
-    std::this_thread::sleep_for(5ms);
-  }
+  std::vector<std::string> argv{OUTBOUND_CLI};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto c = run_child(argv, 60s, env);
+  if (c.timed_out)
+    throw std::runtime_error("the CLI did not exit within 60 s");
   cli_result r;
-  r.exit_code
-    = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = read_file(out_path);
-  r.err = read_file(err_path);
+  r.exit_code = c.exit_code;
+  r.out = std::move(c.out);
+  r.err = std::move(c.err);
   return r;
 }
 
-/// A port on 127.0.0.1 where nothing listens (bound, read, closed).
-uint16_t closed_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0
-      || ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw std::runtime_error("cannot pick a port");
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::string refused_url() {
   return "http://127.0.0.1:" + std::to_string(closed_port()) + "/v1/items";

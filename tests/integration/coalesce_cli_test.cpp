@@ -8,6 +8,8 @@
 
 #include "scripted_server.hpp"
 #include "test_certs.hpp"
+#include "tests/support/child_process.hpp"
+#include "tests/support/ports.hpp"
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
@@ -40,22 +42,6 @@ using namespace std::chrono_literals;
 namespace json = boost::json;
 
 namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream in{path, std::ios::binary};
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> r;
-  std::istringstream in{text};
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty())
-      r.push_back(l);
-  return r;
-}
 
 /// What one finished CLI run left behind.
 struct run_result {
@@ -90,65 +76,21 @@ private:
   }
 };
 
-/// Runs `outbound ARGS...` to its end (at most `bound`), stdout and stderr
-/// into files.
+/// Runs `outbound ARGS...` to its end (at most `bound`).
 run_result run_cli(std::vector<std::string> args,
                    std::chrono::milliseconds bound = 60s) {
-  temp_dir dir{"outbound-coalesce-cli-"};
-  auto out = dir.file("out");
-  auto err = dir.file("err");
   args.insert(args.begin(), OUTBOUND_CLI);
-  std::vector<char*> argv;
-  for (auto& a : args)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  pid_t pid = -1;
-  auto rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0)
-    throw std::runtime_error("cannot spawn " + args[0]);
+  auto c = run_child(args, bound);
   run_result r;
-  auto until = std::chrono::steady_clock::now() + bound;
-  for (;;) {
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) {
-      r.code = WIFEXITED(status) ? WEXITSTATUS(status)
-                                 : 128 + WTERMSIG(status);
-      break;
-    }
-    if (std::chrono::steady_clock::now() > until) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-      ADD_FAILURE() << "outbound did not exit within the bound";
-      break;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  r.out = slurp(out);
-  r.err = slurp(err);
+  if (c.timed_out)
+    ADD_FAILURE() << "outbound did not exit within the bound";
+  else
+    r.code = c.exit_code;
+  r.out = std::move(c.out);
+  r.err = std::move(c.err);
   return r;
 }
 
-/// A 127.0.0.1 port nothing listens on (bound, then closed).
-uint16_t closed_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0
-      || ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw std::runtime_error("closed_port: cannot bind");
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 uint64_t u64(const json::value& v) {
   return v.to_number<uint64_t>();

@@ -12,6 +12,7 @@
 
 #include "config/config_error.hpp"
 #include "config/demo_config.hpp"
+#include "tests/support/child_process.hpp"
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
@@ -52,25 +53,9 @@ namespace {
 
 const std::string source_dir = OUTBOUND_SOURCE_DIR;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in{path, std::ios::binary};
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 void spit(const std::string& path, const std::string& text) {
   std::ofstream out{path, std::ios::binary};
   out << text;
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> r;
-  std::istringstream in{text};
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty())
-      r.push_back(l);
-  return r;
 }
 
 /// The absolute path of a program on PATH (or in /usr/bin, /usr/sbin), or
@@ -96,21 +81,7 @@ public:
   explicit child(std::vector<std::string> args) : dir_{"outbound-deploy-"} {
     out_ = dir_.file("out");
     err_ = dir_.file("err");
-    std::vector<char*> argv;
-    for (auto& a : args)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    auto rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0)
-      throw std::runtime_error("cannot spawn " + args[0]);
+    pid_ = spawn_child(args, out_, err_);
   }
 
   ~child() {

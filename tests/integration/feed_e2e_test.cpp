@@ -13,6 +13,7 @@
 #include "hub/hub.hpp"
 #include "protocol/io_runner.hpp"
 #include "protocol/ws_session.hpp"
+#include "tests/support/child_process.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
@@ -43,6 +44,8 @@
 #include <vector>
 
 using namespace outbound;
+using outbound::testing::lines_of;
+using outbound::testing::slurp;
 using namespace std::chrono_literals;
 
 namespace {
@@ -723,22 +726,6 @@ TEST_F(FeedE2E, ThousandWatchersConnectedFirstAreFedByWakesExactlyOnceInOrder) {
 
 // -- outbound watch ----------------------------------------------------------
 
-std::string slurp(const std::string& path) {
-  std::ifstream in{path, std::ios::binary};
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> r;
-  std::istringstream in{text};
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty())
-      r.push_back(l);
-  return r;
-}
-
 struct cli_run {
   int exit_code = -1;
   std::string out;
@@ -747,50 +734,17 @@ struct cli_run {
 
 /// Runs the built CLI with `args`; kills it after 20 s.
 cli_run run_cli(std::vector<std::string> args) {
-  char dir_tpl[] = "/tmp/outbound-watch-XXXXXX";
-  std::string dir = ::mkdtemp(dir_tpl);
-  auto out_path = dir + "/out";
-  auto err_path = dir + "/err";
   args.insert(args.begin(), OUTBOUND_CLI);
-  std::vector<char*> argv;
-  for (auto& a : args)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  pid_t pid = -1;
-  auto rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
+  auto c = outbound::testing::run_child(args, 20s);
+  if (c.timed_out)
+    ADD_FAILURE() << "outbound watch did not exit within 20 s";
   cli_run r;
-  if (rc != 0) {
-    ADD_FAILURE() << "cannot spawn " << args[0];
-    return r;
-  }
-  int status = 0;
-  auto give_up = std::chrono::steady_clock::now() + 20s;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > give_up) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      ADD_FAILURE() << "outbound watch did not exit within 20 s";
-      break;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  r.exit_code
-    = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
-  ::unlink(out_path.c_str());
-  ::unlink(err_path.c_str());
-  ::rmdir(dir.c_str());
+  r.exit_code = c.exit_code;
+  r.out = std::move(c.out);
+  r.err = std::move(c.err);
   return r;
 }
+
 
 TEST_F(FeedE2E, WatchCommandPrintsThreeEventsAndASummary) {
   start_hub();

@@ -14,6 +14,7 @@
 
 #include "config/config_error.hpp"
 #include "tests/integration/test_certs.hpp"
+#include "tests/support/child_process.hpp"
 
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
@@ -1348,53 +1349,20 @@ struct cli_run {
   }
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream in{path, std::ios::binary};
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 /// Runs the `outbound` binary with `args`; kills it after 30 s.
 cli_run run_outbound(const std::vector<std::string>& args) {
-  temp_dir dir{"outbound-hostile-"};
-  std::vector<std::string> argv_s{OUTBOUND_CLI};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  auto out_path = dir.file("out");
-  auto err_path = dir.file("err");
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  pid_t pid = -1;
-  auto rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0)
-    throw std::runtime_error(std::string{"cannot spawn the CLI: "}
-                             + std::strerror(rc));
-  int status = 0;
-  auto give_up = std::chrono::steady_clock::now() + 30s;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > give_up) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      throw std::runtime_error("the CLI did not exit within 30 s");
-    }
-    std::this_thread::sleep_for(5ms);
-  }
+  std::vector<std::string> argv{OUTBOUND_CLI};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto c = run_child(argv, 30s);
+  if (c.timed_out)
+    throw std::runtime_error("the CLI did not exit within 30 s");
   cli_run r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
+  r.exit_code = c.exit_code;
+  r.out = std::move(c.out);
+  r.err = std::move(c.err);
   return r;
 }
+
 
 const std::string cli_secret = "s3cr3t-hostile-T0KEN";
 

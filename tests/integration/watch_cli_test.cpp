@@ -12,6 +12,7 @@
 
 #include "hub/hub.hpp"
 #include "protocol/json_parse.hpp"
+#include "tests/support/child_process.hpp"
 
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
@@ -54,22 +55,6 @@ namespace json = boost::json;
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in{path, std::ios::binary};
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> r;
-  std::istringstream in{text};
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty())
-      r.push_back(l);
-  return r;
-}
-
 /// The CLI as a running child: stdout/stderr into files of a temp dir,
 /// killed (SIGKILL) and reaped on destruction if still running.
 class cli_child {
@@ -78,21 +63,7 @@ public:
     out_ = dir_.file("out");
     err_ = dir_.file("err");
     args.insert(args.begin(), OUTBOUND_CLI);
-    std::vector<char*> argv;
-    for (auto& a : args)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    auto rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0)
-      throw std::runtime_error("cannot spawn " + args[0]);
+    pid_ = spawn_child(args, out_, err_);
     started_ = std::chrono::steady_clock::now();
   }
 
