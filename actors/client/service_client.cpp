@@ -633,16 +633,6 @@ service_client_impl(self_ptr self, std::shared_ptr<const call_context> ctx,
   self->state.rng.seed(seed);
   self->state.timer = self->spawn<caf::hidden>(
     client_timer, caf::actor_cast<caf::weak_actor_ptr>(self));
-  // The timer dies with the client. A hidden actor is not awaited at the
-  // system's shutdown, and CAF 0.17's scheduler stops its clock last
-  // (scheduler/coordinator.hpp, coordinator::stop: workers, their queues'
-  // cleanup, then the timer thread): a watchdog still pending would be
-  // delivered to a live timer after the queues were cleaned, scheduling it
-  // where nothing runs or releases it. A terminated timer's mailbox is
-  // closed, so the late message is dropped instead.
-  self->attach_functor([timer = self->state.timer](const caf::error&) {
-    caf::anon_send_exit(timer, caf::exit_reason::kill);
-  });
   // The client depends on its pool: once the pool is gone no call can
   // succeed, so calls fail at once (the call actors in flight see the same
   // down message and fail theirs) instead of each waiting its budget.
