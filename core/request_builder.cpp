@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
+#include <cstdint>
 #include <cstring>
 
 namespace outbound {
@@ -12,6 +12,7 @@ namespace outbound {
 namespace {
 
 const char hex_digits[] = "0123456789ABCDEF";
+const char hex_lower[] = "0123456789abcdef";
 
 bool unreserved(char c) {
   return core::is_alnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
@@ -85,12 +86,16 @@ std::string encode_query(
 }
 
 std::string generate_request_id(core::rng& rng) {
-  // 32 lower-case hex digits from two 64-bit outputs.
-  char buf[33];
-  auto hi = static_cast<unsigned long long>(rng());
-  auto lo = static_cast<unsigned long long>(rng());
-  std::snprintf(buf, sizeof(buf), "%016llx%016llx", hi, lo);
-  return std::string{buf, 32};
+  // 32 lower-case hex digits from two 64-bit outputs (the high one first),
+  // written directly: this runs once per call.
+  std::string out(32, '0');
+  auto put = [&out](std::size_t at, std::uint64_t v) {
+    for (std::size_t i = 0; i < 16; ++i)
+      out[at + 15 - i] = hex_lower[(v >> (4 * i)) & 0xF];
+  };
+  put(0, static_cast<std::uint64_t>(rng()));
+  put(16, static_cast<std::uint64_t>(rng()));
+  return out;
 }
 
 std::string credential_value(const client_config& cfg) {

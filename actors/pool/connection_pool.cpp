@@ -7,6 +7,10 @@
 #include "protocol/tls_context.hpp"
 
 #include <caf/actor_cast.hpp>
+#include <caf/delegated.hpp>
+#include <caf/mailbox_element.hpp>
+#include <caf/make_message.hpp>
+#include <caf/response_promise.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -14,25 +18,23 @@
 #include <caf/weak_intrusive_ptr.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace outbound {
 
 namespace {
 
-/// An io-thread completion, forwarded to the pool actor (the one thing a
-/// completion does, docs/ARCHITECTURE.md). Tagged with the exchange id so the
-/// completion of a cancelled exchange is dropped.
-struct exchange_done {
-  uint64_t exchange_id = 0;
-  exchange_result result;
-  bool reusable = false;
-};
+/// The pool's own wake-up: completions are waiting in its inbox
+/// (completion_inbox) for the pool's bookkeeping.
+struct drain_completions {};
 
 /// A queued exchange's own time limit (its request's timeout_ns) ran out,
 /// less pool_limits::min_dispatch_budget, before a connection became free.
@@ -44,22 +46,115 @@ struct queue_expired {
 
 } // namespace outbound
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::exchange_done)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::drain_completions)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::queue_expired)
 
 namespace outbound {
 
 namespace {
 
-/// The pool's own interface: the transport port plus the completion message,
+/// The pool's own interface: the transport port plus the completion wake-up,
 /// the queue timer and a stats query (reachable through an untyped handle in
 /// tests).
-using pool_actor = transport_actor::extend<
-  caf::reacts_to<exchange_done>, caf::reacts_to<queue_expired>,
-  caf::replies_to<stats_atom>::with<pool_stats>>;
+using pool_actor
+  = transport_actor::extend<caf::reacts_to<drain_completions>,
+                            caf::reacts_to<queue_expired>,
+                            caf::replies_to<stats_atom>::with<pool_stats>>;
 
 using connection_ptr = std::shared_ptr<http_connection>;
-using promise_type = caf::typed_response_promise<exchange_result>;
+
+/// Where one exchange's answer goes: the requester's address and the
+/// request's message id, taken from the pool's response promise. The io
+/// thread's completion answers the requester through it directly, without a
+/// hop through the pool actor; the pool answers through it when it cancels,
+/// expires or stops an exchange. Whoever comes first answers; the other's
+/// answer is dropped (an atomic flag). It sends as CAF's
+/// response_promise::deliver does (libcaf_core/src/response_promise.cpp),
+/// but with no execution context, so that any thread may call it.
+class reply_slot {
+public:
+  explicit reply_slot(const caf::response_promise& rp)
+    : source_(rp.source()), stages_(rp.stages()), id_(rp.id()) {
+    // nop
+  }
+
+  /// Answers with `res` unless answered already; safe from any thread.
+  void deliver(exchange_result res) {
+    if (answered_.exchange(true, std::memory_order_acq_rel))
+      return;
+    auto msg = caf::make_message(std::move(res));
+    if (!stages_.empty()) {
+      auto next = std::move(stages_.back());
+      stages_.pop_back();
+      next->enqueue(caf::make_mailbox_element(std::move(source_), id_,
+                                              std::move(stages_),
+                                              std::move(msg)),
+                    nullptr);
+      return;
+    }
+    if (source_)
+      source_->enqueue(caf::make_mailbox_element(nullptr, id_.response_id(), {},
+                                                 std::move(msg)),
+                       nullptr);
+    source_.reset();
+  }
+
+private:
+  std::atomic<bool> answered_{false};
+  caf::strong_actor_ptr source_;
+  caf::response_promise::forwarding_stack stages_;
+  caf::message_id id_;
+};
+
+/// What answers the requester (the pool state's `Pending`).
+struct promise_type {
+  std::shared_ptr<reply_slot> slot;
+
+  void deliver(exchange_result res) const {
+    slot->deliver(std::move(res));
+  }
+};
+
+/// An exchange the io thread finished: what the pool's bookkeeping needs
+/// (its answer went to the requester already).
+struct finished_exchange {
+  uint64_t exchange_id = 0;
+  bool reusable = false;
+  /// Ended not_sent on a connection not reusable: the server had closed it
+  /// (or left bytes on it) while idle.
+  bool stale = false;
+};
+
+/// Completions on their way from the io thread to the pool actor. A
+/// completion puts its exchange here *before* it answers the requester, so a
+/// request the requester sends in reaction finds the connection free (the
+/// pool drains the inbox before every message it handles); the pool is woken
+/// by one drain_completions message per batch, not one message per exchange.
+class completion_inbox {
+public:
+  /// Adds `done`; true when the pool must be woken (no wake-up pending).
+  bool push(finished_exchange done) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    items_.push_back(done);
+    if (wake_pending_)
+      return false;
+    wake_pending_ = true;
+    return true;
+  }
+
+  /// Takes every finished exchange, oldest first, into `out` (cleared).
+  void take(std::vector<finished_exchange>& out) {
+    out.clear();
+    std::lock_guard<std::mutex> guard{mtx_};
+    out.swap(items_);
+    wake_pending_ = false;
+  }
+
+private:
+  std::mutex mtx_;
+  std::vector<finished_exchange> items_;
+  bool wake_pending_ = false;
+};
 
 /// What a queued exchange runs once a connection is free (its deadline,
 /// kept by the pool state, gives what is left of its timeout).
@@ -87,6 +182,10 @@ struct pool_actor_state {
   url_parts origin;
   pool_key key;
   state_type pool{0};
+  std::shared_ptr<completion_inbox> inbox
+    = std::make_shared<completion_inbox>();
+  /// Reused by drain() (keeps its capacity).
+  std::vector<finished_exchange> batch;
 
   /// Runs when the actor terminates: every connection is closed, every
   /// exchange still in flight or queued is answered.
@@ -113,18 +212,33 @@ struct pool_actor_state {
 
 using self_ptr = pool_actor::stateful_pointer<pool_actor_state>;
 
-/// Runs exchange `id` on `conn` (a reused or a new connection).
+/// Runs exchange `id` on `conn` (a reused or a new connection). Its
+/// completion answers the requester itself and leaves the connection's
+/// bookkeeping to the pool (completion_inbox).
 void run(self_ptr self, uint64_t id, http_request req, connection_ptr conn,
          promise_type rp, bool reused) {
   auto& st = self->state;
+  auto slot = rp.slot;
   st.pool.start(id, st.key, conn, std::move(rp), reused);
   caf::weak_actor_ptr weak{self->ctrl()};
-  conn->async_exchange(std::move(req), [weak, id](exchange_result res,
-                                                  bool reusable) {
-    if (auto strong = weak.lock())
-      caf::anon_send(caf::actor_cast<pool_actor>(strong),
-                     exchange_done{id, std::move(res), reusable});
-  });
+  conn->async_exchange(
+    std::move(req), [weak, inbox = st.inbox, slot = std::move(slot),
+                     id](exchange_result res, bool reusable) {
+      bool stale = !reusable && res.error == transport_error_kind::not_sent;
+      bool wake = inbox->push(finished_exchange{id, reusable, stale});
+      res.exchange_id = id;
+      slot->deliver(std::move(res));
+      if (wake)
+        if (auto strong = weak.lock())
+          caf::anon_send(caf::actor_cast<pool_actor>(strong),
+                         drain_completions{});
+    });
+}
+
+/// Makes the requester's answer slot for the message being handled.
+promise_type make_promise(self_ptr self) {
+  auto rp = self->make_response_promise<exchange_result>();
+  return promise_type{std::make_shared<reply_slot>(rp)};
 }
 
 /// Answers a waiter that never got a connection (nothing was sent).
@@ -188,6 +302,28 @@ void run_waiter(self_ptr self, std::optional<state_type::waiter> w,
   }
 }
 
+/// The pool's side of finished exchanges (their answers went out from the
+/// io thread): each connection goes back idle, to the head waiter, or is
+/// closed. Runs before every message the pool handles, so that the pool's
+/// view is never older than what a requester has been told.
+void drain(self_ptr self) {
+  auto& st = self->state;
+  st.inbox->take(st.batch);
+  for (auto& done : st.batch) {
+    auto flight = st.pool.complete(done.exchange_id);
+    if (!flight)
+      continue; // cancelled earlier: already answered
+    if (done.stale)
+      st.pool.stale_found(*flight); // nothing of it left; it redials
+    auto r = st.pool.release(flight->key, flight->conn, done.reusable);
+    bool handed = r.decision == release_decision::handed_to_waiter;
+    if (!handed && r.decision != release_decision::keep_idle)
+      flight->conn->close();
+    // A freed connection (or slot) goes to the head waiter at once.
+    run_waiter(self, std::move(r.next), handed ? flight->conn : nullptr);
+  }
+}
+
 pool_actor::behavior_type pool_impl(self_ptr self,
                                     std::shared_ptr<io_runner> io,
                                     std::shared_ptr<tls_context> tls,
@@ -201,6 +337,7 @@ pool_actor::behavior_type pool_impl(self_ptr self,
   st.pool = state_type{limits};
   return {
     [self](http_request& req) -> caf::result<exchange_result> {
+      drain(self);
       auto& st = self->state;
       auto id = req.exchange_id;
       if (st.pool.is_in_flight(id) || st.pool.is_waiting(id))
@@ -213,7 +350,7 @@ pool_actor::behavior_type pool_impl(self_ptr self,
         case acquire_kind::reuse:
           // Whether the server closed it (or left bytes on it) while it was
           // idle is checked by the connection on its io thread before it
-          // writes: such an exchange ends not_sent (see exchange_done).
+          // writes: such an exchange ends not_sent (see drain).
           conn = std::move(*a.conn);
           reused = true;
           break;
@@ -228,13 +365,13 @@ pool_actor::behavior_type pool_impl(self_ptr self,
           }
           break;
         case acquire_kind::wait: {
-          auto rp = self->make_response_promise<exchange_result>();
+          auto rp = make_promise(self);
           auto now = self->clock().now();
           auto deadline
             = now + std::chrono::nanoseconds{std::max<int64_t>(req.timeout_ns, 0)};
           bool fresh = req.fresh_connection;
-          st.pool.enqueue(id, st.key, fresh, rp, queued_request{std::move(req)},
-                          deadline);
+          st.pool.enqueue(id, st.key, fresh, std::move(rp),
+                          queued_request{std::move(req)}, deadline);
           // The pool answers within the request's timeout even while it
           // waits (the transport port's promise), and a little before it:
           // the caller's attempt timer runs for the same budget and, if it
@@ -246,7 +383,7 @@ pool_actor::behavior_type pool_impl(self_ptr self,
             self->send(self, queue_expired{id});
           else
             self->delayed_send(self, at - now, queue_expired{id});
-          return rp;
+          return caf::delegated<exchange_result>{};
         }
         case acquire_kind::busy:
           // A hedge: worth sending only on a connection free now; queued it
@@ -262,28 +399,13 @@ pool_actor::behavior_type pool_impl(self_ptr self,
             "connection pool queue full (" + std::to_string(a.waiting)
               + " waiting, " + std::to_string(a.connections) + " connections)");
       }
-      auto rp = self->make_response_promise<exchange_result>();
-      run(self, id, std::move(req), std::move(conn), rp, reused);
-      return rp;
+      auto rp = make_promise(self);
+      run(self, id, std::move(req), std::move(conn), std::move(rp), reused);
+      return caf::delegated<exchange_result>{};
     },
-    [self](exchange_done& done) {
-      auto& st = self->state;
-      auto flight = st.pool.complete(done.exchange_id);
-      if (!flight)
-        return; // cancelled earlier: already answered
-      if (!done.reusable
-          && done.result.error == transport_error_kind::not_sent)
-        st.pool.stale_found(*flight); // nothing of it left; it redials
-      auto r = st.pool.release(flight->key, flight->conn, done.reusable);
-      bool handed = r.decision == release_decision::handed_to_waiter;
-      if (!handed && r.decision != release_decision::keep_idle)
-        flight->conn->close();
-      done.result.exchange_id = done.exchange_id;
-      flight->pending.deliver(std::move(done.result));
-      // A freed connection (or slot) goes to the head waiter at once.
-      run_waiter(self, std::move(r.next), handed ? flight->conn : nullptr);
-    },
+    [self](drain_completions) { drain(self); },
     [self](cancel_atom, uint64_t id) {
+      drain(self); // a finished exchange is not cancelled: it is answered
       auto& st = self->state;
       auto c = st.pool.cancel(id);
       if (c.flight) {
@@ -299,6 +421,7 @@ pool_actor::behavior_type pool_impl(self_ptr self,
       }
     },
     [self](queue_expired& q) {
+      drain(self);
       auto& st = self->state;
       auto w = st.pool.expire(q.exchange_id);
       if (!w)
@@ -308,6 +431,7 @@ pool_actor::behavior_type pool_impl(self_ptr self,
                     "never sent");
     },
     [self](stats_atom) {
+      drain(self);
       auto& st = self->state;
       const auto& c = st.pool.counters();
       pool_stats out;

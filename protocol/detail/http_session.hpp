@@ -242,7 +242,6 @@ private:
     res_.exchange_id = req_.exchange_id;
     res_.new_connection = !connected_.load();
     phase_ = phase::connecting;
-    ++serial_;
     started_ = clock::now();
     if (closed_.load())
       return fail(transport_error_kind::not_sent, "connection closed");
@@ -256,19 +255,47 @@ private:
     if (!serialize_request(req_, origin_, wire_, why))
       return fail(transport_error_kind::config, why);
     auto timeout = std::chrono::nanoseconds{std::max<int64_t>(req_.timeout_ns, 0)};
-    timer_.expires_at(started_ + std::chrono::duration_cast<clock::duration>(timeout));
-    timer_.async_wait(
-      [self = this->shared_from_this(), serial = serial_](const error_code& ec) {
-        self->on_timer(ec, serial);
-      });
+    arm_deadline(started_
+                 + std::chrono::duration_cast<clock::duration>(timeout));
     if (connected_.load())
       return do_write();
     dial(this->shared_from_this(), resolver_, origin_);
   }
 
-  void on_timer(const error_code& ec, uint64_t serial) {
-    if (ec || serial != serial_ || !done_)
+  /// Sets the current exchange's deadline. The timer is not re-armed per
+  /// exchange (a heap insert and a cancelled handler each time): a wait
+  /// already pending that expires no later than `deadline` stays, and when
+  /// it fires early it re-arms for what is left, as Netty's
+  /// IdleStateHandler reschedules its timeout task
+  /// (handler/timeout/IdleStateHandler.java). Only an earlier deadline
+  /// replaces the pending wait.
+  void arm_deadline(clock::time_point deadline) {
+    deadline_ = deadline;
+    if (timer_armed_ && armed_at_ <= deadline)
       return;
+    timer_.expires_at(deadline); // a later wait pending is cancelled
+    armed_at_ = deadline;
+    timer_armed_ = true;
+    // Weak: an idle connection's pending wait does not keep it alive.
+    timer_.async_wait(
+      [weak = this->weak_from_this(), at = deadline](const error_code& ec) {
+        if (auto self = weak.lock())
+          self->on_timer(ec, at);
+      });
+  }
+
+  void on_timer(const error_code& ec, clock::time_point at) {
+    // Cancelled (replaced by an earlier deadline, or shut), or a wait that
+    // had already expired when a newer one replaced it.
+    if (ec || !timer_armed_ || at != armed_at_)
+      return;
+    timer_armed_ = false;
+    if (!done_)
+      return; // idle: the next exchange arms it again
+    if (clock::now() < deadline_) {
+      arm_deadline(deadline_); // armed for an earlier exchange
+      return;
+    }
     // A write in progress may have sent bytes: assume it did.
     fail(transport_error_kind::timeout,
          "timed out after " + millis_text(clock::now() - started_) + " while "
@@ -468,8 +495,7 @@ private:
   /// Reports the exchange exactly once; closes the connection unless it is
   /// reusable.
   void finish(bool reusable) {
-    ++serial_; // a timer completion still queued is now stale
-    timer_.cancel();
+    // The deadline timer stays armed (arm_deadline); it finds no exchange.
     if (!reusable)
       shut();
     if (!done_)
@@ -484,6 +510,8 @@ private:
     connected_.store(false);
     closed_.store(true);
     error_code ignored;
+    timer_armed_ = false;
+    timer_.cancel();
     resolver_.cancel();
     sock().shutdown(tcp::socket::shutdown_both, ignored);
     sock().close(ignored);
@@ -503,8 +531,11 @@ private:
   completion done_;
   exchange_result res_;
   clock::time_point started_;
+  /// The current exchange's deadline; the pending wait's expiry.
+  clock::time_point deadline_;
+  clock::time_point armed_at_;
+  bool timer_armed_ = false;
   phase phase_ = phase::connecting;
-  uint64_t serial_ = 0;
   std::optional<std::uint64_t> expected_;
   bool chunked_ = false;
   std::atomic<bool> connected_{false};

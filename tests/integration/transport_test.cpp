@@ -167,6 +167,57 @@ TEST_F(TransportTest, KeepAliveReusesOneConnectionForTwoRequests) {
   EXPECT_EQ(s.idle, 1u);
 }
 
+// The deadline timer of a connection is not re-armed per exchange (a wait
+// pending from an earlier exchange stays when it expires no later than the
+// new deadline); each exchange still ends at its own deadline.
+
+TEST_F(TransportTest, ReusedConnectionTimesOutAtItsOwnShorterDeadline) {
+  scripted_server srv{{{step::read_request(),
+                        step::send(scripted_server::json_response(200, "{}")),
+                        step::read_request(), step::hold()}}};
+  auto pool = make_pool(srv.base_url());
+  auto first = request();
+  first.timeout_ns = 10'000'000'000; // its wait stays pending after it
+  auto r1 = exchange(pool, std::move(first));
+  ASSERT_TRUE(r1.ok()) << describe(r1);
+  auto second = request();
+  second.timeout_ns = 300'000'000;
+  auto t0 = clock_type::now();
+  auto r2 = exchange(pool, std::move(second));
+  auto ms = elapsed_ms(t0);
+  ASSERT_FALSE(r2.ok());
+  EXPECT_EQ(r2.error, transport_error_kind::timeout) << describe(r2);
+  EXPECT_NE(r2.detail.find("reading the response header"), std::string::npos)
+    << r2.detail;
+  EXPECT_TRUE(r2.request_sent);
+  EXPECT_FALSE(r2.new_connection);
+  // Its own 300 ms, not the first exchange's 10 s.
+  EXPECT_GE(ms, 250);
+  EXPECT_LT(ms, 5000);
+}
+
+TEST_F(TransportTest, ReusedConnectionOutlivesAnEarlierExchangesDeadline) {
+  scripted_server srv{
+    {{step::read_request(),
+      step::send(scripted_server::json_response(200, "{}")),
+      step::read_request(), step::sleep(std::chrono::milliseconds{700}),
+      step::send(scripted_server::json_response(200, ok_body)), step::hold()}}};
+  auto pool = make_pool(srv.base_url());
+  auto first = request();
+  first.timeout_ns = 200'000'000; // armed for this one, fires during the next
+  auto r1 = exchange(pool, std::move(first));
+  ASSERT_TRUE(r1.ok()) << describe(r1);
+  auto second = request();
+  second.timeout_ns = 5'000'000'000;
+  auto t0 = clock_type::now();
+  auto r2 = exchange(pool, std::move(second));
+  ASSERT_TRUE(r2.ok()) << describe(r2);
+  EXPECT_EQ(r2.response.body, ok_body);
+  EXPECT_FALSE(r2.new_connection);
+  EXPECT_GE(elapsed_ms(t0), 600);
+  EXPECT_EQ(srv.connections(), 1u);
+}
+
 TEST_F(TransportTest, PostCarriesContentLengthAndByteIdenticalBody) {
   scripted_server srv{{{step::read_request(),
                         step::send(scripted_server::json_response(201, "{}")),
