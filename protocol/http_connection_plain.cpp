@@ -7,7 +7,11 @@ namespace outbound::detail {
 
 std::shared_ptr<http_connection>
 make_plain_connection(io_runner& io, const url_parts& origin) {
-  return std::make_shared<http_session<plain_stream>>(io, origin, nullptr);
+  if (io.get().one_thread())
+    return std::make_shared<http_session<http_io_executor, false>>(io, origin,
+                                                                   nullptr);
+  return std::make_shared<http_session<strand_type, false>>(io, origin,
+                                                            nullptr);
 }
 
 } // namespace outbound::detail

@@ -12,6 +12,7 @@ io_runner::impl::impl(std::size_t threads)
   : ioc(threads == 0 ? BOOST_ASIO_CONCURRENCY_HINT_DEFAULT
                      : static_cast<int>(threads)),
     driven(threads == 0) {
+  drivers.store(threads);
   guard_.emplace(boost::asio::make_work_guard(ioc));
   auto n = threads;
   threads_.reserve(n);

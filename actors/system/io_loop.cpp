@@ -1,5 +1,7 @@
 #include "actors/system/detail/io_loop_policy.hpp"
 
+#include <caf/scheduler/coordinator.hpp>
+
 #include <boost/asio/post.hpp>
 
 namespace outbound::detail {
@@ -65,6 +67,14 @@ void poll_handlers(boost::asio::io_context& ioc) {
 io_loop_policy::coordinator_data::coordinator_data(
   caf::scheduler::abstract_coordinator*)
   : runner(std::make_shared<io_runner>(io_runner::driven_t{})) {
+}
+
+io_loop_policy::worker_data::worker_data(
+  caf::scheduler::abstract_coordinator* parent) {
+  // coordinator<Policy>::start() builds this once, with the worker count
+  // already known, before it starts any worker.
+  auto* c = static_cast<caf::scheduler::coordinator<io_loop_policy>*>(parent);
+  c->data().runner->get().drivers.store(parent->num_workers());
 }
 
 void io_loop_policy::enqueue(coordinator_data& cd, caf::resumable* job) {

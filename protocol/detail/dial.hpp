@@ -41,13 +41,25 @@
 
 namespace outbound::detail {
 
-/// The streams both sessions dial: a TCP socket on its connection's strand,
-/// and TLS over it.
+/// The streams the WebSocket session dials: a TCP socket on its
+/// connection's strand, and TLS over it.
 using strand_type
   = boost::asio::strand<boost::asio::io_context::executor_type>;
 using plain_stream
   = boost::asio::basic_stream_socket<boost::asio::ip::tcp, strand_type>;
 using tls_stream = boost::asio::ssl::stream<plain_stream>;
+
+/// The executors an HTTP connection runs on, chosen per connection at run
+/// time (protocol/http_connection_plain.cpp, _tls.cpp): a strand of its own
+/// when several threads run the io_context, the io_context's executor itself
+/// when one thread does (io_runner::impl::one_thread). A strand costs every
+/// handler of every call a lock and reference counts; a type-erased
+/// executor (any_io_executor) would cost half of that again, so the session
+/// is compiled for both (bench/README.md, request_throughput).
+using http_io_executor = boost::asio::io_context::executor_type;
+template <class Executor>
+using http_plain_stream
+  = boost::asio::basic_stream_socket<boost::asio::ip::tcp, Executor>;
 
 /// Where a dial is (for a session's "timed out while ..." text).
 enum class dial_step { resolving, connecting, tls_handshake };

@@ -130,22 +130,23 @@ struct response_body {
 
 // -- the session --------------------------------------------------------------
 
-template <class Stream>
+/// One connection: `Executor` is strand_type or http_io_executor (dial.hpp),
+/// `Tls` whether it speaks TLS.
+template <class Executor, bool Tls>
 class http_session final
   : public http_connection,
-    public std::enable_shared_from_this<http_session<Stream>> {
+    public std::enable_shared_from_this<http_session<Executor, Tls>> {
 public:
-  static constexpr bool is_tls = !std::is_same_v<Stream, plain_stream>;
+  static constexpr bool is_tls = Tls;
+  using socket_type = http_plain_stream<Executor>;
+  using Stream
+    = std::conditional_t<Tls, asio::ssl::stream<socket_type>, socket_type>;
 
   http_session(io_runner& io, const url_parts& origin,
                std::shared_ptr<tls_context> tls)
-    : strand_(asio::make_strand(io.get().ioc)),
-      stream_(make_stream(strand_, tls)),
-      resolver_(strand_),
-      timer_(strand_),
-      origin_(origin),
-      tls_(std::move(tls)),
-      buf_(max_buffered_bytes) {
+    : strand_(make_executor(io)), stream_(make_stream(strand_, tls)),
+      resolver_(strand_), timer_(strand_), origin_(origin),
+      tls_(std::move(tls)), buf_(max_buffered_bytes) {
   }
 
   void async_exchange(http_request req, completion done) override {
@@ -171,7 +172,7 @@ public:
 
   // -- dial hooks (protocol/detail/dial.hpp) ------------------------------
 
-  plain_stream& sock() {
+  socket_type& sock() {
     if constexpr (is_tls)
       return stream_.next_layer();
     else
@@ -225,7 +226,14 @@ private:
     }
   }
 
-  static Stream make_stream(strand_type& strand,
+  static Executor make_executor(io_runner& io) {
+    if constexpr (std::is_same_v<Executor, http_io_executor>)
+      return io.get().ioc.get_executor();
+    else
+      return asio::make_strand(io.get().ioc);
+  }
+
+  static Stream make_stream(const Executor& strand,
                             const std::shared_ptr<tls_context>& tls) {
     if constexpr (is_tls)
       return Stream(strand, tls->get().ctx);
@@ -517,7 +525,9 @@ private:
     sock().close(ignored);
   }
 
-  strand_type strand_;
+  /// Its strand, or the io_context's executor when one thread runs it
+  /// (io_runner::impl::one_thread): all its handlers run one at a time.
+  Executor strand_;
   Stream stream_;
   tcp::resolver resolver_;
   asio::steady_timer timer_;

@@ -8,6 +8,8 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include <atomic>
+#include <cstddef>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -37,6 +39,18 @@ struct io_runner::impl {
 
   /// No threads of its own (made with io_runner::driven_t).
   const bool driven;
+
+  /// How many threads run `ioc`: its own threads, or for a driven runner the
+  /// io_loop scheduler's workers (set when the scheduler starts them; 0
+  /// until then).
+  std::atomic<std::size_t> drivers{0};
+
+  /// True when exactly one thread runs `ioc`: every handler runs on it, one
+  /// at a time, so a connection needs no strand of its own (Asio's
+  /// "implicit strand", overview/core/strands.html).
+  bool one_thread() const noexcept {
+    return drivers.load(std::memory_order_relaxed) == 1;
+  }
 
 private:
   std::mutex mtx_;

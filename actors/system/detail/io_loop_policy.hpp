@@ -75,9 +75,9 @@ public:
   };
 
   struct worker_data {
-    explicit worker_data(caf::scheduler::abstract_coordinator*) {
-      // nop
-    }
+    /// Constructed once per scheduler start (the workers copy it): tells
+    /// the runner how many workers drive it (io_runner::impl::drivers).
+    explicit worker_data(caf::scheduler::abstract_coordinator* parent);
     /// Jobs since the last poll and when it was.
     std::size_t since_poll = 0;
     std::chrono::steady_clock::time_point last_poll{};
