@@ -432,6 +432,23 @@ private:
                       + " exceeds the cap of " + std::to_string(cap) + " bytes");
     parser_->body_limit(cap);
     phase_ = phase::reading_body;
+    // A small response arrives with its header: parse the bytes already
+    // buffered here, and read only when more are needed (an asynchronous
+    // read that finds the body buffered still completes through a posted
+    // handler). Errors are the ones the read would report.
+    while (!parser_->is_done() && buf_.size() > 0) {
+      error_code pec;
+      auto n = parser_->put(buf_.data(), pec);
+      buf_.consume(n);
+      if (pec == http::error::need_more)
+        break;
+      if (pec)
+        return on_body(pec);
+      if (n == 0)
+        break;
+    }
+    if (parser_->is_done())
+      return on_complete();
     http::async_read(stream_, buf_, *parser_,
                      [self = this->shared_from_this()](const error_code& ec,
                                                        std::size_t) {
