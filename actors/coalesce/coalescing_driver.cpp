@@ -15,6 +15,7 @@
 #include <cmath>
 #include <random>
 #include <unordered_map>
+#include <variant>
 
 namespace outbound {
 
@@ -295,19 +296,29 @@ void finish_rpc(self_ptr self, uint64_t rpc_id) {
   pump(self);
 }
 
+/// A successful RPC's body, parsed once in on_exchange: the leader
+/// discovery takes its epoch, the batcher the response.
+using success_body = std::variant<read_ts_result, read_seq_result>;
+
+success_body read_success_body(const rpc_run& run, const exchange_result& r,
+                               std::size_t max_depth) {
+  if (run.plan.kind == waiter_kind::ts)
+    return read_ts_body(r.response.body, max_depth);
+  return read_seq_body(r.response.body, max_depth);
+}
+
 void on_success(self_ptr self, uint64_t rpc_id, rpc_run& run,
-                const exchange_result& r, const std::string& endpoint) {
+                success_body& body, const exchange_result& r,
+                const std::string& endpoint) {
   auto& st = self->state;
   auto now = now_of(self);
   auto attempts = run.dc->attempts();
   std::vector<delivery> ds;
-  auto depth = st.cfg.json_max_depth;
-  if (run.plan.kind == waiter_kind::ts)
-    ds = st.batches->on_ts_response(
-      rpc_id, parse_ts_body(r.response.body, depth), now);
+  if (auto* ts = std::get_if<read_ts_result>(&body))
+    ds = st.batches->on_ts_response(rpc_id, std::move(ts->response), now);
   else
     ds = st.batches->on_seq_response(
-      rpc_id, parse_seq_body(r.response.body, depth), now);
+      rpc_id, std::move(std::get<read_seq_result>(body).response), now);
   deliver_all(self, ds, endpoint, attempts, run.request_id, std::nullopt,
               false, false, r.response.status);
   finish_rpc(self, rpc_id);
@@ -369,11 +380,15 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
       && marks_nothing_committed(r.response.body, st.cfg.json_max_depth));
   rep.cause = r.error;
   rep.unreachable = r.error == transport_error_kind::connect;
+  // A success's body is parsed once, here: its epoch seats the leader, its
+  // fields go to the batcher (on_success; only a success ends there).
+  std::optional<success_body> body;
   if (rep.cls == attempt_class::not_leader) {
     if (auto* h = find_header(r.response.headers, leader_hint_header))
       rep.hint = *h;
   } else if (rep.cls == attempt_class::success) {
-    rep.epoch = parse_body_epoch(r.response.body, st.cfg.json_max_depth);
+    body = read_success_body(run, r, st.cfg.json_max_depth);
+    rep.epoch = std::visit([](auto& b) { return b.epoch; }, *body);
   }
   if (r.error != transport_error_kind::none)
     rep.detail = std::string{to_string(r.error)}
@@ -392,8 +407,11 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
   auto after = leader_key(self, now);
   if (!after.empty() && after != before)
     ++st.stats.leader_changes;
-  if (a.step == discovery_step::succeeded)
-    return on_success(self, rpc_id, run, r, endpoint);
+  if (a.step == discovery_step::succeeded) {
+    if (!body) // not reached: only a success class succeeds
+      body = read_success_body(run, r, st.cfg.json_max_depth);
+    return on_success(self, rpc_id, run, *body, r, endpoint);
+  }
   act(self, rpc_id, std::move(a));
 }
 

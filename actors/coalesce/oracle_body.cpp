@@ -100,11 +100,19 @@ json_limits depth_limit(std::size_t max_depth) {
   return l;
 }
 
-} // namespace
+/// The `"epoch"` of a parsed body as parse_body_epoch reads it.
+std::optional<uint64_t> epoch_of(const json_parse_result& parsed) {
+  auto& v = parsed.value;
+  if (!parsed || !v.is_object())
+    return std::nullopt;
+  auto* e = v.as_object().if_contains("epoch");
+  if (!e || !e->is_string())
+    return std::nullopt;
+  return parse_leader_epoch(e->as_string());
+}
 
-ts_response parse_ts_body(const std::string& body, std::size_t max_depth) {
+ts_response ts_of(const json_parse_result& parsed, const std::string& body) {
   ts_response r;
-  auto parsed = parse_json(body, depth_limit(max_depth));
   auto& v = parsed.value;
   auto* obj = parsed ? unambiguous_object(v, body) : nullptr;
   r.unreadable = unreadable_cause(parsed, obj);
@@ -127,9 +135,8 @@ ts_response parse_ts_body(const std::string& body, std::size_t max_depth) {
   return r;
 }
 
-seq_response parse_seq_body(const std::string& body, std::size_t max_depth) {
+seq_response seq_of(const json_parse_result& parsed, const std::string& body) {
   seq_response r;
-  auto parsed = parse_json(body, depth_limit(max_depth));
   auto& v = parsed.value;
   auto* obj = parsed ? unambiguous_object(v, body) : nullptr;
   r.unreadable = unreadable_cause(parsed, obj);
@@ -149,16 +156,29 @@ seq_response parse_seq_body(const std::string& body, std::size_t max_depth) {
   return r;
 }
 
+} // namespace
+
+ts_response parse_ts_body(const std::string& body, std::size_t max_depth) {
+  return ts_of(parse_json(body, depth_limit(max_depth)), body);
+}
+
+seq_response parse_seq_body(const std::string& body, std::size_t max_depth) {
+  return seq_of(parse_json(body, depth_limit(max_depth)), body);
+}
+
 std::optional<uint64_t> parse_body_epoch(const std::string& body,
                                          std::size_t max_depth) {
+  return epoch_of(parse_json(body, depth_limit(max_depth)));
+}
+
+read_ts_result read_ts_body(const std::string& body, std::size_t max_depth) {
   auto parsed = parse_json(body, depth_limit(max_depth));
-  auto& v = parsed.value;
-  if (!parsed || !v.is_object())
-    return std::nullopt;
-  auto* e = v.as_object().if_contains("epoch");
-  if (!e || !e->is_string())
-    return std::nullopt;
-  return parse_leader_epoch(e->as_string());
+  return {ts_of(parsed, body), epoch_of(parsed)};
+}
+
+read_seq_result read_seq_body(const std::string& body, std::size_t max_depth) {
+  auto parsed = parse_json(body, depth_limit(max_depth));
+  return {seq_of(parsed, body), epoch_of(parsed)};
 }
 
 } // namespace outbound

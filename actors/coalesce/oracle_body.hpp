@@ -38,4 +38,26 @@ seq_response parse_seq_body(const std::string& body,
 std::optional<uint64_t> parse_body_epoch(const std::string& body,
                                          std::size_t max_depth = 64);
 
+/// A GetTs 2xx body read once: what the batcher takes (parse_ts_body's
+/// rules) and the epoch the leader discovery takes (parse_body_epoch's
+/// rules, which also read a body whose other fields are unusable).
+struct read_ts_result {
+  ts_response response;
+  std::optional<uint64_t> epoch;
+};
+
+/// parse_ts_body and parse_body_epoch over one parse of `body`.
+read_ts_result read_ts_body(const std::string& body,
+                            std::size_t max_depth = 64);
+
+/// As read_ts_result, for a GetSeq body.
+struct read_seq_result {
+  seq_response response;
+  std::optional<uint64_t> epoch;
+};
+
+/// parse_seq_body and parse_body_epoch over one parse of `body`.
+read_seq_result read_seq_body(const std::string& body,
+                              std::size_t max_depth = 64);
+
 } // namespace outbound

@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <string>
+#include <vector>
 
 namespace outbound {
 namespace {
@@ -70,6 +72,51 @@ TEST(OracleBody, TheDepthLimitIsTheConfiguredOne) {
   std::string flat = R"({"start":3,"count":2,"x":[[1]]})";
   EXPECT_EQ(parse_seq_body(flat).count, 2u);
   EXPECT_EQ(parse_seq_body(flat, 2).count, 0u);
+}
+
+// The driver parses a success's body once (read_ts_body / read_seq_body):
+// each read gives exactly what the separate readers give, on well-formed,
+// ambiguous, out-of-range, non-JSON and too-deep bodies.
+TEST(OracleBody, OneReadGivesWhatTheSeparateReadersGive) {
+  std::string deep = std::string(64, '[') + std::string(64, ']');
+  const char* bodies[] = {
+    R"({"physical_ms":5,"logical_start":7,"count":4,"epoch":"9"})",
+    R"({"start":3,"count":2,"epoch":"12"})",
+    R"({"start":1,"count":2,"start":5,"epoch":"4"})",
+    R"({"physical_ms":5,"logical_start":4294967296,"count":1,"epoch":"3"})",
+    R"({"start":3,"count":2,"epoch":"x9"})",
+    R"({"count":2,"epoch":"8"})",
+    R"(["epoch","8"])",
+    "not json",
+    "",
+  };
+  std::vector<std::string> all(std::begin(bodies), std::end(bodies));
+  all.push_back(R"({"start":3,"count":2,"epoch":"7","x":)" + deep + "}");
+  for (const auto& b : all) {
+    for (std::size_t depth : {std::size_t{64}, std::size_t{65}}) {
+      SCOPED_TRACE(b.substr(0, 60) + " depth " + std::to_string(depth));
+      auto ts = read_ts_body(b, depth);
+      auto ts1 = parse_ts_body(b, depth);
+      EXPECT_EQ(ts.response.physical_ms, ts1.physical_ms);
+      EXPECT_EQ(ts.response.logical_start, ts1.logical_start);
+      EXPECT_EQ(ts.response.count, ts1.count);
+      EXPECT_EQ(ts.response.epoch, ts1.epoch);
+      EXPECT_EQ(ts.response.unreadable, ts1.unreadable);
+      EXPECT_EQ(ts.epoch, parse_body_epoch(b, depth));
+      auto seq = read_seq_body(b, depth);
+      auto seq1 = parse_seq_body(b, depth);
+      EXPECT_EQ(seq.response.start, seq1.start);
+      EXPECT_EQ(seq.response.count, seq1.count);
+      EXPECT_EQ(seq.response.epoch, seq1.epoch);
+      EXPECT_EQ(seq.response.unreadable, seq1.unreadable);
+      EXPECT_EQ(seq.epoch, parse_body_epoch(b, depth));
+    }
+  }
+  // The epoch is read even where the fields are unusable (a repeated key).
+  EXPECT_EQ(read_seq_body(R"({"start":1,"start":5,"epoch":"4"})").epoch,
+            std::optional<uint64_t>{4});
+  EXPECT_EQ(
+    read_seq_body(R"({"start":1,"start":5,"epoch":"4"})").response.count, 0u);
 }
 
 } // namespace
