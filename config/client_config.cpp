@@ -3,6 +3,7 @@
 #include "config/config_error.hpp"
 #include "core/backoff.hpp"
 #include "core/text.hpp"
+#include "core/validate.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -30,15 +31,7 @@ void require_readable(const std::string& path, const std::string& field) {
     throw config_error(field, "file '" + path + "' is empty");
 }
 
-bool finite_non_negative(double x) {
-  return std::isfinite(x) && x >= 0.0;
-}
-
-bool has_control_chars(const std::string& s) {
-  return std::any_of(s.begin(), s.end(), [](unsigned char c) {
-    return c < 0x20 || c == 0x7f;
-  });
-}
+using core::finite_non_negative;
 
 /// A registered name as the client can send it (RFC 3986 reg-name without
 /// percent-encoding or sub-delims): ASCII letters, digits, '-', '.', '_',
@@ -114,7 +107,7 @@ url_parts url_parts::parse(const std::string& url, const std::string& field) {
   if (r.scheme != "http" && r.scheme != "https")
     throw config_error(field, "scheme must be http or https, got '"
                                 + r.scheme + "'");
-  if (has_control_chars(url) || url.find(' ') != std::string::npos)
+  if (core::has_ctl(url) || url.find(' ') != std::string::npos)
     throw config_error(field, "URL contains spaces or control characters");
   auto rest = url.substr(sep + 3);
   auto slash = rest.find('/');
@@ -183,23 +176,23 @@ void validate_credential_fields(
   const std::string& token_scheme,
   const std::vector<std::pair<std::string, std::string>>& default_headers,
   const std::string& prefix) {
-  if (token_header.empty() || has_control_chars(token_header)
+  if (token_header.empty() || core::has_ctl(token_header)
       || token_header.find(':') != std::string::npos
       || token_header.find(' ') != std::string::npos)
     throw config_error(prefix + "token_header", "not a valid header name");
   // The token itself is never echoed into the error text.
-  if (has_control_chars(token))
+  if (core::has_ctl(token))
     throw config_error(prefix + "token", "contains control characters");
-  if (has_control_chars(token_scheme))
+  if (core::has_ctl(token_scheme))
     throw config_error(prefix + "token_scheme", "contains control characters");
   for (auto& [k, v] : default_headers)
-    if (k.empty() || has_control_chars(k) || has_control_chars(v)
+    if (k.empty() || core::has_ctl(k) || core::has_ctl(v)
         || k.find(':') != std::string::npos)
-      throw config_error(prefix + "default_headers",
-                         (has_control_chars(k)
-                            ? std::string{"bad header name (control characters)"}
-                            : "bad header '" + k + "'")
-                           + " (value not shown)");
+      throw config_error(
+        prefix + "default_headers",
+        (core::has_ctl(k) ? std::string{"bad header name (control characters)"}
+                          : "bad header '" + k + "'")
+          + " (value not shown)");
 }
 
 void client_config::validate() const {

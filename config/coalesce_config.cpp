@@ -4,6 +4,7 @@
 #include "config/config_error.hpp"
 #include "core/backoff.hpp"
 #include "core/text.hpp"
+#include "core/validate.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -14,13 +15,8 @@ namespace outbound {
 
 namespace {
 
-bool finite_non_negative(double x) {
-  return std::isfinite(x) && x >= 0.0;
-}
-
-bool finite_positive(double x) {
-  return std::isfinite(x) && x > 0.0;
-}
+using core::finite_non_negative;
+using core::finite_positive;
 
 bool reg_name_char(char c) {
   return core::is_alnum(c) || c == '-' || c == '.' || c == '_';

@@ -2,6 +2,7 @@
 
 #include "config/client_config.hpp"
 #include "config/config_error.hpp"
+#include "core/validate.hpp"
 #include "protocol/json_parse.hpp"
 
 #include <boost/json/value.hpp>
@@ -17,20 +18,8 @@ namespace outbound {
 
 namespace {
 
-// Every comparison is written so that NaN fails it.
-
-void check_positive(double x, const std::string& field) {
-  if (!(std::isfinite(x) && x > 0.0))
-    throw config_error(field, "must be a finite number > 0");
-}
-
-void check_range(double x, double lo, double hi, const std::string& field) {
-  if (!(std::isfinite(x) && x >= lo && x <= hi)) {
-    std::ostringstream os;
-    os << "must be between " << lo << " and " << hi;
-    throw config_error(field, os.str());
-  }
-}
+using core::check_positive;
+using core::check_range;
 
 // -- JSON reading ------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 #include "config/hedge_config.hpp"
 
 #include "config/config_error.hpp"
+#include "core/validate.hpp"
 
 #include <cmath>
 
@@ -8,22 +9,9 @@ namespace outbound {
 
 namespace {
 
-// Every comparison is written so that NaN fails it.
-
-void check_fraction_open(double x, const std::string& field) {
-  if (!(x > 0.0 && x < 1.0))
-    throw config_error(field, "must be strictly between 0 and 1");
-}
-
-void check_non_negative(double x, const std::string& field) {
-  if (!(std::isfinite(x) && x >= 0.0))
-    throw config_error(field, "must be a finite number >= 0");
-}
-
-void check_positive(double x, const std::string& field) {
-  if (!(std::isfinite(x) && x > 0.0))
-    throw config_error(field, "must be a finite number > 0");
-}
+using core::check_fraction_open;
+using core::check_non_negative;
+using core::check_positive;
 
 struct fields {
   std::optional<double> percentile;

@@ -10,6 +10,7 @@
 
 #include "core/hedge_race.hpp"
 
+#include "core/time.hpp"
 #include "protocol/json_parse.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -790,9 +791,7 @@ void start(self_ptr self, call_request call) {
         .then(
           [self](hedge_plan& p) {
             auto& st = self->state;
-            st.race.set_delay(std::chrono::duration_cast<
-                              std::chrono::nanoseconds>(
-              std::chrono::duration<double>(p.delay)));
+            st.race.set_delay(core::from_seconds(p.delay));
             arm_hedge_timer(self);
           },
           [](caf::error&) { /* no plan: no hedge */ });

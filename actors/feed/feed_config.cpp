@@ -3,6 +3,7 @@
 #include "config/config_error.hpp"
 #include "core/backoff.hpp"
 #include "core/request_builder.hpp"
+#include "core/text.hpp"
 #include "core/time.hpp"
 
 #include <algorithm>
@@ -11,12 +12,6 @@
 namespace outbound {
 
 namespace {
-
-bool has_control_chars(const std::string& s) {
-  return std::any_of(s.begin(), s.end(), [](unsigned char c) {
-    return c < 0x20 || c == 0x7f;
-  });
-}
 
 // Durations run in whole nanoseconds (feed_seconds rounds): a positive
 // value under half a nanosecond would become 0 -- an instant deadline, or
@@ -30,14 +25,14 @@ void require_path(const std::string& path, const char* field) {
     return;
   if (path.front() != '/')
     throw config_error(field, "must start with '/'");
-  if (has_control_chars(path))
+  if (core::has_ctl(path))
     throw config_error(field, "contains a control character");
 }
 
 void require_name(const std::string& name, const char* field) {
   if (name.empty())
     throw config_error(field, "must not be empty");
-  if (has_control_chars(name))
+  if (core::has_ctl(name))
     throw config_error(field, "contains a control character");
 }
 
@@ -50,7 +45,7 @@ void feed_config::validate() const {
   require_path(replay_path, "replay_path");
   require_path(ws_path, "ws_path");
   for (auto& p : prefixes)
-    if (has_control_chars(p))
+    if (core::has_ctl(p))
       throw config_error("prefixes", "contains a control character");
   if (cursor < 0)
     throw config_error("cursor", "must be >= 0, got " + std::to_string(cursor));
@@ -77,7 +72,7 @@ void feed_config::validate() const {
                          + std::to_string(ws_max_discard_bytes));
   require_seconds(ws_discard_timeout, "ws_discard_timeout", false);
   require_seconds(ws_handshake_timeout, "ws_handshake_timeout", false);
-  if (has_control_chars(client_id))
+  if (core::has_ctl(client_id))
     throw config_error("client_id", "contains a control character");
   // The reference hub forgets longer ids (every connect would resync).
   if (client_id.size() > 256)
@@ -98,7 +93,7 @@ void feed_config::validate() const {
   require_name(fields.prefix_param, "fields.prefix_param");
   for (auto& [k, v] : fields.extra_params) {
     require_name(k, "fields.extra_params");
-    if (has_control_chars(v))
+    if (core::has_ctl(v))
       throw config_error("fields.extra_params",
                          "value of '" + k + "' contains a control character");
   }

@@ -3,6 +3,8 @@
 #include "actors/handler_guard.hpp"
 
 #include "config/config_error.hpp"
+#include "core/time.hpp"
+#include "core/validate.hpp"
 #include "metrics/outbound_metrics.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -19,11 +21,8 @@
 namespace outbound {
 
 void metrics_poller_config::validate() const {
-  if (!std::isfinite(interval) || interval <= 0)
-    throw config_error("metrics.interval", "must be a finite number > 0");
-  if (!std::isfinite(request_timeout) || request_timeout <= 0)
-    throw config_error("metrics.request_timeout",
-                       "must be a finite number > 0");
+  core::check_positive(interval, "metrics.interval");
+  core::check_positive(request_timeout, "metrics.request_timeout");
 }
 
 namespace {
@@ -82,8 +81,7 @@ using poller_impl_actor
 using self_ptr = poller_impl_actor::stateful_pointer<poller_state>;
 
 std::chrono::nanoseconds to_duration(double seconds) {
-  return std::chrono::nanoseconds{
-    static_cast<int64_t>(std::llround(seconds * 1e9))};
+  return core::from_seconds(seconds);
 }
 
 void publish_source_counts(self_ptr self) {

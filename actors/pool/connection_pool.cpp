@@ -1,8 +1,9 @@
 #include "actors/pool/connection_pool.hpp"
 
 #include "actors/pool/pool_state.hpp"
-#include "protocol/http_connection.hpp"
 #include "actors/system/system_setup.hpp"
+#include "core/time.hpp"
+#include "protocol/http_connection.hpp"
 #include "protocol/io_runner.hpp"
 #include "protocol/tls_context.hpp"
 
@@ -469,9 +470,7 @@ transport_actor spawn_connection_pool(caf::actor_system& sys,
   limits.max_idle = cfg.max_idle_per_endpoint;
   limits.max_connections = cfg.max_connections_per_endpoint;
   limits.max_pending = cfg.max_pending_requests;
-  limits.min_dispatch_budget = std::chrono::duration_cast<
-    std::chrono::nanoseconds>(std::chrono::duration<double>(
-    cfg.min_dispatch_budget));
+  limits.min_dispatch_budget = core::from_seconds(cfg.min_dispatch_budget);
   return sys.spawn(pool_impl, std::move(io), std::move(tls), std::move(origin),
                    limits);
 }
