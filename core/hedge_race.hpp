@@ -39,7 +39,7 @@
 //                          (on_transport_lost, on_answer_lost,
 //                           on_owner_stopped: fired)
 //
-// Rules (each covered by tests/unit/core_hedge_race_test.cpp):
+// Rules (each covered by tests/unit/core/core_hedge_race_test.cpp):
 //
 //  R1  The hedge timer is due `delay` after the primary was sent, once the
 //      delay is known (set_delay), at most once per attempt, and only

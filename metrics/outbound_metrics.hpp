@@ -22,7 +22,8 @@
 //                                                 metrics_registry ─┴─► GET
 //                                                 (metrics_exposer)    /metrics
 //
-// Wiring, once per process (tests/integration/metrics_exposer_test.cpp):
+// Wiring, once per process
+// (tests/integration/metrics/metrics_exposer_test.cpp):
 //
 //   auto reg = std::make_shared<metrics_registry>();
 //   metrics_exposer ex{reg, port};                    // GET /metrics

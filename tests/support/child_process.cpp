@@ -1,12 +1,15 @@
 #include "tests/support/child_process.hpp"
 
-#include "tests/integration/test_certs.hpp" // temp_dir
-
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 
 #include <cstring>
 #include <fstream>
@@ -60,22 +63,134 @@ child_run run_child(const std::vector<std::string>& args,
   auto err_path = dir.file("err");
   auto pid = spawn_child(args, out_path, err_path, extra_env);
   child_run r;
-  int status = 0;
-  auto give_up = std::chrono::steady_clock::now() + bound;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > give_up) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      r.timed_out = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds{5});
+  auto code = wait_child(pid, bound);
+  if (!code) {
+    ::kill(pid, SIGKILL);
+    code = wait_child(pid, std::chrono::hours{1});
+    r.timed_out = true;
   }
-  r.exit_code
-    = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.exit_code = code.value_or(-1);
   r.out = slurp(out_path);
   r.err = slurp(err_path);
   return r;
+}
+
+namespace {
+
+/// waitpid without blocking: the exit code when `pid` has ended (reaped).
+std::optional<int> reap(pid_t pid) {
+  int status = 0;
+  pid_t r;
+  while ((r = ::waitpid(pid, &status, WNOHANG)) < 0 && errno == EINTR) {
+  }
+  if (r != pid)
+    return std::nullopt;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+} // namespace
+
+std::optional<int> wait_child(pid_t pid, std::chrono::milliseconds bound) {
+  using clock = std::chrono::steady_clock;
+  auto until = clock::now() + bound;
+  int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  std::optional<int> code;
+  for (;;) {
+    if ((code = reap(pid)))
+      break;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      until - clock::now());
+    if (left.count() <= 0)
+      break;
+    if (fd >= 0) {
+      pollfd p{fd, POLLIN, 0};
+      ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds{2});
+    }
+  }
+  if (fd >= 0)
+    ::close(fd);
+  return code;
+}
+
+std::vector<std::string> outbound_argv(std::vector<std::string> args) {
+#ifdef OUTBOUND_CLI
+  args.insert(args.begin(), OUTBOUND_CLI);
+  return args;
+#else
+  throw std::runtime_error("outbound_argv: built without OUTBOUND_CLI");
+#endif
+}
+
+running_child::running_child(std::vector<std::string> argv,
+                             const std::vector<std::string>& extra_env)
+  : dir_{"outbound-child-"}, out_path_{dir_.file("out")}, err_path_{
+                                                            dir_.file("err")} {
+  pid_ = spawn_child(argv, out_path_, err_path_, extra_env);
+  started_ = std::chrono::steady_clock::now();
+}
+
+running_child::~running_child() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    wait_child(pid_, std::chrono::seconds{30});
+  }
+}
+
+std::string running_child::out() const {
+  return slurp(out_path_);
+}
+
+std::string running_child::err() const {
+  return slurp(err_path_);
+}
+
+std::string running_child::first_line(std::chrono::milliseconds bound) {
+  auto until = std::chrono::steady_clock::now() + bound;
+  for (;;) {
+    auto o = out();
+    if (auto nl = o.find('\n'); nl != std::string::npos)
+      return o.substr(0, nl);
+    if (std::chrono::steady_clock::now() > until || exited())
+      return "";
+    std::this_thread::sleep_for(std::chrono::milliseconds{5});
+  }
+}
+
+bool running_child::wait_out_lines(std::size_t n,
+                                   std::chrono::milliseconds bound) {
+  auto until = std::chrono::steady_clock::now() + bound;
+  while (lines_of(out()).size() < n) {
+    if (std::chrono::steady_clock::now() > until || exited())
+      return lines_of(out()).size() >= n;
+    std::this_thread::sleep_for(std::chrono::milliseconds{5});
+  }
+  return true;
+}
+
+void running_child::signal(int sig) {
+  if (pid_ > 0)
+    ::kill(pid_, sig);
+}
+
+std::optional<int> running_child::wait_exit(std::chrono::milliseconds bound) {
+  if (code_)
+    return code_;
+  if ((code_ = wait_child(pid_, bound))) {
+    pid_ = -1;
+    ended_ = std::chrono::steady_clock::now();
+  }
+  return code_;
+}
+
+bool running_child::exited() {
+  return wait_exit(std::chrono::milliseconds{0}).has_value();
+}
+
+std::chrono::milliseconds running_child::lifetime() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(ended_
+                                                               - started_);
 }
 
 std::string slurp(const std::string& path) {

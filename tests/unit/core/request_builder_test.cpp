@@ -1,0 +1,297 @@
+// Pure tests of the request shape (core/request_builder.hpp).
+
+#include "core/request_builder.hpp"
+
+#include "actors/feed/feed_watcher.hpp"
+#include "config/config_error.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+using namespace outbound;
+
+namespace {
+
+client_config cfg_with(std::string token = "tok123",
+                       std::string base = "http://127.0.0.1:8080/api/") {
+  client_config cfg;
+  cfg.base_url = std::move(base);
+  cfg.token = std::move(token);
+  return cfg;
+}
+
+built_request build(const client_config& cfg, const call_request& call,
+                    uint64_t seed = 1) {
+  core::rng rng{seed};
+  return build_request(cfg, cfg.parsed_url(), call, rng);
+}
+
+call_request get(std::string path) {
+  call_request c;
+  c.method = "GET";
+  c.path = std::move(path);
+  return c;
+}
+
+bool all_hex(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+  });
+}
+
+} // namespace
+
+TEST(RequestBuilder, PercentEncodesEverythingOutsideTheUnreservedSet) {
+  EXPECT_EQ(percent_encode("aZ09-._~"), "aZ09-._~");
+  EXPECT_EQ(percent_encode("a b&c=d/e?f#g+h%"),
+            "a%20b%26c%3Dd%2Fe%3Ff%23g%2Bh%25");
+  EXPECT_EQ(percent_encode("\xC3\xA9"), "%C3%A9");
+  EXPECT_EQ(percent_encode(std::string{"\0\n", 2}), "%00%0A");
+  EXPECT_EQ(encode_query({{"limit", "50"}, {"q", "a b"}, {"k&", "=v"}}),
+            "limit=50&q=a%20b&k%26=%3Dv");
+}
+
+TEST(RequestBuilder, TargetIsBasePathPlusCallPathPlusEncodedQuery) {
+  auto cfg = cfg_with();
+  auto c = get("/v1/things");
+  c.params = {{"limit", "50"}, {"name", "x y"}};
+  auto r = build(cfg, c);
+  ASSERT_TRUE(r.ok()) << r.error->detail;
+  EXPECT_EQ(r.request.target, "/api/v1/things?limit=50&name=x%20y");
+  EXPECT_EQ(r.request.method, "GET");
+
+  auto root = build(cfg_with("", "http://127.0.0.1:8080"), get("/v1/x"));
+  EXPECT_EQ(root.request.target, "/v1/x");
+
+  auto q = get("/v1/x?a=1");
+  q.params = {{"b", "2"}};
+  EXPECT_EQ(build(cfg, q).request.target, "/api/v1/x?a=1&b=2");
+
+  EXPECT_EQ(build(cfg, get("/v1/a b/\xC3\xA9")).request.target,
+            "/api/v1/a%20b/%C3%A9");
+  EXPECT_EQ(build(cfg, get("/v1/a%2Fb")).request.target, "/api/v1/a%2Fb");
+}
+
+TEST(RequestBuilder, MethodIsUpperCased) {
+  auto c = get("/x");
+  c.method = "post";
+  auto r = build(cfg_with(), c);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.request.method, "POST");
+}
+
+TEST(RequestBuilder, HeadersWithoutBodyHaveThisShape) {
+  auto c = get("/x");
+  c.request_id = "rid-1";
+  auto r = build(cfg_with(), c);
+  ASSERT_TRUE(r.ok());
+  header_list expected{
+    {"Accept", "application/json"},
+    {"User-Agent", std::string{"outbound/"} + outbound_version},
+    {"Authorization", "Bearer tok123"},
+    {"x-request-id", "rid-1"}};
+  EXPECT_EQ(r.request.headers, expected);
+  EXPECT_TRUE(r.request.body.empty());
+  EXPECT_EQ(r.request_id, "rid-1");
+}
+
+TEST(RequestBuilder, EveryRequestAndEveryUpgradeCarryTheSameIdentityHeaders) {
+  auto cfg = cfg_with();
+  cfg.default_headers = {{"x-tenant", "t1"}, {"user-agent", "custom/2"}};
+  header_list identity;
+  auto problem = append_identity_headers(cfg, identity);
+  EXPECT_TRUE(problem.why.empty()) << problem.why;
+  // A default header replaces the value and keeps the name's place.
+  header_list expected{{"User-Agent", "custom/2"},
+                       {"Authorization", "Bearer tok123"},
+                       {"x-tenant", "t1"}};
+  EXPECT_EQ(identity, expected);
+  // The service client's requests (between Accept and x-request-id) ...
+  auto c = get("/x");
+  c.request_id = "rid-1";
+  auto r = build(cfg, c);
+  ASSERT_TRUE(r.ok());
+  header_list middle(r.request.headers.begin() + 1,
+                     r.request.headers.end() - 1);
+  EXPECT_EQ(middle, identity);
+  // ... and the feed watcher's WebSocket upgrades.
+  EXPECT_EQ(feed_ws_endpoint::from(cfg).headers, identity);
+}
+
+TEST(RequestBuilder, AnUpgradeWithABadIdentityHeaderFailsNamingTheField) {
+  auto cfg = cfg_with();
+  cfg.default_headers = {{"Host", "elsewhere"}};
+  try {
+    (void)feed_ws_endpoint::from(cfg);
+    ADD_FAILURE() << "no config_error";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "default_headers");
+  }
+  cfg = cfg_with("tok\r\nx-injected: 1");
+  try {
+    (void)feed_ws_endpoint::from(cfg);
+    ADD_FAILURE() << "no config_error";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "token");
+    EXPECT_EQ(std::string{e.what()}.find("injected"), std::string::npos);
+  }
+}
+
+TEST(RequestBuilder, BodyAddsContentTypeJson) {
+  call_request c;
+  c.method = "POST";
+  c.path = "/v1/orders";
+  c.body = R"({"qty":1})";
+  c.has_body = true;
+  c.request_id = "r";
+  auto r = build(cfg_with(), c);
+  ASSERT_TRUE(r.ok());
+  header_list expected{
+    {"Accept", "application/json"},
+    {"Content-Type", "application/json"},
+    {"User-Agent", std::string{"outbound/"} + outbound_version},
+    {"Authorization", "Bearer tok123"},
+    {"x-request-id", "r"}};
+  EXPECT_EQ(r.request.headers, expected);
+  EXPECT_EQ(r.request.body, R"({"qty":1})");
+}
+
+TEST(RequestBuilder, EmptySchemeSendsTheRawToken) {
+  auto cfg = cfg_with("raw-key");
+  cfg.token_scheme = "";
+  auto r = build(cfg, get("/x"));
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(find_header(r.request.headers, "Authorization"));
+  EXPECT_EQ(*find_header(r.request.headers, "Authorization"), "raw-key");
+}
+
+TEST(RequestBuilder, CustomTokenHeaderCarriesTheCredential) {
+  auto cfg = cfg_with("k1");
+  cfg.token_header = "X-API-Key";
+  cfg.token_scheme = "";
+  auto r = build(cfg, get("/x"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(find_header(r.request.headers, "Authorization"), nullptr);
+  ASSERT_TRUE(find_header(r.request.headers, "x-api-key"));
+  EXPECT_EQ(*find_header(r.request.headers, "x-api-key"), "k1");
+}
+
+TEST(RequestBuilder, EmptyTokenSendsNoCredentialHeader) {
+  auto r = build(cfg_with(""), get("/x"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(find_header(r.request.headers, "Authorization"), nullptr);
+  EXPECT_EQ(r.request.headers.size(), 3u);
+}
+
+TEST(RequestBuilder, DefaultThenCallHeadersReplaceEarlierOnesByName) {
+  auto cfg = cfg_with();
+  cfg.default_headers = {{"X-Team", "a"}, {"accept", "application/x+json"}};
+  auto c = get("/x");
+  c.headers = {{"x-team", "b"}, {"X-Call", "1"}};
+  c.request_id = "r";
+  auto r = build(cfg, c);
+  ASSERT_TRUE(r.ok());
+  header_list expected{
+    {"Accept", "application/x+json"},
+    {"User-Agent", std::string{"outbound/"} + outbound_version},
+    {"Authorization", "Bearer tok123"},
+    {"X-Team", "b"},
+    {"X-Call", "1"},
+    {"x-request-id", "r"}};
+  EXPECT_EQ(r.request.headers, expected);
+}
+
+TEST(RequestBuilder, ControlCharactersAreRejectedAndNothingIsBuilt) {
+  auto cfg = cfg_with("sekrit-token");
+  std::vector<call_request> bad;
+  auto m = get("/x");
+  m.method = "GET\r\nX-Evil: 1";
+  bad.push_back(m);
+  auto name = get("/x");
+  name.headers = {{"X-A\r\nB", "v"}};
+  bad.push_back(name);
+  auto value = get("/x");
+  value.headers = {{"X-A", "v\r\nX-Evil: sekrit-token"}};
+  bad.push_back(value);
+  auto path = get("/x\r\nHost: evil");
+  bad.push_back(path);
+  auto nul = get(std::string{"/x\0y", 4});
+  bad.push_back(nul);
+  // A NUL is no tchar (RFC 9110 §5.6.2): neither in a header name nor in
+  // the method.
+  auto nul_name = get("/x");
+  nul_name.headers = {{std::string{"X-A\0B", 5}, "v"}};
+  bad.push_back(nul_name);
+  auto nul_method = get("/x");
+  nul_method.method = std::string{"GET\0", 4};
+  bad.push_back(nul_method);
+  auto rid = get("/x");
+  rid.request_id = "a\nb";
+  bad.push_back(rid);
+  for (auto& c : bad) {
+    auto r = build(cfg, c);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error->kind, error_kind::config_error);
+    EXPECT_TRUE(r.error->nothing_sent);
+    EXPECT_EQ(r.error->detail.find("sekrit"), std::string::npos)
+      << r.error->detail;
+    EXPECT_EQ(r.error->detail.find("X-Evil"), std::string::npos)
+      << r.error->detail;
+  }
+  auto tab = get("/x");
+  tab.headers = {{"X-A", "a\tb"}};
+  EXPECT_TRUE(build(cfg, tab).ok());
+}
+
+TEST(RequestBuilder, PathMustStartWithSlash) {
+  auto r = build(cfg_with(), get("v1/x"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error->kind, error_kind::config_error);
+  EXPECT_FALSE(r.request_id.empty());
+  EXPECT_EQ(r.error->request_id, r.request_id);
+  ASSERT_FALSE(build(cfg_with(), get("")).ok());
+}
+
+TEST(RequestBuilder, TransportOwnedHeadersAreRejected) {
+  for (auto name : {"Host", "content-length", "Transfer-Encoding"}) {
+    auto c = get("/x");
+    c.headers = {{name, "1"}};
+    EXPECT_FALSE(build(cfg_with(), c).ok()) << name;
+  }
+}
+
+TEST(RequestBuilder, RequestIdIsGeneratedAs32HexDigitsUnlessGiven) {
+  auto a = build(cfg_with(), get("/x"), 1);
+  auto b = build(cfg_with(), get("/x"), 2);
+  auto a2 = build(cfg_with(), get("/x"), 1);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a.request_id.size(), 32u);
+  EXPECT_TRUE(all_hex(a.request_id)) << a.request_id;
+  EXPECT_NE(a.request_id, b.request_id);
+  EXPECT_EQ(a.request_id, a2.request_id); // same seed, same id
+  EXPECT_EQ(*find_header(a.request.headers, "x-request-id"), a.request_id);
+
+  auto given = get("/x");
+  given.request_id = "my-id";
+  EXPECT_EQ(build(cfg_with(), given).request_id, "my-id");
+
+  auto in_headers = get("/x");
+  in_headers.headers = {{"X-Request-Id", "hdr-id"}};
+  auto h = build(cfg_with(), in_headers);
+  EXPECT_EQ(h.request_id, "hdr-id");
+  int count = 0;
+  for (auto& [k, v] : h.request.headers)
+    if (k == "x-request-id" || k == "X-Request-Id")
+      ++count;
+  EXPECT_EQ(count, 1);
+}
+
+TEST(RequestBuilder, CredentialValueShapes) {
+  auto cfg = cfg_with("t");
+  EXPECT_EQ(credential_value(cfg), "Bearer t");
+  cfg.token_scheme = "";
+  EXPECT_EQ(credential_value(cfg), "t");
+  cfg.token = "";
+  EXPECT_EQ(credential_value(cfg), "");
+}
