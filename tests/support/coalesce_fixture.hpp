@@ -1,15 +1,17 @@
 #pragma once
 
-// What the coalescing driver's actor tests share (tests/unit/actors/
-// coalesce/coalescing_driver_test.cpp and coalesce_hostile_test.cpp): three
-// oracle endpoints, a driver spawned once per test on the virtual-time
-// fixture with the oracle transports a test supplies, and callers that
-// record their reply and its virtual time.
+// What the coalescing driver's tests share. The actor tests on virtual time
+// (tests/unit/actors/coalesce/coalescing_driver_test.cpp and
+// coalesce_hostile_test.cpp): three oracle endpoints, a driver spawned once
+// per test with the oracle transports a test supplies, and callers that
+// record their reply and its virtual time. The real-time tests
+// (tests/integration/actors/coalesce/): one blocking call.
 
 #include "actors/coalesce/coalescing_driver.hpp"
 #include "tests/support/virtual_time_fixture.hpp"
 
 #include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
 
 #include <gtest/gtest.h>
 
@@ -23,6 +25,23 @@ namespace outbound::testing {
 inline const std::string A = "http://10.0.0.1:7000";
 inline const std::string B = "http://10.0.0.2:7000";
 inline const std::string C = "http://10.0.0.3:7000";
+
+/// Sends `c` to the driver `d` from a scoped actor of `sys` and waits for the
+/// reply, at most 60 s; a CAF error (a timeout, a dead driver) comes back as
+/// a reply whose error detail starts with "caf: ".
+template <class Call>
+coalesce_reply call_blocking(caf::actor_system& sys,
+                             const coalescing_driver_actor& d, Call c) {
+  coalesce_reply out;
+  caf::scoped_actor self{sys};
+  self->request(d, std::chrono::seconds{60}, std::move(c))
+    .receive([&](coalesce_reply& r) { out = std::move(r); },
+             [&](caf::error& e) {
+               out.error = call_error{};
+               out.error->detail = "caf: " + caf::to_string(e);
+             });
+  return out;
+}
 
 /// One caller's reply and the virtual time it arrived.
 struct reply_box {

@@ -5,8 +5,10 @@
 // per a script step: a response, a transport error, or a stall (never
 // answer). After the script runs out the last step repeats.
 
+#include "actors/call/hedging.hpp"
 #include "actors/messages.hpp"
 #include "actors/transport.hpp"
+#include "config/client_config.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
@@ -170,6 +172,24 @@ inline caf::behavior fake_transport_impl(caf::stateful_actor<fake_state>* self,
 }
 
 } // namespace detail
+
+/// The settings of the hedged-call tests behind the fake transport
+/// (tests/unit/actors/call/): 1 s attempts, a 5 s deadline, 3 attempts
+/// backing off 0.1 s to 1 s, 429/502/503/504 retried; a hedge after the
+/// 10 ms warmup delay, and a budget that is not the subject (1000 rps
+/// estimated: 100 tokens/s, burst 200; an auto-estimated rate would follow
+/// the tests' few requests and starve the hedges, as httpx-hedged warns).
+inline void hedged_call_defaults(client_config& cfg, hedging_options& h) {
+  cfg.base_url = "http://127.0.0.1:8080";
+  cfg.timeout = 1.0;
+  cfg.deadline = 5.0;
+  cfg.retry.max_attempts = 3;
+  cfg.retry.base_backoff = 0.1;
+  cfg.retry.max_backoff = 1.0;
+  cfg.retry.retry_statuses = {429, 502, 503, 504};
+  h.config.warmup_delay = 0.010;
+  h.config.estimated_rps = 1000.0;
+}
 
 /// Spawns a fake transport that follows `log->script`.
 inline transport_actor spawn_fake_transport(caf::actor_system& sys,

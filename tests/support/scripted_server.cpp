@@ -649,4 +649,29 @@ const char* scripted_server::reason(int status) {
   }
 }
 
+std::string ws_frame_header(unsigned char b0, uint64_t len) {
+  std::string out;
+  out += static_cast<char>(b0);
+  if (len < 126) {
+    out += static_cast<char>(len);
+  } else if (len <= 0xFFFF) {
+    out += static_cast<char>(126);
+    out += static_cast<char>((len >> 8) & 0xFF);
+    out += static_cast<char>(len & 0xFF);
+  } else {
+    out += static_cast<char>(127);
+    for (int i = 7; i >= 0; --i)
+      out += static_cast<char>((len >> (8 * i)) & 0xFF);
+  }
+  return out;
+}
+
+std::string ws_frame(unsigned char b0, const std::string& payload) {
+  return ws_frame_header(b0, payload.size()) + payload;
+}
+
+std::string ws_text(const std::string& payload) {
+  return ws_frame(0x81, payload);
+}
+
 } // namespace outbound::testing

@@ -252,4 +252,16 @@ private:
   std::thread acceptor_;
 };
 
+/// An unmasked server WebSocket frame header (RFC 6455 section 5.2): the
+/// first byte `b0` (FIN bit, RSV bits, opcode) as given, then the shortest
+/// encoding of `len`.
+std::string ws_frame_header(unsigned char b0, uint64_t len);
+
+/// `ws_frame_header(b0, payload.size()) + payload`: 0x81 is a final text
+/// frame, 0x01 a first fragment, 0x80 a final continuation, 0x88 a close.
+std::string ws_frame(unsigned char b0, const std::string& payload);
+
+/// A final text frame of a server.
+std::string ws_text(const std::string& payload);
+
 } // namespace outbound::testing

@@ -832,25 +832,6 @@ bool starts_with(const std::string& s, const std::string& prefix) {
   return s.rfind(prefix, 0) == 0;
 }
 
-/// An unmasked text frame of a server (RFC 6455 section 5.2).
-std::string ws_text(const std::string& payload) {
-  std::string f;
-  f += static_cast<char>(0x81);
-  auto n = payload.size();
-  if (n < 126) {
-    f += static_cast<char>(n);
-  } else if (n < 65536) {
-    f += static_cast<char>(126);
-    f += static_cast<char>(n >> 8);
-    f += static_cast<char>(n & 0xff);
-  } else {
-    f += static_cast<char>(127);
-    for (int i = 7; i >= 0; --i)
-      f += static_cast<char>((static_cast<uint64_t>(n) >> (8 * i)) & 0xff);
-  }
-  return f + payload;
-}
-
 /// A catchup hub that sends event 1 nested `depth` deep, then event 2.
 std::vector<script> deep_catchup(int depth) {
   auto frames

@@ -41,6 +41,9 @@ namespace {
 using namespace std::chrono_literals;
 using testing::scripted_server;
 using testing::step;
+using testing::ws_frame;
+using testing::ws_frame_header;
+using testing::ws_text;
 using clock_type = std::chrono::steady_clock;
 using kind = ws_event::kind;
 
@@ -152,33 +155,6 @@ ws_event expect_refused_before_close(event_log& log, uint64_t announced) {
   EXPECT_EQ(n, 1u) << describe(log);
   EXPECT_EQ(refused.size, announced);
   return refused;
-}
-
-/// An unmasked server frame header: `b0` (FIN | opcode), then the shortest
-/// length encoding of `len` (RFC 6455 5.2).
-std::string frame_header(unsigned char b0, uint64_t len) {
-  std::string out;
-  out += static_cast<char>(b0);
-  if (len < 126) {
-    out += static_cast<char>(len);
-  } else if (len <= 0xFFFF) {
-    out += static_cast<char>(126);
-    out += static_cast<char>((len >> 8) & 0xFF);
-    out += static_cast<char>(len & 0xFF);
-  } else {
-    out += static_cast<char>(127);
-    for (int i = 7; i >= 0; --i)
-      out += static_cast<char>((len >> (8 * i)) & 0xFF);
-  }
-  return out;
-}
-
-std::string frame(unsigned char b0, const std::string& payload) {
-  return frame_header(b0, payload.size()) + payload;
-}
-
-std::string text_frame(const std::string& payload) {
-  return frame(0x81, payload);
 }
 
 /// A frame as the client sent it (unmasked here).
@@ -408,7 +384,7 @@ TEST_F(ws_session_test,
 
 TEST_F(ws_session_test, UpgradeRequestCarriesHostPathAndExtraHeaders) {
   scripted_server srv{{{step::read_request(), step::ws_accept(),
-                        step::send(text_frame("hi")), step::hold()}}};
+                        step::send(ws_text("hi")), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto o = options(srv.base_url(), "/ws/feed?x=1");
   o.headers = {{"Authorization", "Bearer secret"}, {"Upgrade", "bogus"}};
@@ -440,8 +416,7 @@ TEST_F(ws_session_test, UpgradeRequestCarriesHostPathAndExtraHeaders) {
 TEST_F(ws_session_test, FramesInTheSamePacketAsThe101AreDelivered) {
   scripted_server srv{
     {{step::read_request(),
-      step::ws_accept("", text_frame("one") + text_frame("two")),
-      step::hold()}}};
+      step::ws_accept("", ws_text("one") + ws_text("two")), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
   ASSERT_TRUE(log->wait_count(kind::message, 2, 5s));
@@ -458,8 +433,8 @@ TEST_F(ws_session_test, FramesInTheSamePacketAsThe101AreDelivered) {
 TEST_F(ws_session_test, DropTextFilterDropsMatchingMessagesAndCountsThem) {
   scripted_server srv{
     {{step::read_request(),
-      step::ws_accept("", text_frame("keep1") + text_frame("drop")
-                            + text_frame("drop") + text_frame("keep2")),
+      step::ws_accept("", ws_text("keep1") + ws_text("drop") + ws_text("drop")
+                            + ws_text("keep2")),
       step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto o = options(srv.base_url());
@@ -493,7 +468,7 @@ TEST_F(ws_session_test, UpgradeHeaderBlockOf20KiBIsAccepted) {
     pad
       += "X-Pad-" + std::to_string(i) + ": " + std::string(1000, 'a') + "\r\n";
   scripted_server srv{{{step::read_request(), step::ws_accept(pad),
-                        step::send(text_frame("ok")), step::hold()}}};
+                        step::send(ws_text("ok")), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
   ASSERT_TRUE(log->wait_for(kind::opened, 5s));
@@ -593,7 +568,7 @@ TEST(WsDial, DialFailuresMapToCloseReasonsAsTheHttpTransportClassifiesThem) {
 // "localhost" comes from /etc/hosts: no DNS traffic leaves the machine.
 TEST_F(ws_session_test, HostNameIsResolvedAndSentAsHost) {
   scripted_server srv{{{step::read_request(), step::ws_accept(),
-                        step::send(text_frame("named")), step::hold()}}};
+                        step::send(ws_text("named")), step::hold()}}};
   auto log = std::make_shared<event_log>();
   // "localhost" may resolve to ::1 first (nothing listens there: refused,
   // the next address is tried) — bound generously, and say what happened.
@@ -641,7 +616,7 @@ TEST_F(ws_session_test, SilentUpgradeIsATimeoutAtTheHandshakeBound) {
 // feeds.md case 19: the owner's close() tears a silent peer down at once.
 TEST_F(ws_session_test, CloseTearsDownASilentPeerAtOnce) {
   scripted_server srv{{{step::read_request(), step::ws_accept(),
-                        step::send(text_frame("last words")), step::hold()}}};
+                        step::send(ws_text("last words")), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
   ASSERT_TRUE(log->wait_for(kind::message, 5s));
@@ -719,9 +694,10 @@ TEST_F(ws_session_test, RunnerGoingAwayWithLiveSessionsIsSafe) {
 }
 
 TEST_F(ws_session_test, PeerCloseFrameIsPeerClosedWithItsCode) {
-  scripted_server srv{{{step::read_request(), step::ws_accept(),
-                        step::send(frame(0x88, bytes_of({0x03, 0xE9}) + "bye")),
-                        step::read_bytes(8), step::hold()}}};
+  scripted_server srv{
+    {{step::read_request(), step::ws_accept(),
+      step::send(ws_frame(0x88, bytes_of({0x03, 0xE9}) + "bye")),
+      step::read_bytes(8), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
   auto closed = log->wait_for(kind::closed, 5s);
@@ -740,7 +716,7 @@ TEST_F(ws_session_test, PeerCloseFrameIsPeerClosedWithItsCode) {
 
 TEST_F(ws_session_test, PeerClosingTcpIsPeerClosed) {
   scripted_server srv{{{step::read_request(), step::ws_accept(),
-                        step::send(text_frame("x")), step::close()}}};
+                        step::send(ws_text("x")), step::close()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
   auto closed = log->wait_for(kind::closed, 5s);
@@ -751,9 +727,9 @@ TEST_F(ws_session_test, PeerClosingTcpIsPeerClosed) {
 }
 
 TEST_F(ws_session_test, BinaryAndFragmentedMessagesAreFlagged) {
-  std::string frames = frame(0x82, "bin") + frame(0x01, "par")
-                       + frame(0x89, "") // a ping between the fragments
-                       + frame(0x00, "t-") + frame(0x80, "end");
+  std::string frames = ws_frame(0x82, "bin") + ws_frame(0x01, "par")
+                       + ws_frame(0x89, "") // a ping between the fragments
+                       + ws_frame(0x00, "t-") + ws_frame(0x80, "end");
   scripted_server srv{
     {{step::read_request(), step::ws_accept(), step::send(frames),
       step::read_bytes(6), step::hold()}}};
@@ -828,7 +804,7 @@ TEST_F(ws_session_test, PongFromThePeerIsActivity) {
   scripted_server srv{
     {{step::read_request(), step::ws_accept(),
       step::read_bytes(6), // the client's ping
-      step::sleep(150ms), step::send(frame(0x8A, "")), step::hold()}}};
+      step::sleep(150ms), step::send(ws_frame(0x8A, "")), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
   ASSERT_TRUE(log->wait_for(kind::opened, 5s));
@@ -850,12 +826,12 @@ TEST_F(ws_session_test, ActivityIsRateLimitedForAChattyPeerButNeverLost) {
   // second burst's activity).
   std::string pings;
   for (int i = 0; i < 100; ++i)
-    pings += frame(0x89, "p");
+    pings += ws_frame(0x89, "p");
   scripted_server srv{
     {{step::read_request(), step::ws_accept(), step::sleep(150ms),
       step::send(pings), step::sleep(30ms), step::send(pings),
-      step::read_bytes(200 * 7), step::sleep(2s), step::send(frame(0x89, "q")),
-      step::hold()}}};
+      step::read_bytes(200 * 7), step::sleep(2s),
+      step::send(ws_frame(0x89, "q")), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
   ASSERT_TRUE(log->wait_count(kind::activity, 3, 10s));
@@ -888,8 +864,8 @@ TEST_F(ws_session_test, PongRightAfterAMessageIsReportedLate) {
   // it ends, not dropped.
   scripted_server srv{
     {{step::read_request(), step::ws_accept(), step::sleep(150ms),
-      step::send(text_frame("m")), step::sleep(20ms),
-      step::send(frame(0x8A, "")), step::hold()}}};
+      step::send(ws_text("m")), step::sleep(20ms),
+      step::send(ws_frame(0x8A, "")), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto s = open(options(srv.base_url()), log);
   auto m = log->wait_for(kind::message, 5s);
@@ -915,14 +891,14 @@ TEST_F(ws_session_test, PongRightAfterAMessageIsReportedLate) {
 // with its full size; the session reads on (the next message arrives).
 TEST_F(ws_session_test, Case21aReassemblyOverTheCapIsDiscardedAndReported) {
   std::string chunk(16384, 'x');
-  std::string frames = frame(0x01, chunk);
+  std::string frames = ws_frame(0x01, chunk);
   for (int i = 0; i < 3; ++i)
-    frames += frame(0x00, chunk);
-  frames += frame(0x80, chunk);
+    frames += ws_frame(0x00, chunk);
+  frames += ws_frame(0x80, chunk);
   ASSERT_EQ(frames.substr(0, 4), bytes_of({0x01, 0x7E, 0x40, 0x00}));
   ASSERT_EQ(frames.substr(16388, 4), bytes_of({0x00, 0x7E, 0x40, 0x00}));
   ASSERT_EQ(frames.substr(4 * 16388, 4), bytes_of({0x80, 0x7E, 0x40, 0x00}));
-  frames += text_frame("after");
+  frames += ws_text("after");
   scripted_server srv{{{step::read_request(), step::ws_accept(),
                         step::send(frames), step::hold()}}};
   auto log = std::make_shared<event_log>();
@@ -956,7 +932,7 @@ TEST_F(ws_session_test, ASingleFrameOverASmallCapKeepsItsFirstBytes) {
   big.replace(0, 5, "start");
   scripted_server srv{
     {{step::read_request(), step::ws_accept(),
-      step::send(frame(0x82, big) + text_frame("next")), step::hold()}}};
+      step::send(ws_frame(0x82, big) + ws_text("next")), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto o = options(srv.base_url());
   o.max_frame_bytes = 1000;
@@ -1026,10 +1002,10 @@ TEST_F(ws_session_test, Case21bClientSendsClose1009) {
 }
 
 TEST_F(ws_session_test, SixtyFourFragmentsAreStillOneMessage) {
-  std::string frames = frame(0x01, "a");
+  std::string frames = ws_frame(0x01, "a");
   for (int i = 0; i < 62; ++i)
-    frames += frame(0x00, "");
-  frames += frame(0x80, "z"); // frame 64
+    frames += ws_frame(0x00, "");
+  frames += ws_frame(0x80, "z"); // frame 64
   scripted_server srv{{{step::read_request(), step::ws_accept(),
                         step::send(frames), step::hold()}}};
   auto log = std::make_shared<event_log>();
@@ -1089,8 +1065,8 @@ TEST_F(ws_session_test, Case21cHugeAnnouncedFrameIsRefusedAtTheCeiling) {
 TEST_F(ws_session_test, RunningTotalOverTheCeilingIsRefusedAtTheHeader) {
   std::string part(100 * 1024, 'p');
   scripted_server srv{{{step::read_request(), step::ws_accept(),
-                        step::send(frame(0x01, part) + frame(0x00, part)
-                                   + frame_header(0x80, part.size())),
+                        step::send(ws_frame(0x01, part) + ws_frame(0x00, part)
+                                   + ws_frame_header(0x80, part.size())),
                         step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto o = options(srv.base_url());
@@ -1119,7 +1095,7 @@ TEST_F(ws_session_test, OverCapMessageThatNeverEndsFailsAtTheDiscardDeadline) {
                      step::send(header)};
   for (int i = 0; i < 400; ++i) {      // 20 s of pings at most: "forever"
     sc.push_back(step::read_bytes(6)); // the client's masked empty ping
-    sc.push_back(step::send(frame(0x8A, "")));
+    sc.push_back(step::send(ws_frame(0x8A, "")));
   }
   scripted_server srv{{sc}};
   auto log = std::make_shared<event_log>();
@@ -1157,9 +1133,9 @@ TEST_F(ws_session_test, OverCapMessageThatNeverEndsFailsAtTheDiscardDeadline) {
 TEST_F(ws_session_test, OverCapMessageThatEndsInTimeDoesNotTripTheDeadline) {
   std::string big(4000, 'b');
   scripted_server srv{{{step::read_request(), step::ws_accept(),
-                        step::send(frame_header(0x82, big.size())),
+                        step::send(ws_frame_header(0x82, big.size())),
                         step::sleep(100ms), step::send(big), step::sleep(500ms),
-                        step::send(text_frame("later")), step::hold()}}};
+                        step::send(ws_text("later")), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto o = options(srv.base_url());
   o.max_frame_bytes = 1000;
@@ -1187,8 +1163,8 @@ TEST_F(ws_session_test,
   std::string big(4000, 'b');
   scripted_server srv{
     {{step::read_request(), step::ws_accept(),
-      step::send(frame_header(0x82, big.size())), step::sleep(100ms),
-      step::send(big), step::send(text_frame("later")), step::hold()}}};
+      step::send(ws_frame_header(0x82, big.size())), step::sleep(100ms),
+      step::send(big), step::send(ws_text("later")), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto o = options(srv.base_url());
   o.max_frame_bytes = 1000;
@@ -1217,7 +1193,7 @@ TEST_F(ws_session_test,
     = R"({"type":"event","seq":7,"pad":")" + std::string(3000, 'x');
   scripted_server srv{
     {{step::read_request(), step::ws_accept(),
-      step::send(frame_header(0x81, 200000) + head), step::hold()}}};
+      step::send(ws_frame_header(0x81, 200000) + head), step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto o = options(srv.base_url());
   o.max_frame_bytes = 1000;
@@ -1247,8 +1223,8 @@ TEST_F(ws_session_test, AMessageRefusedAtTheCeilingShowsWhatArrivedOfIt) {
   std::string head
     = R"({"type":"event","seq":9,"pad":")" + std::string(2000, 'y');
   scripted_server srv{
-    {{step::read_request(), step::ws_accept(), step::send(frame(0x01, head)),
-      step::sleep(100ms), step::send(frame_header(0x80, uint64_t{1} << 30)),
+    {{step::read_request(), step::ws_accept(), step::send(ws_frame(0x01, head)),
+      step::sleep(100ms), step::send(ws_frame_header(0x80, uint64_t{1} << 30)),
       step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto o = options(srv.base_url());
@@ -1282,12 +1258,12 @@ TEST_F(ws_session_test,
        ARefusalInTheReadOfAnEarlierMessagesTailBlamesNotThatMessage) {
   std::string good
     = R"({"type":"event","seq":4,"pad":")" + std::string(3000, 'g') + R"("})";
-  auto whole = frame(0x81, good);
+  auto whole = ws_frame(0x81, good);
   auto cut = whole.size() / 2;
   scripted_server srv{
     {{step::read_request(), step::ws_accept(), step::send(whole.substr(0, cut)),
       step::sleep(100ms),
-      step::send(whole.substr(cut) + frame_header(0x81, uint64_t{1} << 30)),
+      step::send(whole.substr(cut) + ws_frame_header(0x81, uint64_t{1} << 30)),
       step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto o = options(srv.base_url());
@@ -1314,7 +1290,7 @@ TEST_F(ws_session_test,
        AMessageWithinTheCapTrickledPastTheDeadlineEndsTheSession) {
   scripted_server srv{
     {{step::read_request(), step::ws_accept(),
-      step::send(frame_header(0x81, 100)),
+      step::send(ws_frame_header(0x81, 100)),
       step::trickle(std::string(60, 't'), 50ms), step::hold()}}};
   srv.set_step_timeout(10s);
   auto log = std::make_shared<event_log>();
@@ -1347,14 +1323,14 @@ TEST_F(ws_session_test,
 TEST_F(ws_session_test, ASlowMessageThatEndsWithinTheDeadlineIsDelivered) {
   std::string body(4 * 20000, 's');
   testing::script sc{step::read_request(), step::ws_accept(),
-                     step::send(frame_header(0x81, body.size()))};
+                     step::send(ws_frame_header(0x81, body.size()))};
   for (int i = 0; i < 4; ++i) {
     sc.push_back(step::sleep(50ms));
     sc.push_back(
       step::send(body.substr(static_cast<std::size_t>(i) * 20000, 20000)));
   }
   sc.push_back(step::sleep(2500ms)); // past the deadline of the first
-  sc.push_back(step::send(text_frame("later")));
+  sc.push_back(step::send(ws_text("later")));
   sc.push_back(step::hold());
   scripted_server srv{{sc}};
   auto log = std::make_shared<event_log>();
@@ -1386,13 +1362,13 @@ TEST_F(ws_session_test,
        AWithinCapMessageSlowerThanTheTimeoutButAboveTheRateIsDelivered) {
   std::string body(4 * 10000, 'r');
   testing::script sc{step::read_request(), step::ws_accept(),
-                     step::send(frame_header(0x81, body.size()))};
+                     step::send(ws_frame_header(0x81, body.size()))};
   for (int i = 0; i < 4; ++i) {
     sc.push_back(step::sleep(150ms));
     sc.push_back(
       step::send(body.substr(static_cast<std::size_t>(i) * 10000, 10000)));
   }
-  sc.push_back(step::send(text_frame("later")));
+  sc.push_back(step::send(ws_text("later")));
   sc.push_back(step::hold());
   scripted_server srv{{sc}};
   auto log = std::make_shared<event_log>();
@@ -1420,7 +1396,7 @@ TEST_F(ws_session_test,
 TEST_F(ws_session_test, AWithinCapTrickleEndsAtItsRateBudget) {
   scripted_server srv{
     {{step::read_request(), step::ws_accept(),
-      step::send(frame_header(0x81, 100)),
+      step::send(ws_frame_header(0x81, 100)),
       step::trickle(std::string(60, 't'), 50ms), step::hold()}}};
   srv.set_step_timeout(10s);
   auto log = std::make_shared<event_log>();
@@ -1451,10 +1427,10 @@ TEST_F(ws_session_test, MessageOfExactlyTheCapIsDeliveredAndOneMoreIsTooLarge) {
   std::string at_cap(1000, 'c');
   at_cap.replace(0, 4, "head");
   std::string quarter(250, 'q');
-  std::string frames = frame(0x81, at_cap) + frame(0x01, quarter)
-                       + frame(0x00, quarter) + frame(0x00, quarter)
-                       + frame(0x80, quarter) + frame(0x81, at_cap + "!")
-                       + text_frame("end");
+  std::string frames = ws_frame(0x81, at_cap) + ws_frame(0x01, quarter)
+                       + ws_frame(0x00, quarter) + ws_frame(0x00, quarter)
+                       + ws_frame(0x80, quarter) + ws_frame(0x81, at_cap + "!")
+                       + ws_text("end");
   scripted_server srv{{{step::read_request(), step::ws_accept(),
                         step::send(frames), step::hold()}}};
   auto log = std::make_shared<event_log>();
@@ -1490,10 +1466,10 @@ TEST_F(ws_session_test, DropTextReportsATooLargeTextAndTheNextWakeIsIntact) {
   std::string big
     = R"({"type":"wake","cursor":1,"pad":")" + std::string(3000, 'w') + R"("})";
   std::string wake = R"({"type":"wake","cursor":2})";
-  scripted_server srv{{{step::read_request(),
-                        step::ws_accept("", text_frame("drop") + text_frame(big)
-                                              + text_frame(wake)),
-                        step::hold()}}};
+  scripted_server srv{
+    {{step::read_request(),
+      step::ws_accept("", ws_text("drop") + ws_text(big) + ws_text(wake)),
+      step::hold()}}};
   auto log = std::make_shared<event_log>();
   auto o = options(srv.base_url());
   o.max_frame_bytes = 1000;
@@ -1595,7 +1571,7 @@ protected:
 
 TEST_F(ws_session_tls_test, OpensOverTlsAndReceivesMessages) {
   scripted_server srv{
-    {{step::read_request(), step::ws_accept("", text_frame("secure")),
+    {{step::read_request(), step::ws_accept("", ws_text("secure")),
       step::read_bytes(6 + 5), step::hold()}},
     {step::close()},
     {pki.server.cert, pki.server.key, ""}};
@@ -1658,8 +1634,9 @@ TEST_F(ws_session_tls_test, Case21cOverTlsIsRefusedAtOnce) {
 // ------------------------------------------------------
 
 TEST(ws_frame_tracker_test, CountsFragmentsAcrossArbitrarySplits) {
-  std::string bytes = frame(0x01, "ab") + frame(0x89, "") + frame(0x00, "")
-                      + frame(0x80, "cd") + text_frame("single");
+  std::string bytes = ws_frame(0x01, "ab") + ws_frame(0x89, "")
+                      + ws_frame(0x00, "") + ws_frame(0x80, "cd")
+                      + ws_text("single");
   detail::ws_frame_tracker t;
   bool activity = false;
   for (char c : bytes) { // one byte at a time
@@ -1677,25 +1654,25 @@ TEST(ws_frame_tracker_test, CountsFragmentsAcrossArbitrarySplits) {
 
 TEST(ws_frame_tracker_test, SixtyFifthFragmentIsRefused) {
   detail::ws_frame_tracker t;
-  std::string bytes = frame(0x02, "x");
+  std::string bytes = ws_frame(0x02, "x");
   for (int i = 0; i < 63; ++i)
-    bytes += frame(0x00, "");
+    bytes += ws_frame(0x00, "");
   auto r = t.feed(reinterpret_cast<const unsigned char*>(bytes.data()),
                   bytes.size());
   EXPECT_FALSE(r.too_many_fragments);
   EXPECT_EQ(t.fragments(), 64u);
-  auto more = frame(0x00, "");
+  auto more = ws_frame(0x00, "");
   r = t.feed(reinterpret_cast<const unsigned char*>(more.data()), more.size());
   EXPECT_TRUE(r.too_many_fragments);
 }
 
 TEST(ws_frame_tracker_test, CompleteSmallMessageIsNotActivity) {
   detail::ws_frame_tracker t;
-  auto bytes = text_frame("{}");
+  auto bytes = ws_text("{}");
   auto r = t.feed(reinterpret_cast<const unsigned char*>(bytes.data()),
                   bytes.size());
   EXPECT_FALSE(r.activity);
-  auto half = frame_header(0x81, 100) + std::string(50, 'x');
+  auto half = ws_frame_header(0x81, 100) + std::string(50, 'x');
   r = t.feed(reinterpret_cast<const unsigned char*>(half.data()), half.size());
   EXPECT_TRUE(r.activity); // a frame still arriving
 }
@@ -1712,8 +1689,8 @@ TEST(ws_frame_tracker_test, HugeAnnouncedLengthIsOnlyCounted) {
 
 TEST(ws_frame_tracker_test, OverCapIsKnownAtTheHeaderAndEndsWithTheLastByte) {
   detail::ws_frame_tracker t{detail::ws_max_fragments, 100, 1000};
-  auto bytes = frame(0x01, std::string(60, 'a')) + frame(0x89, "")
-               + frame(0x80, std::string(60, 'b')) + text_frame("ok");
+  auto bytes = ws_frame(0x01, std::string(60, 'a')) + ws_frame(0x89, "")
+               + ws_frame(0x80, std::string(60, 'b')) + ws_text("ok");
   auto p = reinterpret_cast<const unsigned char*>(bytes.data());
   std::size_t second = 62 + 2; // the second data frame's header starts here
   auto r = t.feed(p, second);
@@ -1737,8 +1714,8 @@ TEST(ws_frame_tracker_test, OverCapIsKnownAtTheHeaderAndEndsWithTheLastByte) {
 
 TEST(ws_frame_tracker_test, AMessageIsOpenFromItsFirstHeaderToItsLastByte) {
   detail::ws_frame_tracker t;
-  auto bytes
-    = frame(0x01, "ab") + frame(0x89, "") + frame(0x80, "cd") + text_frame("x");
+  auto bytes = ws_frame(0x01, "ab") + ws_frame(0x89, "") + ws_frame(0x80, "cd")
+               + ws_text("x");
   auto p = reinterpret_cast<const unsigned char*>(bytes.data());
   auto r = t.feed(p, 1);
   EXPECT_FALSE(r.message_began); // half a header
@@ -1762,7 +1739,7 @@ TEST(ws_frame_tracker_test, AMessageIsOpenFromItsFirstHeaderToItsLastByte) {
 // the messages that ended before the one in progress are "earlier".
 TEST(ws_frame_tracker_test, EarlierMessagesPendingLeaveOutTheOneInProgress) {
   detail::ws_frame_tracker t;
-  auto bytes = text_frame("ab") + frame(0x81, "cdef");
+  auto bytes = ws_text("ab") + ws_frame(0x81, "cdef");
   auto p = reinterpret_cast<const unsigned char*>(bytes.data());
   t.feed(p, 4); // the first message, whole
   EXPECT_EQ(t.pending_messages(), 1u);
@@ -1778,7 +1755,8 @@ TEST(ws_frame_tracker_test, EarlierMessagesPendingLeaveOutTheOneInProgress) {
 }
 
 TEST(ws_frame_tracker_test, AnnouncedSizeOverTheCeilingIsRefusedInAnySplit) {
-  auto h = frame(0x01, std::string(600, 'a')) + frame_header(0x80, 401) + "x";
+  auto h
+    = ws_frame(0x01, std::string(600, 'a')) + ws_frame_header(0x80, 401) + "x";
   for (std::size_t cut = 1; cut < h.size(); ++cut) {
     detail::ws_frame_tracker t{detail::ws_max_fragments, 100, 1000};
     auto p = reinterpret_cast<const unsigned char*>(h.data());
@@ -1790,7 +1768,7 @@ TEST(ws_frame_tracker_test, AnnouncedSizeOverTheCeilingIsRefusedInAnySplit) {
   }
   // Exactly at the ceiling: not refused.
   detail::ws_frame_tracker t{detail::ws_max_fragments, 100, 1000};
-  auto ok = frame_header(0x82, 1000);
+  auto ok = ws_frame_header(0x82, 1000);
   auto r = t.feed(reinterpret_cast<const unsigned char*>(ok.data()), ok.size());
   EXPECT_FALSE(r.over_ceiling);
   EXPECT_TRUE(r.over_cap_began);

@@ -70,6 +70,34 @@ protected:
     return {pki_->server.cert, pki_->server.key, {}};
   }
 
+  /// Listener B (answers 200 {}), and A (TLS) answering the request with
+  /// `p.status` and a Location naming B or another host.
+  struct redirect_pair {
+    std::unique_ptr<scripted_server> a;
+    std::unique_ptr<scripted_server> b;
+    std::string location;
+  };
+  redirect_pair redirect_servers(const redirect_case& p) {
+    redirect_pair r;
+    r.b = server({}, {step::read_request(), step::send(ok_empty_object)});
+    r.location
+      = p.where == target::listener_b
+          ? "http://127.0.0.1:" + std::to_string(r.b->port()) + "/v1/data"
+          : "http://other.example:8080/";
+    r.a = server(
+      {{step::read_request(),
+        step::send(redirect_response(p.status, r.location)), step::hold()}},
+      {step::close()}, tls_a());
+    return r;
+  }
+
+  /// The case's request body: the JSON quantity for a POST, none for a GET.
+  static std::optional<boost::json::value> body_of(const redirect_case& p) {
+    if (std::string{p.method} == "POST")
+      return json(qty_body);
+    return std::nullopt;
+  }
+
   client_config config_a(const scripted_server& a) const {
     auto cfg = defaults(a.base_url());
     cfg.tls.ca_file = pki_->ca_a.cert;
@@ -86,19 +114,9 @@ protected:
 // token and the body went only to A.
 TEST_P(RedirectCase, Case5RedirectIsNotFollowedAndCredentialStaysWithOrigin) {
   const auto& p = GetParam();
-  auto b = server({}, {step::read_request(), step::send(ok_empty_object)});
-  std::string location
-    = p.where == target::listener_b
-        ? "http://127.0.0.1:" + std::to_string(b->port()) + "/v1/data"
-        : "http://other.example:8080/";
-  auto a = server(
-    {{step::read_request(), step::send(redirect_response(p.status, location)),
-      step::hold()}},
-    {step::close()}, tls_a());
+  auto [a, b, location] = redirect_servers(p);
   auto c = client(config_a(*a));
-  std::optional<boost::json::value> body;
-  if (std::string{p.method} == "POST")
-    body = json(qty_body);
+  auto body = body_of(p);
   auto err = expect_throw<request_error>(
     [&] { return c->request(p.method, "/v1/data", body); });
   ASSERT_TRUE(err);
@@ -146,19 +164,9 @@ class RedirectRawCase : public RedirectCase {};
 
 TEST_P(RedirectRawCase, Case5RawRequestReturnsTheRedirectWithItsLocation) {
   const auto& p = GetParam();
-  auto b = server({}, {step::read_request(), step::send(ok_empty_object)});
-  std::string location
-    = p.where == target::listener_b
-        ? "http://127.0.0.1:" + std::to_string(b->port()) + "/v1/data"
-        : "http://other.example:8080/";
-  auto a = server(
-    {{step::read_request(), step::send(redirect_response(p.status, location)),
-      step::hold()}},
-    {step::close()}, tls_a());
+  auto [a, b, location] = redirect_servers(p);
   auto c = client(config_a(*a));
-  std::optional<boost::json::value> body;
-  if (std::string{p.method} == "POST")
-    body = json(qty_body);
+  auto body = body_of(p);
   auto r = c->request_raw(p.method, "/v1/data", body);
   EXPECT_EQ(r.status, p.status);
   EXPECT_EQ(r.attempts, 1);

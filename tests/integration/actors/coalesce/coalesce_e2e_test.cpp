@@ -16,6 +16,7 @@
 // Every wait is bounded (tens of seconds) so a loaded machine slows the
 // tests down without failing them.
 
+#include "tests/support/coalesce_fixture.hpp"
 #include "tests/support/test_certs.hpp"
 
 #include "actors/coalesce/coalescing_driver.hpp"
@@ -252,15 +253,7 @@ protected:
 
   template <class Call>
   coalesce_reply call(const coalescing_driver_actor& d, Call c) {
-    coalesce_reply out;
-    caf::scoped_actor self{sys};
-    self->request(d, std::chrono::seconds{60}, std::move(c))
-      .receive([&](coalesce_reply& r) { out = std::move(r); },
-               [&](caf::error& e) {
-                 out.error = call_error{};
-                 out.error->detail = "caf: " + caf::to_string(e);
-               });
-    return out;
+    return outbound::testing::call_blocking(sys, d, std::move(c));
   }
 
   coalesce_reply ts(const coalescing_driver_actor& d, uint32_t count = 1) {

@@ -7,6 +7,7 @@
 // the default headers and one `x-request-id` (32 hex digits) kept on every
 // attempt of the RPC, a follower's 421 and the hinted leader included.
 
+#include "tests/support/coalesce_fixture.hpp"
 #include "tests/support/scripted_server.hpp"
 
 #include "actors/coalesce/coalescing_driver.hpp"
@@ -61,15 +62,7 @@ protected:
 
   template <class Call>
   coalesce_reply call(const coalescing_driver_actor& d, Call c) {
-    coalesce_reply out;
-    caf::scoped_actor self{sys};
-    self->request(d, std::chrono::seconds{60}, std::move(c))
-      .receive([&](coalesce_reply& r) { out = std::move(r); },
-               [&](caf::error& e) {
-                 out.error = call_error{};
-                 out.error->detail = "caf: " + caf::to_string(e);
-               });
-    return out;
+    return outbound::testing::call_blocking(sys, d, std::move(c));
   }
 
   caf::actor_system_config sys_cfg;

@@ -14,6 +14,7 @@
 #include "protocol/io_runner.hpp"
 #include "protocol/ws_session.hpp"
 #include "tests/support/child_process.hpp"
+#include "tests/support/feed_fixture.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
@@ -47,81 +48,16 @@ using namespace outbound;
 using outbound::testing::lines_of;
 using outbound::testing::slurp;
 using namespace std::chrono_literals;
+using outbound::testing::key_range;
 
 namespace {
 
-/// Records every delivery of one watcher.
-struct collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  /// ledger ids or in-frame seqs, in delivery order (-1: neither).
-  std::vector<int64_t> keys;
-  std::vector<feed_reset> resets;
+using collector = outbound::testing::feed_collector;
 
-  feed_callbacks callbacks(bool detached = true) {
-    feed_callbacks cbs;
-    cbs.detached = detached;
-    cbs.on_event = [this](const feed_event& e) {
-      std::lock_guard<std::mutex> lock{mu};
-      keys.push_back(e.id ? *e.id : (e.seq ? *e.seq : -1));
-      cv.notify_all();
-    };
-    cbs.on_reset = [this](const feed_reset& r) {
-      std::lock_guard<std::mutex> lock{mu};
-      resets.push_back(r);
-      cv.notify_all();
-    };
-    return cbs;
-  }
-
-  /// Waits until at least `n` events arrived; true if they did in time.
-  bool wait_events(std::size_t n, std::chrono::milliseconds timeout = 5s) {
-    std::unique_lock<std::mutex> lock{mu};
-    return cv.wait_for(lock, timeout, [&] { return keys.size() >= n; });
-  }
-
-  bool wait_resets(std::size_t n, std::chrono::milliseconds timeout = 5s) {
-    std::unique_lock<std::mutex> lock{mu};
-    return cv.wait_for(lock, timeout, [&] { return resets.size() >= n; });
-  }
-
-  std::vector<int64_t> snapshot() {
-    std::lock_guard<std::mutex> lock{mu};
-    return keys;
-  }
-
-  std::size_t reset_count() {
-    std::lock_guard<std::mutex> lock{mu};
-    return resets.size();
-  }
-};
-
-std::vector<int64_t> range(int64_t from, int64_t to) {
-  std::vector<int64_t> v;
-  for (auto i = from; i <= to; ++i)
-    v.push_back(i);
-  return v;
-}
-
-class FeedE2E : public ::testing::Test {
+class FeedE2E : public outbound::testing::feed_fixture {
 protected:
-  void SetUp() override {
-    cfg_ = std::make_unique<caf::actor_system_config>();
-    cfg_->add_message_types<caf::id_block::outbound>();
-    sys_ = std::make_unique<caf::actor_system>(*cfg_);
-    io_ = std::make_shared<io_runner>(1);
-  }
-
-  void TearDown() override {
-    for (auto& w : watchers_)
-      stop(w);
-    watchers_.clear();
-    client_ = nullptr;
-    sys_->await_all_actors_done();
+  void after_actors_done() override {
     hub_.reset();
-    sys_.reset();
-    cfg_.reset();
-    io_.reset();
   }
 
   void start_hub(hub_config c = {}) {
@@ -179,52 +115,12 @@ protected:
     return w;
   }
 
-  feed_stats stats(const feed_watcher_actor& w) {
-    caf::scoped_actor self{*sys_};
-    feed_stats out;
-    self->request(w, 5s, stats_atom_v)
-      .receive([&](const feed_stats& s) { out = s; },
-               [&](const caf::error& e) {
-                 ADD_FAILURE() << "stats: " << caf::to_string(e);
-               });
-    return out;
-  }
-
-  /// Polls the stats until `pred` holds; true if it did within `timeout`.
-  bool wait_stats(const feed_watcher_actor& w,
-                  const std::function<bool(const feed_stats&)>& pred,
-                  std::chrono::milliseconds timeout = 5s) {
-    auto until = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < until) {
-      if (pred(stats(w)))
-        return true;
-      std::this_thread::sleep_for(20ms);
-    }
-    return pred(stats(w));
-  }
-
-  /// Stops `w`; returns how long the stop took.
-  std::chrono::milliseconds stop(const feed_watcher_actor& w) {
-    caf::scoped_actor self{*sys_};
-    auto t0 = std::chrono::steady_clock::now();
-    self->request(w, 5s, stop_atom_v)
-      .receive([](const feed_stats&) {}, [](const caf::error&) {});
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - t0);
-  }
-
   void publish(int n, const std::string& subject = "orders/1") {
     for (int i = 0; i < n; ++i)
       hub_->publish(subject, "created");
   }
 
-  std::unique_ptr<caf::actor_system_config> cfg_;
-  std::unique_ptr<caf::actor_system> sys_;
-  std::shared_ptr<io_runner> io_;
   std::unique_ptr<hub> hub_;
-  service_client_actor client_;
-  std::shared_ptr<ws_connector> connector_;
-  std::vector<feed_watcher_actor> watchers_;
 };
 
 // -- ledger -------------------------------------------------------------------
@@ -238,13 +134,13 @@ TEST_F(FeedE2E, LedgerPagesThenScriptedDuplicateReorderedWakes) {
   fc.poll_interval = 30.0; // only wakes may move it after the first drain
   auto w = watch(fc, c);
   ASSERT_TRUE(c.wait_events(5));
-  EXPECT_EQ(c.snapshot(), range(1, 5));
+  EXPECT_EQ(c.snapshot(), key_range(1, 5));
   ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.connected; }));
   hub_->set_faults(R"({"wake_script":[9,6,10,6,8,7,9]})");
   publish(5);
   ASSERT_TRUE(c.wait_events(10));
   std::this_thread::sleep_for(300ms); // nothing more arrives
-  EXPECT_EQ(c.snapshot(), range(1, 10));
+  EXPECT_EQ(c.snapshot(), key_range(1, 10));
   auto s = stats(w);
   EXPECT_EQ(s.cursor, 10);
   EXPECT_EQ(s.resets, 0u);
@@ -259,7 +155,7 @@ TEST_F(FeedE2E, DroppedWakesHealedByThePollTick) {
   hub_->set_faults(R"({"drop_wakes":true})");
   publish(3);
   ASSERT_TRUE(c.wait_events(3, 3s));
-  EXPECT_EQ(c.snapshot(), range(1, 3));
+  EXPECT_EQ(c.snapshot(), key_range(1, 3));
 }
 
 TEST_F(FeedE2E, VisibilityLagDeliveredOnceVisible) {
@@ -271,7 +167,7 @@ TEST_F(FeedE2E, VisibilityLagDeliveredOnceVisible) {
   publish(2);
   ASSERT_TRUE(c.wait_events(2, 5s));
   std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(c.snapshot(), range(1, 2));
+  EXPECT_EQ(c.snapshot(), key_range(1, 2));
 }
 
 TEST_F(FeedE2E, RetentionFloorOneResetThenTheRestInOrder) {
@@ -286,7 +182,7 @@ TEST_F(FeedE2E, RetentionFloorOneResetThenTheRestInOrder) {
   auto w = watch(fc, c);
   ASSERT_TRUE(c.wait_events(5));
   std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(c.snapshot(), range(8, 12));
+  EXPECT_EQ(c.snapshot(), key_range(8, 12));
   ASSERT_EQ(c.reset_count(), 1u);
   auto r = c.resets.front();
   EXPECT_EQ(r.cause, reset_cause::retention);
@@ -306,7 +202,7 @@ TEST_F(FeedE2E, NonObjectReplayPageCountsADrainError) {
     wait_stats(w, [](const feed_stats& s) { return s.drain_errors == 1; }));
   // The bad page moved nothing; the next tick delivers both events.
   ASSERT_TRUE(c.wait_events(2, 3s));
-  EXPECT_EQ(c.snapshot(), range(1, 2));
+  EXPECT_EQ(c.snapshot(), key_range(1, 2));
   EXPECT_EQ(stats(w).drain_errors, 1u);
 }
 
@@ -380,7 +276,7 @@ TEST_F(FeedE2E, CatchupResumesAfterTheHubDropsTheConnectionMidStream) {
   publisher.join();
   std::this_thread::sleep_for(300ms); // nothing more arrives
   EXPECT_LT(at_drop, total) << "the drop happened mid-stream";
-  EXPECT_EQ(c.snapshot(), range(1, total));
+  EXPECT_EQ(c.snapshot(), key_range(1, total));
   EXPECT_EQ(c.reset_count(), 1u) << "a reset after the drop";
   auto s = stats(w);
   EXPECT_EQ(s.resets, 1u);
@@ -417,7 +313,7 @@ TEST_F(FeedE2E, CatchupOverflowOfTheWatcherResumesFromTheLastSeq) {
   publish(12);
   ASSERT_TRUE(c.wait_events(12, 10s));
   std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(c.snapshot(), range(1, 12));
+  EXPECT_EQ(c.snapshot(), key_range(1, 12));
   EXPECT_EQ(c.reset_count(), 1u);
   auto s = stats(w);
   EXPECT_GE(s.overflows, 1u);
@@ -459,12 +355,12 @@ TEST_F(FeedE2E, LedgerDropThenTheReconnectReplayDrainsWhatWasMissed) {
   auto hs = boost::json::parse(hub_->state_json()).as_object();
   EXPECT_EQ(hs.at("connections").at("ledger").to_number<int64_t>(), 0);
   std::this_thread::sleep_for(300ms); // within the >= 1 s backoff
-  EXPECT_EQ(c.snapshot(), range(1, 5)) << "fetched before the reconnect";
+  EXPECT_EQ(c.snapshot(), key_range(1, 5)) << "fetched before the reconnect";
   ASSERT_TRUE(c.wait_events(10, 10s));
   ASSERT_TRUE(wait_stats(
     w, [](const feed_stats& s) { return s.connected && s.connects == 2; }));
   std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(c.snapshot(), range(1, 10));
+  EXPECT_EQ(c.snapshot(), key_range(1, 10));
   EXPECT_EQ(c.reset_count(), 0u);
   auto s = stats(w);
   EXPECT_EQ(s.cursor, 10);
@@ -476,7 +372,7 @@ TEST_F(FeedE2E, LedgerDropThenTheReconnectReplayDrainsWhatWasMissed) {
   // Live again: a wake on the new connection moves it.
   publish(1);
   ASSERT_TRUE(c.wait_events(11));
-  EXPECT_EQ(c.snapshot(), range(1, 11));
+  EXPECT_EQ(c.snapshot(), key_range(1, 11));
 }
 
 TEST_F(FeedE2E, CatchupHubRestartOneResetThenTheNewSeqSpace) {

@@ -7,6 +7,7 @@
 // an unbounded allocation, a lost, duplicated or reordered event, or a
 // silently skipped gap. Real time on 127.0.0.1; every wait is bounded.
 
+#include "tests/support/feed_fixture.hpp"
 #include "tests/support/scripted_server.hpp"
 
 #include "actors/client/service_client.hpp"
@@ -49,8 +50,10 @@
 
 using namespace outbound;
 using namespace std::chrono_literals;
+using outbound::testing::key_range;
 using outbound::testing::scripted_server;
 using outbound::testing::step;
+using outbound::testing::ws_frame;
 
 namespace {
 
@@ -279,37 +282,11 @@ std::vector<std::string> id_range(int64_t from, int64_t to) {
   return v;
 }
 
-std::vector<int64_t> range(int64_t from, int64_t to) {
-  std::vector<int64_t> v;
-  for (auto i = from; i <= to; ++i)
-    v.push_back(i);
-  return v;
-}
-
 // -- WebSocket frames a server sends (unmasked)
 // -------------------------------------
 
-std::string ws_frame(uint8_t opcode, const std::string& payload,
-                     bool fin = true) {
-  std::string f;
-  f += static_cast<char>((fin ? 0x80 : 0x00) | opcode);
-  auto n = payload.size();
-  if (n < 126) {
-    f += static_cast<char>(n);
-  } else if (n < 65536) {
-    f += static_cast<char>(126);
-    f += static_cast<char>(n >> 8);
-    f += static_cast<char>(n & 0xff);
-  } else {
-    f += static_cast<char>(127);
-    for (int i = 7; i >= 0; --i)
-      f += static_cast<char>((static_cast<uint64_t>(n) >> (8 * i)) & 0xff);
-  }
-  return f + payload;
-}
-
 std::string text(const std::string& s) {
-  return ws_frame(0x1, s);
+  return ws_frame(0x81, s);
 }
 
 std::string event_frame(int64_t seq) {
@@ -325,92 +302,16 @@ std::string hello(const std::string& mode, const std::string& seq, bool resync,
 }
 
 std::string close_frame(const std::string& payload) {
-  return ws_frame(0x8, payload);
+  return ws_frame(0x88, payload);
 }
 
 // -- deliveries
 // --------------------------------------------------------------------
 
-struct collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int64_t> keys;
-  std::vector<feed_reset> resets;
-  /// Both, in delivery order: an event is its key, a reset -1 - its index
-  /// in `resets`.
-  std::vector<int64_t> trail;
+using collector = outbound::testing::feed_collector;
 
-  feed_callbacks callbacks() {
-    feed_callbacks cbs;
-    cbs.detached = true;
-    cbs.on_event = [this](const feed_event& e) {
-      std::lock_guard<std::mutex> lock{mu};
-      keys.push_back(e.id ? *e.id : (e.seq ? *e.seq : -1));
-      trail.push_back(keys.back());
-      cv.notify_all();
-    };
-    cbs.on_reset = [this](const feed_reset& r) {
-      std::lock_guard<std::mutex> lock{mu};
-      resets.push_back(r);
-      trail.push_back(-1 - static_cast<int64_t>(resets.size() - 1));
-      cv.notify_all();
-    };
-    return cbs;
-  }
-
-  /// Waits until event `key` was delivered; true if it was in time.
-  bool wait_key(int64_t key, std::chrono::milliseconds t = 5s) {
-    std::unique_lock<std::mutex> lock{mu};
-    return cv.wait_for(lock, t, [&] {
-      return std::find(keys.begin(), keys.end(), key) != keys.end();
-    });
-  }
-
-  bool wait_events(std::size_t n, std::chrono::milliseconds t = 5s) {
-    std::unique_lock<std::mutex> lock{mu};
-    return cv.wait_for(lock, t, [&] { return keys.size() >= n; });
-  }
-
-  bool wait_resets(std::size_t n, std::chrono::milliseconds t = 5s) {
-    std::unique_lock<std::mutex> lock{mu};
-    return cv.wait_for(lock, t, [&] { return resets.size() >= n; });
-  }
-
-  std::vector<int64_t> snapshot() {
-    std::lock_guard<std::mutex> lock{mu};
-    return keys;
-  }
-
-  std::vector<reset_cause> causes() {
-    std::lock_guard<std::mutex> lock{mu};
-    std::vector<reset_cause> out;
-    for (auto& r : resets)
-      out.push_back(r.cause);
-    return out;
-  }
-};
-
-class FeedHostile : public ::testing::Test {
+class FeedHostile : public outbound::testing::feed_fixture {
 protected:
-  void SetUp() override {
-    cfg_ = std::make_unique<caf::actor_system_config>();
-    cfg_->add_message_types<caf::id_block::outbound>();
-    sys_ = std::make_unique<caf::actor_system>(*cfg_);
-    io_ = std::make_shared<io_runner>(1);
-  }
-
-  void TearDown() override {
-    for (auto& w : watchers_)
-      stop(w);
-    watchers_.clear();
-    client_ = nullptr;
-    sys_->await_all_actors_done();
-    sys_.reset();
-    cfg_.reset();
-    connector_.reset();
-    io_.reset();
-  }
-
   /// A poll-only ledger feed with short intervals.
   feed_config ledger_config() {
     feed_config fc;
@@ -456,42 +357,6 @@ protected:
     watchers_.push_back(w);
     return w;
   }
-
-  feed_stats stats(const feed_watcher_actor& w) {
-    caf::scoped_actor self{*sys_};
-    feed_stats out;
-    self->request(w, 5s, stats_atom_v)
-      .receive([&](const feed_stats& s) { out = s; },
-               [&](const caf::error& e) {
-                 ADD_FAILURE() << "stats: " << caf::to_string(e);
-               });
-    return out;
-  }
-
-  bool wait_stats(const feed_watcher_actor& w,
-                  const std::function<bool(const feed_stats&)>& pred,
-                  std::chrono::milliseconds timeout = 5s) {
-    auto until = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < until) {
-      if (pred(stats(w)))
-        return true;
-      std::this_thread::sleep_for(20ms);
-    }
-    return pred(stats(w));
-  }
-
-  void stop(const feed_watcher_actor& w) {
-    caf::scoped_actor self{*sys_};
-    self->request(w, 5s, stop_atom_v)
-      .receive([](const feed_stats&) {}, [](const caf::error&) {});
-  }
-
-  std::unique_ptr<caf::actor_system_config> cfg_;
-  std::unique_ptr<caf::actor_system> sys_;
-  std::shared_ptr<io_runner> io_;
-  service_client_actor client_;
-  std::shared_ptr<ws_connector> connector_;
-  std::vector<feed_watcher_actor> watchers_;
 };
 
 } // namespace
@@ -513,7 +378,7 @@ TEST_F(FeedHostile, PageWithIdsOutOfOrderIsRefusedUntilTheServerHeals) {
   auto w = watch(ledger_config(), c, srv.base_url());
   ASSERT_TRUE(c.wait_events(3));
   std::this_thread::sleep_for(300ms); // nothing more arrives
-  EXPECT_EQ(c.snapshot(), range(1, 3));
+  EXPECT_EQ(c.snapshot(), key_range(1, 3));
   auto s = stats(w);
   EXPECT_EQ(s.drain_errors, 3u) << "one per refused page";
   EXPECT_EQ(s.cursor, 3);
@@ -537,7 +402,7 @@ TEST_F(FeedHostile, DuplicatedIdsAreDeliveredOnceAndCounted) {
   auto w = watch(ledger_config(), c, srv.base_url());
   ASSERT_TRUE(c.wait_events(3));
   ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.pages >= 3; }));
-  EXPECT_EQ(c.snapshot(), range(1, 3));
+  EXPECT_EQ(c.snapshot(), key_range(1, 3));
   auto s = stats(w);
   EXPECT_EQ(s.drain_errors, 1u);
   EXPECT_EQ(s.cursor, 3);
@@ -612,7 +477,7 @@ TEST_F(FeedHostile, ResetOnEveryPageFiresOncePerCursorPosition) {
   auto w = watch(fc, c, srv.base_url());
   ASSERT_TRUE(c.wait_events(6));
   ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.pages >= 8; }));
-  EXPECT_EQ(c.snapshot(), range(1, 6));
+  EXPECT_EQ(c.snapshot(), key_range(1, 6));
   auto s = stats(w);
   // At 0, 2, 4 (full pages) and 6 (the empty one, once however often).
   EXPECT_EQ(s.resets, 4u);
@@ -705,7 +570,7 @@ TEST_F(FeedHostile, PageOfAMillionEventsIsCutAtTheLimit) {
   ASSERT_TRUE(
     wait_stats(w, [](const feed_stats& s) { return s.cursor == 505; }));
   std::this_thread::sleep_for(250ms);
-  EXPECT_EQ(c.snapshot(), range(1, 505));
+  EXPECT_EQ(c.snapshot(), key_range(1, 505));
   auto s = stats(w);
   EXPECT_EQ(s.drain_errors, 1u) << "the page over the limit";
   EXPECT_EQ(s.cursor, 505);
@@ -741,7 +606,7 @@ TEST_F(FeedHostile, HundredMegabyteBodyIsCutAtTheCap) {
   ASSERT_TRUE(c.wait_events(2, 10s));
   // (The last acknowledgement may still be on its way to the watcher.)
   ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.cursor == 2; }));
-  EXPECT_EQ(c.snapshot(), range(1, 2));
+  EXPECT_EQ(c.snapshot(), key_range(1, 2));
   auto s = stats(w);
   // The replay answered, but over the cap: a drain error (over_cap), and
   // the page is narrowed rather than retried as it was.
@@ -926,7 +791,7 @@ TEST_F(FeedHostile, LargeFramesToASlowSubscriberAreBoundedInBytes) {
   watchers_.push_back(w);
   ASSERT_TRUE(c.wait_events(10, 10s));
   std::this_thread::sleep_for(200ms);
-  EXPECT_EQ(c.snapshot(), range(1, 10));
+  EXPECT_EQ(c.snapshot(), key_range(1, 10));
   auto s = stats(w);
   EXPECT_EQ(s.overflows, 1u);
   EXPECT_EQ(s.reconnects, 1u);
@@ -947,9 +812,8 @@ TEST_F(FeedHostile,
   auto big5 = big(5);
   std::string frames = hello("catchup", "0", true, "e1") + event_frame(1)
                        + text(big(2)) + event_frame(3) + text(big(2))
-                       + event_frame(4)
-                       + ws_frame(0x1, big5.substr(0, 100000), false)
-                       + ws_frame(0x0, big5.substr(100000)) + event_frame(6);
+                       + event_frame(4) + ws_frame(0x01, big5.substr(0, 100000))
+                       + ws_frame(0x80, big5.substr(100000)) + event_frame(6);
   scripted_server ws{{
     {step::read_request(), step::ws_accept("", frames), step::hold()},
     // A reconnect would get a hello of another epoch: a visible reset.
@@ -1082,7 +946,7 @@ TEST_F(FeedHostile, FramesBeforeTheHelloBinaryFramesAndOddCloseCodes) {
     // A binary frame and an event before any hello: ephemeral is inferred
     // (one reset), then a close frame with a private code.
     {step::read_request(),
-     step::ws_accept("", ws_frame(0x2, std::string("\x00\x01", 2))
+     step::ws_accept("", ws_frame(0x82, std::string("\x00\x01", 2))
                            + event_frame(1)),
      step::sleep(200ms),
      step::send(close_frame("\x13\x87"
@@ -1128,7 +992,7 @@ TEST_F(FeedHostile, LedgerTakesOnlyReplayWhateverTheFramesSay) {
     {step::read_request(),
      step::ws_accept("", text(R"({"type":"hello","mode":"bogus"})")
                            + event_frame(7) + text("not json")
-                           + ws_frame(0x2, "\xff\xfe") + text("[1,2]")
+                           + ws_frame(0x82, "\xff\xfe") + text("[1,2]")
                            + text(R"({"type":"wake","cursor":"9"})")),
      step::hold()},
   }};
@@ -1159,7 +1023,7 @@ TEST_F(FeedHostile, PingFloodAndAnUnreachableWakeTargetBackOff) {
   }};
   std::string flood;
   for (int i = 0; i < 10000; ++i)
-    flood += ws_frame(0x9, "p");
+    flood += ws_frame(0x89, "p");
   scripted_server ws{{
     {step::read_request(),
      step::ws_accept("", flood

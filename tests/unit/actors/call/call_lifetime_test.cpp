@@ -47,16 +47,7 @@ struct watch {
 class CallLifetime : public virtual_time_fixture {
 protected:
   CallLifetime() {
-    cfg.base_url = "http://127.0.0.1:8080";
-    cfg.timeout = 1.0;
-    cfg.deadline = 5.0;
-    cfg.retry.max_attempts = 3;
-    cfg.retry.base_backoff = 0.1;
-    cfg.retry.max_backoff = 1.0;
-    cfg.retry.retry_statuses = {429, 502, 503, 504};
-    // Hedge after 10 ms (warmup); a budget that is not the subject here.
-    hedging.config.warmup_delay = 0.010;
-    hedging.config.estimated_rps = 1000.0;
+    hedged_call_defaults(cfg, hedging);
   }
 
   ~CallLifetime() override {

@@ -44,19 +44,7 @@ fake_step ok_after(nanoseconds d, std::string body = R"({"v":1})") {
 class HedgeRace : public virtual_time_fixture {
 protected:
   HedgeRace() {
-    cfg.base_url = "http://127.0.0.1:8080";
-    cfg.timeout = 1.0;
-    cfg.deadline = 5.0;
-    cfg.retry.max_attempts = 3;
-    cfg.retry.base_backoff = 0.1;
-    cfg.retry.max_backoff = 1.0;
-    cfg.retry.retry_statuses = {429, 502, 503, 504};
-    // Warmup: hedge after 10 ms (the default warmup_delay).
-    hedging.config.warmup_delay = 0.010;
-    // A budget that is not the subject of most tests: 1000 rps x 10 % =
-    // 100 tokens/s, burst 200 (an auto-estimated rate would follow the
-    // tests' few requests and starve the hedges, as httpx-hedged warns).
-    hedging.config.estimated_rps = 1000.0;
+    hedged_call_defaults(cfg, hedging);
   }
 
   service_client_actor client() {
