@@ -30,11 +30,6 @@ namespace outbound::apps {
 
 namespace {
 
-/// A usage error of the command line (exit 2, error type "usage_error").
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 int hex_value(char c) {
   if (core::is_digit(c))
     return c - '0';

@@ -9,6 +9,7 @@
 #include <caf/fwd.hpp>
 
 #include <iosfwd>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,12 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts);
 /// 6 response_error, 7 service_unavailable / deadline_exceeded, 1 internal.
 int run_request(caf::actor_system& sys, const request_options& opts,
                 std::ostream& out, std::ostream& err);
+
+/// A usage error of a command line (exit 2, error type "usage_error"),
+/// thrown by the commands' option checks.
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 /// One failure line `{"error":...,"status":null,"detail":...,"attempts":0,
 /// "request_id":"","nothing_sent":true}` for errors raised before any call

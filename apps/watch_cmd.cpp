@@ -48,10 +48,6 @@ extern "C" void on_stop_signal(int) {
   stop_signal = 1;
 }
 
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 template <class T>
 boost::json::value opt_json(const std::optional<T>& v) {
   if (v)

@@ -206,6 +206,16 @@ built_request build_request(const client_config& cfg, const url_parts& base,
   return r;
 }
 
+built_request rebuild_request(const client_config& cfg, const url_parts& base,
+                              call_request& call, const std::string& request_id,
+                              core::rng& rng) {
+  if (call.request_id.empty()) {
+    erase_header(call.headers, "x-request-id");
+    call.request_id = request_id;
+  }
+  return build_request(cfg, base, call, rng);
+}
+
 bool build_upgrade_request(const std::string& path, const std::string& key,
                            const header_list& headers, http_request& out,
                            std::string& why) {

@@ -96,6 +96,19 @@ identity_problem append_identity_headers(const client_config& cfg,
 built_request build_request(const client_config& cfg, const url_parts& base,
                             const call_request& call, core::rng& rng);
 
+/// The request of `call` once more, the same bytes as its first build
+/// (whose id was `request_id`), for a retry or a hedge whose first request
+/// was moved into its send: build_request is a pure function of the
+/// config, the call and the id. Gives `call` that id first, so that no
+/// random id is drawn from `rng` (a call that named its id only in an
+/// x-request-id header has the header taken out and the id handed over, so
+/// the header keeps its place, last). Copying the first request for every
+/// retry or hedge it may never make costs every call; this costs only the
+/// calls that send again.
+built_request rebuild_request(const client_config& cfg, const url_parts& base,
+                              call_request& call, const std::string& request_id,
+                              core::rng& rng);
+
 /// Builds the WebSocket opening handshake request (RFC 6455 §4.1) into
 /// `out`: `GET <path>` (origin-form; "/" if empty), `Upgrade: websocket`,
 /// `Connection: Upgrade`, `Sec-WebSocket-Key: <key>`,

@@ -56,9 +56,13 @@ struct call_state {
   bool started = false;
   bool done = false;
   call_request call;
-  /// The request as built once; each send copies it and adds the per-send
-  /// fields, so every attempt carries the same request id and body.
-  http_request base;
+  /// The request as built, until the first send takes it; a later send (a
+  /// retry, a redial, the hedge) builds it again from `call` with the same
+  /// request id (take_request), so that no call pays a copy of its request
+  /// for a send it may never make.
+  std::optional<http_request> base;
+  /// The request's method as sent (upper case).
+  std::string method;
   std::string request_id;
   std::optional<retry_state> retry;
   retry_time start;
@@ -190,7 +194,7 @@ void fault_point(self_ptr self, detail::call_fault_point where, uint64_t id) {
 client_event make_event(self_ptr self, event_kind kind) {
   auto& st = self->state;
   return call_event(kind, st.request_id,
-                    st.base.method.empty() ? st.call.method : st.base.method,
+                    st.method.empty() ? st.call.method : st.method,
                     st.call.path, st.attempt);
 }
 
@@ -575,6 +579,25 @@ void release_held_permits(self_ptr self) {
   }
 }
 
+// The request of the next send: the first build, moved out, or the same
+// request built again (core/request_builder.hpp, rebuild_request). nullopt
+// when the build failed; the call then ended with its error.
+std::optional<http_request> take_request(self_ptr self) {
+  auto& st = self->state;
+  if (st.base) {
+    auto r = std::move(*st.base);
+    st.base.reset();
+    return r;
+  }
+  auto built
+    = rebuild_request(st.ctx->cfg, st.ctx->url, st.call, st.request_id, st.rng);
+  if (built.error) {
+    finish_error(self, *built.error);
+    return std::nullopt;
+  }
+  return std::move(built.request);
+}
+
 // Sends attempt `token`'s hedge, which the race fired, with the attempt's
 // remaining `budget`; the gate's permit, if held, rides on it.
 void fire_hedge(self_ptr self, uint64_t token,
@@ -586,7 +609,13 @@ void fire_hedge(self_ptr self, uint64_t token,
     st.permit = std::move(i->second);
     st.gate_permits.erase(i);
   }
-  http_request req = st.base;
+  // The first build is the primary's; the hedge's is built again. It
+  // cannot fail where the first build succeeded (the same pure function of
+  // the same call), and would end the call with that error if it did.
+  auto built = take_request(self);
+  if (!built)
+    return;
+  auto req = std::move(*built);
   req.max_body_bytes
     = st.call.max_response_bytes.value_or(st.ctx->cfg.max_response_bytes);
   req.fresh_connection = false;
@@ -701,7 +730,10 @@ void send_attempt(self_ptr self) {
   st.attempt = plan.attempt;
   st.retry_count = plan.retry_count;
   st.kept.reset();
-  http_request req = st.base;
+  auto built = take_request(self);
+  if (!built)
+    return;
+  auto req = std::move(*built);
   req.max_body_bytes
     = st.call.max_response_bytes.value_or(st.ctx->cfg.max_response_bytes);
   req.fresh_connection = plan.fresh_connection;
@@ -762,14 +794,15 @@ void start(self_ptr self, call_request call) {
     return;
   }
   st.base = std::move(built.request);
-  bool idempotent = st.call.idempotent.value_or(
-    method_is_idempotent(st.base.method));
+  st.method = st.base->method;
+  bool idempotent
+    = st.call.idempotent.value_or(method_is_idempotent(st.method));
   st.retry.emplace(st.ctx->cfg, idempotent, st.start);
   if (const auto& h = st.ctx->hedging) {
     const auto& url = st.ctx->url;
-    auto route = h->routes.route(st.call.hedge_endpoint, st.base.method,
-                                 path_without_query(st.call.path), url.host,
-                                 url.port);
+    auto route
+      = h->routes.route(st.call.hedge_endpoint, st.method,
+                        path_without_query(st.call.path), url.host, url.port);
     if (route.status == route_status::unknown_endpoint) {
       call_error e;
       e.kind = error_kind::config_error;
@@ -782,8 +815,8 @@ void start(self_ptr self, call_request call) {
     st.owner = self->id();
     st.host_key = route_table::host_key(url.host, url.port);
     st.hcfg = &h->config_for(route);
-    st.race = core::hedge_race{hedge_eligible(
-      st.base.method, st.call.has_body, st.call.idempotent)};
+    st.race = core::hedge_race{
+      hedge_eligible(st.method, st.call.has_body, st.call.idempotent)};
     if (st.race.hedgeable()) {
       // The primary goes out now; the delay arrives while it runs.
       self->request(h->stats, caf::infinite, hedge_plan_request{st.key,

@@ -356,15 +356,8 @@ void send_attempt(self_ptr self, uint64_t id) {
     req = std::move(*c.base);
     c.base.reset();
   } else {
-    // The same request again (build_request is a pure function of the
-    // call, the config and the request id). An id the call gave only as an
-    // x-request-id header is handed over as the id, as the first build
-    // took it, so the header keeps its place (last).
-    if (c.call.request_id.empty()) {
-      erase_header(c.call.headers, "x-request-id");
-      c.call.request_id = c.request_id;
-    }
-    auto built = build_request(st.ctx->cfg, st.ctx->url, c.call, c.rng);
+    auto built
+      = rebuild_request(st.ctx->cfg, st.ctx->url, c.call, c.request_id, c.rng);
     if (built.error) {
       finish_error(self, id, *built.error);
       return;

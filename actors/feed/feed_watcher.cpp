@@ -68,7 +68,7 @@ callback_subscriber_impl(feed_subscriber_actor::pointer, feed_callbacks cbs) {
 
 /// One queued delivery. Ledger deliveries belong to a page (`page`); frame
 /// deliveries count toward the in-frame backlog.
-struct delivery {
+struct queued_delivery {
   bool ledger = false;
   bool is_reset = false;
   uint64_t page = 0;
@@ -131,7 +131,7 @@ struct watcher_state {
   bool page_active = false;
   std::size_t page_outstanding = 0;
 
-  std::deque<delivery> queue;
+  std::deque<queued_delivery> queue;
   bool delivering = false;
   std::size_t frames_queued = 0;
   std::size_t frames_bytes = 0;
@@ -311,9 +311,10 @@ void quiesce_drain(self_ptr self) {
   // past them, so a later drain reads them again (and an in-frame model
   // starts with its own reset). The one in flight, if any, stays.
   auto first = st.queue.begin() + (st.delivering ? 1 : 0);
-  st.queue.erase(std::remove_if(first, st.queue.end(),
-                                [](const delivery& d) { return d.ledger; }),
-                 st.queue.end());
+  st.queue.erase(
+    std::remove_if(first, st.queue.end(),
+                   [](const queued_delivery& d) { return d.ledger; }),
+    st.queue.end());
 }
 
 void act(self_ptr self, drain_action a) {
@@ -384,7 +385,7 @@ void on_fetch_error(self_ptr self, const call_error& e,
 void enqueue_ledger_reset(self_ptr self, page_plan& plan,
                           const boost::json::value& body, uint64_t token) {
   auto& st = self->state;
-  delivery d;
+  queued_delivery d;
   d.ledger = true;
   d.is_reset = true;
   d.page = token;
@@ -425,7 +426,7 @@ void on_page(self_ptr self, const call_outcome& o) {
   if (plan.reset)
     enqueue_ledger_reset(self, plan, o.body, token);
   for (auto i : plan.deliver) {
-    delivery d;
+    queued_delivery d;
     d.ledger = true;
     d.page = token;
     d.ev.mode = feed_mode::ledger;
@@ -546,7 +547,7 @@ void pump(self_ptr self) {
 void enqueue_frame_reset(self_ptr self, const frame_reset_info& info,
                          boost::json::value detail, bool completes_connect) {
   auto& st = self->state;
-  delivery d;
+  queued_delivery d;
   d.is_reset = true;
   d.connect_session = completes_connect ? st.session_id : 0;
   d.rs.mode = st.neg->mode();
@@ -567,7 +568,7 @@ void enqueue_frame_reset(self_ptr self, const frame_reset_info& info,
 void enqueue_frame_event(self_ptr self, parsed_message& m,
                          std::size_t bytes) {
   auto& st = self->state;
-  delivery d;
+  queued_delivery d;
   d.bytes = bytes;
   st.frames_bytes += bytes;
   d.ev.mode = st.neg->mode();

@@ -295,3 +295,37 @@ TEST(RequestBuilder, CredentialValueShapes) {
   cfg.token = "";
   EXPECT_EQ(credential_value(cfg), "");
 }
+
+// A retry or a hedge sends the first request once more without a copy of
+// it: rebuild_request gives the same bytes and draws nothing from the rng
+// (the jitter of the retries that follow must not change).
+TEST(RequestBuilder, ARebuildIsTheSameRequestAndDrawsNoRandomness) {
+  auto cfg = cfg_with();
+  for (bool id_in_header : {false, true}) {
+    SCOPED_TRACE(id_in_header ? "id as a header" : "generated id");
+    auto call = get("/v1/items");
+    call.params = {{"q", "a b"}, {"n", "1"}};
+    call.headers = {{"x-tenant", "t1"}};
+    if (id_in_header)
+      call.headers.emplace_back("X-Request-Id", "caller-id-1");
+    call.body = R"({"k":1})";
+    call.has_body = true;
+    core::rng rng{7};
+    auto first = build_request(cfg, cfg.parsed_url(), call, rng);
+    ASSERT_TRUE(first.ok());
+    auto probe = rng; // the state after the first build
+    auto again
+      = rebuild_request(cfg, cfg.parsed_url(), call, first.request_id, rng);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again.request_id, first.request_id);
+    EXPECT_EQ(again.request.method, first.request.method);
+    EXPECT_EQ(again.request.target, first.request.target);
+    EXPECT_EQ(again.request.headers, first.request.headers);
+    EXPECT_EQ(again.request.body, first.request.body);
+    EXPECT_EQ(rng(), probe()); // nothing drawn
+    // And once more from the call as the rebuild left it.
+    auto third
+      = rebuild_request(cfg, cfg.parsed_url(), call, first.request_id, rng);
+    EXPECT_EQ(third.request.headers, first.request.headers);
+  }
+}

@@ -161,6 +161,27 @@ protected:
 
 } // namespace
 
+// The hedge is the primary's request built again (the first build went
+// out with the primary): the same method, target, headers, body and id.
+TEST_F(HedgeRace, TheHedgeCarriesThePrimarysRequestByteForByte) {
+  log->script = {ok_after(300ms, R"({"who":"primary"})"),
+                 ok_after(5ms, R"({"who":"hedge"})")};
+  auto req = get("/slow");
+  req.params = {{"q", "x y"}};
+  req.headers = {{"x-tenant", "t1"}, {"X-Request-Id", "caller-7"}};
+  auto o = run_call(std::move(req));
+  ASSERT_TRUE(o.ok()) << o.error->detail;
+  ASSERT_EQ(log->requests.size(), 2u);
+  const auto& p = log->requests[0].request;
+  const auto& h = log->requests[1].request;
+  EXPECT_EQ(h.method, p.method);
+  EXPECT_EQ(h.target, p.target);
+  EXPECT_EQ(h.headers, p.headers);
+  EXPECT_EQ(h.body, p.body);
+  EXPECT_EQ(*find_header(h.headers, "x-request-id"), "caller-7");
+  EXPECT_NE(h.exchange_id, p.exchange_id);
+}
+
 TEST_F(HedgeRace, ASlowPrimaryLosesToAFastHedge) {
   log->script = {ok_after(300ms, R"({"who":"primary"})"),
                  ok_after(5ms, R"({"who":"hedge"})")};
