@@ -20,6 +20,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -305,28 +306,235 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
   return cmd;
 }
 
+namespace {
+
+/// The client and feed settings of the command line, checked: throws
+/// usage_error for a bad --duration, --fail-after or --param, config_error
+/// for a bad feed setting.
+std::pair<client_config, feed_config> resolve_watch(const watch_options& opts) {
+  if (opts.duration < 0)
+    throw usage_error("--duration must be >= 0");
+  if (!(opts.fail_after >= 0))
+    throw usage_error("--fail-after must be >= 0");
+  auto fc = opts.feed;
+  for (auto& p : opts.params) {
+    auto eq = p.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw usage_error("--param must be k=v: '" + p + "'");
+    fc.fields.extra_params.emplace_back(p.substr(0, eq), p.substr(eq + 1));
+  }
+  auto cfg = opts.cfg;
+  cfg.base_url = opts.base_url;
+  // One limit for both readers: an event reads the same in a frame as in a
+  // replay page.
+  cfg.json_max_depth = opts.json_max_depth;
+  fc.json_max_depth = opts.json_max_depth;
+  fc.validate();
+  return {std::move(cfg), std::move(fc)};
+}
+
+/// The watcher's callbacks: each event and reset a line on the sink's
+/// stdout, each failure a throttled line on its stderr.
+void print_to(const std::shared_ptr<watch_sink>& sink,
+              feed_watcher_options& wo) {
+  wo.callbacks.on_event = [sink](const feed_event& e) {
+    std::lock_guard<std::mutex> lock{sink->mu};
+    if (sink->done())
+      return;
+    boost::json::object o;
+    o["type"] = "event";
+    o["event"] = e.event;
+    *sink->out << boost::json::serialize(o) << '\n' << std::flush;
+    ++sink->events;
+    sink->cv.notify_all();
+  };
+  wo.callbacks.on_reset = [sink](const feed_reset& r) {
+    std::lock_guard<std::mutex> lock{sink->mu};
+    if (sink->done())
+      return;
+    *sink->out << reset_line(r) << '\n' << std::flush;
+    ++sink->resets;
+  };
+  // Runs on the watcher's thread: a quick, locked write.
+  wo.on_failure = [sink](const feed_failure& f) {
+    std::lock_guard<std::mutex> lock{sink->mu};
+    ++sink->failures;
+    sink->last_failure = f.source + ": " + f.kind
+                         + (f.status ? " " + std::to_string(f.status) : "")
+                         + (f.detail.empty() ? "" : ": " + f.detail);
+    if (f.error) {
+      auto& side = f.source == "websocket" ? sink->websocket : sink->replay;
+      side.error = f.error;
+      side.status = f.status;
+      side.text = sink->last_failure;
+    }
+    if (sink->closed)
+      return;
+    uint64_t suppressed = 0;
+    if (!sink->throttle.admit(failure_key(f), std::chrono::steady_clock::now(),
+                              suppressed))
+      return;
+    *sink->err << redact(failure_line(f, suppressed), sink->secrets) << '\n'
+               << std::flush;
+  };
+}
+
+/// Waits until --count events, --duration, a stop signal, or --fail-after
+/// with the feed never reached; true in the last case (the run gave up).
+bool wait_for_the_end(caf::actor_system& sys, const feed_watcher_actor& w,
+                      watch_sink& sink, const watch_options& opts) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock{sink.mu};
+  bool reach_checked = opts.fail_after <= 0;
+  for (;;) {
+    if (sink.done() || stop_signal)
+      return false;
+    auto elapsed = std::chrono::steady_clock::now() - t0;
+    if (opts.duration > 0
+        && elapsed >= std::chrono::duration<double>(opts.duration))
+      return false;
+    if (!reach_checked
+        && elapsed >= std::chrono::duration<double>(opts.fail_after)) {
+      // Not under the lock: the watcher's failure reports take it.
+      lock.unlock();
+      bool reached = false;
+      caf::scoped_actor self{sys};
+      self->request(w, std::chrono::seconds(5), stats_atom_v)
+        .receive([&](const feed_stats& s) { reached = s.reached; },
+                 [&](const caf::error&) {});
+      lock.lock();
+      reach_checked = true;
+      if (!reached)
+        return true;
+    }
+    sink.cv.wait_for(lock, std::chrono::milliseconds(50));
+  }
+}
+
+/// Closes the sink and stops the watcher, answering its final stats. The
+/// last printed event is acknowledged just after its callback returns: the
+/// watcher gets a moment (bounded) so that the summary's cursor covers
+/// every printed event.
+feed_stats stop_printing(caf::actor_system& sys, const feed_watcher_actor& w,
+                         watch_sink& sink) {
+  feed_stats st;
+  caf::scoped_actor self{sys};
+  uint64_t printed = 0;
+  {
+    std::lock_guard<std::mutex> lock{sink.mu};
+    sink.closed = true;
+    printed = sink.events;
+  }
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (std::chrono::steady_clock::now() < until) {
+    feed_stats cur;
+    self->request(w, std::chrono::seconds(1), stats_atom_v)
+      .receive([&](const feed_stats& s) { cur = s; },
+               [&](const caf::error&) {});
+    if (cur.events_delivered >= printed)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  self->request(w, std::chrono::seconds(5), stop_atom_v)
+    .receive([&](const feed_stats& s) { st = s; }, [&](const caf::error&) {});
+  return st;
+}
+
+/// Counts by reason, the reasons named (those with a count only).
+template <class Reason, std::size_t N>
+boost::json::object by_reason(const std::array<uint64_t, N>& counts) {
+  boost::json::object o;
+  for (std::size_t r = 0; r < N; ++r)
+    if (counts[r] > 0)
+      o[to_string(static_cast<Reason>(r))] = counts[r];
+  return o;
+}
+
+/// The summary line's object, but for the failures and the outcome.
+boost::json::object summary_of(const feed_stats& st, uint64_t events,
+                               uint64_t resets) {
+  boost::json::object sum;
+  sum["cursor"] = st.cursor;
+  sum["last_seq"] = opt_json(st.last_seq);
+  sum["events"] = events;
+  sum["resets"] = resets;
+  sum["drain_errors"] = st.drain_errors;
+  sum["reconnects"] = st.reconnects;
+  sum["peer_timeouts"] = st.peer_timeouts;
+  sum["replay_errors"] = st.replay_errors;
+  sum["drain_errors_by_reason"]
+    = by_reason<drain_error_reason>(st.drain_errors_by_reason);
+  sum["unreadable_frames"] = st.unreadable_frames;
+  sum["unreadable_frames_by_reason"]
+    = by_reason<frame_error_reason>(st.unreadable_frames_by_reason);
+  sum["undeliverable"]
+    = st.resets_by_cause[static_cast<std::size_t>(reset_cause::undeliverable)];
+  sum["wakes_coalesced"] = st.wakes_coalesced;
+  return sum;
+}
+
+/// The one-line reason of a run that gave up, also when nothing failed: a
+/// server that accepts and never answers leaves a replay call and a
+/// handshake waiting, and no failure has been reported when the time is up.
+feed_failure gave_up_failure(const watch_options& opts, error_kind kind,
+                             int last_status, const std::string& last_failure) {
+  feed_failure f;
+  f.source = "fail_after";
+  f.kind = to_string(kind);
+  f.status = last_status;
+  std::ostringstream d;
+  d << "gave up: the feed at " << opts.base_url
+    << " was not reached within --fail-after " << opts.fail_after << " s; "
+    << (last_failure.empty()
+          ? "no answer from the server (nothing failed and nothing "
+            "arrived: a connection, replay call or WebSocket handshake "
+            "is still waiting)"
+          : "last failure: " + last_failure);
+  f.detail = d.str();
+  return f;
+}
+
+/// Writes the summary (and the give-up reason) to `err`; the exit code.
+int report(const watch_options& opts, const feed_stats& st, watch_sink& sink,
+           bool gave_up, std::ostream& err) {
+  std::optional<error_kind> last_error;
+  int last_status = 0;
+  std::string last_failure;
+  boost::json::object sum;
+  {
+    std::lock_guard<std::mutex> lock{sink.mu};
+    sink.closed = true;
+    sum = summary_of(st, sink.events, sink.resets);
+    sum["failures"] = sink.failures;
+    sum["failures_suppressed"] = sink.throttle.suppressed();
+    last_failure = sink.last_failure;
+    if (auto* d = sink.deciding()) {
+      last_error = d->error;
+      last_status = d->status;
+      last_failure = d->text;
+    }
+  }
+  sum["reached"] = st.reached;
+  if (gave_up)
+    sum["gave_up"] = true;
+  auto kind = last_error.value_or(error_kind::service_unavailable);
+  if (gave_up && !st.reached)
+    err << redact(
+      failure_line(gave_up_failure(opts, kind, last_status, last_failure)),
+      sink.secrets)
+        << '\n';
+  err << redact(boost::json::serialize(sum), sink.secrets) << '\n';
+  // Never reached the feed: a broken feed is not a quiet one.
+  return st.reached ? 0 : exit_code(kind);
+}
+
+} // namespace
+
 int run_watch(caf::actor_system& sys, const watch_options& opts,
               std::ostream& out, std::ostream& err) {
   std::vector<std::string> secrets{opts.cfg.token};
   try {
-    if (opts.duration < 0)
-      throw usage_error("--duration must be >= 0");
-    if (!(opts.fail_after >= 0))
-      throw usage_error("--fail-after must be >= 0");
-    auto fc = opts.feed;
-    for (auto& p : opts.params) {
-      auto eq = p.find('=');
-      if (eq == std::string::npos || eq == 0)
-        throw usage_error("--param must be k=v: '" + p + "'");
-      fc.fields.extra_params.emplace_back(p.substr(0, eq), p.substr(eq + 1));
-    }
-    auto cfg = opts.cfg;
-    cfg.base_url = opts.base_url;
-    // One limit for both readers: an event reads the same in a frame as in
-    // a replay page.
-    cfg.json_max_depth = opts.json_max_depth;
-    fc.json_max_depth = opts.json_max_depth;
-    fc.validate();
+    auto [cfg, fc] = resolve_watch(opts);
     // The io_loop policy's workers run the sockets (else the shared runner).
     auto io = io_runner_for(sys);
     client_options copts;
@@ -346,107 +554,13 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
         tls = tls_context::make(cfg.tls);
       wo.connector = make_ws_connector(io, std::move(tls));
     }
-    wo.callbacks.on_event = [sink](const feed_event& e) {
-      std::lock_guard<std::mutex> lock{sink->mu};
-      if (sink->done())
-        return;
-      boost::json::object o;
-      o["type"] = "event";
-      o["event"] = e.event;
-      *sink->out << boost::json::serialize(o) << '\n' << std::flush;
-      ++sink->events;
-      sink->cv.notify_all();
-    };
-    wo.callbacks.on_reset = [sink](const feed_reset& r) {
-      std::lock_guard<std::mutex> lock{sink->mu};
-      if (sink->done())
-        return;
-      *sink->out << reset_line(r) << '\n' << std::flush;
-      ++sink->resets;
-    };
-    // Runs on the watcher's thread: a quick, locked write.
-    wo.on_failure = [sink](const feed_failure& f) {
-      std::lock_guard<std::mutex> lock{sink->mu};
-      ++sink->failures;
-      sink->last_failure = f.source + ": " + f.kind
-                           + (f.status ? " " + std::to_string(f.status) : "")
-                           + (f.detail.empty() ? "" : ": " + f.detail);
-      if (f.error) {
-        auto& side = f.source == "websocket" ? sink->websocket : sink->replay;
-        side.error = f.error;
-        side.status = f.status;
-        side.text = sink->last_failure;
-      }
-      if (sink->closed)
-        return;
-      uint64_t suppressed = 0;
-      if (!sink->throttle.admit(failure_key(f),
-                                std::chrono::steady_clock::now(), suppressed))
-        return;
-      *sink->err << redact(failure_line(f, suppressed), sink->secrets) << '\n'
-                 << std::flush;
-    };
+    print_to(sink, wo);
     stop_signal = 0;
     auto old_int = std::signal(SIGINT, on_stop_signal);
     auto old_term = std::signal(SIGTERM, on_stop_signal);
     auto w = spawn_feed_watcher(sys, fc, std::move(wo));
-    auto t0 = std::chrono::steady_clock::now();
-    bool gave_up = false;
-    {
-      std::unique_lock<std::mutex> lock{sink->mu};
-      bool reach_checked = opts.fail_after <= 0;
-      for (;;) {
-        if (sink->done() || stop_signal)
-          break;
-        auto elapsed = std::chrono::steady_clock::now() - t0;
-        if (opts.duration > 0
-            && elapsed >= std::chrono::duration<double>(opts.duration))
-          break;
-        if (!reach_checked
-            && elapsed >= std::chrono::duration<double>(opts.fail_after)) {
-          // Not under the lock: the watcher's failure reports take it.
-          lock.unlock();
-          bool reached = false;
-          caf::scoped_actor self{sys};
-          self->request(w, std::chrono::seconds(5), stats_atom_v)
-            .receive([&](const feed_stats& s) { reached = s.reached; },
-                     [&](const caf::error&) {});
-          lock.lock();
-          reach_checked = true;
-          if (!reached) {
-            gave_up = true;
-            break;
-          }
-        }
-        sink->cv.wait_for(lock, std::chrono::milliseconds(50));
-      }
-    }
-    feed_stats st;
-    {
-      caf::scoped_actor self{sys};
-      // The last printed event is acknowledged just after its callback
-      // returns: give the watcher a moment (bounded) so the summary's
-      // cursor covers every printed event.
-      uint64_t printed = 0;
-      {
-        std::lock_guard<std::mutex> lock{sink->mu};
-        sink->closed = true;
-        printed = sink->events;
-      }
-      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      while (std::chrono::steady_clock::now() < until) {
-        feed_stats cur;
-        self->request(w, std::chrono::seconds(1), stats_atom_v)
-          .receive([&](const feed_stats& s) { cur = s; },
-                   [&](const caf::error&) {});
-        if (cur.events_delivered >= printed)
-          break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-      self->request(w, std::chrono::seconds(5), stop_atom_v)
-        .receive([&](const feed_stats& s) { st = s; },
-                 [&](const caf::error&) {});
-    }
+    bool gave_up = wait_for_the_end(sys, w, *sink, opts);
+    auto st = stop_printing(sys, w, *sink);
     std::signal(SIGINT, old_int);
     std::signal(SIGTERM, old_term);
     // The watcher is gone; the client may still have a replay call in
@@ -466,78 +580,7 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (sys.registry().running() > 0)
       sys.await_actors_before_shutdown(false);
-    boost::json::object sum;
-    sum["cursor"] = st.cursor;
-    sum["last_seq"] = opt_json(st.last_seq);
-    {
-      std::lock_guard<std::mutex> lock{sink->mu};
-      sum["events"] = sink->events;
-      sum["resets"] = sink->resets;
-      sink->closed = true;
-    }
-    sum["drain_errors"] = st.drain_errors;
-    sum["reconnects"] = st.reconnects;
-    sum["peer_timeouts"] = st.peer_timeouts;
-    sum["replay_errors"] = st.replay_errors;
-    boost::json::object by_reason;
-    for (std::size_t r = 0; r < drain_error_reason_count; ++r)
-      if (st.drain_errors_by_reason[r] > 0)
-        by_reason[to_string(static_cast<drain_error_reason>(r))]
-          = st.drain_errors_by_reason[r];
-    sum["drain_errors_by_reason"] = std::move(by_reason);
-    sum["unreadable_frames"] = st.unreadable_frames;
-    boost::json::object frames_by_reason;
-    for (std::size_t r = 0; r < frame_error_reason_count; ++r)
-      if (st.unreadable_frames_by_reason[r] > 0)
-        frames_by_reason[to_string(static_cast<frame_error_reason>(r))]
-          = st.unreadable_frames_by_reason[r];
-    sum["unreadable_frames_by_reason"] = std::move(frames_by_reason);
-    sum["undeliverable"]
-      = st.resets_by_cause[static_cast<std::size_t>(
-        reset_cause::undeliverable)];
-    sum["wakes_coalesced"] = st.wakes_coalesced;
-    std::optional<error_kind> last_error;
-    int last_status = 0;
-    std::string last_failure;
-    {
-      std::lock_guard<std::mutex> lock{sink->mu};
-      sum["failures"] = sink->failures;
-      sum["failures_suppressed"] = sink->throttle.suppressed();
-      last_failure = sink->last_failure;
-      if (auto* d = sink->deciding()) {
-        last_error = d->error;
-        last_status = d->status;
-        last_failure = d->text;
-      }
-    }
-    sum["reached"] = st.reached;
-    if (gave_up)
-      sum["gave_up"] = true;
-    auto kind = last_error.value_or(error_kind::service_unavailable);
-    if (gave_up && !st.reached) {
-      // The one-line reason, also when nothing failed: a server that
-      // accepts and never answers leaves a replay call and a handshake
-      // waiting, and no failure has been reported when the time is up.
-      feed_failure f;
-      f.source = "fail_after";
-      f.kind = to_string(kind);
-      f.status = last_status;
-      std::ostringstream d;
-      d << "gave up: the feed at " << opts.base_url
-        << " was not reached within --fail-after " << opts.fail_after << " s; "
-        << (last_failure.empty()
-              ? "no answer from the server (nothing failed and nothing "
-                "arrived: a connection, replay call or WebSocket handshake "
-                "is still waiting)"
-              : "last failure: " + last_failure);
-      f.detail = d.str();
-      err << redact(failure_line(f), secrets) << '\n';
-    }
-    err << redact(boost::json::serialize(sum), secrets) << '\n';
-    if (st.reached)
-      return 0;
-    // Never reached the feed: a broken feed is not a quiet one.
-    return exit_code(kind);
+    return report(opts, st, *sink, gave_up, err);
   } catch (const config_error& e) {
     err << redact(usage_error_json("config_error", e.what()), secrets) << '\n';
     return usage_exit_code;
