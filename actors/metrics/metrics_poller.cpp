@@ -80,10 +80,6 @@ using poller_impl_actor
 
 using self_ptr = poller_impl_actor::stateful_pointer<poller_state>;
 
-std::chrono::nanoseconds to_duration(double seconds) {
-  return core::from_seconds(seconds);
-}
-
 void publish_source_counts(self_ptr self) {
   auto& st = self->state;
   std::size_t hedging = 0;
@@ -198,7 +194,7 @@ void ask(self_ptr self, uint64_t id, const std::string& kind,
   st.asks[ask_id] = poller_state::open_ask{id, dest.address(), kind};
   auto collector = st.collector;
   self
-    ->request(dest, to_duration(st.cfg.request_timeout), std::move(req))
+    ->request(dest, core::from_seconds(st.cfg.request_timeout), std::move(req))
     .then(
       [self, id, ask_id, kind, collector, on_reply](Reply& reply) mutable {
         if (!close_ask(self, ask_id))
@@ -224,14 +220,11 @@ void ask(self_ptr self, uint64_t id, const std::string& kind,
       });
 }
 
-/// Starts a round: one request per live source. Returns its id, or nullopt
-/// when there is nothing to ask (the round is then already complete).
-uint64_t start_round(self_ptr self) {
+/// Asks every live hedging source of round `id` for its keys and breakers;
+/// drops the ones that are gone.
+void ask_hedging(self_ptr self, uint64_t id) {
   auto& st = self->state;
-  auto id = st.next_round++;
-  st.rounds[id];
   auto collector = st.collector;
-  // Upgrade every address first; drop what is gone.
   std::vector<std::string> gone;
   for (auto& [name, h] : st.hedging) {
     auto stats = caf::actor_cast<endpoint_stats_actor>(h.stats);
@@ -257,7 +250,13 @@ uint64_t start_round(self_ptr self) {
   }
   for (auto& n : gone)
     drop_hedging(self, n);
-  gone.clear();
+}
+
+/// Asks every live coalescing driver of round `id` for its stats.
+void ask_coalescers(self_ptr self, uint64_t id) {
+  auto& st = self->state;
+  auto collector = st.collector;
+  std::vector<std::string> gone;
   for (auto& [name, addr] : st.coalescers) {
     auto driver = caf::actor_cast<coalescing_driver_actor>(addr);
     if (!driver) {
@@ -275,7 +274,13 @@ uint64_t start_round(self_ptr self) {
   }
   for (auto& n : gone)
     drop_coalescer(self, n);
-  gone.clear();
+}
+
+/// Asks every live feed watcher of round `id` for its stats.
+void ask_feeds(self_ptr self, uint64_t id) {
+  auto& st = self->state;
+  auto collector = st.collector;
+  std::vector<std::string> gone;
   for (auto& [name, f] : st.feeds) {
     auto watcher = caf::actor_cast<feed_watcher_actor>(f.watcher);
     if (!watcher) {
@@ -302,7 +307,13 @@ uint64_t start_round(self_ptr self) {
   }
   for (auto& n : gone)
     drop_feed(self, n);
-  gone.clear();
+}
+
+/// Asks every live connection pool of round `id` for its stats.
+void ask_pools(self_ptr self, uint64_t id) {
+  auto& st = self->state;
+  auto collector = st.collector;
+  std::vector<std::string> gone;
   for (auto& [name, addr] : st.pools) {
     // The pool's stats query is outside the transport port's typed
     // interface: ask through an untyped handle.
@@ -322,13 +333,39 @@ uint64_t start_round(self_ptr self) {
   }
   for (auto& n : gone)
     drop_pool(self, n);
+}
+
+/// Starts a round: one request per live source (what is gone is dropped).
+/// Returns its id; a round with nothing to ask is already complete.
+uint64_t start_round(self_ptr self) {
+  auto id = self->state.next_round++;
+  self->state.rounds[id];
+  ask_hedging(self, id);
+  ask_coalescers(self, id);
+  ask_feeds(self, id);
+  ask_pools(self, id);
   publish_source_counts(self);
   return id;
 }
 
+/// Registers a client's hedging actors under `service` (nothing when it
+/// has none).
+void watch_hedging(self_ptr self, const std::string& service,
+                   const hedging_handles& h) {
+  if (!h.stats && !h.breakers)
+    return;
+  if (h.stats)
+    self->monitor(h.stats);
+  if (h.breakers)
+    self->monitor(h.breakers);
+  self->state.hedging[service]
+    = hedging_source{h.stats.address(), h.breakers.address()};
+  publish_source_counts(self);
+}
+
 void arm_timer(self_ptr self) {
-  self->delayed_send(self, to_duration(self->state.cfg.interval), poll_atom_v,
-                     ++self->state.timer_token);
+  self->delayed_send(self, core::from_seconds(self->state.cfg.interval),
+                     poll_atom_v, ++self->state.timer_token);
 }
 
 poller_impl_actor::behavior_type
@@ -342,39 +379,20 @@ poller_impl(self_ptr self, std::shared_ptr<snapshot_collector> collector,
   arm_timer(self);
   return {
     [self](metrics_watch_hedging& w) {
-      if (!w.handles.stats && !w.handles.breakers)
-        return;
-      if (w.handles.stats)
-        self->monitor(w.handles.stats);
-      if (w.handles.breakers)
-        self->monitor(w.handles.breakers);
-      self->state.hedging[w.service]
-        = hedging_source{w.handles.stats.address(),
-                         w.handles.breakers.address()};
-      publish_source_counts(self);
+      watch_hedging(self, w.service, w.handles);
     },
     [self](metrics_watch_client& w) {
       if (!w.client)
         return;
       auto service = w.service;
       self
-        ->request(w.client, to_duration(self->state.cfg.request_timeout),
+        ->request(w.client, core::from_seconds(self->state.cfg.request_timeout),
                   hedging_handles_request{})
-        .then(
-          [self, service](hedging_handles& h) {
-            if (!h.stats && !h.breakers)
-              return;
-            if (h.stats)
-              self->monitor(h.stats);
-            if (h.breakers)
-              self->monitor(h.breakers);
-            self->state.hedging[service]
-              = hedging_source{h.stats.address(), h.breakers.address()};
-            publish_source_counts(self);
-          },
-          [self](caf::error&) {
-            self->state.collector->count_poll_error("hedging");
-          });
+        .then([self, service](
+                hedging_handles& h) { watch_hedging(self, service, h); },
+              [self](caf::error&) {
+                self->state.collector->count_poll_error("hedging");
+              });
     },
     [self](metrics_watch_coalescer& w) {
       if (!w.driver)
