@@ -139,6 +139,41 @@ retry_step retry_state::end_with(retry_decision d, call_error e,
   return s;
 }
 
+namespace {
+
+/// The error of a transport failure no retry can mend: a TLS failure, a
+/// response over the size cap, a transport configuration error, or a full
+/// pool queue (nothing left, but a retry or a redial would only queue
+/// behind the same backlog).
+call_error final_error(const exchange_result& r, transport_error_kind kind) {
+  call_error e;
+  e.cause = kind;
+  switch (kind) {
+    case transport_error_kind::tls:
+      e.kind = error_kind::service_unavailable;
+      e.detail = "tls: " + (r.detail.empty() ? "handshake failed" : r.detail);
+      e.status = r.response.status;
+      break;
+    case transport_error_kind::too_large:
+      e.kind = error_kind::response_error;
+      e.status = r.response.status;
+      e.detail
+        = r.detail.empty() ? "response body over the size cap" : r.detail;
+      break;
+    case transport_error_kind::config:
+      e.kind = error_kind::config_error;
+      e.detail = r.detail.empty() ? "transport configuration error" : r.detail;
+      break;
+    default: // pool_overflow
+      e.kind = error_kind::service_unavailable;
+      e.detail = r.detail.empty() ? "connection pool queue full" : r.detail;
+      break;
+  }
+  return e;
+}
+
+} // namespace
+
 retry_step retry_state::on_result(const exchange_result& r, retry_time now,
                                   wall_time wall_now, call_rng& rng) {
   if (r.request_sent || r.ok() || r.response.status != 0)
@@ -213,43 +248,12 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
     case transport_error_kind::interrupted:
     case transport_error_kind::timeout:
       return transport_failure(r, kind, now, rng);
-    case transport_error_kind::tls: {
-      call_error e;
-      e.kind = error_kind::service_unavailable;
-      e.cause = kind;
-      e.detail = "tls: " + (r.detail.empty() ? "handshake failed" : r.detail);
-      e.status = r.response.status;
-      return end_with(retry_decision::not_retryable, std::move(e),
+    case transport_error_kind::tls:
+    case transport_error_kind::too_large:
+    case transport_error_kind::config:
+    case transport_error_kind::pool_overflow:
+      return end_with(retry_decision::not_retryable, final_error(r, kind),
                       to_string(kind), kind);
-    }
-    case transport_error_kind::too_large: {
-      call_error e;
-      e.kind = error_kind::response_error;
-      e.cause = kind;
-      e.status = r.response.status;
-      e.detail = r.detail.empty() ? "response body over the size cap"
-                                  : r.detail;
-      return end_with(retry_decision::not_retryable, std::move(e),
-                      to_string(kind), kind);
-    }
-    case transport_error_kind::config: {
-      call_error e;
-      e.kind = error_kind::config_error;
-      e.cause = kind;
-      e.detail = r.detail.empty() ? "transport configuration error" : r.detail;
-      return end_with(retry_decision::not_retryable, std::move(e),
-                      to_string(kind), kind);
-    }
-    case transport_error_kind::pool_overflow: {
-      // Nothing left, but the local queue for the endpoint is full: a retry
-      // (or a redial) would only queue behind the same backlog. Final.
-      call_error e;
-      e.kind = error_kind::service_unavailable;
-      e.cause = kind;
-      e.detail = r.detail.empty() ? "connection pool queue full" : r.detail;
-      return end_with(retry_decision::not_retryable, std::move(e),
-                      to_string(kind), kind);
-    }
   }
   return transport_failure(r, transport_error_kind::interrupted, now, rng);
 }
