@@ -560,6 +560,53 @@ discovery_action discovery_call::after_failure(leader_state& ls,
   return next(ls, now, rng);
 }
 
+discovery_action discovery_call::on_not_leader(leader_state& ls,
+                                               const attempt_report& r,
+                                               const std::string& from,
+                                               coalesce_time now,
+                                               coalesce_rng& rng) {
+  auto hc = ls.check_hint(r.hint ? &*r.hint : nullptr, from, now);
+  if (hc.verdict == hint_verdict::usable && visited_.count(hc.endpoint) != 0) {
+    // Points back at a node this pass already tried: leadership is
+    // moving. Not followed in this pass.
+    election_in_pass_ = election_sticky_ = true;
+    last_ = attempt_class::not_leader;
+    last_detail_ = from + ": not leader, hint points back";
+    last_cause_ = r.cause;
+    return after_failure(ls, r.cls, now, rng);
+  }
+  if (hc.verdict == hint_verdict::usable) {
+    ++redirects_total_;
+    if (redirects_total_ > max_redirects_call_)
+      return fail(discovery_error::redirect_cap,
+                  "absolute leader-hint redirect cap ("
+                    + std::to_string(max_redirects_call_) + ") reached");
+    if (++redirects_pass_ > max_redirects_pass_) {
+      // Too many redirects in one pass: an election signal; ride out.
+      election_in_pass_ = election_sticky_ = true;
+      last_ = attempt_class::not_leader;
+      last_detail_ = "leader-hint redirect cap per pass reached";
+      last_cause_ = r.cause;
+      return end_pass(ls, now, rng);
+    }
+    ls.seat(hc.endpoint, hc.epoch, seat_source::hint, now);
+    ls.note_hinted(hc.endpoint);
+    worklist_.erase(
+      std::remove(worklist_.begin(), worklist_.end(), hc.endpoint),
+      worklist_.end());
+    worklist_.push_front(hc.endpoint);
+    return next(ls, now, rng); // a redirect: no backoff, not charged
+  }
+  // Unactionable NOT_LEADER: move on, leave the cache alone.
+  if (hc.verdict == hint_verdict::absent
+      || hc.verdict == hint_verdict::stale_epoch)
+    election_in_pass_ = election_sticky_ = true;
+  last_ = attempt_class::not_leader;
+  last_detail_ = from + ": not leader (hint " + to_string(hc.verdict) + ")";
+  last_cause_ = r.cause;
+  return after_failure(ls, r.cls, now, rng);
+}
+
 discovery_action discovery_call::on_result(leader_state& ls,
                                            const attempt_report& r,
                                            coalesce_time now,
@@ -588,50 +635,7 @@ discovery_action discovery_call::on_result(leader_state& ls,
       a.attempts = attempts_;
       return a;
     }
-    case attempt_class::not_leader: {
-      auto hc = ls.check_hint(r.hint ? &*r.hint : nullptr, from, now);
-      if (hc.verdict == hint_verdict::usable
-          && visited_.count(hc.endpoint) != 0) {
-        // Points back at a node this pass already tried: leadership is
-        // moving. Not followed in this pass.
-        election_in_pass_ = election_sticky_ = true;
-        last_ = attempt_class::not_leader;
-        last_detail_ = from + ": not leader, hint points back";
-        last_cause_ = r.cause;
-        return after_failure(ls, r.cls, now, rng);
-      }
-      if (hc.verdict == hint_verdict::usable) {
-        ++redirects_total_;
-        if (redirects_total_ > max_redirects_call_)
-          return fail(discovery_error::redirect_cap,
-                      "absolute leader-hint redirect cap ("
-                        + std::to_string(max_redirects_call_) + ") reached");
-        if (++redirects_pass_ > max_redirects_pass_) {
-          // Too many redirects in one pass: an election signal; ride out.
-          election_in_pass_ = election_sticky_ = true;
-          last_ = attempt_class::not_leader;
-          last_detail_ = "leader-hint redirect cap per pass reached";
-          last_cause_ = r.cause;
-          return end_pass(ls, now, rng);
-        }
-        ls.seat(hc.endpoint, hc.epoch, seat_source::hint, now);
-        ls.note_hinted(hc.endpoint);
-        worklist_.erase(
-          std::remove(worklist_.begin(), worklist_.end(), hc.endpoint),
-          worklist_.end());
-        worklist_.push_front(hc.endpoint);
-        return next(ls, now, rng); // a redirect: no backoff, not charged
-      }
-      // Unactionable NOT_LEADER: move on, leave the cache alone.
-      if (hc.verdict == hint_verdict::absent
-          || hc.verdict == hint_verdict::stale_epoch)
-        election_in_pass_ = election_sticky_ = true;
-      last_ = attempt_class::not_leader;
-      last_detail_ = from + ": not leader (hint " + to_string(hc.verdict)
-                     + ")";
-      last_cause_ = r.cause;
-      return after_failure(ls, r.cls, now, rng);
-    }
+    case attempt_class::not_leader: return on_not_leader(ls, r, from, now, rng);
     case attempt_class::refused:
     case attempt_class::busy:
     case attempt_class::lost:

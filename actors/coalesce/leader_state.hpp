@@ -462,6 +462,11 @@ public:
 private:
   discovery_action next(leader_state& ls, coalesce_time now,
                         coalesce_rng& rng);
+  /// A NOT_LEADER answer from `from`: follow a usable hint (a redirect),
+  /// or count it as a failure and move on.
+  discovery_action on_not_leader(leader_state& ls, const attempt_report& r,
+                                 const std::string& from, coalesce_time now,
+                                 coalesce_rng& rng);
   discovery_action end_pass(leader_state& ls, coalesce_time now,
                             coalesce_rng& rng);
   void begin_pass(leader_state& ls, coalesce_time now);
