@@ -405,6 +405,8 @@ void add_token_tls_options(CLI::App& cmd, client_config& cfg) {
                   "PEM private key of --cert");
 }
 
+// Over 80 lines on purpose: the command's option table, one CLI11
+// statement per option, read top to bottom like its --help.
 CLI::App* add_request_command(CLI::App& app, request_options& opts) {
   auto* cmd = app.add_subcommand(
     "request", "Send one HTTP request through a service client and print the "

@@ -213,6 +213,8 @@ watch_options::watch_options() {
   feed.ws_path = "/ws/feed";
 }
 
+// Over 80 lines on purpose: the command's option table, one CLI11
+// statement per option, read top to bottom like its --help.
 CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
   auto* cmd = app.add_subcommand(
     "watch", "Follow a change feed: one JSON line per event or reset on "

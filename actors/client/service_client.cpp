@@ -621,6 +621,8 @@ void fail_fast_calls(self_ptr self, const std::string& reason) {
   }
 }
 
+// Over 80 lines on purpose: the actor's behavior, one short handler per
+// message of its interface; the work is in the functions above.
 client_impl_actor::behavior_type
 service_client_impl(self_ptr self, std::shared_ptr<const call_context> ctx,
                     uint64_t seed) {

@@ -42,6 +42,8 @@ struct endpoint_stats_actor_state {
 using self_ptr
   = endpoint_stats_impl_actor::stateful_pointer<endpoint_stats_actor_state>;
 
+// Over 80 lines on purpose: the actor's behavior, one short handler per
+// message of its interface; the work is in the functions above.
 endpoint_stats_impl_actor::behavior_type
 endpoint_stats_impl(self_ptr self, hedge_config cfg) {
   self->state.stats.emplace(cfg);

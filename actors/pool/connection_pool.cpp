@@ -325,6 +325,10 @@ void drain(self_ptr self) {
   }
 }
 
+// Over 80 lines on purpose: the actor's behavior, one handler per message
+// of its interface. The request handler keeps the five outcomes of an
+// acquire (reuse, dial, wait, busy, overflow) in one switch, so that each
+// outcome's answer to the caller stands next to its case.
 pool_actor::behavior_type pool_impl(self_ptr self,
                                     std::shared_ptr<io_runner> io,
                                     std::shared_ptr<tls_context> tls,
