@@ -1,6 +1,13 @@
 #include "core/feed_types.hpp"
 
+#include "core/time.hpp"
+
 namespace outbound {
+
+feed_duration feed_seconds(double seconds) {
+  // Saturates at duration::max() beyond ~285 years.
+  return core::from_seconds(seconds);
+}
 
 const char* to_string(feed_mode m) {
   switch (m) {

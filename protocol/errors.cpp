@@ -9,6 +9,7 @@
 #include <cctype>
 
 namespace outbound {
+inline namespace protocol {
 
 const std::string* find_header(const header_list& hs, const std::string& name) {
   for (auto& [k, v] : hs)
@@ -167,4 +168,5 @@ void throw_error(call_error e) {
   throw service_error(std::move(e));
 }
 
+} // namespace protocol
 } // namespace outbound

@@ -13,6 +13,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace protocol {
 
 /// The type of a failed call. Maps one-to-one to the exception classes below,
 /// to the CLI's exit codes and to metric labels.
@@ -183,4 +184,5 @@ class invalid_request : public service_error {
 /// Throws the exception class matching `e.kind`.
 [[noreturn]] void throw_error(call_error e);
 
+} // namespace protocol
 } // namespace outbound

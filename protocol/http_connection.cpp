@@ -16,6 +16,7 @@
 #include <openssl/x509_vfy.h>
 
 namespace outbound {
+inline namespace protocol {} // namespace protocol
 
 namespace detail {
 
@@ -223,6 +224,8 @@ std::string millis_text(std::chrono::steady_clock::duration d) {
 
 } // namespace detail
 
+inline namespace protocol {
+
 http_connection::~http_connection() = default;
 
 std::shared_ptr<http_connection>
@@ -235,4 +238,5 @@ http_connection::make(io_runner& io, const url_parts& origin,
   return detail::make_tls_connection(io, origin, std::move(tls));
 }
 
+} // namespace protocol
 } // namespace outbound

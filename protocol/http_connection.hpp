@@ -20,6 +20,7 @@
 #include <memory>
 
 namespace outbound {
+inline namespace protocol {
 
 class io_runner;
 class tls_context;
@@ -83,4 +84,5 @@ protected:
   http_connection() = default;
 };
 
+} // namespace protocol
 } // namespace outbound

@@ -10,6 +10,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace protocol {
 
 /// Header fields in wire order. Names compare case-insensitively.
 using header_list = std::vector<std::pair<std::string, std::string>>;
@@ -120,4 +121,5 @@ struct exchange_result {
   }
 };
 
+} // namespace protocol
 } // namespace outbound

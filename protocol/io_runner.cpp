@@ -5,6 +5,7 @@
 #include <algorithm>
 
 namespace outbound {
+inline namespace protocol {
 
 io_runner::impl::impl(std::size_t threads)
   // A driven context may be run by several scheduler workers: Asio's
@@ -100,4 +101,5 @@ std::shared_ptr<io_runner> io_runner::shared() {
   return ptr;
 }
 
+} // namespace protocol
 } // namespace outbound

@@ -7,6 +7,7 @@
 #include <memory>
 
 namespace outbound {
+inline namespace protocol {
 
 /// Owns one asio io_context and `threads` threads running it.
 ///
@@ -54,4 +55,5 @@ private:
   std::unique_ptr<impl> impl_;
 };
 
+} // namespace protocol
 } // namespace outbound

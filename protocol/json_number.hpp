@@ -13,6 +13,7 @@
 #include <cstdint>
 
 namespace outbound {
+inline namespace protocol {
 
 /// `x` as a JSON value that prints plainly where it can: a finite whole
 /// number within +-2^53 (where every integer is exactly a double) becomes
@@ -26,4 +27,5 @@ inline boost::json::value json_number(double x) {
   return x;
 }
 
+} // namespace protocol
 } // namespace outbound

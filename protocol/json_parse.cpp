@@ -13,6 +13,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace protocol {
 
 namespace json = boost::json;
 
@@ -408,4 +409,5 @@ std::size_t json_depth(const json::value& v) {
   return 0;
 }
 
+} // namespace protocol
 } // namespace outbound

@@ -34,6 +34,7 @@
 #include <string_view>
 
 namespace outbound {
+inline namespace protocol {
 
 /// Default maximum nesting depth of arrays and objects (Boost.JSON's own
 /// default is 32). Well above what the reference hub accepts in event
@@ -171,4 +172,5 @@ json_parse_result parse_json(std::string_view text, const json_limits& limits,
 /// level (the same count as json_limits::max_depth).
 std::size_t json_depth(const boost::json::value& v);
 
+} // namespace protocol
 } // namespace outbound

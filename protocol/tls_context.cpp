@@ -7,6 +7,7 @@
 #include <openssl/ssl.h>
 
 namespace outbound {
+inline namespace protocol {
 
 namespace {
 
@@ -88,4 +89,5 @@ std::shared_ptr<tls_context> tls_context::make(const tls_config& cfg) {
     new tls_context(std::move(ptr), std::move(identity)));
 }
 
+} // namespace protocol
 } // namespace outbound

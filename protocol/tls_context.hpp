@@ -10,6 +10,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace protocol {
 
 /// An immutable OpenSSL client context: TLS 1.2 or newer, peer verification
 /// always on, the server verified by `ca_file` if set, else by the system
@@ -53,4 +54,5 @@ private:
   std::string identity_;
 };
 
+} // namespace protocol
 } // namespace outbound

@@ -25,6 +25,7 @@
 #include <string_view>
 
 namespace outbound {
+inline namespace protocol {
 
 const char* to_string(ws_close_reason r) {
   switch (r) {
@@ -56,6 +57,8 @@ uint64_t ws_default_max_discard_bytes(uint64_t max_frame_bytes) {
                                                    : max_frame_bytes * 16;
   return std::max(sixteen, floor);
 }
+
+} // namespace protocol
 
 namespace detail {
 
@@ -438,6 +441,8 @@ private:
 
 } // namespace detail
 
+inline namespace protocol {
+
 ws_session::~ws_session() = default;
 
 ws_connector::~ws_connector() = default;
@@ -450,4 +455,5 @@ std::shared_ptr<ws_connector> make_ws_connector(std::shared_ptr<io_runner> io,
                                                       std::move(tls));
 }
 
+} // namespace protocol
 } // namespace outbound

@@ -25,6 +25,7 @@
 #include <string_view>
 
 namespace outbound {
+inline namespace protocol {
 
 class io_runner;
 class tls_context;
@@ -261,4 +262,5 @@ std::shared_ptr<ws_connector>
 make_ws_connector(std::shared_ptr<io_runner> io,
                   std::shared_ptr<tls_context> tls = nullptr);
 
+} // namespace protocol
 } // namespace outbound

@@ -28,6 +28,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace call {
 
 namespace {
 
@@ -39,11 +40,13 @@ struct hedge_due {
 
 } // namespace
 
+} // namespace call
 } // namespace outbound
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_due)
 
 namespace outbound {
+inline namespace call {
 
 namespace {
 
@@ -889,6 +892,8 @@ call_actor spawn_call_actor(caf::actor_system& sys,
   return handle; // the public interface (checked: a subset of the private)
 }
 
+} // namespace call
+
 namespace detail {
 
 call_actor
@@ -903,4 +908,5 @@ spawn_call_actor_for_testing(caf::actor_system& sys,
 
 } // namespace detail
 
+inline namespace call {} // namespace call
 } // namespace outbound

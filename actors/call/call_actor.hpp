@@ -23,6 +23,7 @@
 #include <memory>
 
 namespace outbound {
+inline namespace call {
 
 /// What every call of one service client shares; immutable after
 /// make_service_client built it.
@@ -97,5 +98,6 @@ call_actor spawn_call_actor(caf::actor_system& sys,
                             std::shared_ptr<const call_context> ctx,
                             uint64_t seed);
 
+} // namespace call
 } // namespace outbound
 

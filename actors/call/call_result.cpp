@@ -9,6 +9,7 @@
 #include <utility>
 
 namespace outbound {
+inline namespace call {
 
 namespace {
 
@@ -209,4 +210,5 @@ void fill_failed(client_event& ev, const call_error& e, int64_t latency_ns) {
   ev.latency_ns = latency_ns;
 }
 
+} // namespace call
 } // namespace outbound

@@ -16,6 +16,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace call {
 
 /// `path` without its query string (queries can carry secrets): what
 /// events and metrics show of a call's path.
@@ -67,4 +68,5 @@ void fill_retrying(client_event& ev, const retry_step& step,
 /// Fills the fields a `failed` event reports for error `e`.
 void fill_failed(client_event& ev, const call_error& e, int64_t latency_ns);
 
+} // namespace call
 } // namespace outbound

@@ -4,6 +4,7 @@
 #include <caf/send.hpp>
 
 namespace outbound {
+inline namespace call {
 
 const effective_hedge_config&
 hedging_context::config_for(const route_result& r) const {
@@ -40,4 +41,5 @@ bool hedge_eligible(const std::string& method, bool has_body,
   return is_hedgeable(method, has_body) && !(idempotent && !*idempotent);
 }
 
+} // namespace call
 } // namespace outbound

@@ -26,6 +26,7 @@
 #include <unordered_map>
 
 namespace outbound {
+inline namespace call {
 
 /// Hedging of one service client. Register endpoints before the client is
 /// made (registration is setup-time only):
@@ -70,6 +71,7 @@ struct hedging_handles {
 /// Asks a service client for its hedging_handles.
 struct hedging_handles_request {};
 
+} // namespace call
 } // namespace outbound
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedging_handles)

@@ -12,6 +12,7 @@
 #include <sstream>
 
 namespace outbound {
+inline namespace call {
 
 namespace {
 
@@ -323,4 +324,5 @@ bool reached_backend(const retry_step& step) {
               && step.error.cause == transport_error_kind::pool_overflow);
 }
 
+} // namespace call
 } // namespace outbound

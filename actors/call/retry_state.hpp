@@ -38,6 +38,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace call {
 
 /// Monotonic time point of the retry loop (the actor clock's type; the pure
 /// state never reads a clock, it is handed `now`).
@@ -213,4 +214,5 @@ private:
   std::string last_failure_;
 };
 
+} // namespace call
 } // namespace outbound

@@ -10,6 +10,7 @@
 #include <cmath>
 
 namespace outbound {
+inline namespace client {
 
 namespace {
 
@@ -133,4 +134,5 @@ blocking_client::request_raw(const std::string& method, const std::string& path,
   return r;
 }
 
+} // namespace client
 } // namespace outbound

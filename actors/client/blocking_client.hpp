@@ -15,6 +15,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace client {
 
 /// Query parameters in order.
 using param_list = std::vector<std::pair<std::string, std::string>>;
@@ -81,4 +82,5 @@ private:
   double deadline_ = 30.0;
 };
 
+} // namespace client
 } // namespace outbound

@@ -28,6 +28,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace client {
 
 namespace {
 
@@ -46,12 +47,14 @@ struct call_backoff_over {
 
 } // namespace
 
+} // namespace client
 } // namespace outbound
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::call_watchdog)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::call_backoff_over)
 
 namespace outbound {
+inline namespace client {
 
 namespace {
 
@@ -753,4 +756,5 @@ service_client_actor make_service_client(caf::actor_system& sys,
   return client;
 }
 
+} // namespace client
 } // namespace outbound

@@ -23,8 +23,10 @@
 #include <memory>
 
 namespace outbound {
-
+inline namespace protocol {
 class io_runner;
+} // namespace protocol
+inline namespace client {
 
 /// Typed interface of a service client: `call_request -> call_outcome`.
 /// Errors are values: the outcome carries a call_error instead of a result.
@@ -79,4 +81,5 @@ service_client_actor make_service_client(caf::actor_system& sys,
 /// `idempotent=true`.
 bool idempotent_by_default(const std::string& method);
 
+} // namespace client
 } // namespace outbound

@@ -7,6 +7,7 @@
 #include <limits>
 
 namespace outbound {
+inline namespace coalesce {
 
 coalesce_duration coalesce_seconds(double s) {
   // Capped at 1e9 s, far beyond any sane setting, instead of overflowing
@@ -490,4 +491,5 @@ std::vector<delivery> batcher::on_rpc_failed(uint64_t rpc_id, rpc_failure f,
   return out;
 }
 
+} // namespace coalesce
 } // namespace outbound

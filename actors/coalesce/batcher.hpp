@@ -64,6 +64,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace coalesce {
 
 /// One caller's request as it enters the driver.
 struct waiter_request {
@@ -378,4 +379,5 @@ private:
   batcher_stats stats_;
 };
 
+} // namespace coalesce
 } // namespace outbound

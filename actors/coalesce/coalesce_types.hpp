@@ -14,6 +14,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace coalesce {
 
 /// Monotonic time of the coalescing state (the actor clock's type; the pure
 /// state never reads a clock, it is handed `now`).
@@ -83,4 +84,5 @@ enum class waiter_kind : uint8_t {
 /// "ts", "seq".
 const char* to_string(waiter_kind k);
 
+} // namespace coalesce
 } // namespace outbound

@@ -18,6 +18,7 @@
 #include <variant>
 
 namespace outbound {
+inline namespace coalesce {
 
 namespace {
 
@@ -827,4 +828,5 @@ coalescing_driver_actor make_coalescing_driver(caf::actor_system& sys,
   return driver; // the public interface (checked: a subset of the private)
 }
 
+} // namespace coalesce
 } // namespace outbound

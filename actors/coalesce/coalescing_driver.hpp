@@ -54,8 +54,10 @@
 #include <string>
 
 namespace outbound {
-
+inline namespace protocol {
 class io_runner;
+} // namespace protocol
+inline namespace coalesce {
 
 /// get_ts() (count 1) or get_ts_batch(count): `count` timestamps, all from
 /// one physical millisecond, contiguous in the logical part.
@@ -185,6 +187,7 @@ coalescing_driver_actor make_coalescing_driver(caf::actor_system& sys,
 /// Maps a discovery failure to the caller's error kind (see coalesce_reply).
 error_kind coalesce_error_kind(discovery_error e);
 
+} // namespace coalesce
 } // namespace outbound
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::ts_call)

@@ -12,6 +12,7 @@
 #include <random>
 
 namespace outbound {
+inline namespace coalesce {
 
 namespace {
 
@@ -670,4 +671,5 @@ discovery_action discovery_call::on_result(leader_state& ls,
   return fail(discovery_error::fatal, detail);
 }
 
+} // namespace coalesce
 } // namespace outbound

@@ -64,6 +64,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace coalesce {
 
 // -- leader hints -------------------------------------------------------------
 
@@ -513,4 +514,5 @@ private:
   bool nothing_committed_ = true;
 };
 
+} // namespace coalesce
 } // namespace outbound

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 namespace outbound {
+inline namespace coalesce {
 
 namespace json = boost::json;
 
@@ -181,4 +182,5 @@ read_seq_result read_seq_body(const std::string& body, std::size_t max_depth) {
   return {seq_of(parsed, body), epoch_of(parsed)};
 }
 
+} // namespace coalesce
 } // namespace outbound

@@ -13,6 +13,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace coalesce {
 
 /// Parses a GetTs 2xx body `{"physical_ms":P,"logical_start":L,"count":N,
 /// "epoch":"E"}`. A body that does not parse, is not a JSON object, repeats
@@ -60,4 +61,5 @@ struct read_seq_result {
 read_seq_result read_seq_body(const std::string& body,
                               std::size_t max_depth = 64);
 
+} // namespace coalesce
 } // namespace outbound

@@ -6,6 +6,7 @@
 #include <boost/json/serialize.hpp>
 
 namespace outbound {
+inline namespace coalesce {
 
 namespace json = boost::json;
 
@@ -87,4 +88,5 @@ void check_oracle_requests(const coalesce_config& cfg) {
   }
 }
 
+} // namespace coalesce
 } // namespace outbound

@@ -19,6 +19,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace coalesce {
 
 /// Cap of an oracle response body in bytes (64 KiB): the oracle's bodies
 /// are tiny, anything larger is hostile (a too_large transport error).
@@ -62,4 +63,5 @@ built_request build_oracle_request(const client_config& rc,
 /// refuse at send time fails at construction instead. Sends nothing.
 void check_oracle_requests(const coalesce_config& cfg);
 
+} // namespace coalesce
 } // namespace outbound

@@ -10,6 +10,7 @@
 #include <cmath>
 
 namespace outbound {
+inline namespace feed {
 
 namespace {
 
@@ -103,4 +104,5 @@ std::string generate_client_id(core::rng& rng) {
   return generate_request_id(rng);
 }
 
+} // namespace feed
 } // namespace outbound

@@ -13,6 +13,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace feed {
 
 /// Names of the fields and query parameters of the feed protocol, so a
 /// service with other names is expressed without changing the watcher
@@ -194,4 +195,5 @@ struct feed_config {
 /// A fresh client id: 32 lower-case hex digits (128 bits from `rng`).
 std::string generate_client_id(core::rng& rng);
 
+} // namespace feed
 } // namespace outbound

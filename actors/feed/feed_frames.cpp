@@ -11,6 +11,7 @@
 #include <limits>
 
 namespace outbound {
+inline namespace feed {
 
 namespace json = boost::json;
 
@@ -471,4 +472,5 @@ std::optional<drain_error_reason> unreadable_reason(const call_error& e) {
   return drain_error_reason::unparseable;
 }
 
+} // namespace feed
 } // namespace outbound

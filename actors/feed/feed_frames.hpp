@@ -29,6 +29,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace feed {
 
 /// The subscribe frame sent on every connect. `cursor` is nullopt when no
 /// replay path is configured; the first subscribe has last_seq and epoch
@@ -135,4 +136,5 @@ std::optional<int64_t> frame_seq(std::string_view payload);
 /// which is a replay error, retried as it is.
 std::optional<drain_error_reason> unreadable_reason(const call_error& e);
 
+} // namespace feed
 } // namespace outbound

@@ -21,6 +21,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace feed {
 
 /// One event, delivered in feed order.
 struct feed_event {
@@ -120,6 +121,7 @@ using feed_subscriber_actor
   = caf::typed_actor<caf::replies_to<feed_event>::with<ack_atom>,
                      caf::replies_to<feed_reset>::with<ack_atom>>;
 
+} // namespace feed
 } // namespace outbound
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::feed_event)

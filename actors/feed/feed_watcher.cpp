@@ -25,6 +25,7 @@
 #include <utility>
 
 namespace outbound {
+inline namespace feed {
 
 feed_ws_endpoint feed_ws_endpoint::from(const client_config& cfg) {
   feed_ws_endpoint e;
@@ -1137,4 +1138,5 @@ feed_watcher_actor spawn_feed_watcher(caf::actor_system& sys, feed_config cfg,
   return watcher; // the public interface (checked: a subset of the private)
 }
 
+} // namespace feed
 } // namespace outbound

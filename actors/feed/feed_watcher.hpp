@@ -30,6 +30,7 @@
 #include <memory>
 
 namespace outbound {
+inline namespace feed {
 
 /// Typed interface of a feed watcher.
 ///
@@ -119,4 +120,5 @@ feed_watcher_actor spawn_feed_watcher(caf::actor_system& sys, feed_config cfg,
 feed_subscriber_actor spawn_callback_subscriber(caf::actor_system& sys,
                                                 feed_callbacks cbs);
 
+} // namespace feed
 } // namespace outbound

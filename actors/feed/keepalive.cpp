@@ -3,6 +3,7 @@
 #include <algorithm>
 
 namespace outbound {
+inline namespace feed {
 
 const char* to_string(keepalive_action a) {
   switch (a) {
@@ -65,4 +66,5 @@ keepalive_step keepalive_state::on_check(feed_time now) {
   return step;
 }
 
+} // namespace feed
 } // namespace outbound

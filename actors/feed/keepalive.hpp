@@ -19,6 +19,7 @@
 #include <optional>
 
 namespace outbound {
+inline namespace feed {
 
 /// Consecutive silent ping intervals that declare a peer dead. [3]
 inline constexpr int dead_peer_intervals = 3;
@@ -84,4 +85,5 @@ private:
   bool open_ = false;
 };
 
+} // namespace feed
 } // namespace outbound

@@ -5,6 +5,7 @@
 #include <numeric>
 
 namespace outbound {
+inline namespace feed {
 
 ledger_drain::ledger_drain(int64_t cursor, int limit,
                            feed_duration poll_interval)
@@ -724,4 +725,5 @@ drain_next ledger_drain::finish(bool failed) {
   return next;
 }
 
+} // namespace feed
 } // namespace outbound

@@ -136,6 +136,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace feed {
 
 /// Why a drain is requested.
 enum class drain_trigger : uint8_t { start, wake, poll, redrain, connect };
@@ -593,4 +594,5 @@ private:
   uint64_t pages_ = 0;
 };
 
+} // namespace feed
 } // namespace outbound

@@ -7,11 +7,7 @@
 #include <limits>
 
 namespace outbound {
-
-feed_duration feed_seconds(double seconds) {
-  // Saturates at duration::max() beyond ~285 years.
-  return core::from_seconds(seconds);
-}
+inline namespace feed {
 
 mode_negotiator::mode_negotiator(bool has_replay, bool every_subject)
   : has_replay_(has_replay),
@@ -183,4 +179,5 @@ mode_negotiator::on_unreadable_event(std::optional<int64_t> seq) {
   return r;
 }
 
+} // namespace feed
 } // namespace outbound

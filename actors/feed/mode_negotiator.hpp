@@ -29,6 +29,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace feed {
 
 /// The fields of a hello frame that negotiation reads.
 struct hello_info {
@@ -195,4 +196,5 @@ private:
   bool gap_covered_ = false;
 };
 
+} // namespace feed
 } // namespace outbound

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 namespace outbound {
+inline namespace feed {
 
 const char* to_string(session_health h) {
   switch (h) {
@@ -41,4 +42,5 @@ feed_duration reconnect_backoff::next_delay(core::rng& rng) {
   return d;
 }
 
+} // namespace feed
 } // namespace outbound

@@ -18,6 +18,7 @@
 #include "core/rng.hpp"
 
 namespace outbound {
+inline namespace feed {
 
 /// Whether an ended session resets the backoff.
 enum class session_health : uint8_t {
@@ -61,4 +62,5 @@ private:
   int attempt_ = 0;
 };
 
+} // namespace feed
 } // namespace outbound

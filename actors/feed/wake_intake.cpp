@@ -1,6 +1,7 @@
 #include "actors/feed/wake_intake.hpp"
 
 namespace outbound {
+inline namespace feed {
 
 namespace {
 
@@ -233,4 +234,5 @@ void wake_gate::raise_low(int64_t lo) {
   store_range(lo, lo > hint ? -1 : hint);
 }
 
+} // namespace feed
 } // namespace outbound

@@ -35,6 +35,7 @@
 #include <string_view>
 
 namespace outbound {
+inline namespace feed {
 
 /// The cursor hint of `payload` when it is certainly a plain wake frame: a
 /// flat JSON object (RFC 8259; members are strings without escapes or
@@ -100,4 +101,5 @@ private:
 /// drain that would start, queue, or re-arm for it).
 std::optional<int64_t> coalesced_wake_hint(const ledger_drain& drain);
 
+} // namespace feed
 } // namespace outbound

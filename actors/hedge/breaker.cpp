@@ -11,6 +11,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace hedge {
 
 namespace {
 
@@ -106,4 +107,5 @@ breaker_impl_actor spawn_breaker(caf::actor_system& sys,
   return sys.spawn(breaker_impl, cfg);
 }
 
+} // namespace hedge
 } // namespace outbound

@@ -12,6 +12,7 @@
 #include <caf/typed_actor.hpp>
 
 namespace outbound {
+inline namespace hedge {
 
 /// Public interface of the breaker actor (what hedging_handles gives out):
 ///
@@ -27,4 +28,5 @@ using breaker_actor = caf::typed_actor<
   caf::replies_to<breaker_all_request>::with<breaker_all_reply>,
   caf::reacts_to<hedge_subscribe>>;
 
+} // namespace hedge
 } // namespace outbound

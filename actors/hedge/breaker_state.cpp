@@ -1,6 +1,7 @@
 #include "actors/hedge/breaker_state.hpp"
 
 namespace outbound {
+inline namespace hedge {
 
 const char* to_string(breaker_transition t) {
   switch (t) {
@@ -282,4 +283,5 @@ std::size_t breaker_registry::size(breaker_scope scope) const {
   return scope == breaker_scope::host ? hosts_.size() : endpoints_.size();
 }
 
+} // namespace hedge
 } // namespace outbound

@@ -41,6 +41,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace hedge {
 
 /// A change of phase caused by a call (none: no change).
 enum class breaker_transition : uint8_t { none, opened, half_opened, closed };
@@ -247,4 +248,5 @@ private:
   lru_map<breaker_state> endpoints_;
 };
 
+} // namespace hedge
 } // namespace outbound

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 namespace outbound {
+inline namespace hedge {
 
 ddsketch::ddsketch(double alpha, std::size_t bin_limit, double min_indexable)
   : alpha_(alpha),
@@ -193,4 +194,5 @@ uint64_t windowed_sketch::count(hedge_time now) {
   return current_.count() + previous_.count();
 }
 
+} // namespace hedge
 } // namespace outbound

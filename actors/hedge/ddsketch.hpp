@@ -25,6 +25,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace hedge {
 
 /// The DDSketch (see the header comment). Not thread-safe; plain value.
 class ddsketch {
@@ -161,4 +162,5 @@ private:
   ddsketch previous_;
 };
 
+} // namespace hedge
 } // namespace outbound

@@ -12,6 +12,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace hedge {
 
 namespace {
 
@@ -171,4 +172,5 @@ endpoint_stats_impl_actor spawn_endpoint_stats(caf::actor_system& sys,
   return sys.spawn(endpoint_stats_impl, cfg);
 }
 
+} // namespace hedge
 } // namespace outbound

@@ -11,6 +11,7 @@
 #include <caf/typed_actor.hpp>
 
 namespace outbound {
+inline namespace hedge {
 
 /// Public interface of the endpoint_stats actor (what hedging_handles gives
 /// out):
@@ -34,5 +35,5 @@ using endpoint_stats_actor = caf::typed_actor<
   caf::replies_to<hedge_metrics_request>::with<hedge_metrics_reply>,
   caf::reacts_to<hedge_subscribe>>;
 
-
+} // namespace hedge
 } // namespace outbound

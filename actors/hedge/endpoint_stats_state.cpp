@@ -4,6 +4,7 @@
 #include <cmath>
 
 namespace outbound {
+inline namespace hedge {
 
 namespace {
 
@@ -179,4 +180,5 @@ std::optional<double> endpoint_stats_state::tokens(const std::string& key,
   return k->bucket.tokens(now);
 }
 
+} // namespace hedge
 } // namespace outbound

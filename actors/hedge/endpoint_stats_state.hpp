@@ -35,6 +35,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace hedge {
 
 /// The answer to "how long to wait before hedging this request?".
 struct hedge_plan {
@@ -146,4 +147,5 @@ private:
   hedge_stats_snapshot global_;
 };
 
+} // namespace hedge
 } // namespace outbound

@@ -3,6 +3,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 namespace outbound {
+inline namespace hedge {
 
 namespace {
 
@@ -39,4 +40,5 @@ hedge_hook_actor spawn_hedge_hook_callbacks(caf::actor_system& sys,
   return sys.spawn(hooks_impl, std::move(cbs));
 }
 
+} // namespace hedge
 } // namespace outbound

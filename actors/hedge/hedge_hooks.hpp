@@ -13,6 +13,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace hedge {
 
 /// Callbacks of the hedging hooks. Either may be empty. An exception thrown
 /// by a callback is swallowed (a hook never fails a call).
@@ -33,4 +34,5 @@ struct hedge_hook_callbacks {
 hedge_hook_actor spawn_hedge_hook_callbacks(caf::actor_system& sys,
                                             hedge_hook_callbacks cbs);
 
+} // namespace hedge
 } // namespace outbound

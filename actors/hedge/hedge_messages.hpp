@@ -21,6 +21,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace hedge {
 
 // -- hooks --------------------------------------------------------------------
 
@@ -198,6 +199,7 @@ struct breaker_all_reply {
   std::vector<breaker_key_snapshot> breakers;
 };
 
+} // namespace hedge
 } // namespace outbound
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_fired)

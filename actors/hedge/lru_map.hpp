@@ -11,6 +11,7 @@
 #include <utility>
 
 namespace outbound {
+inline namespace hedge {
 
 /// String-keyed LRU map. `get_or_create` and `touch` make a key the most
 /// recently used; `peek` does not.
@@ -85,4 +86,5 @@ private:
     index_;
 };
 
+} // namespace hedge
 } // namespace outbound

@@ -32,6 +32,7 @@
 #include <cstdint>
 
 namespace outbound {
+inline namespace hedge {
 
 /// Rolling RPS estimate (see the header comment).
 class rolling_rate {
@@ -90,4 +91,5 @@ private:
   bool cold_ = true;
 };
 
+} // namespace hedge
 } // namespace outbound

@@ -7,6 +7,7 @@
 #include <cctype>
 
 namespace outbound {
+inline namespace hedge {
 
 namespace {
 
@@ -136,4 +137,5 @@ std::string route_table::host_key(const std::string& host,
          + std::to_string(*port);
 }
 
+} // namespace hedge
 } // namespace outbound

@@ -20,6 +20,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace hedge {
 
 /// One registered endpoint.
 struct route_entry {
@@ -110,4 +111,5 @@ private:
   std::vector<route_entry> entries_;
 };
 
+} // namespace hedge
 } // namespace outbound

@@ -14,6 +14,7 @@
 #include <algorithm>
 
 namespace outbound {
+inline namespace hedge {
 
 /// Token bucket of hedges (see the header comment).
 class token_bucket {
@@ -99,4 +100,5 @@ private:
   hedge_time last_;
 };
 
+} // namespace hedge
 } // namespace outbound

@@ -7,6 +7,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 namespace outbound {
+inline namespace metrics {
 
 observer_actor spawn_metrics_observer(caf::actor_system& sys,
                                       std::shared_ptr<client_metrics> metrics,
@@ -23,4 +24,5 @@ observer_actor spawn_metrics_observer(caf::actor_system& sys,
   });
 }
 
+} // namespace metrics
 } // namespace outbound

@@ -11,8 +11,8 @@
 #include <memory>
 
 namespace outbound {
-
 class client_metrics;
+inline namespace metrics {
 
 /// Spawns an observer that calls `metrics->record(ev)` for every event and
 /// then forwards the event to `next` (if set). The actor keeps `metrics`
@@ -21,4 +21,5 @@ observer_actor spawn_metrics_observer(caf::actor_system& sys,
                                       std::shared_ptr<client_metrics> metrics,
                                       observer_actor next = {});
 
+} // namespace metrics
 } // namespace outbound

@@ -19,6 +19,7 @@
 #include <utility>
 
 namespace outbound {
+inline namespace metrics {
 
 void metrics_poller_config::validate() const {
   core::check_positive(interval, "metrics.interval");
@@ -454,4 +455,5 @@ spawn_metrics_poller(caf::actor_system& sys,
   return poller; // the public interface (checked: a subset of the private)
 }
 
+} // namespace metrics
 } // namespace outbound

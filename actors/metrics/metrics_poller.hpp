@@ -28,8 +28,8 @@
 #include <string>
 
 namespace outbound {
-
 class snapshot_collector;
+inline namespace metrics {
 
 /// Poller settings.
 struct metrics_poller_config {
@@ -117,6 +117,7 @@ spawn_metrics_poller(caf::actor_system& sys,
                      std::shared_ptr<snapshot_collector> collector,
                      metrics_poller_config cfg = {});
 
+} // namespace metrics
 } // namespace outbound
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::metrics_watch_hedging)

@@ -30,6 +30,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace pool {
 
 namespace {
 
@@ -45,12 +46,14 @@ struct queue_expired {
 
 } // namespace
 
+} // namespace pool
 } // namespace outbound
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::drain_completions)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::queue_expired)
 
 namespace outbound {
+inline namespace pool {
 
 namespace {
 
@@ -479,4 +482,5 @@ transport_actor spawn_connection_pool(caf::actor_system& sys,
                    limits);
 }
 
+} // namespace pool
 } // namespace outbound

@@ -13,8 +13,10 @@
 #include <memory>
 
 namespace outbound {
-
+inline namespace protocol {
 class io_runner;
+} // namespace protocol
+inline namespace pool {
 
 /// Spawns the connection pool for `cfg` (its base URL's origin, its TLS
 /// identity, its idle limit). Builds the TLS context eagerly: throws
@@ -25,4 +27,5 @@ transport_actor spawn_connection_pool(caf::actor_system& sys,
                                       const client_config& cfg,
                                       std::shared_ptr<io_runner> io = nullptr);
 
+} // namespace pool
 } // namespace outbound

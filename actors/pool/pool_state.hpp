@@ -42,6 +42,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace pool {
 
 /// What idle connections are keyed by: connections are shared only between
 /// requests to the same scheme, host, port and TLS identity.
@@ -576,4 +577,5 @@ private:
   pool_counters counters_;
 };
 
+} // namespace pool
 } // namespace outbound

@@ -17,6 +17,7 @@
 #include <utility>
 
 namespace outbound {
+inline namespace system {
 
 service_stack::service_stack(caf::actor_system& sys, service_stack_options opts)
   : sys_(sys), opts_(std::move(opts)) {
@@ -210,4 +211,5 @@ void service_stack::send_exits() {
   connector_.reset();
 }
 
+} // namespace system
 } // namespace outbound

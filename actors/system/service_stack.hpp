@@ -52,9 +52,11 @@
 #include <vector>
 
 namespace outbound {
-
-class io_runner;
 class metrics_registry;
+inline namespace protocol {
+class io_runner;
+} // namespace protocol
+inline namespace system {
 
 /// What a service_stack wires. Only `client` is required.
 struct service_stack_options {
@@ -195,4 +197,5 @@ private:
   bool stopped_ = false;
 };
 
+} // namespace system
 } // namespace outbound

@@ -20,6 +20,7 @@
 #include <thread>
 
 namespace outbound {
+inline namespace system {
 
 namespace {
 
@@ -203,4 +204,5 @@ std::string describe_scheduler(caf::actor_system& sys) {
   return to_string(scheduler_in_effect(sys));
 }
 
+} // namespace system
 } // namespace outbound

@@ -41,8 +41,10 @@
 #include <string>
 
 namespace outbound {
-
+inline namespace protocol {
 class io_runner;
+} // namespace protocol
+inline namespace system {
 
 /// Where the scheduler settings of configure() start from.
 enum class scheduler_preset {
@@ -185,4 +187,5 @@ std::shared_ptr<io_runner> io_runner_for(caf::actor_system& sys);
 /// to_string(scheduler_in_effect(sys)).
 std::string describe_scheduler(caf::actor_system& sys);
 
+} // namespace system
 } // namespace outbound

@@ -16,6 +16,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace protocol {
 
 /// One asio::io_context, a work guard that keeps `run()` from returning while
 /// idle, and the threads running it.
@@ -58,4 +59,5 @@ private:
   std::vector<std::thread> threads_;
 };
 
+} // namespace protocol
 } // namespace outbound

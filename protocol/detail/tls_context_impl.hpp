@@ -7,6 +7,7 @@
 #include <boost/asio/ssl/context.hpp>
 
 namespace outbound {
+inline namespace protocol {
 
 struct tls_context::impl {
   impl() : ctx(boost::asio::ssl::context::tls_client) {
@@ -15,4 +16,5 @@ struct tls_context::impl {
   boost::asio::ssl::context ctx;
 };
 
+} // namespace protocol
 } // namespace outbound

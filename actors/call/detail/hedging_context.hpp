@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 namespace outbound {
+inline namespace call {
 
 /// What every call actor of a hedging client shares; immutable once built.
 struct hedging_context {
@@ -39,4 +40,5 @@ struct hedging_context {
 std::shared_ptr<const hedging_context>
 make_hedging_context(caf::actor_system& sys, const hedging_options& opts);
 
+} // namespace call
 } // namespace outbound

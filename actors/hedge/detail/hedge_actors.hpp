@@ -16,6 +16,7 @@
 #include <caf/typed_actor.hpp>
 
 namespace outbound {
+inline namespace hedge {
 
 /// The endpoint_stats actor with what the call actors send it:
 ///
@@ -58,4 +59,5 @@ endpoint_stats_impl_actor spawn_endpoint_stats(caf::actor_system& sys,
 breaker_impl_actor spawn_breaker(caf::actor_system& sys,
                                  const hedge_config& cfg);
 
+} // namespace hedge
 } // namespace outbound
