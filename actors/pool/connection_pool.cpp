@@ -1,5 +1,6 @@
 #include "actors/pool/connection_pool.hpp"
 
+#include "actors/pool/detail/completion_inbox.hpp"
 #include "actors/pool/pool_state.hpp"
 #include "actors/system/system_setup.hpp"
 #include "core/time.hpp"
@@ -23,7 +24,6 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -117,47 +117,6 @@ struct promise_type {
   void deliver(exchange_result res) const {
     slot->deliver(std::move(res));
   }
-};
-
-/// An exchange the io thread finished: what the pool's bookkeeping needs
-/// (its answer went to the requester already).
-struct finished_exchange {
-  uint64_t exchange_id = 0;
-  bool reusable = false;
-  /// Ended not_sent on a connection not reusable: the server had closed it
-  /// (or left bytes on it) while idle.
-  bool stale = false;
-};
-
-/// Completions on their way from the io thread to the pool actor. A
-/// completion puts its exchange here *before* it answers the requester, so a
-/// request the requester sends in reaction finds the connection free (the
-/// pool drains the inbox before every message it handles); the pool is woken
-/// by one drain_completions message per batch, not one message per exchange.
-class completion_inbox {
-public:
-  /// Adds `done`; true when the pool must be woken (no wake-up pending).
-  bool push(finished_exchange done) {
-    std::lock_guard<std::mutex> guard{mtx_};
-    items_.push_back(done);
-    if (wake_pending_)
-      return false;
-    wake_pending_ = true;
-    return true;
-  }
-
-  /// Takes every finished exchange, oldest first, into `out` (cleared).
-  void take(std::vector<finished_exchange>& out) {
-    out.clear();
-    std::lock_guard<std::mutex> guard{mtx_};
-    out.swap(items_);
-    wake_pending_ = false;
-  }
-
-private:
-  std::mutex mtx_;
-  std::vector<finished_exchange> items_;
-  bool wake_pending_ = false;
 };
 
 /// What a queued exchange runs once a connection is free (its deadline,
@@ -312,20 +271,24 @@ void run_waiter(self_ptr self, std::optional<state_type::waiter> w,
 /// view is never older than what a requester has been told.
 void drain(self_ptr self) {
   auto& st = self->state;
-  st.inbox->take(st.batch);
-  for (auto& done : st.batch) {
-    auto flight = st.pool.complete(done.exchange_id);
-    if (!flight)
-      continue; // cancelled earlier: already answered
-    if (done.stale)
-      st.pool.stale_found(*flight); // nothing of it left; it redials
-    auto r = st.pool.release(flight->key, flight->conn, done.reusable);
-    bool handed = r.decision == release_decision::handed_to_waiter;
-    if (!handed && r.decision != release_decision::keep_idle)
-      flight->conn->close();
-    // A freed connection (or slot) goes to the head waiter at once.
-    run_waiter(self, std::move(r.next), handed ? flight->conn : nullptr);
-  }
+  // Again while completions arrived unannounced as the queue filled: a
+  // queued request must not wait for a connection already free.
+  do {
+    st.inbox->take(st.batch);
+    for (auto& done : st.batch) {
+      auto flight = st.pool.complete(done.exchange_id);
+      if (!flight)
+        continue; // cancelled earlier: already answered
+      if (done.stale)
+        st.pool.stale_found(*flight); // nothing of it left; it redials
+      auto r = st.pool.release(flight->key, flight->conn, done.reusable);
+      bool handed = r.decision == release_decision::handed_to_waiter;
+      if (!handed && r.decision != release_decision::keep_idle)
+        flight->conn->close();
+      // A freed connection (or slot) goes to the head waiter at once.
+      run_waiter(self, std::move(r.next), handed ? flight->conn : nullptr);
+    }
+  } while (st.inbox->set_waiting(st.pool.pending_count() > 0));
 }
 
 // Over 80 lines on purpose: the actor's behavior, one handler per message
@@ -380,6 +343,9 @@ pool_actor::behavior_type pool_impl(self_ptr self,
           bool fresh = req.fresh_connection;
           st.pool.enqueue(id, st.key, fresh, std::move(rp),
                           queued_request{std::move(req)}, deadline);
+          // Completions wake the pool from now on (completion_inbox).
+          if (st.inbox->set_waiting(true))
+            drain(self);
           // The pool answers within the request's timeout even while it
           // waits (the transport port's promise), and a little before it:
           // the caller's attempt timer runs for the same budget and, if it
