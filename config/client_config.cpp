@@ -14,6 +14,7 @@
 #include <limits>
 
 namespace outbound {
+inline namespace config {
 
 namespace {
 
@@ -272,4 +273,5 @@ client_config from_env(const std::string& prefix, client_config explicit_cfg) {
   return explicit_cfg;
 }
 
+} // namespace config
 } // namespace outbound

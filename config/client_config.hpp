@@ -9,6 +9,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace config {
 
 /// Retry policy of the service client (hyperdjango `RetryPolicy`, see
 /// hyperdjango/serviceclient.py and its docs, "Retry contract").
@@ -222,4 +223,5 @@ struct env_settings {
 client_config from_env(const std::string& prefix,
                        client_config explicit_cfg = {});
 
+} // namespace config
 } // namespace outbound

@@ -12,6 +12,7 @@
 #include <set>
 
 namespace outbound {
+inline namespace config {
 
 namespace {
 
@@ -182,4 +183,5 @@ std::vector<oracle_endpoint> coalesce_config::parsed_endpoints() const {
   return r;
 }
 
+} // namespace config
 } // namespace outbound

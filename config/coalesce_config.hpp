@@ -16,6 +16,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace config {
 
 /// Largest logical part of a timestamp: 18 bits (tsoracle LOGICAL_MAX).
 inline constexpr uint32_t ts_logical_max = (1u << 18) - 1;
@@ -175,4 +176,5 @@ struct coalesce_config {
   std::vector<oracle_endpoint> parsed_endpoints() const;
 };
 
+} // namespace config
 } // namespace outbound

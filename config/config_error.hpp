@@ -4,6 +4,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace config {
 
 /// Thrown at construction when a configuration value is invalid.
 ///
@@ -25,4 +26,5 @@ private:
   std::string field_;
 };
 
+} // namespace config
 } // namespace outbound

@@ -15,6 +15,7 @@
 #include <sstream>
 
 namespace outbound {
+inline namespace config {
 
 namespace {
 
@@ -300,4 +301,5 @@ demo_config load_demo_config(const std::string& path) {
   return parse_demo_config(os.str());
 }
 
+} // namespace config
 } // namespace outbound

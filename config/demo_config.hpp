@@ -25,6 +25,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace config {
 
 /// The request traffic the demo drives through its hedging service client.
 struct demo_traffic_config {
@@ -113,4 +114,5 @@ demo_config parse_demo_config(std::string_view json_text);
 /// config_error (field `demo`) when the file cannot be read.
 demo_config load_demo_config(const std::string& path);
 
+} // namespace config
 } // namespace outbound

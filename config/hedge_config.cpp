@@ -6,6 +6,7 @@
 #include <cmath>
 
 namespace outbound {
+inline namespace config {
 
 namespace {
 
@@ -110,4 +111,5 @@ effective_hedge_config resolve(const hedge_config& base,
   return r;
 }
 
+} // namespace config
 } // namespace outbound

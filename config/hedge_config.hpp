@@ -12,6 +12,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace config {
 
 /// The health circuit breaker that suppresses hedges (never primaries) for a
 /// sick host or endpoint (closed → open → half-open; see
@@ -110,4 +111,5 @@ effective_hedge_config resolve(const hedge_config& base,
 /// `base` alone (a host key, or an endpoint without overrides).
 effective_hedge_config resolve(const hedge_config& base);
 
+} // namespace config
 } // namespace outbound

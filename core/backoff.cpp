@@ -6,7 +6,8 @@
 #include <cmath>
 #include <random>
 
-namespace outbound::core {
+namespace outbound {
+inline namespace core {
 
 namespace {
 
@@ -126,4 +127,5 @@ void validate_backoff_seconds(double base, double cap,
     throw config_error(cap_field, "must be >= " + base_field);
 }
 
-} // namespace outbound::core
+} // namespace core
+} // namespace outbound

@@ -32,7 +32,8 @@
 // mirrors the path (house style), keeps the names short (core::backoff next
 // to the feed's reconnect_backoff) and makes a call site show it uses the
 // shared piece.
-namespace outbound::core {
+namespace outbound {
+inline namespace core {
 
 /// Durations of the core: whole nanoseconds, the unit of every actor timer.
 using duration = std::chrono::nanoseconds;
@@ -116,4 +117,5 @@ void validate_backoff_seconds(double base, double cap,
                               const std::string& cap_field,
                               bool cap_at_least_base = false);
 
-} // namespace outbound::core
+} // namespace core
+} // namespace outbound

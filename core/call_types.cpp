@@ -1,6 +1,7 @@
 #include "core/call_types.hpp"
 
 namespace outbound {
+inline namespace core {
 
 const char* to_string(event_kind k) {
   switch (k) {
@@ -13,4 +14,5 @@ const char* to_string(event_kind k) {
   return "unknown";
 }
 
+} // namespace core
 } // namespace outbound

@@ -17,6 +17,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace core {
 
 /// One call to the service, as sent to a service_client actor.
 struct call_request {
@@ -177,4 +178,5 @@ inline const char* reason_label(const client_event& ev) {
                                                      : to_string(ev.cause_kind);
 }
 
+} // namespace core
 } // namespace outbound

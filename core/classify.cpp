@@ -3,6 +3,7 @@
 #include <algorithm>
 
 namespace outbound {
+inline namespace core {
 
 const char* to_string(call_health h) {
   switch (h) {
@@ -87,4 +88,5 @@ exchange_verdict classify_exchange(const exchange_view& v,
   return out;
 }
 
+} // namespace core
 } // namespace outbound

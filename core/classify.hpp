@@ -31,6 +31,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace core {
 
 /// How a finished exchange (a race's winner) went, for the error counters
 /// and the breakers (httpx-hedged `_health.py`: 5xx is a failure only when
@@ -136,4 +137,5 @@ bool is_success_status(int status);
 exchange_verdict classify_exchange(const exchange_view& v,
                                    const std::vector<int>& retry_statuses);
 
+} // namespace core
 } // namespace outbound

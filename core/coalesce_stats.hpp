@@ -12,6 +12,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace core {
 
 /// Counters of a batcher (for metrics and tests).
 struct batcher_stats {
@@ -81,4 +82,5 @@ struct coalesce_stats {
   uint64_t transports = 0;
 };
 
+} // namespace core
 } // namespace outbound

@@ -3,6 +3,7 @@
 #include "core/time.hpp"
 
 namespace outbound {
+inline namespace core {
 
 feed_duration feed_seconds(double seconds) {
   // Saturates at duration::max() beyond ~285 years.
@@ -58,4 +59,5 @@ const char* to_string(frame_error_reason r) {
   return "unknown";
 }
 
+} // namespace core
 } // namespace outbound

@@ -13,6 +13,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace core {
 
 /// Monotonic time of the feed machines (the actor clock's type; the pure
 /// state never reads a clock, it is handed `now`).
@@ -230,4 +231,5 @@ struct feed_stats {
   uint64_t overflows = 0;
 };
 
+} // namespace core
 } // namespace outbound

@@ -2,7 +2,8 @@
 
 #include <algorithm>
 
-namespace outbound::core {
+namespace outbound {
+inline namespace core {
 
 const char* to_string(race_leg l) {
   switch (l) {
@@ -317,4 +318,5 @@ lost_step hedge_race::on_transport_lost() {
   return s;
 }
 
-} // namespace outbound::core
+} // namespace core
+} // namespace outbound

@@ -115,7 +115,8 @@
 #include <optional>
 #include <vector>
 
-namespace outbound::core {
+namespace outbound {
+inline namespace core {
 
 /// Time point of the race: the actor clock's type (never read here).
 using race_time = std::chrono::steady_clock::time_point;
@@ -456,4 +457,5 @@ private:
   std::vector<owed_token> owed_;
 };
 
-} // namespace outbound::core
+} // namespace core
+} // namespace outbound

@@ -1,6 +1,7 @@
 #include "core/hedge_stats.hpp"
 
 namespace outbound {
+inline namespace core {
 
 const char* to_string(breaker_phase p) {
   switch (p) {
@@ -11,4 +12,5 @@ const char* to_string(breaker_phase p) {
   return "?";
 }
 
+} // namespace core
 } // namespace outbound

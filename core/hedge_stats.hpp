@@ -12,6 +12,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace core {
 
 /// Where a breaker is.
 enum class breaker_phase : uint8_t { closed, open, half_open };
@@ -82,4 +83,5 @@ struct hedge_key_metrics {
   double delay = 0.0;
 };
 
+} // namespace core
 } // namespace outbound

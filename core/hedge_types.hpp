@@ -12,6 +12,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace core {
 
 /// Monotonic time point of the hedging state (the actor clock's type:
 /// caf::actor_clock::time_point is a steady_clock time point).
@@ -45,4 +46,5 @@ inline const char* to_string(breaker_scope s) {
   return s == breaker_scope::host ? "host" : "endpoint";
 }
 
+} // namespace core
 } // namespace outbound

@@ -8,6 +8,7 @@
 #include <cstring>
 
 namespace outbound {
+inline namespace core {
 
 namespace {
 
@@ -258,4 +259,5 @@ bool build_upgrade_request(const std::string& path, const std::string& key,
   return true;
 }
 
+} // namespace core
 } // namespace outbound

@@ -17,6 +17,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace core {
 
 /// outbound's version, as sent in `User-Agent: outbound/<version>`.
 inline constexpr const char* outbound_version = "0.1.0";
@@ -122,4 +123,5 @@ bool build_upgrade_request(const std::string& path, const std::string& key,
                            const header_list& headers, http_request& out,
                            std::string& why);
 
+} // namespace core
 } // namespace outbound

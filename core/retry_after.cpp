@@ -11,6 +11,7 @@
 #include <cstring>
 
 namespace outbound {
+inline namespace core {
 
 namespace {
 
@@ -141,4 +142,5 @@ std::optional<nanoseconds> server_retry_delay(const header_list& headers,
   return std::nullopt;
 }
 
+} // namespace core
 } // namespace outbound

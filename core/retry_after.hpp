@@ -17,6 +17,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace core {
 
 /// Wall-clock time point, only used to interpret an HTTP-date Retry-After.
 using wall_time = std::chrono::system_clock::time_point;
@@ -56,4 +57,5 @@ parse_retry_after(const std::string& value, wall_time wall_now);
 std::optional<std::chrono::nanoseconds>
 server_retry_delay(const header_list& headers, wall_time wall_now);
 
+} // namespace core
 } // namespace outbound

@@ -16,7 +16,8 @@
 #include <limits>
 #include <random>
 
-namespace outbound::core {
+namespace outbound {
+inline namespace core {
 
 /// One step of splitmix64: advances `state` and returns the next output.
 constexpr uint64_t splitmix64_next(uint64_t& state) noexcept {
@@ -90,4 +91,5 @@ inline uint64_t entropy_seed() {
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
-} // namespace outbound::core
+} // namespace core
+} // namespace outbound

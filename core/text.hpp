@@ -14,7 +14,8 @@
 #include <type_traits>
 #include <utility>
 
-namespace outbound::core {
+namespace outbound {
+inline namespace core {
 
 /// SP or HTAB: RFC 9110 §5.6.3 optional whitespace (OWS).
 constexpr bool is_ows(char c) noexcept {
@@ -174,4 +175,5 @@ split_field_line(std::string_view line) {
                    std::string{trim_ows(line.substr(colon + 1))}};
 }
 
-} // namespace outbound::core
+} // namespace core
+} // namespace outbound

@@ -17,7 +17,8 @@
 #include <cstdint>
 #include <string>
 
-namespace outbound::core {
+namespace outbound {
+inline namespace core {
 
 /// Durations of the request path: whole nanoseconds (int64; ~292 years),
 /// the unit of every actor timer and pure state. feed_duration,
@@ -61,4 +62,5 @@ inline void validate_seconds(double x, const std::string& field,
                               "value under half a nanosecond rounds to 0");
 }
 
-} // namespace outbound::core
+} // namespace core
+} // namespace outbound

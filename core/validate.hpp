@@ -14,7 +14,8 @@
 #include <sstream>
 #include <string>
 
-namespace outbound::core {
+namespace outbound {
+inline namespace core {
 
 /// Finite and >= 0 (NaN and infinities are not).
 inline bool finite_non_negative(double x) noexcept {
@@ -58,4 +59,5 @@ inline void check_range(double x, double lo, double hi,
   }
 }
 
-} // namespace outbound::core
+} // namespace core
+} // namespace outbound

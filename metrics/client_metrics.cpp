@@ -1,6 +1,7 @@
 #include "metrics/client_metrics.hpp"
 
 namespace outbound {
+inline namespace metrics {
 
 // Latency buckets in seconds: 1 ms .. ~33 s, doubling. Cumulative as
 // Prometheus requires (prometheus-cpp #43 once counted only one bucket).
@@ -110,4 +111,5 @@ void client_metrics::record(const client_event& ev) {
   }
 }
 
+} // namespace metrics
 } // namespace outbound

@@ -19,6 +19,7 @@
 #include <tuple>
 
 namespace outbound {
+inline namespace metrics {
 
 /// The client's metric families in one registry. Label values are bounded:
 /// `service` (given at construction), `method`, `outcome` (an error_kind name
@@ -74,4 +75,5 @@ private:
   std::map<std::string, prometheus::Histogram*> size_by_method_;
 };
 
+} // namespace metrics
 } // namespace outbound

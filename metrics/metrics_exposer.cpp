@@ -25,6 +25,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace metrics {
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
@@ -622,4 +623,5 @@ std::string metrics_exposer::url() const {
   return "http://" + address_ + ":" + std::to_string(port_) + "/metrics";
 }
 
+} // namespace metrics
 } // namespace outbound

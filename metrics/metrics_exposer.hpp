@@ -43,6 +43,7 @@
 #include <string>
 
 namespace outbound {
+inline namespace metrics {
 
 class metrics_registry;
 
@@ -132,4 +133,5 @@ private:
   std::unique_ptr<server> server_;
 };
 
+} // namespace metrics
 } // namespace outbound

@@ -11,6 +11,7 @@
 #include <utility>
 
 namespace outbound {
+inline namespace metrics {
 
 namespace {
 
@@ -715,4 +716,5 @@ std::string metrics_registry::serialize() const {
   return os.str();
 }
 
+} // namespace metrics
 } // namespace outbound

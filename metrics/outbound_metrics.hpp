@@ -63,6 +63,7 @@
 #include <vector>
 
 namespace outbound {
+inline namespace metrics {
 
 class client_metrics;
 
@@ -280,4 +281,5 @@ private:
   std::map<std::string, std::shared_ptr<client_metrics>> clients_;
 };
 
+} // namespace metrics
 } // namespace outbound

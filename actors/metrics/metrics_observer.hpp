@@ -11,8 +11,8 @@
 #include <memory>
 
 namespace outbound {
-class client_metrics;
 inline namespace metrics {
+class client_metrics;
 
 /// Spawns an observer that calls `metrics->record(ev)` for every event and
 /// then forwards the event to `next` (if set). The actor keeps `metrics`

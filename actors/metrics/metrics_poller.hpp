@@ -28,8 +28,8 @@
 #include <string>
 
 namespace outbound {
-class snapshot_collector;
 inline namespace metrics {
+class snapshot_collector;
 
 /// Poller settings.
 struct metrics_poller_config {

@@ -52,7 +52,9 @@
 #include <vector>
 
 namespace outbound {
+inline namespace metrics {
 class metrics_registry;
+} // namespace metrics
 inline namespace protocol {
 class io_runner;
 } // namespace protocol
