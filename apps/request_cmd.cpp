@@ -534,6 +534,48 @@ std::string hedge_counters_json(blocking_client& client) {
   return boost::json::serialize(line);
 }
 
+// Where the call goes: sets `cfg`'s base URL (from URL, or with --env from
+// PREFIX_URL and the other PREFIX_ variables) and returns the path and query
+// to call below it.
+path_and_query resolve_target(const request_options& opts, client_config& cfg) {
+  if (!opts.env_opt || opts.env_opt->count() == 0) {
+    auto [base, rest] = split_url(opts.url);
+    cfg.base_url = std::move(base);
+    return std::move(rest);
+  }
+  if (opts.env_prefix.empty())
+    throw usage_error("--env needs a non-empty PREFIX");
+  // Taken as a path, "http://host/p" would be sent to PREFIX_URL as
+  // "/http://host/p" and come back a 404. The URL is not echoed: it may
+  // carry user info.
+  if (has_scheme(opts.url))
+    throw usage_error("an absolute URL and --env do not mix: with --env "
+                      + opts.env_prefix + ", URL is a path below "
+                      + opts.env_prefix
+                      + "_URL (e.g. /v1/items); without --env, give the "
+                        "absolute URL");
+  auto target = split_path(opts.url);
+  cfg = from_env(opts.env_prefix, std::move(cfg));
+  return target;
+}
+
+// --hedge: one backup request after the learned delay, or after
+// --hedge-delay through an endpoint that `req` names.
+hedging_options hedging_for(const request_options& opts, call_request& req) {
+  hedging_options h;
+  h.config.percentile = opts.percentile;
+  h.config.budget_percent = opts.budget_percent;
+  if (opts.hedge_delay_opt && opts.hedge_delay_opt->count() > 0) {
+    // One endpoint with the hardcoded delay, named explicitly by the call
+    // (an explicit name bypasses route matching).
+    endpoint_config ep;
+    ep.hedge_delay = opts.hedge_delay;
+    h.routes.register_route("*", "/", ep, "cli");
+    req.hedge_endpoint = "cli";
+  }
+  return h;
+}
+
 int run_request(caf::actor_system& sys, const request_options& opts,
                 std::ostream& out, std::ostream& err) {
   std::vector<std::string> secrets{opts.cfg.token};
@@ -550,26 +592,7 @@ int run_request(caf::actor_system& sys, const request_options& opts,
       else
         cfg.default_headers.push_back(std::move(kv));
     }
-    path_and_query target;
-    if (opts.env_opt && opts.env_opt->count() > 0) {
-      if (opts.env_prefix.empty())
-        throw usage_error("--env needs a non-empty PREFIX");
-      // Taken as a path, "http://host/p" would be sent to PREFIX_URL as
-      // "/http://host/p" and come back a 404. The URL is not echoed: it may
-      // carry user info.
-      if (has_scheme(opts.url))
-        throw usage_error("an absolute URL and --env do not mix: with --env "
-                          + opts.env_prefix + ", URL is a path below "
-                          + opts.env_prefix
-                          + "_URL (e.g. /v1/items); without --env, give "
-                            "the absolute URL");
-      target = split_path(opts.url);
-      cfg = from_env(opts.env_prefix, std::move(cfg));
-    } else {
-      auto [base, rest] = split_url(opts.url);
-      cfg.base_url = std::move(base);
-      target = std::move(rest);
-    }
+    auto target = resolve_target(opts, cfg);
     secrets.push_back(cfg.token);
     // json_max_depth bounds the --json check: a bad value is a config_error
     // naming it, not a --json failure.
@@ -577,20 +600,8 @@ int run_request(caf::actor_system& sys, const request_options& opts,
     auto req = make_request(opts, std::move(target), cfg);
     req.request_id = std::move(request_id);
     client_options copts;
-    if (opts.hedge) {
-      hedging_options h;
-      h.config.percentile = opts.percentile;
-      h.config.budget_percent = opts.budget_percent;
-      if (opts.hedge_delay_opt && opts.hedge_delay_opt->count() > 0) {
-        // One endpoint with the hardcoded delay, named explicitly by the
-        // call (an explicit name bypasses route matching).
-        endpoint_config ep;
-        ep.hedge_delay = opts.hedge_delay;
-        h.routes.register_route("*", "/", ep, "cli");
-        req.hedge_endpoint = "cli";
-      }
-      copts.hedging = std::move(h);
-    }
+    if (opts.hedge)
+      copts.hedging = hedging_for(opts, req);
     verbose_observer_actor obs;
     if (opts.verbose) {
       obs = sys.spawn(verbose_observer, verbose_sink{&err, secrets});

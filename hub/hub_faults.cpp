@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <string_view>
+#include <utility>
 
 namespace outbound {
 
@@ -119,8 +120,33 @@ std::optional<std::string> set_size(T& out, const std::string& key,
   return std::nullopt;
 }
 
+// A period knob: a finite number of seconds >= 0.
+std::optional<std::string> set_seconds(double& out, const std::string& key,
+                                       const json::value& v) {
+  auto d = as_number(v);
+  if (!d || !(*d >= 0.0) || !std::isfinite(*d))
+    return bad(key, "a number of seconds >= 0");
+  out = *d;
+  return std::nullopt;
+}
+
+// The count knobs (set_count): how many pages, connections or frames the
+// fault hits, -1 for all.
+constexpr std::pair<const char*, int hub_faults::*> count_knobs[] = {
+  {"non_object_pages", &hub_faults::non_object_pages},
+  {"accept_then_close", &hub_faults::accept_then_close},
+  {"go_silent", &hub_faults::go_silent},
+  {"no_hello", &hub_faults::no_hello},
+  {"oversized_frame", &hub_faults::oversized_frame},
+  {"fragment_frames", &hub_faults::fragment_frames},
+  {"non_json_frames", &hub_faults::non_json_frames},
+};
+
 std::optional<std::string> set_knob(hub_faults& f, const std::string& key,
                                     const json::value& v) {
+  for (const auto& [name, member] : count_knobs)
+    if (key == name)
+      return set_count(f.*member, key, v);
   if (key == "drop_wakes") {
     if (!v.is_bool())
       return bad(key, "a boolean");
@@ -149,28 +175,14 @@ std::optional<std::string> set_knob(hub_faults& f, const std::string& key,
   }
   if (key == "visibility_lag_polls")
     return set_size(f.visibility_lag_polls, key, v, 0);
-  if (key == "non_object_pages")
-    return set_count(f.non_object_pages, key, v);
-  if (key == "accept_then_close")
-    return set_count(f.accept_then_close, key, v);
-  if (key == "go_silent")
-    return set_count(f.go_silent, key, v);
-  if (key == "no_hello")
-    return set_count(f.no_hello, key, v);
-  if (key == "oversized_frame")
-    return set_count(f.oversized_frame, key, v);
   if (key == "oversized_frame_bytes") {
     // Up to 2^63-1, the largest length a frame header can announce.
     return set_size(f.oversized_frame_bytes, key, v, 1);
   }
-  if (key == "fragment_frames")
-    return set_count(f.fragment_frames, key, v);
   if (key == "fragment_bytes")
     return set_size(f.fragment_bytes, key, v, 1);
   if (key == "empty_continuations")
     return set_size(f.empty_continuations, key, v, 0);
-  if (key == "non_json_frames")
-    return set_count(f.non_json_frames, key, v);
   if (key == "pad_frames_to") {
     // Padding builds the whole frame: a size beyond any test's need would
     // throw out of an io thread on the next frame (64 MiB is 8x the
@@ -180,20 +192,10 @@ std::optional<std::string> set_knob(hub_faults& f, const std::string& key,
       return bad(key, "an integer in [0, 67108864]");
     return set_size(f.pad_frames_to, key, v, 0);
   }
-  if (key == "restart_every") {
-    auto d = as_number(v);
-    if (!d || !(*d >= 0.0) || !std::isfinite(*d))
-      return bad(key, "a number of seconds >= 0");
-    f.restart_every = *d;
-    return std::nullopt;
-  }
-  if (key == "drop_every") {
-    auto d = as_number(v);
-    if (!d || !(*d >= 0.0) || !std::isfinite(*d))
-      return bad(key, "a number of seconds >= 0");
-    f.drop_every = *d;
-    return std::nullopt;
-  }
+  if (key == "restart_every")
+    return set_seconds(f.restart_every, key, v);
+  if (key == "drop_every")
+    return set_seconds(f.drop_every, key, v);
   if (key == "drop_tier") {
     if (!v.is_string() || !is_drop_tier(v.get_string()))
       return bad(key, "\"ledger\", \"catchup\", \"ephemeral\" or \"all\"");

@@ -120,6 +120,77 @@ publish_parse parse_publish(std::string_view body,
   return parse_publish(body, l);
 }
 
+namespace {
+
+// Why a publish body's JSON is refused (nested too deep, a number stored
+// inexactly, not JSON at all); empty when it parsed.
+std::string json_refusal(const json_parse_result& parsed,
+                         const publish_limits& limits) {
+  if (parsed.error == json_parse_error::too_deep)
+    return "metadata nests deeper than "
+           + std::to_string(limits.metadata_max_depth) + " levels";
+  if (parsed.error == json_parse_error::number_out_of_range) {
+    // "number out of range (IEEE 754 binary64)", or "(underflows IEEE 754
+    // binary64 to zero)" for 1e-400, which stored would replay as 0.
+    auto why = parsed.detail.substr(0, parsed.detail.rfind(" at "));
+    return parsed.field.empty() ? std::string{"number out of range"}
+                                : parsed.field + ": " + why;
+  }
+  if (parsed.error == json_parse_error::inexact_integer) {
+    // Stored, it would be a double and replay its low digits changed.
+    return parsed.field.empty()
+             ? std::string{"integer not exact in IEEE 754 binary64"}
+             : parsed.field
+                 + ": integer not exact in IEEE 754 binary64 (send it as "
+                   "a string)";
+  }
+  if (!parsed)
+    return "body is not JSON";
+  if (!parsed.value.is_object())
+    return "body must be a JSON object";
+  return {};
+}
+
+// Reads the event's fields from the body object `o` into `in`; the reason
+// the body is refused, or empty.
+std::string read_publish_fields(const json::object& o,
+                                const publish_limits& limits,
+                                publish_input& in) {
+  auto* subject = o.if_contains("subject");
+  if (!subject || !subject->is_string() || subject->get_string().empty())
+    return "subject must be a non-empty string";
+  in.subject = std::string{subject->get_string()};
+  if (in.subject.size() > limits.subject_max_bytes)
+    return "subject exceeds " + std::to_string(limits.subject_max_bytes)
+           + " bytes";
+  if (auto* kind = o.if_contains("kind"); kind && !kind->is_null()) {
+    if (!kind->is_string())
+      return "kind must be a string";
+    in.kind = std::string{kind->get_string()};
+  }
+  if (auto* md = o.if_contains("metadata"); md && !md->is_null()) {
+    if (!md->is_object())
+      return "metadata must be an object";
+    in.metadata_json = json::serialize(*md);
+    if (in.metadata_json.size() > limits.metadata_max_bytes)
+      return "metadata exceeds " + std::to_string(limits.metadata_max_bytes)
+             + " bytes";
+  }
+  if (auto* key = o.if_contains("dedupe_key"); key && !key->is_null()) {
+    if (!key->is_string())
+      return "dedupe_key must be a string";
+    in.dedupe_key = std::string{key->get_string()};
+  }
+  auto event_bytes = json_string_bytes(in.subject)
+                     + json_string_bytes(in.kind) + in.metadata_json.size()
+                     + event_json_overhead;
+  if (event_bytes > limits.event_max_bytes)
+    return "event exceeds " + std::to_string(limits.event_max_bytes) + " bytes";
+  return {};
+}
+
+} // namespace
+
 publish_parse parse_publish(std::string_view body,
                             const publish_limits& limits) {
   publish_parse r;
@@ -128,85 +199,13 @@ publish_parse parse_publish(std::string_view body,
   // Within the request body cap (1 MiB) a parse is at most ~24 bytes of
   // parsed form per byte of text; no memory bound needed here.
   auto parsed = parse_json(body, jl);
-  if (parsed.error == json_parse_error::too_deep) {
-    r.error = "metadata nests deeper than "
-              + std::to_string(limits.metadata_max_depth) + " levels";
+  r.error = json_refusal(parsed, limits);
+  if (!r.error.empty())
     return r;
-  }
-  if (parsed.error == json_parse_error::number_out_of_range) {
-    // "number out of range (IEEE 754 binary64)", or "(underflows IEEE 754
-    // binary64 to zero)" for 1e-400, which stored would replay as 0.
-    auto why = parsed.detail.substr(0, parsed.detail.rfind(" at "));
-    r.error = parsed.field.empty() ? std::string{"number out of range"}
-                                   : parsed.field + ": " + why;
-    return r;
-  }
-  if (parsed.error == json_parse_error::inexact_integer) {
-    // Stored, it would be a double and replay its low digits changed.
-    r.error = parsed.field.empty()
-                ? std::string{"integer not exact in IEEE 754 binary64"}
-                : parsed.field
-                    + ": integer not exact in IEEE 754 binary64 (send "
-                      "it as a string)";
-    return r;
-  }
-  if (!parsed) {
-    r.error = "body is not JSON";
-    return r;
-  }
-  auto* v = &parsed.value;
-  if (!v->is_object()) {
-    r.error = "body must be a JSON object";
-    return r;
-  }
-  const auto& o = v->get_object();
   publish_input in;
-  auto* subject = o.if_contains("subject");
-  if (!subject || !subject->is_string() || subject->get_string().empty()) {
-    r.error = "subject must be a non-empty string";
-    return r;
-  }
-  in.subject = std::string{subject->get_string()};
-  if (in.subject.size() > limits.subject_max_bytes) {
-    r.error = "subject exceeds " + std::to_string(limits.subject_max_bytes)
-              + " bytes";
-    return r;
-  }
-  if (auto* kind = o.if_contains("kind"); kind && !kind->is_null()) {
-    if (!kind->is_string()) {
-      r.error = "kind must be a string";
-      return r;
-    }
-    in.kind = std::string{kind->get_string()};
-  }
-  if (auto* md = o.if_contains("metadata"); md && !md->is_null()) {
-    if (!md->is_object()) {
-      r.error = "metadata must be an object";
-      return r;
-    }
-    in.metadata_json = json::serialize(*md);
-    if (in.metadata_json.size() > limits.metadata_max_bytes) {
-      r.error = "metadata exceeds "
-                + std::to_string(limits.metadata_max_bytes) + " bytes";
-      return r;
-    }
-  }
-  if (auto* key = o.if_contains("dedupe_key"); key && !key->is_null()) {
-    if (!key->is_string()) {
-      r.error = "dedupe_key must be a string";
-      return r;
-    }
-    in.dedupe_key = std::string{key->get_string()};
-  }
-  auto event_bytes = json_string_bytes(in.subject)
-                     + json_string_bytes(in.kind) + in.metadata_json.size()
-                     + event_json_overhead;
-  if (event_bytes > limits.event_max_bytes) {
-    r.error = "event exceeds " + std::to_string(limits.event_max_bytes)
-              + " bytes";
-    return r;
-  }
-  r.input = std::move(in);
+  r.error = read_publish_fields(parsed.value.get_object(), limits, in);
+  if (r.error.empty())
+    r.input = std::move(in);
   return r;
 }
 
