@@ -268,6 +268,19 @@ protected:
     return err;
   }
 
+  /// A server answers `status_line` (with a 2-byte JSON body): one attempt
+  /// that fails service_unavailable, interrupted, "malformed status line".
+  void expect_malformed_status(const std::string& status_line) {
+    auto srv = server(
+      {{step::read_request(),
+        step::send(response(status_line + "\r\nContent-Length: 2\r\n", "{}")),
+        step::hold()}});
+    auto c = client(one_shot(srv->base_url()));
+    expect_unavailable([&] { return c->request("GET", "/v1/s"); },
+                       transport_error_kind::interrupted,
+                       "malformed status line");
+  }
+
   /// Expects one attempt that ended at its timeout: a service_unavailable
   /// caused by `timeout` whose detail is either timer's (see
   /// is_attempt_timeout), the connection's naming one of `phases`.
@@ -871,14 +884,7 @@ TEST_F(Hostile, HeadAnsweredWithABodyPoisonsNothing) {
 TEST_F(Hostile, StatusBelow100IsAMalformedResponse) {
   for (const std::string line : {"HTTP/1.1 000 Zero", "HTTP/1.1 099 Low"}) {
     SCOPED_TRACE(line);
-    auto srv
-      = server({{step::read_request(),
-                 step::send(response(line + "\r\nContent-Length: 2\r\n", "{}")),
-                 step::hold()}});
-    auto c = client(one_shot(srv->base_url()));
-    expect_unavailable([&] { return c->request("GET", "/v1/s"); },
-                       transport_error_kind::interrupted,
-                       "malformed status line");
+    expect_malformed_status(line);
   }
 }
 
@@ -907,14 +913,7 @@ TEST_F(Hostile, StatusWithWrongDigitCountIsMalformed) {
   for (const std::string line : {"HTTP/1.1 99 Two", "HTTP/1.1 1000 Four",
                                  "HTTP/1.1 2x0 Hex", "HTTP/1.1  200 Space"}) {
     SCOPED_TRACE(line);
-    auto srv
-      = server({{step::read_request(),
-                 step::send(response(line + "\r\nContent-Length: 2\r\n", "{}")),
-                 step::hold()}});
-    auto c = client(one_shot(srv->base_url()));
-    expect_unavailable([&] { return c->request("GET", "/v1/s"); },
-                       transport_error_kind::interrupted,
-                       "malformed status line");
+    expect_malformed_status(line);
   }
 }
 

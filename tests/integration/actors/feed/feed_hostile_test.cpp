@@ -325,6 +325,16 @@ protected:
     return fc;
   }
 
+  /// A WebSocket-only feed (no replay endpoint) on `ws_path`, without
+  /// pings, as the hostile frame cases script it.
+  feed_config ws_only_config(const std::string& ws_path = "/ws/catchup") {
+    feed_config fc = ledger_config();
+    fc.replay_path.clear();
+    fc.ws_path = ws_path;
+    fc.ws_ping_interval = 0;
+    return fc;
+  }
+
   /// `replay_url`: the replay server (empty: a ws-only feed);
   /// `ws_url`: the WebSocket server (empty: none).
   feed_watcher_actor watch(feed_config fc, collector& c,
@@ -690,10 +700,7 @@ TEST_F(FeedHostile, CatchupDuplicatesOldSeqsAndAHeadGoingBackward) {
      step::hold()},
   }};
   collector c;
-  feed_config fc = ledger_config();
-  fc.replay_path.clear();
-  fc.ws_path = "/ws/catchup";
-  fc.ws_ping_interval = 0;
+  feed_config fc = ws_only_config();
   fc.client_id = "hostile";
   auto w = watch(fc, c, {}, ws.base_url());
   ASSERT_TRUE(c.wait_events(6));
@@ -721,10 +728,7 @@ TEST_F(FeedHostile, CatchupSeqGapOnAFeedOfEverySubjectIsATypedReset) {
        step::hold()},
     }};
     collector c;
-    feed_config fc = ledger_config();
-    fc.replay_path.clear();
-    fc.ws_path = "/ws/catchup";
-    fc.ws_ping_interval = 0;
+    feed_config fc = ws_only_config();
     if (!every)
       fc.prefixes = {"a/"};
     auto w = watch(fc, c, {}, ws.base_url());
@@ -768,10 +772,7 @@ TEST_F(FeedHostile, LargeFramesToASlowSubscriberAreBoundedInBytes) {
     {step::read_request(), step::ws_accept("", second), step::hold()},
   }};
   collector c;
-  feed_config fc = ledger_config();
-  fc.replay_path.clear();
-  fc.ws_path = "/ws/catchup";
-  fc.ws_ping_interval = 0;
+  feed_config fc = ws_only_config();
   fc.client_id = "slow";
   fc.max_pending_frame_bytes = 120000;
   feed_watcher_options o;
@@ -821,10 +822,7 @@ TEST_F(FeedHostile,
      step::ws_accept("", hello("catchup", "9", true, "e2")), step::hold()},
   }};
   collector c;
-  feed_config fc = ledger_config();
-  fc.replay_path.clear();
-  fc.ws_path = "/ws/catchup";
-  fc.ws_ping_interval = 0;
+  feed_config fc = ws_only_config();
   fc.ws_max_frame_bytes = 64 * 1024;
   auto w = watch(fc, c, {}, ws.base_url());
   ASSERT_TRUE(c.wait_events(4));
@@ -903,10 +901,7 @@ TEST_F(FeedHostile, AFrameAnnouncingTwoToTheSixtyThirdBytesBreaksTheSession) {
      step::hold()},
   }};
   collector c;
-  feed_config fc = ledger_config();
-  fc.replay_path.clear();
-  fc.ws_path = "/ws/catchup";
-  fc.ws_ping_interval = 0;
+  feed_config fc = ws_only_config();
   fc.ws_max_frame_bytes = 64 * 1024;
   auto w = watch(fc, c, {}, ws.base_url());
   expect_one_then_two_or_a_reset_covering_one(c);
@@ -929,10 +924,7 @@ TEST_F(FeedHostile, ABadLengthInTheSameReadAsAnEventLosesItWithAReset) {
      step::hold()},
   }};
   collector c;
-  feed_config fc = ledger_config();
-  fc.replay_path.clear();
-  fc.ws_path = "/ws/catchup";
-  fc.ws_ping_interval = 0;
+  feed_config fc = ws_only_config();
   fc.ws_max_frame_bytes = 64 * 1024;
   auto w = watch(fc, c, {}, ws.base_url());
   expect_one_then_two_or_a_reset_covering_one(c);
@@ -964,10 +956,7 @@ TEST_F(FeedHostile, FramesBeforeTheHelloBinaryFramesAndOddCloseCodes) {
      step::hold()},
   }};
   collector c;
-  feed_config fc = ledger_config();
-  fc.replay_path.clear();
-  fc.ws_path = "/ws/feed";
-  fc.ws_ping_interval = 0;
+  feed_config fc = ws_only_config("/ws/feed");
   auto w = watch(fc, c, {}, ws.base_url());
   ASSERT_TRUE(c.wait_events(2));
   ASSERT_TRUE(wait_stats(w, [](const feed_stats& s) { return s.connected; }));

@@ -22,7 +22,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 using namespace std::chrono_literals;
 using outbound::testing::script;
@@ -76,6 +79,44 @@ protected:
     cfg.max_connections_per_endpoint = max_connections;
     cfg.max_pending_requests = max_pending;
     return make_pool(cfg);
+  }
+
+  using held_handle = decltype(std::declval<caf::scoped_actor&>()->request(
+    std::declval<const transport_actor&>(), std::chrono::seconds{15},
+    std::declval<http_request>()));
+
+  /// A pool at its limit (one connection, up to 8 queued) whose connection
+  /// is held: the server reads `held` and never answers it (the server's
+  /// first script must read a request and hold). `held` has a 10 s timeout
+  /// and its own sender, so the test's queued exchanges come after it.
+  struct full_pool {
+    transport_actor pool;
+    http_request held;
+    std::unique_ptr<caf::scoped_actor> sender;
+    std::optional<held_handle> handle;
+  };
+
+  full_pool make_full_pool(scripted_server& srv) {
+    full_pool f;
+    f.pool = make_limited_pool(srv.base_url(), 1, 8);
+    f.held = request();
+    f.held.timeout_ns = 10'000'000'000;
+    f.sender = std::make_unique<caf::scoped_actor>(sys_);
+    f.handle.emplace(
+      (*f.sender)->request(f.pool, std::chrono::seconds{15}, f.held));
+    EXPECT_TRUE(srv.wait_for_requests(1, 2s));
+    return f;
+  }
+
+  /// Cancels the held exchange and returns its answer.
+  exchange_result release(full_pool& f) {
+    caf::anon_send(f.pool, cancel_atom::value, f.held.exchange_id);
+    exchange_result out;
+    f.handle->receive([&](exchange_result& r) { out = std::move(r); },
+                      [&](caf::error& err) {
+                        ADD_FAILURE() << "no answer: " << sys_.render(err);
+                      });
+    return out;
   }
 
   http_request request(const std::string& method = "GET",
@@ -841,12 +882,9 @@ TEST_F(TransportTest, PoolQueueFullRefusesTheExchangeAtOnce) {
 TEST_F(TransportTest, PoolCancelOfAQueuedExchangeAnswersItNothingSent) {
   scripted_server srv{{{step::read_request(), step::hold()}},
                       {step::read_request(), step::hold()}};
-  auto pool = make_limited_pool(srv.base_url(), 1, 8);
+  auto full = make_full_pool(srv);
+  auto& pool = full.pool;
   caf::scoped_actor self{sys_};
-  auto first = request();
-  first.timeout_ns = 10'000'000'000;
-  auto h1 = self->request(pool, std::chrono::seconds{15}, first);
-  ASSERT_TRUE(srv.wait_for_requests(1, 2s));
   auto queued = request();
   queued.timeout_ns = 10'000'000'000;
   auto start = clock_type::now();
@@ -864,20 +902,14 @@ TEST_F(TransportTest, PoolCancelOfAQueuedExchangeAnswersItNothingSent) {
   EXPECT_EQ(s.cancelled, 1u);
   EXPECT_EQ(s.in_flight, 1u); // the first still runs, untouched
   EXPECT_EQ(srv.connections(), 1u);
-  caf::anon_send(pool, cancel_atom::value, first.exchange_id);
-  h1.receive([&](exchange_result& r) { EXPECT_FALSE(r.ok()); },
-             [&](caf::error& err) { ADD_FAILURE() << sys_.render(err); });
+  EXPECT_FALSE(release(full).ok());
 }
 
 TEST_F(TransportTest, PoolQueuedExchangeIsAnsweredWithinItsOwnTimeout) {
   scripted_server srv{{{step::read_request(), step::hold()}},
                       {step::read_request(), step::hold()}};
-  auto pool = make_limited_pool(srv.base_url(), 1, 8);
-  caf::scoped_actor self{sys_};
-  auto first = request();
-  first.timeout_ns = 10'000'000'000;
-  auto h1 = self->request(pool, std::chrono::seconds{15}, first);
-  ASSERT_TRUE(srv.wait_for_requests(1, 2s));
+  auto full = make_full_pool(srv);
+  auto& pool = full.pool;
   auto queued = request();
   queued.timeout_ns = 300'000'000;
   auto start = clock_type::now();
@@ -892,9 +924,7 @@ TEST_F(TransportTest, PoolQueuedExchangeIsAnsweredWithinItsOwnTimeout) {
     << r2.detail;
   EXPECT_EQ(stats(pool).pending, 0u);
   EXPECT_EQ(srv.connections(), 1u);
-  caf::anon_send(pool, cancel_atom::value, first.exchange_id);
-  h1.receive([&](exchange_result&) {},
-             [&](caf::error& err) { ADD_FAILURE() << sys_.render(err); });
+  release(full);
 }
 
 // A hedge (may_queue false) at the limit is refused at once, nothing sent,
@@ -902,12 +932,8 @@ TEST_F(TransportTest, PoolQueuedExchangeIsAnsweredWithinItsOwnTimeout) {
 TEST_F(TransportTest, PoolRefusesAHedgeAtItsLimitInsteadOfQueueingIt) {
   scripted_server srv{{{step::read_request(), step::hold()}},
                       {step::read_request(), step::hold()}};
-  auto pool = make_limited_pool(srv.base_url(), 1, 8);
-  caf::scoped_actor self{sys_};
-  auto first = request();
-  first.timeout_ns = 10'000'000'000;
-  auto h1 = self->request(pool, std::chrono::seconds{15}, first);
-  ASSERT_TRUE(srv.wait_for_requests(1, 2s));
+  auto full = make_full_pool(srv);
+  auto& pool = full.pool;
   auto hedge = request();
   hedge.timeout_ns = 10'000'000'000;
   hedge.may_queue = false;
@@ -924,27 +950,22 @@ TEST_F(TransportTest, PoolRefusesAHedgeAtItsLimitInsteadOfQueueingIt) {
   EXPECT_EQ(s.busy_refused, 1u);
   EXPECT_EQ(s.overflowed, 0u);
   EXPECT_EQ(srv.connections(), 1u);
-  caf::anon_send(pool, cancel_atom::value, first.exchange_id);
-  h1.receive([&](exchange_result&) {},
-             [&](caf::error& err) { ADD_FAILURE() << sys_.render(err); });
+  release(full);
 }
 
 TEST_F(TransportTest, PoolStoppingAnswersQueuedExchanges) {
   scripted_server srv{{{step::read_request(), step::hold()}},
                       {step::read_request(), step::hold()}};
-  auto pool = make_limited_pool(srv.base_url(), 1, 8);
+  auto full = make_full_pool(srv);
+  auto& pool = full.pool;
   caf::scoped_actor self{sys_};
-  auto first = request();
-  first.timeout_ns = 10'000'000'000;
-  auto h1 = self->request(pool, std::chrono::seconds{15}, first);
-  ASSERT_TRUE(srv.wait_for_requests(1, 2s));
   auto queued = request();
   queued.timeout_ns = 10'000'000'000;
   auto h2 = self->request(pool, std::chrono::seconds{15}, queued);
   ASSERT_EQ(stats(pool).pending, 1u); // same sender: queued before this
   auto start = clock_type::now();
   caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
-  for (auto* h : {&h1, &h2}) {
+  for (auto* h : {&*full.handle, &h2}) {
     bool answered = false;
     h->receive(
       [&](exchange_result& r) {
