@@ -18,6 +18,7 @@
 #include "protocol/json_parse.hpp"
 #include "tests/support/child_process.hpp"
 #include "tests/support/outcome_checks.hpp"
+#include "tests/support/raw_ws.hpp"
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -59,6 +60,7 @@
 using namespace outbound;
 using outbound::testing::failure_of;
 using outbound::testing::outbound_argv;
+using outbound::testing::raw_ws;
 using outbound::testing::run_child;
 using outbound::testing::running_child;
 using namespace std::chrono_literals;
@@ -215,188 +217,6 @@ private:
   bool closed_ = false;
   beast::error_code error_;
   uint16_t close_code_ = 0;
-};
-
-// -- a raw WebSocket client that sees the exact frames ------------------------
-
-/// One frame as it came off the wire.
-struct raw_frame {
-  bool fin = false;
-  int opcode = 0;
-  uint64_t length = 0;
-  std::string payload;
-};
-
-/// A blocking socket client: hand-made upgrade request, masked client
-/// frames, frames read one by one with a timeout.
-class raw_ws {
-public:
-  raw_ws(uint16_t port, const std::string& path) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-      throw std::runtime_error("raw_ws: connect failed");
-    int one = 1;
-    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    write_all("GET " + path
-              + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port)
-              + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                "Sec-WebSocket-Version: 13\r\n\r\n");
-    std::string head;
-    while (head.find("\r\n\r\n") == std::string::npos) {
-      auto chunk = read_some(3s);
-      if (!chunk || chunk->empty())
-        throw std::runtime_error("raw_ws: no upgrade response");
-      head += *chunk;
-    }
-    auto end = head.find("\r\n\r\n") + 4;
-    status_line_ = head.substr(0, head.find("\r\n"));
-    pending_ = head.substr(end);
-  }
-
-  ~raw_ws() {
-    if (fd_ >= 0)
-      ::close(fd_);
-  }
-
-  const std::string& status_line() const {
-    return status_line_;
-  }
-
-  /// Sends one masked frame.
-  void send_frame(int opcode, const std::string& payload, bool fin = true) {
-    std::string f;
-    f += static_cast<char>((fin ? 0x80 : 0) | opcode);
-    auto n = payload.size();
-    if (n <= 125) {
-      f += static_cast<char>(0x80 | n);
-    } else {
-      f += static_cast<char>(0x80 | 126);
-      f += static_cast<char>((n >> 8) & 0xFF);
-      f += static_cast<char>(n & 0xFF);
-    }
-    const char mask[4] = {0x11, 0x22, 0x33, 0x44};
-    f.append(mask, 4);
-    for (std::size_t i = 0; i < n; ++i)
-      f += static_cast<char>(payload[i] ^ mask[i % 4]);
-    write_all(f);
-  }
-
-  void send_text(const std::string& text) {
-    send_frame(0x1, text);
-  }
-
-  void subscribe() {
-    send_text(R"({"type":"subscribe","prefixes":[],"client_id":null,)"
-              R"("last_seq":null,"cursor":null,"epoch":null})");
-  }
-
-  /// Exactly `n` bytes, or nullopt on timeout / EOF (see eof()).
-  std::optional<std::string> read_exact(std::size_t n,
-                                        std::chrono::milliseconds timeout) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (pending_.size() < n) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-      if (left <= 0ms)
-        return std::nullopt;
-      auto chunk = read_some(left);
-      if (!chunk)
-        return std::nullopt;
-      if (chunk->empty()) {
-        eof_ = true;
-        return std::nullopt;
-      }
-      pending_ += *chunk;
-    }
-    auto out = pending_.substr(0, n);
-    pending_.erase(0, n);
-    return out;
-  }
-
-  /// The next frame (payload read unless `header_only`), or nullopt.
-  std::optional<raw_frame> read_frame(std::chrono::milliseconds timeout = 3s,
-                                      bool header_only = false) {
-    auto h = read_exact(2, timeout);
-    if (!h)
-      return std::nullopt;
-    raw_frame f;
-    auto b0 = static_cast<unsigned char>((*h)[0]);
-    auto b1 = static_cast<unsigned char>((*h)[1]);
-    f.fin = (b0 & 0x80) != 0;
-    f.opcode = b0 & 0x0F;
-    f.length = b1 & 0x7F;
-    if (f.length == 126 || f.length == 127) {
-      auto ext = read_exact(f.length == 126 ? 2 : 8, timeout);
-      if (!ext)
-        return std::nullopt;
-      f.length = 0;
-      for (unsigned char c : *ext)
-        f.length = (f.length << 8) | c;
-    }
-    if (header_only)
-      return f;
-    auto p = read_exact(static_cast<std::size_t>(f.length), timeout);
-    if (!p)
-      return std::nullopt;
-    f.payload = std::move(*p);
-    return f;
-  }
-
-  /// A whole (possibly fragmented) data message.
-  std::optional<std::string> read_message(std::chrono::milliseconds t = 3s) {
-    std::string msg;
-    for (;;) {
-      auto f = read_frame(t);
-      if (!f)
-        return std::nullopt;
-      if (f->opcode >= 0x8)
-        continue; // control frames between fragments
-      msg += f->payload;
-      if (f->fin)
-        return msg;
-    }
-  }
-
-  /// True once a read saw the peer close TCP.
-  bool eof() const {
-    return eof_;
-  }
-
-private:
-  void write_all(const std::string& s) {
-    std::size_t off = 0;
-    while (off < s.size()) {
-      auto n = ::send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-      if (n <= 0)
-        throw std::runtime_error("raw_ws: send failed");
-      off += static_cast<std::size_t>(n);
-    }
-  }
-
-  /// Some bytes; "" on EOF; nullopt on timeout or error.
-  std::optional<std::string> read_some(std::chrono::milliseconds timeout) {
-    timeval tv{};
-    tv.tv_sec = static_cast<long>(timeout.count() / 1000);
-    tv.tv_usec = static_cast<long>((timeout.count() % 1000) * 1000);
-    if (tv.tv_sec == 0 && tv.tv_usec == 0)
-      tv.tv_usec = 1000;
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char buf[65536];
-    auto n = ::recv(fd_, buf, sizeof buf, 0);
-    if (n < 0)
-      return std::nullopt;
-    return std::string(buf, static_cast<std::size_t>(n));
-  }
-
-  int fd_ = -1;
-  std::string status_line_;
-  std::string pending_;
-  bool eof_ = false;
 };
 
 std::string hex(const std::string& bytes) {
@@ -1169,19 +989,19 @@ TEST_F(HubTest, GoSilentStopsReadingNeverAnswersPingsAndKeepsTcpOpen) {
   faults(R"({"go_silent":1})");
   raw_ws silent{port(), "/ws/ledger"};
   EXPECT_NE(silent.status_line().find(" 101 "), std::string::npos);
-  silent.subscribe();
+  ASSERT_TRUE(silent.subscribe());
   auto hello = silent.read_message();
   ASSERT_TRUE(hello);
   EXPECT_NE(hello->find("\"hello\""), std::string::npos);
-  silent.send_frame(0x9, "are you there");
+  ASSERT_TRUE(silent.send_frame(0x9, "are you there"));
   publish("s");
   EXPECT_FALSE(silent.read_frame(700ms)) << "no pong, no wake";
   EXPECT_FALSE(silent.eof()) << "TCP stays open";
   // The next connection is healthy again: Beast answers the ping.
   raw_ws healthy{port(), "/ws/ledger"};
-  healthy.subscribe();
+  ASSERT_TRUE(healthy.subscribe());
   ASSERT_TRUE(healthy.read_message());
-  healthy.send_frame(0x9, "ping!");
+  ASSERT_TRUE(healthy.send_frame(0x9, "ping!"));
   auto pong = healthy.read_frame();
   ASSERT_TRUE(pong);
   EXPECT_EQ(pong->opcode, 0xA);
@@ -1195,10 +1015,10 @@ TEST_F(HubTest, GoSilentStopsReadingNeverAnswersPingsAndKeepsTcpOpen) {
 TEST_F(HubTest, SilenceNowSilencesOpenConnections) {
   start();
   raw_ws ws{port(), "/ws/catchup"};
-  ws.subscribe();
+  ASSERT_TRUE(ws.subscribe());
   ASSERT_TRUE(ws.read_message());
   faults(R"({"silence_now":true})");
-  ws.send_frame(0x9, "x");
+  ASSERT_TRUE(ws.send_frame(0x9, "x"));
   publish("s");
   EXPECT_FALSE(ws.read_frame(500ms));
   EXPECT_FALSE(ws.eof());
@@ -1208,7 +1028,7 @@ TEST_F(HubTest, HubStopClosesSilentConnections) {
   start();
   faults(R"({"go_silent":-1})");
   raw_ws ws{port(), "/ws/ledger"};
-  ws.subscribe();
+  ASSERT_TRUE(ws.subscribe());
   ASSERT_TRUE(ws.read_message());
   auto t0 = std::chrono::steady_clock::now();
   hub_->stop();
@@ -1221,7 +1041,7 @@ TEST_F(HubTest, OversizedFrameAnnouncesMoreThanTheCapAndSendsNoPayload) {
   start();
   faults(R"({"oversized_frame":1})");
   raw_ws raw{port(), "/ws/ledger"};
-  raw.subscribe();
+  ASSERT_TRUE(raw.subscribe());
   ASSERT_TRUE(raw.read_message());
   auto header = raw.read_exact(10, 2s);
   ASSERT_TRUE(header);
@@ -1247,7 +1067,7 @@ TEST_F(HubTest, Case21cDeclaresAnEightExabyteFrame) {
   faults(
     R"({"oversized_frame":1,"oversized_frame_bytes":9223372036854775807})");
   raw_ws raw{port(), "/ws/ledger"};
-  raw.subscribe();
+  ASSERT_TRUE(raw.subscribe());
   ASSERT_TRUE(raw.read_message());
   auto header = raw.read_exact(10, 2s);
   ASSERT_TRUE(header);
@@ -1258,9 +1078,9 @@ TEST_F(HubTest, FragmentFramesSplitsEveryMessageIntoContinuations) {
   start();
   faults(R"({"fragment_frames":1,"fragment_bytes":16})");
   raw_ws raw{port(), "/ws/ledger"};
-  raw.subscribe();
+  ASSERT_TRUE(raw.subscribe());
   std::string hello;
-  std::vector<raw_frame> frames;
+  std::vector<outbound::testing::server_frame> frames;
   for (;;) {
     auto f = raw.read_frame();
     ASSERT_TRUE(f);
@@ -1291,7 +1111,7 @@ TEST_F(HubTest, Case21aAnEightyKiBMessageInSixteenKiBFragments) {
   faults(R"({"fragment_frames":1,"fragment_bytes":16384,)"
          R"("pad_frames_to":81920})");
   raw_ws raw{port(), "/ws/ledger"};
-  raw.subscribe();
+  ASSERT_TRUE(raw.subscribe());
   ASSERT_TRUE(raw.read_message()); // the hello: one frame, not padded
   publish("s");
   std::vector<std::string> headers;
@@ -1318,7 +1138,7 @@ TEST_F(HubTest, Case21bEmptyContinuationsAfterTheFirstFragment) {
   faults(R"({"fragment_frames":1,"fragment_bytes":1,)"
          R"("empty_continuations":100000})");
   raw_ws raw{port(), "/ws/ledger"};
-  raw.subscribe();
+  ASSERT_TRUE(raw.subscribe());
   auto first = raw.read_frame();
   ASSERT_TRUE(first);
   EXPECT_EQ(first->opcode, 0x1);
@@ -1391,13 +1211,13 @@ TEST_F(HubTest, AFullSendQueueClosesWith1013) {
   c.faults.pad_frames_to = 65536;
   start(c);
   raw_ws raw{port(), "/ws/ephemeral"};
-  raw.subscribe();
+  ASSERT_TRUE(raw.subscribe());
   ASSERT_TRUE(raw.read_message());
   // The client reads nothing: socket buffers fill, then the queue.
   for (int i = 0; i < 2000; ++i)
     hub_->publish("s", "k");
   int events = 0;
-  std::optional<raw_frame> close;
+  std::optional<outbound::testing::server_frame> close;
   for (;;) {
     auto f = raw.read_frame(5s);
     ASSERT_TRUE(f) << "after " << events << " events";
@@ -1456,7 +1276,7 @@ TEST_F(HubTest, DropClosesEveryConnectionOfATierWithoutACloseFrame) {
   raw_ws c2{port(), "/ws/catchup"};
   raw_ws l1{port(), "/ws/ledger"};
   for (auto* ws : {&c1, &c2, &l1}) {
-    ws->subscribe();
+    ASSERT_TRUE(ws->subscribe());
     ASSERT_TRUE(ws->read_message());
   }
   auto r = http().request_raw("POST", "/admin/drop",
@@ -1485,10 +1305,10 @@ TEST_F(HubTest, DropAllAlsoDropsSilentAndUnsubscribedConnections) {
   start();
   faults(R"({"go_silent":1})");
   raw_ws silent{port(), "/ws/ledger"};
-  silent.subscribe();
+  ASSERT_TRUE(silent.subscribe());
   ASSERT_TRUE(silent.read_message());
   raw_ws ledger{port(), "/ws/ledger"};
-  ledger.subscribe();
+  ASSERT_TRUE(ledger.subscribe());
   ASSERT_TRUE(ledger.read_message());
   raw_ws fresh{port(), "/ws/ephemeral"}; // upgraded, never subscribes
   ASSERT_TRUE(wait_connections([this] { return state(); }, "other", 2));
@@ -1501,7 +1321,7 @@ TEST_F(HubTest, DropAllAlsoDropsSilentAndUnsubscribedConnections) {
   EXPECT_TRUE(wait_connections([this] { return state(); }, "other", 0));
   // The knob is an action, not a setting: new connections stay up.
   raw_ws next{port(), "/ws/ledger"};
-  next.subscribe();
+  ASSERT_TRUE(next.subscribe());
   ASSERT_TRUE(next.read_message());
   EXPECT_FALSE(next.read_frame(300ms));
   EXPECT_FALSE(next.eof());
@@ -1553,7 +1373,7 @@ TEST_F(HubTest, ADropDoesNotWaitForAWriteTheClientNeverReads) {
   c.faults.pad_frames_to = 65536;
   start(c);
   raw_ws raw{port(), "/ws/ephemeral"};
-  raw.subscribe();
+  ASSERT_TRUE(raw.subscribe());
   ASSERT_TRUE(raw.read_message());
   // The client reads nothing: the socket buffers fill and a write stays in
   // flight on the hub's side.
@@ -1581,10 +1401,10 @@ TEST_F(HubTest, DropEveryDropsOnATimerUntilTurnedOff) {
   start();
   faults(R"({"drop_every":0.1,"drop_tier":"ledger"})");
   raw_ws ledger{port(), "/ws/ledger"};
-  ledger.subscribe();
+  ASSERT_TRUE(ledger.subscribe());
   ASSERT_TRUE(ledger.read_message());
   raw_ws catchup{port(), "/ws/catchup"};
-  catchup.subscribe();
+  ASSERT_TRUE(catchup.subscribe());
   ASSERT_TRUE(catchup.read_message());
   EXPECT_FALSE(ledger.read_frame(3s));
   EXPECT_TRUE(ledger.eof());
@@ -1594,7 +1414,7 @@ TEST_F(HubTest, DropEveryDropsOnATimerUntilTurnedOff) {
   auto drops = state().at("server").at("drops").to_number<int64_t>();
   EXPECT_GE(drops, 1);
   raw_ws again{port(), "/ws/ledger"};
-  again.subscribe();
+  ASSERT_TRUE(again.subscribe());
   ASSERT_TRUE(again.read_message());
   EXPECT_FALSE(again.read_frame(400ms));
   EXPECT_FALSE(again.eof());
@@ -1609,7 +1429,7 @@ TEST_F(HubTest, DropsRacingSubscribesLeaveNoDeadSessionInTheFanOut) {
   start(c);
   for (int i = 0; i < 300; ++i) {
     raw_ws ws{port(), i % 2 ? "/ws/catchup" : "/ws/ledger"};
-    ws.subscribe();
+    ASSERT_TRUE(ws.subscribe());
     if (i % 3 == 0)
       std::this_thread::sleep_for(std::chrono::microseconds{50 * (i % 7)});
     hub_->drop_connections("all");
@@ -1660,7 +1480,7 @@ TEST_F(HubTest, ItsSocketsAreCloseOnExec) {
   // after stop(), and clients would hang instead of being refused.
   start();
   raw_ws ws{port(), "/ws/ledger"}; // an accepted connection exists too
-  ws.subscribe();
+  ASSERT_TRUE(ws.subscribe());
   ASSERT_TRUE(ws.read_message());
   int hub_sockets = 0;
   for (int fd = 0; fd < 4096; ++fd) {
