@@ -239,6 +239,11 @@ const std::string chunked_200
   = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
     "Transfer-Encoding: chunked\r\n\r\n";
 
+/// Milliseconds since `t0`.
+int64_t since(wire_clock::time_point t0) {
+  return ms(wire_clock::now() - t0);
+}
+
 class Hostile : public wire_test {
 protected:
   /// The case file's defaults, but a single attempt: the exact outcome of one
@@ -281,6 +286,23 @@ protected:
                        "malformed status line");
   }
 
+  /// A server sends `head` once, then `filler` again and again as fast as
+  /// the client reads: the call to `path` fails interrupted with
+  /// `needle` in the detail, well before its timeout, and the client stops
+  /// reading within the flood bound.
+  void expect_flood_fails_fast(std::string head, std::string filler,
+                               const std::string& path,
+                               const std::string& needle) {
+    flood_server srv{std::move(head), std::move(filler)};
+    auto c = client(patient(one_shot(srv.base_url())));
+    auto t0 = wire_clock::now();
+    expect_unavailable([&] { return c->request("GET", path); },
+                       transport_error_kind::interrupted, needle);
+    EXPECT_LT(since(t0), fast_ms);
+    ASSERT_TRUE(srv.wait_stopped(0, 3s));
+    EXPECT_LT(srv.written(0), flood_bound);
+  }
+
   /// Expects one attempt that ended at its timeout: a service_unavailable
   /// caused by `timeout` whose detail is either timer's (see
   /// is_attempt_timeout), the connection's naming one of `phases`.
@@ -312,11 +334,6 @@ protected:
   /// The bound of an outcome that waits for no timer (see patient()).
   static constexpr int64_t fast_ms = 3000;
 };
-
-/// Milliseconds since `t0`.
-int64_t since(wire_clock::time_point t0) {
-  return ms(wire_clock::now() - t0);
-}
 
 // =============================================================================
 // Response header limits
@@ -379,15 +396,8 @@ TEST_F(Hostile, EndlessTinyHeaderFieldsFailAtTheCap) {
   std::string unit;
   for (int i = 0; i < 10000; ++i)
     unit += "a:b\r\n";
-  flood_server srv{"HTTP/1.1 200 OK\r\n", unit};
-  auto c = client(patient(one_shot(srv.base_url())));
-  auto t0 = wire_clock::now();
-  expect_unavailable([&] { return c->request("GET", "/v1/h"); },
-                     transport_error_kind::interrupted,
-                     "response header exceeds 64 KiB");
-  EXPECT_LT(since(t0), fast_ms);
-  ASSERT_TRUE(srv.wait_stopped(0, 3s));
-  EXPECT_LT(srv.written(0), flood_bound);
+  expect_flood_fails_fast("HTTP/1.1 200 OK\r\n", unit, "/v1/h",
+                          "response header exceeds 64 KiB");
 }
 
 TEST_F(Hostile, TenThousandTinyHeaderFieldsAreAccepted) {
@@ -407,15 +417,9 @@ TEST_F(Hostile, TenThousandTinyHeaderFieldsAreAccepted) {
 // stops at the 64 KiB cap, long before its per-attempt timeout, and does not
 // buffer the flood.
 TEST_F(Hostile, EndlessHeaderLineFailsAtTheCapNotAtTheTimeout) {
-  flood_server srv{"HTTP/1.1 200 OK\r\nX-Flood: ", std::string(65536, 'a')};
-  auto c = client(patient(one_shot(srv.base_url())));
-  auto t0 = wire_clock::now();
-  expect_unavailable([&] { return c->request("GET", "/v1/h"); },
-                     transport_error_kind::interrupted,
-                     "response header exceeds 64 KiB");
-  EXPECT_LT(since(t0), fast_ms);
-  ASSERT_TRUE(srv.wait_stopped(0, 3s));
-  EXPECT_LT(srv.written(0), flood_bound);
+  expect_flood_fails_fast(
+    "HTTP/1.1 200 OK\r\nX-Flood: ", std::string(65536, 'a'), "/v1/h",
+    "response header exceeds 64 KiB");
 }
 
 // Slowloris on the header: one byte every 50 ms, never a line end. The
@@ -577,29 +581,15 @@ TEST_F(HostileChunks, FourThousandOneByteChunksAreAccepted) {
 // A chunk-size line that never ends (an endless chunk extension), sent as
 // fast as the client reads: it must fail fast, not buffer until the timeout.
 TEST_F(HostileChunks, EndlessChunkSizeLineFailsFastAndBounded) {
-  flood_server srv{chunked_200 + "1;x=", std::string(65536, 'a')};
-  auto c = client(patient(one_shot(srv.base_url())));
-  auto t0 = wire_clock::now();
-  expect_unavailable([&] { return c->request("GET", "/v1/c"); },
-                     transport_error_kind::interrupted,
-                     "malformed chunked body");
-  EXPECT_LT(since(t0), fast_ms);
-  ASSERT_TRUE(srv.wait_stopped(0, 3s));
-  EXPECT_LT(srv.written(0), flood_bound);
+  expect_flood_fails_fast(chunked_200 + "1;x=", std::string(65536, 'a'),
+                          "/v1/c", "malformed chunked body");
 }
 
 // The same with a trailer field that never ends after the last chunk.
 TEST_F(HostileChunks, EndlessTrailerFailsFastAndBounded) {
-  flood_server srv{chunked_200 + "b\r\n" + ok_true + "\r\n0\r\nX-T: ",
-                   std::string(65536, 'a')};
-  auto c = client(patient(one_shot(srv.base_url())));
-  auto t0 = wire_clock::now();
-  expect_unavailable([&] { return c->request("GET", "/v1/c"); },
-                     transport_error_kind::interrupted,
-                     "malformed chunked body");
-  EXPECT_LT(since(t0), fast_ms);
-  ASSERT_TRUE(srv.wait_stopped(0, 3s));
-  EXPECT_LT(srv.written(0), flood_bound);
+  expect_flood_fails_fast(
+    chunked_200 + "b\r\n" + ok_true + "\r\n0\r\nX-T: ", std::string(65536, 'a'),
+    "/v1/c", "malformed chunked body");
 }
 
 // =============================================================================
