@@ -536,6 +536,7 @@ int main(int argc, char** argv) {
   int hub_threads = 1;
   int io_threads = 1;
   double flush_interval = 0.001;
+  std::string cold_start = "adaptive";
   std::string modes = "both";
   std::string ceiling = "goal";
   outbound::bench::caf_flags caf_opts;
@@ -576,6 +577,12 @@ int main(int argc, char** argv) {
                  "coalesce.batch_flush_interval in seconds (the cold-start "
                  "window)")
     ->check(CLI::Range(0.0, 1.0))
+    ->capture_default_str();
+  app
+    .add_option("--cold-start", cold_start,
+                "adaptive (coalesce.adaptive_cold_start, the default) or "
+                "window (always wait --flush-interval, tsoracle's rule)")
+    ->check(CLI::IsMember({"adaptive", "window"}))
     ->capture_default_str();
   app.add_option("--modes", modes,
                  "both (direct baseline, then coalesced), coalesced, direct")
@@ -637,9 +644,10 @@ int main(int argc, char** argv) {
               "(steady_clock, every call, nearest rank)\n",
               co.warmup, co.duration);
   std::printf("coalesced: caller actors -> one coalescing_driver (flush "
-              "interval %.3f s) -> POST /v1/ts batches; direct: caller actors "
-              "-> service_client (leader) -> one POST /v1/ts per call\n\n",
-              flush_interval);
+              "interval %.3f s, cold start %s) -> POST /v1/ts batches; "
+              "direct: caller actors -> service_client (leader) -> one POST "
+              "/v1/ts per call\n\n",
+              flush_interval, cold_start.c_str());
 
   struct spec {
     int callers;
@@ -687,6 +695,7 @@ int main(int argc, char** argv) {
       outbound::coalesce_config cc;
       cc.endpoints = endpoints;
       cc.batch_flush_interval = flush_interval;
+      cc.adaptive_cold_start = cold_start == "adaptive";
       outbound::coalesce_options opts;
       opts.io = io;
       opts.seed = 42;

@@ -117,6 +117,22 @@ struct coalesce_config {
   /// batch, sent as soon as the RPC returns) (>= 0; 0 sends at once).
   /// [0.001]
   double batch_flush_interval = 0.001;
+  /// Adaptive cold start (beyond tsoracle, whose driver always waits the
+  /// window): an idle group sends its first waiter at once, without the
+  /// window, when
+  ///  - an RPC of the driver completed less than `batch_flush_interval`
+  ///    ago: the callers it answered are coming back, and whoever follows
+  ///    the first rides the next batch, sent as soon as this one returns
+  ///    (a closed loop of a few callers would otherwise pay the whole
+  ///    window on every batch); or
+  ///  - the recent arrivals predict no second caller within the window: the
+  ///    smoothed gap between joins (an EWMA with weight 1/8, as TCP's
+  ///    smoothed RTT in RFC 6298) is at least `batch_flush_interval`.
+  /// Otherwise (a burst is arriving, or nothing is known yet) it waits the
+  /// window as before. The decisions are counted in
+  /// `outbound_coalesce_cold_starts_total{decision="at_once"|"window"}`.
+  /// false: always wait the window (tsoracle's rule). [true]
+  bool adaptive_cold_start = true;
   /// Waiters held at most (queued or in flight, all groups together);
   /// beyond: rejected_backpressure (>= 1). [4096, tsoracle QUEUE_CAPACITY]
   std::size_t max_waiters = 4096;

@@ -31,6 +31,11 @@ struct batcher_stats {
   uint64_t rpcs_cancelled = 0;
   /// Answers for RPCs no longer current (cancelled), ignored.
   uint64_t stale_answers = 0;
+  /// Cold starts (a waiter joined an idle group) sent at once by the
+  /// adaptive rule (coalesce_config::adaptive_cold_start), and those that
+  /// waited the flush window.
+  uint64_t cold_starts_at_once = 0;
+  uint64_t cold_starts_window = 0;
 };
 
 /// Counters of a leader_state (for metrics and tests).

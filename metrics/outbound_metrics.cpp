@@ -476,6 +476,20 @@ const family_row<coalesce_stats> coalescer_rows[] = {
      return as_double(s.batches.rejected_invalid);
    },
    "reason", "invalid"},
+  {counter, "outbound_coalesce_cold_starts_total",
+   "Waiters that found their group idle, by what the adaptive cold start "
+   "decided: sent at once, or after the flush window",
+   [](const coalesce_stats& s) {
+     return as_double(s.batches.cold_starts_at_once);
+   },
+   "decision", "at_once"},
+  {counter, "outbound_coalesce_cold_starts_total",
+   "Waiters that found their group idle, by what the adaptive cold start "
+   "decided: sent at once, or after the flush window",
+   [](const coalesce_stats& s) {
+     return as_double(s.batches.cold_starts_window);
+   },
+   "decision", "window"},
   {counter, "outbound_coalesce_cancelled_total",
    "Waiters that left before their answer (own timeout)",
    [](const coalesce_stats& s) {

@@ -91,81 +91,113 @@ inline constexpr const char* other_feeds_label = "_other";
 ///
 /// | metric                                  | type    | labels | from |
 /// |-----------------------------------------|---------|--------|------|
-/// | outbound_hedge_requests_total           | counter | service, key | requests planned |
-/// | outbound_hedge_fired_total              | counter | service, key | hedges sent (every gate passed) |
-/// | outbound_hedge_won_total                | counter | service, key | races the hedge won |
-/// | outbound_hedge_cancelled_total          | counter | service, key | races the primary won (the hedge was cancelled) |
-/// | outbound_hedge_suppressed_total         | counter | service, key, reason="budget"\|"breaker" | hedges not sent |
-/// | outbound_hedge_warmup_requests_total    | counter | service, key | requests planned with the warmup delay |
-/// | outbound_hedge_errors_total             | counter | service, key | winners that failed (5xx per breaker config) |
-/// | outbound_hedge_budget_tokens            | gauge   | service, key | tokens in the key's bucket |
-/// | outbound_hedge_delay_seconds            | gauge   | service, key | delay the next request would wait before hedging |
-/// | outbound_breaker_state                  | gauge   | service, scope, key | 0 closed, 1 open, 2 half-open |
-/// | outbound_breaker_opens_total            | counter | service, scope, key | transitions to OPEN |
-/// | outbound_breaker_transitions_total      | counter | service, scope, key, to="open"\|"half_open"\|"closed" | transitions by the phase entered |
-/// | outbound_breaker_window_samples         | gauge   | service, scope, key | calls in the error-rate window |
-/// | outbound_breaker_window_failures        | gauge   | service, scope, key | failed calls in the window |
+/// | outbound_hedge_requests_total           | counter | service, key |
+/// requests planned | | outbound_hedge_fired_total              | counter |
+/// service, key | hedges sent (every gate passed) | | outbound_hedge_won_total
+/// | counter | service, key | races the hedge won | |
+/// outbound_hedge_cancelled_total          | counter | service, key | races the
+/// primary won (the hedge was cancelled) | | outbound_hedge_suppressed_total |
+/// counter | service, key, reason="budget"\|"breaker" | hedges not sent | |
+/// outbound_hedge_warmup_requests_total    | counter | service, key | requests
+/// planned with the warmup delay | | outbound_hedge_errors_total             |
+/// counter | service, key | winners that failed (5xx per breaker config) | |
+/// outbound_hedge_budget_tokens            | gauge   | service, key | tokens in
+/// the key's bucket | | outbound_hedge_delay_seconds            | gauge   |
+/// service, key | delay the next request would wait before hedging | |
+/// outbound_breaker_state                  | gauge   | service, scope, key | 0
+/// closed, 1 open, 2 half-open | | outbound_breaker_opens_total            |
+/// counter | service, scope, key | transitions to OPEN | |
+/// outbound_breaker_transitions_total      | counter | service, scope, key,
+/// to="open"\|"half_open"\|"closed" | transitions by the phase entered | |
+/// outbound_breaker_window_samples         | gauge   | service, scope, key |
+/// calls in the error-rate window | | outbound_breaker_window_failures        |
+/// gauge   | service, scope, key | failed calls in the window |
 ///
 /// Coalescing driver (label service):
 ///
 /// | metric                                  | type    | labels | from |
 /// |-----------------------------------------|---------|--------|------|
-/// | outbound_coalesce_calls_total           | counter | service, outcome="ok"\|"error" | get_ts/get_seq calls answered |
-/// | outbound_coalesce_waiters_total         | counter | service | callers that joined a batch |
-/// | outbound_coalesce_rpcs_total            | counter | service | batched RPCs (mean batch size = rate(waiters)/rate(rpcs)) |
-/// | outbound_coalesce_batch_size            | histogram | service | waiters per RPC sent (buckets 1, 2, 4, ..., 4096, +Inf) |
-/// | outbound_coalesce_attempts_total        | counter | service | exchanges sent (each discovery attempt) |
-/// | outbound_coalesce_rejected_total        | counter | service, reason="backpressure"\|"invalid" | callers refused at entry |
-/// | outbound_coalesce_cancelled_total       | counter | service | waiters that left (their own timeout) |
-/// | outbound_coalesce_redirects_total       | counter | service | 421 answers followed to a hinted leader |
-/// | outbound_coalesce_leader_changes_total  | counter | service | times the cached leader changed endpoint |
-/// | outbound_coalesce_errors_total          | counter | service | RPCs ended by a discovery error |
-/// | outbound_coalesce_protocol_violations_total | counter | service | answers that failed validation |
-/// | outbound_coalesce_uncertain_total       | counter | service | seq RPCs with an uncertain outcome |
-/// | outbound_coalesce_waiters_held          | gauge   | service | waiters held now |
-/// | outbound_coalesce_rpcs_in_flight        | gauge   | service | RPCs in flight now |
-/// | outbound_coalesce_leader_known          | gauge   | service | 1 when a fresh leader is cached |
-/// | outbound_coalesce_transports            | gauge   | service | per-endpoint pools held |
+/// | outbound_coalesce_calls_total           | counter | service,
+/// outcome="ok"\|"error" | get_ts/get_seq calls answered | |
+/// outbound_coalesce_waiters_total         | counter | service | callers that
+/// joined a batch | | outbound_coalesce_rpcs_total            | counter |
+/// service | batched RPCs (mean batch size = rate(waiters)/rate(rpcs)) | |
+/// outbound_coalesce_batch_size            | histogram | service | waiters per
+/// RPC sent (buckets 1, 2, 4, ..., 4096, +Inf) | |
+/// outbound_coalesce_attempts_total        | counter | service | exchanges sent
+/// (each discovery attempt) | | outbound_coalesce_rejected_total        |
+/// counter | service, reason="backpressure"\|"invalid" | callers refused at
+/// entry | | outbound_coalesce_cold_starts_total     | counter | service,
+/// decision="at_once"\|"window" | waiters that found their group idle: sent at
+/// once by the adaptive cold start, or after the flush window | |
+/// outbound_coalesce_cancelled_total       | counter | service | waiters that
+/// left (their own timeout) | | outbound_coalesce_redirects_total       |
+/// counter | service | 421 answers followed to a hinted leader | |
+/// outbound_coalesce_leader_changes_total  | counter | service | times the
+/// cached leader changed endpoint | | outbound_coalesce_errors_total          |
+/// counter | service | RPCs ended by a discovery error | |
+/// outbound_coalesce_protocol_violations_total | counter | service | answers
+/// that failed validation | | outbound_coalesce_uncertain_total       | counter
+/// | service | seq RPCs with an uncertain outcome | |
+/// outbound_coalesce_waiters_held          | gauge   | service | waiters held
+/// now | | outbound_coalesce_rpcs_in_flight        | gauge   | service | RPCs
+/// in flight now | | outbound_coalesce_leader_known          | gauge   |
+/// service | 1 when a fresh leader is cached | | outbound_coalesce_transports
+/// | gauge   | service | per-endpoint pools held |
 ///
 /// Feed watchers (labels feed, mode; feeds past the cap as feed="_other"):
 ///
 /// | metric                                  | type    | labels | from |
 /// |-----------------------------------------|---------|--------|------|
-/// | outbound_feed_events_total              | counter | feed, mode | events acknowledged by the subscriber |
-/// | outbound_feed_resets_total              | counter | feed, mode, cause | resets delivered, by reset_cause (the mode's causes from 0, others once seen) |
-/// | outbound_feed_reconnects_total          | counter | feed, mode | sessions dialled after the first |
-/// | outbound_feed_peer_timeouts_total       | counter | feed, mode | sessions closed as a dead peer |
-/// | outbound_feed_drain_errors_total        | counter | feed, mode, reason | replay pages not read or used, by drain_error_reason (ledger feeds: every reason from 0) |
-/// | outbound_feed_replay_errors_total       | counter | feed, mode | replay calls that failed |
-/// | outbound_feed_overflows_total           | counter | feed, mode | sessions closed for undelivered frames |
-/// | outbound_feed_oversized_frames_total    | counter | feed, mode | WebSocket messages over ws_max_frame_bytes, discarded |
-/// | outbound_feed_callback_errors_total     | counter | feed, mode | deliveries the subscriber failed |
-/// | outbound_feed_connected                 | gauge   | feed, mode | 1 connected (for "_other": how many) |
-/// | outbound_feed_position                  | gauge   | feed, mode | ledger cursor, else last seq (labelled feeds only) |
-/// | outbound_feed_lag_events                | gauge   | feed, mode | ledger: max(head the hub announced − cursor, 0); for "_other" the worst feed |
-/// | outbound_feeds                          | gauge   | mode, state="connected"\|"disconnected" | every watcher |
+/// | outbound_feed_events_total              | counter | feed, mode | events
+/// acknowledged by the subscriber | | outbound_feed_resets_total              |
+/// counter | feed, mode, cause | resets delivered, by reset_cause (the mode's
+/// causes from 0, others once seen) | | outbound_feed_reconnects_total |
+/// counter | feed, mode | sessions dialled after the first | |
+/// outbound_feed_peer_timeouts_total       | counter | feed, mode | sessions
+/// closed as a dead peer | | outbound_feed_drain_errors_total        | counter
+/// | feed, mode, reason | replay pages not read or used, by drain_error_reason
+/// (ledger feeds: every reason from 0) | | outbound_feed_replay_errors_total |
+/// counter | feed, mode | replay calls that failed | |
+/// outbound_feed_overflows_total           | counter | feed, mode | sessions
+/// closed for undelivered frames | | outbound_feed_oversized_frames_total    |
+/// counter | feed, mode | WebSocket messages over ws_max_frame_bytes, discarded
+/// | | outbound_feed_callback_errors_total     | counter | feed, mode |
+/// deliveries the subscriber failed | | outbound_feed_connected | gauge   |
+/// feed, mode | 1 connected (for "_other": how many) | | outbound_feed_position
+/// | gauge   | feed, mode | ledger cursor, else last seq (labelled feeds only)
+/// | | outbound_feed_lag_events                | gauge   | feed, mode | ledger:
+/// max(head the hub announced − cursor, 0); for "_other" the worst feed | |
+/// outbound_feeds                          | gauge   | mode,
+/// state="connected"\|"disconnected" | every watcher |
 ///
 /// Connection pools (label service):
 ///
 /// | metric                                  | type    | labels | from |
 /// |-----------------------------------------|---------|--------|------|
-/// | outbound_pool_dialled_total             | counter | service | connections dialled |
-/// | outbound_pool_reused_total              | counter | service | exchanges on a pooled idle connection |
-/// | outbound_pool_stale_discarded_total     | counter | service | idle connections found stale |
-/// | outbound_pool_cancelled_total           | counter | service | exchanges cancelled by their caller |
-/// | outbound_pool_idle_connections          | gauge   | service | idle connections now |
-/// | outbound_pool_in_flight                 | gauge   | service | exchanges in flight now |
-/// | outbound_pool_pending                   | gauge   | service | exchanges queued for a connection now |
-/// | outbound_pool_waited_total              | counter | service | exchanges that waited for a connection |
-/// | outbound_pool_overflowed_total          | counter | service | exchanges refused: queue full |
+/// | outbound_pool_dialled_total             | counter | service | connections
+/// dialled | | outbound_pool_reused_total              | counter | service |
+/// exchanges on a pooled idle connection | |
+/// outbound_pool_stale_discarded_total     | counter | service | idle
+/// connections found stale | | outbound_pool_cancelled_total           |
+/// counter | service | exchanges cancelled by their caller | |
+/// outbound_pool_idle_connections          | gauge   | service | idle
+/// connections now | | outbound_pool_in_flight                 | gauge   |
+/// service | exchanges in flight now | | outbound_pool_pending | gauge   |
+/// service | exchanges queued for a connection now | |
+/// outbound_pool_waited_total              | counter | service | exchanges that
+/// waited for a connection | | outbound_pool_overflowed_total          |
+/// counter | service | exchanges refused: queue full |
 ///
 /// The poller itself (kind = "hedging" | "coalescer" | "feed" | "pool"):
 ///
 /// | metric                                  | type    | labels | from |
 /// |-----------------------------------------|---------|--------|------|
-/// | outbound_metrics_sources                | gauge   | kind | sources registered and alive |
-/// | outbound_metrics_poll_errors_total      | counter | kind | snapshot requests that failed or timed out |
-/// | outbound_metrics_snapshot_seconds       | gauge   | kind, source | round trip of the last snapshot (labelled sources) |
+/// | outbound_metrics_sources                | gauge   | kind | sources
+/// registered and alive | | outbound_metrics_poll_errors_total      | counter |
+/// kind | snapshot requests that failed or timed out | |
+/// outbound_metrics_snapshot_seconds       | gauge   | kind, source | round
+/// trip of the last snapshot (labelled sources) |
 ///
 /// Mailbox depth: CAF 0.17's `scheduled_actor::mailbox().size()` calls the
 /// consumer-side `fetch_more()` of the actor's inbox and is safe only on

@@ -137,6 +137,7 @@ bool valid_seq_key(const std::string& key, std::size_t max_bytes) {
 batcher::batcher(const coalesce_config& cfg) {
   cfg.validate();
   flush_interval_ = coalesce_seconds(cfg.batch_flush_interval);
+  adaptive_ = cfg.adaptive_cold_start;
   max_waiters_ = cfg.max_waiters;
   max_ts_ = cfg.max_ts_per_rpc;
   max_seq_ = cfg.max_seq_per_rpc;
@@ -170,8 +171,21 @@ join_decision batcher::join(const waiter_request& w, coalesce_time now) {
   group_key gk{w.kind, w.kind == waiter_kind::seq ? w.key : std::string{}};
   auto& g = groups_[gk];
   bool idle = !g.flight && g.pending.empty() && g.queued_live == 0;
-  if (idle)
-    g.flush_at = now + flush_interval_; // cold start
+  if (idle) { // cold start
+    if (cold_start_at_once(now)) {
+      g.flush_at = now;
+      ++stats_.cold_starts_at_once;
+    } else {
+      g.flush_at = now + flush_interval_;
+      ++stats_.cold_starts_window;
+    }
+  }
+  if (last_join_ && now >= *last_join_) {
+    // EWMA with weight 1/8 (RFC 6298's smoothed RTT): gap += (x - gap) / 8.
+    auto x = now - *last_join_;
+    join_gap_ = join_gap_ ? *join_gap_ + (x - *join_gap_) / 8 : x;
+  }
+  last_join_ = now;
   auto serial = next_serial_++;
   waiter_rec rec;
   rec.req = w;
@@ -343,9 +357,18 @@ std::optional<coalesce_time> batcher::next_wakeup() const {
   return r;
 }
 
+bool batcher::cold_start_at_once(coalesce_time now) const {
+  if (!adaptive_ || flush_interval_.count() <= 0)
+    return false; // the window (0: at once anyway)
+  if (last_done_ && now >= *last_done_ && now - *last_done_ < flush_interval_)
+    return true; // the callers of a batch just answered are coming back
+  return join_gap_ && *join_gap_ >= flush_interval_;
+}
+
 void batcher::finish_flight(group_map::iterator it, coalesce_time now) {
   auto& g = it->second;
   g.flight.reset();
+  last_done_ = now;
   if (!g.pending.empty())
     return; // the next chunk of the batch goes out at the next take_ready
   if (g.queued_live > 0) {

@@ -15,6 +15,7 @@
 //            join (idle group)                flush_at <= now
 //   IDLE ──────────────────────► COLD ─────────────────────────┐
 //    ▲        flush_at = now + batch_flush_interval             │ take_ready
+//    │        (or now: adaptive cold start, see coalesce_config) │
 //    │                                                          ▼
 //    │  batch done, queue empty          ┌───────────► IN FLIGHT (chunk k)
 //    └───────────────────────────────────┤  chunk done,       │
@@ -364,7 +365,17 @@ private:
   std::unordered_map<uint64_t, waiter_rec>::iterator
   live_waiter(const chunk& c, const chunk_part& p);
 
+  /// True if a cold start at `now` is sent at once (adaptive_cold_start).
+  bool cold_start_at_once(coalesce_time now) const;
+
   coalesce_duration flush_interval_;
+  bool adaptive_ = true;
+  /// When an RPC last completed (answered, failed or cancelled), if ever.
+  std::optional<coalesce_time> last_done_;
+  /// When a waiter last joined, and the smoothed gap between joins (unset
+  /// until two joins were seen).
+  std::optional<coalesce_time> last_join_;
+  std::optional<coalesce_duration> join_gap_;
   std::size_t max_waiters_;
   uint32_t max_ts_;
   uint32_t max_seq_;

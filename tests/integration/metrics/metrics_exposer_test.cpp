@@ -266,6 +266,13 @@ TEST(MetricsExposer, ServesLiveFamiliesOfEverySourceAndPromtoolAcceptsThem) {
             "outbound_coalesce_waiters_total{service=\"oracle\"} 1\n");
   EXPECT_EQ(lines_of(b, "outbound_coalesce_rpcs_total{"),
             "outbound_coalesce_rpcs_total{service=\"oracle\"} 1\n");
+  // The one call found the driver idle and knew no traffic yet: it waited
+  // the window (adaptive cold start).
+  EXPECT_EQ(lines_of(b, "outbound_coalesce_cold_starts_total{"),
+            "outbound_coalesce_cold_starts_total{decision=\"at_once\","
+            "service=\"oracle\"} 0\n"
+            "outbound_coalesce_cold_starts_total{decision=\"window\","
+            "service=\"oracle\"} 1\n");
   EXPECT_EQ(lines_of(b, "outbound_metrics_sources{"),
             "outbound_metrics_sources{kind=\"coalescer\"} 1\n"
             "outbound_metrics_sources{kind=\"feed\"} 1\n"

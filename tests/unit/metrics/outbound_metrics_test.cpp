@@ -179,6 +179,8 @@ TEST(SnapshotCollector, CoalescerCountersAndGauges) {
   s.batches.rejected_backpressure = 1;
   s.batches.cancelled = 2;
   s.batches.protocol_violations = 1;
+  s.batches.cold_starts_at_once = 3;
+  s.batches.cold_starts_window = 1;
   s.attempts = 6;
   s.redirects = 2;
   s.leader_changes = 1;
@@ -226,6 +228,12 @@ TEST(SnapshotCollector, CoalescerCountersAndGauges) {
               "service=\"oracle\"} 1",
               "outbound_coalesce_rejected_total{reason=\"invalid\",service="
               "\"oracle\"} 0"}));
+  EXPECT_EQ(lines_starting(body, "outbound_coalesce_cold_starts_total{"),
+            (std::vector<std::string>{
+              "outbound_coalesce_cold_starts_total{decision=\"at_once\","
+              "service=\"oracle\"} 3",
+              "outbound_coalesce_cold_starts_total{decision=\"window\","
+              "service=\"oracle\"} 1"}));
   EXPECT_NE(body.find("# TYPE outbound_coalesce_waiters_held gauge\n"),
             std::string::npos);
   EXPECT_NE(body.find("# TYPE outbound_coalesce_rpcs_total counter\n"),

@@ -233,8 +233,12 @@ TEST(CoalesceBatcher, ChunksAreDeliveredOneByOneWhileALaterChunkStalls) {
   EXPECT_EQ(p4[0].parts[0].waiter_id, 4u);
 }
 
+// tsoracle's rule (adaptive_cold_start off): every cold start waits the
+// window, also one right after a batch returned.
 TEST(CoalesceBatcher, FlushIntervalAppliesOnlyToAColdStart) {
-  batcher b{cfg_with(0.001)};
+  auto cfg = cfg_with(0.001);
+  cfg.adaptive_cold_start = false;
+  batcher b{cfg};
   ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
   EXPECT_TRUE(b.take_ready(t0 + microseconds(999)).empty());
   ASSERT_EQ(
@@ -260,6 +264,85 @@ TEST(CoalesceBatcher, FlushIntervalAppliesOnlyToAColdStart) {
   ASSERT_EQ(b.join(ts_waiter(4, 1, t3), t3), join_decision::queued);
   EXPECT_TRUE(b.take_ready(t3).empty());
   EXPECT_EQ(b.next_wakeup(), t3 + milliseconds(1));
+}
+
+// Adaptive cold start: a batch just answered brings its callers back; the
+// first of them goes at once and the rest ride the next batch, instead of
+// all waiting the window (a closed loop of a few callers).
+TEST(CoalesceBatcher, AdaptiveColdStartRightAfterABatchReturnsSendsAtOnce) {
+  batcher b{cfg_with(0.001)};
+  ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
+  // Nothing known yet: the window, as tsoracle.
+  EXPECT_TRUE(b.take_ready(t0).empty());
+  EXPECT_EQ(b.next_wakeup(), t0 + milliseconds(1));
+  auto p = b.take_ready(t0 + milliseconds(1));
+  ASSERT_EQ(p.size(), 1u);
+  auto t1 = t0 + milliseconds(2);
+  b.on_ts_response(p[0].rpc_id, ts_answer(1, 0, 1), t1);
+  // The caller comes back 20 us after its answer: at once.
+  auto t2 = t1 + microseconds(20);
+  ASSERT_EQ(b.join(ts_waiter(2, 1, t2), t2), join_decision::queued);
+  auto p2 = b.take_ready(t2);
+  ASSERT_EQ(p2.size(), 1u);
+  EXPECT_EQ(p2[0].parts[0].waiter_id, 2u);
+  // Others arriving meanwhile queue for the next batch, sent on its return.
+  ASSERT_EQ(b.join(ts_waiter(3, 1, t2), t2), join_decision::queued);
+  ASSERT_EQ(b.join(ts_waiter(4, 1, t2), t2), join_decision::queued);
+  auto t3 = t2 + microseconds(200);
+  b.on_ts_response(p2[0].rpc_id, ts_answer(2, 0, 1), t3);
+  auto p3 = b.take_ready(t3);
+  ASSERT_EQ(p3.size(), 1u);
+  EXPECT_EQ(p3[0].count, 2u);
+  EXPECT_EQ(b.stats().cold_starts_window, 1u);
+  EXPECT_EQ(b.stats().cold_starts_at_once, 1u);
+}
+
+TEST(CoalesceBatcher, AdaptiveColdStartKeepsTheWindowForABurst) {
+  batcher b{cfg_with(0.001)};
+  // A burst: joins 10 us apart.
+  for (uint64_t i = 1; i <= 8; ++i) {
+    auto at = t0 + microseconds(10 * i);
+    ASSERT_EQ(b.join(ts_waiter(i, 1, at), at), join_decision::queued);
+  }
+  auto p = b.take_ready(t0 + milliseconds(2));
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].count, 8u);
+  auto t1 = t0 + milliseconds(3);
+  b.on_ts_response(p[0].rpc_id, ts_answer(1, 0, 8), t1);
+  // Idle for longer than the window, and the joins so far came 10 us
+  // apart: a burst is likely, so the next cold start waits the window.
+  auto t2 = t1 + milliseconds(5);
+  ASSERT_EQ(b.join(ts_waiter(9, 1, t2), t2), join_decision::queued);
+  EXPECT_TRUE(b.take_ready(t2).empty());
+  EXPECT_EQ(b.next_wakeup(), t2 + milliseconds(1));
+  EXPECT_EQ(b.stats().cold_starts_window, 2u);
+  EXPECT_EQ(b.stats().cold_starts_at_once, 0u);
+}
+
+TEST(CoalesceBatcher, AdaptiveColdStartSendsSparseCallersAtOnce) {
+  batcher b{cfg_with(0.001)};
+  // One caller every 20 ms, each answered 1 ms after it was sent: the
+  // smoothed gap between joins soon exceeds the window.
+  auto at = t0;
+  for (uint64_t i = 1; i <= 6; ++i) {
+    ASSERT_EQ(b.join(ts_waiter(i, 1, at), at), join_decision::queued);
+    auto sent = at;
+    auto p = b.take_ready(at);
+    if (p.empty()) {
+      sent = at + milliseconds(1);
+      p = b.take_ready(sent);
+    }
+    ASSERT_EQ(p.size(), 1u) << i;
+    if (i >= 3)
+      EXPECT_EQ(sent, at) << "caller " << i << " waited the window";
+    b.on_ts_response(p[0].rpc_id, ts_answer(i, 0, 1), sent + milliseconds(1));
+    at += milliseconds(20);
+  }
+  // The first two cold starts knew no gap yet (the second one's own gap is
+  // counted after its decision); from the third on, the smoothed gap (20 ms)
+  // is at least the window.
+  EXPECT_EQ(b.stats().cold_starts_window, 2u);
+  EXPECT_EQ(b.stats().cold_starts_at_once, 4u);
 }
 
 TEST(CoalesceBatcher, ZeroFlushIntervalSendsAtOnce) {
