@@ -120,14 +120,16 @@ struct coalesce_config {
   /// Adaptive cold start (beyond tsoracle, whose driver always waits the
   /// window): an idle group sends its first waiter at once, without the
   /// window, when
-  ///  - an RPC of the driver completed less than `batch_flush_interval`
-  ///    ago: the callers it answered are coming back, and whoever follows
+  ///  - an RPC of the same group (ts, or the same seq key) completed less
+  ///    than `batch_flush_interval` ago: the callers it answered are coming
+  ///    back, and whoever follows
   ///    the first rides the next batch, sent as soon as this one returns
   ///    (a closed loop of a few callers would otherwise pay the whole
   ///    window on every batch); or
   ///  - the recent arrivals predict no second caller within the window: the
-  ///    smoothed gap between joins (an EWMA with weight 1/8, as TCP's
-  ///    smoothed RTT in RFC 6298) is at least `batch_flush_interval`.
+  ///    smoothed gap between joins of any group (an EWMA with weight 1/8,
+  ///    as TCP's smoothed RTT in RFC 6298; each gap counted at most two
+  ///    windows) is at least `batch_flush_interval`.
   /// Otherwise (a burst is arriving, or nothing is known yet) it waits the
   /// window as before. The decisions are counted in
   /// `outbound_coalesce_cold_starts_total{decision="at_once"|"window"}`.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 namespace outbound {
@@ -172,7 +173,7 @@ join_decision batcher::join(const waiter_request& w, coalesce_time now) {
   auto& g = groups_[gk];
   bool idle = !g.flight && g.pending.empty() && g.queued_live == 0;
   if (idle) { // cold start
-    if (cold_start_at_once(now)) {
+    if (cold_start_at_once(gk, now)) {
       g.flush_at = now;
       ++stats_.cold_starts_at_once;
     } else {
@@ -180,12 +181,18 @@ join_decision batcher::join(const waiter_request& w, coalesce_time now) {
       ++stats_.cold_starts_window;
     }
   }
-  if (last_join_ && now >= *last_join_) {
-    // EWMA with weight 1/8 (RFC 6298's smoothed RTT): gap += (x - gap) / 8.
-    auto x = now - *last_join_;
-    join_gap_ = join_gap_ ? *join_gap_ + (x - *join_gap_) / 8 : x;
+  if (!last_join_ || now >= *last_join_) {
+    if (last_join_) {
+      // EWMA with weight 1/8 (RFC 6298's smoothed RTT): gap += (x - gap) / 8.
+      // A sample counts at most two windows: only the comparison with the
+      // window matters, and one long idle spell must not make the next
+      // burst look sparse for dozens of joins.
+      auto x
+        = std::min<coalesce_duration>(now - *last_join_, 2 * flush_interval_);
+      join_gap_ = join_gap_ ? *join_gap_ + (x - *join_gap_) / 8 : x;
+    }
+    last_join_ = now; // never backwards (explicit-time callers)
   }
-  last_join_ = now;
   auto serial = next_serial_++;
   waiter_rec rec;
   rec.req = w;
@@ -357,18 +364,32 @@ std::optional<coalesce_time> batcher::next_wakeup() const {
   return r;
 }
 
-bool batcher::cold_start_at_once(coalesce_time now) const {
-  if (!adaptive_ || flush_interval_.count() <= 0)
-    return false; // the window (0: at once anyway)
-  if (last_done_ && now >= *last_done_ && now - *last_done_ < flush_interval_)
-    return true; // the callers of a batch just answered are coming back
+bool batcher::cold_start_at_once(const group_key& gk, coalesce_time now) const {
+  if (flush_interval_.count() <= 0)
+    return true; // no window to wait
+  if (!adaptive_)
+    return false;
+  if (auto i = recent_done_.find(gk); i != recent_done_.end()
+                                      && now >= i->second
+                                      && now - i->second < flush_interval_)
+    return true; // the callers of its batch just answered are coming back
   return join_gap_ && *join_gap_ >= flush_interval_;
 }
 
 void batcher::finish_flight(group_map::iterator it, coalesce_time now) {
   auto& g = it->second;
   g.flight.reset();
-  last_done_ = now;
+  if (adaptive_) {
+    // Swept of what no cold start can use when it doubled since the last
+    // sweep: amortised O(1) a completion.
+    if (recent_done_.size() >= sweep_done_at_) {
+      for (auto i = recent_done_.begin(); i != recent_done_.end();)
+        i = now - i->second >= flush_interval_ ? recent_done_.erase(i)
+                                               : std::next(i);
+      sweep_done_at_ = std::max<std::size_t>(64, 2 * recent_done_.size());
+    }
+    recent_done_[it->first] = now;
+  }
   if (!g.pending.empty())
     return; // the next chunk of the batch goes out at the next take_ready
   if (g.queued_live > 0) {

@@ -365,13 +365,17 @@ private:
   std::unordered_map<uint64_t, waiter_rec>::iterator
   live_waiter(const chunk& c, const chunk_part& p);
 
-  /// True if a cold start at `now` is sent at once (adaptive_cold_start).
-  bool cold_start_at_once(coalesce_time now) const;
+  /// True if a cold start of group `gk` at `now` is sent at once
+  /// (adaptive_cold_start; always with a zero window).
+  bool cold_start_at_once(const group_key& gk, coalesce_time now) const;
 
   coalesce_duration flush_interval_;
   bool adaptive_ = true;
-  /// When an RPC last completed (answered, failed or cancelled), if ever.
-  std::optional<coalesce_time> last_done_;
+  /// Groups whose last RPC completed (answered, failed or cancelled) less
+  /// than a window ago, when it did: the group itself is dropped when idle.
+  /// Entries older than the window are swept as the table grows.
+  std::map<group_key, coalesce_time> recent_done_;
+  std::size_t sweep_done_at_ = 64;
   /// When a waiter last joined, and the smoothed gap between joins (unset
   /// until two joins were seen).
   std::optional<coalesce_time> last_join_;

@@ -345,6 +345,60 @@ TEST(CoalesceBatcher, AdaptiveColdStartSendsSparseCallersAtOnce) {
   EXPECT_EQ(b.stats().cold_starts_at_once, 4u);
 }
 
+// "Its callers are coming back" holds for the group that was answered only:
+// a ts answer does not send a burst on a seq key at once.
+TEST(CoalesceBatcher, AdaptiveColdStartCountsOnlyTheSameGroupsRecentAnswer) {
+  batcher b{cfg_with(0.001)};
+  ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
+  auto p = b.take_ready(t0 + milliseconds(1));
+  ASSERT_EQ(p.size(), 1u);
+  auto t1 = t0 + milliseconds(2);
+  b.on_ts_response(p[0].rpc_id, ts_answer(1, 0, 1), t1);
+  auto t2 = t1 + microseconds(100);
+  ASSERT_EQ(b.join(seq_waiter(2, "k", 1, t2), t2), join_decision::queued);
+  EXPECT_TRUE(b.take_ready(t2).empty()) << "seq group k waits the window";
+  EXPECT_EQ(b.next_wakeup(), t2 + milliseconds(1));
+}
+
+// One long idle spell counts as two windows in the smoothed gap, so that a
+// burst after it still waits the window.
+TEST(CoalesceBatcher, AdaptiveColdStartALongIdleSpellDoesNotHideABurst) {
+  batcher b{cfg_with(0.001)};
+  auto at = t0;
+  for (uint64_t i = 1; i <= 20; ++i, at += microseconds(10))
+    ASSERT_EQ(b.join(ts_waiter(i, 1, at), at), join_decision::queued);
+  auto p = b.take_ready(at + milliseconds(1));
+  ASSERT_EQ(p.size(), 1u);
+  b.on_ts_response(p[0].rpc_id, ts_answer(1, 0, 20), at + milliseconds(2));
+  // 10 s idle, then a burst on ten keys, 10 us apart: every cold start
+  // but possibly the first waits the window.
+  at += std::chrono::seconds(10);
+  for (uint64_t i = 0; i < 10; ++i, at += microseconds(10)) {
+    auto key = "k" + std::to_string(i);
+    ASSERT_EQ(b.join(seq_waiter(100 + i, key, 1, at), at),
+              join_decision::queued);
+  }
+  EXPECT_LE(b.stats().cold_starts_at_once, 1u);
+  EXPECT_GE(b.stats().cold_starts_window, 10u);
+}
+
+// Time going backwards (an explicit-time caller) leaves the smoothed gap
+// alone: no sample, and the last join stays where it was.
+TEST(CoalesceBatcher, AdaptiveColdStartIgnoresJoinsBackInTime) {
+  batcher b{cfg_with(0.001)};
+  ASSERT_EQ(b.join(seq_waiter(1, "a", 1, t0), t0), join_decision::queued);
+  auto t1 = t0 + microseconds(10);
+  ASSERT_EQ(b.join(seq_waiter(2, "b", 1, t1), t1), join_decision::queued);
+  auto back = t0 - milliseconds(100);
+  ASSERT_EQ(b.join(seq_waiter(3, "c", 1, back), back), join_decision::queued);
+  auto t2 = t0 + microseconds(20);
+  ASSERT_EQ(b.join(seq_waiter(4, "d", 1, t2), t2), join_decision::queued);
+  auto t3 = t0 + microseconds(30);
+  ASSERT_EQ(b.join(seq_waiter(5, "e", 1, t3), t3), join_decision::queued);
+  EXPECT_EQ(b.stats().cold_starts_at_once, 0u);
+  EXPECT_EQ(b.stats().cold_starts_window, 5u);
+}
+
 TEST(CoalesceBatcher, ZeroFlushIntervalSendsAtOnce) {
   batcher b{cfg_with(0)};
   ASSERT_EQ(b.join(ts_waiter(1, 3, t0), t0), join_decision::queued);
@@ -352,6 +406,7 @@ TEST(CoalesceBatcher, ZeroFlushIntervalSendsAtOnce) {
   ASSERT_EQ(p.size(), 1u);
   EXPECT_EQ(p[0].count, 3u);
   EXPECT_EQ(p[0].dispatched_at, t0);
+  EXPECT_EQ(b.stats().cold_starts_at_once, 1u) << "no window to wait";
 }
 
 TEST(CoalesceBatcher, ALateJoinerWaitsForTheNextBatch) {
