@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 #include <unordered_map>
 #include <variant>
@@ -27,9 +28,16 @@ namespace {
 /// `timeout` error, normally comes first and is classified better).
 constexpr std::chrono::milliseconds attempt_slack{50};
 
+/// Callers' deadlines: waiter ids by due time. One timer serves them all
+/// (the earliest due time is armed), instead of one clock-thread event per
+/// caller that fired, stale, for every caller answered in time.
+using deadline_table = std::multimap<coalesce_time, uint64_t>;
+
 struct waiter_slot {
   caf::typed_response_promise<coalesce_reply> rp;
   waiter_kind kind = waiter_kind::ts;
+  /// Its entry in driver_state::deadlines, if it has a timeout.
+  std::optional<deadline_table::iterator> due;
 };
 
 /// One batched RPC on its way through leader discovery.
@@ -68,6 +76,10 @@ struct driver_state {
   client_config request_cfg;
   coalesce_options opts;
   std::unordered_map<uint64_t, waiter_slot> waiters;
+  deadline_table deadlines;
+  /// Due time of the deadline timer pending, if any (a later one is not
+  /// armed while an earlier one is pending).
+  std::optional<coalesce_time> deadline_armed;
   std::unordered_map<uint64_t, rpc_run> rpcs;
   std::unordered_map<std::string, transport_actor> transports;
   uint64_t next_waiter = 1;
@@ -102,8 +114,9 @@ struct driver_state {
 };
 
 /// The driver's own interface: the public one plus its timers (spawned with
-/// this one, handed out as coalescing_driver_actor): `(timeout_atom,
-/// waiter_id)` a caller's timeout, `(retry_atom, rpc_id, token)` a
+/// this one, handed out as coalescing_driver_actor): `(timeout_atom, due)`
+/// the callers' deadline timer armed for `due` (nanoseconds on the actor
+/// clock), `(retry_atom, rpc_id, token)` a
 /// backoff's end, `(cancel_atom, rpc_id, token)` an attempt's own time
 /// limit, `(poll_atom, token)` the cold-start flush.
 using driver_impl_actor = coalescing_driver_actor::extend<
@@ -138,6 +151,8 @@ void answer(self_ptr self, uint64_t waiter_id, coalesce_reply r) {
   if (r.error)
     ++st.stats.calls_failed;
   auto rp = std::move(it->second.rp);
+  if (it->second.due)
+    st.deadlines.erase(*it->second.due);
   st.waiters.erase(it);
   rp.deliver(std::move(r));
 }
@@ -566,6 +581,7 @@ void fail_everything(self_ptr self, const call_error& e) {
   auto& st = self->state;
   auto waiters = std::move(st.waiters);
   st.waiters.clear();
+  st.deadlines.clear(); // a pending timer finds nothing due and re-arms none
   for (auto& [id, w] : waiters) {
     coalesce_reply r;
     r.error = e;
@@ -580,6 +596,45 @@ void fail_everything(self_ptr self, const call_error& e) {
   st.rpcs.clear();
   st.batches.emplace(st.cfg);
   st.flush_armed.reset();
+}
+
+/// Arms the deadline timer for the earliest caller deadline unless a timer
+/// at or before it is pending.
+void arm_deadlines(self_ptr self, coalesce_time now) {
+  auto& st = self->state;
+  if (st.deadlines.empty())
+    return;
+  auto first = st.deadlines.begin()->first;
+  if (st.deadline_armed && *st.deadline_armed <= first)
+    return;
+  st.deadline_armed = first;
+  auto due = static_cast<uint64_t>(first.time_since_epoch().count());
+  auto me = caf::actor_cast<driver_impl_actor>(self);
+  if (first <= now)
+    self->send(me, timeout_atom_v, due);
+  else
+    self->delayed_send(me, first - now, timeout_atom_v, due);
+}
+
+void on_waiter_timeout(self_ptr self, uint64_t waiter_id);
+
+/// The deadline timer armed for `due` fired: every caller whose deadline
+/// passed gets deadline_exceeded; the timer is armed for the next one.
+void on_deadline_timer(self_ptr self, uint64_t due) {
+  auto& st = self->state;
+  if (st.deadline_armed
+      && static_cast<uint64_t>(st.deadline_armed->time_since_epoch().count())
+           == due)
+    st.deadline_armed.reset();
+  auto now = now_of(self);
+  while (!st.deadlines.empty() && st.deadlines.begin()->first <= now) {
+    auto id = st.deadlines.begin()->second;
+    st.deadlines.erase(st.deadlines.begin());
+    if (auto it = st.waiters.find(id); it != st.waiters.end())
+      it->second.due.reset();
+    on_waiter_timeout(self, id);
+  }
+  arm_deadlines(self, now);
 }
 
 caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
@@ -625,13 +680,12 @@ caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
       return r;
   }
   auto rp = self->make_response_promise<coalesce_reply>();
-  st.waiters.emplace(w.id, waiter_slot{rp, w.kind});
+  auto& slot = st.waiters.emplace(w.id, waiter_slot{rp, w.kind}).first->second;
   // NaN, +-inf and <= 0: no timeout of its own (coalesce_seconds would turn
   // +inf into 0, an immediate deadline_exceeded).
   if (std::isfinite(timeout) && timeout > 0) {
-    auto delay = coalesce_seconds(timeout);
-    self->delayed_send(caf::actor_cast<driver_impl_actor>(self), delay,
-                       timeout_atom_v, w.id);
+    slot.due = st.deadlines.emplace(now + coalesce_seconds(timeout), w.id);
+    arm_deadlines(self, now);
   }
   pump(self, now);
   return rp;
@@ -748,8 +802,8 @@ driver_impl(self_ptr self, coalesce_config cfg, coalesce_options opts,
         "coalescing driver", [&] { return driver_stats(self); },
         [](const call_error&) { return coalesce_stats{}; });
     },
-    [self](timeout_atom, uint64_t waiter_id) {
-      guarded_step(self, [&] { on_waiter_timeout(self, waiter_id); });
+    [self](timeout_atom, uint64_t due) {
+      guarded_step(self, [&] { on_deadline_timer(self, due); });
     },
     [self](retry_atom, uint64_t rpc_id, uint64_t token) {
       guarded_step(self, [&] {

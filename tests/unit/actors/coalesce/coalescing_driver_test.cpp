@@ -379,6 +379,32 @@ TEST_F(CoalescingDriver, CaseThirteenOneCallersTimeoutDoesNotPoisonTheBatch) {
   EXPECT_TRUE(node(A).cancels.empty()) << "no RPC was cancelled";
 }
 
+// Callers' timeouts share one driver timer: a crowd of callers with
+// timeouts adds one clock event, not one per caller, and a caller whose
+// deadline is earlier than every pending one still fails exactly on time.
+TEST_F(CoalescingDriver, CallersTimeoutsShareOneTimer) {
+  elect(A, 1);
+  node(A).delay = 200ms;
+  auto first = ts(1, 5.0);
+  run();
+  auto events_before = sched_->clock().schedule().size();
+  std::vector<std::shared_ptr<reply_box>> crowd;
+  for (int i = 0; i < 100; ++i)
+    crowd.push_back(ts(1, 5.0 + i * 0.001));
+  run();
+  EXPECT_EQ(sched_->clock().schedule().size(), events_before)
+    << "later deadlines arm no timer of their own";
+  auto early = ts(1, 0.030);
+  advance_stepwise(30ms);
+  EXPECT_EQ(failed(early), error_kind::deadline_exceeded);
+  EXPECT_EQ(ms(early->at - t0_), 30);
+  ASSERT_TRUE(run_to_quiescence());
+  EXPECT_EQ(ok(first).ts.count, 1u);
+  for (auto& c : crowd)
+    EXPECT_EQ(ok(c).ts.count, 1u);
+  EXPECT_EQ(stats().held, 0u);
+}
+
 TEST_F(CoalescingDriver, CaseThirteenVariantEveryWaiterGoneCancelsTheRpc) {
   elect(A, 1);
   node(A).delay = 200ms;
