@@ -115,10 +115,11 @@ struct caller_result {
 
 /// One cell: its time window, the callers' results and their countdown.
 struct cell {
-  cell(int callers, uint32_t count, bench_clock::time_point measure_from,
-       bench_clock::time_point stop_at)
-    : count(count), measure_from(measure_from), stop_at(stop_at),
-      results(static_cast<std::size_t>(callers)), running(callers) {
+  cell(int callers, uint32_t count, double call_timeout,
+       bench_clock::time_point measure_from, bench_clock::time_point stop_at)
+    : count(count), call_timeout(call_timeout), measure_from(measure_from),
+      stop_at(stop_at), results(static_cast<std::size_t>(callers)),
+      running(callers) {
   }
 
   void caller_done() {
@@ -136,6 +137,8 @@ struct cell {
   }
 
   const uint32_t count;
+  /// ts_call::timeout of each coalesced call (0: none).
+  const double call_timeout;
   const bench_clock::time_point measure_from;
   const bench_clock::time_point stop_at;
   std::vector<caller_result> results;
@@ -190,20 +193,23 @@ echo_actor::behavior_type echo_impl(echo_actor::pointer,
 /// What a caller sends and how it reads the answer: a ts_call to the driver,
 /// or a POST /v1/ts to the service client.
 outbound::ts_call message_for(const outbound::coalescing_driver_actor&,
-                              uint32_t count) {
+                              uint32_t count, double timeout) {
   outbound::ts_call c;
   c.count = count;
+  c.timeout = timeout;
   return c;
 }
 
-outbound::ts_call message_for(const echo_actor&, uint32_t count) {
+outbound::ts_call message_for(const echo_actor&, uint32_t count,
+                              double timeout) {
   outbound::ts_call c;
   c.count = count;
+  c.timeout = timeout;
   return c;
 }
 
 outbound::call_request message_for(const outbound::service_client_actor&,
-                                   uint32_t count) {
+                                   uint32_t count, double) {
   outbound::call_request req;
   req.method = "POST";
   req.path = "/v1/ts";
@@ -298,7 +304,7 @@ void caller_next(caller_actor<Handle>* self, bench_clock::time_point now) {
     self->quit();
     return;
   }
-  auto msg = message_for(st.target, st.c->count);
+  auto msg = message_for(st.target, st.c->count, st.c->call_timeout);
   st.t0 = bench_clock::now();
   self->request(st.target, caf::infinite, std::move(msg))
     .then(
@@ -401,6 +407,8 @@ struct cell_options {
   double warmup = 0.5;
   double duration = 3.0;
   double grace = 15.0;
+  /// ts_call::timeout of every coalesced call (0: none).
+  double call_timeout = 0;
 };
 
 template <class Handle>
@@ -415,7 +423,8 @@ row run_cell(caf::actor_system& sys, outbound::hub& h, const Handle& target,
   auto start = bench_clock::now();
   auto measure_from = start + secs(o.warmup);
   auto stop_at = measure_from + secs(o.duration);
-  auto c = std::make_shared<cell>(callers, count, measure_from, stop_at);
+  auto c = std::make_shared<cell>(callers, count, o.call_timeout, measure_from,
+                                  stop_at);
   for (int i = 0; i < callers; ++i)
     sys.spawn(caller<Handle>, target, c,
               &c->results[static_cast<std::size_t>(i)]);
@@ -577,6 +586,12 @@ int main(int argc, char** argv) {
                  "coalesce.batch_flush_interval in seconds (the cold-start "
                  "window)")
     ->check(CLI::Range(0.0, 1.0))
+    ->capture_default_str();
+  app
+    .add_option("--call-timeout", co.call_timeout,
+                "ts_call::timeout of every coalesced call in seconds (0: "
+                "none; a timeout arms the driver's deadline timer)")
+    ->check(CLI::Range(0.0, 60.0))
     ->capture_default_str();
   app
     .add_option("--cold-start", cold_start,
