@@ -680,7 +680,9 @@ caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
       return r;
   }
   auto rp = self->make_response_promise<coalesce_reply>();
-  auto& slot = st.waiters.emplace(w.id, waiter_slot{rp, w.kind}).first->second;
+  auto& slot
+    = st.waiters.emplace(w.id, waiter_slot{rp, w.kind, std::nullopt})
+        .first->second;
   // NaN, +-inf and <= 0: no timeout of its own (coalesce_seconds would turn
   // +inf into 0, an immediate deadline_exceeded).
   if (std::isfinite(timeout) && timeout > 0) {
