@@ -10,8 +10,10 @@
 //      subscriber (callback on a scheduled helper actor) sees it - publish
 //      time. p50/p99 and the publish rate actually achieved.
 //   3. catch-up: E events published in-process first (bounded by
-//      --max-seconds), then one replay-only watcher drains with limit L;
-//      events/s from spawn to the last delivery.
+//      --max-seconds), then, in each of R rounds, one replay-only watcher
+//      drains with limit L (events/s from spawn to the last delivery) and a
+//      raw Beast client fetches and parses the same pages (the same-run
+//      baseline), in alternating order.
 //
 // Each figure prints as a table row and as one JSON line ("json: {...}").
 // Every wait is bounded by --max-seconds; traffic only on 127.0.0.1.
@@ -29,6 +31,15 @@
 #include "protocol/ws_session.hpp"
 
 #include <CLI/CLI.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -409,11 +420,100 @@ void phase_latency(caf::actor_system& sys, std::size_t watchers, double rate,
 
 // -- phase 3 ------------------------------------------------------------------
 
+/// What one drain of the catch-up phase read.
+struct drain_result {
+  uint64_t events = 0;
+  double seconds = 0;
+  /// Replay GETs made (pages read).
+  uint64_t pages = 0;
+  std::string error;
+
+  double rate() const {
+    return seconds > 0 ? double(events) / seconds : 0.0;
+  }
+};
+
+/// The same-run baseline: a raw Boost.Beast keep-alive client on this
+/// thread that only fetches the same replay pages of the same hub and
+/// parses each with boost::json::parse (reading every event's id to move
+/// its cursor), nothing else: no actors, no retries, no delivery.
+drain_result raw_catchup(uint16_t port, uint64_t events, int limit,
+                         double max_seconds) {
+  namespace net = boost::asio;
+  namespace http = boost::beast::http;
+  drain_result r;
+  auto t0 = clk::now();
+  try {
+    net::io_context ioc;
+    net::ip::tcp::socket sock{ioc};
+    sock.connect({net::ip::make_address("127.0.0.1"), port});
+    sock.set_option(net::ip::tcp::no_delay{true});
+    boost::beast::flat_buffer buf;
+    int64_t after = 0;
+    while (r.events < events && seconds_since(t0) < max_seconds) {
+      http::request<http::empty_body> req{http::verb::get,
+                                          "/v1/events?after="
+                                            + std::to_string(after)
+                                            + "&limit=" + std::to_string(limit),
+                                          11};
+      req.set(http::field::host, "127.0.0.1");
+      http::write(sock, req);
+      http::response_parser<http::string_body> parser;
+      parser.body_limit(64 * 1024 * 1024);
+      http::read(sock, buf, parser);
+      ++r.pages;
+      auto v = boost::json::parse(parser.get().body());
+      const auto& evs = v.as_object().at("events").as_array();
+      if (evs.empty())
+        break;
+      for (const auto& e : evs) {
+        after = e.as_object().at("id").to_number<int64_t>();
+        ++r.events;
+      }
+    }
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  r.seconds = seconds_since(t0);
+  return r;
+}
+
+/// One replay-only watcher (a fresh service client) drains the hub from
+/// the start: events/s from spawn to the last delivery.
+drain_result watcher_catchup(caf::actor_system& sys, hub& h, uint64_t events,
+                             int limit, double max_seconds) {
+  client_side cs{sys, h.base_url(), 1};
+  auto count = std::make_shared<std::atomic<uint64_t>>(0);
+  feed_callbacks cbs;
+  cbs.detached = false;
+  cbs.on_event = [count](const feed_event&) {
+    count->fetch_add(1, std::memory_order_relaxed);
+  };
+  feed_config fc;
+  fc.replay_path = "/v1/events";
+  fc.limit = limit;
+  fc.poll_interval = 30.0;
+  drain_result r;
+  auto t0 = clk::now();
+  std::vector<feed_watcher_actor> ws;
+  ws.push_back(spawn_feed_watcher(sys, fc, cs.options(std::move(cbs), 1)));
+  while (count->load() < events && seconds_since(t0) < max_seconds)
+    std::this_thread::sleep_for(100us);
+  r.seconds = seconds_since(t0);
+  r.events = count->load();
+  if (auto st = stats_of(sys, ws.front()))
+    r.pages = st->pages;
+  stop_all(sys, ws);
+  return r;
+}
+
 void phase_catchup(caf::actor_system& sys, uint64_t events, int limit,
-                   double max_seconds) {
+                   double max_seconds, int rounds, const std::string& only) {
+  bool run_raw = only != "watcher";
+  bool run_watcher = only != "raw";
   std::printf("\n== 3. single-feed catch-up (ledger replay, limit %d, "
-              "in-process hub) ==\n",
-              limit);
+              "in-process hub, %d rounds, raw Beast alongside) ==\n",
+              limit, rounds);
   hub_config hc;
   hc.seed = 3;
   hc.replay_limit = std::max(limit, 1);
@@ -431,39 +531,69 @@ void phase_catchup(caf::actor_system& sys, uint64_t events, int limit,
               " events in %.2f s (%.0f ev/s in-process publish)%s\n",
               published, events, pub_s, double(published) / pub_s,
               published < events ? " -- CAPPED by --max-seconds" : "");
-  client_side cs{sys, h.base_url(), 1};
-  auto count = std::make_shared<std::atomic<uint64_t>>(0);
-  feed_callbacks cbs;
-  cbs.detached = false;
-  cbs.on_event = [count](const feed_event&) { count->fetch_add(1); };
-  feed_config fc;
-  fc.replay_path = "/v1/events";
-  fc.limit = limit;
-  fc.poll_interval = 30.0;
-  auto t0 = clk::now();
-  std::vector<feed_watcher_actor> ws;
-  ws.push_back(spawn_feed_watcher(sys, fc, cs.options(std::move(cbs), 1)));
-  while (count->load() < published && seconds_since(t0) < max_seconds)
-    std::this_thread::sleep_for(1ms);
-  auto drain_s = seconds_since(t0);
-  auto got = count->load();
-  stop_all(sys, ws);
+  std::printf("%6s %10s %12s %10s %8s %14s %8s\n", "round", "client", "drained",
+              "seconds", "pages", "events/s", "ratio");
+  std::vector<double> ratios, rates, raw_rates;
+  bool finished = true;
+  for (int round = 1; round <= rounds; ++round) {
+    // Alternate which drain goes first, so neither always runs on a
+    // warmer (or a more loaded) machine.
+    drain_result raw, w;
+    auto do_raw = [&] {
+      if (run_raw)
+        raw = raw_catchup(h.port(), published, limit, max_seconds);
+    };
+    auto do_watcher = [&] {
+      if (run_watcher)
+        w = watcher_catchup(sys, h, published, limit, max_seconds);
+    };
+    if (round % 2 == 1) {
+      do_raw();
+      do_watcher();
+    } else {
+      do_watcher();
+      do_raw();
+    }
+    double ratio = raw.rate() > 0 ? w.rate() / raw.rate() : 0.0;
+    finished = finished && w.events >= published && raw.events >= published;
+    std::printf("%6d %10s %12" PRIu64 " %10.3f %8" PRIu64 " %14.0f\n", round,
+                "raw_beast", raw.events, raw.seconds, raw.pages, raw.rate());
+    std::printf("%6d %10s %12" PRIu64 " %10.3f %8" PRIu64 " %14.0f %8.2f\n",
+                round, "watcher", w.events, w.seconds, w.pages, w.rate(),
+                ratio);
+    if (!raw.error.empty())
+      std::printf("  raw client error: %s\n", raw.error.c_str());
+    ratios.push_back(ratio);
+    rates.push_back(w.rate());
+    raw_rates.push_back(raw.rate());
+    std::ostringstream js;
+    js << "\"figure\":\"catchup_throughput\",\"round\":" << round
+       << ",\"published\":" << published << ",\"limit\":" << limit
+       << ",\"drained\":" << w.events << ",\"drain_seconds\":" << w.seconds
+       << ",\"events_per_second\":" << w.rate()
+       << ",\"raw_drained\":" << raw.events
+       << ",\"raw_seconds\":" << raw.seconds
+       << ",\"raw_events_per_second\":" << raw.rate() << ",\"ratio\":" << ratio
+       << ",\"goal_ratio\":0.8,\"goal_events_per_second\":1000000";
+    json_line(js.str());
+  }
   h.stop();
-  double eps = double(got) / drain_s;
-  std::printf("%12s %12s %10s %14s\n", "events", "drained", "seconds",
-              "events/s");
-  std::printf("%12" PRIu64 " %12" PRIu64 " %10.2f %14.0f  goal >= 1000000 "
-              "ev/s: %s\n",
-              published, got, drain_s, eps,
-              got < published ? "NOT FINISHED within --max-seconds"
-                              : (eps >= 1e6 ? "met" : "MISSED"));
-  std::ostringstream js;
-  js << "\"figure\":\"catchup_throughput\",\"requested_events\":" << events
-     << ",\"published\":" << published << ",\"publish_seconds\":" << pub_s
-     << ",\"drained\":" << got << ",\"drain_seconds\":" << drain_s
-     << ",\"limit\":" << limit << ",\"events_per_second\":" << eps
-     << ",\"goal_events_per_second\":1000000";
-  json_line(js.str());
+  auto range = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return std::make_pair(v.front(), v.back());
+  };
+  auto [r_lo, r_hi] = range(ratios);
+  auto [w_lo, w_hi] = range(rates);
+  auto [b_lo, b_hi] = range(raw_rates);
+  std::printf("  watcher %.0f-%.0f ev/s, raw Beast %.0f-%.0f ev/s, ratio "
+              "%.2f-%.2f  goals >= 0.8x raw: %s, >= 1000000 ev/s: %s\n",
+              w_lo, w_hi, b_lo, b_hi, r_lo, r_hi,
+              !finished     ? "NOT FINISHED within --max-seconds"
+              : r_lo >= 0.8 ? "met"
+                            : "MISSED",
+              !finished     ? "NOT FINISHED"
+              : w_lo >= 1e6 ? "met"
+                            : "MISSED");
 }
 
 } // namespace
@@ -477,6 +607,8 @@ int main(int argc, char** argv) {
   double latency_seconds = 5;
   uint64_t catchup_events = 1000000;
   int limit = 1000;
+  int catchup_rounds = 3;
+  std::string catchup_clients = "both";
   double max_seconds = 120;
   std::string phases = "123";
   app.add_option("--watchers", watchers_list,
@@ -492,6 +624,14 @@ int main(int argc, char** argv) {
   app.add_option("--catchup-events", catchup_events,
                  "events published before the catch-up drain")
     ->check(CLI::Range(uint64_t{1}, uint64_t{10000000}));
+  app
+    .add_option("--catchup-rounds", catchup_rounds,
+                "catch-up rounds (each: the watcher and raw Beast)")
+    ->check(CLI::Range(1, 20));
+  app
+    .add_option("--catchup-clients", catchup_clients,
+                "both, or one of them alone (for profiling one side)")
+    ->check(CLI::IsMember({"both", "watcher", "raw"}));
   app.add_option("--limit", limit, "replay page size")
     ->check(CLI::Range(1, 100000));
   app.add_option("--max-seconds", max_seconds, "bound of each wait / phase")
@@ -545,7 +685,8 @@ int main(int argc, char** argv) {
     phase_latency(sys, latency_watchers, rate, latency_seconds, max_seconds,
                   limit);
   if (phases.find('3') != std::string::npos)
-    phase_catchup(sys, catchup_events, limit, max_seconds);
+    phase_catchup(sys, catchup_events, limit, max_seconds, catchup_rounds,
+                  catchup_clients);
   sys.await_all_actors_done();
   return 0;
 }

@@ -9,6 +9,8 @@
 #include <boost/json/serialize.hpp>
 
 #include <limits>
+#include <type_traits>
+#include <utility>
 
 namespace outbound {
 inline namespace feed {
@@ -137,8 +139,13 @@ parsed_message parse_message(std::string_view payload,
   return m;
 }
 
-parsed_page parse_page(const json::value& body, const feed_fields& fields,
-                       std::size_t max_events) {
+namespace {
+
+// parse_page and take_page: `Body` is `const json::value` (copy the events)
+// or `json::value` (move them).
+template <class Body>
+parsed_page read_page(Body& body, const feed_fields& fields,
+                      std::size_t max_events) {
   parsed_page p;
   if (!body.is_object())
     return p;
@@ -152,9 +159,14 @@ parsed_page parse_page(const json::value& body, const feed_fields& fields,
       n = max_events;
       p.summary.over_limit = true;
     }
+    p.events = json::array(all.storage());
     p.events.reserve(n);
-    for (std::size_t i = 0; i < n; ++i)
-      p.events.push_back(all[i]);
+    for (std::size_t i = 0; i < n; ++i) {
+      if constexpr (std::is_const_v<Body>)
+        p.events.push_back(all[i]);
+      else
+        p.events.push_back(std::move(all[i]));
+    }
     p.summary.ids.reserve(p.events.size());
     for (auto& e : p.events) {
       if (e.is_object())
@@ -171,6 +183,18 @@ parsed_page parse_page(const json::value& body, const feed_fields& fields,
   if (e != o.end() && e->value().is_string())
     p.summary.epoch = std::string{e->value().get_string()};
   return p;
+}
+
+} // namespace
+
+parsed_page parse_page(const json::value& body, const feed_fields& fields,
+                       std::size_t max_events) {
+  return read_page(body, fields, max_events);
+}
+
+parsed_page take_page(json::value& body, const feed_fields& fields,
+                      std::size_t max_events) {
+  return read_page(body, fields, max_events);
 }
 
 call_request replay_request(const feed_config& cfg, int64_t after,

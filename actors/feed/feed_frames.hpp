@@ -98,6 +98,12 @@ parsed_page parse_page(const boost::json::value& body,
                        const feed_fields& fields,
                        std::size_t max_events = static_cast<std::size_t>(-1));
 
+/// As parse_page, but moves the kept events out of `body`'s events array
+/// (left holding nulls) instead of copying them: the watcher's one read of
+/// a page the client parsed. The events keep `body`'s memory resource.
+parsed_page take_page(boost::json::value& body, const feed_fields& fields,
+                      std::size_t max_events = static_cast<std::size_t>(-1));
+
 /// The replay call: GET replay_path with after=`after`, limit (`limit`, or
 /// cfg.limit when 0), one prefix parameter per prefix, then the extra
 /// parameters; capped at cfg.replay_max_response_bytes when set.

@@ -4,7 +4,10 @@
 // "Delivery guarantees of a feed") and what it reports when asked.
 // The subscriber acknowledges every delivery; the watcher sends the next one
 // only after the acknowledgement (at-least-once, in order, with
-// backpressure).
+// backpressure). A subscriber that opts in (feed_batch_subscriber_actor)
+// takes runs of consecutive events as one delivery with one
+// acknowledgement, as Kafka's consumer hands a poll's records over at once
+// and commits once after them.
 
 #include "actors/messages.hpp"
 #include "core/feed_types.hpp"
@@ -19,6 +22,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace outbound {
 inline namespace feed {
@@ -34,6 +38,24 @@ struct feed_event {
   std::optional<int64_t> id;
   /// catchup / ephemeral: the frame's seq, if integer.
   std::optional<int64_t> seq;
+};
+
+/// Consecutive events of one feed, in feed order, delivered at once to a
+/// feed_batch_subscriber_actor: the events of one replay page (never more
+/// than the page, never a reset in the middle: a reset is a delivery of its
+/// own), or queued in-frame events. At most
+/// feed_watcher_options::max_delivery_batch events, never empty.
+struct feed_event_batch {
+  std::vector<feed_event> events;
+};
+
+/// A batch subscriber's acknowledgement of a whole batch. The cursor moves
+/// past every event of the batch once it arrives, as it does past an event
+/// whose per-event delivery was answered with an error.
+struct feed_batch_ack {
+  /// How many of the batch's events the application failed to handle
+  /// (counted at event_callback_errors; the others at events_delivered).
+  uint64_t failed = 0;
 };
 
 /// A range of events that can no longer be delivered: the application
@@ -121,10 +143,20 @@ using feed_subscriber_actor
   = caf::typed_actor<caf::replies_to<feed_event>::with<ack_atom>,
                      caf::replies_to<feed_reset>::with<ack_atom>>;
 
+/// Typed interface of a subscriber that takes events in batches (one
+/// message and one acknowledgement per run of events instead of one per
+/// event) and resets one at a time. An error answer to a batch counts every
+/// event of it as a callback error; delivery goes on either way.
+using feed_batch_subscriber_actor
+  = caf::typed_actor<caf::replies_to<feed_event_batch>::with<feed_batch_ack>,
+                     caf::replies_to<feed_reset>::with<ack_atom>>;
+
 } // namespace feed
 } // namespace outbound
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::feed_event)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::feed_reset)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::feed_event_batch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::feed_batch_ack)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::feed_stats)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::ws_event)

@@ -21,8 +21,26 @@
 #include <cstdlib>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <optional>
+#include <string>
 #include <utility>
+
+namespace outbound {
+inline namespace feed {
+namespace {
+
+/// The watcher's own wake-up: the page fetched ahead is the answer to its
+/// fetch number `fetch_token` and has arrived (see prefetch below).
+struct ahead_ready {
+  uint64_t fetch_token = 0;
+};
+
+} // namespace
+} // namespace feed
+} // namespace outbound
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::feed::ahead_ready)
 
 namespace outbound {
 inline namespace feed {
@@ -44,25 +62,74 @@ namespace {
 
 // -- callback subscriber ----------------------------------------------------------
 
+/// Runs `f(x)` if set: what it threw, if it did.
 template <class F, class T>
-caf::result<ack_atom> run_callback(const F& f, const T& x) {
+std::optional<std::string> invoke_callback(const F& f, const T& x) {
   try {
     if (f)
       f(x);
   } catch (const std::exception& e) {
-    return caf::make_error(caf::sec::runtime_error, e.what());
+    return std::string{e.what()};
   } catch (...) {
-    return caf::make_error(caf::sec::runtime_error, "callback threw");
+    return std::string{"callback threw"};
   }
+  return std::nullopt;
+}
+
+template <class F, class T>
+caf::result<ack_atom> run_callback(const F& f, const T& x) {
+  if (auto why = invoke_callback(f, x))
+    return caf::make_error(caf::sec::runtime_error, std::move(*why));
   return ack_atom_v;
 }
 
-feed_subscriber_actor::behavior_type
-callback_subscriber_impl(feed_subscriber_actor::pointer, feed_callbacks cbs) {
+/// The callbacks' helper takes both protocols: the watcher it serves sends
+/// it batches; a handle to it given out as a feed_subscriber_actor
+/// (spawn_callback_subscriber) is sent single events.
+using callback_subscriber_actor = feed_subscriber_actor::extend<
+  caf::replies_to<feed_event_batch>::with<feed_batch_ack>>;
+
+/// The callbacks' helper of one watcher: the actor, and a flag the
+/// watcher sets when it terminates.
+struct callback_runner {
+  caf::actor actor;
+  std::shared_ptr<std::atomic<bool>> stopped;
+};
+
+/// `stopped` set: the watcher is gone, so the rest of a batch is not run
+/// (its events are not acknowledged and come again after a restart, as an
+/// event never sent): after a stop at most the callback already running
+/// finishes, as with one event per delivery.
+callback_subscriber_actor::behavior_type
+callback_subscriber_impl(callback_subscriber_actor::pointer, feed_callbacks cbs,
+                         std::shared_ptr<std::atomic<bool>> stopped) {
   return {
     [cbs](const feed_event& ev) { return run_callback(cbs.on_event, ev); },
+    [cbs, stopped](const feed_event_batch& b) {
+      // Each event runs its own callback, in order; a throw is that
+      // event's failure, and the batch goes on.
+      feed_batch_ack ack;
+      for (const auto& ev : b.events) {
+        if (stopped->load(std::memory_order_acquire))
+          break;
+        if (invoke_callback(cbs.on_event, ev))
+          ++ack.failed;
+      }
+      return ack;
+    },
     [cbs](const feed_reset& rs) { return run_callback(cbs.on_reset, rs); },
   };
+}
+
+callback_subscriber_actor
+spawn_callback_helper(caf::actor_system& sys, feed_callbacks cbs,
+                      std::shared_ptr<std::atomic<bool>> stopped
+                      = std::make_shared<std::atomic<bool>>(false)) {
+  if (cbs.detached)
+    return sys.spawn<caf::detached>(callback_subscriber_impl, std::move(cbs),
+                                    std::move(stopped));
+  return sys.spawn(callback_subscriber_impl, std::move(cbs),
+                   std::move(stopped));
 }
 
 // -- watcher ------------------------------------------------------------------------
@@ -92,7 +159,10 @@ struct watcher_state {
   /// carried by the failures that session reports.
   std::string ws_request_id;
   feed_watcher_options opts;
+  /// The delivery target: one event per message ...
   feed_subscriber_actor target;
+  /// ... or, when set, runs of events per message (and resets one by one).
+  feed_batch_subscriber_actor batch_target;
   core::rng rng;
   /// The x-request-id generator of the upgrade requests: its own stream, so
   /// the jitter drawn from `rng` does not depend on how often it dialled.
@@ -128,12 +198,28 @@ struct watcher_state {
   bool dialled_before = false;
 
   uint64_t fetch_token = 0;
+  /// The replay page asked for ahead (see prefetch), at most one.
+  struct ahead_page {
+    /// Its number: answers of a page ahead since dropped are ignored.
+    uint64_t id = 0;
+    int64_t after = 0;
+    int limit = 0;
+    /// Its answer, once it arrived and before the drain asked for it.
+    std::optional<call_outcome> answer;
+    /// The drain asked for exactly this page as its fetch number
+    /// `adopted` (0: not yet): its answer is that fetch's.
+    uint64_t adopted = 0;
+  };
+  std::optional<ahead_page> ahead;
+  uint64_t ahead_id = 0;
   uint64_t page_token = 0;
   bool page_active = false;
   std::size_t page_outstanding = 0;
 
   std::deque<queued_delivery> queue;
-  bool delivering = false;
+  /// How many deliveries at the front of `queue` are sent and not yet
+  /// acknowledged (a batch is several, anything else one).
+  std::size_t in_flight = 0;
   std::size_t frames_queued = 0;
   std::size_t frames_bytes = 0;
   uint64_t poll_token = 0;
@@ -175,8 +261,8 @@ struct watcher_state {
 /// keepalive_atom | reconnect_atom, token)` (stale tokens are dropped).
 /// Spawned with this one, handed out as feed_watcher_actor.
 using watcher_impl_actor = feed_watcher_actor::extend<
-  caf::reacts_to<ws_event>, caf::reacts_to<poll_atom, uint64_t>,
-  caf::reacts_to<redrain_atom, uint64_t>,
+  caf::reacts_to<ws_event>, caf::reacts_to<ahead_ready>,
+  caf::reacts_to<poll_atom, uint64_t>, caf::reacts_to<redrain_atom, uint64_t>,
   caf::reacts_to<keepalive_atom, uint64_t>,
   caf::reacts_to<reconnect_atom, uint64_t>>;
 
@@ -186,6 +272,8 @@ void pump(self_ptr self);
 void enqueue_ledger_reset(self_ptr self, page_plan& plan,
                           const boost::json::value& body, uint64_t token);
 void do_fetch(self_ptr self);
+void maybe_prefetch(self_ptr self, const page_summary& page,
+                    const page_plan& plan);
 void dial(self_ptr self);
 void note_overcap_close(self_ptr self, const std::string& detail);
 
@@ -306,12 +394,15 @@ void quiesce_drain(self_ptr self) {
     return;
   st.drain->quiesce();
   ++st.fetch_token; // an answer in flight is dropped
+  st.ahead.reset(); // and so is a page asked for ahead
   ++st.page_token;  // queued deliveries of the page no longer finish it
   st.page_active = false;
   // Ledger deliveries not yet sent are dropped: the cursor has not moved
   // past them, so a later drain reads them again (and an in-frame model
-  // starts with its own reset). The one in flight, if any, stays.
-  auto first = st.queue.begin() + (st.delivering ? 1 : 0);
+  // starts with its own reset). Those in flight, if any, stay.
+  auto first
+    = st.queue.begin()
+      + static_cast<std::ptrdiff_t>(std::min(st.in_flight, st.queue.size()));
   st.queue.erase(
     std::remove_if(first, st.queue.end(),
                    [](const queued_delivery& d) { return d.ledger; }),
@@ -411,16 +502,19 @@ void enqueue_ledger_reset(self_ptr self, page_plan& plan,
   ++st.page_outstanding;
 }
 
-void on_page(self_ptr self, const call_outcome& o) {
+void on_page(self_ptr self, call_outcome& o) {
   auto& st = self->state;
   if (o.error) {
     on_fetch_error(self, *o.error, o.unreadable_body);
     return;
   }
   st.reached = true;
-  auto page = parse_page(o.body, st.cfg.fields,
-                         static_cast<std::size_t>(st.drain->fetch_limit()));
+  // The page's events are moved out of the body the client parsed (the
+  // reset's detail below leaves the events array out anyway).
+  auto page = take_page(o.body, st.cfg.fields,
+                        static_cast<std::size_t>(st.drain->fetch_limit()));
   auto plan = st.drain->on_page(page.summary);
+  maybe_prefetch(self, page.summary, plan);
   st.page_active = true;
   st.page_outstanding = 0;
   auto token = ++st.page_token;
@@ -442,32 +536,113 @@ void on_page(self_ptr self, const call_outcome& o) {
     pump(self);
 }
 
+// The answer of fetch `token` (a page asked for now or ahead).
+void on_fetch_answer(self_ptr self, uint64_t token, call_outcome& o) {
+  if (token != self->state.fetch_token)
+    return;
+  fold_wakes(self);
+  on_page(self, o);
+  refresh_gate(self);
+}
+
+// -- one page ahead
+// ------------------------------------------------------------
+//
+// A full page is usually followed by a fetch of the next one, asked after
+// its last event once every event of the page is acknowledged. That fetch
+// is sent as soon as the page arrives instead, so the hub renders the next
+// page while this one is delivered (Kafka's consumer fetches ahead of the
+// application in the same way, bounded by its fetch buffers). At most one
+// page is ahead. The drain still decides every fetch: when it asks for
+// exactly the page ahead (same after and limit) that answer is its
+// answer, as if the fetch had been sent then; any other request (a
+// rewind, a narrowing, a page cursor past the last id) drops the page
+// ahead unread, and so does a switch to in-frame delivery. Events are
+// appended to a ledger and never change, so a full page read a little
+// earlier holds the same events; a retention floor that passed the
+// cursor meanwhile is seen by the next page.
+
+void on_ahead_answer(self_ptr self, uint64_t id, call_outcome o) {
+  auto& st = self->state;
+  if (!st.ahead || st.ahead->id != id)
+    return; // dropped meanwhile
+  if (st.ahead->adopted == 0) {
+    st.ahead->answer = std::move(o);
+    return;
+  }
+  auto token = st.ahead->adopted;
+  st.ahead.reset();
+  on_fetch_answer(self, token, o);
+}
+
+void maybe_prefetch(self_ptr self, const page_summary& page,
+                    const page_plan& plan) {
+  auto& st = self->state;
+  auto& d = *st.drain;
+  auto limit = d.fetch_limit();
+  if (!st.opts.prefetch || st.ahead || plan.verdict != page_verdict::deliver
+      || plan.reset || page.over_limit || d.isolating() || d.rewinding()
+      || page.ids.size() != static_cast<std::size_t>(limit) || !page.ids.back()
+      || plan.deliver.empty() || plan.deliver.back() != page.ids.size() - 1)
+    return;
+  auto after = *page.ids.back();
+  auto id = ++st.ahead_id;
+  st.ahead.emplace();
+  st.ahead->id = id;
+  st.ahead->after = after;
+  st.ahead->limit = limit;
+  self
+    ->request(st.opts.client, caf::infinite,
+              replay_request(st.cfg, after, limit))
+    .then(
+      [self, id](call_outcome& o) { on_ahead_answer(self, id, std::move(o)); },
+      [self, id](caf::error& err) {
+        call_outcome o;
+        auto& e = o.error.emplace();
+        e.kind = error_kind::service_unavailable;
+        e.detail = "replay call failed: " + caf::to_string(err);
+        on_ahead_answer(self, id, std::move(o));
+      });
+}
+
+// The drain asks for fetch `token`: true if the page ahead is that page
+// (taken now if it arrived, else when it does); any other page drops it.
+bool take_ahead(self_ptr self, uint64_t token) {
+  auto& st = self->state;
+  if (!st.ahead)
+    return false;
+  if (st.ahead->after != st.drain->fetch_after()
+      || st.ahead->limit != st.drain->fetch_limit()) {
+    st.ahead.reset();
+    return false;
+  }
+  st.ahead->adopted = token;
+  if (st.ahead->answer) // handled as a message of its own, never nested
+    self->send(self, ahead_ready{token});
+  return true;
+}
+
 void do_fetch(self_ptr self) {
   auto& st = self->state;
   auto token = ++st.fetch_token;
+  if (take_ahead(self, token))
+    return;
   self
-    ->request(st.opts.client, caf::infinite,
-              replay_request(st.cfg, st.drain->fetch_after(),
-                             st.drain->fetch_limit()))
-    .then(
-      [self, token](call_outcome& o) {
-        if (token != self->state.fetch_token)
-          return;
-        fold_wakes(self);
-        on_page(self, o);
-        refresh_gate(self);
-      },
-      [self, token](caf::error& err) {
-        auto& st = self->state;
-        if (token != st.fetch_token)
-          return;
-        fold_wakes(self);
-        call_error e;
-        e.kind = error_kind::service_unavailable;
-        e.detail = "replay call failed: " + caf::to_string(err);
-        on_fetch_error(self, e);
-        refresh_gate(self);
-      });
+    ->request(
+      st.opts.client, caf::infinite,
+      replay_request(st.cfg, st.drain->fetch_after(), st.drain->fetch_limit()))
+    .then([self, token](call_outcome& o) { on_fetch_answer(self, token, o); },
+          [self, token](caf::error& err) {
+            auto& st = self->state;
+            if (token != st.fetch_token)
+              return;
+            fold_wakes(self);
+            call_error e;
+            e.kind = error_kind::service_unavailable;
+            e.detail = "replay call failed: " + caf::to_string(err);
+            on_fetch_error(self, e);
+            refresh_gate(self);
+          });
 }
 
 void schedule_poll(self_ptr self) {
@@ -478,11 +653,13 @@ void schedule_poll(self_ptr self) {
 
 // -- delivery ----------------------------------------------------------------------
 
-void on_delivered(self_ptr self, bool ok) {
+// Settles the delivery at the front of the queue, acknowledged (`ok`) or
+// answered with an error.
+void settle(self_ptr self, bool ok) {
   auto& st = self->state;
   auto d = std::move(st.queue.front());
   st.queue.pop_front();
-  st.delivering = false;
+  --st.in_flight;
   if (!d.ledger) {
     --st.frames_queued;
     st.frames_bytes -= d.bytes;
@@ -517,32 +694,93 @@ void on_delivered(self_ptr self, bool ok) {
       st.gate->raise_low(st.drain->cursor());
     }
   }
+}
+
+// The deliveries in flight are answered: the first `failed` of them with
+// an error (the order does not matter: only counters tell them apart),
+// the others acknowledged. Settling the last event of a page may end the
+// page and start the next fetch; nothing new is sent before all of them
+// are settled.
+void on_delivered(self_ptr self, std::size_t failed) {
+  auto& st = self->state;
+  auto n = st.in_flight;
+  for (std::size_t i = 0; i < n && !st.queue.empty() && st.in_flight > 0; ++i)
+    settle(self, i >= failed);
   pump(self);
 }
 
-template <class T>
-void send_delivery(self_ptr self, const T& msg) {
-  self->request(self->state.target, caf::infinite, msg)
-    .then([self](ack_atom) { on_delivered(self, true); },
-          [self](caf::error& err) {
-            if (err == caf::sec::request_receiver_down) {
-              shutdown(self);
-              return;
-            }
-            on_delivered(self, false);
-          });
+auto delivery_failed(self_ptr self) {
+  return [self](caf::error& err) {
+    if (err == caf::sec::request_receiver_down) {
+      shutdown(self);
+      return;
+    }
+    on_delivered(self, self->state.in_flight);
+  };
+}
+
+template <class Handle, class T>
+void send_delivery(self_ptr self, const Handle& target, T&& msg) {
+  self->request(target, caf::infinite, std::forward<T>(msg))
+    .then([self](ack_atom) { on_delivered(self, 0); }, delivery_failed(self));
+}
+
+// The event of queued delivery `d`, moved out (the rest of `d` stays for
+// its settling).
+feed_event take_event(queued_delivery& d) {
+  feed_event ev;
+  ev.mode = d.ev.mode;
+  ev.event = std::move(d.ev.event);
+  ev.id = d.ev.id;
+  ev.seq = d.ev.seq;
+  return ev;
+}
+
+// Sends the events at the front of the queue as one batch: consecutive
+// events of the same page (ledger) or in-frame events, up to
+// max_delivery_batch.
+void send_batch(self_ptr self) {
+  auto& st = self->state;
+  const auto& first = st.queue.front();
+  bool ledger = first.ledger;
+  auto page = first.page;
+  feed_event_batch b;
+  auto cap = std::min(st.opts.max_delivery_batch, st.queue.size());
+  b.events.reserve(cap);
+  for (auto& d : st.queue) {
+    if (b.events.size() == cap || d.is_reset || d.ledger != ledger
+        || (ledger && d.page != page))
+      break;
+    b.events.push_back(take_event(d));
+  }
+  st.in_flight = b.events.size();
+  self->request(st.batch_target, caf::infinite, std::move(b))
+    .then(
+      [self](const feed_batch_ack& ack) {
+        on_delivered(self, static_cast<std::size_t>(std::min<uint64_t>(
+                             ack.failed, self->state.in_flight)));
+      },
+      delivery_failed(self));
 }
 
 void pump(self_ptr self) {
   auto& st = self->state;
-  if (st.delivering || st.queue.empty() || st.phase == ws_phase::stopped)
+  if (st.in_flight > 0 || st.queue.empty() || st.phase == ws_phase::stopped)
     return;
-  st.delivering = true;
   auto& d = st.queue.front();
-  if (d.is_reset)
-    send_delivery(self, d.rs);
-  else
-    send_delivery(self, d.ev);
+  if (st.batch_target && !d.is_reset) {
+    send_batch(self);
+    return;
+  }
+  st.in_flight = 1;
+  if (d.is_reset) {
+    if (st.batch_target)
+      send_delivery(self, st.batch_target, d.rs);
+    else
+      send_delivery(self, st.target, d.rs);
+  } else {
+    send_delivery(self, st.target, take_event(d));
+  }
 }
 
 void enqueue_frame_reset(self_ptr self, const frame_reset_info& info,
@@ -1020,12 +1258,14 @@ void on_keepalive(self_ptr self, uint64_t token) {
 // message of its interface; the work is in the functions above.
 watcher_impl_actor::behavior_type
 watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
-             feed_subscriber_actor target, caf::actor runner) {
+             feed_subscriber_actor target,
+             feed_batch_subscriber_actor batch_target, callback_runner runner) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.frame_limits = frame_json_limits(st.cfg);
   st.opts = std::move(opts);
   st.target = std::move(target);
+  st.batch_target = std::move(batch_target);
   auto seed = st.opts.seed != 0 ? st.opts.seed : core::entropy_seed();
   st.rng.seed(seed);
   st.id_rng.seed(seed ^ 0x9e3779b97f4a7c15ULL);
@@ -1047,15 +1287,20 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
                 feed_seconds(st.cfg.ws_pong_timeout));
   // Whatever ends the watcher (stop, exit message, error) closes the
   // session and lets the callback runner go.
-  self->attach_functor([slot = st.session, runner] {
+  self->attach_functor([slot = st.session, runner = std::move(runner)] {
     if (*slot)
       (*slot)->close();
-    if (runner)
-      caf::anon_send_exit(runner, caf::exit_reason::user_shutdown);
+    if (runner.stopped)
+      runner.stopped->store(true, std::memory_order_release);
+    if (runner.actor)
+      caf::anon_send_exit(runner.actor, caf::exit_reason::user_shutdown);
   });
-  self->monitor(st.target);
-  self->set_down_handler([self](caf::down_msg& dm) {
-    if (dm.source == self->state.target.address())
+  auto subscriber = st.batch_target
+                      ? caf::actor_cast<caf::actor_addr>(st.batch_target)
+                      : caf::actor_cast<caf::actor_addr>(st.target);
+  self->monitor(subscriber);
+  self->set_down_handler([self, subscriber](caf::down_msg& dm) {
+    if (dm.source == subscriber)
       shutdown(self);
   });
   if (st.drain) {
@@ -1075,6 +1320,14 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
       fold_wakes(self);
       on_ws_event(self, ev);
       refresh_gate(self);
+    },
+    [self](ahead_ready& r) {
+      auto& st = self->state;
+      if (!st.ahead || st.ahead->adopted != r.fetch_token || !st.ahead->answer)
+        return; // dropped meanwhile
+      auto o = std::move(*st.ahead->answer);
+      st.ahead.reset();
+      on_fetch_answer(self, r.fetch_token, o);
     },
     [self](poll_atom, uint64_t token) {
       auto& st = self->state;
@@ -1110,9 +1363,7 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
 
 feed_subscriber_actor spawn_callback_subscriber(caf::actor_system& sys,
                                                 feed_callbacks cbs) {
-  if (cbs.detached)
-    return sys.spawn<caf::detached>(callback_subscriber_impl, std::move(cbs));
-  return sys.spawn(callback_subscriber_impl, std::move(cbs));
+  return spawn_callback_helper(sys, std::move(cbs));
 }
 
 feed_watcher_actor spawn_feed_watcher(caf::actor_system& sys, feed_config cfg,
@@ -1124,17 +1375,26 @@ feed_watcher_actor spawn_feed_watcher(caf::actor_system& sys, feed_config cfg,
     throw config_error("connector", "a ws_path needs a ws_connector");
   if (cfg.has_ws() && opts.ws.origin.host.empty())
     throw config_error("ws.origin", "a ws_path needs the hub's origin");
+  if (opts.subscriber && opts.batch_subscriber)
+    throw config_error("batch_subscriber",
+                       "set subscriber or batch_subscriber, not both");
+  if (opts.max_delivery_batch == 0)
+    throw config_error("max_delivery_batch", "must be at least 1");
   feed_subscriber_actor target = opts.subscriber;
-  caf::actor runner;
-  if (!target) {
+  feed_batch_subscriber_actor batch_target = opts.batch_subscriber;
+  callback_runner runner;
+  if (!target && !batch_target) {
     if (!opts.callbacks.on_event)
       throw config_error("subscriber",
                          "needs a subscriber actor or callbacks.on_event");
-    target = spawn_callback_subscriber(sys, opts.callbacks);
-    runner = caf::actor_cast<caf::actor>(target);
+    runner.stopped = std::make_shared<std::atomic<bool>>(false);
+    auto helper = spawn_callback_helper(sys, opts.callbacks, runner.stopped);
+    batch_target = helper;
+    runner.actor = caf::actor_cast<caf::actor>(helper);
   }
-  auto watcher = sys.spawn(watcher_impl, std::move(cfg), std::move(opts),
-                           std::move(target), std::move(runner));
+  auto watcher
+    = sys.spawn(watcher_impl, std::move(cfg), std::move(opts),
+                std::move(target), std::move(batch_target), std::move(runner));
   return watcher; // the public interface (checked: a subset of the private)
 }
 

@@ -25,6 +25,7 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -88,10 +89,25 @@ struct feed_watcher_options {
   std::shared_ptr<ws_connector> connector;
   /// Required when a ws_path is configured.
   feed_ws_endpoint ws;
-  /// Delivery target: a subscriber actor ...
+  /// Delivery target: a subscriber actor that acknowledges each event ...
   feed_subscriber_actor subscriber;
-  /// ... or callbacks (used when `subscriber` is not set).
+  /// ... or one that takes runs of events as one batch with one
+  /// acknowledgement (set at most one of the two) ...
+  feed_batch_subscriber_actor batch_subscriber;
+  /// ... or callbacks (used when neither is set). The callbacks run on a
+  /// helper actor that takes batches: one message and one acknowledgement
+  /// per page instead of per event; each event still runs its own
+  /// `on_event` call, in order.
   feed_callbacks callbacks;
+  /// Largest batch a batch subscriber (or the callbacks' helper) is sent,
+  /// in events; 1 or more. A batch never spans two replay pages or a
+  /// reset. [1024]
+  std::size_t max_delivery_batch = 1024;
+  /// Ledger: after a full replay page, ask for the next page at once, while
+  /// this one is delivered (at most one page ahead; used only when the
+  /// drain then asks for exactly that page, else dropped unread). Ordering
+  /// and the cursor are as without it. [true]
+  bool prefetch = true;
   /// Seed of the watcher's jitter and client-id generator; 0 seeds from
   /// std::random_device. [0]
   uint64_t seed = 0;
@@ -110,7 +126,9 @@ struct feed_watcher_options {
 /// its last handle goes). Throws
 /// config_error naming the field: a bad `cfg` (feed_config::validate),
 /// `client` missing with a replay_path, `connector` missing or
-/// `ws.origin` empty with a ws_path, no delivery target (`subscriber`).
+/// `ws.origin` empty with a ws_path, no delivery target (`subscriber`),
+/// both `subscriber` and `batch_subscriber` set (`batch_subscriber`),
+/// `max_delivery_batch` 0.
 feed_watcher_actor spawn_feed_watcher(caf::actor_system& sys, feed_config cfg,
                                       feed_watcher_options opts);
 

@@ -376,11 +376,24 @@ struct sub_log {
     feed_event ev;
     feed_reset rs;
     vtime at;
+    /// Number of the delivery message that carried it (1, 2, ...): events
+    /// of one batch share it.
+    std::size_t delivery = 0;
   };
   std::vector<entry> got;
+  /// Delivery messages received so far.
+  std::size_t deliveries = 0;
+  /// Sizes of the batches received, in order (batch subscriber only).
+  std::vector<std::size_t> batch_sizes;
   /// Hold acknowledgements until released.
   bool manual = false;
   std::deque<caf::response_promise> held;
+  /// Batch subscriber: answer each batch with this many failed events.
+  uint64_t fail_per_batch = 0;
+  /// Batch subscriber: answer each batch with an error instead.
+  bool error_batches = false;
+  /// Batch subscriber: what each held promise answers (true: a batch).
+  std::deque<bool> held_batch;
 
   std::vector<int64_t> ids() const {
     std::vector<int64_t> r;
@@ -411,6 +424,7 @@ spawn_recording_subscriber(caf::actor_system& sys,
   auto a = sys.spawn([log](caf::event_based_actor* self) -> caf::behavior {
     auto record = [self, log](sub_log::entry e) -> caf::result<ack_atom> {
       e.at = self->clock().now();
+      e.delivery = ++log->deliveries;
       log->got.push_back(std::move(e));
       if (!log->manual)
         return ack_atom_v;
@@ -438,6 +452,61 @@ spawn_recording_subscriber(caf::actor_system& sys,
     };
   });
   return caf::actor_cast<feed_subscriber_actor>(a);
+}
+
+/// A subscriber that takes batches (feed_batch_subscriber_actor) and
+/// records each event as an entry of `log`; holds its acknowledgements
+/// while `log->manual` (released one by one by an `ok_atom`), answers
+/// `fail_per_batch` failures or, with `error_batches`, an error.
+inline feed_batch_subscriber_actor
+spawn_recording_batch_subscriber(caf::actor_system& sys,
+                                 std::shared_ptr<sub_log> log) {
+  auto a = sys.spawn([log](caf::event_based_actor* self) -> caf::behavior {
+    return {
+      [self, log](const feed_event_batch& b) -> caf::result<feed_batch_ack> {
+        auto n = ++log->deliveries;
+        log->batch_sizes.push_back(b.events.size());
+        for (auto& ev : b.events) {
+          sub_log::entry e;
+          e.ev = ev;
+          e.at = self->clock().now();
+          e.delivery = n;
+          log->got.push_back(std::move(e));
+        }
+        if (log->error_batches)
+          return caf::make_error(caf::sec::runtime_error, "batch refused");
+        if (!log->manual)
+          return feed_batch_ack{log->fail_per_batch};
+        log->held.push_back(self->make_response_promise());
+        log->held_batch.push_back(true);
+        return caf::delegated<feed_batch_ack>{};
+      },
+      [self, log](const feed_reset& rs) -> caf::result<ack_atom> {
+        sub_log::entry e;
+        e.is_reset = true;
+        e.rs = rs;
+        e.at = self->clock().now();
+        e.delivery = ++log->deliveries;
+        log->got.push_back(std::move(e));
+        if (!log->manual)
+          return ack_atom_v;
+        log->held.push_back(self->make_response_promise());
+        log->held_batch.push_back(false);
+        return caf::delegated<ack_atom>{};
+      },
+      [log](caf::ok_atom) {
+        if (log->held.empty())
+          return;
+        if (log->held_batch.front())
+          log->held.front().deliver(feed_batch_ack{log->fail_per_batch});
+        else
+          log->held.front().deliver(ack_atom_v);
+        log->held.pop_front();
+        log->held_batch.pop_front();
+      },
+    };
+  });
+  return caf::actor_cast<feed_batch_subscriber_actor>(a);
 }
 
 } // namespace outbound::testing

@@ -78,6 +78,12 @@ protected:
     if (use_callbacks) {
       o.callbacks = callbacks;
       o.callbacks.detached = false;
+    } else if (use_batches) {
+      auto b = spawn_recording_batch_subscriber(sys(), subs);
+      batch_sub_ = caf::actor_cast<caf::actor>(b);
+      o.batch_subscriber = b;
+      o.max_delivery_batch = max_batch;
+      o.prefetch = prefetch;
     } else {
       o.subscriber = spawn_recording_subscriber(sys(), subs);
     }
@@ -140,7 +146,10 @@ protected:
   }
 
   void release_ack() {
-    caf::anon_send(caf::actor_cast<caf::actor>(sub_handle()), caf::ok_atom_v);
+    if (batch_sub_)
+      caf::anon_send(batch_sub_, caf::ok_atom_v);
+    else
+      caf::anon_send(caf::actor_cast<caf::actor>(sub_handle()), caf::ok_atom_v);
     run();
   }
 
@@ -155,6 +164,11 @@ protected:
   std::shared_ptr<sub_log> subs = std::make_shared<sub_log>();
   std::shared_ptr<bool> terminated = std::make_shared<bool>(false);
   bool use_callbacks = false;
+  /// start() delivers to a recording batch subscriber with this cap.
+  bool use_batches = false;
+  std::size_t max_batch = 1024;
+  bool prefetch = true;
+  caf::actor batch_sub_;
   feed_callbacks callbacks;
   feed_subscriber_actor sub_;
   feed_watcher_actor w;
@@ -768,6 +782,186 @@ TEST_F(FeedWatcher, SubscriberBackpressureNoSecondEventBeforeTheAck) {
   EXPECT_EQ(stats().events_delivered, 3u);
 }
 
+// -- batches (feed_batch_subscriber_actor)
+// ------------------------------------------
+
+TEST_F(FeedWatcher, ABatchSubscriberGetsEachPageAsOneBatchAndTheCursorWaits) {
+  use_batches = true;
+  subs->manual = true;
+  ledger->append_to(5);
+  start(false);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3}));
+  EXPECT_EQ(subs->batch_sizes, (std::vector<std::size_t>{3}));
+  EXPECT_EQ(stats().cursor, 0) << "the cursor waits for the batch's ack";
+  release_ack();
+  EXPECT_EQ(stats().cursor, 3);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5}));
+  EXPECT_EQ(subs->batch_sizes, (std::vector<std::size_t>{3, 2}));
+  release_ack();
+  auto s = stats();
+  EXPECT_EQ(s.cursor, 5);
+  EXPECT_EQ(s.events_delivered, 5u);
+  EXPECT_EQ(s.event_callback_errors, 0u);
+}
+
+// -- one page ahead
+// --------------------------------------------------------------------
+
+TEST_F(FeedWatcher, AFullPageAsksForTheNextWhileItIsDeliveredAndUsesIt) {
+  use_batches = true;
+  subs->manual = true;
+  ledger->append_to(7);
+  start(false);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3}));
+  EXPECT_EQ(ledger->afters(), (ids{0, 3}))
+    << "the next page is asked for before the first is acknowledged";
+  EXPECT_EQ(stats().cursor, 0);
+  release_ack();
+  // The drain asked after=3: the page ahead was that page, not asked again;
+  // it is full too, so the one after it is asked at once.
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(ledger->afters(), (ids{0, 3, 6}));
+  EXPECT_EQ(stats().cursor, 3);
+  release_ack();
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5, 6, 7}));
+  release_ack();
+  // A short page asks nothing ahead; the drain then goes idle.
+  EXPECT_EQ(ledger->afters(), (ids{0, 3, 6}));
+  auto s = stats();
+  EXPECT_EQ(s.cursor, 7);
+  EXPECT_EQ(s.pages, 3u);
+  EXPECT_EQ(s.events_delivered, 7u);
+}
+
+TEST_F(FeedWatcher, WithoutPrefetchTheNextPageWaitsForTheAck) {
+  use_batches = true;
+  subs->manual = true;
+  prefetch = false;
+  ledger->append_to(5);
+  start(false);
+  EXPECT_EQ(ledger->afters(), (ids{0})) << "no fetch before the page is done";
+  release_ack();
+  EXPECT_EQ(ledger->afters(), (ids{0, 3}));
+  release_ack();
+  EXPECT_EQ(stats().cursor, 5);
+}
+
+TEST_F(FeedWatcher, APageAheadIsDroppedWhenTheDrainAsksAnotherOne) {
+  // The page after 3 is asked ahead while 1..3 are delivered; the hub then
+  // restarts with a new ledger, and the drain's next page is the new
+  // ledger's first (a rewind), not the page ahead: that is never delivered.
+  use_batches = true;
+  subs->manual = true;
+  ledger->append_to(6);
+  ledger->epoch = "e1";
+  ledger->cursor_is_head = true;
+  start();
+  ws->last().open();
+  ws->last().message(
+    R"({"type":"hello","mode":"ledger","seq":0,"cursor":6,"resync":false,"epoch":"e1"})");
+  run();
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3}));
+  EXPECT_EQ(ledger->afters(), (ids{0, 3}));
+  ledger->ids = {1, 2};
+  ledger->epoch = "e2";
+  ws->last().peer_close();
+  advance_by(2s);
+  ASSERT_EQ(ws->sessions.size(), 2u);
+  ws->last().open();
+  ws->last().message(
+    R"({"type":"hello","mode":"ledger","seq":0,"cursor":2,"resync":false,"epoch":"e2"})");
+  run();
+  release_ack(); // 1..3: the page is done; the drain rewinds
+  release_ack(); // the rewind reset
+  release_ack(); // 1..2 of the new ledger
+  EXPECT_EQ(ledger->afters(), (ids{0, 3, 0}));
+  ASSERT_EQ(subs->resets().size(), 1u);
+  EXPECT_EQ(subs->resets()[0]->cause, reset_cause::rewind);
+  EXPECT_EQ(subs->resets()[0]->from_cursor, 3);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 1, 2}))
+    << "4..6 of the old ledger, read ahead, are never delivered";
+  EXPECT_EQ(stats().cursor, 2);
+}
+
+TEST_F(FeedWatcher, ABatchNeverSpansAResetAndKeepsToItsCap) {
+  use_batches = true;
+  max_batch = 2;
+  cfg.limit = 5;
+  ledger->append_to(10);
+  ledger->floor = 4;
+  start(false);
+  // Page after=0: the reset (ids 1..4 are gone), then 5..9 in batches of
+  // at most 2; page after=9: 10.
+  ASSERT_FALSE(subs->got.empty());
+  EXPECT_TRUE(subs->got.front().is_reset);
+  EXPECT_EQ(subs->got.front().delivery, 1u) << "a reset is its own delivery";
+  EXPECT_EQ(subs->ids(), (ids{5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(subs->batch_sizes, (std::vector<std::size_t>{2, 2, 1, 1}));
+  auto s = stats();
+  EXPECT_EQ(s.cursor, 10);
+  EXPECT_EQ(s.resets, 1u);
+  EXPECT_EQ(s.events_delivered, 6u);
+}
+
+TEST_F(FeedWatcher, FailuresInABatchAreCountedAndTheCursorMovesPastThem) {
+  use_batches = true;
+  subs->fail_per_batch = 1;
+  ledger->append_to(5);
+  start(false);
+  auto s = stats();
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5}));
+  EXPECT_EQ(s.cursor, 5);
+  EXPECT_EQ(s.event_callback_errors, 2u) << "one in each of the two batches";
+  EXPECT_EQ(s.events_delivered, 3u);
+}
+
+TEST_F(FeedWatcher, AnErrorAnswerToABatchCountsEveryEventOfIt) {
+  use_batches = true;
+  subs->error_batches = true;
+  ledger->append_to(5);
+  start(false);
+  auto s = stats();
+  EXPECT_EQ(s.cursor, 5);
+  EXPECT_EQ(s.event_callback_errors, 5u);
+  EXPECT_EQ(s.events_delivered, 0u);
+  EXPECT_FALSE(*terminated);
+}
+
+TEST_F(FeedWatcher, InFrameEventsQueuedBehindAnAckGoOutAsOneBatch) {
+  use_batches = true;
+  subs->manual = true;
+  cfg.replay_path.clear();
+  start();
+  ws->last().open();
+  ws->last().message(hello("ephemeral", 0, false, "e"));
+  run();
+  // The ephemeral model's first delivery is its reset; events 1..3 queue
+  // behind its acknowledgement.
+  ASSERT_EQ(subs->resets().size(), 1u);
+  for (int64_t seq = 1; seq <= 3; ++seq)
+    ws->last().message(event_frame(seq));
+  run();
+  EXPECT_TRUE(subs->seqs().empty());
+  release_ack();
+  EXPECT_EQ(subs->seqs(), (ids{1, 2, 3}));
+  EXPECT_EQ(subs->batch_sizes, (std::vector<std::size_t>{3}));
+  release_ack();
+  EXPECT_EQ(stats().events_delivered, 3u);
+}
+
+TEST_F(FeedWatcher, StopWhileABatchIsUnacknowledgedDoesNotWait) {
+  use_batches = true;
+  subs->manual = true;
+  ledger->append_to(3);
+  start(false);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3}));
+  auto s = stop();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->cursor, 0);
+  EXPECT_TRUE(*terminated);
+  release_ack();
+}
+
 TEST_F(FeedWatcher, ThrowingCallbacksAreCountedAndTheFeedGoesOn) {
   use_callbacks = true;
   auto seen = std::make_shared<ids>();
@@ -918,6 +1112,14 @@ TEST_F(FeedWatcher, SpawnNamesTheMissingPort) {
   none.ws = feed_ws_endpoint::from(ccfg);
   EXPECT_EQ(field(ws_only, none), "subscriber");
   EXPECT_EQ(field(feed_config{}, o), "replay_path");
+  auto both = o;
+  both.ws = none.ws;
+  both.batch_subscriber = spawn_recording_batch_subscriber(sys(), subs);
+  EXPECT_EQ(field(ws_only, both), "batch_subscriber");
+  auto zero = none;
+  zero.batch_subscriber = both.batch_subscriber;
+  zero.max_delivery_batch = 0;
+  EXPECT_EQ(field(ws_only, zero), "max_delivery_batch");
 }
 
 // -- ledger incarnations
