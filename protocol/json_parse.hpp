@@ -28,6 +28,10 @@
 #include <boost/json/storage_ptr.hpp>
 #include <boost/json/value.hpp>
 
+#include <boost/json/value.hpp>
+#include <new>
+#include <utility>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -167,6 +171,15 @@ json_parse_result parse_json(std::string_view text,
 /// the default allocator.
 json_parse_result parse_json(std::string_view text, const json_limits& limits,
                              boost::json::storage_ptr sp);
+
+/// Makes `dst` the value `src` was, keeping `src`'s memory resource (a
+/// move assignment `dst = std::move(src)` copies into `dst`'s resource
+/// when the two differ, as boost::json::value::operator= does).
+inline void move_into(boost::json::value& dst,
+                      boost::json::value&& src) noexcept {
+  dst.~value();
+  ::new (static_cast<void*>(&dst)) boost::json::value(std::move(src));
+}
 
 /// Nesting depth of `v`: 0 for a scalar, 1 for `[]` or `{}`, one more per
 /// level (the same count as json_limits::max_depth).

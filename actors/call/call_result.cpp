@@ -4,6 +4,8 @@
 #include "protocol/errors.hpp"
 #include "protocol/json_parse.hpp"
 
+#include <boost/json/monotonic_resource.hpp>
+
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,10 +24,16 @@ void replace_all(std::string& s, const std::string& what,
     s.replace(pos, what.size(), with);
 }
 
-// Empty → null; otherwise the parse under the client's JSON limits.
-json_parse_result parse_body(const std::string& body, const json_limits& l) {
+// Empty → null; otherwise the parse under the client's JSON limits, into
+// an arena of its own when the call asks for one.
+json_parse_result parse_body(const std::string& body, const json_limits& l,
+                             bool arena = false) {
   if (body.empty())
     return {};
+  if (arena)
+    return parse_json(
+      body, l,
+      boost::json::make_shared_resource<boost::json::monotonic_resource>());
   return parse_json(body, l);
 }
 
@@ -114,8 +122,9 @@ call_outcome response_outcome(const client_config& cfg,
   } else if (success) {
     if (resp.body_over_cap) {
       err = over_cap();
-    } else if (auto r = parse_body(resp.body, cfg.response_json_limits())) {
-      o.body = std::move(r.value);
+    } else if (auto r = parse_body(resp.body, cfg.response_json_limits(),
+                                   call.json_arena)) {
+      move_into(o.body, std::move(r.value)); // keeps the arena
     } else {
       err = unreadable_body(r, resp.status, cfg);
       if (call.keep_unreadable_body > 0)

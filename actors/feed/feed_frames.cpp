@@ -146,7 +146,9 @@ namespace {
 template <class Body>
 parsed_page read_page(Body& body, const feed_fields& fields,
                       std::size_t max_events) {
-  parsed_page p;
+  // The events keep the body's memory resource (a page's arena): built in
+  // place, never assigned (an assignment would copy into its own).
+  parsed_page p{page_summary{}, json::array(body.storage())};
   if (!body.is_object())
     return p;
   auto& o = body.get_object();
@@ -159,7 +161,6 @@ parsed_page read_page(Body& body, const feed_fields& fields,
       n = max_events;
       p.summary.over_limit = true;
     }
-    p.events = json::array(all.storage());
     p.events.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
       if constexpr (std::is_const_v<Body>)
@@ -205,6 +206,8 @@ call_request replay_request(const feed_config& cfg, int64_t after,
   if (cfg.replay_max_response_bytes > 0)
     c.max_response_bytes = cfg.replay_max_response_bytes;
   c.keep_unreadable_body = unreadable_body_keep;
+  // A page is read once and its events moved onward: one arena per page.
+  c.json_arena = true;
   auto& f = cfg.fields;
   c.params.emplace_back(f.after_param, std::to_string(after));
   c.params.emplace_back(f.limit_param,

@@ -32,7 +32,11 @@ struct feed_event {
   /// The model that delivered it (ledger, catchup or ephemeral).
   feed_mode mode = feed_mode::ledger;
   /// The event: an element of a replay page's events array (ledger), or the
-  /// whole event frame (catchup, ephemeral).
+  /// whole event frame (catchup, ephemeral). A ledger event lives in the
+  /// memory of its replay page (one arena per page, freed when the page's
+  /// last event is gone): an application that keeps events for long copies
+  /// them out (`boost::json::value{ev.event, {}}`) so that one kept event
+  /// does not keep its whole page.
   boost::json::value event;
   /// ledger: the event's id (the cursor after it is delivered), if integer.
   std::optional<int64_t> id;

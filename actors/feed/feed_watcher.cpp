@@ -8,6 +8,7 @@
 #include "actors/feed/wake_intake.hpp"
 #include "config/config_error.hpp"
 #include "core/request_builder.hpp"
+#include "protocol/json_parse.hpp"
 
 #include <boost/json/object.hpp>
 #include <caf/actor_cast.hpp>
@@ -146,7 +147,9 @@ struct queued_delivery {
   /// In-frame event: the payload size counted in frames_bytes.
   std::size_t bytes = 0;
   feed_event ev;
-  feed_reset rs;
+  /// Set exactly for a reset (kept out of line: an event's entry stays
+  /// small, and a page's thousand entries pack into few deque blocks).
+  std::unique_ptr<feed_reset> rs;
 };
 
 enum class ws_phase : uint8_t { off, connecting, open, backoff, stopped };
@@ -481,23 +484,24 @@ void enqueue_ledger_reset(self_ptr self, page_plan& plan,
   d.ledger = true;
   d.is_reset = true;
   d.page = token;
-  d.rs.mode = feed_mode::ledger;
-  d.rs.cause = plan.cause;
-  d.rs.from_cursor = plan.reset_from;
-  d.rs.to_cursor = plan.reset_to;
-  d.rs.lost_from = plan.reset_from;
-  d.rs.lost_to = plan.reset_to;
-  d.rs.old_epoch = std::move(plan.old_epoch);
-  d.rs.new_epoch = std::move(plan.new_epoch);
-  d.rs.event_id = plan.event_id;
-  d.rs.reason = std::move(plan.reason);
+  d.rs = std::make_unique<feed_reset>();
+  d.rs->mode = feed_mode::ledger;
+  d.rs->cause = plan.cause;
+  d.rs->from_cursor = plan.reset_from;
+  d.rs->to_cursor = plan.reset_to;
+  d.rs->lost_from = plan.reset_from;
+  d.rs->lost_to = plan.reset_to;
+  d.rs->old_epoch = std::move(plan.old_epoch);
+  d.rs->new_epoch = std::move(plan.new_epoch);
+  d.rs->event_id = plan.event_id;
+  d.rs->reason = std::move(plan.reason);
   // The page without its events, in the page's own key order.
   boost::json::object detail;
   if (body.is_object())
     for (auto& kv : body.get_object())
       if (kv.key() != st.cfg.fields.events)
         detail.emplace(kv.key(), kv.value());
-  d.rs.detail = std::move(detail);
+  d.rs->detail = std::move(detail);
   st.queue.push_back(std::move(d));
   ++st.page_outstanding;
 }
@@ -525,7 +529,7 @@ void on_page(self_ptr self, call_outcome& o) {
     d.ledger = true;
     d.page = token;
     d.ev.mode = feed_mode::ledger;
-    d.ev.event = std::move(page.events[i]);
+    move_into(d.ev.event, std::move(page.events[i])); // keeps the page arena
     d.ev.id = page.summary.ids[i];
     st.queue.push_back(std::move(d));
     ++st.page_outstanding;
@@ -730,7 +734,7 @@ void send_delivery(self_ptr self, const Handle& target, T&& msg) {
 feed_event take_event(queued_delivery& d) {
   feed_event ev;
   ev.mode = d.ev.mode;
-  ev.event = std::move(d.ev.event);
+  move_into(ev.event, std::move(d.ev.event));
   ev.id = d.ev.id;
   ev.seq = d.ev.seq;
   return ev;
@@ -775,9 +779,9 @@ void pump(self_ptr self) {
   st.in_flight = 1;
   if (d.is_reset) {
     if (st.batch_target)
-      send_delivery(self, st.batch_target, d.rs);
+      send_delivery(self, st.batch_target, *d.rs);
     else
-      send_delivery(self, st.target, d.rs);
+      send_delivery(self, st.target, *d.rs);
   } else {
     send_delivery(self, st.target, take_event(d));
   }
@@ -789,15 +793,16 @@ void enqueue_frame_reset(self_ptr self, const frame_reset_info& info,
   queued_delivery d;
   d.is_reset = true;
   d.connect_session = completes_connect ? st.session_id : 0;
-  d.rs.mode = st.neg->mode();
-  d.rs.cause = info.cause;
-  d.rs.last_seq = info.last_seq;
-  d.rs.new_seq = info.new_seq;
-  d.rs.old_epoch = info.old_epoch;
-  d.rs.new_epoch = info.new_epoch;
-  d.rs.lost_from = info.lost_from;
-  d.rs.lost_to = info.lost_to;
-  d.rs.detail = std::move(detail);
+  d.rs = std::make_unique<feed_reset>();
+  d.rs->mode = st.neg->mode();
+  d.rs->cause = info.cause;
+  d.rs->last_seq = info.last_seq;
+  d.rs->new_seq = info.new_seq;
+  d.rs->old_epoch = info.old_epoch;
+  d.rs->new_epoch = info.new_epoch;
+  d.rs->lost_from = info.lost_from;
+  d.rs->lost_to = info.lost_to;
+  d.rs->detail = std::move(detail);
   st.queue.push_back(std::move(d));
   ++st.frames_queued;
   ++st.frame_resets;
@@ -875,7 +880,7 @@ void on_hello(self_ptr self, parsed_message& m) {
     case hello_decision::ephemeral_reset:
       enqueue_frame_reset(self, *r.reset, std::move(m.json), true);
       if (st.overcap_resync_reason)
-        st.queue.back().rs.reason = std::move(*st.overcap_resync_reason);
+        st.queue.back().rs->reason = std::move(*st.overcap_resync_reason);
       pump(self);
       break;
   }
@@ -914,9 +919,9 @@ void enqueue_unreadable_frame(self_ptr self, const parsed_message& m) {
   if (!info)
     return;
   enqueue_frame_reset(self, *info, nullptr, false);
-  st.queue.back().rs.reason = std::move(reason);
+  st.queue.back().rs->reason = std::move(reason);
   if (info->lost_to)
-    st.queue.back().rs.event_id = info->lost_to;
+    st.queue.back().rs->event_id = info->lost_to;
 }
 
 void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {

@@ -5,6 +5,7 @@
 // typed reset, never a lost, duplicated or reordered event, never a silently
 // skipped gap, never undefined behaviour (run under UBSan by test.sh).
 
+#include "actors/call/call_result.hpp"
 #include "actors/feed/feed_config.hpp"
 #include "actors/feed/feed_frames.hpp"
 #include "actors/feed/ledger_drain.hpp"
@@ -12,6 +13,7 @@
 #include "config/client_config.hpp"
 #include "config/config_error.hpp"
 
+#include <boost/json/monotonic_resource.hpp>
 #include <boost/json/parse.hpp>
 
 #include <gtest/gtest.h>
@@ -239,6 +241,45 @@ TEST(FeedHostileDrain, NonIntegerCursorsAndIdsReadAsAbsent) {
     = parse_page(boost::json::parse(R"({"events":{"id":1}})"), feed_fields{});
   EXPECT_TRUE(wrong.summary.is_object);
   EXPECT_TRUE(wrong.summary.ids.empty()) << "events not an array: none";
+}
+
+TEST(FeedHostileDrain, ARepliedPageIsParsedOnceIntoItsArenaAndItsEventsMoved) {
+  // The replay call asks for an arena; the client's outcome keeps it; the
+  // watcher's take_page moves the events out of it, never copying: each
+  // event still lives in the page's arena, and the body's array is left
+  // holding what a move leaves.
+  auto call = replay_request(feed_config{}, 0, 2);
+  EXPECT_TRUE(call.json_arena);
+  client_config cfg;
+  http_response resp;
+  resp.status = 200;
+  resp.body = R"({"events":[{"id":1,"subject":"a-long-subject-name-1"},)"
+              R"({"id":2,"subject":"a-long-subject-name-2"}],"cursor":2})";
+  auto o = response_outcome(cfg, call, "rid", 1, resp);
+  ASSERT_FALSE(o.error);
+  auto arena = o.body.storage();
+  EXPECT_NE(arena.get(), boost::json::storage_ptr{}.get())
+    << "parsed into its own arena, not the default resource";
+  auto p = take_page(o.body, feed_fields{}, 2);
+  ASSERT_EQ(p.events.size(), 2u);
+  EXPECT_EQ(p.events.storage().get(), arena.get());
+  EXPECT_EQ(p.events[1].storage().get(), arena.get());
+  EXPECT_EQ(p.events[1].at("subject"), "a-long-subject-name-2");
+  // What a move leaves behind (Boost.JSON leaves an empty object).
+  auto& left = o.body.at("events").at(0);
+  EXPECT_TRUE(left.is_null() || (left.is_object() && left.as_object().empty()))
+    << "moved, not copied";
+  EXPECT_EQ(p.summary.ids, (std::vector<std::optional<int64_t>>{1, 2}));
+  // move_into keeps the source's resource where an assignment copies.
+  boost::json::value dst;
+  protocol::move_into(dst, std::move(p.events[0]));
+  EXPECT_EQ(dst.storage().get(), arena.get());
+  EXPECT_EQ(dst.at("id"), 1);
+  // Without the flag: the default resource, as before.
+  call.json_arena = false;
+  resp.body = R"({"events":[],"cursor":0})";
+  auto plain = response_outcome(cfg, call, "rid", 1, resp);
+  EXPECT_EQ(plain.body.storage().get(), boost::json::storage_ptr{}.get());
 }
 
 // -- frames and hellos
