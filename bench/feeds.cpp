@@ -448,7 +448,10 @@ drain_result raw_catchup(uint16_t port, uint64_t events, int limit,
     net::ip::tcp::socket sock{ioc};
     sock.connect({net::ip::make_address("127.0.0.1"), port});
     sock.set_option(net::ip::tcp::no_delay{true});
+    // Room for 64 KiB receives, as outbound's session reads a large body
+    // (Beast reads only what the buffer's capacity leaves free).
     boost::beast::flat_buffer buf;
+    buf.reserve(64 * 1024);
     int64_t after = 0;
     while (r.events < events && seconds_since(t0) < max_seconds) {
       http::request<http::empty_body> req{http::verb::get,

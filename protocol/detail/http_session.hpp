@@ -74,6 +74,10 @@ using tcp = asio::ip::tcp;
 /// deadline.
 constexpr std::size_t max_buffered_bytes = max_header_bytes + 64 * 1024;
 
+/// Largest receive of a response body: the read buffer grows to this much
+/// free space for a body that large (within max_buffered_bytes).
+constexpr std::size_t body_read_chunk = 64 * 1024;
+
 /// Most bytes reserved up front for a body whose Content-Length is under the
 /// cap: a larger length is a claim of the peer, not a reason to allocate.
 constexpr std::uint64_t max_body_reserve = 1024 * 1024;
@@ -449,6 +453,17 @@ private:
     }
     if (parser_->is_done())
       return on_complete();
+    // Beast reads at most what the buffer's capacity leaves free (at least
+    // 512 bytes; beast::read_size), and the body parser empties the buffer
+    // after every read, so a buffer grown only to the header's size reads
+    // a 100 KiB body in some 200 receives, each its own trip through the
+    // reactor. A larger body is read in chunks of up to body_read_chunk.
+    // The capacity stays with the connection for its next exchanges.
+    auto want = expected_ ? std::min<std::uint64_t>(*expected_, body_read_chunk)
+                          : std::uint64_t{body_read_chunk};
+    if (want > buf_.capacity() - buf_.size())
+      buf_.reserve(std::min(buf_.max_size(),
+                            buf_.size() + static_cast<std::size_t>(want)));
     http::async_read(stream_, buf_, *parser_,
                      [self = this->shared_from_this()](const error_code& ec,
                                                        std::size_t) {
