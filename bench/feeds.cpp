@@ -202,9 +202,8 @@ struct client_side {
   }
 };
 
-std::optional<feed_stats> stats_of(caf::actor_system& sys,
+std::optional<feed_stats> stats_of(caf::scoped_actor& self,
                                    const feed_watcher_actor& w) {
-  caf::scoped_actor self{sys};
   std::optional<feed_stats> out;
   self->request(w, 5s, stats_atom_v)
     .receive([&](const feed_stats& s) { out = s; },
@@ -272,8 +271,11 @@ void phase_memory(caf::actor_system& sys, child_hub& ch,
     // Wait until every watcher reports connected (bounded).
     std::size_t connected = 0;
     std::size_t next = 0;
+    // One asking actor for every query: a scoped_actor per query costs a
+    // spawn and its teardown, on the cores the watchers connect on.
+    caf::scoped_actor asker{sys};
     while (next < n && seconds_since(t0) < max_seconds) {
-      auto s = stats_of(sys, ws[next]);
+      auto s = stats_of(asker, ws[next]);
       if (s && s->connected) {
         ++next;
         continue;
@@ -349,8 +351,9 @@ void phase_latency(caf::actor_system& sys, std::size_t watchers, double rate,
   }
   auto t0 = clk::now();
   std::size_t next = 0;
+  caf::scoped_actor asker{sys};
   while (next < watchers && seconds_since(t0) < max_seconds) {
-    auto s = stats_of(sys, ws[next]);
+    auto s = stats_of(asker, ws[next]);
     if (s && s->connected)
       ++next;
     else
@@ -504,7 +507,8 @@ drain_result watcher_catchup(caf::actor_system& sys, hub& h, uint64_t events,
     std::this_thread::sleep_for(100us);
   r.seconds = seconds_since(t0);
   r.events = count->load();
-  if (auto st = stats_of(sys, ws.front()))
+  caf::scoped_actor asker{sys};
+  if (auto st = stats_of(asker, ws.front()))
     r.pages = st->pages;
   stop_all(sys, ws);
   return r;
