@@ -49,12 +49,16 @@ struct call_request {
   /// 0: never. [0]
   std::size_t keep_unreadable_body = 0;
   /// Parse the response body into one arena owned by the parsed value
-  /// (boost::json::monotonic_resource, shared by every part of it): one
+  /// (protocol::json_arena: a boost::json::monotonic_resource shared by
+  /// every part of it, locked once the parse is done, so copies made on
+  /// several threads are safe): one
   /// allocation per block instead of one per string, array and object,
   /// and one release when the last part is gone. For bodies read once and
   /// dropped, such as a feed watcher's replay pages; a part kept alive
   /// (or moved into another value with protocol::move_into) keeps the whole
-  /// arena. [false: the default resource]
+  /// arena. The arena's blocks grow geometrically, so it may hold up to
+  /// about twice what the parsed value uses (the json_limits memory bound
+  /// counts the value). [false: the default resource]
   bool json_arena = false;
   /// Hedging clients only: key this call by the registered endpoint of this
   /// name, bypassing route matching. An unknown name fails the call with a

@@ -25,17 +25,19 @@
 //    double that serialize() would print with its low digits changed
 //    (see json_limits::allow_inexact_integers).
 
+#include <boost/json/memory_resource.hpp>
+#include <boost/json/monotonic_resource.hpp>
 #include <boost/json/storage_ptr.hpp>
 #include <boost/json/value.hpp>
 
-#include <boost/json/value.hpp>
-#include <new>
-#include <utility>
-
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <new>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace outbound {
 inline namespace protocol {
@@ -172,6 +174,59 @@ json_parse_result parse_json(std::string_view text,
 json_parse_result parse_json(std::string_view text, const json_limits& limits,
                              boost::json::storage_ptr sp);
 
+/// One arena for one parsed document (boost::json::monotonic_resource: one
+/// allocation per block, nothing freed before the arena), safe to share
+/// between threads once share() was called. A copy of a value keeps the
+/// source's resource, so an application that copies parts of a shared
+/// document on two threads allocates from one arena at once: after
+/// share(), every allocation takes a mutex. The parse before it does not
+/// (one thread, the parser's). Deallocation does nothing.
+/// Made with make_json_arena.
+class json_arena final : public boost::json::memory_resource {
+public:
+  /// Constructed inside a boost::json shared resource (make_json_arena),
+  /// which holds it as a member out of reach of the storage_ptr: the
+  /// constructor reports where it is.
+  explicit json_arena(json_arena** self) noexcept {
+    *self = this;
+  }
+
+  /// From now on allocations are serialised. Call before a value in the
+  /// arena can reach another thread.
+  void share() noexcept {
+    shared_.store(true, std::memory_order_release);
+  }
+
+private:
+  void* do_allocate(std::size_t n, std::size_t align) override {
+    if (!shared_.load(std::memory_order_acquire))
+      return arena_.allocate(n, align);
+    std::lock_guard<std::mutex> guard{mu_};
+    return arena_.allocate(n, align);
+  }
+
+  void do_deallocate(void*, std::size_t, std::size_t) override {
+    // nop: the arena is released whole
+  }
+
+  bool
+  do_is_equal(const boost::json::memory_resource& r) const noexcept override {
+    return this == &r;
+  }
+
+  boost::json::monotonic_resource arena_;
+  std::atomic<bool> shared_{false};
+  std::mutex mu_;
+};
+
+/// A new json_arena owned by the returned storage_ptr (and every value that
+/// uses it), and the arena itself, valid as long as either lives.
+inline std::pair<boost::json::storage_ptr, json_arena*> make_json_arena() {
+  json_arena* arena = nullptr;
+  auto sp = boost::json::make_shared_resource<json_arena>(&arena);
+  return {std::move(sp), arena};
+}
+
 /// Makes `dst` the value `src` was, keeping `src`'s memory resource (a
 /// move assignment `dst = std::move(src)` copies into `dst`'s resource
 /// when the two differ, as boost::json::value::operator= does).
@@ -187,3 +242,10 @@ std::size_t json_depth(const boost::json::value& v);
 
 } // namespace protocol
 } // namespace outbound
+
+/// Values in a json_arena skip their destructors' walk, as in a
+/// monotonic_resource (its deallocate does nothing).
+template <>
+struct boost::json::is_deallocate_trivial<outbound::protocol::json_arena> {
+  static constexpr bool value = true;
+};

@@ -4,8 +4,6 @@
 #include "protocol/errors.hpp"
 #include "protocol/json_parse.hpp"
 
-#include <boost/json/monotonic_resource.hpp>
-
 #include <optional>
 #include <string>
 #include <utility>
@@ -30,11 +28,12 @@ json_parse_result parse_body(const std::string& body, const json_limits& l,
                              bool arena = false) {
   if (body.empty())
     return {};
-  if (arena)
-    return parse_json(
-      body, l,
-      boost::json::make_shared_resource<boost::json::monotonic_resource>());
-  return parse_json(body, l);
+  if (!arena)
+    return parse_json(body, l);
+  auto [sp, a] = make_json_arena();
+  auto r = parse_json(body, l, std::move(sp));
+  a->share(); // the outcome may reach any thread from here
+  return r;
 }
 
 // The response_error of a body that did not parse, naming the limit that

@@ -146,9 +146,13 @@ namespace {
 template <class Body>
 parsed_page read_page(Body& body, const feed_fields& fields,
                       std::size_t max_events) {
-  // The events keep the body's memory resource (a page's arena): built in
-  // place, never assigned (an assignment would copy into its own).
-  parsed_page p{page_summary{}, json::array(body.storage())};
+  // take_page: the events keep the body's memory resource (a page's
+  // arena), the array built in place (an assignment would copy into its
+  // own). parse_page copies into the default resource: the caller's body
+  // may live in a resource that dies before the page.
+  parsed_page p{
+    page_summary{},
+    json::array(std::is_const_v<Body> ? json::storage_ptr{} : body.storage())};
   if (!body.is_object())
     return p;
   auto& o = body.get_object();

@@ -36,7 +36,9 @@ struct feed_event {
   /// memory of its replay page (one arena per page, freed when the page's
   /// last event is gone): an application that keeps events for long copies
   /// them out (`boost::json::value{ev.event, {}}`) so that one kept event
-  /// does not keep its whole page.
+  /// does not keep its whole page. A plain copy (`auto v = ev.event`)
+  /// allocates in that arena, which serialises its allocations
+  /// (protocol::json_arena): copies on several threads are safe.
   boost::json::value event;
   /// ledger: the event's id (the cursor after it is delivered), if integer.
   std::optional<int64_t> id;

@@ -154,6 +154,23 @@ struct queued_delivery {
 
 enum class ws_phase : uint8_t { off, connecting, open, backoff, stopped };
 
+/// A replay page asked for ahead (see prefetch below).
+struct ahead_page {
+  /// Its number: answers of a page ahead since dropped are ignored.
+  uint64_t id = 0;
+  int64_t after = 0;
+  int limit = 0;
+  /// Its answer, once it arrived and before the drain asked for it.
+  std::optional<call_outcome> answer;
+  /// The answer holds `limit` events or more.
+  bool full = false;
+  /// A wake, poll, hello or timer reached the drain after it was asked.
+  bool news = false;
+  /// The drain asked for exactly this page as its fetch number
+  /// `adopted` (0: not yet): its answer is that fetch's.
+  uint64_t adopted = 0;
+};
+
 struct watcher_state {
   feed_config cfg;
   /// Limits of every message parse (frame_json_limits of cfg).
@@ -202,17 +219,6 @@ struct watcher_state {
 
   uint64_t fetch_token = 0;
   /// The replay page asked for ahead (see prefetch), at most one.
-  struct ahead_page {
-    /// Its number: answers of a page ahead since dropped are ignored.
-    uint64_t id = 0;
-    int64_t after = 0;
-    int limit = 0;
-    /// Its answer, once it arrived and before the drain asked for it.
-    std::optional<call_outcome> answer;
-    /// The drain asked for exactly this page as its fetch number
-    /// `adopted` (0: not yet): its answer is that fetch's.
-    uint64_t adopted = 0;
-  };
   std::optional<ahead_page> ahead;
   uint64_t ahead_id = 0;
   uint64_t page_token = 0;
@@ -413,6 +419,10 @@ void quiesce_drain(self_ptr self) {
 }
 
 void act(self_ptr self, drain_action a) {
+  // Every input of the drain (a wake, a poll, a hello, a timer) comes
+  // through here: a short page asked ahead before it is no longer usable.
+  if (auto& ahead = self->state.ahead; ahead && ahead->adopted == 0)
+    ahead->news = true;
   if (a == drain_action::fetch)
     do_fetch(self);
   else if (a == drain_action::rearm)
@@ -561,22 +571,51 @@ void on_fetch_answer(self_ptr self, uint64_t token, call_outcome& o) {
 // exactly the page ahead (same after and limit) that answer is its
 // answer, as if the fetch had been sent then; any other request (a
 // rewind, a narrowing, a page cursor past the last id) drops the page
-// ahead unread, and so does a switch to in-frame delivery. Events are
-// appended to a ledger and never change, so a full page read a little
-// earlier holds the same events; a retention floor that passed the
-// cursor meanwhile is seen by the next page.
+// ahead unread, and so does a switch to in-frame delivery. A full page
+// ahead is always usable: events are appended to a ledger and never
+// change, so the `limit` events after a position read a little earlier
+// are the same events (a retention floor that passed the cursor
+// meanwhile is seen by the next page). A short page describes the
+// ledger's head when it was asked: it is used only if no wake, poll or
+// hello reached the drain since (the drain's fetch consumes them, and
+// they may announce more). An error or an unreadable answer is never
+// used: the page is asked afresh when the drain wants it, so the drain
+// neither backs off nor narrows on an old answer.
+
+void send_fetch(self_ptr self, uint64_t token);
+
+// A page of at least `limit` events.
+bool full_page(const call_outcome& o, const feed_fields& fields, int limit) {
+  if (!o.body.is_object())
+    return false;
+  const auto& obj = o.body.get_object();
+  auto ev = obj.find(fields.events);
+  return ev != obj.end() && ev->value().is_array()
+         && ev->value().get_array().size() >= static_cast<std::size_t>(limit);
+}
 
 void on_ahead_answer(self_ptr self, uint64_t id, call_outcome o) {
   auto& st = self->state;
   if (!st.ahead || st.ahead->id != id)
     return; // dropped meanwhile
-  if (st.ahead->adopted == 0) {
-    st.ahead->answer = std::move(o);
+  bool ok = !o.error;
+  bool full = ok && full_page(o, st.cfg.fields, st.ahead->limit);
+  auto token = st.ahead->adopted;
+  if (token == 0) {
+    if (ok) {
+      st.ahead->answer = std::move(o);
+      st.ahead->full = full;
+    } else {
+      st.ahead.reset(); // the drain will ask afresh
+    }
     return;
   }
-  auto token = st.ahead->adopted;
+  bool usable = ok && (full || !st.ahead->news);
   st.ahead.reset();
-  on_fetch_answer(self, token, o);
+  if (usable)
+    on_fetch_answer(self, token, o);
+  else if (token == st.fetch_token)
+    send_fetch(self, token); // the drain's fetch, asked now
 }
 
 void maybe_prefetch(self_ptr self, const page_summary& page,
@@ -616,7 +655,8 @@ bool take_ahead(self_ptr self, uint64_t token) {
   if (!st.ahead)
     return false;
   if (st.ahead->after != st.drain->fetch_after()
-      || st.ahead->limit != st.drain->fetch_limit()) {
+      || st.ahead->limit != st.drain->fetch_limit()
+      || (st.ahead->answer && !st.ahead->full && st.ahead->news)) {
     st.ahead.reset();
     return false;
   }
@@ -627,10 +667,14 @@ bool take_ahead(self_ptr self, uint64_t token) {
 }
 
 void do_fetch(self_ptr self) {
+  auto token = ++self->state.fetch_token;
+  if (!take_ahead(self, token))
+    send_fetch(self, token);
+}
+
+// Sends fetch `token`: the replay page the drain asks for now.
+void send_fetch(self_ptr self, uint64_t token) {
   auto& st = self->state;
-  auto token = ++st.fetch_token;
-  if (take_ahead(self, token))
-    return;
   self
     ->request(
       st.opts.client, caf::infinite,

@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,8 @@ struct fake_ledger {
   bool non_object = false;
   /// Answer this many next requests with 503.
   int fail_next = 0;
+  /// Answer the requests of these numbers (0: the first) with 503.
+  std::set<std::size_t> fail_requests;
   /// The ledger's incarnation id sent in every page ("epoch"); empty sends
   /// none.
   std::string epoch;
@@ -181,8 +184,10 @@ inline transport_actor spawn_ledger_transport(caf::actor_system& sys,
         rec.after = after.empty() ? -1 : std::stoll(after);
         rec.limit = limit.empty() ? 0 : std::stoi(limit);
         lg->requests.push_back(rec);
-        if (lg->fail_next > 0) {
-          --lg->fail_next;
+        if (lg->fail_requests.count(lg->requests.size() - 1) > 0
+            || lg->fail_next > 0) {
+          if (lg->fail_next > 0)
+            --lg->fail_next;
           res.response.status = 503;
           return res;
         }

@@ -18,7 +18,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <limits>
+#include <thread>
 
 using namespace outbound;
 using namespace std::chrono_literals;
@@ -260,6 +262,7 @@ TEST(FeedHostileDrain, ARepliedPageIsParsedOnceIntoItsArenaAndItsEventsMoved) {
   auto arena = o.body.storage();
   EXPECT_NE(arena.get(), boost::json::storage_ptr{}.get())
     << "parsed into its own arena, not the default resource";
+  EXPECT_TRUE(arena.is_deallocate_trivial()) << "a json_arena";
   auto p = take_page(o.body, feed_fields{}, 2);
   ASSERT_EQ(p.events.size(), 2u);
   EXPECT_EQ(p.events.storage().get(), arena.get());
@@ -275,11 +278,43 @@ TEST(FeedHostileDrain, ARepliedPageIsParsedOnceIntoItsArenaAndItsEventsMoved) {
   protocol::move_into(dst, std::move(p.events[0]));
   EXPECT_EQ(dst.storage().get(), arena.get());
   EXPECT_EQ(dst.at("id"), 1);
+  // parse_page (the copying reader) never puts its copies in the body's
+  // resource, which may die first.
+  auto copied = parse_page(o.body, feed_fields{}, 2);
+  EXPECT_EQ(copied.events.storage().get(), boost::json::storage_ptr{}.get());
   // Without the flag: the default resource, as before.
   call.json_arena = false;
   resp.body = R"({"events":[],"cursor":0})";
   auto plain = response_outcome(cfg, call, "rid", 1, resp);
   EXPECT_EQ(plain.body.storage().get(), boost::json::storage_ptr{}.get());
+}
+
+TEST(FeedHostileDrain, CopiesOfOneArenaEventOnTwoThreadsAreSafe) {
+  // A copy keeps the source's resource: two threads copying events of one
+  // page allocate from one arena at once, which the arena serialises once
+  // the client shared it. Every copy must come out whole.
+  auto call = replay_request(feed_config{}, 0, 1);
+  client_config cfg;
+  http_response resp;
+  resp.status = 200;
+  resp.body = R"({"events":[{"id":1,"subject":"a-subject-long-enough-to-)"
+              R"(allocate","tags":["x-long-tag-one","x-long-tag-two"]}]})";
+  auto o = response_outcome(cfg, call, "rid", 1, resp);
+  ASSERT_FALSE(o.error);
+  const auto& ev = o.body.at("events").at(0);
+  std::atomic<int> bad{0};
+  auto copy_many = [&] {
+    for (int i = 0; i < 2000; ++i) {
+      boost::json::value v = ev; // allocates from the page's arena
+      if (v != ev)
+        ++bad;
+    }
+  };
+  std::thread a{copy_many};
+  std::thread b{copy_many};
+  a.join();
+  b.join();
+  EXPECT_EQ(bad.load(), 0);
 }
 
 // -- frames and hellos

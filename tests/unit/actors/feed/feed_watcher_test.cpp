@@ -833,6 +833,57 @@ TEST_F(FeedWatcher, AFullPageAsksForTheNextWhileItIsDeliveredAndUsesIt) {
   EXPECT_EQ(s.events_delivered, 7u);
 }
 
+TEST_F(FeedWatcher, AShortPageAheadIsAskedAgainSoAWakeSinceIsNotLost) {
+  // The page ahead (after=3) comes back short ([4]) while 1..3 are held;
+  // then 5 is appended and a wake without a cursor arrives. The drain's
+  // next fetch must see 5: a short page ahead is never used.
+  use_batches = true;
+  subs->manual = true;
+  ledger->append_to(4);
+  start();
+  ws->last().open();
+  ws->last().message(
+    R"({"type":"hello","mode":"ledger","seq":0,"cursor":4,"resync":false})");
+  run();
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3}));
+  ASSERT_GE(ledger->afters().size(), 2u);
+  EXPECT_EQ(ledger->afters()[1], 3) << "asked ahead";
+  ledger->append_to(5);
+  ws->last().message(R"({"type":"wake"})");
+  run();
+  release_ack();
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5}))
+    << "4 and 5 at once, not at the next poll tick";
+  release_ack();
+  EXPECT_EQ(stats().cursor, 5);
+}
+
+TEST_F(FeedWatcher, AFailedPageAheadIsAskedAgainNotCountedAsAFailure) {
+  use_batches = true;
+  subs->manual = true;
+  ledger->append_to(5);
+  ledger->fail_requests = {1}; // the page ahead
+  start(false);
+  EXPECT_EQ(ledger->afters(), (ids{0, 3}));
+  release_ack();
+  EXPECT_EQ(ledger->afters(), (ids{0, 3, 3})) << "asked again at once";
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5}));
+  release_ack();
+  auto s = stats();
+  EXPECT_EQ(s.cursor, 5);
+  EXPECT_EQ(s.replay_errors, 0u) << "the drain never saw that answer";
+}
+
+TEST_F(FeedWatcher, APageAheadIsNeverAskedTwice) {
+  // Whether the drain asks for the page ahead before or after its answer
+  // arrived, that page is asked once.
+  use_batches = true;
+  ledger->append_to(5);
+  start(false);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5}));
+  EXPECT_EQ(ledger->afters(), (ids{0, 3}));
+}
+
 TEST_F(FeedWatcher, WithoutPrefetchTheNextPageWaitsForTheAck) {
   use_batches = true;
   subs->manual = true;
