@@ -30,8 +30,10 @@ json_parse_result parse_body(const std::string& body, const json_limits& l,
     return {};
   if (!arena)
     return parse_json(body, l);
+  // `sp` keeps the arena alive until shared: a parse that fails holds no
+  // value, and with it no reference to the arena.
   auto [sp, a] = make_json_arena();
-  auto r = parse_json(body, l, std::move(sp));
+  auto r = parse_json(body, l, sp);
   a->share(); // the outcome may reach any thread from here
   return r;
 }
