@@ -183,6 +183,8 @@ struct watcher_state {
   feed_subscriber_actor target;
   /// ... or, when set, runs of events per message (and resets one by one).
   feed_batch_subscriber_actor batch_target;
+  /// The callbacks' helper's stop flag (callback_runner), when it runs one.
+  std::shared_ptr<std::atomic<bool>> runner_stopped;
   core::rng rng;
   /// The x-request-id generator of the upgrade requests: its own stream, so
   /// the jitter drawn from `rng` does not depend on how often it dialled.
@@ -328,6 +330,10 @@ void shutdown(self_ptr self) {
     return;
   st.phase = ws_phase::stopped;
   st.connected = false;
+  // Set here, not only in the cleanup functor: CAF runs a monitor attached
+  // later first, so a monitor's down message can beat the functor.
+  if (st.runner_stopped)
+    st.runner_stopped->store(true, std::memory_order_release);
   st.gate->close();
   if (*st.session) {
     (*st.session)->close();
@@ -1315,6 +1321,7 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
   st.opts = std::move(opts);
   st.target = std::move(target);
   st.batch_target = std::move(batch_target);
+  st.runner_stopped = runner.stopped;
   auto seed = st.opts.seed != 0 ? st.opts.seed : core::entropy_seed();
   st.rng.seed(seed);
   st.id_rng.seed(seed ^ 0x9e3779b97f4a7c15ULL);
