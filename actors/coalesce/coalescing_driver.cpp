@@ -28,10 +28,21 @@ namespace {
 /// `timeout` error, normally comes first and is classified better).
 constexpr std::chrono::milliseconds attempt_slack{50};
 
-/// Callers' deadlines: waiter ids by due time. One timer serves them all
-/// (the earliest due time is armed), instead of one clock-thread event per
-/// caller that fired, stale, for every caller answered in time.
-using deadline_table = std::multimap<coalesce_time, uint64_t>;
+/// An entry of the driver's deadline table: a caller's own timeout
+/// (`token` 0, `id` the waiter) or an attempt's time limit (`id` the RPC,
+/// `token` its attempt's token, never 0).
+struct due_entry {
+  uint64_t id = 0;
+  uint64_t token = 0;
+};
+
+/// Callers' deadlines and attempts' time limits by due time. One timer
+/// serves them all (the earliest due time is armed, and a later entry arms
+/// nothing while it is pending), instead of one clock-thread event per
+/// caller and per attempt that fired, stale, for every one answered in
+/// time (the transport answers within the attempt's budget: the limit is a
+/// backstop).
+using deadline_table = std::multimap<coalesce_time, due_entry>;
 
 struct waiter_slot {
   caf::typed_response_promise<coalesce_reply> rp;
@@ -51,6 +62,8 @@ struct rpc_run {
   uint64_t exchange_id = 0;
   transport_actor transport;
   bool in_exchange = false;
+  /// The attempt's time limit in driver_state::deadlines while in exchange.
+  std::optional<deadline_table::iterator> limit;
   /// The transport error of the last answered attempt (none: an HTTP
   /// answer), to tell a TLS failure from a configuration one.
   transport_error_kind last_error = transport_error_kind::none;
@@ -115,14 +128,12 @@ struct driver_state {
 
 /// The driver's own interface: the public one plus its timers (spawned with
 /// this one, handed out as coalescing_driver_actor): `(timeout_atom, due)`
-/// the callers' deadline timer armed for `due` (nanoseconds on the actor
-/// clock), `(retry_atom, rpc_id, token)` a
-/// backoff's end, `(cancel_atom, rpc_id, token)` an attempt's own time
-/// limit, `(poll_atom, token)` the cold-start flush.
+/// the deadline timer (callers' timeouts and attempts' time limits) armed
+/// for `due` (nanoseconds on the actor clock), `(retry_atom, rpc_id,
+/// token)` a backoff's end, `(poll_atom, token)` the cold-start flush.
 using driver_impl_actor = coalescing_driver_actor::extend<
   caf::reacts_to<timeout_atom, uint64_t>,
   caf::reacts_to<retry_atom, uint64_t, uint64_t>,
-  caf::reacts_to<cancel_atom, uint64_t, uint64_t>,
   caf::reacts_to<poll_atom, uint64_t>>;
 
 using self_ptr = driver_impl_actor::stateful_pointer<driver_state>;
@@ -140,6 +151,15 @@ call_error make_error(error_kind k, std::string detail, bool nothing_sent,
   e.nothing_billed = nothing_sent;
   e.attempts = attempts;
   return e;
+}
+
+/// Takes `run`'s attempt limit out of the deadline table (it was answered,
+/// given up, or the RPC ends).
+void drop_limit(driver_state& st, rpc_run& run) {
+  if (run.limit) {
+    st.deadlines.erase(*run.limit);
+    run.limit.reset();
+  }
 }
 
 void answer(self_ptr self, uint64_t waiter_id, coalesce_reply r) {
@@ -195,6 +215,7 @@ coalesce_reply reply_of(const delivery& d, const std::string& endpoint,
 }
 
 void fail_everything(self_ptr self, const call_error& e);
+void arm_deadlines(self_ptr self, coalesce_time now);
 
 /// Runs a timer, answer or down handler's `body`; a throw fails every
 /// caller held (fail_everything) instead of killing the driver.
@@ -307,7 +328,11 @@ void deliver_all(self_ptr self, const std::vector<delivery>& ds,
 }
 
 void finish_rpc(self_ptr self, uint64_t rpc_id) {
-  self->state.rpcs.erase(rpc_id);
+  auto& st = self->state;
+  if (auto it = st.rpcs.find(rpc_id); it != st.rpcs.end()) {
+    drop_limit(st, it->second);
+    st.rpcs.erase(it);
+  }
   sweep_transports(self);
   pump(self);
 }
@@ -385,6 +410,7 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
     return; // cancelled, or the attempt's own timer already gave up
   auto& run = it->second;
   run.in_exchange = false;
+  drop_limit(st, run);
   run.last_error = r.error;
   run.maybe_sent = run.maybe_sent || r.request_sent
                    || r.error == transport_error_kind::none;
@@ -489,8 +515,12 @@ void act(self_ptr self, uint64_t rpc_id, discovery_action a) {
             r.detail = "transport failed: " + self->system().render(err);
             guarded_step(self, [&] { on_exchange(self, rpc_id, token, r); });
           });
-      self->delayed_send(me, a.budget + attempt_slack, cancel_atom_v, rpc_id,
-                         token);
+      // The transport answers within the budget; the driver's one timer
+      // backs it up (on_attempt_limit).
+      auto now = now_of(self);
+      run.limit = st.deadlines.emplace(now + a.budget + attempt_slack,
+                                       due_entry{rpc_id, token});
+      arm_deadlines(self, now);
       return;
     }
     case discovery_step::wait: {
@@ -617,9 +647,11 @@ void arm_deadlines(self_ptr self, coalesce_time now) {
 }
 
 void on_waiter_timeout(self_ptr self, uint64_t waiter_id);
+void on_attempt_limit(self_ptr self, uint64_t rpc_id, uint64_t token);
 
 /// The deadline timer armed for `due` fired: every caller whose deadline
-/// passed gets deadline_exceeded; the timer is armed for the next one.
+/// passed gets deadline_exceeded, every attempt past its limit is given up;
+/// the timer is armed for the next entry.
 void on_deadline_timer(self_ptr self, uint64_t due) {
   auto& st = self->state;
   if (st.deadline_armed
@@ -628,11 +660,18 @@ void on_deadline_timer(self_ptr self, uint64_t due) {
     st.deadline_armed.reset();
   auto now = now_of(self);
   while (!st.deadlines.empty() && st.deadlines.begin()->first <= now) {
-    auto id = st.deadlines.begin()->second;
+    auto e = st.deadlines.begin()->second;
     st.deadlines.erase(st.deadlines.begin());
-    if (auto it = st.waiters.find(id); it != st.waiters.end())
+    if (e.token != 0) {
+      if (auto it = st.rpcs.find(e.id);
+          it != st.rpcs.end() && it->second.token == e.token)
+        it->second.limit.reset();
+      on_attempt_limit(self, e.id, e.token);
+      continue;
+    }
+    if (auto it = st.waiters.find(e.id); it != st.waiters.end())
       it->second.due.reset();
-    on_waiter_timeout(self, id);
+    on_waiter_timeout(self, e.id);
   }
   arm_deadlines(self, now);
 }
@@ -686,7 +725,8 @@ caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
   // NaN, +-inf and <= 0: no timeout of its own (coalesce_seconds would turn
   // +inf into 0, an immediate deadline_exceeded).
   if (std::isfinite(timeout) && timeout > 0) {
-    slot.due = st.deadlines.emplace(now + coalesce_seconds(timeout), w.id);
+    slot.due = st.deadlines.emplace(now + coalesce_seconds(timeout),
+                                    due_entry{w.id, 0});
     arm_deadlines(self, now);
   }
   pump(self, now);
@@ -731,6 +771,7 @@ void on_waiter_timeout(self_ptr self, uint64_t waiter_id) {
       if (it->second.in_exchange && it->second.transport)
         self->send(it->second.transport, cancel_atom_v,
                    it->second.exchange_id);
+      drop_limit(st, it->second);
       st.rpcs.erase(it);
     }
   }
@@ -746,6 +787,7 @@ void on_attempt_limit(self_ptr self, uint64_t rpc_id, uint64_t token) {
     return;
   auto& run = it->second;
   run.in_exchange = false;
+  drop_limit(st, run);
   run.maybe_sent = true; // it may be on the wire
   run.token = st.next_token++; // a late answer is stale now
   self->send(run.transport, cancel_atom_v, run.exchange_id);
@@ -816,9 +858,6 @@ driver_impl(self_ptr self, coalesce_config cfg, coalesce_options opts,
         act(self, rpc_id,
             it->second.dc->resume(*st.leaders, now_of(self), st.rng));
       });
-    },
-    [self](cancel_atom, uint64_t rpc_id, uint64_t token) {
-      guarded_step(self, [&] { on_attempt_limit(self, rpc_id, token); });
     },
     [self](poll_atom, uint64_t token) {
       guarded_step(self, [&] {
