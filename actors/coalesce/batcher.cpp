@@ -412,6 +412,7 @@ batcher::live_waiter(const chunk& c, const chunk_part& p) {
 std::vector<delivery> batcher::fail_chunk(const chunk& c, waiter_outcome o,
                                           const std::string& detail) {
   std::vector<delivery> out;
+  out.reserve(c.live);
   for (auto& p : c.parts) {
     auto it = live_waiter(c, p);
     if (it == waiters_.end())
@@ -444,6 +445,7 @@ std::vector<delivery> batcher::on_ts_response(uint64_t rpc_id,
     ++stats_.protocol_violations;
     out = fail_chunk(c, waiter_outcome::protocol_violation, why);
   } else {
+    out.reserve(c.live);
     uint32_t offset = 0;
     for (auto& p : c.parts) {
       auto it = live_waiter(c, p);
@@ -485,6 +487,7 @@ std::vector<delivery> batcher::on_seq_response(uint64_t rpc_id,
     out = fail_chunk(c, waiter_outcome::uncertain,
                      "uncertain outcome: bad seq response: " + why);
   } else {
+    out.reserve(c.live);
     uint64_t offset = 0;
     for (auto& p : c.parts) {
       auto it = live_waiter(c, p);

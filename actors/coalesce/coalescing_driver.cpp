@@ -51,6 +51,103 @@ struct waiter_slot {
   std::optional<deadline_table::iterator> due;
 };
 
+/// The callers held, by waiter id: a slab (a vector of slots and a free
+/// list) whose ids are `generation << 32 | slot`, so a lookup is an index
+/// and a generation check, with no hashing and no allocation per caller
+/// once the slab has grown. A stale id (its caller answered, the slot
+/// reused) finds nothing.
+class waiter_table {
+public:
+  /// A fresh id for a caller about to be added (the batcher is told it
+  /// first; add() takes the same id).
+  uint64_t next_id() {
+    uint32_t slot;
+    if (!free_.empty()) {
+      slot = free_.back();
+    } else {
+      slot = static_cast<uint32_t>(slots_.size());
+    }
+    uint32_t gen = slot < slots_.size() ? slots_[slot].gen + 1 : 1;
+    return uint64_t{gen} << 32 | slot;
+  }
+
+  /// Adds `w` under `id`, which next_id() just returned.
+  waiter_slot& add(uint64_t id, waiter_slot w) {
+    auto slot = static_cast<uint32_t>(id);
+    if (slot == slots_.size())
+      slots_.emplace_back();
+    else
+      free_.pop_back();
+    auto& e = slots_[slot];
+    e.gen = static_cast<uint32_t>(id >> 32);
+    e.used = true;
+    e.w = std::move(w);
+    ++size_;
+    return e.w;
+  }
+
+  /// The caller under `id`, or nullptr.
+  waiter_slot* find(uint64_t id) {
+    auto slot = static_cast<uint32_t>(id);
+    if (slot >= slots_.size())
+      return nullptr;
+    auto& e = slots_[slot];
+    if (!e.used || e.gen != static_cast<uint32_t>(id >> 32))
+      return nullptr;
+    return &e.w;
+  }
+
+  /// Removes the caller under `id` (found by find()).
+  void erase(uint64_t id) {
+    auto slot = static_cast<uint32_t>(id);
+    auto& e = slots_[slot];
+    e.used = false;
+    e.w = waiter_slot{};
+    free_.push_back(slot);
+    --size_;
+  }
+
+  std::size_t size() const {
+    return size_;
+  }
+
+  /// Calls `f(waiter_slot&)` for every caller held.
+  template <class F>
+  void for_each(F&& f) {
+    for (auto& e : slots_)
+      if (e.used)
+        f(e.w);
+  }
+
+  /// Takes every caller out (the table is empty after it).
+  std::vector<waiter_slot> take_all() {
+    std::vector<waiter_slot> out;
+    out.reserve(size_);
+    for (uint32_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].used)
+        out.push_back(std::move(slots_[i].w));
+    // Generations are kept: an id handed out before never matches again.
+    for (uint32_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].used) {
+        slots_[i].used = false;
+        slots_[i].w = waiter_slot{};
+        free_.push_back(i);
+      }
+    size_ = 0;
+    return out;
+  }
+
+private:
+  struct entry {
+    uint32_t gen = 0;
+    bool used = false;
+    waiter_slot w;
+  };
+  std::vector<entry> slots_;
+  std::vector<uint32_t> free_;
+  std::size_t size_ = 0;
+};
+
 /// One batched RPC on its way through leader discovery.
 struct rpc_run {
   rpc_plan plan;
@@ -88,14 +185,13 @@ struct driver_state {
   /// them (oracle_request_config).
   client_config request_cfg;
   coalesce_options opts;
-  std::unordered_map<uint64_t, waiter_slot> waiters;
+  waiter_table waiters;
   deadline_table deadlines;
   /// Due time of the deadline timer pending, if any (a later one is not
   /// armed while an earlier one is pending).
   std::optional<coalesce_time> deadline_armed;
   std::unordered_map<uint64_t, rpc_run> rpcs;
   std::unordered_map<std::string, transport_actor> transports;
-  uint64_t next_waiter = 1;
   uint64_t next_token = 1;
   uint64_t next_exchange = 1;
   /// The cold-start flush armed, if any (a later one is not re-armed).
@@ -112,15 +208,15 @@ struct driver_state {
     if (!opts.transports)
       for (auto& [key, t] : transports)
         caf::anon_send_exit(t, caf::exit_reason::user_shutdown);
-    for (auto& [id, w] : waiters) {
+    waiters.for_each([](waiter_slot& w) {
       if (!w.rp.pending())
-        continue;
+        return;
       coalesce_reply r;
       r.error.emplace();
       r.error->kind = error_kind::service_unavailable;
       r.error->detail = "coalescing driver stopped";
       w.rp.deliver(std::move(r));
-    }
+    });
   }
 
   static inline const char* name = "outbound.coalescing_driver";
@@ -164,16 +260,16 @@ void drop_limit(driver_state& st, rpc_run& run) {
 
 void answer(self_ptr self, uint64_t waiter_id, coalesce_reply r) {
   auto& st = self->state;
-  auto it = st.waiters.find(waiter_id);
-  if (it == st.waiters.end())
+  auto* w = st.waiters.find(waiter_id);
+  if (!w)
     return;
   ++st.stats.calls;
   if (r.error)
     ++st.stats.calls_failed;
-  auto rp = std::move(it->second.rp);
-  if (it->second.due)
-    st.deadlines.erase(*it->second.due);
-  st.waiters.erase(it);
+  auto rp = std::move(w->rp);
+  if (w->due)
+    st.deadlines.erase(*w->due);
+  st.waiters.erase(waiter_id);
   rp.deliver(std::move(r));
 }
 
@@ -609,10 +705,9 @@ void on_transport_down(self_ptr self, const caf::down_msg& dm) {
 /// driver stays alive for the next call.
 void fail_everything(self_ptr self, const call_error& e) {
   auto& st = self->state;
-  auto waiters = std::move(st.waiters);
-  st.waiters.clear();
+  auto waiters = st.waiters.take_all();
   st.deadlines.clear(); // a pending timer finds nothing due and re-arms none
-  for (auto& [id, w] : waiters) {
+  for (auto& w : waiters) {
     coalesce_reply r;
     r.error = e;
     ++st.stats.calls;
@@ -669,8 +764,8 @@ void on_deadline_timer(self_ptr self, uint64_t due) {
       on_attempt_limit(self, e.id, e.token);
       continue;
     }
-    if (auto it = st.waiters.find(e.id); it != st.waiters.end())
-      it->second.due.reset();
+    if (auto* w = st.waiters.find(e.id))
+      w->due.reset();
     on_waiter_timeout(self, e.id);
   }
   arm_deadlines(self, now);
@@ -680,7 +775,7 @@ caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
                                       double timeout) {
   auto& st = self->state;
   auto now = now_of(self);
-  w.id = st.next_waiter++;
+  w.id = st.waiters.next_id();
   w.entered = now;
   auto d = st.batches->join(w, now);
   coalesce_reply r;
@@ -719,9 +814,7 @@ caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
       return r;
   }
   auto rp = self->make_response_promise<coalesce_reply>();
-  auto& slot
-    = st.waiters.emplace(w.id, waiter_slot{rp, w.kind, std::nullopt})
-        .first->second;
+  auto& slot = st.waiters.add(w.id, waiter_slot{rp, w.kind, std::nullopt});
   // NaN, +-inf and <= 0: no timeout of its own (coalesce_seconds would turn
   // +inf into 0, an immediate deadline_exceeded).
   if (std::isfinite(timeout) && timeout > 0) {
@@ -751,7 +844,7 @@ coalesce_stats driver_stats(self_ptr self) {
 /// A caller's own timeout passed.
 void on_waiter_timeout(self_ptr self, uint64_t waiter_id) {
   auto& st = self->state;
-  if (st.waiters.count(waiter_id) == 0)
+  if (!st.waiters.find(waiter_id))
     return;
   auto c = st.batches->cancel(waiter_id, now_of(self));
   // Nothing sent for it only if it never rode an RPC, or the RPC it
