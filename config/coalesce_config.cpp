@@ -141,6 +141,8 @@ void coalesce_config::validate() const {
                        "must be >= 0 seconds");
   if (max_waiters < 1)
     throw config_error("coalesce.max_waiters", "must be >= 1");
+  if (max_rpcs_in_flight < 1 || max_rpcs_in_flight > 64)
+    throw config_error("coalesce.max_rpcs_in_flight", "must be 1..64");
   if (max_ts_per_rpc < 1 || max_ts_per_rpc > ts_max_per_rpc)
     throw config_error("coalesce.max_ts_per_rpc",
                        "must be between 1 and 262144 (18-bit logical)");

@@ -113,8 +113,9 @@ struct coalesce_config {
   bool tls = false;
   /// Cold-start coalescing window in seconds: the wait after the first
   /// waiter joins an idle group before its batch is sent. Never applies
-  /// while an RPC of the group is in flight (waiters then join the next
-  /// batch, sent as soon as the RPC returns) (>= 0; 0 sends at once).
+  /// while an RPC of the group is in flight (waiters then ride a further
+  /// RPC at once, see `max_rpcs_in_flight`, or the next batch, sent as
+  /// soon as the RPCs return) (>= 0; 0 sends at once).
   /// [0.001]
   double batch_flush_interval = 0.001;
   /// Adaptive cold start (beyond tsoracle, whose driver always waits the
@@ -135,6 +136,17 @@ struct coalesce_config {
   /// `outbound_coalesce_cold_starts_total{decision="at_once"|"window"}`.
   /// false: always wait the window (tsoracle's rule). [true]
   bool adaptive_cold_start = true;
+  /// RPCs of one group (ts, or one seq key) in flight at once (beyond
+  /// tsoracle, whose driver keeps one batch in flight). A further RPC
+  /// starts while others are in flight only when each of those carries a
+  /// single waiter: the callers are too sparse to share an RPC, so making
+  /// a newcomer wait for the RPC in flight would only add that RPC's
+  /// latency to its own (a closed loop of 2 callers would run at the rate
+  /// of one). As soon as an RPC in flight carries two or more waiters the
+  /// group coalesces as before: newcomers wait for the next batch, sent
+  /// when the group's RPCs are back. The chunks of one batch still go one
+  /// at a time. 1 is tsoracle's rule (1..64). [4]
+  std::size_t max_rpcs_in_flight = 4;
   /// Waiters held at most (queued or in flight, all groups together);
   /// beyond: rejected_backpressure (>= 1). [4096, tsoracle QUEUE_CAPACITY]
   std::size_t max_waiters = 4096;

@@ -140,6 +140,7 @@ batcher::batcher(const coalesce_config& cfg) {
   flush_interval_ = coalesce_seconds(cfg.batch_flush_interval);
   adaptive_ = cfg.adaptive_cold_start;
   max_waiters_ = cfg.max_waiters;
+  max_in_flight_ = cfg.max_rpcs_in_flight;
   max_ts_ = cfg.max_ts_per_rpc;
   max_seq_ = cfg.max_seq_per_rpc;
   max_key_bytes_ = cfg.max_seq_key_bytes;
@@ -171,8 +172,7 @@ join_decision batcher::join(const waiter_request& w, coalesce_time now) {
   }
   group_key gk{w.kind, w.kind == waiter_kind::seq ? w.key : std::string{}};
   auto& g = groups_[gk];
-  bool idle = !g.flight && g.pending.empty() && g.queued_live == 0;
-  if (idle) { // cold start
+  if (idle(g)) { // cold start
     if (cold_start_at_once(gk, now)) {
       g.flush_at = now;
       ++stats_.cold_starts_at_once;
@@ -246,27 +246,28 @@ cancel_outcome batcher::cancel(uint64_t waiter_id, coalesce_time now) {
       out.result = cancel_result::removed;
       break;
     }
-    case where::in_flight:
+    case where::in_flight: {
       ++stats_.abandoned;
-      if (g.flight && --g.flight->live == 0) {
+      auto f
+        = std::find_if(g.flights.begin(), g.flights.end(),
+                       [&](const chunk& c) { return c.uid == rec.chunk_uid; });
+      if (f != g.flights.end() && --f->live == 0) {
         // Every waiter of the RPC has gone: cancel it. Its answer, if one
         // still comes, finds no group entry and is ignored.
         out.result = cancel_result::rpc_cancelled;
-        out.rpc_to_cancel = g.flight->rpc_id;
+        out.rpc_to_cancel = f->rpc_id;
         ++stats_.rpcs_cancelled;
-        rpc_group_.erase(g.flight->rpc_id);
-        g.flight.reset();
+        rpc_group_.erase(f->rpc_id);
+        g.flights.erase(f);
         finish_flight(git, now);
       } else {
         out.result = cancel_result::abandoned_in_flight;
       }
       break;
+    }
   }
-  if (out.result == cancel_result::removed) {
-    bool idle = !g.flight && g.pending.empty() && g.queued_live == 0;
-    if (idle)
-      groups_.erase(git);
-  }
+  if (out.result == cancel_result::removed && idle(g))
+    groups_.erase(git);
   return out;
 }
 
@@ -307,7 +308,9 @@ void batcher::form_batch(group& g, waiter_kind kind, coalesce_time now) {
     chunks.push_back(std::move(cur));
   g.queue = std::move(later);
   g.flush_at = later_at;
+  auto batch = next_batch_++;
   for (std::size_t i = 0; i < chunks.size(); ++i) {
+    chunks[i].batch = batch;
     chunks[i].index = i;
     chunks[i].total = chunks.size();
     g.pending.push_back(std::move(chunks[i]));
@@ -320,41 +323,72 @@ std::vector<rpc_plan> batcher::take_ready(coalesce_time now) {
   std::vector<rpc_plan> out;
   for (auto& kv : groups_) {
     auto& g = kv.second;
-    if (g.flight)
-      continue;
-    if (g.pending.empty() && g.queued_live > 0
-        && (!g.flush_at || *g.flush_at <= now)) {
-      form_batch(g, kv.first.kind, now);
+    for (;;) {
+      if (!g.pending.empty()) {
+        // The next chunk of a multi-chunk batch: after its predecessor.
+        auto batch = g.pending.front().batch;
+        if (g.flights.size() >= max_in_flight_
+            || std::any_of(g.flights.begin(), g.flights.end(),
+                           [&](const chunk& c) { return c.batch == batch; }))
+          break;
+      } else {
+        if (g.queued_live == 0)
+          break;
+        if (g.flights.empty() ? g.flush_at && *g.flush_at > now
+                              : !may_pipeline(g))
+          break;
+        form_batch(g, kv.first.kind, now);
+        if (g.pending.empty())
+          break; // every queued waiter entered after `now`
+      }
+      g.flights.push_back(std::move(g.pending.front()));
+      g.pending.pop_front();
+      auto& c = g.flights.back();
+      c.rpc_id = next_rpc_++;
+      for (auto& p : c.parts)
+        waiters_.at(p.waiter_id).at = where::in_flight;
+      rpc_group_.emplace(c.rpc_id, kv.first);
+      ++stats_.rpcs;
+      rpc_plan plan;
+      plan.rpc_id = c.rpc_id;
+      plan.kind = kv.first.kind;
+      plan.key = kv.first.key;
+      plan.count = c.count;
+      plan.parts = c.parts;
+      plan.chunk_index = c.index;
+      plan.chunk_total = c.total;
+      plan.dispatched_at = now;
+      out.push_back(std::move(plan));
     }
-    if (g.pending.empty())
-      continue;
-    g.flight = std::move(g.pending.front());
-    g.pending.pop_front();
-    auto& c = *g.flight;
-    c.rpc_id = next_rpc_++;
-    for (auto& p : c.parts)
-      waiters_.at(p.waiter_id).at = where::in_flight;
-    rpc_group_.emplace(c.rpc_id, kv.first);
-    ++stats_.rpcs;
-    rpc_plan plan;
-    plan.rpc_id = c.rpc_id;
-    plan.kind = kv.first.kind;
-    plan.key = kv.first.key;
-    plan.count = c.count;
-    plan.parts = c.parts;
-    plan.chunk_index = c.index;
-    plan.chunk_total = c.total;
-    plan.dispatched_at = now;
-    out.push_back(std::move(plan));
   }
   return out;
+}
+
+bool batcher::may_pipeline(const group& g) const {
+  if (g.flights.size() >= max_in_flight_)
+    return false;
+  // A single waiter each, and no chunk of a multi-chunk batch (those are
+  // the heavy counts; their batch keeps the group to itself).
+  return std::all_of(g.flights.begin(), g.flights.end(), [](const chunk& c) {
+    return c.parts.size() == 1 && c.total == 1;
+  });
+}
+
+batcher::chunk batcher::take_flight(group& g, uint64_t rpc_id) {
+  auto f = std::find_if(g.flights.begin(), g.flights.end(),
+                        [&](const chunk& c) { return c.rpc_id == rpc_id; });
+  if (f == g.flights.end()) // not reached: rpc_group_ names only flights
+    return chunk{};
+  auto c = std::move(*f);
+  g.flights.erase(f);
+  return c;
 }
 
 std::optional<coalesce_time> batcher::next_wakeup() const {
   std::optional<coalesce_time> r;
   for (auto& kv : groups_) {
     auto& g = kv.second;
-    if (g.flight || !g.pending.empty() || g.queued_live == 0)
+    if (!g.flights.empty() || !g.pending.empty() || g.queued_live == 0)
       continue;
     // Warm queues are due at once; cold ones at their flush time.
     coalesce_time t = g.flush_at ? *g.flush_at : coalesce_time::min();
@@ -378,7 +412,6 @@ bool batcher::cold_start_at_once(const group_key& gk, coalesce_time now) const {
 
 void batcher::finish_flight(group_map::iterator it, coalesce_time now) {
   auto& g = it->second;
-  g.flight.reset();
   if (adaptive_) {
     // Swept of what no cold start can use when it doubled since the last
     // sweep: amortised O(1) a completion.
@@ -398,7 +431,8 @@ void batcher::finish_flight(group_map::iterator it, coalesce_time now) {
     g.flush_at = now;
     return;
   }
-  groups_.erase(it);
+  if (g.flights.empty())
+    groups_.erase(it);
 }
 
 std::unordered_map<uint64_t, batcher::waiter_rec>::iterator
@@ -439,7 +473,7 @@ std::vector<delivery> batcher::on_ts_response(uint64_t rpc_id,
   }
   auto git = groups_.find(rit->second);
   rpc_group_.erase(rit);
-  auto c = std::move(*git->second.flight);
+  auto c = take_flight(git->second, rpc_id);
   auto why = check_ts_response(r, c.count);
   if (!why.empty()) {
     ++stats_.protocol_violations;
@@ -478,7 +512,7 @@ std::vector<delivery> batcher::on_seq_response(uint64_t rpc_id,
   }
   auto git = groups_.find(rit->second);
   rpc_group_.erase(rit);
-  auto c = std::move(*git->second.flight);
+  auto c = take_flight(git->second, rpc_id);
   auto why = check_seq_response(r, c.count);
   if (!why.empty()) {
     // A 2xx means the server advanced something; the block's shape is
@@ -520,14 +554,14 @@ std::vector<delivery> batcher::on_rpc_failed(uint64_t rpc_id, rpc_failure f,
   auto git = groups_.find(rit->second);
   rpc_group_.erase(rit);
   auto& g = git->second;
-  auto c = std::move(*g.flight);
+  auto c = take_flight(g, rpc_id);
   out = fail_chunk(c,
                    f == rpc_failure::uncertain ? waiter_outcome::uncertain
                                                : waiter_outcome::rpc_failed,
                    detail);
   // Fail fast: the rest of the batch would meet the same cluster within
   // the same deadline. Nothing was sent for it.
-  while (!g.pending.empty()) {
+  while (!g.pending.empty() && g.pending.front().batch == c.batch) {
     auto more = fail_chunk(g.pending.front(), waiter_outcome::not_attempted,
                            "not attempted: an earlier chunk failed: "
                              + detail);

@@ -30,7 +30,20 @@
 // waiter's entry: freshness). It is cut, in arrival order, into chunks of at
 // most the per-RPC cap, without splitting a waiter (a waiter never exceeds
 // the cap: bigger counts are rejected at join). The chunks of a batch are
-// sent one at a time, so a group has at most one RPC in flight.
+// sent one at a time.
+//
+// Pipelining (beyond tsoracle, coalesce_config::max_rpcs_in_flight): while
+// every RPC of a group in flight carries a single waiter, a newcomer does
+// not wait in the queue: it forms a batch of its own at once, up to
+// max_rpcs_in_flight RPCs in flight. Coalescing gives nothing at that rate
+// (each batch would carry one waiter anyway) and waiting would add the
+// RPC in flight's latency to the newcomer's. Once an RPC in flight carries
+// two or more waiters, or is a chunk of a multi-chunk batch, the diagram
+// above holds as it is: newcomers queue for the next batch. With
+// max_rpcs_in_flight 1 a group has at most one RPC in flight (tsoracle's
+// driver). The owner decides when to call take_ready: the driver calls it
+// after the callers already in its mailbox joined, so callers that arrive
+// together share one such batch.
 //
 // The owner (the coalescing_driver actor) calls join / cancel / on_* and,
 // after each of them, take_ready(now) for the RPCs to send, and arms one
@@ -252,7 +265,9 @@ public:
 
   /// The RPCs to send now: for every group without an RPC in flight, the
   /// next chunk of its current batch, or a new batch when its queue is due
-  /// (cold start: flush_at <= now; warm: at once). Waiters with `entered`
+  /// (cold start: flush_at <= now; warm: at once); for a group whose RPCs
+  /// in flight each carry one waiter, a new batch of its queue at once (up
+  /// to max_rpcs_in_flight, see the file comment). Waiters with `entered`
   /// later than `now` stay queued.
   std::vector<rpc_plan> take_ready(coalesce_time now);
 
@@ -290,7 +305,7 @@ public:
   }
   /// Waiters queued (not yet in a batch) in all groups.
   std::size_t queued() const;
-  /// RPCs in flight (at most one per group).
+  /// RPCs in flight (at most max_rpcs_in_flight per group).
   std::size_t in_flight() const {
     return rpc_group_.size();
   }
@@ -333,6 +348,9 @@ private:
 
   struct chunk {
     uint64_t uid = 0;
+    /// The batch it belongs to (the chunks of a batch go one at a time;
+    /// a failed chunk fails the rest of its own batch only).
+    uint64_t batch = 0;
     uint64_t rpc_id = 0;
     uint32_t count = 0;
     std::vector<chunk_part> parts;
@@ -347,16 +365,28 @@ private:
     std::size_t queued_live = 0;
     /// Chunks of the current batch not yet sent, in order.
     std::deque<chunk> pending;
-    std::optional<chunk> flight;
+    /// Chunks in flight (at most max_rpcs_in_flight; more than one only
+    /// while each carries a single waiter, see may_pipeline).
+    std::vector<chunk> flights;
     /// Cold start: when the queue is due; unset while warm (due at once).
     std::optional<coalesce_time> flush_at;
   };
 
   using group_map = std::map<group_key, group>;
 
-  /// Finishes the in-flight chunk of `g` (answered, failed or cancelled):
+  /// After a chunk of `it` left flights (answered, failed or cancelled):
   /// arms the next step of the group and drops it when idle.
   void finish_flight(group_map::iterator it, coalesce_time now);
+  /// Takes the chunk of RPC `rpc_id` out of the group's flights.
+  static chunk take_flight(group& g, uint64_t rpc_id);
+  /// True if `g` may send a further RPC while its flights are in the air:
+  /// fewer than max_rpcs_in_flight, each a one-chunk batch of a single
+  /// waiter.
+  bool may_pipeline(const group& g) const;
+  /// True if `g` has nothing queued, pending or in flight.
+  static bool idle(const group& g) {
+    return g.flights.empty() && g.pending.empty() && g.queued_live == 0;
+  }
   /// Forms a batch from the group's due queue (waiters entered <= now).
   void form_batch(group& g, waiter_kind kind, coalesce_time now);
   std::vector<delivery> fail_chunk(const chunk& c, waiter_outcome o,
@@ -381,6 +411,7 @@ private:
   std::optional<coalesce_time> last_join_;
   std::optional<coalesce_duration> join_gap_;
   std::size_t max_waiters_;
+  std::size_t max_in_flight_ = 1;
   uint32_t max_ts_;
   uint32_t max_seq_;
   std::size_t max_key_bytes_;
@@ -391,6 +422,7 @@ private:
   uint64_t next_serial_ = 1;
   uint64_t next_rpc_ = 1;
   uint64_t next_chunk_ = 1;
+  uint64_t next_batch_ = 1;
   batcher_stats stats_;
 };
 

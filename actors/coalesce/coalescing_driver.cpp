@@ -197,6 +197,9 @@ struct driver_state {
   /// The cold-start flush armed, if any (a later one is not re-armed).
   std::optional<coalesce_time> flush_armed;
   uint64_t flush_token = 0;
+  /// A `(poll_atom, 0)` to itself is queued: it pumps after the messages
+  /// already in the mailbox (deferred_pump).
+  bool pump_queued = false;
   coalesce_stats stats;
 
   /// Runs when the driver terminates (any exit reason): every caller still
@@ -226,7 +229,8 @@ struct driver_state {
 /// this one, handed out as coalescing_driver_actor): `(timeout_atom, due)`
 /// the deadline timer (callers' timeouts and attempts' time limits) armed
 /// for `due` (nanoseconds on the actor clock), `(retry_atom, rpc_id,
-/// token)` a backoff's end, `(poll_atom, token)` the cold-start flush.
+/// token)` a backoff's end, `(poll_atom, token)` the cold-start flush
+/// (token 0: a deferred pump, see deferred_pump).
 using driver_impl_actor = coalescing_driver_actor::extend<
   caf::reacts_to<timeout_atom, uint64_t>,
   caf::reacts_to<retry_atom, uint64_t, uint64_t>,
@@ -742,6 +746,18 @@ void arm_deadlines(self_ptr self, coalesce_time now) {
 }
 
 void on_waiter_timeout(self_ptr self, uint64_t waiter_id);
+
+/// Pumps once the messages now in the mailbox are handled (a message to
+/// itself; token 0 is never a flush timer's).
+void deferred_pump(self_ptr self) {
+  auto& st = self->state;
+  if (st.pump_queued)
+    return;
+  st.pump_queued = true;
+  self->send(caf::actor_cast<driver_impl_actor>(self), poll_atom_v,
+             uint64_t{0});
+}
+
 void on_attempt_limit(self_ptr self, uint64_t rpc_id, uint64_t token);
 
 /// The deadline timer armed for `due` fired: every caller whose deadline
@@ -822,7 +838,14 @@ caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
                                     due_entry{w.id, 0});
     arm_deadlines(self, now);
   }
-  pump(self, now);
+  // An idle driver sends at once (a lone caller pays no extra hop), and so
+  // does one with nothing else in its mailbox; with RPCs in flight and
+  // messages waiting, the callers among them join first, so those that
+  // arrived together share a pipelined batch (batcher.hpp).
+  if (st.batches->in_flight() == 0 || self->mailbox().empty())
+    pump(self, now);
+  else
+    deferred_pump(self);
   return rp;
 }
 
@@ -955,7 +978,9 @@ driver_impl(self_ptr self, coalesce_config cfg, coalesce_options opts,
     [self](poll_atom, uint64_t token) {
       guarded_step(self, [&] {
         auto& st = self->state;
-        if (token == st.flush_token)
+        if (token == 0)
+          st.pump_queued = false;
+        else if (token == st.flush_token)
           st.flush_armed.reset();
         pump(self);
       });

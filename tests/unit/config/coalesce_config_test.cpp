@@ -70,6 +70,10 @@ TEST(CoalesceConfig, BadValuesNameTheirField) {
             "coalesce.batch_flush_interval");
   EXPECT_EQ(failing_field([](auto& c) { c.max_waiters = 0; }),
             "coalesce.max_waiters");
+  EXPECT_EQ(failing_field([](auto& c) { c.max_rpcs_in_flight = 0; }),
+            "coalesce.max_rpcs_in_flight");
+  EXPECT_EQ(failing_field([](auto& c) { c.max_rpcs_in_flight = 65; }),
+            "coalesce.max_rpcs_in_flight");
   EXPECT_EQ(failing_field([](auto& c) { c.max_ts_per_rpc = 0; }),
             "coalesce.max_ts_per_rpc");
   EXPECT_EQ(failing_field([](auto& c) { c.max_ts_per_rpc = 262145; }),

@@ -233,6 +233,123 @@ TEST(CoalesceBatcher, ChunksAreDeliveredOneByOneWhileALaterChunkStalls) {
   EXPECT_EQ(p4[0].parts[0].waiter_id, 4u);
 }
 
+// Pipelining (coalesce_config::max_rpcs_in_flight): while each RPC in
+// flight carries one waiter, a newcomer rides an RPC of its own at once,
+// up to the limit; the next one waits for a slot.
+TEST(CoalesceBatcher, PipeliningSendsANewcomerAtOnceWhileSingleWaiterRpcsFly) {
+  auto cfg = cfg_with(0);
+  cfg.max_rpcs_in_flight = 2;
+  batcher b{cfg};
+  ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
+  auto p1 = b.take_ready(t0);
+  ASSERT_EQ(p1.size(), 1u);
+  auto t1 = t0 + microseconds(10);
+  ASSERT_EQ(b.join(ts_waiter(2, 1, t1), t1), join_decision::queued);
+  auto p2 = b.take_ready(t1);
+  ASSERT_EQ(p2.size(), 1u) << "waiter 2 does not wait for waiter 1's RPC";
+  ASSERT_EQ(p2[0].parts.size(), 1u);
+  EXPECT_EQ(p2[0].parts[0].waiter_id, 2u);
+  EXPECT_EQ(b.in_flight(), 2u);
+  auto t2 = t0 + microseconds(20);
+  ASSERT_EQ(b.join(ts_waiter(3, 1, t2), t2), join_decision::queued);
+  EXPECT_TRUE(b.take_ready(t2).empty()) << "max_rpcs_in_flight reached";
+  auto d1 = b.on_ts_response(p1[0].rpc_id, ts_answer(1, 0, 1), t2);
+  ASSERT_EQ(d1.size(), 1u);
+  EXPECT_EQ(d1[0].waiter_id, 1u);
+  auto p3 = b.take_ready(t2);
+  ASSERT_EQ(p3.size(), 1u) << "a slot is free again";
+  EXPECT_EQ(p3[0].parts[0].waiter_id, 3u);
+  auto d2 = b.on_ts_response(p2[0].rpc_id, ts_answer(1, 1, 1), t2);
+  ASSERT_EQ(d2.size(), 1u);
+  EXPECT_EQ(d2[0].waiter_id, 2u);
+  EXPECT_EQ(d2[0].ts.logical_start, 1u);
+}
+
+// Callers that join together share one pipelined batch; once an RPC in
+// flight carries two waiters, newcomers queue for the next batch.
+TEST(CoalesceBatcher, PipeliningStopsOnceAnRpcInFlightCarriesTwoWaiters) {
+  auto cfg = cfg_with(0);
+  batcher b{cfg};
+  ASSERT_EQ(cfg.max_rpcs_in_flight, 4u);
+  ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
+  auto p1 = b.take_ready(t0);
+  ASSERT_EQ(p1.size(), 1u);
+  ASSERT_EQ(b.join(ts_waiter(2, 1, t0), t0), join_decision::queued);
+  ASSERT_EQ(b.join(ts_waiter(3, 1, t0), t0), join_decision::queued);
+  auto p2 = b.take_ready(t0);
+  ASSERT_EQ(p2.size(), 1u);
+  EXPECT_EQ(p2[0].parts.size(), 2u) << "joined together: one batch";
+  ASSERT_EQ(b.join(ts_waiter(4, 1, t0), t0), join_decision::queued);
+  EXPECT_TRUE(b.take_ready(t0).empty())
+    << "an RPC in flight carries two waiters: coalesce";
+  b.on_ts_response(p1[0].rpc_id, ts_answer(1, 0, 1), t0);
+  EXPECT_TRUE(b.take_ready(t0).empty()) << "still one of two waiters";
+  b.on_ts_response(p2[0].rpc_id, ts_answer(1, 1, 2), t0);
+  auto p3 = b.take_ready(t0);
+  ASSERT_EQ(p3.size(), 1u) << "the group's RPCs are back: the next batch";
+  EXPECT_EQ(p3[0].parts[0].waiter_id, 4u);
+}
+
+// A pipelined RPC that fails fails its own waiters only: the chunks not
+// yet sent of another batch still go out.
+TEST(CoalesceBatcher, AFailedPipelinedRpcFailsOnlyItsOwnBatch) {
+  auto cfg = cfg_with(0);
+  cfg.max_ts_per_rpc = 10;
+  batcher b{cfg};
+  ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
+  auto p1 = b.take_ready(t0);
+  ASSERT_EQ(p1.size(), 1u);
+  ASSERT_EQ(b.join(ts_waiter(2, 6, t0), t0), join_decision::queued);
+  ASSERT_EQ(b.join(ts_waiter(3, 6, t0), t0), join_decision::queued);
+  auto p2 = b.take_ready(t0);
+  ASSERT_EQ(p2.size(), 1u);
+  EXPECT_EQ(p2[0].chunk_total, 2u);
+  auto d1 = b.on_rpc_failed(p1[0].rpc_id, rpc_failure::failed, "boom", t0);
+  ASSERT_EQ(d1.size(), 1u);
+  EXPECT_EQ(d1[0].waiter_id, 1u);
+  EXPECT_EQ(d1[0].outcome, waiter_outcome::rpc_failed);
+  EXPECT_EQ(b.held(), 2u);
+  b.on_ts_response(p2[0].rpc_id, ts_answer(1, 0, 6), t0);
+  auto p3 = b.take_ready(t0);
+  ASSERT_EQ(p3.size(), 1u);
+  EXPECT_EQ(p3[0].parts[0].waiter_id, 3u);
+  EXPECT_EQ(p3[0].chunk_index, 1u);
+}
+
+// tsoracle's rule (max_rpcs_in_flight 1): one RPC in flight per group.
+TEST(CoalesceBatcher, MaxRpcsInFlightOneKeepsOneRpcInFlight) {
+  auto cfg = cfg_with(0);
+  cfg.max_rpcs_in_flight = 1;
+  batcher b{cfg};
+  ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
+  auto p1 = b.take_ready(t0);
+  ASSERT_EQ(p1.size(), 1u);
+  ASSERT_EQ(b.join(ts_waiter(2, 1, t0), t0), join_decision::queued);
+  EXPECT_TRUE(b.take_ready(t0).empty());
+  b.on_ts_response(p1[0].rpc_id, ts_answer(1, 0, 1), t0);
+  EXPECT_EQ(b.take_ready(t0).size(), 1u);
+}
+
+// A waiter that leaves a pipelined RPC cancels that RPC only.
+TEST(CoalesceBatcher, CancellingThePipelinedWaiterCancelsOnlyItsRpc) {
+  batcher b{cfg_with(0)};
+  ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
+  auto p1 = b.take_ready(t0);
+  ASSERT_EQ(b.join(ts_waiter(2, 1, t0), t0), join_decision::queued);
+  auto p2 = b.take_ready(t0);
+  ASSERT_EQ(p1.size(), 1u);
+  ASSERT_EQ(p2.size(), 1u);
+  auto c = b.cancel(2, t0);
+  EXPECT_EQ(c.result, cancel_result::rpc_cancelled);
+  EXPECT_EQ(c.rpc_to_cancel, p2[0].rpc_id);
+  EXPECT_EQ(b.in_flight(), 1u);
+  EXPECT_TRUE(b.on_ts_response(p2[0].rpc_id, ts_answer(1, 0, 1), t0).empty());
+  auto d1 = b.on_ts_response(p1[0].rpc_id, ts_answer(1, 1, 1), t0);
+  ASSERT_EQ(d1.size(), 1u);
+  EXPECT_EQ(d1[0].waiter_id, 1u);
+  EXPECT_EQ(b.groups(), 0u);
+}
+
 // tsoracle's rule (adaptive_cold_start off): every cold start waits the
 // window, also one right after a batch returned.
 TEST(CoalesceBatcher, FlushIntervalAppliesOnlyToAColdStart) {

@@ -278,6 +278,8 @@ TEST_F(CoalescingDriver, ACrowdArrivingTogetherRidesOneRpcAfterTheFlush) {
 }
 
 TEST_F(CoalescingDriver, WaitersArrivingDuringAnRpcGoInTheNextBatchAtOnce) {
+  // tsoracle's rule: one batch in flight (pipelining is the next test).
+  cfg.max_rpcs_in_flight = 1;
   elect(A, 1);
   node(A).delay = 10ms;
   auto first = ts();
@@ -297,6 +299,39 @@ TEST_F(CoalescingDriver, WaitersArrivingDuringAnRpcGoInTheNextBatchAtOnce) {
     EXPECT_EQ(ok(b).batch_waiters, 3u);
     EXPECT_GT(ok(b).ts.first(), ok(first).ts.first());
   }
+}
+
+// Pipelining (the default, max_rpcs_in_flight 4): the first RPC carries
+// one waiter, so callers that arrive during it do not wait for it; those
+// that arrive together share one RPC, sent at once.
+TEST_F(CoalescingDriver,
+       WaitersArrivingTogetherDuringASingleWaiterRpcShareOneAtOnce) {
+  elect(A, 1);
+  node(A).delay = 10ms;
+  auto first = ts();
+  advance_stepwise(5ms); // the first RPC left at 1 ms, answers at 11 ms
+  ASSERT_EQ(node(A).seen.size(), 1u);
+  std::vector<std::shared_ptr<reply_box>> late;
+  for (int i = 0; i < 3; ++i)
+    late.push_back(ts());
+  run();
+  ASSERT_EQ(node(A).seen.size(), 2u) << "sent at once, beside the first";
+  EXPECT_EQ(node(A).seen[1].first.at("count").as_int64(), 3);
+  EXPECT_EQ(ms(node(A).seen[1].second - t0_), 5);
+  ASSERT_TRUE(run_to_quiescence());
+  EXPECT_EQ(ok(first).batch_waiters, 1u);
+  std::set<uint64_t> seen{ok(first).ts.first()};
+  for (auto& b : late) {
+    EXPECT_EQ(ok(b).batch_waiters, 3u);
+    seen.insert(ok(b).ts.first());
+  }
+  EXPECT_EQ(seen.size(), 4u) << "every caller gets its own timestamp";
+  // (The second RPC left before the first found the leader, so it may
+  // have asked a follower first: only the leader's count is exact.)
+  EXPECT_EQ(node(A).seen.size(), 2u);
+  // Both RPCs are back.
+  auto st = stats();
+  EXPECT_EQ(st.in_flight, 0u);
 }
 
 TEST_F(CoalescingDriver, FourWaitersOf100kAreServedInRpcsUnderTheCap) {
