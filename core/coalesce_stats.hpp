@@ -36,6 +36,9 @@ struct batcher_stats {
   /// waited the flush window.
   uint64_t cold_starts_at_once = 0;
   uint64_t cold_starts_window = 0;
+  /// Batches sent while other RPCs of their group were in flight (each
+  /// carrying one waiter: coalesce_config::max_rpcs_in_flight).
+  uint64_t pipelined = 0;
 };
 
 /// Counters of a leader_state (for metrics and tests).

@@ -490,6 +490,12 @@ const family_row<coalesce_stats> coalescer_rows[] = {
      return as_double(s.batches.cold_starts_window);
    },
    "decision", "window"},
+  {counter, "outbound_coalesce_pipelined_batches_total",
+   "Batches sent while other RPCs of their group were in flight, each "
+   "carrying a single waiter (coalesce.max_rpcs_in_flight)",
+   [](const coalesce_stats& s) {
+     return as_double(s.batches.pipelined);
+   }},
   {counter, "outbound_coalesce_cancelled_total",
    "Waiters that left before their answer (own timeout)",
    [](const coalesce_stats& s) {

@@ -115,35 +115,28 @@ inline constexpr const char* other_feeds_label = "_other";
 ///
 /// Coalescing driver (label service):
 ///
-/// | metric                                  | type    | labels | from |
-/// |-----------------------------------------|---------|--------|------|
-/// | outbound_coalesce_calls_total           | counter | service,
-/// outcome="ok"\|"error" | get_ts/get_seq calls answered | |
-/// outbound_coalesce_waiters_total         | counter | service | callers that
-/// joined a batch | | outbound_coalesce_rpcs_total            | counter |
-/// service | batched RPCs (mean batch size = rate(waiters)/rate(rpcs)) | |
-/// outbound_coalesce_batch_size            | histogram | service | waiters per
-/// RPC sent (buckets 1, 2, 4, ..., 4096, +Inf) | |
-/// outbound_coalesce_attempts_total        | counter | service | exchanges sent
-/// (each discovery attempt) | | outbound_coalesce_rejected_total        |
-/// counter | service, reason="backpressure"\|"invalid" | callers refused at
-/// entry | | outbound_coalesce_cold_starts_total     | counter | service,
-/// decision="at_once"\|"window" | waiters that found their group idle: sent at
-/// once by the adaptive cold start, or after the flush window | |
-/// outbound_coalesce_cancelled_total       | counter | service | waiters that
-/// left (their own timeout) | | outbound_coalesce_redirects_total       |
-/// counter | service | 421 answers followed to a hinted leader | |
-/// outbound_coalesce_leader_changes_total  | counter | service | times the
-/// cached leader changed endpoint | | outbound_coalesce_errors_total          |
-/// counter | service | RPCs ended by a discovery error | |
-/// outbound_coalesce_protocol_violations_total | counter | service | answers
-/// that failed validation | | outbound_coalesce_uncertain_total       | counter
-/// | service | seq RPCs with an uncertain outcome | |
-/// outbound_coalesce_waiters_held          | gauge   | service | waiters held
-/// now | | outbound_coalesce_rpcs_in_flight        | gauge   | service | RPCs
-/// in flight now | | outbound_coalesce_leader_known          | gauge   |
-/// service | 1 when a fresh leader is cached | | outbound_coalesce_transports
-/// | gauge   | service | per-endpoint pools held |
+// clang-format off
+/// | metric | type | labels | from |
+/// |---|---|---|---|
+/// | outbound_coalesce_calls_total | counter | service, outcome="ok"\|"error" | get_ts/get_seq calls answered |
+/// | outbound_coalesce_waiters_total | counter | service | callers that joined a batch |
+/// | outbound_coalesce_rpcs_total | counter | service | batched RPCs (mean batch size = rate(waiters)/rate(rpcs)) |
+/// | outbound_coalesce_batch_size | histogram | service | waiters per RPC sent (buckets 1, 2, 4, ..., 4096, +Inf) |
+/// | outbound_coalesce_attempts_total | counter | service | exchanges sent (each discovery attempt) |
+/// | outbound_coalesce_rejected_total | counter | service, reason="backpressure"\|"invalid" | callers refused at entry |
+/// | outbound_coalesce_cold_starts_total | counter | service, decision="at_once"\|"window" | waiters that found their group idle: sent at once by the adaptive cold start, or after the flush window |
+/// | outbound_coalesce_pipelined_batches_total | counter | service | batches sent while other RPCs of their group were in flight, each with one waiter (coalesce.max_rpcs_in_flight) |
+/// | outbound_coalesce_cancelled_total | counter | service | waiters that left (their own timeout) |
+/// | outbound_coalesce_redirects_total | counter | service | 421 answers followed to a hinted leader |
+/// | outbound_coalesce_leader_changes_total | counter | service | times the cached leader changed endpoint |
+/// | outbound_coalesce_errors_total | counter | service | RPCs ended by a discovery error |
+/// | outbound_coalesce_protocol_violations_total | counter | service | answers that failed validation |
+/// | outbound_coalesce_uncertain_total | counter | service | seq RPCs with an uncertain outcome |
+/// | outbound_coalesce_waiters_held | gauge | service | waiters held now |
+/// | outbound_coalesce_rpcs_in_flight | gauge | service | RPCs in flight now |
+/// | outbound_coalesce_leader_known | gauge | service | 1 when a fresh leader is cached |
+/// | outbound_coalesce_transports | gauge | service | per-endpoint pools held |
+// clang-format on
 ///
 /// Feed watchers (labels feed, mode; feeds past the cap as feed="_other"):
 ///

@@ -340,6 +340,8 @@ std::vector<rpc_plan> batcher::take_ready(coalesce_time now) {
         form_batch(g, kv.first.kind, now);
         if (g.pending.empty())
           break; // every queued waiter entered after `now`
+        if (!g.flights.empty())
+          ++stats_.pipelined;
       }
       g.flights.push_back(std::move(g.pending.front()));
       g.pending.pop_front();

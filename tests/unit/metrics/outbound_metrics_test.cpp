@@ -181,6 +181,7 @@ TEST(SnapshotCollector, CoalescerCountersAndGauges) {
   s.batches.protocol_violations = 1;
   s.batches.cold_starts_at_once = 3;
   s.batches.cold_starts_window = 1;
+  s.batches.pipelined = 4;
   s.attempts = 6;
   s.redirects = 2;
   s.leader_changes = 1;
@@ -213,6 +214,7 @@ TEST(SnapshotCollector, CoalescerCountersAndGauges) {
   EXPECT_EQ(one("outbound_coalesce_rpcs_total"), "4");
   EXPECT_EQ(one("outbound_coalesce_attempts_total"), "6");
   EXPECT_EQ(one("outbound_coalesce_cancelled_total"), "2");
+  EXPECT_EQ(one("outbound_coalesce_pipelined_batches_total"), "4");
   EXPECT_EQ(one("outbound_coalesce_redirects_total"), "2");
   EXPECT_EQ(one("outbound_coalesce_leader_changes_total"), "1");
   EXPECT_EQ(one("outbound_coalesce_errors_total"), "1");

@@ -263,6 +263,8 @@ TEST(CoalesceBatcher, PipeliningSendsANewcomerAtOnceWhileSingleWaiterRpcsFly) {
   ASSERT_EQ(d2.size(), 1u);
   EXPECT_EQ(d2[0].waiter_id, 2u);
   EXPECT_EQ(d2[0].ts.logical_start, 1u);
+  EXPECT_EQ(b.stats().pipelined, 2u) << "waiters 2 and 3";
+  EXPECT_EQ(b.stats().batches, 3u);
 }
 
 // Callers that join together share one pipelined batch; once an RPC in
@@ -288,6 +290,7 @@ TEST(CoalesceBatcher, PipeliningStopsOnceAnRpcInFlightCarriesTwoWaiters) {
   auto p3 = b.take_ready(t0);
   ASSERT_EQ(p3.size(), 1u) << "the group's RPCs are back: the next batch";
   EXPECT_EQ(p3[0].parts[0].waiter_id, 4u);
+  EXPECT_EQ(b.stats().pipelined, 1u);
 }
 
 // A pipelined RPC that fails fails its own waiters only: the chunks not
