@@ -280,8 +280,8 @@ int run_ts(caf::actor_system& sys, const oracle_options& opts,
         a.emplace_back(t);
       o["timestamps"] = std::move(a);
     }
-    o["epoch"] = r->epoch;
-    o["endpoint"] = r->endpoint;
+    o["epoch"] = r->epoch();
+    o["endpoint"] = r->endpoint();
     out << boost::json::serialize(o) << '\n' << std::flush;
     return 0;
   });
@@ -311,8 +311,8 @@ int run_seq(caf::actor_system& sys, const oracle_options& opts,
     o["key"] = opts.key;
     o["start"] = r->seq.start;
     o["count"] = r->seq.count;
-    o["epoch"] = r->epoch;
-    o["endpoint"] = r->endpoint;
+    o["epoch"] = r->epoch();
+    o["endpoint"] = r->endpoint();
     out << boost::json::serialize(o) << '\n' << std::flush;
     return 0;
   });

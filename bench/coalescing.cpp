@@ -175,17 +175,21 @@ using echo_actor
 echo_actor::behavior_type echo_impl(echo_actor::pointer,
                                     std::string endpoint) {
   auto next = std::make_shared<uint64_t>(1);
+  // As the driver's reply: a range, and the RPC's epoch and endpoint key
+  // shared by every reply.
+  auto info = std::make_shared<outbound::coalesce_rpc_info>();
+  info->epoch = "1";
+  info->endpoint = std::move(endpoint);
+  std::shared_ptr<const outbound::coalesce_rpc_info> rpc = std::move(info);
   return {
-    [next, endpoint](const outbound::ts_call& c) {
-      // As the driver's reply: a range, an epoch, the endpoint key.
+    [next, rpc](const outbound::ts_call& c) {
       outbound::coalesce_reply r;
       r.ts.physical_ms = *next / outbound::ts_max_per_rpc;
       r.ts.logical_start
         = static_cast<uint32_t>(*next % outbound::ts_max_per_rpc);
       r.ts.count = c.count;
       *next += outbound::ts_max_per_rpc; // one "millisecond" per call
-      r.epoch = "1";
-      r.endpoint = endpoint;
+      r.rpc = rpc;
       r.batch_waiters = 1;
       return r;
     },

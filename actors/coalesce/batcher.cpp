@@ -491,7 +491,6 @@ std::vector<delivery> batcher::on_ts_response(uint64_t rpc_id,
         d.waiter_id = p.waiter_id;
         d.outcome = waiter_outcome::served;
         d.ts = ts_range{r.physical_ms, r.logical_start + offset, p.count};
-        d.epoch = r.epoch;
         out.push_back(std::move(d));
         ++stats_.served;
       }
@@ -533,7 +532,6 @@ std::vector<delivery> batcher::on_seq_response(uint64_t rpc_id,
         d.waiter_id = p.waiter_id;
         d.outcome = waiter_outcome::served;
         d.seq = seq_block{r.start + offset, p.count};
-        d.epoch = r.epoch;
         out.push_back(std::move(d));
         ++stats_.served;
       }

@@ -143,9 +143,8 @@ struct delivery {
   ts_range ts;
   /// served seq: the waiter's block.
   seq_block seq;
-  /// The leader epoch of the answering response (served), as received.
-  std::string epoch;
-  /// Why it failed (never carries header values).
+  /// Why it failed (never carries header values). The answering response's
+  /// epoch is the owner's to pass on: it is the same for every waiter.
   std::string detail;
 };
 

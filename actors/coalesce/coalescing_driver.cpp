@@ -277,18 +277,16 @@ void answer(self_ptr self, uint64_t waiter_id, coalesce_reply r) {
   rp.deliver(std::move(r));
 }
 
-coalesce_reply reply_of(const delivery& d, const std::string& endpoint,
-                        uint32_t batch_waiters, int attempts,
-                        const std::string& request_id) {
+coalesce_reply reply_of(const delivery& d,
+                        const std::shared_ptr<const coalesce_rpc_info>& info,
+                        uint32_t batch_waiters, int attempts) {
   coalesce_reply r;
-  r.endpoint = endpoint;
+  r.rpc = info;
   r.batch_waiters = batch_waiters;
-  r.request_id = request_id;
   switch (d.outcome) {
     case waiter_outcome::served:
       r.ts = d.ts;
       r.seq = d.seq;
-      r.epoch = d.epoch;
       break;
     case waiter_outcome::protocol_violation:
       r.error = make_error(error_kind::response_error, d.detail, false,
@@ -310,7 +308,7 @@ coalesce_reply reply_of(const delivery& d, const std::string& endpoint,
       break;
   }
   if (r.error)
-    r.error->request_id = request_id;
+    r.error->request_id = info->request_id;
   return r;
 }
 
@@ -404,16 +402,28 @@ std::string leader_key(self_ptr self, coalesce_time now) {
   return l ? l->endpoint : std::string{};
 }
 
-/// Hands each delivery to its waiter.
+/// Hands each delivery of one RPC to its waiter. The epoch goes to the
+/// served callers only (an unusable 2xx is an error without one).
 void deliver_all(self_ptr self, const std::vector<delivery>& ds,
                  const std::string& endpoint, int attempts,
-                 const std::string& request_id,
+                 const std::string& request_id, const std::string& epoch = {},
                  std::optional<error_kind> failed_kind = std::nullopt,
                  bool nothing_sent = false, bool nothing_billed = false,
                  int status = 0) {
+  if (ds.empty())
+    return;
   auto n = static_cast<uint32_t>(ds.size());
+  // One info per RPC, shared by every reply (no strings per caller).
+  auto info = std::make_shared<coalesce_rpc_info>();
+  info->endpoint = endpoint;
+  info->request_id = request_id;
+  if (std::any_of(ds.begin(), ds.end(), [](const delivery& d) {
+        return d.outcome == waiter_outcome::served;
+      }))
+    info->epoch = epoch;
+  std::shared_ptr<const coalesce_rpc_info> shared = std::move(info);
   for (auto& d : ds) {
-    auto r = reply_of(d, endpoint, n, attempts, request_id);
+    auto r = reply_of(d, shared, n, attempts);
     if (failed_kind && d.outcome == waiter_outcome::rpc_failed && r.error) {
       r.error->kind = *failed_kind;
       r.error->nothing_sent = nothing_sent;
@@ -455,12 +465,16 @@ void on_success(self_ptr self, uint64_t rpc_id, rpc_run& run,
   auto now = now_of(self);
   auto attempts = run.dc->attempts();
   std::vector<delivery> ds;
-  if (auto* ts = std::get_if<read_ts_result>(&body))
-    ds = st.batches->on_ts_response(rpc_id, std::move(ts->response), now);
-  else
-    ds = st.batches->on_seq_response(
-      rpc_id, std::move(std::get<read_seq_result>(body).response), now);
-  deliver_all(self, ds, endpoint, attempts, run.request_id, std::nullopt,
+  std::string epoch;
+  if (auto* ts = std::get_if<read_ts_result>(&body)) {
+    ds = st.batches->on_ts_response(rpc_id, ts->response, now);
+    epoch = std::move(ts->response.epoch);
+  } else {
+    auto& seq = std::get<read_seq_result>(body).response;
+    ds = st.batches->on_seq_response(rpc_id, seq, now);
+    epoch = std::move(seq.epoch);
+  }
+  deliver_all(self, ds, endpoint, attempts, run.request_id, epoch, std::nullopt,
               false, false, r.response.status);
   finish_rpc(self, rpc_id);
 }
@@ -497,7 +511,7 @@ void fail_rpc(self_ptr self, uint64_t rpc_id, const discovery_action& a) {
     request_id = it->second.request_id;
   // Nothing billed: every attempt provably committed nothing (the oracle's
   // pre-commit marker, or nothing left the client).
-  deliver_all(self, ds, {}, a.attempts, request_id, kind, nothing_sent,
+  deliver_all(self, ds, {}, a.attempts, request_id, {}, kind, nothing_sent,
               a.nothing_committed);
   finish_rpc(self, rpc_id);
 }

@@ -85,6 +85,20 @@ struct seq_call {
   double timeout = 0;
 };
 
+/// What every caller that rode one RPC shares: built once per RPC and
+/// held by each reply through a shared pointer, so a batch of N callers
+/// costs one allocation, not N copies of each string.
+struct coalesce_rpc_info {
+  /// The leader epoch of the answering response, as received when it is a
+  /// decimal of 1..20 digits (<= 2^64-1); else empty.
+  std::string epoch;
+  /// The endpoint key that served ("http://host:port").
+  std::string endpoint;
+  /// The x-request-id of the RPC (32 lower-case hex digits, the same on
+  /// every attempt of it).
+  std::string request_id;
+};
+
 /// The answer to a ts_call or seq_call. Exactly one of `error` or the value
 /// is set.
 struct coalesce_reply {
@@ -102,19 +116,35 @@ struct coalesce_reply {
   ts_range ts;
   /// seq: the caller's block.
   seq_block seq;
+  /// Waiters that rode the same RPC, this one included.
+  uint32_t batch_waiters = 0;
+  /// The RPC this caller rode (shared with the other callers of it); null
+  /// when it never rode one (refused at entry, or its own timeout passed
+  /// before its batch was sent).
+  std::shared_ptr<const coalesce_rpc_info> rpc;
+
   /// The leader epoch of the answering response, as received when it is a
   /// decimal of 1..20 digits (<= 2^64-1); else empty (ts is served without
   /// it; seq fails uncertain_outcome).
-  std::string epoch;
-  /// The endpoint key that served ("http://host:port").
-  std::string endpoint;
-  /// Waiters that rode the same RPC, this one included.
-  uint32_t batch_waiters = 0;
+  const std::string& epoch() const noexcept {
+    return rpc ? rpc->epoch : empty_text();
+  }
+  /// The endpoint key that served ("http://host:port"); empty on a failure.
+  const std::string& endpoint() const noexcept {
+    return rpc ? rpc->endpoint : empty_text();
+  }
   /// The x-request-id of the RPC this caller rode (32 lower-case hex
   /// digits, the same on every attempt of that RPC; also in
-  /// `error->request_id`); empty when the caller never rode one (refused
-  /// at entry, or its own timeout passed before its batch was sent).
-  std::string request_id;
+  /// `error->request_id`); empty when the caller never rode one.
+  const std::string& request_id() const noexcept {
+    return rpc ? rpc->request_id : empty_text();
+  }
+
+private:
+  static const std::string& empty_text() noexcept {
+    static const std::string empty;
+    return empty;
+  }
 };
 
 /// Typed interface of a coalescing driver.

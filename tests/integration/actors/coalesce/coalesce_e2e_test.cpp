@@ -343,7 +343,7 @@ TEST_F(CoalesceE2E, AThousandConcurrentTsCallersGetDistinctFreshTimestamps) {
     auto t = r.ts.first();
     EXPECT_GT(t, t0) << "not newer than a timestamp taken before the crowd";
     EXPECT_GE(ts_physical(t), wall0) << "predates the call's entry";
-    EXPECT_EQ(r.endpoint, key(0));
+    EXPECT_EQ(r.endpoint(), key(0));
     seen.insert(t);
   }
   EXPECT_EQ(seen.size(), n) << "timestamps handed out twice";
@@ -446,7 +446,7 @@ TEST_F(CoalesceE2E, LeaderMovesUnderLoadFailNoCall) {
   // The cached leader is the cluster's final one.
   auto last = ts(d);
   ASSERT_FALSE(last.error) << describe(last);
-  EXPECT_EQ(last.endpoint, key(leader));
+  EXPECT_EQ(last.endpoint(), key(leader));
   EXPECT_EQ(stats(d).leader_endpoint, key(leader));
   std::cout << "[ figures  ] leader moves " << moves << ", calls "
             << l->ok.load() << ", leader_changes " << s.leader_changes
@@ -459,8 +459,8 @@ TEST_F(CoalesceE2E, AnUnconfiguredLeaderIsFoundThroughHints) {
   auto d = driver(config({nodes_[1], nodes_[2]}));
   auto r = ts(d);
   ASSERT_FALSE(r.error) << describe(r);
-  EXPECT_EQ(r.endpoint, key(0));
-  EXPECT_EQ(r.epoch, "1");
+  EXPECT_EQ(r.endpoint(), key(0));
+  EXPECT_EQ(r.epoch(), "1");
   auto s = stats(d);
   EXPECT_EQ(s.leader_endpoint, key(0));
   EXPECT_EQ(s.leader_epoch, uint64_t{1});
@@ -486,7 +486,7 @@ TEST_F(CoalesceE2E, TheLeaderLastInTheListIsFoundWhateverTheStartOffset) {
     for (int i = 0; i < 4; ++i) {
       auto r = ts(d);
       ASSERT_FALSE(r.error) << describe(r);
-      EXPECT_EQ(r.endpoint, key(0));
+      EXPECT_EQ(r.endpoint(), key(0));
     }
     EXPECT_LE(total("misdirected") - before, 1u) << "seed " << seed;
     EXPECT_EQ(stats(d).leader_endpoint, key(0));
@@ -499,8 +499,8 @@ TEST_F(CoalesceE2E, ALeaderMovedToTheLastNodeIsFollowedByHint) {
   auto d = driver(config({nodes_[0], nodes_[1], nodes_[2]}));
   auto r = seq(d, "moved", 3);
   ASSERT_FALSE(r.error) << describe(r);
-  EXPECT_EQ(r.endpoint, key(2));
-  EXPECT_EQ(r.epoch, "2");
+  EXPECT_EQ(r.endpoint(), key(2));
+  EXPECT_EQ(r.epoch(), "2");
   EXPECT_EQ(stats(d).leader_epoch, uint64_t{2});
 }
 
@@ -560,7 +560,7 @@ TEST_F(CoalesceE2E, ARefusingNodeIsSkipped) {
     auto d = driver(config({nodes_[1], nodes_[0]}), seed);
     auto t = ts(d);
     ASSERT_FALSE(t.error) << describe(t);
-    EXPECT_EQ(t.endpoint, key(0));
+    EXPECT_EQ(t.endpoint(), key(0));
     // 503 provably committed nothing: safe to try the next node for seq.
     auto s = seq(d, "skip", 3);
     ASSERT_FALSE(s.error) << describe(s);
@@ -629,7 +629,7 @@ TEST_F(CoalesceE2E,
   for (int i = 0; i < 3; ++i) {
     auto r = ts(d);
     EXPECT_FALSE(r.error) << describe(r);
-    EXPECT_EQ(r.endpoint.rfind("http://", 0), 0u) << r.endpoint;
+    EXPECT_EQ(r.endpoint().rfind("http://", 0), 0u) << r.endpoint();
   }
 }
 

@@ -98,7 +98,7 @@ TEST_F(CoalesceWire,
   auto d = driver(c);
   auto r = call(d, ts_call{1, 0});
   ASSERT_FALSE(r.error) << describe(r);
-  EXPECT_EQ(r.endpoint, leader.base_url());
+  EXPECT_EQ(r.endpoint(), leader.base_url());
   ASSERT_TRUE(follower.wait_for_requests(1, 10s));
   ASSERT_TRUE(leader.wait_for_requests(1, 10s));
   auto f = follower.requests().at(0);
@@ -109,7 +109,7 @@ TEST_F(CoalesceWire,
     EXPECT_EQ(req->target, "/v1/ts");
     EXPECT_EQ(req->body, R"({"count":1})");
     EXPECT_TRUE(hex32(raw_header(req->raw, "x-request-id")));
-    EXPECT_EQ(raw_header(req->raw, "x-request-id"), r.request_id)
+    EXPECT_EQ(raw_header(req->raw, "x-request-id"), r.request_id())
       << "one id per RPC, on every attempt";
     EXPECT_NE(req->raw.find("\r\nAuthorization: Bearer s3cret-token\r\n"),
               std::string::npos);
@@ -146,6 +146,6 @@ TEST_F(CoalesceWire, ASeqCarriesTheConfiguredCredentialHeaderAndScheme) {
   EXPECT_NE(req.raw.find("\r\nX-API-Key: k-123\r\n"), std::string::npos);
   EXPECT_EQ(raw_header(req.raw, "Authorization"), "");
   EXPECT_EQ(raw_header(req.raw, "X-Tenant"), "eu");
-  EXPECT_EQ(raw_header(req.raw, "x-request-id"), r.request_id);
-  EXPECT_TRUE(hex32(r.request_id)) << r.request_id;
+  EXPECT_EQ(raw_header(req.raw, "x-request-id"), r.request_id());
+  EXPECT_TRUE(hex32(r.request_id())) << r.request_id();
 }

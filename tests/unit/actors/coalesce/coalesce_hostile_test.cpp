@@ -253,7 +253,7 @@ TEST_F(CoalesceHostile, TsBodyAtTheLimitsIsServedExactly) {
   EXPECT_EQ(r.ts.logical_start, 262142u);
   EXPECT_EQ(r.ts.count, 2u);
   EXPECT_EQ(r.ts.last(), std::numeric_limits<uint64_t>::max());
-  EXPECT_EQ(r.epoch, "18446744073709551615");
+  EXPECT_EQ(r.epoch(), "18446744073709551615");
 }
 
 TEST_F(CoalesceHostile, TsCountMismatchFailsOnlyThatChunk) {
@@ -340,7 +340,7 @@ TEST_F(CoalesceHostile, AHugeEpochStringIsNotCopiedToEveryWaiter) {
   for (auto& b : boxes) {
     auto& r = ok(b);
     EXPECT_EQ(r.ts.count, 1u);
-    EXPECT_LE(r.epoch.size(), 20u);
+    EXPECT_LE(r.epoch().size(), 20u);
   }
 }
 
@@ -405,7 +405,7 @@ TEST_F(CoalesceHostile, GarbageHintsAreIgnoredAndTheLeaderIsStillFound) {
     for (int i = 0; i < 3; ++i) { // three RPCs: three rotation offsets
       boxes.push_back(ts(1));
       ASSERT_TRUE(run_to_quiescence());
-      EXPECT_EQ(ok(boxes.back()).endpoint, C);
+      EXPECT_EQ(ok(boxes.back()).endpoint(), C);
     }
     auto s = stats();
     EXPECT_EQ(s.leader_endpoint, C);
@@ -456,7 +456,7 @@ TEST_F(CoalesceHostile, AStaleEpochHintNeverMovesTheCachedLeader) {
   node(C).script = follower("10.0.0.2:7000; epoch=5");
   auto first = ts(1);
   ASSERT_TRUE(run_to_quiescence());
-  EXPECT_EQ(ok(first).endpoint, B);
+  EXPECT_EQ(ok(first).endpoint(), B);
   // B now says "not leader, C is, epoch 3" (backwards); C would serve.
   node(B).script = follower("10.0.0.3:7000; epoch=3");
   node(C).script = good_leader(3);
@@ -466,7 +466,7 @@ TEST_F(CoalesceHostile, AStaleEpochHintNeverMovesTheCachedLeader) {
   EXPECT_EQ(stats().leader_epoch, std::optional<uint64_t>{5});
   EXPECT_GE(stats().leader.stale_hints, 1u);
   if (b->reply && !b->reply->error)
-    EXPECT_EQ(b->reply->endpoint, C); // reached by rotation, not the hint
+    EXPECT_EQ(b->reply->endpoint(), C); // reached by rotation, not the hint
 }
 
 TEST_F(CoalesceHostile, HintsToManyDistinctEndpointsKeepTheTransportsBounded) {
@@ -506,7 +506,7 @@ TEST_F(CoalesceHostile, AHintToARefusingPortMovesOn) {
   node(C).script = good_leader(2);
   auto b = ts(1);
   ASSERT_TRUE(run_to_quiescence());
-  EXPECT_EQ(ok(b).endpoint, C);
+  EXPECT_EQ(ok(b).endpoint(), C);
   EXPECT_LE(node("http://127.0.0.1:1").seen.size(), 1u)
     << "followed at most once per pass";
 }
@@ -549,7 +549,7 @@ TEST_F(CoalesceHostile, AHintWithTheLargestEpochToADeadPortDoesNotStopService) {
   for (int i = 0; i < 6; ++i) {
     auto b = ts(1);
     ASSERT_TRUE(run_to_quiescence());
-    EXPECT_EQ(ok(b).endpoint, B) << i;
+    EXPECT_EQ(ok(b).endpoint(), B) << i;
     EXPECT_EQ(stats().leader_endpoint, B) << i;
   }
   // After the TTL (30 s) without a success at the dead endpoint, B is the
@@ -558,7 +558,7 @@ TEST_F(CoalesceHostile, AHintWithTheLargestEpochToADeadPortDoesNotStopService) {
   node(A).script = follower("10.0.0.2:7000; epoch=3");
   auto b = ts(1);
   ASSERT_TRUE(run_to_quiescence());
-  EXPECT_EQ(ok(b).endpoint, B);
+  EXPECT_EQ(ok(b).endpoint(), B);
   EXPECT_EQ(stats().leader_endpoint, B);
 }
 
@@ -680,7 +680,7 @@ TEST_F(CoalesceHostile, AHandshakeFailureOrResetMovesOnToTheNextEndpoint) {
   node(C).script = good_leader(1);
   auto t = ts(1);
   ASSERT_TRUE(run_to_quiescence());
-  EXPECT_EQ(ok(t).endpoint, C);
+  EXPECT_EQ(ok(t).endpoint(), C);
   // The configured order is the first worklist's order.
   EXPECT_EQ(node(A).seen.size(), 1u);
   EXPECT_EQ(node(B).seen.size(), 1u);
@@ -702,7 +702,7 @@ TEST_F(CoalesceHostile, TheFirstWorklistIsTheConfiguredOrder) {
   node(C).script = good_leader(1);
   auto t = ts(1);
   ASSERT_TRUE(run_to_quiescence());
-  EXPECT_EQ(ok(t).endpoint, A) << "the most-likely leader is put first";
+  EXPECT_EQ(ok(t).endpoint(), A) << "the most-likely leader is put first";
   EXPECT_EQ(total_requests(), 1u);
 }
 

@@ -264,7 +264,7 @@ TEST_F(CoalescingDriver, ACrowdArrivingTogetherRidesOneRpcAfterTheFlush) {
     auto& r = ok(b);
     EXPECT_EQ(r.ts.count, 1u);
     EXPECT_EQ(r.batch_waiters, 100u);
-    EXPECT_EQ(r.endpoint, A);
+    EXPECT_EQ(r.endpoint(), A);
     seen.insert(r.ts.first());
   }
   EXPECT_EQ(seen.size(), 100u) << "every caller gets its own timestamp";
@@ -460,8 +460,8 @@ TEST_F(CoalescingDriver, FollowersHintTheLeaderWhichIsThenCached) {
   elect(C, 5);
   auto first = ts();
   ASSERT_TRUE(run_to_quiescence());
-  EXPECT_EQ(ok(first).endpoint, C);
-  EXPECT_EQ(ok(first).epoch, "5");
+  EXPECT_EQ(ok(first).endpoint(), C);
+  EXPECT_EQ(ok(first).epoch(), "5");
   auto s = stats();
   EXPECT_EQ(s.leader_endpoint, C);
   EXPECT_EQ(s.leader_epoch, std::optional<uint64_t>{5});
@@ -469,7 +469,7 @@ TEST_F(CoalescingDriver, FollowersHintTheLeaderWhichIsThenCached) {
   auto before = total_requests();
   auto second = ts();
   ASSERT_TRUE(run_to_quiescence());
-  EXPECT_EQ(ok(second).endpoint, C);
+  EXPECT_EQ(ok(second).endpoint(), C);
   EXPECT_EQ(total_requests(), before + 1) << "the cached leader goes first";
 }
 
@@ -483,7 +483,7 @@ TEST_F(CoalescingDriver, ALeaderMoveIsFollowedWithoutAFailedCall) {
   elect(A, 6);
   auto r = ts();
   ASSERT_TRUE(run_to_quiescence());
-  EXPECT_EQ(ok(r).endpoint, A);
+  EXPECT_EQ(ok(r).endpoint(), A);
   auto s = stats();
   EXPECT_EQ(s.leader_endpoint, A);
   EXPECT_EQ(s.leader_epoch, std::optional<uint64_t>{6});
@@ -510,7 +510,7 @@ TEST_F(CoalescingDriver, AStaleHintNeverReplacesTheCachedLeader) {
   EXPECT_EQ(s.leader.stale_hints, 1u);
   // B served (found by the worklist, not by the stale hint) and its body
   // carries epoch 7 (the oracle's), so B is seated at epoch 7.
-  EXPECT_EQ(ok(r).endpoint, B);
+  EXPECT_EQ(ok(r).endpoint(), B);
   EXPECT_EQ(s.leader_epoch, std::optional<uint64_t>{7});
 }
 
@@ -528,7 +528,7 @@ TEST_F(CoalescingDriver, TheLeaderCacheExpiresAfterItsTtl) {
   // The next call starts from the configured rotation again and re-seats.
   auto again = ts();
   ASSERT_TRUE(run_to_quiescence());
-  EXPECT_EQ(ok(again).endpoint, B);
+  EXPECT_EQ(ok(again).endpoint(), B);
   EXPECT_EQ(stats().leader_endpoint, B);
 }
 
@@ -545,7 +545,7 @@ TEST_F(CoalescingDriver, AnHttpHintUnderTlsIsDropped) {
   oracle_->nodes[c]->role = node_role::leader;
   auto r = ts();
   ASSERT_TRUE(run_to_quiescence());
-  EXPECT_EQ(ok(r).endpoint, c);
+  EXPECT_EQ(ok(r).endpoint(), c);
   EXPECT_EQ(oracle_->nodes.count("http://10.0.0.9:7000"), 0u)
     << "the downgraded endpoint was never contacted";
   EXPECT_GE(stats().leader.downgrade_hints, 1u);
@@ -585,7 +585,7 @@ TEST_F(CoalescingDriver, SeqIsRetriedWhenNothingCanHaveCommitted) {
   ASSERT_TRUE(run_to_quiescence());
   EXPECT_EQ(ok(r).seq.start, 2u);
   EXPECT_EQ(ok(r).seq.count, 3u);
-  EXPECT_EQ(ok(r).endpoint, A);
+  EXPECT_EQ(ok(r).endpoint(), A);
 }
 
 TEST_F(CoalescingDriver, TsAfterALostReplyIsRetriedElsewhere) {
@@ -600,7 +600,7 @@ TEST_F(CoalescingDriver, TsAfterALostReplyIsRetriedElsewhere) {
   node(C).hint = "10.0.0.2:7000; epoch=2";
   auto r = ts();
   ASSERT_TRUE(run_to_quiescence());
-  EXPECT_EQ(ok(r).endpoint, B) << "ts is idempotent: a lost reply is retried";
+  EXPECT_EQ(ok(r).endpoint(), B) << "ts is idempotent: a lost reply is retried";
 }
 
 TEST_F(CoalescingDriver, AStalledLeaderCostsOneAttemptBudgetThenMovesOn) {
@@ -617,7 +617,7 @@ TEST_F(CoalescingDriver, AStalledLeaderCostsOneAttemptBudgetThenMovesOn) {
   auto start = now();
   auto r = ts();
   ASSERT_TRUE(run_to_quiescence());
-  EXPECT_EQ(ok(r).endpoint, B);
+  EXPECT_EQ(ok(r).endpoint(), B);
   EXPECT_EQ(node(A).cancels.size(), 1u) << "the stalled exchange is cut";
   EXPECT_GE(r->at - start, 1s);
   EXPECT_LT(r->at - start, 3s);
@@ -685,7 +685,7 @@ TEST_F(CoalescingDriver, AnElectionEndingWithinTheDeadlineIsRiddenOut) {
   EXPECT_FALSE(r->reply);
   elect(B, 4);
   ASSERT_TRUE(run_to_quiescence());
-  EXPECT_EQ(ok(r).endpoint, B);
+  EXPECT_EQ(ok(r).endpoint(), B);
 }
 
 TEST_F(CoalescingDriver, AWrongCountFromTheServerFailsOnlyThatChunk) {
@@ -755,10 +755,10 @@ TEST_F(CoalescingDriver,
   elect(C, 5);
   auto first = ts();
   ASSERT_TRUE(run_to_quiescence());
-  ASSERT_EQ(ok(first).endpoint, C);
+  ASSERT_EQ(ok(first).endpoint(), C);
   ASSERT_EQ(node(A).requests.size(), 1u) << "the first RPC starts at A";
   ASSERT_EQ(node(C).requests.size(), 1u);
-  const auto& id = ok(first).request_id;
+  const auto& id = ok(first).request_id();
   ASSERT_EQ(id.size(), 32u) << id;
   for (auto* n : {&node(A), &node(C)}) {
     const auto& req = n->requests.front();
@@ -781,8 +781,8 @@ TEST_F(CoalescingDriver,
   EXPECT_EQ(req.target, "/v1/seq");
   EXPECT_EQ(req.body, R"({"count":2,"key":"orders"})");
   ASSERT_TRUE(find_header(req.headers, "x-request-id"));
-  EXPECT_EQ(*find_header(req.headers, "x-request-id"), ok(second).request_id);
-  EXPECT_NE(ok(second).request_id, id) << "one id per RPC";
+  EXPECT_EQ(*find_header(req.headers, "x-request-id"), ok(second).request_id());
+  EXPECT_NE(ok(second).request_id(), id) << "one id per RPC";
 }
 
 TEST_F(CoalescingDriver, AFailedRpcNamesItsRequestIdInTheError) {
@@ -792,7 +792,7 @@ TEST_F(CoalescingDriver, AFailedRpcNamesItsRequestIdInTheError) {
   ASSERT_TRUE(run_to_quiescence());
   EXPECT_EQ(failed(r), error_kind::service_unavailable);
   EXPECT_EQ(r->reply->error->request_id.size(), 32u);
-  EXPECT_EQ(r->reply->error->request_id, r->reply->request_id);
+  EXPECT_EQ(r->reply->error->request_id, r->reply->request_id());
 }
 
 TEST_F(CoalescingDriver, ABadDefaultHeaderFailsConstructionNamingTheField) {
