@@ -352,6 +352,122 @@ TEST(CoalesceBatcher, CancellingThePipelinedWaiterCancelsOnlyItsRpc) {
   EXPECT_EQ(b.groups(), 0u);
 }
 
+// Pipelining under random joins, cancels, answers in any order and
+// failures (ts and two seq keys): every waiter ends exactly once (served,
+// failed or cancelled), a group never has more than max_rpcs_in_flight
+// RPCs in the air, an RPC sent beside others only when each of those is a
+// one-chunk batch of a single waiter, a batch's chunks in order and one at
+// a time, and everything drains to an empty batcher.
+TEST(CoalesceBatcher, PipeliningKeepsItsInvariantsUnderRandomSchedules) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    auto cfg = cfg_with(seed % 2 == 0 ? 0.0 : 0.001);
+    cfg.max_ts_per_rpc = 40;
+    cfg.max_seq_per_rpc = 40;
+    cfg.max_rpcs_in_flight = 1 + seed % 4;
+    batcher b{cfg};
+    std::mt19937_64 rng{seed};
+    struct fly {
+      rpc_plan plan;
+      std::string group;
+    };
+    std::vector<fly> flying;
+    std::map<uint64_t, std::string> live; // waiter -> group
+    std::set<uint64_t> ended;
+    auto group_of = [](const waiter_request& w) {
+      return w.kind == waiter_kind::ts ? std::string{"ts"} : "seq/" + w.key;
+    };
+    auto end = [&](uint64_t id) {
+      ASSERT_EQ(live.count(id), 1u) << "seed " << seed << " waiter " << id;
+      ASSERT_TRUE(ended.insert(id).second) << "answered twice: " << id;
+      live.erase(id);
+    };
+    auto take = [&](coalesce_time now) {
+      for (auto& p : b.take_ready(now)) {
+        auto g = p.kind == waiter_kind::ts ? std::string{"ts"} : "seq/" + p.key;
+        std::size_t same = 0;
+        for (auto& f : flying)
+          if (f.group == g) {
+            ++same;
+            ASSERT_TRUE(f.plan.parts.size() == 1 && f.plan.chunk_total == 1)
+              << "seed " << seed << ": sent beside a batch that coalesces";
+          }
+        ASSERT_LT(same, cfg.max_rpcs_in_flight) << "seed " << seed;
+        ASSERT_LE(p.count, 40u);
+        flying.push_back(fly{p, g});
+      }
+    };
+    auto now = t0;
+    uint64_t next_id = 1;
+    uint64_t phys = 1, seq_next = 1;
+    for (int step = 0; step < 3000; ++step) {
+      now += microseconds(rng() % 300);
+      auto r = rng() % 20;
+      if (r < 9) {
+        auto id = next_id++;
+        auto count = static_cast<uint32_t>(1 + rng() % (r < 2 ? 30 : 3));
+        auto w = rng() % 3 == 0
+                   ? seq_waiter(id, rng() % 2 ? "a" : "b", count, now)
+                   : ts_waiter(id, count, now);
+        if (b.join(w, now) == join_decision::queued)
+          live[id] = group_of(w);
+      } else if (r < 16 && !flying.empty()) {
+        auto i = rng() % flying.size();
+        auto f = flying[i];
+        flying.erase(flying.begin() + static_cast<std::ptrdiff_t>(i));
+        std::vector<delivery> ds;
+        if (rng() % 8 == 0) {
+          ds = b.on_rpc_failed(f.plan.rpc_id, rpc_failure::failed, "x", now);
+        } else if (f.plan.kind == waiter_kind::ts) {
+          ds = b.on_ts_response(f.plan.rpc_id,
+                                ts_answer(phys++, 0, f.plan.count), now);
+        } else {
+          ds = b.on_seq_response(
+            f.plan.rpc_id, seq_response{seq_next, f.plan.count, "3", {}}, now);
+          seq_next += f.plan.count;
+        }
+        for (auto& d : ds)
+          end(d.waiter_id);
+      } else if (r < 18 && !live.empty()) {
+        auto it = live.begin();
+        std::advance(it, static_cast<std::ptrdiff_t>(rng() % live.size()));
+        auto id = it->first;
+        auto c = b.cancel(id, now);
+        ASSERT_NE(c.result, cancel_result::not_found);
+        end(id);
+        if (c.result == cancel_result::rpc_cancelled)
+          flying.erase(std::remove_if(flying.begin(), flying.end(),
+                                      [&](const fly& f) {
+                                        return f.plan.rpc_id == c.rpc_to_cancel;
+                                      }),
+                       flying.end());
+      }
+      take(now);
+    }
+    // Drain: answer everything, let every window pass.
+    for (int i = 0; i < 100000 && (!flying.empty() || b.held() > 0); ++i) {
+      now += milliseconds(2);
+      if (!flying.empty()) {
+        auto f = flying.front();
+        flying.erase(flying.begin());
+        std::vector<delivery> ds;
+        if (f.plan.kind == waiter_kind::ts)
+          ds = b.on_ts_response(f.plan.rpc_id,
+                                ts_answer(phys++, 0, f.plan.count), now);
+        else
+          ds = b.on_seq_response(
+            f.plan.rpc_id, seq_response{seq_next, f.plan.count, "3", {}}, now);
+        for (auto& d : ds)
+          end(d.waiter_id);
+      }
+      take(now);
+    }
+    EXPECT_TRUE(live.empty()) << "seed " << seed;
+    EXPECT_EQ(b.held(), 0u) << "seed " << seed;
+    EXPECT_EQ(b.in_flight(), 0u) << "seed " << seed;
+    EXPECT_EQ(b.groups(), 0u) << "seed " << seed;
+  }
+}
+
 // tsoracle's rule (adaptive_cold_start off): every cold start waits the
 // window, also one right after a batch returned.
 TEST(CoalesceBatcher, FlushIntervalAppliesOnlyToAColdStart) {
