@@ -142,10 +142,10 @@ struct coalesce_config {
   /// single waiter: the callers are too sparse to share an RPC, so making
   /// a newcomer wait for the RPC in flight would only add that RPC's
   /// latency to its own (a closed loop of 2 callers would run at the rate
-  /// of one). As soon as an RPC in flight carries two or more waiters the
+  /// of one). While an RPC in flight carries two or more waiters the
   /// group coalesces as before: newcomers wait for the next batch, sent
-  /// when the group's RPCs are back. The chunks of one batch still go one
-  /// at a time. 1 is tsoracle's rule (1..64). [4]
+  /// when that RPC is back. The chunks of one batch still go one at a
+  /// time. 1 is tsoracle's rule (1..64). [4]
   std::size_t max_rpcs_in_flight = 4;
   /// Waiters held at most (queued or in flight, all groups together);
   /// beyond: rejected_backpressure (>= 1). [4096, tsoracle QUEUE_CAPACITY]

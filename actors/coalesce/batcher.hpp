@@ -25,6 +25,10 @@
 //                                        └─ batch done, waiters queued:
 //                                           next batch at once (no flush)
 //
+// (The diagram is the one-batch case. With pipelining, below, a group goes
+// back to IDLE only when its last RPC in flight is done and nothing is
+// queued or pending.)
+//
 // A batch is the group's queue at the moment it is sent (waiters that join
 // later wait for the next batch, so no timestamp handed out predates its
 // waiter's entry: freshness). It is cut, in arrival order, into chunks of at
@@ -262,11 +266,12 @@ public:
   /// cancelled only when every waiter of it has gone.
   cancel_outcome cancel(uint64_t waiter_id, coalesce_time now);
 
-  /// The RPCs to send now: for every group without an RPC in flight, the
-  /// next chunk of its current batch, or a new batch when its queue is due
-  /// (cold start: flush_at <= now; warm: at once); for a group whose RPCs
-  /// in flight each carry one waiter, a new batch of its queue at once (up
-  /// to max_rpcs_in_flight, see the file comment). Waiters with `entered`
+  /// The RPCs to send now, per group below max_rpcs_in_flight: the next
+  /// chunk of its current batch once the previous chunk is done; else,
+  /// without RPCs in flight, a new batch when its queue is due (cold
+  /// start: flush_at <= now; warm: at once); else, while each RPC in
+  /// flight is a one-chunk batch of one waiter, a new batch of its queue
+  /// at once (see the file comment). Waiters with `entered`
   /// later than `now` stay queued.
   std::vector<rpc_plan> take_ready(coalesce_time now);
 

@@ -116,11 +116,14 @@ struct coalesce_reply {
   ts_range ts;
   /// seq: the caller's block.
   seq_block seq;
-  /// Waiters that rode the same RPC, this one included.
+  /// Waiters answered together with this one (the RPC's callers, or those
+  /// of a batch failed together), this one included.
   uint32_t batch_waiters = 0;
-  /// The RPC this caller rode (shared with the other callers of it); null
-  /// when it never rode one (refused at entry, or its own timeout passed
-  /// before its batch was sent).
+  /// The RPC this caller's answer came from (shared with the other callers
+  /// answered with it; for a chunk never sent because an earlier chunk of
+  /// its batch failed, that chunk's RPC); null when no RPC answered it:
+  /// refused at entry, or its own timeout passed first (even while its RPC
+  /// was in flight).
   std::shared_ptr<const coalesce_rpc_info> rpc;
 
   /// The leader epoch of the answering response, as received when it is a
@@ -129,13 +132,14 @@ struct coalesce_reply {
   const std::string& epoch() const noexcept {
     return rpc ? rpc->epoch : empty_text();
   }
-  /// The endpoint key that served ("http://host:port"); empty on a failure.
+  /// The endpoint key that answered ("http://host:port"): set on success
+  /// and on an unusable 2xx, empty when the RPC failed.
   const std::string& endpoint() const noexcept {
     return rpc ? rpc->endpoint : empty_text();
   }
-  /// The x-request-id of the RPC this caller rode (32 lower-case hex
-  /// digits, the same on every attempt of that RPC; also in
-  /// `error->request_id`); empty when the caller never rode one.
+  /// The x-request-id of `rpc` (32 lower-case hex digits, the same on
+  /// every attempt of that RPC; also in `error->request_id`); empty when
+  /// `rpc` is null.
   const std::string& request_id() const noexcept {
     return rpc ? rpc->request_id : empty_text();
   }
