@@ -366,6 +366,12 @@ std::vector<rpc_plan> batcher::take_ready(coalesce_time now) {
   return out;
 }
 
+std::size_t batcher::in_flight(waiter_kind kind, const std::string& key) const {
+  auto it = groups_.find(
+    group_key{kind, kind == waiter_kind::seq ? key : std::string{}});
+  return it == groups_.end() ? 0 : it->second.flights.size();
+}
+
 bool batcher::may_pipeline(const group& g) const {
   if (g.flights.size() >= max_in_flight_)
     return false;

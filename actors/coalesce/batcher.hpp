@@ -313,12 +313,19 @@ public:
   std::size_t in_flight() const {
     return rpc_group_.size();
   }
+  /// RPCs in flight of one group (ts: `key` ignored; seq: that key).
+  std::size_t in_flight(waiter_kind kind, const std::string& key) const;
   /// Groups currently tracked (idle groups are dropped).
   std::size_t groups() const {
     return groups_.size();
   }
   const batcher_stats& stats() const {
     return stats_;
+  }
+  /// Counts on from `s` (an owner that replaced its batcher after a fault
+  /// keeps its exported counters monotonic).
+  void carry_stats(const batcher_stats& s) {
+    stats_ = s;
   }
   /// The per-RPC cap of a kind.
   uint32_t cap(waiter_kind k) const {

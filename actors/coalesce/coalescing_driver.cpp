@@ -737,7 +737,9 @@ void fail_everything(self_ptr self, const call_error& e) {
     if (run.in_exchange && run.transport)
       self->send(run.transport, cancel_atom_v, run.exchange_id);
   st.rpcs.clear();
+  auto counted = st.batches->stats(); // exported counters stay monotonic
   st.batches.emplace(st.cfg);
+  st.batches->carry_stats(counted);
   st.flush_armed.reset();
 }
 
@@ -852,11 +854,12 @@ caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
                                     due_entry{w.id, 0});
     arm_deadlines(self, now);
   }
-  // An idle driver sends at once (a lone caller pays no extra hop), and so
-  // does one with nothing else in its mailbox; with RPCs in flight and
-  // messages waiting, the callers among them join first, so those that
-  // arrived together share a pipelined batch (batcher.hpp).
-  if (st.batches->in_flight() == 0 || self->mailbox().empty())
+  // A caller of an idle group is sent at once (a lone caller pays no extra
+  // hop), and so is one with nothing else in the mailbox; with RPCs of its
+  // group in flight and messages waiting, the callers among them join
+  // first, so those that arrived together share a pipelined batch
+  // (batcher.hpp).
+  if (st.batches->in_flight(w.kind, w.key) == 0 || self->mailbox().empty())
     pump(self, now);
   else
     deferred_pump(self);

@@ -249,6 +249,8 @@ TEST(CoalesceBatcher, PipeliningSendsANewcomerAtOnceWhileSingleWaiterRpcsFly) {
   ASSERT_EQ(p2[0].parts.size(), 1u);
   EXPECT_EQ(p2[0].parts[0].waiter_id, 2u);
   EXPECT_EQ(b.in_flight(), 2u);
+  EXPECT_EQ(b.in_flight(waiter_kind::ts, ""), 2u);
+  EXPECT_EQ(b.in_flight(waiter_kind::seq, "k"), 0u) << "another group";
   auto t2 = t0 + microseconds(20);
   ASSERT_EQ(b.join(ts_waiter(3, 1, t2), t2), join_decision::queued);
   EXPECT_TRUE(b.take_ready(t2).empty()) << "max_rpcs_in_flight reached";
@@ -316,6 +318,22 @@ TEST(CoalesceBatcher, AFailedPipelinedRpcFailsOnlyItsOwnBatch) {
   ASSERT_EQ(p3.size(), 1u);
   EXPECT_EQ(p3[0].parts[0].waiter_id, 3u);
   EXPECT_EQ(p3[0].chunk_index, 1u);
+}
+
+// A batcher that replaces another (the driver after a fault) counts on
+// from its counters: exported counters never go backwards.
+TEST(CoalesceBatcher, CarriedStatsCountOn) {
+  batcher a{cfg_with(0)};
+  ASSERT_EQ(a.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
+  ASSERT_EQ(a.take_ready(t0).size(), 1u);
+  batcher b{cfg_with(0)};
+  b.carry_stats(a.stats());
+  ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
+  ASSERT_EQ(b.take_ready(t0).size(), 1u);
+  EXPECT_EQ(b.stats().joined, 2u);
+  EXPECT_EQ(b.stats().rpcs, 2u);
+  EXPECT_EQ(b.stats().batches, 2u);
+  EXPECT_EQ(b.held(), 1u) << "only the counters are carried";
 }
 
 // tsoracle's rule (max_rpcs_in_flight 1): one RPC in flight per group.
