@@ -89,29 +89,24 @@ inline constexpr const char* other_feeds_label = "_other";
 /// Hedging (one source per service client; labels service, key; breakers
 /// service, scope, key):
 ///
-/// | metric                                  | type    | labels | from |
-/// |-----------------------------------------|---------|--------|------|
-/// | outbound_hedge_requests_total           | counter | service, key |
-/// requests planned | | outbound_hedge_fired_total              | counter |
-/// service, key | hedges sent (every gate passed) | | outbound_hedge_won_total
-/// | counter | service, key | races the hedge won | |
-/// outbound_hedge_cancelled_total          | counter | service, key | races the
-/// primary won (the hedge was cancelled) | | outbound_hedge_suppressed_total |
-/// counter | service, key, reason="budget"\|"breaker" | hedges not sent | |
-/// outbound_hedge_warmup_requests_total    | counter | service, key | requests
-/// planned with the warmup delay | | outbound_hedge_errors_total             |
-/// counter | service, key | winners that failed (5xx per breaker config) | |
-/// outbound_hedge_budget_tokens            | gauge   | service, key | tokens in
-/// the key's bucket | | outbound_hedge_delay_seconds            | gauge   |
-/// service, key | delay the next request would wait before hedging | |
-/// outbound_breaker_state                  | gauge   | service, scope, key | 0
-/// closed, 1 open, 2 half-open | | outbound_breaker_opens_total            |
-/// counter | service, scope, key | transitions to OPEN | |
-/// outbound_breaker_transitions_total      | counter | service, scope, key,
-/// to="open"\|"half_open"\|"closed" | transitions by the phase entered | |
-/// outbound_breaker_window_samples         | gauge   | service, scope, key |
-/// calls in the error-rate window | | outbound_breaker_window_failures        |
-/// gauge   | service, scope, key | failed calls in the window |
+// clang-format off
+/// | metric | type | labels | from |
+/// |---|---|---|---|
+/// | outbound_hedge_requests_total | counter | service, key | requests planned |
+/// | outbound_hedge_fired_total | counter | service, key | hedges sent (every gate passed) |
+/// | outbound_hedge_won_total | counter | service, key | races the hedge won |
+/// | outbound_hedge_cancelled_total | counter | service, key | races the primary won (the hedge was cancelled) |
+/// | outbound_hedge_suppressed_total | counter | service, key, reason="budget"\|"breaker" | hedges not sent |
+/// | outbound_hedge_warmup_requests_total | counter | service, key | requests planned with the warmup delay |
+/// | outbound_hedge_errors_total | counter | service, key | winners that failed (5xx per breaker config) |
+/// | outbound_hedge_budget_tokens | gauge | service, key | tokens in the key's bucket |
+/// | outbound_hedge_delay_seconds | gauge | service, key | delay the next request would wait before hedging |
+/// | outbound_breaker_state | gauge | service, scope, key | 0 closed, 1 open, 2 half-open |
+/// | outbound_breaker_opens_total | counter | service, scope, key | transitions to OPEN |
+/// | outbound_breaker_transitions_total | counter | service, scope, key, to="open"\|"half_open"\|"closed" | transitions by the phase entered |
+/// | outbound_breaker_window_samples | gauge | service, scope, key | calls in the error-rate window |
+/// | outbound_breaker_window_failures | gauge | service, scope, key | failed calls in the window |
+// clang-format on
 ///
 /// Coalescing driver (label service):
 ///
@@ -140,57 +135,49 @@ inline constexpr const char* other_feeds_label = "_other";
 ///
 /// Feed watchers (labels feed, mode; feeds past the cap as feed="_other"):
 ///
-/// | metric                                  | type    | labels | from |
-/// |-----------------------------------------|---------|--------|------|
-/// | outbound_feed_events_total              | counter | feed, mode | events
-/// acknowledged by the subscriber | | outbound_feed_resets_total              |
-/// counter | feed, mode, cause | resets delivered, by reset_cause (the mode's
-/// causes from 0, others once seen) | | outbound_feed_reconnects_total |
-/// counter | feed, mode | sessions dialled after the first | |
-/// outbound_feed_peer_timeouts_total       | counter | feed, mode | sessions
-/// closed as a dead peer | | outbound_feed_drain_errors_total        | counter
-/// | feed, mode, reason | replay pages not read or used, by drain_error_reason
-/// (ledger feeds: every reason from 0) | | outbound_feed_replay_errors_total |
-/// counter | feed, mode | replay calls that failed | |
-/// outbound_feed_overflows_total           | counter | feed, mode | sessions
-/// closed for undelivered frames | | outbound_feed_oversized_frames_total    |
-/// counter | feed, mode | WebSocket messages over ws_max_frame_bytes, discarded
-/// | | outbound_feed_callback_errors_total     | counter | feed, mode |
-/// deliveries the subscriber failed | | outbound_feed_connected | gauge   |
-/// feed, mode | 1 connected (for "_other": how many) | | outbound_feed_position
-/// | gauge   | feed, mode | ledger cursor, else last seq (labelled feeds only)
-/// | | outbound_feed_lag_events                | gauge   | feed, mode | ledger:
-/// max(head the hub announced − cursor, 0); for "_other" the worst feed | |
-/// outbound_feeds                          | gauge   | mode,
-/// state="connected"\|"disconnected" | every watcher |
+// clang-format off
+/// | metric | type | labels | from |
+/// |---|---|---|---|
+/// | outbound_feed_events_total | counter | feed, mode | events acknowledged by the subscriber |
+/// | outbound_feed_resets_total | counter | feed, mode, cause | resets delivered, by reset_cause (the mode's causes from 0, others once seen) |
+/// | outbound_feed_reconnects_total | counter | feed, mode | sessions dialled after the first |
+/// | outbound_feed_peer_timeouts_total | counter | feed, mode | sessions closed as a dead peer |
+/// | outbound_feed_drain_errors_total | counter | feed, mode, reason | replay pages not read or used, by drain_error_reason (ledger feeds: every reason from 0) |
+/// | outbound_feed_replay_errors_total | counter | feed, mode | replay calls that failed |
+/// | outbound_feed_overflows_total | counter | feed, mode | sessions closed for undelivered frames |
+/// | outbound_feed_oversized_frames_total | counter | feed, mode | WebSocket messages over ws_max_frame_bytes, discarded |
+/// | outbound_feed_callback_errors_total | counter | feed, mode | deliveries the subscriber failed |
+/// | outbound_feed_connected | gauge | feed, mode | 1 connected (for "_other": how many) |
+/// | outbound_feed_position | gauge | feed, mode | ledger cursor, else last seq (labelled feeds only) |
+/// | outbound_feed_lag_events | gauge | feed, mode | ledger: max(head the hub announced − cursor, 0); for "_other" the worst feed |
+/// | outbound_feeds | gauge | mode, state="connected"\|"disconnected" | every watcher |
+// clang-format on
 ///
 /// Connection pools (label service):
 ///
-/// | metric                                  | type    | labels | from |
-/// |-----------------------------------------|---------|--------|------|
-/// | outbound_pool_dialled_total             | counter | service | connections
-/// dialled | | outbound_pool_reused_total              | counter | service |
-/// exchanges on a pooled idle connection | |
-/// outbound_pool_stale_discarded_total     | counter | service | idle
-/// connections found stale | | outbound_pool_cancelled_total           |
-/// counter | service | exchanges cancelled by their caller | |
-/// outbound_pool_idle_connections          | gauge   | service | idle
-/// connections now | | outbound_pool_in_flight                 | gauge   |
-/// service | exchanges in flight now | | outbound_pool_pending | gauge   |
-/// service | exchanges queued for a connection now | |
-/// outbound_pool_waited_total              | counter | service | exchanges that
-/// waited for a connection | | outbound_pool_overflowed_total          |
-/// counter | service | exchanges refused: queue full |
+// clang-format off
+/// | metric | type | labels | from |
+/// |---|---|---|---|
+/// | outbound_pool_dialled_total | counter | service | connections dialled |
+/// | outbound_pool_reused_total | counter | service | exchanges on a pooled idle connection |
+/// | outbound_pool_stale_discarded_total | counter | service | idle connections found stale |
+/// | outbound_pool_cancelled_total | counter | service | exchanges cancelled by their caller |
+/// | outbound_pool_idle_connections | gauge | service | idle connections now |
+/// | outbound_pool_in_flight | gauge | service | exchanges in flight now |
+/// | outbound_pool_pending | gauge | service | exchanges queued for a connection now |
+/// | outbound_pool_waited_total | counter | service | exchanges that waited for a connection |
+/// | outbound_pool_overflowed_total | counter | service | exchanges refused: queue full |
+// clang-format on
 ///
 /// The poller itself (kind = "hedging" | "coalescer" | "feed" | "pool"):
 ///
-/// | metric                                  | type    | labels | from |
-/// |-----------------------------------------|---------|--------|------|
-/// | outbound_metrics_sources                | gauge   | kind | sources
-/// registered and alive | | outbound_metrics_poll_errors_total      | counter |
-/// kind | snapshot requests that failed or timed out | |
-/// outbound_metrics_snapshot_seconds       | gauge   | kind, source | round
-/// trip of the last snapshot (labelled sources) |
+// clang-format off
+/// | metric | type | labels | from |
+/// |---|---|---|---|
+/// | outbound_metrics_sources | gauge | kind | sources registered and alive |
+/// | outbound_metrics_poll_errors_total | counter | kind | snapshot requests that failed or timed out |
+/// | outbound_metrics_snapshot_seconds | gauge | kind, source | round trip of the last snapshot (labelled sources) |
+// clang-format on
 ///
 /// Mailbox depth: CAF 0.17's `scheduled_actor::mailbox().size()` calls the
 /// consumer-side `fetch_more()` of the actor's inbox and is safe only on
