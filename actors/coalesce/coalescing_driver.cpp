@@ -107,10 +107,6 @@ public:
     --size_;
   }
 
-  std::size_t size() const {
-    return size_;
-  }
-
   /// Calls `f(waiter_slot&)` for every caller held.
   template <class F>
   void for_each(F&& f) {
@@ -123,17 +119,12 @@ public:
   std::vector<waiter_slot> take_all() {
     std::vector<waiter_slot> out;
     out.reserve(size_);
-    for (uint32_t i = 0; i < slots_.size(); ++i)
-      if (slots_[i].used)
-        out.push_back(std::move(slots_[i].w));
     // Generations are kept: an id handed out before never matches again.
     for (uint32_t i = 0; i < slots_.size(); ++i)
       if (slots_[i].used) {
-        slots_[i].used = false;
-        slots_[i].w = waiter_slot{};
-        free_.push_back(i);
+        out.push_back(std::move(slots_[i].w));
+        erase(uint64_t{slots_[i].gen} << 32 | i);
       }
-    size_ = 0;
     return out;
   }
 

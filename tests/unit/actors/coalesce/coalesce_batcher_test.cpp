@@ -47,6 +47,12 @@ waiter_request seq_waiter(uint64_t id, std::string key, uint32_t count,
   return w;
 }
 
+/// Joins ts waiter `id` (count 1) at `at` and takes what is ready then.
+std::vector<rpc_plan> join_and_take(batcher& b, uint64_t id, coalesce_time at) {
+  EXPECT_EQ(b.join(ts_waiter(id, 1, at), at), join_decision::queued);
+  return b.take_ready(at);
+}
+
 ts_response ts_answer(uint64_t phys, uint32_t logical, uint32_t count) {
   return ts_response{phys, logical, count, "7"};
 }
@@ -239,12 +245,10 @@ TEST(CoalesceBatcher, PipeliningSendsANewcomerAtOnceWhileSingleWaiterRpcsFly) {
   auto cfg = cfg_with(0);
   cfg.max_rpcs_in_flight = 2;
   batcher b{cfg};
-  ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
-  auto p1 = b.take_ready(t0);
+  auto p1 = join_and_take(b, 1, t0);
   ASSERT_EQ(p1.size(), 1u);
   auto t1 = t0 + microseconds(10);
-  ASSERT_EQ(b.join(ts_waiter(2, 1, t1), t1), join_decision::queued);
-  auto p2 = b.take_ready(t1);
+  auto p2 = join_and_take(b, 2, t1);
   ASSERT_EQ(p2.size(), 1u) << "waiter 2 does not wait for waiter 1's RPC";
   ASSERT_EQ(p2[0].parts.size(), 1u);
   EXPECT_EQ(p2[0].parts[0].waiter_id, 2u);
@@ -274,12 +278,10 @@ TEST(CoalesceBatcher, PipeliningStopsOnceAnRpcInFlightCarriesTwoWaiters) {
   auto cfg = cfg_with(0);
   batcher b{cfg};
   ASSERT_EQ(cfg.max_rpcs_in_flight, 4u);
-  ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
-  auto p1 = b.take_ready(t0);
+  auto p1 = join_and_take(b, 1, t0);
   ASSERT_EQ(p1.size(), 1u);
   ASSERT_EQ(b.join(ts_waiter(2, 1, t0), t0), join_decision::queued);
-  ASSERT_EQ(b.join(ts_waiter(3, 1, t0), t0), join_decision::queued);
-  auto p2 = b.take_ready(t0);
+  auto p2 = join_and_take(b, 3, t0);
   ASSERT_EQ(p2.size(), 1u);
   EXPECT_EQ(p2[0].parts.size(), 2u) << "joined together: one batch";
   ASSERT_EQ(b.join(ts_waiter(4, 1, t0), t0), join_decision::queued);
@@ -300,8 +302,7 @@ TEST(CoalesceBatcher, AFailedPipelinedRpcFailsOnlyItsOwnBatch) {
   auto cfg = cfg_with(0);
   cfg.max_ts_per_rpc = 10;
   batcher b{cfg};
-  ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
-  auto p1 = b.take_ready(t0);
+  auto p1 = join_and_take(b, 1, t0);
   ASSERT_EQ(p1.size(), 1u);
   ASSERT_EQ(b.join(ts_waiter(2, 6, t0), t0), join_decision::queued);
   ASSERT_EQ(b.join(ts_waiter(3, 6, t0), t0), join_decision::queued);
@@ -341,8 +342,7 @@ TEST(CoalesceBatcher, MaxRpcsInFlightOneKeepsOneRpcInFlight) {
   auto cfg = cfg_with(0);
   cfg.max_rpcs_in_flight = 1;
   batcher b{cfg};
-  ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
-  auto p1 = b.take_ready(t0);
+  auto p1 = join_and_take(b, 1, t0);
   ASSERT_EQ(p1.size(), 1u);
   ASSERT_EQ(b.join(ts_waiter(2, 1, t0), t0), join_decision::queued);
   EXPECT_TRUE(b.take_ready(t0).empty());
@@ -353,10 +353,8 @@ TEST(CoalesceBatcher, MaxRpcsInFlightOneKeepsOneRpcInFlight) {
 // A waiter that leaves a pipelined RPC cancels that RPC only.
 TEST(CoalesceBatcher, CancellingThePipelinedWaiterCancelsOnlyItsRpc) {
   batcher b{cfg_with(0)};
-  ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
-  auto p1 = b.take_ready(t0);
-  ASSERT_EQ(b.join(ts_waiter(2, 1, t0), t0), join_decision::queued);
-  auto p2 = b.take_ready(t0);
+  auto p1 = join_and_take(b, 1, t0);
+  auto p2 = join_and_take(b, 2, t0);
   ASSERT_EQ(p1.size(), 1u);
   ASSERT_EQ(p2.size(), 1u);
   auto c = b.cancel(2, t0);
