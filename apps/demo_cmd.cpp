@@ -915,6 +915,7 @@ int check_reached(std::ostream& err, const hub_site& site,
   line["request_id"] = "";
   line["nothing_sent"] = false;
   line["nothing_billed"] = false;
+  line["reason"] = nullptr;
   line["reached"] = false;
   err << boost::json::serialize(line) << '\n';
   return exit_code(error_kind::service_unavailable);

@@ -47,6 +47,11 @@ std::string error_json(const call_error& e) {
   o["request_id"] = e.request_id;
   o["nothing_sent"] = e.nothing_sent;
   o["nothing_billed"] = e.nothing_billed;
+  // Why the retry loop stopped short of its policy; null when it did not.
+  if (e.reason == give_up_reason::none)
+    o["reason"] = nullptr;
+  else
+    o["reason"] = to_string(e.reason);
   return boost::json::serialize(o);
 }
 

@@ -208,6 +208,11 @@ std::string error_json(const call_error& e) {
   o["request_id"] = e.request_id;
   o["nothing_sent"] = e.nothing_sent;
   o["nothing_billed"] = e.nothing_billed;
+  // Why the retry loop stopped short of its policy; null when it did not.
+  if (e.reason == give_up_reason::none)
+    o["reason"] = nullptr;
+  else
+    o["reason"] = to_string(e.reason);
   return boost::json::serialize(o);
 }
 
@@ -358,6 +363,7 @@ std::string usage_error_json(const std::string& type,
   o["request_id"] = "";
   o["nothing_sent"] = true;
   o["nothing_billed"] = true;
+  o["reason"] = nullptr;
   return boost::json::serialize(o);
 }
 

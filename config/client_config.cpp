@@ -64,6 +64,15 @@ std::string shown(const std::string& url, const std::string& part) {
 
 } // namespace
 
+void retry_budget_config::validate() const {
+  check_range(percent, 0.0, 100.0, "retry_budget.percent");
+  check_non_negative(min_per_second, "retry_budget.min_per_second");
+  // Whole nanoseconds per slice (window / 10) and far from overflow.
+  if (!(window >= 1e-6 && window <= 3600.0))
+    throw config_error("retry_budget.window",
+                       "must be between 1e-6 and 3600 seconds");
+}
+
 void retry_policy::validate() const {
   if (max_attempts < 1)
     throw config_error("retry.max_attempts", "must be >= 1, got "
@@ -205,6 +214,7 @@ void client_config::validate() const {
   if (!std::isfinite(deadline) || deadline <= 0)
     throw config_error("deadline", "must be > 0 seconds");
   retry.validate();
+  retry_budget.validate();
   tls.validate();
   if (tls.any() && !url.tls())
     throw config_error("base_url",

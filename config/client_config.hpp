@@ -37,6 +37,44 @@ struct retry_policy {
   bool retryable_status(int status) const;
 };
 
+/// The retry budget of a service client: one ceiling on the extra load its
+/// retries and hedges put on the service, as Finagle's RetryBudget
+/// (com.twitter.finagle.service.RetryBudget; its defaults: 20 %, 10 per
+/// second, a 10 s window) and gRPC's retry throttling (gRFC A6) bound
+/// retries. Every call deposits one primary request; every retry (a counted
+/// attempt after the first) and every hedge withdraws one. A withdrawal is
+/// granted while, over the sliding window,
+///
+///     withdrawals < percent / 100 × deposits + min_per_second × window
+///
+/// so in any window the extra attempts are at most `percent` % of the calls
+/// plus the floor; a refused retry is not made (the call ends with its
+/// last error, reason budget_exhausted) and a refused hedge is not sent.
+/// Redials of a request that provably never left and out-of-band retries
+/// of a local port shortage are not extra load and never withdraw.
+/// Unlike Finagle's, hedges draw from the same budget as retries
+/// (Finagle, gRPC and Envoy keep retries and hedges apart, so an outage
+/// can cost both ceilings at once).
+struct retry_budget_config {
+  /// Off: every retry the policy allows is made, every hedge the hedge
+  /// budget allows is sent (the behaviour before the budget). [true]
+  bool enabled = true;
+  /// Extra attempts allowed per 100 primary requests in the window
+  /// ([0, 100]). [20, as Finagle]
+  double percent = 20.0;
+  /// Extra attempts per second allowed whatever the traffic, so a client
+  /// with few calls still retries (>= 0). [10, as Finagle]
+  double min_per_second = 10.0;
+  /// Length of the sliding window in seconds ((0, 3600]); kept as 10
+  /// slices, so a deposit or withdrawal ages out between 0.9 and 1 window
+  /// after it was made. [10, as Finagle]
+  double window = 10.0;
+
+  /// Throws config_error naming `retry_budget.percent`,
+  /// `retry_budget.min_per_second` or `retry_budget.window`.
+  void validate() const;
+};
+
 /// TLS settings. With an https base URL the server is always verified (SNI
 /// and host-name verification are always on). `ca_file` pins the server's CA;
 /// without it the system trust store verifies the server. A client identity
@@ -102,6 +140,8 @@ struct client_config {
   double deadline = 30.0;
   /// Retry policy. [max_attempts 3, base_backoff 0.1 s, max_backoff 10 s]
   retry_policy retry;
+  /// The ceiling on retries and hedges together. [on: 20 %, 10/s, 10 s]
+  retry_budget_config retry_budget;
   /// TLS / mTLS settings.
   tls_config tls;
   /// Cap on every response body, success or error, in bytes (> 0). [32 MiB]

@@ -139,6 +139,9 @@ struct client_event {
   /// failed: the error kind; answered: the kind the status maps to, or
   /// nullopt for a success ("ok").
   std::optional<error_kind> error;
+  /// answered / failed: why the retry loop stopped short of another
+  /// attempt (a retryable failure not retried), or none.
+  give_up_reason reason = give_up_reason::none;
   /// answered / failed: call latency in nanoseconds (actor clock).
   int64_t latency_ns = 0;
   /// answered: bytes of the response body as read (after de-chunking; 0

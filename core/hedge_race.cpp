@@ -36,6 +36,7 @@ const char* to_string(token_decision d) {
     case token_decision::unwanted: return "unwanted";
     case token_decision::no_time_left: return "no_time_left";
     case token_decision::no_token: return "no_token";
+    case token_decision::budget_refused: return "budget_refused";
   }
   return "?";
 }
@@ -129,10 +130,12 @@ bool hedge_race::hedge_wanted(uint64_t attempt) const {
          && !hedge_.in_flight && !hedge_sent_;
 }
 
-due_decision hedge_race::on_hedge_due(uint64_t attempt) {
+due_decision hedge_race::on_hedge_due(uint64_t attempt, race_time now) {
   if (!hedge_wanted(attempt) || hedge_tried_)
     return due_decision::ignore;
   hedge_tried_ = true;
+  if (delay_ && deadline_ - now <= *delay_)
+    return due_decision::would_miss_deadline;
   return due_decision::ask_gates;
 }
 

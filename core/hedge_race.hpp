@@ -106,6 +106,14 @@
 //      owed token as fired, exactly once, and emits its held race; a call
 //      that ends without a conclusion releases a held permit
 //      (on_call_done).
+//  R15 A hedge is not tried when, at its due time, the attempt has no more
+//      time left than the delay — the key's learned latency at its hedge
+//      percentile (or its warmup or hardcoded delay): it could not be
+//      expected to finish before the attempt's deadline
+//      (due_decision::would_miss_deadline; no gate asked, no token spent).
+//  R16 A hedge the client's retry budget refuses after its token was
+//      granted (on_budget_refused) is not sent: its permit is released and
+//      its token goes back, as for an unwanted one.
 
 #include "core/classify.hpp"
 #include "core/time.hpp"
@@ -217,6 +225,8 @@ enum class due_decision : uint8_t {
   ignore,
   /// Ask the breakers (then the budget, via on_gate).
   ask_gates,
+  /// Not tried: the attempt's time left is no more than the delay (R15).
+  would_miss_deadline,
 };
 
 /// The answer to on_gate.
@@ -239,9 +249,12 @@ enum class token_decision : uint8_t {
   no_time_left,
   /// No token (budget exhausted, or no reply).
   no_token,
+  /// The token was granted but the client's retry budget refused the
+  /// hedge (R16).
+  budget_refused,
 };
 
-/// "fire", "unwanted", "no_time_left", "no_token".
+/// "fire", "unwanted", "no_time_left", "no_token", "budget_refused".
 const char* to_string(token_decision d);
 
 /// The answer to on_token, with what to do besides sending.
@@ -258,7 +271,8 @@ struct token_step {
   /// Give the granted token back (R4).
   bool return_token() const {
     return decision == token_decision::unwanted
-           || decision == token_decision::no_time_left;
+           || decision == token_decision::no_time_left
+           || decision == token_decision::budget_refused;
   }
 };
 
@@ -360,9 +374,9 @@ public:
   /// without a hedge and the call is not over (R2).
   bool hedge_wanted(uint64_t attempt) const;
 
-  /// The hedge timer of `attempt` ran out (R1, R2). ask_gates marks the
-  /// attempt's hedge as tried.
-  due_decision on_hedge_due(uint64_t attempt);
+  /// The hedge timer of `attempt` ran out at `now` (R1, R2, R15).
+  /// ask_gates and would_miss_deadline mark the attempt's hedge as tried.
+  due_decision on_hedge_due(uint64_t attempt, race_time now);
 
   /// The breakers answered for `attempt` (R3).
   gate_decision on_gate(uint64_t attempt, bool allowed) const;
@@ -370,6 +384,15 @@ public:
   /// The budget answered for `attempt` at `now` (`granted` false also when
   /// the budget did not answer) (R4).
   token_step on_token(uint64_t attempt, bool granted, race_time now) const;
+
+  /// The client's retry budget refused the hedge on_token said to fire
+  /// (R16): the step that replaces `fire` (release the permit, give the
+  /// token back).
+  token_step on_budget_refused() const {
+    token_step s;
+    s.decision = token_decision::budget_refused;
+    return s;
+  }
 
   /// The hedge of the current attempt went out as `send_id` at `now`
   /// after a `fire`; `holds_probe` if its permit holds a half-open trial.

@@ -35,6 +35,11 @@ client_metrics::client_metrics(prometheus::Registry& registry,
                      "fresh connection")
                .Register(registry)
                .Add({{"service", service_}})),
+    give_ups_(prometheus::BuildCounter()
+                .Name("outbound_client_give_ups_total")
+                .Help("Calls that ended on a retryable failure without the "
+                      "retry their policy allowed, by reason")
+                .Register(registry)),
     duration_(prometheus::BuildHistogram()
                 .Name("outbound_client_request_duration_seconds")
                 .Help("Call latency from entry to answer, all attempts")
@@ -75,6 +80,9 @@ void client_metrics::record(const client_event& ev) {
               {"method", ev.method},
               {"outcome", outcome_label(ev)}})
         .Increment();
+      if (ev.reason != give_up_reason::none)
+        give_ups_.Add({{"service", service_}, {"reason", to_string(ev.reason)}})
+          .Increment();
       if (ev.kind == event_kind::answered)
         responses_
           .Add({{"service", service_},

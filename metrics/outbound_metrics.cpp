@@ -248,6 +248,18 @@ void snapshot_collector::set_pool(const std::string& service,
   pools_[service] = s;
 }
 
+void snapshot_collector::set_retry_budget(const std::string& service,
+                                          const retry_budget_stats& s) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  budgets_[service] = s;
+}
+
+void snapshot_collector::remove_retry_budget(const std::string& service) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  budgets_.erase(service);
+  snapshot_seconds_.erase({"client", service});
+}
+
 void snapshot_collector::remove_hedging(const std::string& service) {
   std::lock_guard<std::mutex> guard{mtx_};
   hedge_keys_.erase(service);
@@ -673,6 +685,28 @@ std::vector<prometheus::MetricFamily> snapshot_collector::Collect() const {
   render_feeds(out, feeds_, retired_other_);
   for (auto& [service, s] : pools_)
     render_rows(out, pool_rows, {{"service", service}}, s);
+  for (auto& [service, s] : budgets_) {
+    label_list l{{"service", service}};
+    out.counter("outbound_retry_budget_deposits_total",
+                "Primary requests paid into the retry budget (one per call)", l,
+                as_double(s.deposits));
+    for (auto k : {extra_kind::retry, extra_kind::hedge}) {
+      label_list lk{{"kind", to_string(k)}, {"service", service}};
+      auto i = static_cast<std::size_t>(k);
+      out.counter("outbound_retry_budget_withdrawals_total",
+                  "Retries and hedges the retry budget paid for", lk,
+                  as_double(s.withdrawals[i]));
+      out.counter("outbound_retry_budget_refusals_total",
+                  "Retries and hedges the retry budget refused (not made)", lk,
+                  as_double(s.refusals[i]));
+    }
+    out.gauge("outbound_retry_budget_balance",
+              "Extra attempts the retry budget would grant now", l,
+              as_double(s.balance));
+    out.gauge("outbound_retry_budget_enabled",
+              "1 when the retry budget refuses retries and hedges", l,
+              s.enabled ? 1.0 : 0.0);
+  }
   // The poller.
   for (auto& [kind, n] : sources_)
     out.gauge("outbound_metrics_sources",

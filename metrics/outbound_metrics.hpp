@@ -49,6 +49,7 @@
 #include "core/coalesce_stats.hpp"
 #include "core/feed_types.hpp"
 #include "core/hedge_stats.hpp"
+#include "core/retry_budget.hpp"
 
 #include <prometheus/collectable.h>
 #include <prometheus/histogram.h>
@@ -169,7 +170,21 @@ inline constexpr const char* other_feeds_label = "_other";
 /// | outbound_pool_overflowed_total | counter | service | exchanges refused: queue full |
 // clang-format on
 ///
-/// The poller itself (kind = "hedging" | "coalescer" | "feed" | "pool"):
+/// Retry budgets of service clients (label service; kind = "retry" |
+/// "hedge"; core/retry_budget.hpp):
+///
+// clang-format off
+/// | metric | type | labels | from |
+/// |---|---|---|---|
+/// | outbound_retry_budget_deposits_total | counter | service | primary requests (one per call) |
+/// | outbound_retry_budget_withdrawals_total | counter | service, kind | retries and hedges the budget paid for |
+/// | outbound_retry_budget_refusals_total | counter | service, kind | retries and hedges it refused (not made) |
+/// | outbound_retry_budget_balance | gauge | service | extra attempts it would grant now |
+/// | outbound_retry_budget_enabled | gauge | service | 1 when it refuses (retry_budget_config::enabled) |
+// clang-format on
+///
+/// The poller itself (kind = "hedging" | "coalescer" | "feed" | "pool" |
+/// "client"):
 ///
 // clang-format off
 /// | metric | type | labels | from |
@@ -210,12 +225,17 @@ public:
   /// Latest stats of a connection pool.
   void set_pool(const std::string& service, const pool_stats& s);
 
+  /// Latest counters of a service client's retry budget.
+  void set_retry_budget(const std::string& service,
+                        const retry_budget_stats& s);
+
   /// Drops a dead source's series. An aggregated feed's counters stay in
   /// the "_other" sums (they never go down).
   void remove_hedging(const std::string& service);
   void remove_coalescer(const std::string& service);
   void remove_feed(const std::string& feed);
   void remove_pool(const std::string& service);
+  void remove_retry_budget(const std::string& service);
 
   /// Poller bookkeeping: sources alive per kind, a failed snapshot request,
   /// the round trip (seconds) of the last snapshot of `source`.
@@ -249,6 +269,7 @@ private:
   /// "_other" sums never decrease).
   std::map<std::string, feed_stats> retired_other_;
   std::map<std::string, pool_stats> pools_;
+  std::map<std::string, retry_budget_stats> budgets_;
   std::map<std::string, std::size_t> sources_;
   std::map<std::string, uint64_t> poll_errors_;
   std::map<std::pair<std::string, std::string>, double> snapshot_seconds_;

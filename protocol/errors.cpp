@@ -64,6 +64,17 @@ const char* to_string(error_kind k) {
   return "unknown";
 }
 
+const char* to_string(give_up_reason r) {
+  switch (r) {
+    case give_up_reason::none: return "none";
+    case give_up_reason::attempts_exhausted: return "attempts_exhausted";
+    case give_up_reason::deadline_exceeded: return "deadline_exceeded";
+    case give_up_reason::deadline_unreachable: return "deadline_unreachable";
+    case give_up_reason::budget_exhausted: return "budget_exhausted";
+  }
+  return "unknown";
+}
+
 int exit_code(error_kind k) {
   switch (k) {
     case error_kind::config_error: return 2;

@@ -42,6 +42,34 @@ enum class error_kind : uint8_t {
 /// Stable lower-case name ("auth_error", ...), as printed by the CLI.
 const char* to_string(error_kind k);
 
+/// Why a call's retry loop stopped short of another attempt (or a hedge's
+/// backup) when its policy alone would have allowed one; `none` when the
+/// call ended with a definitive answer or was never retryable. A label of
+/// `outbound_client_give_ups_total` and the `reason` of the CLI's error
+/// JSON.
+enum class give_up_reason : uint8_t {
+  /// Not a give-up: a definitive answer or a non-retryable failure.
+  none,
+  /// retry_policy::max_attempts are spent.
+  attempts_exhausted,
+  /// The overall deadline passed, or the next backoff (or the server's
+  /// Retry-After) alone would end past it.
+  deadline_exceeded,
+  /// The next attempt would start inside the deadline but, at the learned
+  /// latency of its endpoint (the hedge percentile of its latency sketch),
+  /// would end past it: the call ends now instead of spending the rest of
+  /// its deadline on an attempt that cannot finish (client_config's
+  /// `deadline`; actors/call/retry_state.hpp).
+  deadline_unreachable,
+  /// The client's retry budget refused the retry (client_config's
+  /// `retry_budget`; core/retry_budget.hpp).
+  budget_exhausted,
+};
+
+/// Stable lower-case name ("none", "attempts_exhausted",
+/// "deadline_exceeded", "deadline_unreachable", "budget_exhausted").
+const char* to_string(give_up_reason r);
+
 /// CLI exit code of a kind: 2 config, 3 auth, 4 request, 5 server,
 /// 6 response, 7 service_unavailable / deadline_exceeded, 8
 /// uncertain_outcome.
@@ -80,6 +108,9 @@ struct call_error {
   std::string location;
   /// The last transport error kind, `none` when the error is an HTTP status.
   transport_error_kind cause = transport_error_kind::none;
+  /// Why the retry loop stopped (a retryable failure it did not retry), or
+  /// `none`.
+  give_up_reason reason = give_up_reason::none;
 
   /// One-line description "<kind>: <detail> (status N, request id R)".
   std::string message() const;

@@ -288,10 +288,13 @@ void finish_error(self_ptr self, call_error e) {
   deliver(self, std::move(o));
 }
 
-void finish_response(self_ptr self, http_response resp) {
+void finish_response(self_ptr self, http_response resp,
+                     give_up_reason reason = give_up_reason::none) {
   auto& st = self->state;
   auto o = response_outcome(st.ctx->cfg, st.call, st.request_id,
                             st.retry->attempts(), resp);
+  if (o.error)
+    o.error->reason = reason;
   if (observed(self)) {
     auto ev = make_event(self, event_kind::answered);
     fill_answered(ev, o, latency_ns(self), resp.body.size());
@@ -310,6 +313,14 @@ void act(self_ptr self, const retry_step& step, http_response* resp) {
       return;
     case retry_decision::retry_after:
     case retry_decision::retry_local: {
+      // A counted retry is extra load: the client's budget pays for it or
+      // the call ends here (a local retry sent nothing the first time).
+      if (step.decision == retry_decision::retry_after && st.ctx->budget
+          && !st.ctx->budget->try_withdraw(extra_kind::retry,
+                                           self->clock().now())) {
+        act(self, st.retry->refuse_retry(step), resp);
+        return;
+      }
       if (observed(self)) {
         auto ev = make_event(self, event_kind::retrying);
         fill_retrying(ev, step, resp);
@@ -334,9 +345,10 @@ void act(self_ptr self, const retry_step& step, http_response* resp) {
     }
     case retry_decision::give_up_attempts:
     case retry_decision::give_up_deadline:
+    case retry_decision::give_up_budget:
     case retry_decision::not_retryable:
       if (step.answer_with_response && resp)
-        finish_response(self, std::move(*resp));
+        finish_response(self, std::move(*resp), step.reason);
       else
         finish_error(self, step.error);
       return;
@@ -638,7 +650,13 @@ void fire_hedge(self_ptr self, uint64_t token,
 void on_token(self_ptr self, uint64_t token, bool& granted) {
   auto& st = self->state;
   fault_point(self, detail::call_fault_point::token_reply, token);
-  auto step = st.race.on_token(token, granted, self->clock().now());
+  auto now = self->clock().now();
+  auto step = st.race.on_token(token, granted, now);
+  // A hedge is extra load: the client's retry budget pays for it too, or
+  // it is not sent (its hedge token goes back).
+  if (step.decision == core::token_decision::fire && st.ctx->budget
+      && !st.ctx->budget->try_withdraw(extra_kind::hedge, now))
+    step = st.race.on_budget_refused();
   if (step.decision == core::token_decision::fire) {
     fire_hedge(self, token, step.budget);
     granted = false; // the hedge owes it now (core/hedge_race.hpp, R11)
@@ -703,7 +721,8 @@ void on_gate_reply(self_ptr self, uint64_t token, breaker_gate_result& g) {
 // The hedge timer of attempt `token` ran out: breakers, then budget.
 void on_hedge_due(self_ptr self, uint64_t token) {
   auto& st = self->state;
-  if (st.race.on_hedge_due(token) != core::due_decision::ask_gates)
+  if (st.race.on_hedge_due(token, self->clock().now())
+      != core::due_decision::ask_gates)
     return;
   const auto& h = st.ctx->hedging;
   self
@@ -828,6 +847,10 @@ void start(self_ptr self, call_request call) {
           [self](hedge_plan& p) {
             auto& st = self->state;
             st.race.set_delay(core::from_seconds(p.delay));
+            // The learned latency at the hedge percentile: no retry
+            // starts that it says cannot end inside the deadline.
+            if (!p.warmup && !p.hardcoded)
+              st.retry->set_expected_latency(core::from_seconds(p.delay));
             arm_hedge_timer(self);
           },
           [](caf::error&) { /* no plan: no hedge */ });

@@ -12,6 +12,7 @@
 #include "actors/observer.hpp"
 #include "actors/transport.hpp"
 #include "config/client_config.hpp"
+#include "core/retry_budget.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/replies_to.hpp>
@@ -40,6 +41,10 @@ struct call_context {
   std::function<std::chrono::system_clock::time_point()> wall_clock;
   /// Adaptive hedging; null: the client never hedges.
   std::shared_ptr<const hedging_context> hedging;
+  /// The client's retry budget (client_config::retry_budget): every call
+  /// deposits, every retry and hedge withdraws; null: no budget (a call
+  /// actor spawned without a client, as in tests).
+  std::shared_ptr<shared_retry_budget> budget;
 };
 
 /// Typed interface of a call actor.

@@ -195,8 +195,10 @@ void fill_answered(client_event& ev, const call_outcome& o,
                    int64_t latency_ns, uint64_t response_bytes) {
   ev.status = o.status;
   ev.attempts = o.attempts;
-  if (o.error)
+  if (o.error) {
     ev.error = o.error->kind;
+    ev.reason = o.error->reason;
+  }
   ev.latency_ns = latency_ns;
   ev.response_bytes = response_bytes;
 }
@@ -217,6 +219,7 @@ void fill_failed(client_event& ev, const call_error& e, int64_t latency_ns) {
   ev.status = e.status;
   ev.cause_kind = e.cause;
   ev.error = e.kind;
+  ev.reason = e.reason;
   ev.latency_ns = latency_ns;
 }
 

@@ -50,6 +50,7 @@ const char* to_string(retry_decision d) {
     case retry_decision::retry_local: return "retry_local";
     case retry_decision::give_up_attempts: return "give_up_attempts";
     case retry_decision::give_up_deadline: return "give_up_deadline";
+    case retry_decision::give_up_budget: return "give_up_budget";
     case retry_decision::not_retryable: return "not_retryable";
   }
   return "unknown";
@@ -105,6 +106,7 @@ attempt_plan retry_state::begin_attempt(retry_time now) {
     p.error.attempts = attempts_;
     p.error.nothing_sent = !any_sent_;
     p.error.cause = transport_error_kind::timeout;
+    p.error.reason = give_up_reason::deadline_exceeded;
     p.attempt = attempts_;
     return p;
   }
@@ -129,15 +131,46 @@ attempt_plan retry_state::begin_attempt(retry_time now) {
 
 retry_step retry_state::end_with(retry_decision d, call_error e,
                                  std::string cause,
-                                 transport_error_kind cause_kind) {
+                                 transport_error_kind cause_kind,
+                                 give_up_reason reason) const {
   retry_step s;
   s.decision = d;
   s.cause = std::move(cause);
   s.cause_kind = cause_kind;
+  s.reason = reason;
   e.attempts = attempts_;
   e.nothing_sent = !any_sent_;
+  e.reason = reason;
   s.error = std::move(e);
   return s;
+}
+
+give_up_reason retry_state::deadline_check(retry_time now,
+                                           nanoseconds delay) const {
+  if (now + delay > deadline_at_)
+    return give_up_reason::deadline_exceeded;
+  if (expected_latency_ > nanoseconds{0}
+      && now + delay + expected_latency_ > deadline_at_)
+    return give_up_reason::deadline_unreachable;
+  return give_up_reason::none;
+}
+
+retry_step retry_state::refuse_retry(const retry_step& step) const {
+  if (step.status_retry) {
+    retry_step s;
+    s.decision = retry_decision::give_up_budget;
+    s.cause = step.cause;
+    s.reason = give_up_reason::budget_exhausted;
+    s.answer_with_response = true;
+    return s;
+  }
+  call_error e;
+  e.kind = error_kind::service_unavailable;
+  e.cause = step.cause_kind;
+  e.detail
+    = last_failure_ + " (not retried: the client's retry budget is exhausted)";
+  return end_with(retry_decision::give_up_budget, std::move(e), step.cause,
+                  step.cause_kind, give_up_reason::budget_exhausted);
 }
 
 namespace {
@@ -193,18 +226,22 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
     last_failure_ = s.cause;
     if (attempts_ >= policy_.max_attempts) {
       s.decision = retry_decision::give_up_attempts;
+      s.reason = give_up_reason::attempts_exhausted;
       return s;
     }
     auto delay = server_retry_delay(r.response.headers, wall_now);
     if (!delay)
       delay = backoff_delay(policy_, attempts_ - 1, rng);
-    if (now + *delay > deadline_at_) {
-      // The server asks for more time than the call has: its answer stands.
+    if (auto why = deadline_check(now, *delay); why != give_up_reason::none) {
+      // The server asks for more time than the call has (or the retry
+      // could not finish in it): its answer stands.
       s.decision = retry_decision::give_up_deadline;
+      s.reason = why;
       return s;
     }
     s.decision = retry_decision::retry_after;
     s.delay = *delay;
+    s.status_retry = true;
     s.answer_with_response = false;
     next_ = next_send::new_attempt;
     return s;
@@ -284,7 +321,8 @@ retry_step retry_state::transport_failure(const exchange_result& r,
     e.detail = deadline_text();
     if (!idempotent_ && r.request_sent)
       e.detail += "; the request may have been processed";
-    return end_with(retry_decision::give_up_deadline, std::move(e), cause, kind);
+    return end_with(retry_decision::give_up_deadline, std::move(e), cause, kind,
+                    give_up_reason::deadline_exceeded);
   }
   if (!idempotent_) {
     e.detail = last_failure_;
@@ -299,14 +337,25 @@ retry_step retry_state::transport_failure(const exchange_result& r,
     e.detail = last_failure_ + " (gave up after "
                + std::to_string(attempts_)
                + (attempts_ == 1 ? " attempt)" : " attempts)");
-    return end_with(retry_decision::give_up_attempts, std::move(e), cause, kind);
+    return end_with(retry_decision::give_up_attempts, std::move(e), cause, kind,
+                    give_up_reason::attempts_exhausted);
   }
   auto delay = backoff_delay(policy_, attempts_ - 1, rng);
-  if (now + delay > deadline_at_) {
+  if (auto why = deadline_check(now, delay); why != give_up_reason::none) {
     e.kind = error_kind::deadline_exceeded;
-    e.detail = deadline_text() + "; the next backoff of " + ms_text(delay)
-               + " ms would pass it";
-    return end_with(retry_decision::give_up_deadline, std::move(e), cause, kind);
+    if (why == give_up_reason::deadline_exceeded)
+      e.detail = deadline_text() + "; the next backoff of " + ms_text(delay)
+                 + " ms would pass it";
+    else
+      e.detail = "deadline of " + seconds_text(deadline_)
+                 + " s cannot be met: the next attempt would start in "
+                 + ms_text(delay) + " ms and, at the endpoint's learned "
+                 + "latency of " + ms_text(expected_latency_)
+                 + " ms, end past it (after " + std::to_string(attempts_)
+                 + (attempts_ == 1 ? " attempt" : " attempts")
+                 + "; last: " + last_failure_ + ")";
+    return end_with(retry_decision::give_up_deadline, std::move(e), cause, kind,
+                    why);
   }
   retry_step s;
   s.decision = retry_decision::retry_after;

@@ -64,8 +64,11 @@ enum class retry_decision : uint8_t {
   retry_local,
   /// The policy's attempts are spent.
   give_up_attempts,
-  /// The next try would start past the overall deadline.
+  /// The next try would start past the overall deadline, or, at the
+  /// endpoint's learned latency (set_expected_latency), end past it.
   give_up_deadline,
+  /// The client's retry budget refused the retry (refuse_retry).
+  give_up_budget,
   /// The failure is never retried (non-idempotent request, TLS, body too
   /// large, configuration).
   not_retryable,
@@ -124,14 +127,21 @@ struct retry_step {
   /// retryable status given up on): the caller maps it to the outcome.
   bool answer_with_response = false;
   /// The call ends with `error` (give_up_* / not_retryable without a
-  /// response answer). attempts and nothing_sent filled.
+  /// response answer). attempts, nothing_sent and reason filled.
   call_error error;
+  /// Why a final step gave up (also when the call ends with the response:
+  /// the caller copies it into the outcome's error).
+  give_up_reason reason = give_up_reason::none;
+  /// retry_after of a retryable status (the response is the answer if the
+  /// retry is refused), not of a transport failure.
+  bool status_retry = false;
 
   /// True if the call ends with this step.
   bool final() const {
     return decision == retry_decision::answer
            || decision == retry_decision::give_up_attempts
            || decision == retry_decision::give_up_deadline
+           || decision == retry_decision::give_up_budget
            || decision == retry_decision::not_retryable;
   }
 };
@@ -167,6 +177,22 @@ public:
   /// own timer). Treated as a `timeout` whose request may have left.
   retry_step on_attempt_timeout(retry_time now, call_rng& rng);
 
+  /// The retry budget refused the retry that `step` (a retry_after) asked
+  /// for: the final step instead, give_up_budget with reason
+  /// budget_exhausted — the response stands for a retryable status, else
+  /// the call ends with the last failure as a service_unavailable.
+  retry_step refuse_retry(const retry_step& step) const;
+
+  /// The latency the next attempt is expected to take: the learned
+  /// latency of the call's endpoint at its hedge percentile (a hedging
+  /// client's sketch). A retry whose wait plus this would end past the
+  /// overall deadline is not made (give_up_deadline, reason
+  /// deadline_unreachable): the call ends at once instead of spending the
+  /// rest of its deadline. [0: unknown, only the wait is checked]
+  void set_expected_latency(std::chrono::nanoseconds d) {
+    expected_latency_ = d;
+  }
+
   /// Real attempts started so far.
   int attempts() const {
     return attempts_;
@@ -195,7 +221,13 @@ private:
                                transport_error_kind kind, retry_time now,
                                call_rng& rng);
   retry_step end_with(retry_decision d, call_error e, std::string cause,
-                      transport_error_kind cause_kind);
+                      transport_error_kind cause_kind,
+                      give_up_reason reason = give_up_reason::none) const;
+  /// give_up_deadline's reason for a retry after `delay` at `now`, or none
+  /// when the retry fits: deadline_exceeded when the wait alone passes the
+  /// deadline, deadline_unreachable when the expected latency does.
+  give_up_reason deadline_check(retry_time now,
+                                std::chrono::nanoseconds delay) const;
   std::string deadline_text() const;
 
   retry_policy policy_;
@@ -203,6 +235,7 @@ private:
   std::chrono::nanoseconds deadline_;
   std::chrono::nanoseconds local_budget_;
   int max_redials_;
+  std::chrono::nanoseconds expected_latency_{0};
   bool idempotent_;
   retry_time start_;
   retry_time deadline_at_;

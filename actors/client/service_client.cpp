@@ -287,11 +287,14 @@ void finish_error(self_ptr self, uint64_t id, call_error e) {
   deliver(self, id, std::move(o));
 }
 
-void finish_response(self_ptr self, uint64_t id, http_response& resp) {
+void finish_response(self_ptr self, uint64_t id, http_response& resp,
+                     give_up_reason reason = give_up_reason::none) {
   auto& st = self->state;
   auto& c = st.fast.at(id);
   auto o = response_outcome(st.ctx->cfg, c.call, c.request_id,
                             c.retry->attempts(), resp);
+  if (o.error)
+    o.error->reason = reason;
   if (observed(self)) {
     auto ev = event_of(c, event_kind::answered);
     fill_answered(ev, o, elapsed_ns(self, c), resp.body.size());
@@ -411,6 +414,14 @@ void act(self_ptr self, uint64_t id, const retry_step& step,
       return;
     case retry_decision::retry_after:
     case retry_decision::retry_local: {
+      // A counted retry is extra load: the client's budget pays for it or
+      // the call ends here (a local retry sent nothing the first time).
+      if (step.decision == retry_decision::retry_after && st.ctx->budget
+          && !st.ctx->budget->try_withdraw(extra_kind::retry,
+                                           self->clock().now())) {
+        act(self, id, c.retry->refuse_retry(step), resp);
+        return;
+      }
       if (observed(self)) {
         auto ev = event_of(c, event_kind::retrying);
         fill_retrying(ev, step, resp);
@@ -435,9 +446,10 @@ void act(self_ptr self, uint64_t id, const retry_step& step,
       return;
     case retry_decision::give_up_attempts:
     case retry_decision::give_up_deadline:
+    case retry_decision::give_up_budget:
     case retry_decision::not_retryable:
       if (step.answer_with_response && resp)
-        finish_response(self, id, *resp);
+        finish_response(self, id, *resp, step.reason);
       else
         finish_error(self, id, step.error);
       return;
@@ -665,6 +677,10 @@ service_client_impl(self_ptr self, std::shared_ptr<const call_context> ctx,
         e.nothing_sent = true;
         return fail(std::move(e));
       }
+      // Every call is one primary request: it pays into the retry budget
+      // its retries and hedges draw from.
+      if (st.ctx->budget)
+        st.ctx->budget->deposit(self->clock().now());
       // Unhedged calls run here; a call a hedging client may hedge runs in
       // its own call actor (the race needs its own timers and gate
       // replies).
@@ -699,6 +715,10 @@ service_client_impl(self_ptr self, std::shared_ptr<const call_context> ctx,
       if (!h)
         return {};
       return {h->stats, h->breakers};
+    },
+    [self](retry_budget_request) -> retry_budget_stats {
+      const auto& b = self->state.ctx->budget;
+      return b ? b->stats(self->clock().now()) : retry_budget_stats{};
     },
     [self](call_watchdog& w) { on_watchdog(self, w.due); },
     [self](call_backoff_over& b) {
@@ -738,6 +758,8 @@ service_client_actor make_service_client(caf::actor_system& sys,
     ctx->wall_clock = std::move(opts.wall_clock);
   else
     ctx->wall_clock = [] { return std::chrono::system_clock::now(); };
+  ctx->budget = std::make_shared<shared_retry_budget>(cfg.retry_budget,
+                                                      sys.clock().now());
   ctx->cfg = std::move(cfg);
   uint64_t seed = opts.seed != 0 ? opts.seed : core::entropy_seed();
   auto client = sys.spawn(service_client_impl,

@@ -12,8 +12,10 @@
 #include "actors/observer.hpp"
 #include "actors/transport.hpp"
 #include "config/client_config.hpp"
+#include "core/retry_budget.hpp"
 
 #include <caf/actor_system.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
@@ -28,19 +30,24 @@ class io_runner;
 } // namespace protocol
 inline namespace client {
 
+/// Asks a service client for its retry budget's counters and balance
+/// (core/retry_budget.hpp; the metrics poller exports them).
+struct retry_budget_request {};
+
 /// Typed interface of a service client: `call_request -> call_outcome`.
 /// Errors are values: the outcome carries a call_error instead of a result.
 /// `hedging_handles_request -> hedging_handles` gives the client's hedging
 /// actors (stats snapshots, latency_quantile, breaker snapshots; invalid
-/// handles when the client does not hedge).
+/// handles when the client does not hedge). `retry_budget_request ->
+/// retry_budget_stats` gives its retry budget's counters.
 /// The client stays alive while a handle to it exists or a call is in
 /// flight; in-flight calls finish. A client killed with calls in progress
 /// answers each of them at once (service_unavailable, "service client
 /// stopped").
-using service_client_actor
-  = caf::typed_actor<caf::replies_to<call_request>::with<call_outcome>,
-                     caf::replies_to<hedging_handles_request>::with<
-                       hedging_handles>>;
+using service_client_actor = caf::typed_actor<
+  caf::replies_to<call_request>::with<call_outcome>,
+  caf::replies_to<hedging_handles_request>::with<hedging_handles>,
+  caf::replies_to<retry_budget_request>::with<retry_budget_stats>>;
 
 /// Optional parts of a client; every field has a working default.
 struct client_options {
@@ -83,3 +90,6 @@ bool idempotent_by_default(const std::string& method);
 
 } // namespace client
 } // namespace outbound
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::retry_budget_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::retry_budget_stats)

@@ -58,6 +58,8 @@ struct poller_state {
   std::map<std::string, caf::actor_addr> coalescers;
   std::map<std::string, feed_source> feeds;
   std::map<std::string, caf::actor_addr> pools;
+  /// Service clients (their retry budgets), by service name.
+  std::map<std::string, caf::actor_addr> clients;
   std::map<uint64_t, poll_round> rounds;
   /// Snapshot requests not answered yet, by ask id: their round, the
   /// source asked and its kind. A source that terminates fails its asks at
@@ -90,6 +92,7 @@ void publish_source_counts(self_ptr self) {
   st.collector->set_sources("coalescer", st.coalescers.size());
   st.collector->set_sources("feed", st.feeds.size());
   st.collector->set_sources("pool", st.pools.size());
+  st.collector->set_sources("client", st.clients.size());
 }
 
 void drop_hedging(self_ptr self, const std::string& name) {
@@ -110,6 +113,11 @@ void drop_feed(self_ptr self, const std::string& name) {
 void drop_pool(self_ptr self, const std::string& name) {
   self->state.pools.erase(name);
   self->state.collector->remove_pool(name);
+}
+
+void drop_client(self_ptr self, const std::string& name) {
+  self->state.clients.erase(name);
+  self->state.collector->remove_retry_budget(name);
 }
 
 /// Drops every source whose actor is `addr` (a down message).
@@ -156,6 +164,12 @@ void on_down(self_ptr self, const caf::actor_addr& addr) {
       names.push_back(name);
   for (auto& n : names)
     drop_pool(self, n);
+  names.clear();
+  for (auto& [name, a] : st.clients)
+    if (a == addr)
+      names.push_back(name);
+  for (auto& n : names)
+    drop_client(self, n);
   publish_source_counts(self);
 }
 
@@ -336,6 +350,31 @@ void ask_pools(self_ptr self, uint64_t id) {
     drop_pool(self, n);
 }
 
+/// Asks every live service client of round `id` for its retry budget.
+void ask_clients(self_ptr self, uint64_t id) {
+  auto& st = self->state;
+  auto collector = st.collector;
+  std::vector<std::string> gone;
+  for (auto& [name, addr] : st.clients) {
+    auto client = caf::actor_cast<service_client_actor>(addr);
+    if (!client) {
+      gone.push_back(name);
+      continue;
+    }
+    auto t0 = self->clock().now();
+    auto service = name;
+    ask<retry_budget_stats>(
+      self, id, "client", client, retry_budget_request{},
+      [self, collector, service, t0](retry_budget_stats& s) {
+        collector->set_retry_budget(service, s);
+        collector->set_snapshot_seconds("client", service,
+                                        elapsed_since(self, t0));
+      });
+  }
+  for (auto& n : gone)
+    drop_client(self, n);
+}
+
 /// Starts a round: one request per live source (what is gone is dropped).
 /// Returns its id; a round with nothing to ask is already complete.
 uint64_t start_round(self_ptr self) {
@@ -345,6 +384,7 @@ uint64_t start_round(self_ptr self) {
   ask_coalescers(self, id);
   ask_feeds(self, id);
   ask_pools(self, id);
+  ask_clients(self, id);
   publish_source_counts(self);
   return id;
 }
@@ -385,6 +425,11 @@ poller_impl(self_ptr self, std::shared_ptr<snapshot_collector> collector,
     [self](metrics_watch_client& w) {
       if (!w.client)
         return;
+      // Its retry budget is polled every round (the address only: the
+      // poller never keeps a client alive).
+      self->monitor(w.client);
+      self->state.clients[w.service] = w.client.address();
+      publish_source_counts(self);
       auto service = w.service;
       self
         ->request(w.client, core::from_seconds(self->state.cfg.request_timeout),

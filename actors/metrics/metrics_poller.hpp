@@ -51,9 +51,10 @@ struct metrics_watch_hedging {
   hedging_handles handles;
 };
 
-/// Registers a service client: the poller asks it for its hedging_handles
-/// once and registers them under `service` (a client that does not hedge
-/// adds nothing).
+/// Registers a service client: the poller polls its retry budget every
+/// round (kind "client") and asks it for its hedging_handles once,
+/// registering them under `service` (a client that does not hedge adds no
+/// hedging source).
 struct metrics_watch_client {
   std::string service;
   service_client_actor client;

@@ -88,15 +88,15 @@ std::string refused_url() {
   return "http://127.0.0.1:" + std::to_string(closed_port()) + "/v1/items";
 }
 
-/// Asserts the failure shape: exactly one line on stderr, the six keys, the
-/// given type and exit code, nothing on stdout.
+/// Asserts the failure shape: exactly one line on stderr, the eight keys,
+/// the given type and exit code, nothing on stdout.
 void expect_failure(const cli_result& r, const std::string& type,
                     int exit_code) {
   EXPECT_EQ(r.exit_code, exit_code) << r.err;
   EXPECT_EQ(r.out, "");
   ASSERT_EQ(r.err_lines().size(), 1u) << r.err;
   auto e = r.error();
-  EXPECT_EQ(e.size(), 7u) << r.err;
+  EXPECT_EQ(e.size(), 8u) << r.err;
   EXPECT_EQ(e.at("error").as_string(), type) << r.err;
   EXPECT_TRUE(e.contains("status"));
   EXPECT_TRUE(e.at("detail").is_string());
@@ -104,6 +104,7 @@ void expect_failure(const cli_result& r, const std::string& type,
   EXPECT_TRUE(e.at("request_id").is_string());
   EXPECT_TRUE(e.at("nothing_sent").is_bool());
   EXPECT_TRUE(e.at("nothing_billed").is_bool());
+  EXPECT_TRUE(e.at("reason").is_null() || e.at("reason").is_string());
   // Nothing sent implies nothing billed.
   if (e.at("nothing_sent").as_bool())
     EXPECT_TRUE(e.at("nothing_billed").as_bool()) << r.err;

@@ -217,16 +217,19 @@ TEST(MetricsExposer, ServesLiveFamiliesOfEverySourceAndPromtoolAcceptsThem) {
   self->send(poller, metrics_watch_coalescer{"oracle", driver});
   self->send(poller, metrics_watch_feed{"orders", feed_mode::ledger, watcher});
   // The client's hedging handles arrive asynchronously: poll until the
-  // round covers hedging (2 requests), the driver and the feed (1 each).
+  // round covers hedging (2 requests), the client's retry budget, the
+  // driver and the feed (1 each).
   uint64_t requests = 0;
-  for (int i = 0; i < 100 && requests < 4; ++i) {
+  for (int i = 0; i < 100 && requests < 5; ++i) {
     self->request(poller, 10s, poll_atom_v)
       .receive([&](metrics_poll_report& r) { requests = r.requests; },
                [](caf::error&) {});
-    if (requests < 4)
+    if (requests < 5)
       std::this_thread::sleep_for(50ms);
   }
-  ASSERT_EQ(requests, 4u);
+  if (requests != 5u)
+    caf::anon_send_exit(poller, caf::exit_reason::user_shutdown);
+  ASSERT_EQ(requests, 5u);
 
   // The calls' events reach client_metrics through the observer actor,
   // asynchronously (CI under ASan once scraped before any was applied):
@@ -273,7 +276,14 @@ TEST(MetricsExposer, ServesLiveFamiliesOfEverySourceAndPromtoolAcceptsThem) {
             "service=\"oracle\"} 0\n"
             "outbound_coalesce_cold_starts_total{decision=\"window\","
             "service=\"oracle\"} 1\n");
+  // Three calls, none retried.
+  EXPECT_EQ(lines_of(b, "outbound_retry_budget_deposits_total{"),
+            "outbound_retry_budget_deposits_total{service=\"hub\"} 3\n");
+  EXPECT_EQ(lines_of(b, "outbound_retry_budget_refusals_total{kind=\"retry\""),
+            "outbound_retry_budget_refusals_total{kind=\"retry\",service="
+            "\"hub\"} 0\n");
   EXPECT_EQ(lines_of(b, "outbound_metrics_sources{"),
+            "outbound_metrics_sources{kind=\"client\"} 1\n"
             "outbound_metrics_sources{kind=\"coalescer\"} 1\n"
             "outbound_metrics_sources{kind=\"feed\"} 1\n"
             "outbound_metrics_sources{kind=\"hedging\"} 1\n"
@@ -353,6 +363,12 @@ TEST(MetricsExposer, EverySnapshotFamilyPassesPromtool) {
   pool_stats ps;
   ps.dialled = 1;
   c.set_pool("users", ps);
+  retry_budget_stats rb;
+  rb.deposits = 100;
+  rb.withdrawals[0] = 20;
+  rb.refusals[1] = 3;
+  rb.balance = 100;
+  c.set_retry_budget("users", rb);
   c.set_sources("feed", 2);
   c.count_poll_error("pool");
   c.set_snapshot_seconds("hedging", "users", 0.0004);
@@ -364,6 +380,14 @@ TEST(MetricsExposer, EverySnapshotFamilyPassesPromtool) {
     e.latency_ns = 3'000'000;
     return e;
   }());
+  reg->client("users")->record([] {
+    client_event e;
+    e.kind = event_kind::failed;
+    e.method = "GET";
+    e.error = error_kind::service_unavailable;
+    e.reason = give_up_reason::budget_exhausted;
+    return e;
+  }());
   metrics_exposer ex{reg, 0};
   auto r = http_get(ex.port(), "/metrics");
   ASSERT_EQ(r.status, 200) << r.head;
@@ -371,6 +395,14 @@ TEST(MetricsExposer, EverySnapshotFamilyPassesPromtool) {
             "outbound_feed_events_total{feed=\"first\",mode=\"ephemeral\"} 7\n"
             "outbound_feed_events_total{feed=\"_other\",mode=\"catchup\"} "
             "14\n");
+  EXPECT_EQ(lines_of(r.body, "outbound_retry_budget_refusals_total{"),
+            "outbound_retry_budget_refusals_total{kind=\"retry\",service="
+            "\"users\"} 0\n"
+            "outbound_retry_budget_refusals_total{kind=\"hedge\",service="
+            "\"users\"} 3\n");
+  EXPECT_EQ(lines_of(r.body, "outbound_client_give_ups_total{"),
+            "outbound_client_give_ups_total{reason=\"budget_exhausted\","
+            "service=\"users\"} 1\n");
   auto which = run("command -v promtool");
   ASSERT_EQ(which.first, 0) << "promtool not found: apt-get install prometheus";
   auto path = ::testing::TempDir() + "outbound_metrics_all_"

@@ -125,12 +125,17 @@ event due_at() {
   };
 }
 
-/// The hedge timer of attempt `a` (0: the current one) ran out.
+/// The hedge timer of attempt `a` (0: the current one) ran out, at its
+/// due time (t0 when none is due).
 event due(uint64_t a = 0) {
   return [=](hedge_race& r) -> std::string {
-    return r.on_hedge_due(a ? a : r.attempt()) == due_decision::ask_gates
-             ? "gates"
-             : "ignore";
+    auto now = r.hedge_due_at().value_or(t0);
+    switch (r.on_hedge_due(a ? a : r.attempt(), now)) {
+      case due_decision::ask_gates: return "gates";
+      case due_decision::ignore: return "ignore";
+      case due_decision::would_miss_deadline: return "would_miss_deadline";
+    }
+    return "?";
   };
 }
 
@@ -157,11 +162,24 @@ event token(bool granted, duration t, uint64_t a = 0) {
   };
 }
 
+/// The client's retry budget refused the hedge a granted token fired.
+event budget_refused() {
+  return [](hedge_race& r) {
+    auto s = r.on_budget_refused();
+    std::string out = to_string(s.decision);
+    if (s.release_permit())
+      out += " release_permit";
+    if (s.return_token())
+      out += " return_token";
+    return out;
+  };
+}
+
 /// The whole gate path at `t`, allowed and granted, then the hedge `id`
 /// goes out: one line "fire <budget>".
 event hedge(uint64_t id, duration t, bool probe = false) {
   return [=](hedge_race& r) -> std::string {
-    if (r.on_hedge_due(r.attempt()) != due_decision::ask_gates)
+    if (r.on_hedge_due(r.attempt(), at(t)) != due_decision::ask_gates)
       return "no gates";
     if (r.on_gate(r.attempt(), true) != gate_decision::ask_token)
       return "no token asked";
@@ -306,8 +324,23 @@ const race_case cases[] = {
    {"gates", "ask_token", "fire 990ms"}},
   {"NoTimeLeftReturnsTheToken",
    true,
-   {begin(1, 0ms, 10ms), delay(10ms), due(), gate(true), token(true, 10ms)},
+   {begin(1, 0ms, 30ms), delay(10ms), due(), gate(true), token(true, 30ms)},
    {"gates", "ask_token", "no_time_left"}},
+  // -- R15: no hedge that could not finish before the attempt's deadline --
+  {"AHedgeWithNoMoreTimeLeftThanTheDelayIsNotTried",
+   true,
+   {begin(1, 0ms, 20ms), delay(10ms), due(), due()},
+   {"would_miss_deadline", "ignore"}},
+  {"AHedgeWithMoreTimeLeftThanTheDelayIsTried",
+   true,
+   {begin(1, 0ms, 20ms + 1ns), delay(10ms), due()},
+   {"gates"}},
+  // -- R16: the client's retry budget refuses a granted hedge ---------------
+  {"ABudgetRefusalReleasesThePermitAndReturnsTheToken",
+   true,
+   {begin(1, 0ms), delay(10ms), due(), gate(true), budget_refused(), owed()},
+   {"gates", "ask_token", "budget_refused release_permit return_token",
+    "owed=0"}},
   {"ATokenGrantedAfterThePrimaryAnsweredIsUnwanted",
    true,
    {begin(1, 0ms), delay(10ms), due(), gate(true), answer(1, ok, 10ms),
@@ -606,7 +639,7 @@ TEST(CoreHedgeRaceWalk, NoAnswerLeavesTheOwnerWaitingForNothing) {
         case 1:
         case 2: { // the whole gate path, then the hedge goes out
           auto a = r.attempt();
-          if (r.on_hedge_due(a) == due_decision::ask_gates
+          if (r.on_hedge_due(a, at(t)) == due_decision::ask_gates
               && r.on_gate(a, true) == gate_decision::ask_token
               && r.on_token(a, true, at(t)).decision == token_decision::fire)
             r.on_hedge_sent(++sends, at(t), next(2) == 0);

@@ -104,3 +104,27 @@ TEST(ClientMetrics, ResponseSizesAreAHistogramOfAnsweredBodies) {
   EXPECT_TRUE(has("outbound_client_response_size_bytes_bucket{method=\"GET\","
                   "service=\"billing\",le=\"16384\"} 4"));
 }
+
+TEST(ClientMetrics, GiveUpsAreCountedByReason) {
+  prometheus::Registry reg;
+  client_metrics m{reg, "billing"};
+  auto f = ev(event_kind::failed);
+  f.error = error_kind::service_unavailable;
+  f.reason = give_up_reason::budget_exhausted;
+  m.record(f);
+  m.record(f);
+  auto a = ev(event_kind::answered);
+  a.status = 503;
+  a.error = error_kind::server_error;
+  a.reason = give_up_reason::deadline_unreachable;
+  m.record(a);
+  m.record(ev(event_kind::answered)); // a success is no give-up
+  EXPECT_EQ(value_of(reg, "outbound_client_give_ups_total",
+                     {{"service", "billing"}, {"reason", "budget_exhausted"}}),
+            2);
+  EXPECT_EQ(value_of(reg, "outbound_client_give_ups_total",
+                     {{"reason", "deadline_unreachable"}}),
+            1);
+  EXPECT_EQ(
+    value_of(reg, "outbound_client_give_ups_total", {{"reason", "none"}}), -1);
+}

@@ -133,6 +133,17 @@ protected:
     return s;
   }
 
+  retry_budget_stats budget() {
+    retry_budget_stats s;
+    auto c = client();
+    sys().spawn([=, &s](caf::event_based_actor* self) {
+      self->request(c, caf::infinite, retry_budget_request{})
+        .then([&s](retry_budget_stats& x) { s = x; });
+    });
+    run();
+    return s;
+  }
+
   nanoseconds arrival(size_t i) const {
     return log->requests.at(i).at - t0_;
   }
@@ -361,6 +372,109 @@ TEST_F(HedgeRace, Case9bTheBudgetAllowsOneHedgeButNotASecond) {
   auto s = stats(host_key);
   EXPECT_EQ(s.hedged_requests, 1u);
   EXPECT_EQ(s.budget_exhausted, 1u);
+}
+
+// The client's retry budget pays for hedges too: with nothing in it the
+// hedge token is granted but the hedge is not sent (the token goes back);
+// the primary alone answers.
+TEST_F(HedgeRace, AnEmptyRetryBudgetStopsTheHedgeNeverThePrimary) {
+  cfg.retry_budget.percent = 0;
+  cfg.retry_budget.min_per_second = 0;
+  log->script = {ok_after(300ms)};
+  auto o = run_call(get("/slow"));
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(finished(), 300ms);
+  EXPECT_EQ(log->requests.size(), 1u);
+  auto s = stats(host_key);
+  EXPECT_EQ(s.hedged_requests, 0u);
+  EXPECT_TRUE(fired_->empty());
+  auto b = budget();
+  EXPECT_EQ(b.deposits, 1u);
+  EXPECT_EQ(b.refusals[static_cast<int>(extra_kind::hedge)], 1u);
+  EXPECT_EQ(b.withdrawals[static_cast<int>(extra_kind::hedge)], 0u);
+}
+
+TEST_F(HedgeRace, AHedgeTheRetryBudgetPaysForIsCounted) {
+  log->script = {ok_after(300ms), ok_after(5ms)};
+  ASSERT_TRUE(run_call(get("/slow")).ok());
+  EXPECT_EQ(log->requests.size(), 2u);
+  auto b = budget();
+  EXPECT_EQ(b.withdrawals[static_cast<int>(extra_kind::hedge)], 1u);
+  EXPECT_EQ(b.refusals[static_cast<int>(extra_kind::hedge)], 0u);
+  EXPECT_EQ(b.balance, 99u); // 10/s x 10 s + 20 % of 1 call - 1
+}
+
+// No hedge that could not finish before the attempt's deadline: at the
+// hedge's due time (10 ms, the warmup delay) a 15 ms attempt has 5 ms
+// left, less than the delay, so no hedge is sent; with 25 ms (15 ms left)
+// it is.
+TEST_F(HedgeRace, NoHedgeWhenTheAttemptHasLessTimeLeftThanTheDelay) {
+  cfg.timeout = 0.015;
+  log->script = {ok_after(12ms, R"({"who":"primary"})")};
+  auto o = run_call(get("/x"));
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o.body.at("who").as_string(), "primary");
+  EXPECT_EQ(log->requests.size(), 1u);
+  EXPECT_EQ(stats(host_key).hedged_requests, 0u);
+  EXPECT_EQ(budget().withdrawals[static_cast<int>(extra_kind::hedge)], 0u);
+}
+
+TEST_F(HedgeRace, AHedgeWithMoreTimeLeftThanTheDelayIsSent) {
+  cfg.timeout = 0.025;
+  log->script = {ok_after(20ms, R"({"who":"primary"})"),
+                 ok_after(1ms, R"({"who":"hedge"})")};
+  auto o = run_call(get("/x"));
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o.body.at("who").as_string(), "hedge");
+  EXPECT_EQ(log->requests.size(), 2u);
+}
+
+// A retry whose backoff plus the learned latency (the key's p90, 20 ms)
+// would end past the overall deadline is not made: the call ends at once
+// with the answer it has and reason deadline_unreachable, instead of at
+// the deadline. One that fits is made.
+class HedgeRaceLearned : public HedgeRace {
+protected:
+  HedgeRaceLearned() {
+    hedging.config.warmup_delay = 1.0; // no hedge while warming up
+    hedging.config.warmup_requests = 20;
+    hedging.config.budget_percent = 0; // and none after: a lone primary
+    cfg.deadline = 0.1;
+    cfg.retry.base_backoff = 0; // retries at once, no jitter
+    for (int i = 0; i < 30; ++i)
+      log->script.push_back(ok_after(20ms));
+  }
+
+  void warm_up() {
+    for (int i = 0; i < 30; ++i)
+      ASSERT_TRUE(run_call(get("/x")).ok());
+    ASSERT_EQ(log->requests.size(), 30u);
+  }
+};
+
+TEST_F(HedgeRaceLearned, ARetryThatCannotFinishInTheDeadlineEndsTheCallNow) {
+  log->script.push_back(fake_step::status(503).delayed(85ms));
+  log->script.push_back(ok_after(5ms));
+  warm_up();
+  auto start = now();
+  auto o = run_call(get("/x"));
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.error->kind, error_kind::server_error);
+  EXPECT_EQ(o.error->status, 503);
+  EXPECT_EQ(o.error->reason, give_up_reason::deadline_unreachable);
+  EXPECT_EQ(finished_at - start, 85ms); // not 100 ms
+  EXPECT_EQ(log->requests.size(), 31u);
+}
+
+TEST_F(HedgeRaceLearned, ARetryThatFitsInTheDeadlineIsMade) {
+  log->script.push_back(fake_step::status(503).delayed(75ms));
+  log->script.push_back(ok_after(5ms));
+  warm_up();
+  auto start = now();
+  auto o = run_call(get("/x"));
+  ASSERT_TRUE(o.ok()) << o.error->message();
+  EXPECT_EQ(finished_at - start, 80ms);
+  EXPECT_EQ(log->requests.size(), 32u);
 }
 
 TEST_F(HedgeRace, AnUnknownExplicitEndpointIsAnErrorAndSendsNothing) {

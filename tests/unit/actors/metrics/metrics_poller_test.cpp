@@ -252,6 +252,7 @@ TEST_F(MetricsPoller, PollNowHandsEverySnapshotToTheCollector) {
   EXPECT_EQ(lines_of(b, "outbound_pool_reused_total{"),
             "outbound_pool_reused_total{service=\"users\"} 3\n");
   EXPECT_EQ(lines_of(b, "outbound_metrics_sources{"),
+            "outbound_metrics_sources{kind=\"client\"} 0\n"
             "outbound_metrics_sources{kind=\"coalescer\"} 1\n"
             "outbound_metrics_sources{kind=\"feed\"} 1\n"
             "outbound_metrics_sources{kind=\"hedging\"} 1\n"
@@ -313,6 +314,64 @@ TEST_F(MetricsPoller, DeadSourcesAreDroppedAndNotKeptAlive) {
   report = start_poll();
   ASSERT_TRUE(*report);
   EXPECT_EQ((*report)->requests, 0u);
+}
+
+// A registered service client's retry budget is polled every round; the
+// poller holds only its address.
+TEST_F(MetricsPoller, AServiceClientsRetryBudgetIsExported) {
+  client_config ccfg;
+  ccfg.base_url = "http://127.0.0.1:8080";
+  ccfg.retry.retry_statuses = {503};
+  ccfg.retry.base_backoff = 0;
+  ccfg.retry_budget.percent = 0;
+  ccfg.retry_budget.min_per_second = 0.1; // a reserve of one retry
+  client_options opts;
+  opts.transport = caf::actor_cast<transport_actor>(
+    sys().spawn([](caf::event_based_actor*) -> caf::behavior {
+      return {
+        [](const http_request& req) {
+          exchange_result r;
+          r.exchange_id = req.exchange_id;
+          r.request_sent = true;
+          r.response.status = 503;
+          return r;
+        },
+        [](cancel_atom, uint64_t) {},
+      };
+    }));
+  auto client = make_service_client(sys(), ccfg, std::move(opts));
+  for (int i = 0; i < 2; ++i)
+    sys().spawn([=](caf::event_based_actor* self) {
+      self->request(client, caf::infinite, call_request{})
+        .then([](call_outcome&) {});
+    });
+  ASSERT_TRUE(run_to_quiescence());
+  auto p = poller();
+  tell(p, metrics_watch_client{"users", client});
+  auto report = start_poll();
+  ASSERT_TRUE(*report);
+  EXPECT_EQ((*report)->requests, 1u);
+  auto b = body();
+  // Two calls: one retry granted (the reserve), then two refused (the
+  // first call's second retry, the second call's first).
+  EXPECT_EQ(lines_of(b, "outbound_retry_budget_deposits_total{"),
+            "outbound_retry_budget_deposits_total{service=\"users\"} 2\n");
+  EXPECT_EQ(lines_of(b, "outbound_retry_budget_withdrawals_total{"),
+            "outbound_retry_budget_withdrawals_total{kind=\"retry\",service="
+            "\"users\"} 1\n"
+            "outbound_retry_budget_withdrawals_total{kind=\"hedge\",service="
+            "\"users\"} 0\n");
+  EXPECT_EQ(lines_of(b, "outbound_retry_budget_refusals_total{kind=\"retry\""),
+            "outbound_retry_budget_refusals_total{kind=\"retry\",service="
+            "\"users\"} 2\n");
+  EXPECT_EQ(lines_of(b, "outbound_retry_budget_balance{"),
+            "outbound_retry_budget_balance{service=\"users\"} 0\n");
+  EXPECT_EQ(lines_of(b, "outbound_metrics_sources{kind=\"client\"}"),
+            "outbound_metrics_sources{kind=\"client\"} 1\n");
+  // Gone with its last handle: dropped, series removed.
+  client = nullptr;
+  run();
+  EXPECT_EQ(lines_of(body(), "outbound_retry_budget_deposits_total{"), "");
 }
 
 TEST_F(MetricsPoller, SourceThatNeverAnswersCountsOneErrorAfterTheTimeout) {

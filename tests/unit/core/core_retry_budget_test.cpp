@@ -1,0 +1,197 @@
+// The retry budget (core/retry_budget.hpp) as a pure value: explicit time,
+// no actors. The rule is Finagle's RetryBudget (percent of the primaries
+// in a sliding window plus a reserve of min_per_second × window), kept as
+// ten slices; each test names the property it pins.
+
+#include "core/retry_budget.hpp"
+
+#include "config/config_error.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace outbound;
+using namespace std::chrono_literals;
+
+namespace {
+
+using tp = retry_budget::time_point;
+const tp t0 = tp{} + 1h;
+
+retry_budget_config cfg(double percent, double per_second, double window) {
+  retry_budget_config c;
+  c.percent = percent;
+  c.min_per_second = per_second;
+  c.window = window;
+  return c;
+}
+
+/// Withdrawals granted in a row at `t` until the first refusal.
+int drain(retry_budget& b, tp t, extra_kind k = extra_kind::retry) {
+  int n = 0;
+  while (b.try_withdraw(k, t) && n < 1000000)
+    ++n;
+  return n;
+}
+
+} // namespace
+
+TEST(RetryBudget, WithoutTrafficTheReserveIsMinPerSecondTimesTheWindow) {
+  retry_budget b{retry_budget_config{}, t0}; // 20 %, 10/s, 10 s
+  EXPECT_EQ(b.balance(t0), 100u);
+  EXPECT_EQ(drain(b, t0), 100);
+  auto s = b.stats(t0);
+  EXPECT_EQ(s.withdrawals[0], 100u);
+  EXPECT_EQ(s.refusals[0], 1u);
+  EXPECT_EQ(s.balance, 0u);
+}
+
+TEST(RetryBudget, EachPrimaryAddsPercentOfAWithdrawal) {
+  retry_budget b{cfg(20, 0, 10), t0};
+  EXPECT_FALSE(b.try_withdraw(extra_kind::retry, t0)); // nothing deposited
+  for (int i = 0; i < 4; ++i)
+    b.deposit(t0);
+  EXPECT_EQ(b.balance(t0), 0u); // 0.8 of a withdrawal
+  EXPECT_FALSE(b.try_withdraw(extra_kind::retry, t0));
+  b.deposit(t0);
+  EXPECT_EQ(b.balance(t0), 1u);
+  EXPECT_TRUE(b.try_withdraw(extra_kind::hedge, t0));
+  EXPECT_FALSE(b.try_withdraw(extra_kind::retry, t0));
+  for (int i = 0; i < 1000; ++i)
+    b.deposit(t0);
+  EXPECT_EQ(drain(b, t0), 200); // 1005 × 0.2 = 201, one spent
+  auto s = b.stats(t0);
+  EXPECT_EQ(s.deposits, 1005u);
+  EXPECT_EQ(s.withdrawals[0], 200u);
+  EXPECT_EQ(s.withdrawals[1], 1u);
+  EXPECT_EQ(s.refusals[0], 4u); // three above, one ending the drain
+}
+
+TEST(RetryBudget, RetriesAndHedgesDrawFromTheSameBudget) {
+  retry_budget b{cfg(0, 1, 10), t0}; // a reserve of 10
+  EXPECT_EQ(drain(b, t0, extra_kind::hedge), 10);
+  EXPECT_FALSE(b.try_withdraw(extra_kind::retry, t0));
+  auto s = b.stats(t0);
+  EXPECT_EQ(s.withdrawals[1], 10u);
+  EXPECT_EQ(s.refusals[0], 1u);
+  EXPECT_EQ(s.refusals[1], 1u);
+}
+
+TEST(RetryBudget, WithdrawalsAgeOutOfTheWindow) {
+  retry_budget b{cfg(0, 1, 10), t0}; // slices of 1 s
+  EXPECT_EQ(drain(b, t0), 10);
+  // Still in the window 9.999 s later (slice 9 of 0..9).
+  EXPECT_EQ(drain(b, t0 + 9999ms), 0);
+  // Slice 0 leaves the window when slice 10 begins.
+  EXPECT_EQ(b.balance(t0 + 10s), 10u);
+  EXPECT_EQ(drain(b, t0 + 10s), 10);
+}
+
+TEST(RetryBudget, DepositsAgeOutOfTheWindow) {
+  retry_budget b{cfg(50, 0, 1), t0}; // slices of 100 ms
+  for (int i = 0; i < 10; ++i)
+    b.deposit(t0);
+  EXPECT_EQ(b.balance(t0 + 999ms), 5u);
+  EXPECT_EQ(b.balance(t0 + 1s), 0u);
+  // A long silence (many windows) empties every slice at once.
+  for (int i = 0; i < 10; ++i)
+    b.deposit(t0 + 1s);
+  EXPECT_EQ(b.balance(t0 + 1h), 0u);
+}
+
+TEST(RetryBudget, AClockThatGoesBackMovesNothing) {
+  retry_budget b{cfg(0, 1, 10), t0 + 5s};
+  EXPECT_EQ(drain(b, t0), 10); // before the origin: slice 0
+  EXPECT_EQ(drain(b, t0 + 5s), 0);
+}
+
+TEST(RetryBudget, DisabledGrantsEverythingAndStillCounts) {
+  auto c = cfg(0, 0, 10);
+  c.enabled = false;
+  retry_budget b{c, t0};
+  for (int i = 0; i < 500; ++i)
+    EXPECT_TRUE(b.try_withdraw(extra_kind::retry, t0));
+  auto s = b.stats(t0);
+  EXPECT_FALSE(s.enabled);
+  EXPECT_EQ(s.withdrawals[0], 500u);
+  EXPECT_EQ(s.refusals[0], 0u);
+}
+
+// An outage shorter than the window, every attempt failing: each call
+// deposits once and retries while the policy (3 attempts) and the budget
+// allow. Total attempts stay within primaries × (1 + 20 %) + 10/s × 10 s,
+// and the budget spends all of it (the bound is reached, not just kept).
+TEST(RetryBudget, AnOutageWithinOneWindowKeepsAttemptsUnderTheCeiling) {
+  retry_budget b{retry_budget_config{}, t0};
+  std::mt19937_64 rng{7};
+  uint64_t primaries = 0, attempts = 0;
+  // 400 calls/s for 8 s at random moments; each retries up to twice.
+  std::vector<tp> arrivals;
+  for (int i = 0; i < 3200; ++i)
+    arrivals.push_back(
+      t0 + std::chrono::microseconds{static_cast<int64_t>(rng() % 8'000'000)});
+  std::sort(arrivals.begin(), arrivals.end());
+  for (auto t : arrivals) {
+    b.deposit(t);
+    ++primaries;
+    ++attempts;
+    for (int retry = 1; retry < 3 && b.try_withdraw(extra_kind::retry, t);
+         ++retry)
+      ++attempts;
+  }
+  ASSERT_EQ(primaries, 3200u);
+  double ceiling = primaries * 1.2 + 10.0 * 10.0;
+  EXPECT_LE(attempts, ceiling);
+  EXPECT_GE(attempts, ceiling - 1.0); // the budget was spent, not hoarded
+  auto s = b.stats(t0 + 8s);
+  EXPECT_GT(s.refusals[0], 0u);
+}
+
+// Over many windows the same holds per window: attempts stay within
+// primaries × 1.2 plus the reserve once per window the outage spans (plus
+// one: the window slides).
+TEST(RetryBudget, ALongOutageKeepsAttemptsUnderTheCeilingOfEachWindow) {
+  for (double window : {1.0, 10.0}) {
+    retry_budget b{cfg(20, 10, window), t0};
+    uint64_t primaries = 0, attempts = 0;
+    const int seconds = 60;
+    for (int ms = 0; ms < seconds * 1000; ++ms) {
+      auto t = t0 + std::chrono::milliseconds{ms};
+      b.deposit(t);
+      ++primaries;
+      ++attempts;
+      for (int retry = 1; retry < 3 && b.try_withdraw(extra_kind::retry, t);
+           ++retry)
+        ++attempts;
+    }
+    double windows = std::ceil(seconds / window) + 1;
+    EXPECT_LE(attempts, primaries * 1.2 + 10 * window * windows) << window;
+    // And far below the policy's 3 attempts per call.
+    EXPECT_LT(attempts, primaries * 1.4) << window;
+  }
+}
+
+TEST(RetryBudgetConfig, BadFieldsAreNamed) {
+  auto expect_field = [](retry_budget_config c, const std::string& field) {
+    try {
+      c.validate();
+      ADD_FAILURE() << "accepted; expected an error naming " << field;
+    } catch (const config_error& e) {
+      EXPECT_EQ(e.field(), field);
+    }
+  };
+  expect_field(cfg(-1, 10, 10), "retry_budget.percent");
+  expect_field(cfg(101, 10, 10), "retry_budget.percent");
+  expect_field(cfg(NAN, 10, 10), "retry_budget.percent");
+  expect_field(cfg(20, -1, 10), "retry_budget.min_per_second");
+  expect_field(cfg(20, INFINITY, 10), "retry_budget.min_per_second");
+  expect_field(cfg(20, 10, 0), "retry_budget.window");
+  expect_field(cfg(20, 10, 3601), "retry_budget.window");
+  expect_field(cfg(20, 10, NAN), "retry_budget.window");
+  EXPECT_NO_THROW(cfg(0, 0, 1e-6).validate());
+  EXPECT_NO_THROW(cfg(100, 0, 3600).validate());
+}
