@@ -313,6 +313,10 @@ call_request make_request(const request_options& opts, path_and_query target,
     req.body = opts.json_body;
     req.has_body = true;
   }
+  if (opts.idempotency_key == "auto")
+    req.idempotency_mode = idempotency_key_mode::auto_key;
+  else if (!opts.idempotency_key.empty())
+    req.idempotency_key = opts.idempotency_key;
   if (opts.idempotent)
     req.idempotent = true;
   else if (opts.not_idempotent)
@@ -450,6 +454,20 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
                                  "Never retry this call");
   idem->excludes(not_idem);
   not_idem->excludes(idem);
+  cmd
+    ->add_option("--idempotency-key", opts.idempotency_key,
+                 "Send an Idempotency-Key on every attempt (IETF "
+                 "draft-ietf-httpapi-idempotency-key-header): 'auto' "
+                 "generates one; any other value is sent as is. The call "
+                 "is then retried like an idempotent one")
+    ->check([](const std::string& v) -> std::string {
+      if (v.empty())
+        return "must not be empty";
+      for (unsigned char c : v)
+        if (c < 0x20 || c == 0x7f)
+          return "must not contain control characters";
+      return {};
+    });
   add_token_tls_options(*cmd, cfg);
   cmd->add_option("--timeout", cfg.timeout, "Per-attempt timeout, seconds")
     ->capture_default_str();

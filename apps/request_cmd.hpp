@@ -44,6 +44,9 @@ struct request_options {
   /// `--idempotent` / `--not-idempotent`; neither: the method decides.
   bool idempotent = false;
   bool not_idempotent = false;
+  /// `--idempotency-key auto|VALUE`: an Idempotency-Key on this call (auto:
+  /// generated); empty: none.
+  std::string idempotency_key;
   /// `--env PREFIX`: build the client from `PREFIX_*` variables.
   std::string env_prefix;
   /// `--raw`: print `{"status","headers","body"}` for any HTTP status.

@@ -66,8 +66,8 @@ std::string shown(const std::string& url, const std::string& part) {
 
 void retry_budget_config::validate() const {
   check_range(percent, 0.0, 100.0, "retry_budget.percent");
-  check_non_negative(min_per_second, "retry_budget.min_per_second");
-  // Whole nanoseconds per slice (window / 10) and far from overflow.
+  check_range(min_per_second, 0.0, 1e9, "retry_budget.min_per_second");
+  // A slice (window / 10) of at least 100 ns, far from overflow.
   if (!(window >= 1e-6 && window <= 3600.0))
     throw config_error("retry_budget.window",
                        "must be between 1e-6 and 3600 seconds");
@@ -244,6 +244,17 @@ void client_config::validate() const {
     throw config_error("local_retry_deadline", "must be >= 0 seconds");
   validate_credential_fields(token, token_header, token_scheme,
                              default_headers);
+  if (idempotency_key_header.empty() || core::has_ctl(idempotency_key_header)
+      || idempotency_key_header.find(':') != std::string::npos
+      || idempotency_key_header.find(' ') != std::string::npos
+      || core::iequals(idempotency_key_header, "x-request-id")
+      || core::iequals(idempotency_key_header, "host")
+      || core::iequals(idempotency_key_header, "content-length")
+      || core::iequals(idempotency_key_header, "transfer-encoding"))
+    throw config_error("idempotency_key_header", "not a valid header name");
+  if (idempotency_keys != idempotency_key_mode::off
+      && idempotency_keys != idempotency_key_mode::auto_key)
+    throw config_error("idempotency_keys", "must be off or auto");
 }
 
 env_settings env_settings::read(const std::string& prefix) {

@@ -45,13 +45,15 @@ struct retry_policy {
 /// attempt after the first) and every hedge withdraws one. A withdrawal is
 /// granted while, over the sliding window,
 ///
-///     withdrawals < percent / 100 × deposits + min_per_second × window
+///     withdrawals + 1 <= percent / 100 × deposits + min_per_second × window
 ///
 /// so in any window the extra attempts are at most `percent` % of the calls
 /// plus the floor; a refused retry is not made (the call ends with its
 /// last error, reason budget_exhausted) and a refused hedge is not sent.
-/// Redials of a request that provably never left and out-of-band retries
-/// of a local port shortage are not extra load and never withdraw.
+/// Redials of a request that provably never left (up to max_redials; past
+/// them it is retried as a broken exchange and withdraws) and out-of-band
+/// retries of a local port shortage are not extra load and never withdraw;
+/// a hedge the pool refused (it never left) gives its withdrawal back.
 /// Unlike Finagle's, hedges draw from the same budget as retries
 /// (Finagle, gRPC and Envoy keep retries and hedges apart, so an outage
 /// can cost both ceilings at once).
@@ -63,9 +65,9 @@ struct retry_budget_config {
   /// ([0, 100]). [20, as Finagle]
   double percent = 20.0;
   /// Extra attempts per second allowed whatever the traffic, so a client
-  /// with few calls still retries (>= 0). [10, as Finagle]
+  /// with few calls still retries ([0, 1e9]). [10, as Finagle]
   double min_per_second = 10.0;
-  /// Length of the sliding window in seconds ((0, 3600]); kept as 10
+  /// Length of the sliding window in seconds ([1e-6, 3600]); kept as 10
   /// slices, so a deposit or withdrawal ages out between 0.9 and 1 window
   /// after it was made. [10, as Finagle]
   double window = 10.0;
@@ -73,6 +75,19 @@ struct retry_budget_config {
   /// Throws config_error naming `retry_budget.percent`,
   /// `retry_budget.min_per_second` or `retry_budget.window`.
   void validate() const;
+};
+
+/// Whether a client gives its POST and PATCH calls an Idempotency-Key
+/// (IETF httpapi draft-ietf-httpapi-idempotency-key-header). A call with a
+/// key is retried like an idempotent one and may be hedged: the same key
+/// and the same body bytes go on every attempt and hedge, so a server that
+/// honours the header applies the request once.
+enum class idempotency_key_mode : uint8_t {
+  /// No key unless the call supplies one.
+  off,
+  /// A fresh key per call (32 hex digits, 128 random bits), unless the call
+  /// supplies one.
+  auto_key,
 };
 
 /// TLS settings. With an https base URL the server is always verified (SNI
@@ -142,6 +157,13 @@ struct client_config {
   retry_policy retry;
   /// The ceiling on retries and hedges together. [on: 20 %, 10/s, 10 s]
   retry_budget_config retry_budget;
+  /// Idempotency keys for POST and PATCH calls that set neither a key nor
+  /// a mode of their own (call_request::idempotency_key,
+  /// call_request::idempotency_mode). [off]
+  idempotency_key_mode idempotency_keys = idempotency_key_mode::off;
+  /// The header that carries the key (a valid header name).
+  /// ["Idempotency-Key", as the IETF draft]
+  std::string idempotency_key_header = "Idempotency-Key";
   /// TLS / mTLS settings.
   tls_config tls;
   /// Cap on every response body, success or error, in bytes (> 0). [32 MiB]

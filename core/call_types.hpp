@@ -5,6 +5,7 @@
 // send them as messages (actors/messages.hpp whitelists them), the metrics
 // (metrics/client_metrics.hpp) read them without depending on the actors.
 
+#include "config/client_config.hpp" // idempotency_key_mode
 #include "protocol/errors.hpp"
 #include "protocol/http_types.hpp"
 
@@ -33,8 +34,18 @@ struct call_request {
   std::vector<std::pair<std::string, std::string>> params;
   /// Extra headers for this call (after the client's default headers).
   header_list headers;
-  /// Retry safety: unset means GET/HEAD/OPTIONS are idempotent, others not.
+  /// Retry safety: unset means GET/HEAD/OPTIONS, and any call that carries
+  /// an idempotency key, are idempotent, others not. An explicit false
+  /// wins over a key.
   std::optional<bool> idempotent;
+  /// A caller-supplied idempotency key, sent in the client's
+  /// `idempotency_key_header` on every attempt and hedge (no control
+  /// characters). Empty: `idempotency_mode` decides. [""]
+  std::string idempotency_key;
+  /// Without a key: `auto_key` generates one for this call (any method),
+  /// `off` sends none; unset: the client's `idempotency_keys`, for POST
+  /// and PATCH only. [unset]
+  std::optional<idempotency_key_mode> idempotency_mode;
   /// x-request-id to send; empty means the client generates one.
   std::string request_id;
   /// request_raw semantics: definitive HTTP statuses are returned in the

@@ -139,6 +139,32 @@ identity_problem append_identity_headers(const client_config& cfg,
   return {};
 }
 
+bool carries_idempotency_key(const client_config& cfg,
+                             const call_request& call) {
+  if (!call.idempotency_key.empty())
+    return true;
+  if (call.idempotency_mode)
+    return *call.idempotency_mode == idempotency_key_mode::auto_key;
+  if (cfg.idempotency_keys != idempotency_key_mode::auto_key)
+    return false;
+  auto m = core::ascii_upper(call.method);
+  return m == "POST" || m == "PATCH";
+}
+
+void assign_idempotency_key(const client_config& cfg, call_request& call,
+                            core::rng& rng) {
+  if (call.idempotency_key.empty() && carries_idempotency_key(cfg, call))
+    call.idempotency_key = generate_request_id(rng);
+}
+
+bool call_is_idempotent(const client_config& cfg, const call_request& call,
+                        const std::string& method) {
+  if (call.idempotent)
+    return *call.idempotent;
+  return method == "GET" || method == "HEAD" || method == "OPTIONS"
+         || carries_idempotency_key(cfg, call);
+}
+
 built_request build_request(const client_config& cfg, const url_parts& base,
                             const call_request& call, core::rng& rng) {
   // The request id first, so that even a refused request names it.
@@ -197,6 +223,11 @@ built_request build_request(const client_config& cfg, const url_parts& base,
     if (auto err = check_header(k, v, "the call's headers"); !err.empty())
       return fail(err, request_id);
     set_header(hs, k, v);
+  }
+  if (!call.idempotency_key.empty()) {
+    if (core::has_ctl(call.idempotency_key))
+      return fail("idempotency key contains control characters", request_id);
+    set_header(hs, cfg.idempotency_key_header, call.idempotency_key);
   }
   set_header(hs, "x-request-id", request_id);
 

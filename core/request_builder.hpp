@@ -56,6 +56,26 @@ std::string encode_query(
 /// A fresh request id: 32 lower-case hex digits (128 bits from `rng`).
 std::string generate_request_id(core::rng& rng);
 
+/// True if `call` carries an idempotency key
+/// (draft-ietf-httpapi-idempotency-key-header): a key of its own, its
+/// `idempotency_mode` auto_key, or, with no mode set, the client's
+/// `idempotency_keys` auto_key for a POST or PATCH.
+bool carries_idempotency_key(const client_config& cfg,
+                             const call_request& call);
+
+/// Gives `call` its idempotency key once, before its first build: when it
+/// carries one (carries_idempotency_key) but has none yet, a fresh one (32
+/// lower-case hex digits from `rng`). Every build of the call (retries,
+/// hedges) then sends the same key.
+void assign_idempotency_key(const client_config& cfg, call_request& call,
+                            core::rng& rng);
+
+/// The retry safety of `call` whose method is `method` (upper case): its
+/// explicit `idempotent`, else GET/HEAD/OPTIONS or a call that carries an
+/// idempotency key.
+bool call_is_idempotent(const client_config& cfg, const call_request& call,
+                        const std::string& method);
+
 /// The credential header's value: `token_scheme + " " + token`, or the raw
 /// token when the scheme is empty. Empty when the token is empty (then no
 /// header is sent). Never log or print the result.
@@ -88,8 +108,10 @@ identity_problem append_identity_headers(const client_config& cfg,
 /// - headers in this order: `Accept: application/json`, `Content-Type:
 ///   application/json` (only with a body), append_identity_headers
 ///   (User-Agent, credential, `cfg.default_headers`), the call's headers (a
-///   later header replaces an earlier one of the same name), then
-///   `x-request-id` (the call's, or a generated one);
+///   later header replaces an earlier one of the same name), the call's
+///   idempotency key in `cfg.idempotency_key_header` (when it has one: see
+///   assign_idempotency_key), then `x-request-id` (the call's, or a
+///   generated one);
 /// - a control character (CR, LF, ...) in the method, the path, a header
 ///   name or value, or the request id; a bad header name; or a
 ///   Host / Content-Length / Transfer-Encoding header (the transport owns

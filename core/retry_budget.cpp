@@ -17,7 +17,7 @@ const char* to_string(extra_kind k) {
 }
 
 retry_budget::retry_budget(const retry_budget_config& cfg, time_point now)
-  : enabled_(cfg.enabled), fraction_(cfg.percent / 100.0),
+  : enabled_(cfg.enabled), percent_(cfg.percent),
     reserve_(cfg.min_per_second * cfg.window),
     slice_len_(
       std::max(std::chrono::nanoseconds{1}, from_seconds(cfg.window / slices))),
@@ -25,11 +25,14 @@ retry_budget::retry_budget(const retry_budget_config& cfg, time_point now)
   totals_.enabled = enabled_;
 }
 
+int64_t retry_budget::index_of(time_point t) const {
+  return t <= origin_ ? 0 : (t - origin_) / slice_len_;
+}
+
 void retry_budget::advance(time_point now) {
-  if (now <= origin_)
-    return; // before the first slice (a clock that went back): no move
-  int64_t index = (now - origin_) / slice_len_;
-  if (index <= current_)
+  int64_t index = index_of(now);
+  if (index <= current_) // the same slice, or a clock that went back
+
     return;
   // Slices current_+1 .. index start empty; the ones they replace in the
   // ring (at most all of them) leave the window.
@@ -49,8 +52,13 @@ void retry_budget::advance(time_point now) {
   current_ = index;
 }
 
+bool retry_budget::fits_one() const {
+  return 100.0 * static_cast<double>(window_withdrawals_ + 1)
+         <= percent_ * static_cast<double>(window_deposits_) + 100.0 * reserve_;
+}
+
 double retry_budget::headroom() const {
-  return fraction_ * static_cast<double>(window_deposits_) + reserve_
+  return percent_ * static_cast<double>(window_deposits_) / 100.0 + reserve_
          - static_cast<double>(window_withdrawals_);
 }
 
@@ -64,7 +72,7 @@ void retry_budget::deposit(time_point now) {
 bool retry_budget::try_withdraw(extra_kind k, time_point now) {
   advance(now);
   auto i = static_cast<std::size_t>(k);
-  if (enabled_ && headroom() < 1.0) {
+  if (enabled_ && !fits_one()) {
     ++totals_.refusals[i];
     return false;
   }
@@ -74,10 +82,28 @@ bool retry_budget::try_withdraw(extra_kind k, time_point now) {
   return true;
 }
 
+void retry_budget::refund(extra_kind k, time_point made_at, time_point now) {
+  advance(now);
+  ++totals_.returned[static_cast<std::size_t>(k)];
+  auto index = index_of(made_at);
+  if (index > current_ || index <= current_ - slices)
+    return; // its slice left the window: nothing counts against it
+  auto& s = ring_[static_cast<std::size_t>(index % slices)];
+  if (s.withdrawals == 0)
+    return;
+  --s.withdrawals;
+  --window_withdrawals_;
+}
+
 uint64_t retry_budget::balance(time_point now) {
   advance(now);
   auto h = enabled_ ? headroom() : std::max(headroom(), reserve_);
-  return h < 1.0 ? 0 : static_cast<uint64_t>(std::floor(h));
+  if (h < 1.0)
+    return 0;
+  // The whole part, without the rounding of the product (29 % of 100 is
+  // 29), capped far below uint64's range.
+  auto n = static_cast<uint64_t>(std::floor(std::min(h + 1e-9, 1e15)));
+  return n;
 }
 
 retry_budget_stats retry_budget::stats(time_point now) {

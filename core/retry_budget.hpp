@@ -9,7 +9,7 @@
 // WindowedAdder of 10 slices): deposits and withdrawals are counted over a
 // sliding window, and a withdrawal is granted while
 //
-//     withdrawals < percent / 100 × deposits + min_per_second × window
+//     withdrawals + 1 <= percent / 100 × deposits + min_per_second × window
 //
 // Both sides age out of the window together, and a withdrawal never comes
 // before the deposits that paid for it, so in ANY window of that length
@@ -57,6 +57,9 @@ struct retry_budget_stats {
   std::array<uint64_t, 2> withdrawals{};
   /// Refused withdrawals by extra_kind, total.
   std::array<uint64_t, 2> refusals{};
+  /// Granted withdrawals given back by extra_kind, total: a hedge the pool
+  /// refused (it never left) or that could not be sent.
+  std::array<uint64_t, 2> returned{};
   /// Extra attempts the budget would grant now, rounded down (>= 0).
   uint64_t balance = 0;
 };
@@ -79,6 +82,11 @@ public:
   /// allows it or the budget is disabled; false (a refusal) otherwise.
   bool try_withdraw(extra_kind k, time_point now);
 
+  /// Gives back a withdrawal of kind `k` made at `made_at` whose attempt
+  /// never left (a hedge the pool refused): it stops counting against the
+  /// window, if its slice is still in it. Counted in `returned`.
+  void refund(extra_kind k, time_point made_at, time_point now);
+
   /// Extra attempts grantable at `now`, rounded down (an unbounded budget,
   /// disabled, reports its reserve).
   uint64_t balance(time_point now);
@@ -94,11 +102,17 @@ private:
 
   /// Moves the window to `now`: every slice that left it is subtracted.
   void advance(time_point now);
-  /// percent / 100 × deposits + reserve − withdrawals over the window.
+  /// True if one more withdrawal fits: 100 × (withdrawals + 1) <=
+  /// percent × deposits + 100 × reserve over the window (compared without
+  /// a division, so 29 % of 100 calls is exactly 29).
+  bool fits_one() const;
+  /// percent × deposits / 100 + reserve − withdrawals over the window.
   double headroom() const;
+  /// The ring slice of time `t` (0 before the origin).
+  int64_t index_of(time_point t) const;
 
   bool enabled_;
-  double fraction_;
+  double percent_;
   double reserve_;
   std::chrono::nanoseconds slice_len_;
   time_point origin_;
@@ -127,6 +141,12 @@ public:
   bool try_withdraw(extra_kind k, retry_budget::time_point now) {
     std::lock_guard<std::mutex> guard{mtx_};
     return budget_.try_withdraw(k, now);
+  }
+
+  void refund(extra_kind k, retry_budget::time_point made_at,
+              retry_budget::time_point now) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    budget_.refund(k, made_at, now);
   }
 
   retry_budget_stats stats(retry_budget::time_point now) {

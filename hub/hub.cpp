@@ -492,6 +492,10 @@ void hub::impl::on_http_open(const std::shared_ptr<hub_http_session>& s) {
 publish_outcome hub::impl::publish(const publish_input& in) {
   auto ts = now_seconds();
   std::lock_guard<std::mutex> lock{mu};
+  return publish_locked(in, ts);
+}
+
+publish_outcome hub::impl::publish_locked(const publish_input& in, double ts) {
   auto out = state.publish(in, ts);
   if (!out.duplicate && lfile && !lfile->append(*out.event) && !lfile_failed) {
     lfile_failed = true;
@@ -754,10 +758,11 @@ bool answers_method(std::string_view methods, std::string_view method) {
 
 http_answer hub::impl::handle_http(const std::string& method,
                                    const std::string& target,
-                                   const std::string& body, std::size_t node) {
+                                   const std::string& body, std::size_t node,
+                                   const std::string& idempotency_key) {
   ++counters.http_requests;
   auto t = parse_hub_target(target);
-  http_call c{method, t, body, node};
+  http_call c{method, t, body, node, idempotency_key};
   for (const auto& r : http_routes) {
     if (r.path != t.path)
       continue;
@@ -777,7 +782,28 @@ http_answer hub::impl::http_events(const http_call& c) {
     auto p = parse_publish(c.body, cfg.publishing());
     if (!p.input)
       return error_answer(400, p.error);
-    return answer(200, publish(*p.input).event->json);
+    // An Idempotency-Key (draft-ietf-httpapi-idempotency-key-header): the
+    // first request with a key publishes, a repeat with the same body is
+    // answered with the first answer, a repeat with another body is a 422.
+    // Looked up and remembered under the same lock as the publish, so two
+    // requests with one key never both publish.
+    auto ts = now_seconds();
+    std::lock_guard<std::mutex> lock{mu};
+    http_answer a;
+    if (!c.idempotency_key.empty()) {
+      auto prior = state.find_idempotent(c.idempotency_key, c.body);
+      if (prior.conflict)
+        return error_answer(422, "Idempotency-Key reused with a different "
+                                 "request body");
+      if (prior.answer)
+        return answer(200, *prior.answer);
+    }
+    a = answer(200, publish_locked(*p.input, ts).event->json);
+    if (!c.idempotency_key.empty())
+      state.remember_idempotent(c.idempotency_key, c.body, a.body);
+    if (state.take_lost_publish_answer())
+      a.close_without_answer = true; // published; the answer is lost
+    return a;
   }
   auto q = parse_replay_query(c.target.query);
   if (!q.query)

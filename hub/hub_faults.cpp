@@ -54,6 +54,7 @@ json::object to_json(const hub_faults& f) {
   o["wake_script"] = std::move(script);
   o["visibility_lag_polls"] = f.visibility_lag_polls;
   o["non_object_pages"] = f.non_object_pages;
+  o["lose_publish_answers"] = f.lose_publish_answers;
   o["accept_then_close"] = f.accept_then_close;
   o["go_silent"] = f.go_silent;
   o["no_hello"] = f.no_hello;
@@ -134,6 +135,7 @@ std::optional<std::string> set_seconds(double& out, const std::string& key,
 // fault hits, -1 for all.
 constexpr std::pair<const char*, int hub_faults::*> count_knobs[] = {
   {"non_object_pages", &hub_faults::non_object_pages},
+  {"lose_publish_answers", &hub_faults::lose_publish_answers},
   {"accept_then_close", &hub_faults::accept_then_close},
   {"go_silent", &hub_faults::go_silent},
   {"no_hello", &hub_faults::no_hello},

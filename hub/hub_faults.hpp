@@ -45,6 +45,11 @@ struct hub_faults {
   /// Count of upcoming `GET /v1/events` answers that are a bare JSON array
   /// of the page's events instead of an object (-1: all). [0]
   int non_object_pages = 0;
+  /// Count of upcoming `POST /v1/events` that are published and then
+  /// answered by closing the connection without a response, as a proxy
+  /// that drops the connection after the request went through (-1: all).
+  /// [0]
+  int lose_publish_answers = 0;
 
   // -- WebSocket connections (counts, see above) ------------------------------
 

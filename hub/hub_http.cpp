@@ -94,7 +94,8 @@ private:
     hub::impl::http_answer a;
     try {
       a = hub_.handle_http(std::string{req.method_string()},
-                           std::string{req.target()}, req.body(), node_);
+                           std::string{req.target()}, req.body(), node_,
+                           std::string{req["Idempotency-Key"]});
     } catch (const std::exception& e) {
       a = {};
       a.status = 500;

@@ -135,7 +135,8 @@ struct hub::impl {
   /// `node` (0 for the hub's own port), through the route table of hub.cpp:
   /// a known path with a method it does not answer is a 405.
   http_answer handle_http(const std::string& method, const std::string& target,
-                          const std::string& body, std::size_t node = 0);
+                          const std::string& body, std::size_t node,
+                          const std::string& idempotency_key = {});
 
   /// One routed HTTP request, as a route's handler sees it.
   struct http_call {
@@ -143,6 +144,8 @@ struct hub::impl {
     const hub_target& target;
     const std::string& body;
     std::size_t node;
+    /// The request's Idempotency-Key header (empty: none).
+    const std::string& idempotency_key;
   };
 
   // The route handlers (hub.cpp's route table names each one's path and
@@ -191,6 +194,8 @@ struct hub::impl {
 
   /// Publish with fan-out (HTTP handler and hub::publish).
   publish_outcome publish(const publish_input& in);
+  /// publish() with `mu` held by the caller.
+  publish_outcome publish_locked(const publish_input& in, double ts);
 
   /// Restart with fan-out of the closes; returns the new epoch.
   std::string restart();

@@ -95,6 +95,45 @@ replay_outcome hub_state::replay(const replay_query& q) {
   return out;
 }
 
+bool hub_state::take_lost_publish_answer() {
+  if (!take_count(faults_.lose_publish_answers))
+    return false;
+  ++counters_.lost_publish_answers;
+  return true;
+}
+
+hub_state::idempotent_lookup
+hub_state::find_idempotent(const std::string& key, const std::string& body) {
+  idempotent_lookup out;
+  auto i = idempotent_.find(key);
+  if (i == idempotent_.end())
+    return out;
+  if (i->second.body != body) {
+    ++counters_.idempotency_conflicts;
+    out.conflict = true;
+    return out;
+  }
+  ++counters_.idempotent_replays;
+  out.answer = &i->second.answer;
+  return out;
+}
+
+void hub_state::remember_idempotent(const std::string& key,
+                                    const std::string& body,
+                                    std::string answer) {
+  if (cfg_.dedupe_capacity == 0)
+    return;
+  auto [i, fresh] = idempotent_.try_emplace(key);
+  i->second = idempotent_entry{body, std::move(answer)};
+  if (!fresh)
+    return;
+  idempotent_order_.push_back(key);
+  while (idempotent_order_.size() > cfg_.dedupe_capacity) {
+    idempotent_.erase(idempotent_order_.front());
+    idempotent_order_.pop_front();
+  }
+}
+
 subscribe_outcome hub_state::subscribe(hub_tier tier,
                                        const subscribe_request& req,
                                        bool no_hello) {
@@ -213,6 +252,9 @@ json::object hub_state::state_json() const {
   c["replays"] = counters_.replays;
   c["replay_resets"] = counters_.replay_resets;
   c["non_object_pages"] = counters_.non_object_pages;
+  c["lost_publish_answers"] = counters_.lost_publish_answers;
+  c["idempotent_replays"] = counters_.idempotent_replays;
+  c["idempotency_conflicts"] = counters_.idempotency_conflicts;
   c["wakes_dropped"] = counters_.wakes_dropped;
   c["wakes_held"] = counters_.wakes_held;
   c["scripts_fired"] = counters_.scripts_fired;

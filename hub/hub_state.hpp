@@ -25,10 +25,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace outbound {
@@ -56,6 +58,9 @@ struct hub_counters {
   uint64_t replays = 0;    ///< replay pages served
   uint64_t replay_resets = 0;      ///< pages with reset:true
   uint64_t non_object_pages = 0;   ///< pages sent as a bare array (fault)
+  uint64_t lost_publish_answers = 0;  ///< publishes answered by a close (fault)
+  uint64_t idempotent_replays = 0;    ///< POSTs answered from an earlier key
+  uint64_t idempotency_conflicts = 0; ///< a key reused with another body
   uint64_t wakes_dropped = 0;      ///< wakes dropped by drop_wakes/probability
   uint64_t wakes_held = 0;         ///< natural wakes held by a wake script
   uint64_t scripts_fired = 0;      ///< wake scripts emitted
@@ -140,6 +145,28 @@ public:
   /// empty when none. Call after apply_admin.
   std::vector<int64_t> take_due_script();
 
+  /// The fault knob lose_publish_answers: true (counted) if this publish's
+  /// answer is to be lost (the connection closed instead).
+  bool take_lost_publish_answer();
+
+  /// What `POST /v1/events` with an Idempotency-Key
+  /// (draft-ietf-httpapi-idempotency-key-header) finds for `key` and the
+  /// request `body`: nothing (a first request: publish, then
+  /// remember_idempotent), the first request's answer (the same key and
+  /// body: answer it again, publish nothing), or a conflict (the same key
+  /// with another body: 422).
+  struct idempotent_lookup {
+    const std::string* answer = nullptr;
+    bool conflict = false;
+  };
+  idempotent_lookup find_idempotent(const std::string& key,
+                                    const std::string& body);
+
+  /// Remembers the answer of a first request with `key` and `body`. The
+  /// last `dedupe_capacity` keys are kept (oldest forgotten first).
+  void remember_idempotent(const std::string& key, const std::string& body,
+                           std::string answer);
+
   /// New incarnation: `epoch`, empty ring, seq from 1, clients forgotten.
   /// The ledger is durable and stays.
   void restart(std::string epoch);
@@ -198,6 +225,12 @@ private:
   std::string ledger_epoch_;
   catchup_ring ring_;
   hub_counters counters_;
+  struct idempotent_entry {
+    std::string body;
+    std::string answer;
+  };
+  std::unordered_map<std::string, idempotent_entry> idempotent_;
+  std::deque<std::string> idempotent_order_;
 };
 
 } // namespace outbound

@@ -28,19 +28,18 @@ inline namespace metrics {
 /// Labels come from the event's enums (outcome_label, reason_label in
 /// core/call_types.hpp), never from parsing its texts.
 ///
+// clang-format off
 /// | metric                                      | type      | labels |
 /// |---------------------------------------------|-----------|--------|
-/// | outbound_client_requests_total              | counter   | service, method,
-/// outcome | | outbound_client_attempts_total              | counter   |
-/// service, method | | outbound_client_retries_total               | counter |
-/// service, reason | | outbound_client_redials_total               | counter |
-/// service | | outbound_client_give_ups_total              | counter   |
-/// service, reason (give_up_reason: attempts_exhausted, deadline_exceeded,
-/// deadline_unreachable, budget_exhausted) | |
-/// outbound_client_request_duration_seconds    | histogram | service, method |
-/// | outbound_client_responses_total             | counter   | service, method,
-/// status_class | | outbound_client_response_size_bytes         | histogram |
-/// service, method (bodies of answered calls; buckets 64 B x4 .. 64 MiB) |
+/// | outbound_client_requests_total              | counter   | service, method, outcome |
+/// | outbound_client_attempts_total              | counter   | service, method |
+/// | outbound_client_retries_total               | counter   | service, reason |
+/// | outbound_client_redials_total               | counter   | service |
+/// | outbound_client_give_ups_total              | counter   | service, reason (a give_up_reason: attempts_exhausted, deadline_exceeded, deadline_unreachable, budget_exhausted) |
+/// | outbound_client_request_duration_seconds    | histogram | service, method |
+/// | outbound_client_responses_total             | counter   | service, method, status_class |
+/// | outbound_client_response_size_bytes         | histogram | service, method (bodies of answered calls; buckets 64 B x4 .. 64 MiB) |
+// clang-format on
 ///
 /// A service's whole-request view; the snapshot families of the other
 /// actors (hedging, coalescing, feeds, pools) are in

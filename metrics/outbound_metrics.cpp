@@ -699,6 +699,10 @@ std::vector<prometheus::MetricFamily> snapshot_collector::Collect() const {
       out.counter("outbound_retry_budget_refusals_total",
                   "Retries and hedges the retry budget refused (not made)", lk,
                   as_double(s.refusals[i]));
+      out.counter("outbound_retry_budget_returned_total",
+                  "Withdrawals given back: hedges the pool refused (never "
+                  "sent)",
+                  lk, as_double(s.returned[i]));
     }
     out.gauge("outbound_retry_budget_balance",
               "Extra attempts the retry budget would grant now", l,

@@ -179,6 +179,7 @@ inline constexpr const char* other_feeds_label = "_other";
 /// | outbound_retry_budget_deposits_total | counter | service | primary requests (one per call) |
 /// | outbound_retry_budget_withdrawals_total | counter | service, kind | retries and hedges the budget paid for |
 /// | outbound_retry_budget_refusals_total | counter | service, kind | retries and hedges it refused (not made) |
+/// | outbound_retry_budget_returned_total | counter | service, kind | withdrawals given back: hedges the pool refused (never sent) |
 /// | outbound_retry_budget_balance | gauge | service | extra attempts it would grant now |
 /// | outbound_retry_budget_enabled | gauge | service | 1 when it refuses (retry_budget_config::enabled) |
 // clang-format on

@@ -98,6 +98,10 @@ struct call_state {
   std::string host_key;
   /// This actor's id: the owner of the hedge tokens it asks for.
   uint64_t owner = 0;
+  /// The hedges sent (send id) with when the client's retry budget paid
+  /// for each, until the hedge's own first answer settles it: a hedge the
+  /// pool refused gives its withdrawal back.
+  std::vector<std::pair<uint64_t, caf::actor_clock::time_point>> hedges_paid;
   /// Whether it ever asked for a hedge token (then it abandons its lease
   /// when it stops).
   bool asked_token = false;
@@ -298,6 +302,7 @@ void finish_response(self_ptr self, http_response resp,
   if (observed(self)) {
     auto ev = make_event(self, event_kind::answered);
     fill_answered(ev, o, latency_ns(self), resp.body.size());
+    ev.reason = reason; // a raw call has no error to carry it
     emit(self, std::move(ev));
   }
   deliver(self, std::move(o));
@@ -399,14 +404,31 @@ void apply_permit(self_ptr self, core::permit_action a, call_health health) {
   st.permit.reset();
 }
 
+// Hedge `send_id`'s token was settled (R11): a hedge that never left (the
+// pool refused it, the transport never took it) gives the retry budget's
+// withdrawal back; one that left keeps it.
+void settle_budget(self_ptr self, uint64_t send_id,
+                   core::token_settlement how) {
+  auto& st = self->state;
+  auto i = std::find_if(st.hedges_paid.begin(), st.hedges_paid.end(),
+                        [&](const auto& p) { return p.first == send_id; });
+  if (i == st.hedges_paid.end())
+    return;
+  if (how == core::token_settlement::returned && st.ctx->budget)
+    st.ctx->budget->refund(extra_kind::hedge, i->second, self->clock().now());
+  st.hedges_paid.erase(i);
+}
+
 // Send `send_id` ended (`a` as the race reads it, `e` as the retry loop
 // does): acts on the race's decision.
 void on_answer(self_ptr self, uint64_t send_id, const core::leg_answer& a,
                call_state::leg_end e) {
   auto& st = self->state;
   auto step = st.race.on_answer(send_id, a, self->clock().now());
-  if (step.token)
+  if (step.token) {
     settle_token(self, *step.token);
+    settle_budget(self, send_id, *step.token);
+  }
   if (step.held_race)
     count_race(self, *step.held_race);
   switch (step.decision) {
@@ -615,8 +637,8 @@ std::optional<http_request> take_request(self_ptr self) {
 
 // Sends attempt `token`'s hedge, which the race fired, with the attempt's
 // remaining `budget`; the gate's permit, if held, rides on it.
-void fire_hedge(self_ptr self, uint64_t token,
-                std::chrono::nanoseconds budget) {
+bool fire_hedge(self_ptr self, uint64_t token, std::chrono::nanoseconds budget,
+                caf::actor_clock::time_point paid_at) {
   auto& st = self->state;
   auto i = gate_permit_of(st, token);
   bool probe = i != st.gate_permits.end();
@@ -629,7 +651,7 @@ void fire_hedge(self_ptr self, uint64_t token,
   // the same call), and would end the call with that error if it did.
   auto built = take_request(self);
   if (!built)
-    return;
+    return false;
   auto req = std::move(*built);
   req.max_body_bytes
     = st.call.max_response_bytes.value_or(st.ctx->cfg.max_response_bytes);
@@ -639,8 +661,11 @@ void fire_hedge(self_ptr self, uint64_t token,
   req.may_queue = false;
   if (st.retry_count > 0)
     set_retry_count(req.headers, st.retry_count);
+  st.hedges_paid.reserve(st.hedges_paid.size() + 1);
   auto send_id = send_leg(self, core::race_leg::hedge, std::move(req), budget);
   st.race.on_hedge_sent(send_id, self->clock().now(), probe);
+  st.hedges_paid.emplace_back(send_id, paid_at);
+  return true;
 }
 
 // The budget answered attempt `token`'s hedge (`granted` false also when it
@@ -654,11 +679,24 @@ void on_token(self_ptr self, uint64_t token, bool& granted) {
   auto step = st.race.on_token(token, granted, now);
   // A hedge is extra load: the client's retry budget pays for it too, or
   // it is not sent (its hedge token goes back).
-  if (step.decision == core::token_decision::fire && st.ctx->budget
-      && !st.ctx->budget->try_withdraw(extra_kind::hedge, now))
-    step = st.race.on_budget_refused();
+  bool paid = false;
+  if (step.decision == core::token_decision::fire && st.ctx->budget) {
+    if (st.ctx->budget->try_withdraw(extra_kind::hedge, now))
+      paid = true;
+    else
+      step = st.race.on_budget_refused();
+  }
   if (step.decision == core::token_decision::fire) {
-    fire_hedge(self, token, step.budget);
+    bool sent = false;
+    try {
+      sent = fire_hedge(self, token, step.budget, now);
+    } catch (...) {
+      if (paid) // nothing left: the withdrawal goes back
+        st.ctx->budget->refund(extra_kind::hedge, now, now);
+      throw;
+    }
+    if (!sent && paid)
+      st.ctx->budget->refund(extra_kind::hedge, now, now);
     granted = false; // the hedge owes it now (core/hedge_race.hpp, R11)
     return;
   }
@@ -809,6 +847,7 @@ void start(self_ptr self, call_request call) {
   st.started = true;
   st.start = self->clock().now();
   st.call = std::move(call);
+  assign_idempotency_key(st.ctx->cfg, st.call, st.rng);
   auto built = build_request(st.ctx->cfg, st.ctx->url, st.call, st.rng);
   st.request_id = built.request_id;
   if (built.error) {
@@ -817,8 +856,7 @@ void start(self_ptr self, call_request call) {
   }
   st.base = std::move(built.request);
   st.method = st.base->method;
-  bool idempotent
-    = st.call.idempotent.value_or(method_is_idempotent(st.method));
+  bool idempotent = call_is_idempotent(st.ctx->cfg, st.call, st.method);
   st.retry.emplace(st.ctx->cfg, idempotent, st.start);
   if (const auto& h = st.ctx->hedging) {
     const auto& url = st.ctx->url;
@@ -838,7 +876,8 @@ void start(self_ptr self, call_request call) {
     st.host_key = route_table::host_key(url.host, url.port);
     st.hcfg = &h->config_for(route);
     st.race = core::hedge_race{
-      hedge_eligible(st.method, st.call.has_body, st.call.idempotent)};
+      hedge_eligible(st.method, st.call.has_body, st.call.idempotent,
+                     !st.call.idempotency_key.empty())};
     if (st.race.hedgeable()) {
       // The primary goes out now; the delay arrives while it runs.
       self->request(h->stats, caf::infinite, hedge_plan_request{st.key,
@@ -856,6 +895,10 @@ void start(self_ptr self, call_request call) {
           [](caf::error&) { /* no plan: no hedge */ });
     }
   }
+  // A call about to send is one primary request: it pays into the client's
+  // retry budget its retries and hedges draw from.
+  if (st.ctx->budget)
+    st.ctx->budget->deposit(st.start);
   send_attempt(self);
 }
 

@@ -35,10 +35,13 @@ make_hedging_context(caf::actor_system& sys, const hedging_options& opts) {
 }
 
 bool hedge_eligible(const std::string& method, bool has_body,
-                    const std::optional<bool>& idempotent) {
+                    const std::optional<bool>& idempotent,
+                    bool has_idempotency_key) {
   // A hedge sends the request twice: never for a call marked
-  // non-idempotent, whatever its method.
-  return is_hedgeable(method, has_body) && !(idempotent && !*idempotent);
+  // non-idempotent, whatever its method or key.
+  if (idempotent && !*idempotent)
+    return false;
+  return has_idempotency_key || is_hedgeable(method, has_body);
 }
 
 } // namespace call

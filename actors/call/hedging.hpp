@@ -54,10 +54,14 @@ struct hedging_options {
 /// built by make_service_client.
 struct hedging_context;
 
-/// True if a request may be hedged: GET, HEAD or OPTIONS, no body, and not
-/// explicitly marked non-idempotent (a hedge sends the request twice).
+/// True if a request may be hedged: not explicitly marked non-idempotent
+/// (a hedge sends the request twice), and either GET, HEAD or OPTIONS
+/// without a body, or any call that carries an idempotency key (the
+/// hedge carries the same key and body bytes: a server that honours the
+/// key applies the request once).
 bool hedge_eligible(const std::string& method, bool has_body,
-                    const std::optional<bool>& idempotent);
+                    const std::optional<bool>& idempotent,
+                    bool has_idempotency_key = false);
 
 /// The handles of a client's hedging actors, for stats snapshots,
 /// latency_quantile and breaker snapshots (both invalid when the client

@@ -298,6 +298,7 @@ void finish_response(self_ptr self, uint64_t id, http_response& resp,
   if (observed(self)) {
     auto ev = event_of(c, event_kind::answered);
     fill_answered(ev, o, elapsed_ns(self, c), resp.body.size());
+    ev.reason = reason; // a raw call has no error to carry it
     emit(self, std::move(ev));
   }
   deliver(self, id, std::move(o));
@@ -573,6 +574,7 @@ caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
       c.rng.seed(st.rng());
       c.start = self->clock().now();
       c.call = std::move(req);
+      assign_idempotency_key(st.ctx->cfg, c.call, c.rng);
       auto built = build_request(st.ctx->cfg, st.ctx->url, c.call, c.rng);
       c.request_id = built.request_id;
       if (built.error) {
@@ -581,8 +583,7 @@ caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
       }
       c.method = built.request.method;
       c.base = std::move(built.request);
-      bool idempotent
-        = c.call.idempotent.value_or(method_is_idempotent(c.method));
+      bool idempotent = call_is_idempotent(st.ctx->cfg, c.call, c.method);
       c.retry.emplace(st.ctx->cfg, idempotent, c.start);
       if (const auto& h = st.ctx->hedging) {
         const auto& url = st.ctx->url;
@@ -601,6 +602,10 @@ caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
         c.host_key = route_table::host_key(url.host, url.port);
         c.hcfg = &h->config_for(route);
       }
+      // A call about to send is one primary request: it pays into the
+      // retry budget its retries and hedges draw from.
+      if (st.ctx->budget)
+        st.ctx->budget->deposit(c.start);
       send_attempt(self, id);
     },
     fault_of(self, id));
@@ -677,16 +682,13 @@ service_client_impl(self_ptr self, std::shared_ptr<const call_context> ctx,
         e.nothing_sent = true;
         return fail(std::move(e));
       }
-      // Every call is one primary request: it pays into the retry budget
-      // its retries and hedges draw from.
-      if (st.ctx->budget)
-        st.ctx->budget->deposit(self->clock().now());
       // Unhedged calls run here; a call a hedging client may hedge runs in
       // its own call actor (the race needs its own timers and gate
       // replies).
       if (!st.ctx->hedging
           || !hedge_eligible(core::ascii_upper(req.method), req.has_body,
-                             req.idempotent))
+                             req.idempotent,
+                             carries_idempotency_key(st.ctx->cfg, req)))
         return start_fast(self, req);
       return guarded(
         "service client",

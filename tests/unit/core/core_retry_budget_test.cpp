@@ -107,6 +107,34 @@ TEST(RetryBudget, AClockThatGoesBackMovesNothing) {
   retry_budget b{cfg(0, 1, 10), t0 + 5s};
   EXPECT_EQ(drain(b, t0), 10); // before the origin: slice 0
   EXPECT_EQ(drain(b, t0 + 5s), 0);
+  // Forward to slice 12 (slices 0..2 left the window), then back: the
+  // window stays where it was.
+  EXPECT_EQ(drain(b, t0 + 17s), 10);
+  EXPECT_EQ(drain(b, t0 + 6s), 0);
+  EXPECT_EQ(b.balance(t0 + 6s), 0u);
+}
+
+TEST(RetryBudget, PercentagesAreExactWithoutAReserve) {
+  retry_budget b{cfg(29, 0, 10), t0};
+  for (int i = 0; i < 100; ++i)
+    b.deposit(t0);
+  EXPECT_EQ(b.balance(t0), 29u); // 0.29 × 100 is 28.999... in binary64
+  EXPECT_EQ(drain(b, t0), 29);
+}
+
+TEST(RetryBudget, ARefundGivesBackAWithdrawalWhileItsSliceIsInTheWindow) {
+  retry_budget b{cfg(0, 1, 10), t0}; // a reserve of 10, slices of 1 s
+  EXPECT_EQ(drain(b, t0), 10);
+  b.refund(extra_kind::hedge, t0, t0 + 3s);
+  EXPECT_EQ(b.balance(t0 + 3s), 1u);
+  EXPECT_TRUE(b.try_withdraw(extra_kind::hedge, t0 + 3s));
+  // Once its slice has left the window a refund changes nothing (the
+  // withdrawal stopped counting already) but is still counted.
+  EXPECT_EQ(drain(b, t0 + 10s), 9); // slice 0's nine left; slice 3's stays
+  b.refund(extra_kind::hedge, t0, t0 + 10s);
+  EXPECT_EQ(b.balance(t0 + 10s), 0u);
+  auto s = b.stats(t0 + 10s);
+  EXPECT_EQ(s.returned[1], 2u);
 }
 
 TEST(RetryBudget, DisabledGrantsEverythingAndStillCounts) {
@@ -159,14 +187,33 @@ TEST(RetryBudget, ALongOutageKeepsAttemptsUnderTheCeilingOfEachWindow) {
     retry_budget b{cfg(20, 10, window), t0};
     uint64_t primaries = 0, attempts = 0;
     const int seconds = 60;
+    // Per aligned window: calls and retries granted in it.
+    std::vector<std::pair<uint64_t, uint64_t>> per_window(
+      static_cast<std::size_t>(seconds / window) + 1);
     for (int ms = 0; ms < seconds * 1000; ++ms) {
       auto t = t0 + std::chrono::milliseconds{ms};
+      auto& w = per_window[static_cast<std::size_t>(ms / (window * 1000))];
       b.deposit(t);
+      ++w.first;
       ++primaries;
       ++attempts;
       for (int retry = 1; retry < 3 && b.try_withdraw(extra_kind::retry, t);
-           ++retry)
+           ++retry) {
         ++attempts;
+        ++w.second;
+      }
+    }
+    // Every window's retries stay within 20 % of the calls of that window
+    // and the one before (the window slides across both) plus the
+    // reserve; and the reserve refills: each window past the first grants
+    // more than its 20 % alone.
+    for (std::size_t i = 0; i + 1 < per_window.size(); ++i) {
+      auto calls = per_window[i].first + (i > 0 ? per_window[i - 1].first : 0);
+      EXPECT_LE(per_window[i].second, 0.2 * calls + 10 * window)
+        << "window " << i << " of " << window << " s";
+      if (i > 0)
+        EXPECT_GT(per_window[i].second, 0.2 * per_window[i].first)
+          << "window " << i << " of " << window << " s";
     }
     double windows = std::ceil(seconds / window) + 1;
     EXPECT_LE(attempts, primaries * 1.2 + 10 * window * windows) << window;

@@ -329,3 +329,101 @@ TEST(RequestBuilder, ARebuildIsTheSameRequestAndDrawsNoRandomness) {
     EXPECT_EQ(third.request.headers, first.request.headers);
   }
 }
+
+// -- idempotency keys (draft-ietf-httpapi-idempotency-key-header) ----------
+
+namespace {
+
+call_request with_method(std::string method) {
+  auto c = get("/orders");
+  c.method = std::move(method);
+  return c;
+}
+
+} // namespace
+
+TEST(RequestBuilderIdempotencyKey, TheClientsAutoModeCoversPostAndPatchOnly) {
+  auto cfg = cfg_with();
+  EXPECT_FALSE(carries_idempotency_key(cfg, with_method("POST"))); // off
+  cfg.idempotency_keys = idempotency_key_mode::auto_key;
+  EXPECT_TRUE(carries_idempotency_key(cfg, with_method("POST")));
+  EXPECT_TRUE(carries_idempotency_key(cfg, with_method("patch")));
+  EXPECT_FALSE(carries_idempotency_key(cfg, with_method("PUT")));
+  EXPECT_FALSE(carries_idempotency_key(cfg, with_method("GET")));
+  // The call's own mode wins, either way.
+  auto off = with_method("POST");
+  off.idempotency_mode = idempotency_key_mode::off;
+  EXPECT_FALSE(carries_idempotency_key(cfg, off));
+  auto on = with_method("DELETE");
+  on.idempotency_mode = idempotency_key_mode::auto_key;
+  EXPECT_TRUE(carries_idempotency_key(cfg_with(), on));
+  // A key of its own is always carried.
+  auto given = with_method("POST");
+  given.idempotency_key = "order-7";
+  given.idempotency_mode = idempotency_key_mode::off;
+  EXPECT_TRUE(carries_idempotency_key(cfg_with(), given));
+}
+
+TEST(RequestBuilderIdempotencyKey,
+     AGeneratedKeyIsAssignedOnceAndSentOnEveryBuild) {
+  auto cfg = cfg_with();
+  cfg.idempotency_keys = idempotency_key_mode::auto_key;
+  auto call = with_method("POST");
+  call.body = R"({"qty":1})";
+  call.has_body = true;
+  core::rng rng{3};
+  assign_idempotency_key(cfg, call, rng);
+  ASSERT_EQ(call.idempotency_key.size(), 32u);
+  EXPECT_TRUE(all_hex(call.idempotency_key));
+  auto key = call.idempotency_key;
+  assign_idempotency_key(cfg, call, rng); // never replaced
+  EXPECT_EQ(call.idempotency_key, key);
+  auto first = build(cfg, call);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(*find_header(first.request.headers, "Idempotency-Key"), key);
+  core::rng rng2{99};
+  auto again
+    = rebuild_request(cfg, cfg.parsed_url(), call, first.request_id, rng2);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again.request.headers, first.request.headers);
+  EXPECT_EQ(again.request.body, first.request.body);
+}
+
+TEST(RequestBuilderIdempotencyKey,
+     TheHeaderNameIsConfigurableAndTheKeyIsChecked) {
+  auto cfg = cfg_with();
+  cfg.idempotency_key_header = "X-Idempotency-Key";
+  auto call = with_method("POST");
+  call.idempotency_key = "abc";
+  auto b = build(cfg, call);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*find_header(b.request.headers, "x-idempotency-key"), "abc");
+  EXPECT_FALSE(find_header(b.request.headers, "Idempotency-Key"));
+  call.idempotency_key = "a\r\nX-Evil: 1";
+  auto bad = build(cfg, call);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error->kind, error_kind::config_error);
+  EXPECT_EQ(bad.error->detail.find("X-Evil"), std::string::npos);
+  for (std::string name : {"", "Bad Name", "a:b", "x-request-id", "Host"}) {
+    auto c = cfg_with();
+    c.idempotency_key_header = name;
+    try {
+      c.validate();
+      ADD_FAILURE() << "accepted '" << name << "'";
+    } catch (const config_error& e) {
+      EXPECT_EQ(e.field(), "idempotency_key_header");
+    }
+  }
+}
+
+TEST(RequestBuilderIdempotencyKey,
+     AKeyMakesACallRetryableUnlessMarkedOtherwise) {
+  auto cfg = cfg_with();
+  auto post = with_method("POST");
+  EXPECT_FALSE(call_is_idempotent(cfg, post, "POST"));
+  post.idempotency_key = "k";
+  EXPECT_TRUE(call_is_idempotent(cfg, post, "POST"));
+  post.idempotent = false; // the caller's word wins
+  EXPECT_FALSE(call_is_idempotent(cfg, post, "POST"));
+  EXPECT_TRUE(call_is_idempotent(cfg, get("/x"), "GET"));
+}

@@ -309,3 +309,32 @@ TEST(HubConfig, ValidateNamesTheBadField) {
   EXPECT_EQ(field_of(c), "faults.fragment_bytes");
   EXPECT_THROW(hub{c}, config_error);
 }
+
+TEST(HubState, IdempotencyKeysReplayTheFirstAnswerRefuseAnotherBodyAndAgeOut) {
+  hub_state_config c;
+  c.dedupe_capacity = 2;
+  hub_state st{c, {}, epoch_a};
+  EXPECT_EQ(st.find_idempotent("k1", "b1").answer, nullptr);
+  st.remember_idempotent("k1", "b1", "answer-1");
+  auto again = st.find_idempotent("k1", "b1");
+  ASSERT_NE(again.answer, nullptr);
+  EXPECT_EQ(*again.answer, "answer-1");
+  EXPECT_TRUE(st.find_idempotent("k1", "other body").conflict);
+  st.remember_idempotent("k2", "b2", "answer-2");
+  st.remember_idempotent("k3", "b3", "answer-3"); // k1, the oldest, goes
+  EXPECT_EQ(st.find_idempotent("k1", "b1").answer, nullptr);
+  EXPECT_NE(st.find_idempotent("k3", "b3").answer, nullptr);
+  EXPECT_EQ(st.counters().idempotent_replays, 2u);
+  EXPECT_EQ(st.counters().idempotency_conflicts, 1u);
+}
+
+TEST(HubState, LosePublishAnswersCountsDown) {
+  hub_state st{{}, {}, epoch_a};
+  EXPECT_FALSE(st.take_lost_publish_answer());
+  ASSERT_FALSE(st.apply_admin(
+    boost::json::parse(R"({"lose_publish_answers":2})").as_object()));
+  EXPECT_TRUE(st.take_lost_publish_answer());
+  EXPECT_TRUE(st.take_lost_publish_answer());
+  EXPECT_FALSE(st.take_lost_publish_answer());
+  EXPECT_EQ(st.counters().lost_publish_answers, 2u);
+}

@@ -404,6 +404,19 @@ TEST_F(HedgeRace, AHedgeTheRetryBudgetPaysForIsCounted) {
   EXPECT_EQ(b.balance, 99u); // 10/s x 10 s + 20 % of 1 call - 1
 }
 
+// A hedge the pool refuses (no free connection; hedges never queue) never
+// left: the withdrawal it paid goes back to the retry budget.
+TEST_F(HedgeRace, AHedgeThePoolRefusedGivesItsWithdrawalBack) {
+  log->refuse_hedges = 0ns;
+  log->script = {ok_after(300ms)};
+  ASSERT_TRUE(run_call(get("/slow")).ok());
+  ASSERT_EQ(log->refused.size(), 1u);
+  auto b = budget();
+  EXPECT_EQ(b.withdrawals[static_cast<int>(extra_kind::hedge)], 1u);
+  EXPECT_EQ(b.returned[static_cast<int>(extra_kind::hedge)], 1u);
+  EXPECT_EQ(b.balance, 100u); // 10/s x 10 s + 20 % of 1 call, nothing owed
+}
+
 // No hedge that could not finish before the attempt's deadline: at the
 // hedge's due time (10 ms, the warmup delay) a 15 ms attempt has 5 ms
 // left, less than the delay, so no hedge is sent; with 25 ms (15 ms left)
