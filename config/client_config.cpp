@@ -244,10 +244,16 @@ void client_config::validate() const {
     throw config_error("local_retry_deadline", "must be >= 0 seconds");
   validate_credential_fields(token, token_header, token_scheme,
                              default_headers);
-  if (idempotency_key_header.empty() || core::has_ctl(idempotency_key_header)
-      || idempotency_key_header.find(':') != std::string::npos
-      || idempotency_key_header.find(' ') != std::string::npos
+  // A token (RFC 9110), and none of the headers the client sets itself:
+  // the key would replace them, or they the key (x-retry-count on every
+  // retry).
+  if (!core::is_token(idempotency_key_header)
+      || core::iequals(idempotency_key_header, token_header)
       || core::iequals(idempotency_key_header, "x-request-id")
+      || core::iequals(idempotency_key_header, "x-retry-count")
+      || core::iequals(idempotency_key_header, "accept")
+      || core::iequals(idempotency_key_header, "content-type")
+      || core::iequals(idempotency_key_header, "user-agent")
       || core::iequals(idempotency_key_header, "host")
       || core::iequals(idempotency_key_header, "content-length")
       || core::iequals(idempotency_key_header, "transfer-encoding"))

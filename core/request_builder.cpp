@@ -139,9 +139,37 @@ identity_problem append_identity_headers(const client_config& cfg,
   return {};
 }
 
+namespace {
+
+/// The call's own key: its idempotency_key, else the value of a header it
+/// set under the client's key header name (nullptr: none).
+const std::string* own_idempotency_key(const client_config& cfg,
+                                       const call_request& call) {
+  if (!call.idempotency_key.empty())
+    return &call.idempotency_key;
+  return find_header(call.headers, cfg.idempotency_key_header);
+}
+
+/// 32 lower-case hex digits of 128 bits from the system's entropy source
+/// (std::random_device), never from the call's seeded generator: two
+/// clients given the same seed must not send the same keys, or a server
+/// would answer one's POST with the other's result.
+std::string fresh_idempotency_key() {
+  std::string out;
+  out.reserve(32);
+  for (int half = 0; half < 2; ++half) {
+    auto x = core::entropy_seed();
+    for (int i = 60; i >= 0; i -= 4)
+      out += static_cast<char>(hex_digits[(x >> i) & 0xF] | 0x20); // lower
+  }
+  return out;
+}
+
+} // namespace
+
 bool carries_idempotency_key(const client_config& cfg,
                              const call_request& call) {
-  if (!call.idempotency_key.empty())
+  if (own_idempotency_key(cfg, call))
     return true;
   if (call.idempotency_mode)
     return *call.idempotency_mode == idempotency_key_mode::auto_key;
@@ -151,10 +179,18 @@ bool carries_idempotency_key(const client_config& cfg,
   return m == "POST" || m == "PATCH";
 }
 
-void assign_idempotency_key(const client_config& cfg, call_request& call,
-                            core::rng& rng) {
-  if (call.idempotency_key.empty() && carries_idempotency_key(cfg, call))
-    call.idempotency_key = generate_request_id(rng);
+void assign_idempotency_key(const client_config& cfg, call_request& call) {
+  if (!call.idempotency_key.empty())
+    return;
+  // A key the caller put in a header is the call's key (it keeps its
+  // value; the header is sent once, from the key).
+  if (auto h = find_header(call.headers, cfg.idempotency_key_header)) {
+    call.idempotency_key = *h;
+    erase_header(call.headers, cfg.idempotency_key_header);
+    return;
+  }
+  if (carries_idempotency_key(cfg, call))
+    call.idempotency_key = fresh_idempotency_key();
 }
 
 bool call_is_idempotent(const client_config& cfg, const call_request& call,

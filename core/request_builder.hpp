@@ -57,18 +57,22 @@ std::string encode_query(
 std::string generate_request_id(core::rng& rng);
 
 /// True if `call` carries an idempotency key
-/// (draft-ietf-httpapi-idempotency-key-header): a key of its own, its
-/// `idempotency_mode` auto_key, or, with no mode set, the client's
-/// `idempotency_keys` auto_key for a POST or PATCH.
+/// (draft-ietf-httpapi-idempotency-key-header): a key of its own (its
+/// `idempotency_key`, or a header of its own named
+/// `cfg.idempotency_key_header`), its `idempotency_mode` auto_key, or,
+/// with no mode set, the client's `idempotency_keys` auto_key for a POST
+/// or PATCH.
 bool carries_idempotency_key(const client_config& cfg,
                              const call_request& call);
 
-/// Gives `call` its idempotency key once, before its first build: when it
-/// carries one (carries_idempotency_key) but has none yet, a fresh one (32
-/// lower-case hex digits from `rng`). Every build of the call (retries,
-/// hedges) then sends the same key.
-void assign_idempotency_key(const client_config& cfg, call_request& call,
-                            core::rng& rng);
+/// Gives `call` its idempotency key once, before its first build: the
+/// value of a header of its own named `cfg.idempotency_key_header` (the
+/// header is taken out and sent once, from the key), else, when it
+/// carries one, a fresh key: 32 lower-case hex digits of 128 bits from
+/// std::random_device (never the seeded generator: two clients with one
+/// seed must not share keys). Every build of the call (retries, hedges)
+/// then sends the same key.
+void assign_idempotency_key(const client_config& cfg, call_request& call);
 
 /// The retry safety of `call` whose method is `method` (upper case): its
 /// explicit `idempotent`, else GET/HEAD/OPTIONS or a call that carries an

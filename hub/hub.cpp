@@ -798,10 +798,11 @@ http_answer hub::impl::http_events(const http_call& c) {
       if (prior.answer)
         return answer(200, *prior.answer);
     }
-    a = answer(200, publish_locked(*p.input, ts).event->json);
+    auto out = publish_locked(*p.input, ts);
+    a = answer(200, out.event->json);
     if (!c.idempotency_key.empty())
       state.remember_idempotent(c.idempotency_key, c.body, a.body);
-    if (state.take_lost_publish_answer())
+    if (!out.duplicate && state.take_lost_publish_answer())
       a.close_without_answer = true; // published; the answer is lost
     return a;
   }

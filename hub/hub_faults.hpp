@@ -45,7 +45,8 @@ struct hub_faults {
   /// Count of upcoming `GET /v1/events` answers that are a bare JSON array
   /// of the page's events instead of an object (-1: all). [0]
   int non_object_pages = 0;
-  /// Count of upcoming `POST /v1/events` that are published and then
+  /// Count of upcoming `POST /v1/events` that publish an event (not a
+  /// dedupe_key duplicate, not an Idempotency-Key repeat) and then
   /// answered by closing the connection without a response, as a proxy
   /// that drops the connection after the request went through (-1: all).
   /// [0]

@@ -4,6 +4,7 @@
 #include <boost/json/value.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -108,7 +109,8 @@ hub_state::find_idempotent(const std::string& key, const std::string& body) {
   auto i = idempotent_.find(key);
   if (i == idempotent_.end())
     return out;
-  if (i->second.body != body) {
+  if (i->second.body_size != body.size()
+      || i->second.body_hash != std::hash<std::string>{}(body)) {
     ++counters_.idempotency_conflicts;
     out.conflict = true;
     return out;
@@ -124,7 +126,8 @@ void hub_state::remember_idempotent(const std::string& key,
   if (cfg_.dedupe_capacity == 0)
     return;
   auto [i, fresh] = idempotent_.try_emplace(key);
-  i->second = idempotent_entry{body, std::move(answer)};
+  i->second = idempotent_entry{body.size(), std::hash<std::string>{}(body),
+                               std::move(answer)};
   if (!fresh)
     return;
   idempotent_order_.push_back(key);

@@ -162,8 +162,10 @@ public:
   idempotent_lookup find_idempotent(const std::string& key,
                                     const std::string& body);
 
-  /// Remembers the answer of a first request with `key` and `body`. The
-  /// last `dedupe_capacity` keys are kept (oldest forgotten first).
+  /// Remembers the answer of a first request with `key` and `body` (the
+  /// body's size and std::hash, enough for a reference hub to tell a
+  /// different body). The last `dedupe_capacity` keys are kept (oldest
+  /// forgotten first).
   void remember_idempotent(const std::string& key, const std::string& body,
                            std::string answer);
 
@@ -225,8 +227,11 @@ private:
   std::string ledger_epoch_;
   catchup_ring ring_;
   hub_counters counters_;
+  /// A remembered key: its body's size and hash (not the body: up to
+  /// dedupe_capacity entries of 1 MiB bodies would be GiBs) and the answer.
   struct idempotent_entry {
-    std::string body;
+    std::size_t body_size = 0;
+    std::size_t body_hash = 0;
     std::string answer;
   };
   std::unordered_map<std::string, idempotent_entry> idempotent_;

@@ -477,7 +477,7 @@ void on_result(self_ptr self, uint64_t send_id, exchange_result& r) {
   fault_point(self, detail::call_fault_point::answer, send_id);
   // Classified as the retry loop classifies it (core/classify.hpp).
   auto verdict = classify_exchange(exchange_view::of(r, st.retry->idempotent()),
-                                   st.ctx->cfg.retry.retry_statuses);
+                                   st.retry->retry_statuses());
   auto a = core::leg_answer::of(verdict, r.request_sent);
   call_state::leg_end e;
   e.result = std::move(r);
@@ -847,7 +847,7 @@ void start(self_ptr self, call_request call) {
   st.started = true;
   st.start = self->clock().now();
   st.call = std::move(call);
-  assign_idempotency_key(st.ctx->cfg, st.call, st.rng);
+  assign_idempotency_key(st.ctx->cfg, st.call);
   auto built = build_request(st.ctx->cfg, st.ctx->url, st.call, st.rng);
   st.request_id = built.request_id;
   if (built.error) {
@@ -858,6 +858,8 @@ void start(self_ptr self, call_request call) {
   st.method = st.base->method;
   bool idempotent = call_is_idempotent(st.ctx->cfg, st.call, st.method);
   st.retry.emplace(st.ctx->cfg, idempotent, st.start);
+  if (!st.call.idempotency_key.empty() && idempotent)
+    st.retry->retry_conflicts();
   if (const auto& h = st.ctx->hedging) {
     const auto& url = st.ctx->url;
     auto route

@@ -193,6 +193,23 @@ public:
     expected_latency_ = d;
   }
 
+  /// The call carries an idempotency key: a 409 Conflict is retried too
+  /// (with backoff, as a listed retry status). A server that follows
+  /// draft-ietf-httpapi-idempotency-key-header answers 409 to a request
+  /// whose key is still being processed — a retry after a lost answer, or
+  /// a hedge racing its primary — and the first request's result to a
+  /// later one.
+  void retry_conflicts() {
+    if (!policy_.retryable_status(409))
+      policy_.retry_statuses.push_back(409);
+  }
+
+  /// The statuses this call retries (the policy's, plus 409 after
+  /// retry_conflicts): what classifies its answers.
+  const std::vector<int>& retry_statuses() const {
+    return policy_.retry_statuses;
+  }
+
   /// Real attempts started so far.
   int attempts() const {
     return attempts_;

@@ -491,8 +491,7 @@ void on_fast_answer(self_ptr self, uint64_t id, uint64_t send_id,
                                   self->state.ctx->wall_clock(), c->rng);
   if (!c->key.empty()) {
     auto verdict = classify_exchange(
-      exchange_view::of(r, c->retry->idempotent()),
-      self->state.ctx->cfg.retry.retry_statuses);
+      exchange_view::of(r, c->retry->idempotent()), c->retry->retry_statuses());
     record_health(self, *c, step,
                   core::leg_answer::of(verdict, r.request_sent).health());
   }
@@ -574,7 +573,7 @@ caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
       c.rng.seed(st.rng());
       c.start = self->clock().now();
       c.call = std::move(req);
-      assign_idempotency_key(st.ctx->cfg, c.call, c.rng);
+      assign_idempotency_key(st.ctx->cfg, c.call);
       auto built = build_request(st.ctx->cfg, st.ctx->url, c.call, c.rng);
       c.request_id = built.request_id;
       if (built.error) {
@@ -585,6 +584,8 @@ caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
       c.base = std::move(built.request);
       bool idempotent = call_is_idempotent(st.ctx->cfg, c.call, c.method);
       c.retry.emplace(st.ctx->cfg, idempotent, c.start);
+      if (!c.call.idempotency_key.empty() && idempotent)
+        c.retry->retry_conflicts();
       if (const auto& h = st.ctx->hedging) {
         const auto& url = st.ctx->url;
         auto route = h->routes.route(c.call.hedge_endpoint, c.method,

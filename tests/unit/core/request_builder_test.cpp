@@ -4,10 +4,12 @@
 
 #include "actors/feed/feed_watcher.hpp"
 #include "config/config_error.hpp"
+#include "core/text.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 using namespace outbound;
 
@@ -371,12 +373,11 @@ TEST(RequestBuilderIdempotencyKey,
   auto call = with_method("POST");
   call.body = R"({"qty":1})";
   call.has_body = true;
-  core::rng rng{3};
-  assign_idempotency_key(cfg, call, rng);
+  assign_idempotency_key(cfg, call);
   ASSERT_EQ(call.idempotency_key.size(), 32u);
   EXPECT_TRUE(all_hex(call.idempotency_key));
   auto key = call.idempotency_key;
-  assign_idempotency_key(cfg, call, rng); // never replaced
+  assign_idempotency_key(cfg, call); // never replaced
   EXPECT_EQ(call.idempotency_key, key);
   auto first = build(cfg, call);
   ASSERT_TRUE(first.ok());
@@ -387,6 +388,43 @@ TEST(RequestBuilderIdempotencyKey,
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again.request.headers, first.request.headers);
   EXPECT_EQ(again.request.body, first.request.body);
+}
+
+// Generated keys come from the system's entropy, not the seeded generator:
+// two calls (two clients with one seed alike) never share a key.
+TEST(RequestBuilderIdempotencyKey, GeneratedKeysDoNotRepeat) {
+  auto cfg = cfg_with();
+  std::set<std::string> keys;
+  for (int i = 0; i < 1000; ++i) {
+    auto call = with_method("POST");
+    call.idempotency_mode = idempotency_key_mode::auto_key;
+    assign_idempotency_key(cfg, call);
+    EXPECT_EQ(call.idempotency_key.size(), 32u);
+    keys.insert(call.idempotency_key);
+  }
+  EXPECT_EQ(keys.size(), 1000u);
+}
+
+// A key the caller put in a header is the call's key, kept whatever the
+// client's mode, and sent once.
+TEST(RequestBuilderIdempotencyKey, AKeyGivenAsAHeaderIsTheCallsKey) {
+  auto cfg = cfg_with();
+  cfg.idempotency_keys = idempotency_key_mode::auto_key;
+  auto call = with_method("POST");
+  call.headers = {{"idempotency-key", "order-123"}};
+  EXPECT_TRUE(carries_idempotency_key(cfg_with(), call)); // even when off
+  assign_idempotency_key(cfg, call);
+  EXPECT_EQ(call.idempotency_key, "order-123");
+  auto b = build(cfg, call);
+  ASSERT_TRUE(b.ok());
+  int n = 0;
+  for (auto& [k, v] : b.request.headers)
+    if (core::iequals(k, "Idempotency-Key")) {
+      ++n;
+      EXPECT_EQ(v, "order-123");
+    }
+  EXPECT_EQ(n, 1);
+  EXPECT_TRUE(call_is_idempotent(cfg_with(), call, "POST"));
 }
 
 TEST(RequestBuilderIdempotencyKey,
@@ -404,7 +442,9 @@ TEST(RequestBuilderIdempotencyKey,
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error->kind, error_kind::config_error);
   EXPECT_EQ(bad.error->detail.find("X-Evil"), std::string::npos);
-  for (std::string name : {"", "Bad Name", "a:b", "x-request-id", "Host"}) {
+  for (std::string name : {"", "Bad Name", "a:b", "x-request-id", "Host",
+                           "Idem(Key)", "Authorization", "x-retry-count",
+                           "Content-Type", "accept", "User-Agent"}) {
     auto c = cfg_with();
     c.idempotency_key_header = name;
     try {

@@ -169,3 +169,46 @@ TEST_F(IdempotencyKey, AHedgingClientNeverHedgesAPostWithoutAKey) {
   EXPECT_EQ(o.body.at("who").as_string(), "primary");
   EXPECT_EQ(log->requests.size(), 1u);
 }
+
+// A server that follows the draft answers 409 Conflict to a request whose
+// key is still being processed: a hedge racing its primary. For a keyed
+// call that 409 is not the answer; the primary's is.
+TEST_F(IdempotencyKey, AHedgesConflictDoesNotEndTheRace) {
+  hedging.emplace();
+  hedged_call_defaults(cfg, *hedging);
+  log->script = {fake_step::status(201, R"({"who":"primary"})").delayed(300ms),
+                 fake_step::status(409, R"({"detail":"in use"})").delayed(5ms)};
+  auto c = post();
+  c.idempotency_key = "order-9";
+  auto o = run_call(c);
+  ASSERT_TRUE(o.ok()) << o.error->message();
+  EXPECT_EQ(o.body.at("who").as_string(), "primary");
+  EXPECT_EQ(log->requests.size(), 2u);
+}
+
+// And a retry that meets the conflict backs off and asks again, until the
+// first request's result is there.
+TEST_F(IdempotencyKey, ARetryThatMeetsAConflictIsRetriedAgain) {
+  log->script = {fake_step::fail(ek::interrupted, true, "reset after send"),
+                 fake_step::status(409, R"({"detail":"in use"})"),
+                 fake_step::status(201, R"({"id":1})")};
+  auto c = post();
+  c.idempotency_key = "order-10";
+  auto o = run_call(c);
+  ASSERT_TRUE(o.ok()) << o.error->message();
+  EXPECT_EQ(o.attempts, 3);
+}
+
+TEST_F(IdempotencyKey, AHedgingClientNeverHedgesAKeyedCallMarkedNotIdempotent) {
+  hedging.emplace();
+  hedged_call_defaults(cfg, *hedging);
+  log->script = {fake_step::status(201, R"({"who":"primary"})").delayed(300ms),
+                 fake_step::status(201, R"({"who":"hedge"})").delayed(5ms)};
+  auto c = post();
+  c.idempotency_key = "k";
+  c.idempotent = false;
+  auto o = run_call(c);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o.body.at("who").as_string(), "primary");
+  EXPECT_EQ(log->requests.size(), 1u);
+}
