@@ -1,5 +1,6 @@
 #include "apps/demo_cmd.hpp"
 
+#include "apps/delivery_audit.hpp"
 #include "apps/request_cmd.hpp"
 
 #include "actors/call/hedging.hpp"
@@ -71,16 +72,6 @@ double seconds_since(demo_clock::time_point t0) {
   return std::chrono::duration<double>(demo_clock::now() - t0).count();
 }
 
-/// The hedging endpoint name of a route: the path before '?' without the
-/// leading '/', '/' → '_' ("/lognormal?x=1" → "lognormal").
-std::string endpoint_name(const std::string& route) {
-  auto path = route.substr(0, route.find('?'));
-  std::string name;
-  for (std::size_t i = 1; i < path.size(); ++i)
-    name += path[i] == '/' ? '_' : path[i];
-  return name.empty() ? "root" : name;
-}
-
 /// Splits "/p?a=1&b=2" into the path and its parameters.
 void split_route(const std::string& route, std::string& path,
                  std::vector<std::pair<std::string, std::string>>& params) {
@@ -138,12 +129,45 @@ struct latency_book {
   }
 };
 
+/// The delivery audit of one watcher: its callbacks run on the watcher's
+/// actor, the report reads it after the watcher stopped.
+struct audited_feed {
+  audited_feed(feed_mode m, uint64_t group, uint64_t groups)
+    : mode(m), audit(group, groups, m == feed_mode::ledger) {
+  }
+  feed_mode mode;
+  std::mutex mu;
+  delivery_audit audit;
+};
+
 /// What the feed callbacks share with the main thread.
 struct feed_counters {
   std::atomic<uint64_t> events{0};
   std::atomic<uint64_t> resets{0};
   /// Resets by cause (index: reset_cause, gap is the last).
   std::atomic<uint64_t> by_cause[reset_cause_count] = {};
+  /// One audit per watcher, in watcher order.
+  std::vector<std::shared_ptr<audited_feed>> audits;
+};
+
+/// The demo's number of a delivered event (its metadata {"n": n}: the
+/// whole event of a replay page or an in-frame event), -1 when it has none.
+int64_t event_number(const boost::json::value& ev) {
+  if (!ev.is_object())
+    return -1;
+  auto* md = ev.get_object().if_contains("metadata");
+  if (!md || !md->is_object())
+    return -1;
+  auto* n = md->get_object().if_contains("n");
+  return n && n->is_int64() ? n->get_int64() : -1;
+}
+
+/// What the publisher did, for the audits: the last number published and
+/// the numbers whose publish failed.
+struct publish_log {
+  std::atomic<int64_t> last_published{-1};
+  std::mutex mu;
+  std::vector<int64_t> failed; // ascending (one publisher thread)
 };
 
 /// Open-loop pacing shared by a pool of worker threads: call n is due at
@@ -155,6 +179,12 @@ public:
   }
 
   bool wait_turn(const std::atomic<bool>& stop) {
+    return next_turn(stop).has_value();
+  }
+
+  /// Waits for the next call's turn; returns its number (0, 1, ...), or
+  /// nullopt when `stop` was set while waiting.
+  std::optional<uint64_t> next_turn(const std::atomic<bool>& stop) {
     auto n = next_.fetch_add(1);
     auto due = start_
                + std::chrono::duration_cast<demo_clock::duration>(
@@ -162,10 +192,10 @@ public:
     while (!stop.load()) {
       auto now = demo_clock::now();
       if (now >= due)
-        return true;
+        return n;
       std::this_thread::sleep_for(std::min<demo_clock::duration>(due - now, 50ms));
     }
-    return false;
+    return std::nullopt;
   }
 
 private:
@@ -251,7 +281,8 @@ CLI::App* add_demo_command(CLI::App& app, demo_options& opts) {
   cmd->footer(
     "Output: the first stdout line is {\"metrics\":URL,\"hub\":URL,...}; a "
     "status line per second on stderr; a report table on stdout at the "
-    "end.\nEnds after --duration seconds or on SIGINT/SIGTERM, exit 0.\n"
+    "end (--report json: the report alone on stdout, one JSON document).\n"
+    "Ends after --duration seconds or on SIGINT/SIGTERM, exit 0.\n"
     "Exit codes: 0 ok, 2 usage/config_error (--oracle-endpoints without "
     "--hub, too), 7 service_unavailable (--hub: nothing was reached, no "
     "publish, call, timestamp or feed; one error line on stderr after the "
@@ -282,6 +313,12 @@ CLI::App* add_demo_command(CLI::App& app, demo_options& opts) {
     "Only with --hub (the embedded hub runs its own cluster): the "
     "external oracle cluster's host:port list (none: no oracle traffic)")
                       ->delimiter(',');
+  cmd
+    ->add_option("--report", opts.report,
+                 "The report: a table, or one JSON document on stdout (the "
+                 "start line then goes to stderr)")
+    ->check(CLI::IsMember({"table", "json"}))
+    ->capture_default_str();
   return cmd;
 }
 
@@ -391,7 +428,7 @@ service_stack_options demo_stack(const demo_config& cfg, const hub_site& site,
   hedging_options ho;
   ho.config = cfg.hedging;
   for (const auto& r : cfg.traffic.routes) {
-    auto name = endpoint_name(r);
+    auto name = demo_endpoint_name(r);
     if (std::find(endpoint_keys.begin(), endpoint_keys.end(),
                   "endpoint:" + name)
         != endpoint_keys.end())
@@ -399,7 +436,10 @@ service_stack_options demo_stack(const demo_config& cfg, const hub_site& site,
     std::string path;
     std::vector<std::pair<std::string, std::string>> params;
     split_route(r, path, params);
-    ho.routes.register_route("GET", path, endpoint_config{}, name);
+    auto ep = cfg.traffic.endpoints.find(name);
+    ho.routes.register_route(
+      "GET", path,
+      ep == cfg.traffic.endpoints.end() ? endpoint_config{} : ep->second, name);
     endpoint_keys.push_back("endpoint:" + name);
   }
   o.hedging = std::move(ho);
@@ -441,12 +481,21 @@ void start_feeds(service_stack& stack, const demo_config& cfg,
     fc.prefixes = {"demo/" + std::to_string(i % cfg.subject_groups) + "/"};
     fc.ws_handshake_timeout = 30.0;
     fc.reconnect_max_backoff = 5.0;
+    auto audit = std::make_shared<audited_feed>(t.mode, i % cfg.subject_groups,
+                                                cfg.subject_groups);
+    counters->audits.push_back(audit);
     feed_callbacks cbs;
     cbs.detached = false;
-    cbs.on_event = [counters](const feed_event&) {
+    cbs.on_event = [counters, audit](const feed_event& ev) {
       counters->events.fetch_add(1, std::memory_order_relaxed);
+      std::lock_guard<std::mutex> lock{audit->mu};
+      audit->audit.on_event(event_number(ev.event));
     };
-    cbs.on_reset = [counters](const feed_reset& r) {
+    cbs.on_reset = [counters, audit](const feed_reset& r) {
+      {
+        std::lock_guard<std::mutex> lock{audit->mu};
+        audit->audit.on_reset();
+      }
       counters->resets.fetch_add(1, std::memory_order_relaxed);
       auto c = static_cast<std::size_t>(r.cause);
       if (c < std::size(counters->by_cause))
@@ -476,17 +525,128 @@ void print_first_line(std::ostream& out, const std::string& metrics_url,
   out << boost::json::serialize(line) << std::endl; // flushed
 }
 
+/// The clients the report compares with the demo's hedged one, each a
+/// service_stack of its own (own pool, own retry budget), exported through
+/// the main stack's poller: an unhedged twin of the hedged client
+/// (traffic.compare_unhedged), and the outage drill's pair -- outbound's
+/// client with hedging, breakers and budget at their defaults, and a naive
+/// retrier (the same retry policy, the budget off).
+struct side_clients {
+  std::unique_ptr<service_stack> unhedged;
+  std::unique_ptr<service_stack> outage;
+  std::unique_ptr<service_stack> naive;
+  /// The outage drill runs (embedded hub, traffic, and an outage that
+  /// ends before the run does).
+  bool drill = false;
+
+  /// Stops every stack (before the actor system ends).
+  void stop() {
+    for (auto* s : {unhedged.get(), outage.get(), naive.get()})
+      if (s)
+        s->stop();
+  }
+};
+
+/// The outage drill's route with its tag ("/steady" -> "/steady?tag=...").
+std::string tagged(const std::string& route, const std::string& tag) {
+  return route + (route.find('?') == std::string::npos ? "?" : "&")
+         + "tag=" + tag;
+}
+
+side_clients make_side_clients(caf::actor_system& sys, const demo_config& cfg,
+                               const hub_site& site, service_stack& main) {
+  side_clients s;
+  auto watch = [&](service_stack& st, const std::string& name) {
+    if (main.poller())
+      caf::anon_send(main.poller(), metrics_watch_client{name, st.client()});
+  };
+  if (cfg.traffic.requests_per_second > 0 && cfg.traffic.compare_unhedged) {
+    service_stack_options o;
+    o.name = "demo_unhedged";
+    o.client.base_url = site.base_url;
+    o.client.timeout = cfg.traffic.timeout;
+    o.client.deadline = cfg.traffic.deadline;
+    o.client.retry.max_attempts = 2; // as the hedged client's
+    s.unhedged = std::make_unique<service_stack>(sys, std::move(o));
+    watch(*s.unhedged, "demo_unhedged");
+  }
+  const auto& u = cfg.outage;
+  s.drill = site.embedded && u.calls_per_second > 0
+            && u.start + u.seconds < cfg.duration;
+  if (!s.drill)
+    return s;
+  auto drill_client = [&](bool budget) {
+    service_stack_options o;
+    o.name = budget ? "demo_outage" : "demo_naive";
+    o.client.base_url = site.base_url;
+    o.client.timeout = 2.0;
+    o.client.deadline = 5.0;
+    o.client.retry.max_attempts = u.max_attempts;
+    o.client.retry.base_backoff = 0.05;
+    // The outage answers 503: a status the policy retries.
+    o.client.retry.retry_statuses = {429, 502, 503, 504};
+    o.client.retry_budget.enabled = budget;
+    if (budget) {
+      hedging_options ho;
+      ho.config = cfg.hedging;
+      // Short enough for the drill's breakers to go through a whole cycle
+      // (open, half-open, closed) within its ~10 s.
+      ho.config.breaker.window = 4.0;
+      ho.config.breaker.cooldown = 3.0;
+      ho.routes.register_route("GET", u.route, endpoint_config{}, "outage");
+      o.hedging = std::move(ho);
+    }
+    auto st = std::make_unique<service_stack>(sys, std::move(o));
+    watch(*st, budget ? "demo_outage" : "demo_naive");
+    return st;
+  };
+  s.outage = drill_client(true);
+  s.naive = drill_client(false);
+  return s;
+}
+
+/// The client's retry budget counters now (zeros when it does not answer).
+retry_budget_stats budget_of(caf::scoped_actor& self,
+                             const service_client_actor& client) {
+  retry_budget_stats r;
+  self->request(client, 2s, retry_budget_request{})
+    .receive([&](retry_budget_stats& s) { r = s; }, [](caf::error&) {});
+  return r;
+}
+
+/// What the outage drill measured (see demo_outage_config).
+struct outage_result {
+  bool ran = false;
+  double seconds = 0;
+  /// Requests of each client the hub counted during the outage.
+  uint64_t outbound_attempts = 0;
+  uint64_t naive_attempts = 0;
+  /// outbound's primaries from half a second before the outage to its end,
+  /// and in the budget window before that (its savings).
+  uint64_t primaries = 0;
+  uint64_t primaries_before = 0;
+  /// The attempts the budget allows: primaries + percent of (primaries
+  /// before + during) + min_per_second x window.
+  double ceiling = 0;
+  /// Retries and hedges the budget refused during the outage.
+  uint64_t refusals = 0;
+};
+
 /// The demo's load: a publisher at cfg.rate, request workers at
-/// traffic.requests_per_second, timestamp callers at
-/// oracle.calls_per_second, each an open loop on its own thread. The
-/// destructor stops and joins them on every way out (an exception
-/// included: a joinable std::thread would terminate).
+/// traffic.requests_per_second (every other call through the unhedged
+/// client when there is one), timestamp callers at
+/// oracle.calls_per_second plus a burst of bursts.size calls every
+/// bursts.interval, the outage drill's two clients, and the scripted
+/// events (the outage, the hub's restart), each an open loop on its own
+/// thread. The destructor stops and joins them on every way out (an
+/// exception included: a joinable std::thread would terminate).
 class demo_traffic {
 public:
   demo_traffic(const demo_config& cfg, caf::actor_system& sys,
-               service_stack& stack, hub* embedded, demo_families& families)
-    : cfg_(cfg), sys_(sys), stack_(stack), embedded_(embedded),
-      families_(families) {
+               service_stack& stack, side_clients& side, hub* embedded,
+               demo_families& families, publish_log& log)
+    : cfg_(cfg), sys_(sys), stack_(stack), side_(side), embedded_(embedded),
+      families_(families), log_(log) {
   }
 
   ~demo_traffic() {
@@ -496,6 +656,10 @@ public:
   demo_traffic(const demo_traffic&) = delete;
   demo_traffic& operator=(const demo_traffic&) = delete;
 
+  /// Worker threads of each outage drill client: a call of the naive
+  /// retrier lasts up to its backoffs (0.05 + 0.1 + 0.2 s ...).
+  static constexpr std::size_t outage_workers = 48;
+
   void start() {
     t0 = demo_clock::now();
     if (cfg_.rate > 0)
@@ -504,13 +668,32 @@ public:
       request_pacer_
         = std::make_unique<pacer>(cfg_.traffic.requests_per_second, t0);
       for (std::size_t w = 0; w < cfg_.traffic.concurrency; ++w)
-        threads_.emplace_back([this, w] { request_loop(w); });
+        threads_.emplace_back([this] { request_loop(); });
     }
     if (stack_.driver() && cfg_.oracle.calls_per_second > 0) {
       ts_pacer_ = std::make_unique<pacer>(cfg_.oracle.calls_per_second, t0);
       for (std::size_t w = 0; w < cfg_.oracle.callers; ++w)
         threads_.emplace_back([this] { ts_loop(); });
     }
+    if (stack_.driver() && cfg_.bursts.size > 0)
+      threads_.emplace_back([this] { burst_loop(); });
+    if (side_.drill) {
+      outage_pacer_ = std::make_unique<pacer>(cfg_.outage.calls_per_second, t0);
+      naive_pacer_ = std::make_unique<pacer>(cfg_.outage.calls_per_second, t0);
+      for (std::size_t w = 0; w < outage_workers; ++w) {
+        threads_.emplace_back([this] {
+          drill_loop(*outage_pacer_, side_.outage->client(), "outbound");
+        });
+        threads_.emplace_back([this] {
+          drill_loop(*naive_pacer_, side_.naive->client(), "naive");
+        });
+      }
+    }
+    if (side_.drill)
+      threads_.emplace_back([this] { outage_loop(); });
+    if (embedded_ && cfg_.hub_restart_at > 0
+        && cfg_.hub_restart_at < cfg_.duration)
+      threads_.emplace_back([this] { restart_loop(); });
   }
 
   void join() {
@@ -520,29 +703,56 @@ public:
         t.join();
   }
 
+  /// The outage's result (after join()).
+  outage_result outage() {
+    std::lock_guard<std::mutex> lock{outage_mu_};
+    return outage_;
+  }
+
+  /// "outage" while the drill's route is down, "restarted" in the status
+  /// interval after the hub's restart, "" otherwise.
+  std::string phase() {
+    std::lock_guard<std::mutex> lock{outage_mu_};
+    auto p = phase_;
+    if (phase_ == "restarted")
+      phase_.clear();
+    return p;
+  }
+
   demo_clock::time_point t0 = demo_clock::now();
   latency_book requests;
+  latency_book unhedged;
   latency_book ts;
   std::atomic<uint64_t> published{0};
   std::atomic<uint64_t> publish_failed{0};
+  std::atomic<uint64_t> burst_calls{0};
+  std::atomic<uint64_t> burst_failed{0};
+  std::atomic<uint64_t> bursts{0};
+  std::atomic<bool> restarted{false};
 
 private:
   void publish_loop() {
     pacer p{cfg_.rate, t0};
     caf::scoped_actor self{sys_};
-    uint64_t n = 0;
+    int64_t n = 0;
     while (p.wait_turn(stopping_)) {
       auto subject = "demo/" + std::to_string(n % cfg_.subject_groups) + "/"
                      + std::to_string(n);
       auto meta = "{\"n\":" + std::to_string(n) + "}";
-      ++n;
       std::optional<int64_t> id = embedded_
                                     ? publish_embedded(subject, meta)
                                     : publish_external(self, subject, meta);
+      log_.last_published.store(n);
       if (!id) {
+        {
+          std::lock_guard<std::mutex> lock{log_.mu};
+          log_.failed.push_back(n);
+        }
+        ++n;
         publish_failed.fetch_add(1);
         continue;
       }
+      ++n;
       if (*id > 0)
         families_.head.Set(static_cast<double>(*id));
       published.fetch_add(1);
@@ -593,20 +803,30 @@ private:
     return id;
   }
 
-  void request_loop(std::size_t w) {
+  /// Call n goes to route (n / 2) of the list, through the hedged client
+  /// when n is even and the unhedged one when n is odd: both clients see
+  /// the same routes in the same order. The embedded hub counts each
+  /// client's requests by tag (the extra load). Without the unhedged
+  /// client every call is hedged's, route n.
+  void request_loop() {
     caf::scoped_actor self{sys_};
     auto deadline = std::chrono::duration_cast<caf::timespan>(
       std::chrono::duration<double>(cfg_.traffic.deadline + 5.0));
     const auto& routes = cfg_.traffic.routes;
-    std::size_t k = w;
-    while (request_pacer_->wait_turn(stopping_)) {
+    bool twin = side_.unhedged != nullptr;
+    while (auto n = request_pacer_->next_turn(stopping_)) {
+      bool hedged = !twin || *n % 2 == 0;
+      auto k = twin ? *n / 2 : *n;
       call_request req;
-      split_route(routes[k++ % routes.size()], req.path, req.params);
+      split_route(routes[k % routes.size()], req.path, req.params);
+      if (embedded_)
+        req.params.emplace_back("tag", hedged ? "hedged" : "unhedged");
       auto s = demo_clock::now();
       bool ok = false;
-      self->request(stack_.client(), deadline, std::move(req))
+      const auto& client = hedged ? stack_.client() : side_.unhedged->client();
+      self->request(client, deadline, std::move(req))
         .receive([&](call_outcome& o) { ok = o.ok(); }, [](caf::error&) {});
-      requests.record(seconds_since(s), ok);
+      (hedged ? requests : unhedged).record(seconds_since(s), ok);
     }
   }
 
@@ -626,15 +846,163 @@ private:
     }
   }
 
+  /// Every bursts.interval: bursts.size timestamp calls at once (all sent,
+  /// then all awaited), as a crowd of callers arriving together.
+  void burst_loop() {
+    caf::scoped_actor self{sys_};
+    auto deadline = std::chrono::duration_cast<caf::timespan>(
+      std::chrono::duration<double>(cfg_.oracle.timeout + 5.0));
+    pacer p{1.0 / cfg_.bursts.interval, t0 + 1s};
+    while (p.wait_turn(stopping_)) {
+      ts_call call;
+      call.count = cfg_.oracle.count;
+      call.timeout = cfg_.oracle.timeout;
+      std::vector<decltype(self->request(stack_.driver(), deadline, call))> hs;
+      hs.reserve(cfg_.bursts.size);
+      for (std::size_t i = 0; i < cfg_.bursts.size; ++i)
+        hs.push_back(self->request(stack_.driver(), deadline, call));
+      for (auto& h : hs) {
+        bool ok = false;
+        h.receive([&](coalesce_reply& r) { ok = !r.error; },
+                  [](caf::error&) {});
+        burst_calls.fetch_add(1);
+        if (!ok)
+          burst_failed.fetch_add(1);
+      }
+      bursts.fetch_add(1);
+    }
+  }
+
+  /// One worker of an outage drill client: the drill's route, tagged.
+  void drill_loop(pacer& p, const service_client_actor& client,
+                  const std::string& tag) {
+    caf::scoped_actor self{sys_};
+    while (p.wait_turn(stopping_)) {
+      call_request req;
+      split_route(tagged(cfg_.outage.route, "outage-" + tag), req.path,
+                  req.params);
+      self->request(client, 10s, std::move(req))
+        .receive([](call_outcome&) {}, [](caf::error&) {});
+    }
+  }
+
+  /// Sleeps until `seconds` after the start; false when stopping first.
+  bool sleep_until(double seconds) {
+    auto due = t0
+               + std::chrono::duration_cast<demo_clock::duration>(
+                 std::chrono::duration<double>(seconds));
+    while (!stopping_.load()) {
+      auto now = demo_clock::now();
+      if (now >= due)
+        return true;
+      std::this_thread::sleep_for(
+        std::min<demo_clock::duration>(due - now, 50ms));
+    }
+    return false;
+  }
+
+  /// The hub's restart at hub_restart_at: the catch-up tier's new epoch,
+  /// every WebSocket dropped.
+  void restart_loop() {
+    if (sleep_until(cfg_.hub_restart_at))
+      restart_hub();
+  }
+
+  /// The outage: its route down for outage.seconds, the hub's counts taken
+  /// at both ends. The ceiling is what the retry budget guarantees (core/
+  /// retry_budget.hpp): an extra attempt is granted only while the
+  /// window's withdrawals stay within percent of its deposits plus the
+  /// reserve, and an attempt leaves the window 0.9 to 1 window after it was
+  /// made. So the outage (at most 8.5 s) plus the half second before it
+  /// fit in one window (10 s), and the retries and hedges sent from half a
+  /// second before the outage to its end are at most percent x the
+  /// primaries of [start - 0.5 s - window, end] + min_per_second x window.
+  /// The half second counts a call or hedge already on its way when the
+  /// route went down; the attempts at the hub are then at most the
+  /// primaries of [start - 0.5 s, end] plus those extra attempts.
+  void outage_loop() {
+    const auto& u = cfg_.outage;
+    retry_budget_config rb; // the drill client's: the defaults
+    caf::scoped_actor self{sys_};
+    auto sample_at = [&](double at) -> std::optional<retry_budget_stats> {
+      if (at < 0)
+        return retry_budget_stats{}; // before the start: nothing yet
+      if (!sleep_until(at))
+        return std::nullopt;
+      return budget_of(self, side_.outage->client());
+    };
+    auto early = sample_at(u.start - 0.5 - rb.window);
+    auto pre = early ? sample_at(u.start - 0.5) : std::nullopt;
+    if (!pre || !sleep_until(u.start))
+      return;
+    auto at_start = budget_of(self, side_.outage->client());
+    auto o0 = embedded_->profile_requests("outage-outbound");
+    auto n0 = embedded_->profile_requests("outage-naive");
+    set_outage(u.route, "outage");
+    auto ran = sleep_until(u.start + u.seconds);
+    set_outage("", "");
+    // The hub's counts first, the deposits after: a call that starts in
+    // between is counted as a primary, never as an attempt alone.
+    auto o1 = embedded_->profile_requests("outage-outbound");
+    auto n1 = embedded_->profile_requests("outage-naive");
+    auto end = budget_of(self, side_.outage->client());
+    if (!ran)
+      return;
+    outage_result r;
+    r.ran = true;
+    r.seconds = u.seconds;
+    r.outbound_attempts = o1 - o0;
+    r.naive_attempts = n1 - n0;
+    r.primaries = end.deposits - pre->deposits;
+    r.primaries_before = pre->deposits - early->deposits;
+    r.ceiling = static_cast<double>(r.primaries)
+                + rb.percent / 100.0
+                    * static_cast<double>(r.primaries + r.primaries_before)
+                + rb.min_per_second * rb.window;
+    r.refusals = (end.refusals[0] + end.refusals[1])
+                 - (at_start.refusals[0] + at_start.refusals[1]);
+    std::lock_guard<std::mutex> lock{outage_mu_};
+    outage_ = r;
+  }
+
+  void set_outage(const std::string& route, const std::string& phase) {
+    try {
+      embedded_->set_faults("{\"outage_path\":\"" + route + "\"}");
+    } catch (const std::exception&) {
+      return; // a route the config validated: not reached
+    }
+    std::lock_guard<std::mutex> lock{outage_mu_};
+    phase_ = phase;
+  }
+
+  void restart_hub() {
+    try {
+      embedded_->restart();
+      embedded_->drop_connections("all");
+    } catch (const std::exception&) {
+      return; // the hub stopping
+    }
+    restarted.store(true);
+    std::lock_guard<std::mutex> lock{outage_mu_};
+    phase_ = "restarted";
+  }
+
   const demo_config& cfg_;
   caf::actor_system& sys_;
   service_stack& stack_;
+  side_clients& side_;
   hub* embedded_;
   demo_families& families_;
+  publish_log& log_;
   std::atomic<bool> stopping_{false};
   std::unique_ptr<pacer> request_pacer_;
   std::unique_ptr<pacer> ts_pacer_;
+  std::unique_ptr<pacer> outage_pacer_;
+  std::unique_ptr<pacer> naive_pacer_;
   std::vector<std::thread> threads_;
+  std::mutex outage_mu_;
+  outage_result outage_;
+  std::string phase_;
 };
 
 /// Asks the running actors what the status lines and the report show.
@@ -698,6 +1066,39 @@ public:
     return n;
   }
 
+  /// The driver's counters now (nullopt without a driver or an answer).
+  std::optional<coalesce_stats> driver_stats() {
+    std::optional<coalesce_stats> r;
+    if (!stack_.driver() || !self_)
+      return r;
+    (*self_)
+      ->request(stack_.driver(), 2s, stats_atom_v)
+      .receive([&](coalesce_stats& s) { r = std::move(s); },
+               [](caf::error&) {});
+    return r;
+  }
+
+  /// The transitions of every breaker of `st`'s client, summed: opens,
+  /// half-opens, closes.
+  std::array<uint64_t, 3> breaker_transitions(service_stack& st) {
+    std::array<uint64_t, 3> t{};
+    const auto& handles = st.hedging();
+    if (!handles.breakers || !self_)
+      return t;
+    (*self_)
+      ->request(handles.breakers, 2s, breaker_all_request{})
+      .receive(
+        [&](breaker_all_reply& r) {
+          for (const auto& b : r.breakers) {
+            t[0] += b.snapshot.opens;
+            t[1] += b.snapshot.half_opens;
+            t[2] += b.snapshot.closes;
+          }
+        },
+        [](caf::error&) {});
+    return t;
+  }
+
   /// Ends the probe's scoped actor (one counts as running, so this comes
   /// before the exit settles).
   void close() {
@@ -713,10 +1114,13 @@ private:
 
 /// One status line per cfg.status_interval on `err` until the run's
 /// duration ends or SIGINT/SIGTERM arrives; true when a signal ended it.
+/// Besides the feeds, it shows the comparisons of the report as they
+/// build up: hedged vs unhedged p99, the outage drill's attempts per second
+/// at the hub (outbound vs naive), and the driver's RPCs against its calls.
 bool status_lines(const demo_config& cfg, demo_traffic& traffic,
                   service_stack& stack, demo_probe& probe,
-                  const feed_counters& counters, const sigset_t& sigs,
-                  std::ostream& err) {
+                  const feed_counters& counters, const side_clients& side,
+                  hub* embedded, const sigset_t& sigs, std::ostream& err) {
   auto t0 = traffic.t0;
   auto at = [t0](double seconds) {
     return t0
@@ -727,6 +1131,7 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
   uint64_t last_events = 0;
   auto last_hedge = stack.hedge_stats();
   auto last_tick = demo_clock::now();
+  uint64_t last_outbound = 0, last_naive = 0, last_calls = 0, last_rpcs = 0;
   for (int tick = 1;; ++tick) {
     auto until = std::min(at(tick * cfg.status_interval), end);
     auto wait
@@ -738,8 +1143,12 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
       return false;
     auto dt = std::chrono::duration<double>(now - last_tick).count();
     last_tick = now;
+    auto rate = [dt](uint64_t n) {
+      return fmt_num(double(n) / dt, 0);
+    };
     auto events = counters.events.load();
     auto [reqs, p99] = traffic.requests.take_interval();
+    auto [twin_reqs, twin_p99] = traffic.unhedged.take_interval();
     auto [ts_calls, ts_p99] = traffic.ts.take_interval();
     auto hs = stack.hedge_stats();
     auto planned = hs.total_requests - last_hedge.total_requests;
@@ -747,20 +1156,78 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
     last_hedge = hs;
     std::ostringstream line;
     line << "demo " << fmt_num(seconds_since(t0), 0) << "s: events " << events
-         << " (+" << fmt_num(double(events - last_events) / dt, 0)
-         << "/s) resets " << counters.resets.load() << " connected "
-         << probe.connected_feeds() << "/" << stack.watchers().size()
-         << " | requests " << fmt_num(double(reqs) / dt, 0) << "/s hedged "
+         << " (+" << rate(events - last_events) << "/s) resets "
+         << counters.resets.load() << " connected " << probe.connected_feeds()
+         << "/" << stack.watchers().size() << " | requests "
+         << rate(reqs + twin_reqs) << "/s hedged "
          << fmt_num(planned ? 100.0 * double(hedged) / double(planned) : 0.0)
-         << "% p99 " << fmt_ms(p99) << " | breakers " << probe.breakers().str()
-         << " | ts " << fmt_num(double(ts_calls) / dt, 0) << "/s p99 "
-         << fmt_ms(ts_p99);
+         << "% p99 " << fmt_ms(p99);
+    if (side.unhedged)
+      line << " (unhedged " << fmt_ms(twin_p99) << ")";
+    line << " | breakers " << probe.breakers().str();
+    if (side.drill && embedded) {
+      auto o = embedded->profile_requests("outage-outbound");
+      auto n = embedded->profile_requests("outage-naive");
+      line << " | outage drill";
+      auto phase = traffic.phase();
+      if (phase == "outage")
+        line << " [route down]";
+      line << ": attempts outbound " << rate(o - last_outbound) << "/s naive "
+           << rate(n - last_naive) << "/s";
+      last_outbound = o;
+      last_naive = n;
+      if (phase == "restarted")
+        line << " | hub restarted";
+    } else if (traffic.phase() == "restarted") {
+      line << " | hub restarted";
+    }
+    line << " | ts " << rate(ts_calls) << "/s p99 " << fmt_ms(ts_p99);
+    if (auto ds = probe.driver_stats()) {
+      line << " rpcs " << rate(ds->batches.rpcs - last_rpcs) << "/s for "
+           << rate(ds->calls - last_calls) << " calls/s";
+      last_rpcs = ds->batches.rpcs;
+      last_calls = ds->calls;
+    }
     err << line.str() << std::endl;
     last_events = events;
   }
 }
 
-/// What the report table shows, gathered after the traffic stopped.
+/// One client's calls over the run: counts and latency quantiles of the
+/// calls that succeeded, and the requests the hub counted for them.
+struct call_summary {
+  uint64_t ok = 0, failed = 0;
+  std::optional<double> p50, p99, p999, max;
+  /// Requests the embedded hub counted under the client's tag (nullopt:
+  /// an external hub).
+  std::optional<uint64_t> hub_requests;
+
+  uint64_t calls() const {
+    return ok + failed;
+  }
+
+  /// Requests beyond one per call, as a fraction of the calls (hedges and
+  /// retries that reached the backend).
+  std::optional<double> extra_load() const {
+    if (!hub_requests || calls() == 0)
+      return std::nullopt;
+    return (double(*hub_requests) - double(calls())) / double(calls());
+  }
+};
+
+call_summary summarize(latency_book& b) {
+  std::lock_guard<std::mutex> lock{b.mu};
+  call_summary s;
+  s.ok = b.ok;
+  s.failed = b.failed;
+  s.p50 = b.total.quantile(0.5);
+  s.p99 = b.total.quantile(0.99);
+  s.p999 = b.total.quantile(0.999);
+  s.max = b.total.max();
+  return s;
+}
+
+/// What the report shows, gathered after the traffic stopped.
 struct demo_outcome {
   double run_seconds = 0;
   bool signalled = false;
@@ -769,42 +1236,96 @@ struct demo_outcome {
   service_stack_report stack;
   breaker_counts breakers;
   bool oracle = false;
-  uint64_t req_ok = 0, req_failed = 0, ts_ok = 0, ts_failed = 0;
-  std::optional<double> req_p50, req_p99, req_max, ts_p50, ts_p99;
+  bool unhedged_ran = false;
+  call_summary hedged, unhedged, ts;
+  uint64_t burst_calls = 0, burst_failed = 0, bursts = 0;
+  outage_result outage;
+  std::array<uint64_t, 3> outage_breakers{};
   uint64_t published = 0, publish_failed = 0, events = 0, resets = 0;
   std::string causes;
+  std::vector<std::pair<std::string, uint64_t>> resets_by_cause;
+  delivery_totals audit;
+  bool restarted = false;
+
+  // Old names, kept for check_reached.
+  uint64_t req_ok = 0, req_failed = 0, ts_ok = 0, ts_failed = 0;
 };
 
 /// The call counters and latency quantiles of the whole run.
-void take_books(demo_traffic& traffic, demo_outcome& r) {
-  {
-    std::lock_guard<std::mutex> lock{traffic.requests.mu};
-    r.req_ok = traffic.requests.ok;
-    r.req_failed = traffic.requests.failed;
-    r.req_p50 = traffic.requests.total.quantile(0.5);
-    r.req_p99 = traffic.requests.total.quantile(0.99);
-    r.req_max = traffic.requests.total.max();
+void take_books(demo_traffic& traffic, hub* embedded, demo_outcome& r) {
+  r.hedged = summarize(traffic.requests);
+  r.unhedged = summarize(traffic.unhedged);
+  r.ts = summarize(traffic.ts);
+  if (embedded) {
+    r.hedged.hub_requests = embedded->profile_requests("hedged");
+    r.unhedged.hub_requests = embedded->profile_requests("unhedged");
   }
-  std::lock_guard<std::mutex> lock{traffic.ts.mu};
-  r.ts_ok = traffic.ts.ok;
-  r.ts_failed = traffic.ts.failed;
-  r.ts_p50 = traffic.ts.total.quantile(0.5);
-  r.ts_p99 = traffic.ts.total.quantile(0.99);
+  r.req_ok = r.hedged.ok + r.unhedged.ok;
+  r.req_failed = r.hedged.failed + r.unhedged.failed;
+  r.ts_ok = r.ts.ok;
+  r.ts_failed = r.ts.failed;
+  r.burst_calls = traffic.burst_calls.load();
+  r.burst_failed = traffic.burst_failed.load();
+  r.bursts = traffic.bursts.load();
   r.published = traffic.published.load();
   r.publish_failed = traffic.publish_failed.load();
+  r.outage = traffic.outage();
 }
 
-/// The feed counters; a catchup watcher's first subscribe is a resync, an
-/// ephemeral watcher's first connect a reconnect: both are resets by
-/// design, listed by cause.
-void take_feed_counters(const feed_counters& counters, demo_outcome& r) {
+/// The feed counters and the audits; a catchup watcher's first subscribe
+/// is a resync, an ephemeral watcher's first connect a reconnect: both are
+/// resets by design, listed by cause.
+void take_feed_counters(const feed_counters& counters, publish_log& log,
+                        demo_outcome& r) {
   r.events = counters.events.load();
   r.resets = counters.resets.load();
   for (std::size_t c = 0; c < std::size(counters.by_cause); ++c)
-    if (auto n = counters.by_cause[c].load(); n > 0)
-      r.causes += (r.causes.empty() ? "" : ", ")
-                  + std::string{to_string(static_cast<reset_cause>(c))} + " "
-                  + std::to_string(n);
+    if (auto n = counters.by_cause[c].load(); n > 0) {
+      auto name = std::string{to_string(static_cast<reset_cause>(c))};
+      r.causes
+        += (r.causes.empty() ? "" : ", ") + name + " " + std::to_string(n);
+      r.resets_by_cause.emplace_back(name, n);
+    }
+  std::vector<int64_t> failed;
+  {
+    std::lock_guard<std::mutex> lock{log.mu};
+    failed = log.failed;
+  }
+  auto last = log.last_published.load();
+  for (const auto& a : counters.audits) {
+    std::lock_guard<std::mutex> lock{a->mu};
+    r.audit += a->audit.finish(failed, last);
+  }
+}
+
+/// Waits (at most `bound`) until every ledger watcher delivered the last
+/// event of its group, so that the audit's pending tail is what is really
+/// late, not what was published a moment before the stop.
+void settle_ledger_feeds(const feed_counters& counters, publish_log& log,
+                         demo_clock::duration bound) {
+  auto until = demo_clock::now() + bound;
+  auto last = log.last_published.load();
+  for (;;) {
+    uint64_t pending = 0;
+    std::vector<int64_t> failed;
+    {
+      std::lock_guard<std::mutex> lock{log.mu};
+      failed = log.failed;
+    }
+    for (const auto& a : counters.audits) {
+      if (a->mode != feed_mode::ledger)
+        continue;
+      std::lock_guard<std::mutex> lock{a->mu};
+      pending += a->audit.finish(failed, last).pending;
+    }
+    if (pending == 0 || demo_clock::now() >= until)
+      return;
+    std::this_thread::sleep_for(50ms);
+  }
+}
+
+std::string fmt_pct(const std::optional<double>& x) {
+  return x ? fmt_num(100.0 * *x) + " %" : "-";
 }
 
 void report_feed_rows(std::ostream& out, const demo_config& cfg,
@@ -823,9 +1344,17 @@ void report_feed_rows(std::ostream& out, const demo_config& cfg,
         + std::to_string(r.publish_failed) + ")");
   row(out, "events_delivered",
       std::to_string(r.events) + " (" + per_s(r.events) + "/s)");
+  row(out, "feed_lost",
+      std::to_string(r.audit.lost) + " (not announced by a reset; "
+        + std::to_string(r.audit.pending) + " ledger events still in "
+        + "flight at the stop)");
+  row(out, "feed_duplicated",
+      std::to_string(r.audit.duplicated) + " (within an incarnation)");
   row(out, "feed_resets",
-      std::to_string(r.resets)
-        + (r.causes.empty() ? "" : " (" + r.causes + ")"));
+      std::to_string(r.resets) + (r.causes.empty() ? "" : " (" + r.causes + ")")
+        + (r.restarted
+             ? ", hub restarted at " + fmt_num(cfg.hub_restart_at, 0) + " s"
+             : ""));
   row(out, "feed_reconnects", std::to_string(f.reconnects));
   row(out, "feed_peer_timeouts", std::to_string(f.peer_timeouts));
   row(out, "feed_overflows", std::to_string(f.overflows));
@@ -834,7 +1363,13 @@ void report_feed_rows(std::ostream& out, const demo_config& cfg,
         + std::to_string(f.replay_errors) + ")");
 }
 
-void report_call_rows(std::ostream& out, const demo_outcome& r) {
+std::string latency_cell(const call_summary& s) {
+  return "p50 " + fmt_ms(s.p50) + ", p99 " + fmt_ms(s.p99) + ", p99.9 "
+         + fmt_ms(s.p999) + ", max " + fmt_ms(s.max);
+}
+
+void report_call_rows(std::ostream& out, const demo_config& cfg,
+                      const demo_outcome& r) {
   auto per_s = [&](uint64_t n) {
     return fmt_num(r.run_seconds > 0 ? double(n) / r.run_seconds : 0.0);
   };
@@ -843,31 +1378,61 @@ void report_call_rows(std::ostream& out, const demo_outcome& r) {
       std::to_string(r.req_ok + r.req_failed) + " ("
         + per_s(r.req_ok + r.req_failed) + "/s, failed "
         + std::to_string(r.req_failed) + ")");
-  row(out, "request_latency",
-      "p50 " + fmt_ms(r.req_p50) + ", p99 " + fmt_ms(r.req_p99) + ", max "
-        + fmt_ms(r.req_max));
-  row(out, "hedged",
-      std::to_string(h.hedged_requests) + " of "
-        + std::to_string(h.total_requests) + " ("
-        + fmt_num(h.total_requests ? 100.0 * double(h.hedged_requests)
-                                       / double(h.total_requests)
-                                   : 0.0)
-        + "%), won " + std::to_string(h.hedge_wins) + ", budget exhausted "
-        + std::to_string(h.budget_exhausted));
+  row(out, "hedged_latency", latency_cell(r.hedged));
+  row(out, "hedged_extra_load",
+      fmt_pct(r.hedged.extra_load()) + " (hedged "
+        + std::to_string(h.hedged_requests) + " of "
+        + std::to_string(h.total_requests) + ", won "
+        + std::to_string(h.hedge_wins) + ", budget exhausted "
+        + std::to_string(h.budget_exhausted) + ")");
+  if (r.unhedged_ran) {
+    row(out, "unhedged_latency", latency_cell(r.unhedged));
+    row(out, "unhedged_extra_load", fmt_pct(r.unhedged.extra_load()));
+  }
   row(out, "breakers", r.breakers.str());
+  const auto& o = r.outage;
+  if (o.ran) {
+    auto rate = [&](double n) {
+      return fmt_num(n / o.seconds) + "/s";
+    };
+    row(out, "outage",
+        cfg.outage.route + " answered 503 for " + fmt_num(o.seconds, 0)
+          + " s from " + fmt_num(cfg.outage.start, 0) + " s");
+    row(out, "outage_attempts_outbound",
+        rate(double(o.outbound_attempts)) + " ("
+          + std::to_string(o.outbound_attempts) + " for "
+          + std::to_string(o.primaries) + " calls; ceiling " + rate(o.ceiling)
+          + ", budget refusals " + std::to_string(o.refusals) + ")");
+    row(out, "outage_attempts_naive",
+        rate(double(o.naive_attempts)) + " (" + std::to_string(o.naive_attempts)
+          + ", no budget, up to " + std::to_string(cfg.outage.max_attempts)
+          + " attempts a call)");
+    row(out, "outage_breaker",
+        "opened " + std::to_string(r.outage_breakers[0]) + ", half-open "
+          + std::to_string(r.outage_breakers[1]) + ", closed "
+          + std::to_string(r.outage_breakers[2]));
+  } else {
+    row(out, "outage",
+        "skipped (needs the embedded hub and an outage that "
+        "ends before the run)");
+  }
   if (!r.oracle) {
     row(out, "ts_calls", "skipped (no oracle endpoints)");
     return;
   }
   row(out, "ts_calls",
-      std::to_string(r.ts_ok + r.ts_failed) + " ("
+      std::to_string(r.ts_ok + r.ts_failed) + " steady ("
         + per_s(r.ts_ok + r.ts_failed) + "/s, failed "
-        + std::to_string(r.ts_failed) + ")");
+        + std::to_string(r.ts_failed) + ") + " + std::to_string(r.burst_calls)
+        + " in " + std::to_string(r.bursts) + " bursts (failed "
+        + std::to_string(r.burst_failed) + ")");
   row(out, "ts_latency",
-      "p50 " + fmt_ms(r.ts_p50) + ", p99 " + fmt_ms(r.ts_p99));
+      "p50 " + fmt_ms(r.ts.p50) + ", p99 " + fmt_ms(r.ts.p99) + " (steady)");
   if (const auto& c = r.stack.oracle)
     row(out, "ts_rpcs",
-        std::to_string(c->batches.rpcs) + " (mean batch "
+        std::to_string(c->batches.rpcs) + " for " + std::to_string(c->calls)
+          + " calls (one RPC per call: " + std::to_string(c->calls)
+          + "; mean batch "
           + fmt_num(c->batches.rpcs
                       ? double(c->batches.joined) / double(c->batches.rpcs)
                       : 0.0)
@@ -885,8 +1450,171 @@ void print_report(std::ostream& out, const demo_config& cfg,
       site.base_url + (site.embedded ? " (embedded)" : " (external)"));
   row(out, "metrics", r.metrics_url);
   report_feed_rows(out, cfg, r);
-  report_call_rows(out, r);
+  report_call_rows(out, cfg, r);
   out << std::flush;
+}
+
+/// `v` as JSON text whose numbers read as written: integers as integers,
+/// other numbers in plain decimal notation ("895.8", not Boost.JSON's
+/// "8.958E2"); strings, keys and structure as boost::json::serialize.
+void write_plain_json(std::ostream& os, const boost::json::value& v) {
+  switch (v.kind()) {
+    case boost::json::kind::object: {
+      os << '{';
+      bool first = true;
+      for (const auto& kv : v.get_object()) {
+        os << (first ? "" : ",")
+           << boost::json::serialize(boost::json::string_view{kv.key()}) << ':';
+        write_plain_json(os, kv.value());
+        first = false;
+      }
+      os << '}';
+      return;
+    }
+    case boost::json::kind::array: {
+      os << '[';
+      bool first = true;
+      for (const auto& x : v.get_array()) {
+        os << (first ? "" : ",");
+        write_plain_json(os, x);
+        first = false;
+      }
+      os << ']';
+      return;
+    }
+    case boost::json::kind::double_: {
+      auto x = v.get_double();
+      if (!std::isfinite(x)) {
+        os << "null";
+      } else if (std::trunc(x) == x && std::abs(x) <= 0x1p53) {
+        os << static_cast<int64_t>(x);
+      } else {
+        std::ostringstream n;
+        n << std::setprecision(12) << x;
+        os << n.str();
+      }
+      return;
+    }
+    default: os << boost::json::serialize(v);
+  }
+}
+
+/// Milliseconds rounded to 0.1 ms (null when there is no value).
+boost::json::value json_ms(const std::optional<double>& s) {
+  if (!s)
+    return nullptr;
+  return json_number(std::round(*s * 10000.0) / 10.0);
+}
+
+/// A fraction rounded to 4 decimals (null when there is no value).
+boost::json::value json_ratio(const std::optional<double>& x) {
+  if (!x)
+    return nullptr;
+  return json_number(std::round(*x * 10000.0) / 10000.0);
+}
+
+boost::json::object json_calls(const call_summary& s) {
+  boost::json::object o;
+  o["calls"] = s.calls();
+  o["failed"] = s.failed;
+  o["p50_ms"] = json_ms(s.p50);
+  o["p99_ms"] = json_ms(s.p99);
+  o["p999_ms"] = json_ms(s.p999);
+  o["max_ms"] = json_ms(s.max);
+  o["extra_load"] = json_ratio(s.extra_load());
+  if (s.hub_requests)
+    o["hub_requests"] = *s.hub_requests;
+  else
+    o["hub_requests"] = nullptr;
+  return o;
+}
+
+/// The report as one JSON document (`--report json`; README).
+boost::json::object report_json(const demo_config& cfg, const hub_site& site,
+                                const demo_outcome& r) {
+  namespace json = boost::json;
+  json::object doc;
+  doc["run_seconds"] = json_number(std::round(r.run_seconds * 10.0) / 10.0);
+  doc["signalled"] = r.signalled;
+  doc["hub"] = site.base_url;
+  doc["hub_mode"] = site.embedded ? "embedded" : "external";
+  doc["metrics"] = r.metrics_url;
+  json::object hedging;
+  hedging["hedged"] = json_calls(r.hedged);
+  if (r.unhedged_ran)
+    hedging["unhedged"] = json_calls(r.unhedged);
+  else
+    hedging["unhedged"] = nullptr;
+  const auto& h = r.stack.hedging;
+  hedging["hedges_sent"] = h.hedged_requests;
+  hedging["hedge_wins"] = h.hedge_wins;
+  hedging["hedge_budget_exhausted"] = h.budget_exhausted;
+  doc["hedging"] = std::move(hedging);
+  const auto& o = r.outage;
+  if (o.ran) {
+    json::object out;
+    out["route"] = cfg.outage.route;
+    out["start_s"] = json_number(cfg.outage.start);
+    out["seconds"] = json_number(o.seconds);
+    auto per_s = [&](double n) {
+      return json_number(std::round(n / o.seconds * 10.0) / 10.0);
+    };
+    out["outbound_attempts"] = o.outbound_attempts;
+    out["outbound_calls"] = o.primaries;
+    out["outbound_attempts_per_s"] = per_s(double(o.outbound_attempts));
+    out["naive_attempts"] = o.naive_attempts;
+    out["naive_attempts_per_s"] = per_s(double(o.naive_attempts));
+    out["ceiling"] = json_number(std::floor(o.ceiling));
+    out["ceiling_per_s"] = per_s(o.ceiling);
+    out["budget_refusals"] = o.refusals;
+    json::object br;
+    br["opened"] = r.outage_breakers[0];
+    br["half_opened"] = r.outage_breakers[1];
+    br["closed"] = r.outage_breakers[2];
+    out["breaker_transitions"] = std::move(br);
+    doc["outage"] = std::move(out);
+  } else {
+    doc["outage"] = nullptr;
+  }
+  if (r.oracle) {
+    json::object c;
+    c["steady_calls"] = r.ts.calls();
+    c["burst_calls"] = r.burst_calls;
+    c["bursts"] = r.bursts;
+    c["failed"] = r.ts.failed + r.burst_failed;
+    c["steady_p50_ms"] = json_ms(r.ts.p50);
+    c["steady_p99_ms"] = json_ms(r.ts.p99);
+    if (const auto& s = r.stack.oracle) {
+      c["calls"] = s->calls;
+      c["rpcs"] = s->batches.rpcs;
+      c["http_exchanges"] = s->attempts;
+      c["per_call_rpcs"] = s->calls;
+    } else {
+      c["calls"] = r.ts.calls() + r.burst_calls;
+      c["rpcs"] = nullptr;
+      c["http_exchanges"] = nullptr;
+      c["per_call_rpcs"] = r.ts.calls() + r.burst_calls;
+    }
+    doc["coalescing"] = std::move(c);
+  } else {
+    doc["coalescing"] = nullptr;
+  }
+  json::object f;
+  f["watchers"] = cfg.feeds;
+  f["published"] = r.published;
+  f["delivered"] = r.events;
+  f["lost"] = r.audit.lost;
+  f["duplicated"] = r.audit.duplicated;
+  f["pending"] = r.audit.pending;
+  f["resets"] = r.resets;
+  json::object causes;
+  for (const auto& [name, n] : r.resets_by_cause)
+    causes[name] = n;
+  f["resets_by_cause"] = std::move(causes);
+  f["hub_restarted"] = r.restarted;
+  f["connected_at_end"] = r.stack.feeds.connected;
+  doc["feeds"] = std::move(f);
+  return doc;
 }
 
 /// An external hub that never answered (a dead address, a wrong port): the
@@ -927,7 +1655,7 @@ int check_reached(std::ostream& err, const hub_site& site,
 int run_on_system(const demo_config& cfg, const hub_site& site,
                   const std::shared_ptr<metrics_registry>& registry,
                   const std::string& metrics_url, const sigset_t& sigs,
-                  std::ostream& out, std::ostream& err) {
+                  bool json_report, std::ostream& out, std::ostream& err) {
   caf::actor_system_config sc;
   system_options so;
   // The embedded hub's 2 io threads keep their cores; outbound's sockets
@@ -945,21 +1673,37 @@ int run_on_system(const demo_config& cfg, const hub_site& site,
   demo_outcome r;
   r.metrics_url = metrics_url;
   r.oracle = static_cast<bool>(stack.driver());
+  auto side = make_side_clients(sys, cfg, site, stack);
+  r.unhedged_ran = side.unhedged != nullptr;
   start_feeds(stack, cfg, counters, r.per_tier);
-  print_first_line(out, metrics_url, site, cfg);
-  demo_traffic traffic{cfg, sys, stack, site.embedded.get(), families};
+  // With --report json, stdout carries the report alone.
+  print_first_line(json_report ? err : out, metrics_url, site, cfg);
+  publish_log log;
+  demo_traffic traffic{cfg,      sys, stack, side, site.embedded.get(),
+                       families, log};
   traffic.start();
-  r.signalled = status_lines(cfg, traffic, stack, probe, *counters, sigs, err);
+  r.signalled = status_lines(cfg, traffic, stack, probe, *counters, side,
+                             site.embedded.get(), sigs, err);
   r.run_seconds = seconds_since(traffic.t0);
   // A second Ctrl-C while stopping ends the process the default way.
   pthread_sigmask(SIG_UNBLOCK, &sigs, nullptr);
   traffic.join();
+  r.restarted = traffic.restarted.load();
+  if (!r.signalled)
+    settle_ledger_feeds(*counters, log, 5s);
   r.breakers = probe.breakers();
+  if (side.outage)
+    r.outage_breakers = probe.breaker_transitions(*side.outage);
   r.stack = stack.stop();
+  side.stop();
   probe.close();
-  take_books(traffic, r);
-  take_feed_counters(*counters, r);
-  print_report(out, cfg, site, r);
+  take_books(traffic, site.embedded.get(), r);
+  take_feed_counters(*counters, log, r);
+  if (json_report) {
+    write_plain_json(out, report_json(cfg, site, r));
+    out << std::endl;
+  } else
+    print_report(out, cfg, site, r);
   auto rc = check_reached(err, site, r);
   // Give the actors a moment, and do not wait for a call stuck on an
   // unresponsive external server.
@@ -1021,7 +1765,8 @@ int run_demo(const demo_options& opts, std::ostream& out, std::ostream& err) {
       rc = fail("metrics_error", e);
     }
     if (exposer)
-      rc = run_on_system(cfg, site, registry, exposer->url(), sigs, out, err);
+      rc = run_on_system(cfg, site, registry, exposer->url(), sigs,
+                         opts.report == "json", out, err);
   } catch (const std::exception& e) {
     rc = fail("internal_error", e);
   }

@@ -16,8 +16,19 @@
 //
 // Output: the first stdout line is JSON ({"metrics":URL,"hub":URL,...});
 // one status line per second on stderr; a report table on stdout at the
-// end. Runs for --duration seconds or until SIGINT/SIGTERM, then exits 0.
-// Exit 2 for a usage or config error (the bad field is named;
+// end. With `--report json` stdout carries only the report, as one JSON
+// document (the first line goes to stderr).
+//
+// The report compares, in the same run: hedged vs unhedged calls on the
+// same routes (latency quantiles, extra load the hub counted); the outage
+// drill (one route down for 8 s: attempts per second reaching the hub
+// from outbound's client vs a naive retrier, against the retry budget's
+// ceiling, breaker transitions, refusals); the coalescing driver's RPCs
+// against its calls, bursts included; and the feeds' audit through a hub
+// restart (delivered, lost, duplicated within an incarnation, resets by
+// cause; apps/delivery_audit.hpp). Runs for --duration seconds or until
+// SIGINT/SIGTERM, then exits 0. Exit 2 for a usage or config error (the bad
+// field is named;
 // --oracle-endpoints without an external hub), 7 when an external --hub was
 // never reached (no publish, call, timestamp or feed), 1 for an internal
 // error (e.g. the hub cannot start: hub_error).
@@ -49,6 +60,9 @@ struct demo_options {
   int metrics_port = 9464;
   std::string hub;
   std::vector<std::string> oracle_endpoints;
+  /// `--report table|json`: the report as a table on stdout [table], or
+  /// as one JSON document on stdout (the start line then goes to stderr).
+  std::string report = "table";
 
   /// Set by add_demo_command: tells which options were given.
   CLI::Option* feeds_opt = nullptr;

@@ -7,6 +7,7 @@
 
 #include <boost/json/value.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -155,6 +156,30 @@ void read_hedging(const boost::json::value& v, const std::string& p,
       }}});
 }
 
+template <class T>
+reader opt_int(std::optional<T>& x, int64_t lo, int64_t hi) {
+  return [&x, lo, hi](const boost::json::value& v, const std::string& f) {
+    if (v.is_null())
+      x.reset();
+    else
+      x = static_cast<T>(as_int(v, lo, hi, f));
+  };
+}
+
+void read_endpoint(const boost::json::value& v, const std::string& p,
+                   endpoint_config& e) {
+  read_object(v, p,
+              {{"percentile", opt_dbl(e.percentile)},
+               {"budget_percent", opt_dbl(e.budget_percent)},
+               {"estimated_rps", opt_dbl(e.estimated_rps)},
+               {"rps_window", opt_dbl(e.rps_window)},
+               {"min_delay", opt_dbl(e.min_delay)},
+               {"warmup_requests", opt_int(e.warmup_requests, 0, int_max)},
+               {"warmup_delay", opt_dbl(e.warmup_delay)},
+               {"window_duration", opt_dbl(e.window_duration)},
+               {"hedge_delay", opt_dbl(e.hedge_delay)}});
+}
+
 } // namespace
 
 void demo_config::validate() const {
@@ -198,10 +223,40 @@ void demo_config::validate() const {
       if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f)
         throw config_error(field, "must not contain spaces or controls");
   }
+  for (const auto& [name, ep] : traffic.endpoints) {
+    auto field = "demo.traffic.endpoints." + name;
+    bool routed = std::any_of(
+      traffic.routes.begin(), traffic.routes.end(),
+      [&](const std::string& r) { return demo_endpoint_name(r) == name; });
+    if (!routed)
+      throw config_error(field, "no route of traffic.routes has this "
+                                "endpoint name");
+    ep.validate(field);
+  }
   check_positive(traffic.timeout, "demo.traffic.timeout");
   check_positive(traffic.deadline, "demo.traffic.deadline");
   if (!(traffic.deadline >= traffic.timeout))
     throw config_error("demo.traffic.deadline", "must be >= traffic.timeout");
+  check_range(hub_restart_at, 0.0, 86400.0, "demo.hub_restart_at");
+  // outage
+  check_range(outage.calls_per_second, 0.0, 10000.0,
+              "demo.outage.calls_per_second");
+  check_range(outage.start, 0.0, 86400.0, "demo.outage.start");
+  check_range(outage.seconds, 0.0, 8.5, "demo.outage.seconds");
+  check_positive(outage.seconds, "demo.outage.seconds");
+  if (outage.max_attempts < 2 || outage.max_attempts > 10)
+    throw config_error("demo.outage.max_attempts", "must be between 2 and 10");
+  if (outage.route != "/fast" && outage.route != "/slow"
+      && outage.route != "/flaky" && outage.route != "/lognormal"
+      && outage.route != "/steady")
+    throw config_error("demo.outage.route",
+                       "must be one of /fast, /slow, /flaky, /lognormal, "
+                       "/steady");
+  // bursts
+  if (bursts.size > 100000)
+    throw config_error("demo.bursts.size", "must be between 0 and 100000");
+  check_range(bursts.interval, 0.0, 86400.0, "demo.bursts.interval");
+  check_positive(bursts.interval, "demo.bursts.interval");
   // oracle
   check_range(oracle.calls_per_second, 0.0, 1000000.0,
               "demo.oracle.calls_per_second");
@@ -223,6 +278,14 @@ void demo_config::validate() const {
     throw config_error(f, colon == std::string::npos ? why
                                                      : why.substr(colon + 2));
   }
+}
+
+std::string demo_endpoint_name(const std::string& route) {
+  auto path = route.substr(0, route.find('?'));
+  std::string name;
+  for (std::size_t i = 1; i < path.size(); ++i)
+    name += path[i] == '/' ? '_' : path[i];
+  return name.empty() ? "root" : name;
 }
 
 demo_config parse_demo_config(std::string_view json_text) {
@@ -273,7 +336,44 @@ demo_config parse_demo_config(std::string_view json_text) {
                         t.routes = as_strings(y, g);
                       }},
                      {"timeout", dbl(t.timeout)},
-                     {"deadline", dbl(t.deadline)}});
+                     {"deadline", dbl(t.deadline)},
+                     {"endpoints",
+                      [&t](const boost::json::value& y, const std::string& g) {
+                        t.endpoints.clear();
+                        for (const auto& kv : as_object(y, g)) {
+                          auto name = std::string{kv.key()};
+                          endpoint_config ep;
+                          read_endpoint(kv.value(), g + "." + name, ep);
+                          t.endpoints[name] = ep;
+                        }
+                      }},
+                     {"compare_unhedged",
+                      [&t](const boost::json::value& y, const std::string& g) {
+                        if (!y.is_bool())
+                          throw config_error(g, "must be true or false");
+                        t.compare_unhedged = y.get_bool();
+                      }}});
+      }},
+     {"hub_restart_at", dbl(c.hub_restart_at)},
+     {"outage",
+      [&c](const boost::json::value& x, const std::string& f) {
+        auto& u = c.outage;
+        read_object(x, f,
+                    {{"calls_per_second", dbl(u.calls_per_second)},
+                     {"start", dbl(u.start)},
+                     {"seconds", dbl(u.seconds)},
+                     {"route",
+                      [&u](const boost::json::value& y, const std::string& g) {
+                        u.route = as_string(y, g);
+                      }},
+                     {"max_attempts", integer(u.max_attempts, 2, 10)}});
+      }},
+     {"bursts",
+      [&c](const boost::json::value& x, const std::string& f) {
+        auto& b = c.bursts;
+        read_object(x, f,
+                    {{"size", integer(b.size, 0, 100000)},
+                     {"interval", dbl(b.interval)}});
       }},
      {"oracle",
       [&o](const boost::json::value& x, const std::string& f) {
@@ -286,6 +386,18 @@ demo_config parse_demo_config(std::string_view json_text) {
      {"hedging", [&c](const boost::json::value& x, const std::string& f) {
         read_hedging(x, f, c.hedging);
       }}});
+  // The default overrides follow the default routes: a file that names
+  // its own routes and no overrides keeps those of its routes only.
+  auto* traffic = v.as_object().if_contains("traffic");
+  if (!traffic || !traffic->is_object()
+      || !traffic->get_object().contains("endpoints"))
+    for (auto it = t.endpoints.begin(); it != t.endpoints.end();)
+      it = std::any_of(t.routes.begin(), t.routes.end(),
+                       [&](const std::string& r) {
+                         return demo_endpoint_name(r) == it->first;
+                       })
+             ? std::next(it)
+             : t.endpoints.erase(it);
   c.validate();
   return c;
 }

@@ -10,6 +10,8 @@
 //   {"feeds": 1000, "duration": 60, "rate": 200, "metrics_port": 9464,
 //    "traffic": {"requests_per_second": 100, "concurrency": 8},
 //    "oracle": {"calls_per_second": 200, "callers": 8},
+//    "outage": {"calls_per_second": 50, "start": 20, "seconds": 8},
+//    "bursts": {"size": 1000, "interval": 5}, "hub_restart_at": 40,
 //    "hedging": {"percentile": 0.95, "budget_percent": 10}}
 //
 // An unknown key, a value of the wrong type or out of range fails with
@@ -20,12 +22,21 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace outbound {
 inline namespace config {
+
+/// The demo's per-endpoint hedging defaults (see demo_traffic_config).
+inline std::map<std::string, endpoint_config> default_endpoints() {
+  endpoint_config flaky;
+  flaky.percentile = 0.85;
+  flaky.budget_percent = 20.0;
+  return {{"flaky", flaky}};
+}
 
 /// The request traffic the demo drives through its hedging service client.
 struct demo_traffic_config {
@@ -43,6 +54,57 @@ struct demo_traffic_config {
   double timeout = 2.0;
   /// Overall deadline of one call, seconds (>= timeout). [5]
   double deadline = 5.0;
+  /// Per-endpoint hedging overrides, by endpoint name ("flaky" for
+  /// "/flaky?..."; see hedge_config.hpp's endpoint_config: percentile,
+  /// budget_percent, hedge_delay, min_delay, warmup_requests,
+  /// warmup_delay, window_duration). A learned p95 cannot hedge a route
+  /// where 10 % of calls straggle (its p95 is a straggler), so /flaky
+  /// hedges at its p85 with a 20 % budget. Each name must be a route's
+  /// endpoint (validate() names a typo); a file that sets `routes` but not
+  /// `endpoints` keeps the defaults of its own routes only. [{"flaky":
+  /// {"percentile": 0.85, "budget_percent": 20}}]
+  std::map<std::string, endpoint_config> endpoints = default_endpoints();
+  /// Send every other call through a second client without hedging (same
+  /// retry policy, same routes), so the report compares the two in one
+  /// run: hedged vs unhedged latency and extra load. [true]
+  bool compare_unhedged = true;
+};
+
+/// The outage drill (embedded hub only): two clients call one route of
+/// the hub at the same rate for the whole run -- outbound's (hedging,
+/// breakers and the retry budget, all at their defaults) and a naive
+/// retrier (the same retry policy, no budget) -- and the route answers 503
+/// for `seconds` from `start` (the hub's outage_path fault). The report
+/// compares the attempts per second each sent to the hub during the
+/// outage (the hub's own count), against the ceiling the budget
+/// guarantees: the outage's primaries, plus 20 % of the primaries of the
+/// outage and of the window before it (savings can be spent), plus the
+/// reserve of 10/s x 10 s (apps/demo_cmd.cpp, outage_loop, has the proof).
+struct demo_outage_config {
+  /// Calls per second of each client, the whole run (>= 0; 0: no drill).
+  /// [50]
+  double calls_per_second = 50.0;
+  /// When the outage begins, seconds after the start (>= 0; an outage
+  /// that would not end before `duration` is skipped). [20]
+  double start = 20.0;
+  /// How long the route answers 503, seconds (in (0, 8.5]: the outage and
+  /// the half second before it fit in the retry budget's 10 s window,
+  /// which makes the report's ceiling exact). [8]
+  double seconds = 8.0;
+  /// The route: a latency route of the hub ("/fast", "/slow", "/flaky",
+  /// "/lognormal", "/steady"). ["/steady"]
+  std::string route = "/steady";
+  /// Attempts per call of both clients (2..10). [4]
+  int max_attempts = 4;
+};
+
+/// Bursts of timestamp calls on top of the oracle's steady rate: the
+/// coalescing driver serves a crowd with few RPCs.
+struct demo_burst_config {
+  /// Calls sent at once in each burst (0..100000; 0: no bursts). [1000]
+  std::size_t size = 1000;
+  /// Seconds between bursts (> 0). [5]
+  double interval = 5.0;
 };
 
 /// The timestamp calls the demo drives through its coalescing driver.
@@ -91,8 +153,16 @@ struct demo_config {
   /// Ledger events the embedded hub retains (>= 1000), so a long run stays
   /// bounded in memory. [100000]
   uint64_t hub_retention = 100000;
+  /// When the embedded hub restarts its catch-up tier (a new epoch) and
+  /// drops every WebSocket, seconds after the start (>= 0; 0 or past
+  /// `duration`: never). [40]
+  double hub_restart_at = 40.0;
   /// Request traffic.
   demo_traffic_config traffic;
+  /// The outage drill.
+  demo_outage_config outage;
+  /// Timestamp bursts.
+  demo_burst_config bursts;
   /// Oracle traffic.
   demo_oracle_config oracle;
   /// Hedging of the service client (hedge_config; errors are named
@@ -103,6 +173,11 @@ struct demo_config {
   /// `demo.traffic.routes[0]`, `demo.hedging.percentile`, ...).
   void validate() const;
 };
+
+/// The hedging endpoint name of a traffic route: the path before '?'
+/// without its leading '/', each further '/' as '_' ("/lognormal?x=1" →
+/// "lognormal", "/a/b" → "a_b", "/" → "root").
+std::string demo_endpoint_name(const std::string& route);
 
 /// Parses `json_text` (a JSON object of demo_config fields; absent fields
 /// keep their defaults) and validates the result. Throws config_error:

@@ -85,6 +85,13 @@ void hub_config::validate() const {
     throw config_error("faults.drop_tier",
                        "must be ledger, catchup, ephemeral or all, got '"
                          + faults.drop_tier + "'");
+  if (!is_outage_path(faults.outage_path))
+    throw config_error("faults.outage_path",
+                       "must be empty or a latency route (/fast, /slow, "
+                       "/flaky, /lognormal, /steady), got '"
+                         + faults.outage_path + "'");
+  if (faults.outage_status < 500 || faults.outage_status > 599)
+    throw config_error("faults.outage_status", "must be in [500, 599]");
   if (cluster_size < 1 || cluster_size > 16)
     throw config_error("cluster_size", "must be in [1, 16]");
   if (port != 0 && port + cluster_size - 1 > 65535)
@@ -668,6 +675,10 @@ std::string hub::impl::state_json() {
   srv["frames_sent"] = counters.frames_sent.load();
   srv["drops"] = counters.drops.load();
   srv["profile_requests"] = counters.profile_requests.load();
+  json::object tags;
+  for (const auto& [tag, count] : profile_tags)
+    tags[tag] = count;
+  srv["profile_tags"] = std::move(tags);
   srv["dropped"] = counters.dropped.load();
   o["server"] = std::move(srv);
   std::lock_guard<std::mutex> olock{oracle_mu};
@@ -908,10 +919,19 @@ http_answer hub::impl::http_latency_profile(latency_profile_kind kind,
     return error_answer(400, p.error);
   ++counters.profile_requests;
   uint64_t n;
+  std::optional<int> outage;
   {
     std::lock_guard<std::mutex> lock{mu};
-    n = profile_arrivals.next(p.profile->key);
+    if (!p.profile->tag.empty())
+      count_profile_tag_locked(p.profile->tag);
+    const auto& f = state.faults();
+    if (!f.outage_path.empty() && c.target.path == f.outage_path)
+      outage = f.outage_status;
+    else
+      n = profile_arrivals.next(p.profile->key);
   }
+  if (outage)
+    return error_answer(*outage, "outage (hub fault outage_path)");
   auto seed = p.profile->seed.value_or(profile_seed);
   auto d = latency_profile_delay(*p.profile, seed, p.profile->key, n);
   json::object o;
@@ -983,6 +1003,12 @@ hub_published hub::publish(const std::string& subject, const std::string& kind,
 void hub::set_faults(const std::string& patch_json) {
   if (auto err = impl_->apply_faults(patch_json))
     throw std::invalid_argument(*err);
+}
+
+uint64_t hub::profile_requests(const std::string& tag) const {
+  std::lock_guard<std::mutex> lock{impl_->mu};
+  auto it = impl_->profile_tags.find(tag);
+  return it == impl_->profile_tags.end() ? 0 : it->second;
 }
 
 std::string hub::restart() {

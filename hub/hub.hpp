@@ -11,7 +11,7 @@
 //           /ws/ledger /ws/catchup /ws/ephemeral   always that tier
 //   admin   POST /admin/faults  POST /admin/restart  POST /admin/wakes
 //           POST /admin/drop    GET  /admin/state
-//   latency /fast /slow /flaky /lognormal?mean_ms&sd_ms&straggler&mult&
+//   latency /fast /slow /flaky /steady /lognormal?mean_ms&sd_ms&straggler&mult&
 //           straggler_ms&key&seed — answered after a drawn delay (hedging;
 //           hub/latency_profile.hpp); the seed defaults to hub_config::seed
 //   oracle  POST /v1/ts  POST /v1/seq  (coalescing; hub/oracle_state.hpp)
@@ -171,6 +171,11 @@ public:
   /// Restarts the catch-up tier like `POST /admin/restart`; returns the new
   /// epoch.
   std::string restart();
+
+  /// Latency-profile requests that carried `tag=<tag>` so far (outage
+  /// answers included; `GET /admin/state` lists every tag under
+  /// server.profile_tags, at most 64, the rest under "_other").
+  uint64_t profile_requests(const std::string& tag) const;
 
   /// Hard-closes WebSocket connections like `POST /admin/drop`: TCP closed
   /// without a close frame, hub state (ledger, ring, epoch, catch-up

@@ -1,5 +1,7 @@
 #include "hub/hub_faults.hpp"
 
+#include "hub/latency_profile.hpp"
+
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
@@ -17,6 +19,10 @@ namespace json = boost::json;
 bool is_drop_tier(std::string_view name) {
   return name == "all" || name == "ledger" || name == "catchup"
          || name == "ephemeral";
+}
+
+bool is_outage_path(std::string_view path) {
+  return path.empty() || latency_profile_at(path).has_value();
 }
 
 bool take_count(int& n) {
@@ -68,6 +74,8 @@ json::object to_json(const hub_faults& f) {
   o["restart_every"] = f.restart_every;
   o["drop_every"] = f.drop_every;
   o["drop_tier"] = f.drop_tier;
+  o["outage_path"] = f.outage_path;
+  o["outage_status"] = f.outage_status;
   return o;
 }
 
@@ -202,6 +210,20 @@ std::optional<std::string> set_knob(hub_faults& f, const std::string& key,
     if (!v.is_string() || !is_drop_tier(v.get_string()))
       return bad(key, "\"ledger\", \"catchup\", \"ephemeral\" or \"all\"");
     f.drop_tier = std::string{v.get_string()};
+    return std::nullopt;
+  }
+  if (key == "outage_path") {
+    if (!v.is_string() || !is_outage_path(v.get_string()))
+      return bad(key, "\"\" or a latency route (\"/fast\", \"/slow\", "
+                      "\"/flaky\", \"/lognormal\", \"/steady\")");
+    f.outage_path = std::string{v.get_string()};
+    return std::nullopt;
+  }
+  if (key == "outage_status") {
+    auto n = as_int(v);
+    if (!n || *n < 500 || *n > 599)
+      return bad(key, "an integer in [500, 599]");
+    f.outage_status = static_cast<int>(*n);
     return std::nullopt;
   }
   return "unknown knob '" + key + "'";

@@ -103,6 +103,16 @@ struct hub_faults {
   /// Tier whose connections drop_every drops: "ledger", "catchup",
   /// "ephemeral" or "all" (every WebSocket connection). ["all"]
   std::string drop_tier = "all";
+
+  // -- outages of a latency route ---------------------------------------------
+
+  /// A latency-profile path ("/fast", "/slow", "/flaky", "/lognormal",
+  /// "/steady") whose every request is answered at once with
+  /// `outage_status`, as a backend in an outage; counted like any profile
+  /// request (per tag too). "" : none. [""]
+  std::string outage_path;
+  /// The status of an outage answer (500..599). [503]
+  int outage_status = 503;
 };
 
 /// What one WebSocket connection does wrong (taken from the counts).
@@ -122,6 +132,9 @@ struct connection_plan {
 /// True for "ledger", "catchup", "ephemeral" and "all" (the values of
 /// drop_tier and of a drop request's tier).
 bool is_drop_tier(std::string_view name);
+
+/// True for "" and the latency-profile paths (the values of outage_path).
+bool is_outage_path(std::string_view path);
 
 /// Consumes one use of a count knob: true (and decrements) when N > 0, true
 /// when N < 0 (every time), false when 0.

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -98,7 +99,7 @@ struct hub_server_counters {
   /// Drops performed (each closes zero or more connections).
   std::atomic<uint64_t> drops{0};
   /// Requests of the latency-profile routes (/fast, /slow, /flaky,
-  /// /lognormal): a benchmark's backend-side request count.
+  /// /lognormal, /steady): a benchmark's backend-side request count.
   std::atomic<uint64_t> profile_requests{0};
 };
 
@@ -237,6 +238,20 @@ struct hub::impl {
   /// (guarded by `mu`).
   uint64_t profile_seed = 0;
   arrival_counter profile_arrivals;
+  /// Profile requests per `tag` parameter (guarded by `mu`); at most
+  /// max_profile_tags tags, later ones counted under "_other".
+  std::map<std::string, uint64_t> profile_tags;
+  static constexpr std::size_t max_profile_tags = 64;
+
+  /// Counts one profile request of `tag` (`mu` held).
+  void count_profile_tag_locked(const std::string& tag) {
+    auto it = profile_tags.find(tag);
+    if (it == profile_tags.end() && profile_tags.size() >= max_profile_tags)
+      it = profile_tags.emplace("_other", 0).first;
+    else if (it == profile_tags.end())
+      it = profile_tags.emplace(tag, 0).first;
+    ++it->second;
+  }
 
   /// The oracle cluster, guarded by `oracle_mu` (not `mu`).
   mutable std::mutex oracle_mu;

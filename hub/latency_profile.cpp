@@ -1,5 +1,7 @@
 #include "hub/latency_profile.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -68,6 +70,7 @@ const char* to_string(latency_profile_kind k) {
     case latency_profile_kind::slow: return "slow";
     case latency_profile_kind::flaky: return "flaky";
     case latency_profile_kind::lognormal: return "lognormal";
+    case latency_profile_kind::steady: return "steady";
   }
   return "unknown";
 }
@@ -81,6 +84,8 @@ std::optional<latency_profile_kind> latency_profile_at(std::string_view path) {
     return latency_profile_kind::flaky;
   if (path == "/lognormal")
     return latency_profile_kind::lognormal;
+  if (path == "/steady")
+    return latency_profile_kind::steady;
   return std::nullopt;
 }
 
@@ -104,6 +109,15 @@ latency_profile_parse parse_latency_profile(
       if (!v)
         return fail(name, "an unsigned 64-bit integer");
       p.seed = *v;
+    } else if (name == "tag") {
+      auto ok = !value.empty() && value.size() <= 64
+                && std::all_of(value.begin(), value.end(), [](char ch) {
+                     return std::isalnum(static_cast<unsigned char>(ch))
+                            || ch == '.' || ch == '_' || ch == '-';
+                   });
+      if (!ok)
+        return fail(name, "1 to 64 bytes of [A-Za-z0-9._-]");
+      p.tag = value;
     } else if (kind != latency_profile_kind::lognormal) {
       continue;
     } else if (name == "mean_ms") {
@@ -146,6 +160,7 @@ double latency_profile_delay(const latency_profile& p, uint64_t seed,
       return fast();
     case latency_profile_kind::slow:
       return 0.8;
+    case latency_profile_kind::steady: return 0.001 + 0.002 * uniform(base, 5);
     case latency_profile_kind::flaky:
       return uniform(base, 1) < 0.10 ? 0.9 : fast();
     case latency_profile_kind::lognormal: {

@@ -7,12 +7,18 @@
 //   GET /fast       uniform 5–15 ms                     (httpx-hedged
 //   GET /slow       800 ms                               examples/app.py,
 //   GET /flaky      10 % → 900 ms, else uniform 5–15 ms  of 0.5.0)
+//   GET /steady     uniform 1–3 ms                       (background traffic
+//                                                         and outage drills)
 //   GET /lognormal  lognormal(mean, sd) with stragglers  (hedge-python's
 //                                                         README benchmark)
 //
 // Query parameters (all optional):
 //   key=K        the draw's identity (see below)       [none: arrival order]
 //   seed=S       overrides the hub's profile seed      [hub seed]
+//   tag=T        a label the hub counts requests by   [none]
+//                (GET /admin/state "profile_tags"; 1–64 bytes of
+//                [A-Za-z0-9._-]): a benchmark's or demo's backend-side
+//                count of what each client sent
 //   lognormal only:
 //   mean_ms=M    mean of the lognormal body, ms, > 0   [5]
 //   sd_ms=D      its standard deviation, ms, >= 0      [2]
@@ -44,9 +50,9 @@
 namespace outbound {
 
 /// The named profiles.
-enum class latency_profile_kind { fast, slow, flaky, lognormal };
+enum class latency_profile_kind { fast, slow, flaky, lognormal, steady };
 
-/// "fast", "slow", "flaky" or "lognormal".
+/// "fast", "slow", "flaky", "lognormal" or "steady".
 const char* to_string(latency_profile_kind k);
 
 /// One parsed profile request.
@@ -65,6 +71,8 @@ struct latency_profile {
   std::string key;
   /// The `seed` parameter, when given.
   std::optional<uint64_t> seed;
+  /// The `tag` parameter; empty: none.
+  std::string tag;
 };
 
 /// Either a profile or the 400 detail.
@@ -74,7 +82,7 @@ struct latency_profile_parse {
 };
 
 /// The profile served at `path`, if any ("/fast", "/slow", "/flaky",
-/// "/lognormal").
+/// "/lognormal", "/steady").
 std::optional<latency_profile_kind> latency_profile_at(std::string_view path);
 
 /// Validates the query of a profile request (parameters above; unknown

@@ -337,8 +337,10 @@ TEST(DemoCli, ShortRunEndsByItselfWithTheReportAndServesEveryDashboardMetric) {
   EXPECT_NE(out.find("outbound demo report"), std::string::npos) << out;
   for (const char* rowname :
        {"metric", "run_seconds", "feeds", "events_published",
-        "events_delivered", "feed_resets", "requests", "request_latency",
-        "hedged", "breakers", "ts_calls", "ts_rpcs"})
+        "events_delivered", "feed_lost", "feed_duplicated", "feed_resets",
+        "requests", "hedged_latency", "hedged_extra_load", "unhedged_latency",
+        "unhedged_extra_load", "breakers", "outage", "ts_calls", "ts_latency",
+        "ts_rpcs"})
     EXPECT_TRUE(
       std::regex_search(out, std::regex{std::string{"\n"} + rowname + " +\\S"}))
       << rowname << "\n"

@@ -524,6 +524,51 @@ TEST_F(HubIdempotency, WithoutAKeyTheLostAnswerIsAnErrorOrADuplicate) {
   EXPECT_EQ(cursor(), 3); // the retry published orders/2 a second time
 }
 
+// -- latency routes: tags and outages ----------------------------------------
+
+TEST_F(HubTest, AnOutageAnswersItsRouteWithItsStatusAndTagsAreCounted) {
+  start();
+  auto get = [&](const std::string& path, const std::string& tag) {
+    call_request c;
+    c.path = path;
+    c.params = {{"tag", tag}};
+    return http().call(c);
+  };
+  EXPECT_TRUE(get("/steady", "a").ok());
+  faults(R"({"outage_path":"/steady","outage_status":502})");
+  auto o = get("/steady", "a");
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.error->status, 502);
+  EXPECT_TRUE(get("/fast", "b").ok()); // another route is not affected
+  faults(R"({"outage_path":""})");
+  EXPECT_TRUE(get("/steady", "a").ok());
+  EXPECT_EQ(hub_->profile_requests("a"), 3u);
+  EXPECT_EQ(hub_->profile_requests("b"), 1u);
+  EXPECT_EQ(hub_->profile_requests("c"), 0u);
+  auto tags = state().at("server").at("profile_tags");
+  EXPECT_EQ(tags.at("a").to_number<int64_t>(), 3);
+  EXPECT_EQ(tags.at("b").to_number<int64_t>(), 1);
+}
+
+TEST_F(HubTest, ABadOutageKnobIsNamedAndChangesNothing) {
+  start();
+  call_request c;
+  c.method = "POST";
+  c.path = "/admin/faults";
+  c.body = R"({"outage_path":"/v1/events"})";
+  c.has_body = true;
+  auto o = http().call(c);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.error->status, 400);
+  c.body = R"({"outage_status":200})";
+  o = http().call(c);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.error->status, 400);
+  auto f = state().at("faults");
+  EXPECT_EQ(f.at("outage_path").as_string(), "");
+  EXPECT_EQ(f.at("outage_status").to_number<int64_t>(), 503);
+}
+
 TEST_F(HubTest, RetentionFloorFromAdminGivesOneResetThenThePageFromTheFloor) {
   // feeds.md case 16: cursor 100, retention now starts at 150.
   start();

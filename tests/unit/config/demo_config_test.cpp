@@ -225,3 +225,82 @@ TEST(DemoConfig, AHubUrlWithoutAHostIsNamedDemoHub) {
     EXPECT_EQ(e.field(), "demo.hub");
   }
 }
+
+// -- the comparisons of the report: outage drill, bursts, restart ----------
+
+TEST(DemoConfig, TheComparisonSettingsHaveTheirDefaults) {
+  demo_config c;
+  EXPECT_TRUE(c.traffic.compare_unhedged);
+  ASSERT_EQ(c.traffic.endpoints.count("flaky"), 1u);
+  EXPECT_EQ(c.traffic.endpoints.at("flaky").percentile, 0.85);
+  EXPECT_EQ(c.traffic.endpoints.at("flaky").budget_percent, 20.0);
+  EXPECT_DOUBLE_EQ(c.outage.calls_per_second, 50.0);
+  EXPECT_DOUBLE_EQ(c.outage.start, 20.0);
+  EXPECT_DOUBLE_EQ(c.outage.seconds, 8.0);
+  EXPECT_EQ(c.outage.route, "/steady");
+  EXPECT_EQ(c.outage.max_attempts, 4);
+  EXPECT_EQ(c.bursts.size, 1000u);
+  EXPECT_DOUBLE_EQ(c.bursts.interval, 5.0);
+  EXPECT_DOUBLE_EQ(c.hub_restart_at, 40.0);
+  EXPECT_NO_THROW(c.validate());
+}
+
+TEST(DemoConfig, TheComparisonSettingsAreRead) {
+  auto c = parse_demo_config(R"({
+    "traffic": {"compare_unhedged": false,
+                "endpoints": {"lognormal": {"percentile": 0.9,
+                                            "hedge_delay": 0.02}}},
+    "outage": {"calls_per_second": 10, "start": 3, "seconds": 4,
+               "route": "/fast", "max_attempts": 3},
+    "bursts": {"size": 0, "interval": 2},
+    "hub_restart_at": 0})");
+  EXPECT_FALSE(c.traffic.compare_unhedged);
+  ASSERT_EQ(c.traffic.endpoints.size(), 1u); // replaces the defaults
+  EXPECT_EQ(c.traffic.endpoints.at("lognormal").percentile, 0.9);
+  EXPECT_EQ(c.traffic.endpoints.at("lognormal").hedge_delay, 0.02);
+  EXPECT_DOUBLE_EQ(c.outage.calls_per_second, 10.0);
+  EXPECT_DOUBLE_EQ(c.outage.start, 3.0);
+  EXPECT_DOUBLE_EQ(c.outage.seconds, 4.0);
+  EXPECT_EQ(c.outage.route, "/fast");
+  EXPECT_EQ(c.outage.max_attempts, 3);
+  EXPECT_EQ(c.bursts.size, 0u);
+  EXPECT_DOUBLE_EQ(c.bursts.interval, 2.0);
+  EXPECT_DOUBLE_EQ(c.hub_restart_at, 0.0);
+}
+
+TEST(DemoConfig, BadComparisonSettingsAreNamed) {
+  EXPECT_EQ(failing_field(R"({"outage": {"seconds": 8.6}})"),
+            "demo.outage.seconds");
+  EXPECT_EQ(failing_field(R"({"outage": {"seconds": 0}})"),
+            "demo.outage.seconds");
+  EXPECT_EQ(failing_field(R"({"outage": {"route": "/v1/events"}})"),
+            "demo.outage.route");
+  EXPECT_EQ(failing_field(R"({"outage": {"max_attempts": 1}})"),
+            "demo.outage.max_attempts");
+  EXPECT_EQ(failing_field(R"({"outage": {"start": -1}})"), "demo.outage.start");
+  EXPECT_EQ(failing_field(R"({"outage": {"calls_per_second": -1}})"),
+            "demo.outage.calls_per_second");
+  EXPECT_EQ(failing_field(R"({"outage": {"x": 1}})"), "demo.outage.x");
+  EXPECT_EQ(failing_field(R"({"bursts": {"size": 100001}})"),
+            "demo.bursts.size");
+  EXPECT_EQ(failing_field(R"({"bursts": {"interval": 0}})"),
+            "demo.bursts.interval");
+  EXPECT_EQ(failing_field(R"({"hub_restart_at": -1})"), "demo.hub_restart_at");
+  EXPECT_EQ(failing_field(R"({"traffic": {"compare_unhedged": 1}})"),
+            "demo.traffic.compare_unhedged");
+  // An override of an endpoint no route has is a typo, not a no-op.
+  EXPECT_EQ(failing_field(R"({"traffic": {"endpoints": {"flakey": {}}}})"),
+            "demo.traffic.endpoints.flakey");
+  EXPECT_EQ(failing_field(
+              R"({"traffic": {"endpoints": {"flaky": {"percentile": 2}}}})"),
+            "demo.traffic.endpoints.flaky.percentile");
+  EXPECT_EQ(
+    failing_field(R"({"traffic": {"endpoints": {"flaky": {"nope": 2}}}})"),
+    "demo.traffic.endpoints.flaky.nope");
+}
+
+TEST(DemoConfig, EndpointNamesFollowTheRoutePath) {
+  EXPECT_EQ(demo_endpoint_name("/lognormal?mean_ms=5"), "lognormal");
+  EXPECT_EQ(demo_endpoint_name("/a/b"), "a_b");
+  EXPECT_EQ(demo_endpoint_name("/"), "root");
+}

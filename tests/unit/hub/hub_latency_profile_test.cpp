@@ -36,11 +36,12 @@ double quantile(std::vector<double> v, double q) {
 
 } // namespace
 
-TEST(HubLatencyProfile, RoutesAreTheFourNamedPaths) {
+TEST(HubLatencyProfile, RoutesAreTheFiveNamedPaths) {
   EXPECT_EQ(latency_profile_at("/fast"), latency_profile_kind::fast);
   EXPECT_EQ(latency_profile_at("/slow"), latency_profile_kind::slow);
   EXPECT_EQ(latency_profile_at("/flaky"), latency_profile_kind::flaky);
   EXPECT_EQ(latency_profile_at("/lognormal"), latency_profile_kind::lognormal);
+  EXPECT_EQ(latency_profile_at("/steady"), latency_profile_kind::steady);
   EXPECT_FALSE(latency_profile_at("/fast/"));
   EXPECT_FALSE(latency_profile_at("/v1/events"));
 }
@@ -91,6 +92,34 @@ TEST(HubLatencyProfile, FastIsUniformFiveToFifteenMs) {
   EXPECT_GE(*lo, 0.005);
   EXPECT_LT(*hi, 0.015);
   EXPECT_NEAR(quantile(v, 0.5), 0.010, 0.0005);
+}
+
+TEST(HubLatencyProfile, SteadyIsUniformOneToThreeMs) {
+  auto p = parse_ok(latency_profile_kind::steady, {});
+  auto v = draws(p, 1, 10000);
+  auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  EXPECT_GE(*lo, 0.001);
+  EXPECT_LT(*hi, 0.003);
+  EXPECT_NEAR(quantile(v, 0.5), 0.002, 0.0001);
+}
+
+TEST(HubLatencyProfile, ATagIsReadOnEveryRouteAndABadOneIsNamed) {
+  for (auto k : {latency_profile_kind::fast, latency_profile_kind::steady,
+                 latency_profile_kind::lognormal}) {
+    EXPECT_EQ(parse_ok(k, {{"tag", "naive-1.x_y"}}).tag, "naive-1.x_y");
+    EXPECT_EQ(parse_ok(k, {}).tag, "");
+  }
+  for (const char* bad : {"", "a b", "a/b", "a%20"}) {
+    auto r = parse_latency_profile(latency_profile_kind::fast, {{"tag", bad}});
+    EXPECT_FALSE(r.profile) << bad;
+    EXPECT_NE(r.error.find("'tag'"), std::string::npos) << r.error;
+  }
+  auto r = parse_latency_profile(latency_profile_kind::fast,
+                                 {{"tag", std::string(65, 'a')}});
+  EXPECT_FALSE(r.profile);
+  EXPECT_TRUE(parse_latency_profile(latency_profile_kind::fast,
+                                    {{"tag", std::string(64, 'a')}})
+                .profile);
 }
 
 TEST(HubLatencyProfile, SlowIsEightHundredMs) {
