@@ -16,9 +16,12 @@
 //               one incarnation (or, for a feed that starts at the
 //               ledger's beginning, before its first delivery), unless
 //               its publish failed (the publisher's list of failures);
-//   pending     for a feed from the ledger's beginning: numbers of the
-//               group after the last delivery, up to the last published
-//               (the tail still in flight when the run ended).
+//   pending     numbers of the group after the last delivery of the
+//               current incarnation, up to the last published (the tail
+//               still in flight when the run ended); for a feed from the
+//               ledger's beginning also when it delivered nothing yet.
+//               A live feed whose current incarnation delivered nothing
+//               has no known position: nothing is pending for it.
 //
 // Pure and single-threaded: the demo keeps one per watcher behind a mutex
 // (its callbacks run on the watcher's actor, the report reads at the end).
@@ -103,7 +106,7 @@ public:
     for (auto m : skipped_)
       if (!failed(m))
         ++t.lost;
-    if (from_start_ && has_last_)
+    if (has_last_)
       for (int64_t m = last_ + static_cast<int64_t>(groups_);
            m <= last_published; m += static_cast<int64_t>(groups_))
         if (!failed(m))

@@ -42,6 +42,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -55,9 +56,12 @@
 #include <mutex>
 #include <optional>
 #include <ostream>
+#include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <sys/resource.h>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -129,6 +133,15 @@ struct latency_book {
   }
 };
 
+/// A run's nonce: 64 random bits in hex.
+std::string run_nonce() {
+  std::random_device rd;
+  uint64_t x = (uint64_t{rd()} << 32) ^ rd();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, x);
+  return buf;
+}
+
 /// The delivery audit of one watcher: its callbacks run on the watcher's
 /// actor, the report reads it after the watcher stopped.
 struct audited_feed {
@@ -148,15 +161,22 @@ struct feed_counters {
   std::atomic<uint64_t> by_cause[reset_cause_count] = {};
   /// One audit per watcher, in watcher order.
   std::vector<std::shared_ptr<audited_feed>> audits;
+  /// This run's nonce, in every event's metadata.
+  std::string run = run_nonce();
 };
 
-/// The demo's number of a delivered event (its metadata {"n": n}: the
-/// whole event of a replay page or an in-frame event), -1 when it has none.
-int64_t event_number(const boost::json::value& ev) {
+/// The demo's number of a delivered event (its metadata {"n": n, "run":
+/// R}: the whole event of a replay page or an in-frame event), -1 when it
+/// has none or comes from another run (`run` differs: an external hub's
+/// ledger replays earlier runs' events first).
+int64_t event_number(const boost::json::value& ev, const std::string& run) {
   if (!ev.is_object())
     return -1;
   auto* md = ev.get_object().if_contains("metadata");
   if (!md || !md->is_object())
+    return -1;
+  auto* r = md->get_object().if_contains("run");
+  if (!r || !r->is_string() || r->get_string() != run)
     return -1;
   auto* n = md->get_object().if_contains("n");
   return n && n->is_int64() ? n->get_int64() : -1;
@@ -489,7 +509,7 @@ void start_feeds(service_stack& stack, const demo_config& cfg,
     cbs.on_event = [counters, audit](const feed_event& ev) {
       counters->events.fetch_add(1, std::memory_order_relaxed);
       std::lock_guard<std::mutex> lock{audit->mu};
-      audit->audit.on_event(event_number(ev.event));
+      audit->audit.on_event(event_number(ev.event, counters->run));
     };
     cbs.on_reset = [counters, audit](const feed_reset& r) {
       {
@@ -589,8 +609,8 @@ side_clients make_side_clients(caf::actor_system& sys, const demo_config& cfg,
     if (budget) {
       hedging_options ho;
       ho.config = cfg.hedging;
-      // Short enough for the drill's breakers to go through a whole cycle
-      // (open, half-open, closed) within its ~10 s.
+      // Short enough for the drill's breakers to open and go half-open
+      // within its 7 s (they close after trials, which only hedges make).
       ho.config.breaker.window = 4.0;
       ho.config.breaker.cooldown = 3.0;
       ho.routes.register_route("GET", u.route, endpoint_config{}, "outage");
@@ -605,10 +625,11 @@ side_clients make_side_clients(caf::actor_system& sys, const demo_config& cfg,
   return s;
 }
 
-/// The client's retry budget counters now (zeros when it does not answer).
-retry_budget_stats budget_of(caf::scoped_actor& self,
-                             const service_client_actor& client) {
-  retry_budget_stats r;
+/// The client's retry budget counters now (nullopt when it does not
+/// answer within 2 s).
+std::optional<retry_budget_stats>
+budget_of(caf::scoped_actor& self, const service_client_actor& client) {
+  std::optional<retry_budget_stats> r;
   self->request(client, 2s, retry_budget_request{})
     .receive([&](retry_budget_stats& s) { r = s; }, [](caf::error&) {});
   return r;
@@ -621,7 +642,7 @@ struct outage_result {
   /// Requests of each client the hub counted during the outage.
   uint64_t outbound_attempts = 0;
   uint64_t naive_attempts = 0;
-  /// outbound's primaries from half a second before the outage to its end,
+  /// outbound's primaries from the lead-in before the outage to its end,
   /// and in the budget window before that (its savings).
   uint64_t primaries = 0;
   uint64_t primaries_before = 0;
@@ -644,9 +665,9 @@ class demo_traffic {
 public:
   demo_traffic(const demo_config& cfg, caf::actor_system& sys,
                service_stack& stack, side_clients& side, hub* embedded,
-               demo_families& families, publish_log& log)
+               demo_families& families, publish_log& log, std::string run)
     : cfg_(cfg), sys_(sys), stack_(stack), side_(side), embedded_(embedded),
-      families_(families), log_(log) {
+      families_(families), log_(log), run_(std::move(run)) {
   }
 
   ~demo_traffic() {
@@ -657,8 +678,10 @@ public:
   demo_traffic& operator=(const demo_traffic&) = delete;
 
   /// Worker threads of each outage drill client: a call of the naive
-  /// retrier lasts up to its backoffs (0.05 + 0.1 + 0.2 s ...).
-  static constexpr std::size_t outage_workers = 48;
+  /// retrier lasts up to its backoffs (0.05 + 0.1 + 0.2 s ... with
+  /// jitter), so 64 keep the loop open up to outage.calls_per_second's
+  /// maximum (100).
+  static constexpr std::size_t outage_workers = 64;
 
   void start() {
     t0 = demo_clock::now();
@@ -738,7 +761,7 @@ private:
     while (p.wait_turn(stopping_)) {
       auto subject = "demo/" + std::to_string(n % cfg_.subject_groups) + "/"
                      + std::to_string(n);
-      auto meta = "{\"n\":" + std::to_string(n) + "}";
+      auto meta = "{\"n\":" + std::to_string(n) + ",\"run\":\"" + run_ + "\"}";
       std::optional<int64_t> id = embedded_
                                     ? publish_embedded(subject, meta)
                                     : publish_external(self, subject, meta);
@@ -909,20 +932,24 @@ private:
   }
 
   /// The outage: its route down for outage.seconds, the hub's counts taken
-  /// at both ends. The ceiling is what the retry budget guarantees (core/
-  /// retry_budget.hpp): an extra attempt is granted only while the
-  /// window's withdrawals stay within percent of its deposits plus the
-  /// reserve, and an attempt leaves the window 0.9 to 1 window after it was
-  /// made. So the outage (at most 8.5 s) plus the half second before it
-  /// fit in one window (10 s), and the retries and hedges sent from half a
-  /// second before the outage to its end are at most percent x the
-  /// primaries of [start - 0.5 s - window, end] + min_per_second x window.
-  /// The half second counts a call or hedge already on its way when the
-  /// route went down; the attempts at the hub are then at most the
-  /// primaries of [start - 0.5 s, end] plus those extra attempts.
+  /// at both ends. The ceiling is an upper bound from the retry budget's
+  /// rule (core/retry_budget.hpp): an extra attempt is granted only while
+  /// the window's withdrawals, plus one, stay within percent of its
+  /// deposits plus min_per_second x window, and an entry leaves the window
+  /// 0.9 to 1 window after it was made. The outage (at most 7 s), the
+  /// lead_in before it (1.5 s) and half a second of slack fit in 0.9 of
+  /// the window (10 s), so every retry or hedge granted from the lead-in's
+  /// start to the outage's end is still in the window at the last grant:
+  /// there are at most percent x the deposits of [lead-in start - window,
+  /// end] + min_per_second x window of them. The attempts the hub counts
+  /// during the outage are those extra attempts plus primaries deposited
+  /// since the lead-in's start -- a request counted after the outage began
+  /// was deposited at most lead_in before (a request takes milliseconds
+  /// from deposit to hub; the lead-in allows 1.5 s on a stalled machine).
   void outage_loop() {
     const auto& u = cfg_.outage;
     retry_budget_config rb; // the drill client's: the defaults
+    constexpr double lead_in = 1.5;
     caf::scoped_actor self{sys_};
     auto sample_at = [&](double at) -> std::optional<retry_budget_stats> {
       if (at < 0)
@@ -931,48 +958,53 @@ private:
         return std::nullopt;
       return budget_of(self, side_.outage->client());
     };
-    auto early = sample_at(u.start - 0.5 - rb.window);
-    auto pre = early ? sample_at(u.start - 0.5) : std::nullopt;
+    auto early = sample_at(u.start - lead_in - rb.window);
+    auto pre = early ? sample_at(u.start - lead_in) : std::nullopt;
     if (!pre || !sleep_until(u.start))
       return;
     auto at_start = budget_of(self, side_.outage->client());
     auto o0 = embedded_->profile_requests("outage-outbound");
     auto n0 = embedded_->profile_requests("outage-naive");
-    set_outage(u.route, "outage");
+    auto down_at = demo_clock::now();
+    if (!set_outage(u.route, "outage"))
+      return;
     auto ran = sleep_until(u.start + u.seconds);
     set_outage("", "");
     // The hub's counts first, the deposits after: a call that starts in
     // between is counted as a primary, never as an attempt alone.
     auto o1 = embedded_->profile_requests("outage-outbound");
     auto n1 = embedded_->profile_requests("outage-naive");
+    auto up_at = demo_clock::now();
     auto end = budget_of(self, side_.outage->client());
-    if (!ran)
-      return;
+    if (!ran || !at_start || !end)
+      return; // stopped early, or the client did not answer: unmeasured
     outage_result r;
     r.ran = true;
-    r.seconds = u.seconds;
+    r.seconds = std::chrono::duration<double>(up_at - down_at).count();
     r.outbound_attempts = o1 - o0;
     r.naive_attempts = n1 - n0;
-    r.primaries = end.deposits - pre->deposits;
+    r.primaries = end->deposits - pre->deposits;
     r.primaries_before = pre->deposits - early->deposits;
     r.ceiling = static_cast<double>(r.primaries)
                 + rb.percent / 100.0
                     * static_cast<double>(r.primaries + r.primaries_before)
                 + rb.min_per_second * rb.window;
-    r.refusals = (end.refusals[0] + end.refusals[1])
-                 - (at_start.refusals[0] + at_start.refusals[1]);
+    r.refusals = (end->refusals[0] + end->refusals[1])
+                 - (at_start->refusals[0] + at_start->refusals[1]);
     std::lock_guard<std::mutex> lock{outage_mu_};
     outage_ = r;
   }
 
-  void set_outage(const std::string& route, const std::string& phase) {
+  /// Sets the hub's outage route ("" : none); false when the hub refused.
+  bool set_outage(const std::string& route, const std::string& phase) {
     try {
       embedded_->set_faults("{\"outage_path\":\"" + route + "\"}");
     } catch (const std::exception&) {
-      return; // a route the config validated: not reached
+      return false; // a route the config validated: not expected
     }
     std::lock_guard<std::mutex> lock{outage_mu_};
     phase_ = phase;
+    return true;
   }
 
   void restart_hub() {
@@ -994,6 +1026,7 @@ private:
   hub* embedded_;
   demo_families& families_;
   publish_log& log_;
+  std::string run_;
   std::atomic<bool> stopping_{false};
   std::unique_ptr<pacer> request_pacer_;
   std::unique_ptr<pacer> ts_pacer_;
@@ -1209,8 +1242,8 @@ struct call_summary {
   /// Requests beyond one per call, as a fraction of the calls (hedges and
   /// retries that reached the backend).
   std::optional<double> extra_load() const {
-    if (!hub_requests || calls() == 0)
-      return std::nullopt;
+    if (!hub_requests || *hub_requests == 0 || calls() == 0)
+      return std::nullopt; // an external hub, or routes that count no tag
     return (double(*hub_requests) - double(calls())) / double(calls());
   }
 };
@@ -1298,9 +1331,9 @@ void take_feed_counters(const feed_counters& counters, publish_log& log,
   }
 }
 
-/// Waits (at most `bound`) until every ledger watcher delivered the last
-/// event of its group, so that the audit's pending tail is what is really
-/// late, not what was published a moment before the stop.
+/// Waits (at most `bound`) until every watcher delivered the last event of
+/// its group, so that the audit's pending tail is what is really late, not
+/// what was published a moment before the stop.
 void settle_ledger_feeds(const feed_counters& counters, publish_log& log,
                          demo_clock::duration bound) {
   auto until = demo_clock::now() + bound;
@@ -1313,8 +1346,6 @@ void settle_ledger_feeds(const feed_counters& counters, publish_log& log,
       failed = log.failed;
     }
     for (const auto& a : counters.audits) {
-      if (a->mode != feed_mode::ledger)
-        continue;
       std::lock_guard<std::mutex> lock{a->mu};
       pending += a->audit.finish(failed, last).pending;
     }
@@ -1346,10 +1377,13 @@ void report_feed_rows(std::ostream& out, const demo_config& cfg,
       std::to_string(r.events) + " (" + per_s(r.events) + "/s)");
   row(out, "feed_lost",
       std::to_string(r.audit.lost) + " (not announced by a reset; "
-        + std::to_string(r.audit.pending) + " ledger events still in "
-        + "flight at the stop)");
+        + std::to_string(r.audit.pending) + " still in flight at the stop)");
   row(out, "feed_duplicated",
       std::to_string(r.audit.duplicated) + " (within an incarnation)");
+  if (r.audit.foreign > 0)
+    row(out, "feed_foreign",
+        std::to_string(r.audit.foreign)
+          + " (events of another group or run: not audited)");
   row(out, "feed_resets",
       std::to_string(r.resets) + (r.causes.empty() ? "" : " (" + r.causes + ")")
         + (r.restarted
@@ -1400,9 +1434,10 @@ void report_call_rows(std::ostream& out, const demo_config& cfg,
           + " s from " + fmt_num(cfg.outage.start, 0) + " s");
     row(out, "outage_attempts_outbound",
         rate(double(o.outbound_attempts)) + " ("
-          + std::to_string(o.outbound_attempts) + " for "
-          + std::to_string(o.primaries) + " calls; ceiling " + rate(o.ceiling)
-          + ", budget refusals " + std::to_string(o.refusals) + ")");
+          + std::to_string(o.outbound_attempts) + " attempts; ceiling "
+          + rate(o.ceiling) + " from " + std::to_string(o.primaries)
+          + " calls since 1.5 s before it; budget refusals "
+          + std::to_string(o.refusals) + ")");
     row(out, "outage_attempts_naive",
         rate(double(o.naive_attempts)) + " (" + std::to_string(o.naive_attempts)
           + ", no budget, up to " + std::to_string(cfg.outage.max_attempts)
@@ -1489,9 +1524,12 @@ void write_plain_json(std::ostream& os, const boost::json::value& v) {
       } else if (std::trunc(x) == x && std::abs(x) <= 0x1p53) {
         os << static_cast<int64_t>(x);
       } else {
-        std::ostringstream n;
-        n << std::setprecision(12) << x;
-        os << n.str();
+        // The shortest fixed-point text that reads back as x.
+        char buf[400];
+        auto [end, ec]
+          = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::fixed);
+        os << (ec == std::errc{} ? std::string_view(buf, end - buf)
+                                 : std::string_view{"null"});
       }
       return;
     }
@@ -1602,7 +1640,8 @@ boost::json::object report_json(const demo_config& cfg, const hub_site& site,
   json::object f;
   f["watchers"] = cfg.feeds;
   f["published"] = r.published;
-  f["delivered"] = r.events;
+  f["delivered"] = r.audit.delivered;
+  f["foreign"] = r.audit.foreign;
   f["lost"] = r.audit.lost;
   f["duplicated"] = r.audit.duplicated;
   f["pending"] = r.audit.pending;
@@ -1679,8 +1718,8 @@ int run_on_system(const demo_config& cfg, const hub_site& site,
   // With --report json, stdout carries the report alone.
   print_first_line(json_report ? err : out, metrics_url, site, cfg);
   publish_log log;
-  demo_traffic traffic{cfg,      sys, stack, side, site.embedded.get(),
-                       families, log};
+  demo_traffic traffic{cfg,      sys, stack,        side, site.embedded.get(),
+                       families, log, counters->run};
   traffic.start();
   r.signalled = status_lines(cfg, traffic, stack, probe, *counters, side,
                              site.embedded.get(), sigs, err);

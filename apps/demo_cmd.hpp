@@ -21,7 +21,7 @@
 //
 // The report compares, in the same run: hedged vs unhedged calls on the
 // same routes (latency quantiles, extra load the hub counted); the outage
-// drill (one route down for 8 s: attempts per second reaching the hub
+// drill (one route down for 7 s: attempts per second reaching the hub
 // from outbound's client vs a naive retrier, against the retry budget's
 // ceiling, breaker transitions, refusals); the coalescing driver's RPCs
 // against its calls, bursts included; and the feeds' audit through a hub

@@ -223,7 +223,10 @@ void demo_config::validate() const {
       if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f)
         throw config_error(field, "must not contain spaces or controls");
   }
-  for (const auto& [name, ep] : traffic.endpoints) {
+  for (const auto& kv : traffic.endpoints) {
+    // Not a structured binding: a lambda below captures the name (C++17).
+    const auto& name = kv.first;
+    const auto& ep = kv.second;
     auto field = "demo.traffic.endpoints." + name;
     bool routed = std::any_of(
       traffic.routes.begin(), traffic.routes.end(),
@@ -239,10 +242,10 @@ void demo_config::validate() const {
     throw config_error("demo.traffic.deadline", "must be >= traffic.timeout");
   check_range(hub_restart_at, 0.0, 86400.0, "demo.hub_restart_at");
   // outage
-  check_range(outage.calls_per_second, 0.0, 10000.0,
+  check_range(outage.calls_per_second, 0.0, 100.0,
               "demo.outage.calls_per_second");
   check_range(outage.start, 0.0, 86400.0, "demo.outage.start");
-  check_range(outage.seconds, 0.0, 8.5, "demo.outage.seconds");
+  check_range(outage.seconds, 0.0, 7.0, "demo.outage.seconds");
   check_positive(outage.seconds, "demo.outage.seconds");
   if (outage.max_attempts < 2 || outage.max_attempts > 10)
     throw config_error("demo.outage.max_attempts", "must be between 2 and 10");

@@ -678,6 +678,8 @@ std::string hub::impl::state_json() {
   json::object tags;
   for (const auto& [tag, count] : profile_tags)
     tags[tag] = count;
+  if (profile_tags_other > 0)
+    tags["(other)"] = profile_tags_other;
   srv["profile_tags"] = std::move(tags);
   srv["dropped"] = counters.dropped.load();
   o["server"] = std::move(srv);

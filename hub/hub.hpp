@@ -174,7 +174,8 @@ public:
 
   /// Latency-profile requests that carried `tag=<tag>` so far (outage
   /// answers included; `GET /admin/state` lists every tag under
-  /// server.profile_tags, at most 64, the rest under "_other").
+  /// server.profile_tags, at most 64, the requests of later tags under
+  /// "(other)").
   uint64_t profile_requests(const std::string& tag) const;
 
   /// Hard-closes WebSocket connections like `POST /admin/drop`: TCP closed

@@ -239,18 +239,22 @@ struct hub::impl {
   uint64_t profile_seed = 0;
   arrival_counter profile_arrivals;
   /// Profile requests per `tag` parameter (guarded by `mu`); at most
-  /// max_profile_tags tags, later ones counted under "_other".
+  /// max_profile_tags tags, the requests of later ones counted in
+  /// profile_tags_other (shown as "(other)": not a tag a request can
+  /// carry).
   std::map<std::string, uint64_t> profile_tags;
+  uint64_t profile_tags_other = 0;
   static constexpr std::size_t max_profile_tags = 64;
 
   /// Counts one profile request of `tag` (`mu` held).
   void count_profile_tag_locked(const std::string& tag) {
     auto it = profile_tags.find(tag);
-    if (it == profile_tags.end() && profile_tags.size() >= max_profile_tags)
-      it = profile_tags.emplace("_other", 0).first;
-    else if (it == profile_tags.end())
-      it = profile_tags.emplace(tag, 0).first;
-    ++it->second;
+    if (it != profile_tags.end())
+      ++it->second;
+    else if (profile_tags.size() < max_profile_tags)
+      profile_tags.emplace(tag, 1);
+    else
+      ++profile_tags_other;
   }
 
   /// The oracle cluster, guarded by `oracle_mu` (not `mu`).

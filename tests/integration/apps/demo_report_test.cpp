@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -39,13 +40,13 @@ TEST(DemoReport, TheJsonReportShowsEveryComparisonHolding) {
   auto cfg_path = dir.file("demo.json");
   {
     std::ofstream cfg{cfg_path};
-    // 26 s: the drill's route is down from 5 s to 13 s, the hub restarts
+    // 26 s: the drill's route is down from 5 s to 12 s, the hub restarts
     // at 17 s, bursts of 300 timestamp calls every 3 s.
     cfg << R"({"duration": 26, "feeds": 60, "rate": 100,
                "subject_groups": 10, "metrics_port": 0,
                "status_interval": 2,
                "traffic": {"requests_per_second": 100},
-               "outage": {"calls_per_second": 40, "start": 5, "seconds": 8},
+               "outage": {"calls_per_second": 40, "start": 5, "seconds": 7},
                "hub_restart_at": 17,
                "bursts": {"size": 300, "interval": 3}})";
   }
@@ -60,8 +61,9 @@ TEST(DemoReport, TheJsonReportShowsEveryComparisonHolding) {
   EXPECT_TRUE(start.contains("metrics")) << c.err;
   EXPECT_TRUE(start.at("duration").is_int64()); // 26, not 2.6E1
   auto doc = boost::json::parse(out[0]).as_object();
-  EXPECT_EQ(out[0].find("E+"), std::string::npos) << out[0];
-  EXPECT_EQ(out[0].find("E-"), std::string::npos) << out[0];
+  // Numbers in plain notation: no exponent after a digit.
+  EXPECT_FALSE(std::regex_search(out[0], std::regex{"[0-9][eE][-+]?[0-9]"}))
+    << out[0];
 
   // Hedged vs unhedged, same routes, same run.
   const auto& h = doc.at("hedging").at("hedged").as_object();
@@ -79,7 +81,7 @@ TEST(DemoReport, TheJsonReportShowsEveryComparisonHolding) {
   // The outage: outbound stays under the budget's ceiling, the naive
   // retrier does not.
   const auto& o = doc.at("outage").as_object();
-  EXPECT_EQ(num(o.at("seconds")), 8.0);
+  EXPECT_NEAR(num(o.at("seconds")), 7.0, 1.0);
   EXPECT_LE(num(o.at("outbound_attempts")), num(o.at("ceiling"))) << out[0];
   EXPECT_LE(num(o.at("outbound_attempts_per_s")), num(o.at("ceiling_per_s")))
     << out[0];
@@ -92,12 +94,13 @@ TEST(DemoReport, TheJsonReportShowsEveryComparisonHolding) {
   const auto& k = doc.at("coalescing").as_object();
   EXPECT_GE(num(k.at("burst_calls")), 300) << out[0];
   EXPECT_LT(num(k.at("rpcs")), num(k.at("calls"))) << out[0];
-  EXPECT_EQ(num(k.at("per_call_rpcs")), num(k.at("calls"))) << out[0];
 
   // Feeds through the hub's restart: nothing lost, nothing repeated.
   const auto& f = doc.at("feeds").as_object();
   EXPECT_TRUE(f.at("hub_restarted").as_bool()) << out[0];
   EXPECT_GT(num(f.at("delivered")), 0) << out[0];
+  EXPECT_EQ(num(f.at("foreign")), 0) << out[0];
+  EXPECT_EQ(num(f.at("connected_at_end")), 60) << out[0];
   EXPECT_EQ(num(f.at("lost")), 0) << out[0];
   EXPECT_EQ(num(f.at("duplicated")), 0) << out[0];
   EXPECT_EQ(num(f.at("pending")), 0) << out[0];

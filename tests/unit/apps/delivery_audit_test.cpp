@@ -88,3 +88,12 @@ TEST(DeliveryAudit, SkippedNumbersBeyondTheBoundStillCountAsLost) {
   a.on_event(far);
   EXPECT_EQ(a.finish({}, far).lost, static_cast<uint64_t>(far - 1));
 }
+
+TEST(DeliveryAudit, ALiveFeedsTailIsPendingOnlyOnceItsIncarnationDelivered) {
+  delivery_audit a{0, 2, false};
+  EXPECT_EQ(a.finish({}, 8).pending, 0u); // no position known yet
+  a.on_event(4);
+  EXPECT_EQ(a.finish({}, 8).pending, 2u); // 6 and 8
+  a.on_reset();
+  EXPECT_EQ(a.finish({}, 8).pending, 0u); // a new incarnation: unknown
+}

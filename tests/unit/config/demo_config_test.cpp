@@ -236,7 +236,7 @@ TEST(DemoConfig, TheComparisonSettingsHaveTheirDefaults) {
   EXPECT_EQ(c.traffic.endpoints.at("flaky").budget_percent, 20.0);
   EXPECT_DOUBLE_EQ(c.outage.calls_per_second, 50.0);
   EXPECT_DOUBLE_EQ(c.outage.start, 20.0);
-  EXPECT_DOUBLE_EQ(c.outage.seconds, 8.0);
+  EXPECT_DOUBLE_EQ(c.outage.seconds, 7.0);
   EXPECT_EQ(c.outage.route, "/steady");
   EXPECT_EQ(c.outage.max_attempts, 4);
   EXPECT_EQ(c.bursts.size, 1000u);
@@ -269,7 +269,7 @@ TEST(DemoConfig, TheComparisonSettingsAreRead) {
 }
 
 TEST(DemoConfig, BadComparisonSettingsAreNamed) {
-  EXPECT_EQ(failing_field(R"({"outage": {"seconds": 8.6}})"),
+  EXPECT_EQ(failing_field(R"({"outage": {"seconds": 7.5}})"),
             "demo.outage.seconds");
   EXPECT_EQ(failing_field(R"({"outage": {"seconds": 0}})"),
             "demo.outage.seconds");
@@ -279,6 +279,8 @@ TEST(DemoConfig, BadComparisonSettingsAreNamed) {
             "demo.outage.max_attempts");
   EXPECT_EQ(failing_field(R"({"outage": {"start": -1}})"), "demo.outage.start");
   EXPECT_EQ(failing_field(R"({"outage": {"calls_per_second": -1}})"),
+            "demo.outage.calls_per_second");
+  EXPECT_EQ(failing_field(R"({"outage": {"calls_per_second": 101}})"),
             "demo.outage.calls_per_second");
   EXPECT_EQ(failing_field(R"({"outage": {"x": 1}})"), "demo.outage.x");
   EXPECT_EQ(failing_field(R"({"bursts": {"size": 100001}})"),
