@@ -12,8 +12,8 @@
 //        {"key": "endpoint:users",
 //         "sketch": {"alpha": 0.01, "min_indexable": 1e-9,
 //                    "count": 1000, "zero_count": 0,
-//                    "min": 0.0042, "max": 0.98,
-//                    "bins": [[-274, 950], [-159, 50]]}}]}
+//                    "min": 0.03, "max": 0.3,
+//                    "bins": [[-175, 950], [-60, 50]]}}]}
 //
 // A sketch is a DDSketch (Masson, Rim, Lee, PVLDB 12(12), 2019) in its
 // sparse form, as DataDog's sketches-java/sketches-go serialise theirs:
