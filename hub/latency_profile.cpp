@@ -104,6 +104,11 @@ latency_profile_parse parse_latency_profile(
       if (!v)
         return fail(name, "an unsigned 64-bit integer");
       p.seed = *v;
+    } else if (name == "status") {
+      auto v = parse_u64(value);
+      if (!v || *v < 200 || *v > 599)
+        return fail(name, "an HTTP status in [200, 599]");
+      p.status = static_cast<int>(*v);
     } else if (kind != latency_profile_kind::lognormal) {
       continue;
     } else if (name == "mean_ms") {

@@ -13,6 +13,9 @@
 // Query parameters (all optional):
 //   key=K        the draw's identity (see below)       [none: arrival order]
 //   seed=S       overrides the hub's profile seed      [hub seed]
+//   status=N     the answer's HTTP status, 200..599    [200]
+//                (a 503 after the drawn delay: a backend that fails
+//                slowly, for the deadline and retry benchmarks)
 //   lognormal only:
 //   mean_ms=M    mean of the lognormal body, ms, > 0   [5]
 //   sd_ms=D      its standard deviation, ms, >= 0      [2]
@@ -65,6 +68,8 @@ struct latency_profile {
   std::string key;
   /// The `seed` parameter, when given.
   std::optional<uint64_t> seed;
+  /// The answer's status (the `status` parameter, 200..599). [200]
+  int status = 200;
 };
 
 /// Either a profile or the 400 detail.

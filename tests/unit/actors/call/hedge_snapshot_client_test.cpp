@@ -102,8 +102,7 @@ protected:
     const auto t = hedge_time{} + 1h;
     other.plan(host_key, resolve(hedge_config{}), t);
     for (int i = 0; i < 1000; ++i)
-      other.observe(host_key, i < 950 ? 0.030 : 0.300, call_health::success,
-                    t);
+      other.observe(host_key, i < 950 ? 0.030 : 0.300, call_health::success, t);
     *p95 = *other.latency_quantile(host_key, 0.95, t);
     return parse_hedge_snapshot(to_json(other.export_snapshot(t)));
   }
@@ -116,12 +115,13 @@ protected:
 
 } // namespace
 
-TEST_F(HedgeSnapshotClient, TheFirst20CallsAfterAnImportHedgeAtTheImportedDelay) {
+TEST_F(HedgeSnapshotClient,
+       TheFirst20CallsAfterAnImportHedgeAtTheImportedDelay) {
   double p95 = 0;
   auto snap = learned_elsewhere(&p95);
   ASSERT_NEAR(p95, 0.030, 0.030 * 0.01);
-  auto r = ask<hedge_snapshot_import_result>(stats(),
-                                             hedge_snapshot_import{snap});
+  auto r
+    = ask<hedge_snapshot_import_result>(stats(), hedge_snapshot_import{snap});
   ASSERT_TRUE(r);
   ASSERT_TRUE(r->ok()) << r->error;
   EXPECT_EQ(r->keys, 1u);
@@ -152,8 +152,7 @@ TEST_F(HedgeSnapshotClient, AFreshClientSpendsItsFirst20CallsOnTheWarmupDelay) {
 TEST_F(HedgeSnapshotClient, ExportThenImportIntoAnotherClientRoundTrips) {
   for (size_t i = 0; i < 25; ++i)
     ASSERT_TRUE(run_call().ok());
-  auto exported
-    = ask<hedge_snapshot>(stats(), hedge_snapshot_export_request{});
+  auto exported = ask<hedge_snapshot>(stats(), hedge_snapshot_export_request{});
   ASSERT_TRUE(exported);
   ASSERT_EQ(exported->keys.size(), 1u);
   EXPECT_EQ(exported->keys[0].key, host_key);
@@ -176,12 +175,13 @@ TEST_F(HedgeSnapshotClient, ExportThenImportIntoAnotherClientRoundTrips) {
   EXPECT_EQ(to_json(*again), to_json(*exported));
 }
 
-TEST_F(HedgeSnapshotClient, AHostileImportIsRejectedNamingTheFieldAndChangesNothing) {
+TEST_F(HedgeSnapshotClient,
+       AHostileImportIsRejectedNamingTheFieldAndChangesNothing) {
   double p95 = 0;
   auto snap = learned_elsewhere(&p95);
   snap.keys[0].sketch.alpha = 0.05;
-  auto r = ask<hedge_snapshot_import_result>(stats(),
-                                             hedge_snapshot_import{snap});
+  auto r
+    = ask<hedge_snapshot_import_result>(stats(), hedge_snapshot_import{snap});
   ASSERT_TRUE(r);
   EXPECT_FALSE(r->ok());
   EXPECT_EQ(r->error_field, "keys[0].sketch.alpha");
@@ -212,7 +212,8 @@ TEST_F(HedgeSnapshotClient, TheSnapshotFileIsLoadedAtStartAndWrittenAtStop) {
   std::remove(path.c_str());
 }
 
-TEST_F(HedgeSnapshotClient, ABadSnapshotFileFailsTheClientsConstructionNamingTheFile) {
+TEST_F(HedgeSnapshotClient,
+       ABadSnapshotFileFailsTheClientsConstructionNamingTheFile) {
   const auto path = ::testing::TempDir() + "/outbound-bad-snapshot.json";
   {
     std::ofstream out(path);
