@@ -202,10 +202,14 @@ const row* best_static(const std::vector<row>& rows, double budget,
   return best;
 }
 
+/// The tolerance of the second comparison, percentage points of extra.
+constexpr double noise_pp = 0.5;
+
 struct cell_summary {
   std::string name;
   std::vector<double> p99_ratio; // adaptive / best static (<= 1.1: goal)
   std::vector<double> p999_ratio;
+  std::vector<double> p99_ratio_noise; // the same, best within +noise_pp
   std::vector<double> reduction; // none / adaptive p99
   std::vector<double> extra;     // adaptive extra %
 };
@@ -457,6 +461,16 @@ int main(int argc, char** argv) {
           cs.p999_ratio.push_back(a.p999 / b999->p999);
         }
         std::printf("\n");
+        // The extra of one configuration is a count of ~100 hedges in 2000
+        // calls (±0.5 pp between runs): the strict rule can drop the
+        // static delay next to adaptive's extra for noise alone.
+        if (auto* n99 = best_static(rows, a.extra + noise_pp, &row::p99)) {
+          std::printf("  ... with extra <= %.2f %% (+%.1f pp, noise):  p99 "
+                      "%.2f / %.2f (%s, %.2f %%) = %.2fx\n",
+                      a.extra + noise_pp, noise_pp, a.p99, n99->p99,
+                      n99->config.name.c_str(), n99->extra, a.p99 / n99->p99);
+          cs.p99_ratio_noise.push_back(a.p99 / n99->p99);
+        }
         cs.reduction.push_back(none_p99 / a.p99);
         cs.extra.push_back(a.extra);
         std::fflush(stdout);
@@ -469,12 +483,14 @@ int main(int argc, char** argv) {
               "static <= 1.1 at <= 5 %% extra; w1 p99 none/adaptive >= 3.8 "
               "at <= 9 %% extra\n",
               rounds);
-  std::printf("%-14s %10s %22s %22s %18s\n", "cell", "extra%",
-              "p99 adaptive/best", "p99.9 adaptive/best", "p99 none/adaptive");
+  std::printf("%-14s %10s %18s %18s %18s %18s\n", "cell", "extra%",
+              "p99 adapt/best", "p99 (+0.5 pp)", "p99.9 adapt/best",
+              "p99 none/adapt");
   for (const auto& cs : summaries)
-    std::printf("%-14s %10s %22s %22s %18s\n", cs.name.c_str(),
+    std::printf("%-14s %10s %18s %18s %18s %18s\n", cs.name.c_str(),
                 range(cs.extra, "%.2f").c_str(),
                 range(cs.p99_ratio, "%.2f").c_str(),
+                range(cs.p99_ratio_noise, "%.2f").c_str(),
                 range(cs.p999_ratio, "%.2f").c_str(),
                 range(cs.reduction, "%.1f").c_str());
   std::fflush(stdout);
