@@ -223,7 +223,7 @@ std::string range(const std::vector<double>& v, const char* fmt) {
   std::snprintf(b, sizeof b, fmt, *hi);
   if (v.size() == 1 || std::string{a} == b)
     return a;
-  return std::string{a} + "–" + b;
+  return std::string{a} + ".." + b;
 }
 
 // -- time-to-error ------------------------------------------------------------
