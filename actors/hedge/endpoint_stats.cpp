@@ -207,6 +207,9 @@ endpoint_stats_impl(self_ptr self, hedge_config cfg,
       } catch (const std::exception& e) {
         r.error_field = "snapshot";
         r.error = std::string{"snapshot: "} + e.what();
+      } catch (...) {
+        r.error_field = "snapshot";
+        r.error = "snapshot: unknown exception";
       }
       return r;
     },

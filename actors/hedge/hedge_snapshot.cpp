@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -174,6 +175,25 @@ ddsketch to_ddsketch(const hedge_sketch_data& d, const ddsketch& like,
   if (!std::isfinite(d.max) || d.max < d.min
       || d.max > hedge_snapshot_max_seconds)
     throw config_error(f + "max", "must be in [min, 1e6] seconds");
+  // min and max must lie in the lowest and highest non-empty bucket (one
+  // bin of slack for rounding at a bin's edge): every quantile is clamped
+  // into [min, max], so a hostile pair would move every delay.
+  auto in_bucket = [&](double x, bool zero, int64_t index) {
+    if (zero)
+      return x < like.min_indexable();
+    return x >= like.min_indexable()
+           && std::abs(static_cast<int64_t>(like.index_of(x)) - index) <= 1;
+  };
+  const bool low_zero = d.zero_count > 0;
+  const bool high_zero = d.bins.empty();
+  if (!in_bucket(d.min, low_zero, low_zero ? 0 : d.bins.front().first))
+    throw config_error(f + "min", num(d.min)
+                                    + " is not in the lowest non-empty "
+                                      "bucket");
+  if (!in_bucket(d.max, high_zero, high_zero ? 0 : d.bins.back().first))
+    throw config_error(f + "max", num(d.max)
+                                    + " is not in the highest non-empty "
+                                      "bucket");
   ddsketch out = like;
   out.assign(d.zero_count, d.min, d.max, bins);
   return out;

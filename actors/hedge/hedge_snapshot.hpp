@@ -95,8 +95,8 @@ hedge_sketch_data to_sketch_data(const ddsketch& s);
 /// A sketch like `like` (its alpha, bin limit, min_indexable) holding the
 /// samples of `d`, after checking `d` against it. Throws config_error
 /// naming `<field>.alpha`, `<field>.min_indexable`, `<field>.count`,
-/// `<field>.min`, `<field>.max`, `<field>.bins` (too many) or
-/// `<field>.bins[i]` (index out of bounds, not ascending, zero count).
+/// `<field>.min`/`max` (also outside the lowest/highest bucket), `.bins`
+/// (too many) or `.bins[i]` (index out of bounds, not ascending, count 0).
 ddsketch to_ddsketch(const hedge_sketch_data& d, const ddsketch& like,
                      const std::string& field);
 

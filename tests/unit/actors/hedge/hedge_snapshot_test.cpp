@@ -246,6 +246,17 @@ TEST(HedgeSnapshotHostile, EachBadFieldIsRejectedWholeAndNamed) {
                          "keys[1].sketch.min");
   expect_import_rejected(two([](auto& k) { k.max = k.min / 2; }),
                          "keys[1].sketch.max");
+  // Inside [0, 1e6] but outside the buckets: every quantile would be
+  // clamped to it.
+  expect_import_rejected(two([](auto& k) {
+                           k.min = 500.0;
+                           k.max = 1000.0;
+                         }),
+                         "keys[1].sketch.min");
+  expect_import_rejected(two([](auto& k) { k.max = 0.05; }),
+                         "keys[1].sketch.max");
+  expect_import_rejected(two([](auto& k) { k.min = 0.0; }),
+                         "keys[1].sketch.min");
   expect_import_rejected(two([](auto& k) {
                            k.bins.clear();
                            for (int i = 0; i < 2049; ++i)
