@@ -7,8 +7,10 @@
 //                  extra requests)
 //              w2  lognormal mean 5 ms, sd 2 ms, 1 % of requests take 1 s
 //                  ("The Tail at Scale" style)
-//   configs    none | static 10 ms | static 50 ms | adaptive (outbound's
-//              defaults: p95 of the learned latency, 10 % budget)
+//   configs    none | a sweep of static delays (--delays, 4 to 50 ms:
+//              hardcoded hedge_delay, the same 10 % budget) | adaptive
+//              (outbound's defaults: p95 of the learned latency, 10 %
+//              budget)
 //   clients    a sequential client, and 64 concurrent clients
 //
 // The backend is the reference hub's /lognormal route on 127.0.0.1 (see
@@ -20,6 +22,19 @@
 // Each configuration gets a fresh client that first serves an unmeasured
 // warm-up (--warmup, --warmup-concurrent calls with other keys), so the
 // figures are steady state, not a client's cold start.
+//
+// The sweep draws p99 against extra load for one hedge per call; the row
+// "adaptive vs best static" compares adaptive with the best static delay,
+// chosen after the fact, among those that spent no more extra load than
+// adaptive did (the practical floor for one hedge per call on a steady
+// workload).
+//
+// A last phase measures time-to-error: every call of a slow backend fails
+// with a retryable 503 and has a tight deadline; a client that knows the
+// endpoint's latency (adaptive, learned) refuses a retry that cannot finish
+// in the deadline (give_up_reason deadline_unreachable) and fails at once;
+// a client with a hardcoded hedge delay knows no latency and retries into
+// the deadline.
 //
 // Bounded: a fixed number of calls per configuration (--requests,
 // --requests-w2, --requests-concurrent) and a per-call deadline; every
@@ -60,7 +75,7 @@ struct workload {
 };
 
 struct configuration {
-  const char* name;
+  std::string name;
   bool hedge;
   double static_delay; // < 0: adaptive
 };
@@ -168,16 +183,135 @@ result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
   return r;
 }
 
+struct row {
+  configuration config;
+  double p99 = 0;
+  double p999 = 0;
+  double extra = 0;
+};
+
+/// The best static row by `metric` among those with extra <= `budget`
+/// (nullptr when none qualifies).
+const row* best_static(const std::vector<row>& rows, double budget,
+                       double row::*metric) {
+  const row* best = nullptr;
+  for (const auto& r : rows)
+    if (r.config.hedge && r.config.static_delay >= 0 && r.extra <= budget
+        && (!best || r.*metric < best->*metric))
+      best = &r;
+  return best;
+}
+
+/// The tolerance of the second comparison, percentage points of extra.
+constexpr double noise_pp = 0.5;
+
+struct cell_summary {
+  std::string name;
+  std::vector<double> p99_ratio; // adaptive / best static (<= 1.1: goal)
+  std::vector<double> p999_ratio;
+  std::vector<double> p99_ratio_noise; // the same, best within +noise_pp
+  std::vector<double> reduction; // none / adaptive p99
+  std::vector<double> extra;     // adaptive extra %
+};
+
+std::string range(const std::vector<double>& v, const char* fmt) {
+  if (v.empty())
+    return "n/a";
+  auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  char a[32], b[32];
+  std::snprintf(a, sizeof a, fmt, *lo);
+  std::snprintf(b, sizeof b, fmt, *hi);
+  if (v.size() == 1 || std::string{a} == b)
+    return a;
+  return std::string{a} + ".." + b;
+}
+
+// -- time-to-error ------------------------------------------------------------
+
+struct tte_result {
+  std::vector<double> error_ms; // failed calls only
+  int ok = 0;
+  int unreachable = 0;
+  int deadline = 0;
+  int other = 0;
+  double attempts = 0;
+};
+
+tte_result run_time_to_error(caf::actor_system& sys, outbound::hub& h,
+                             bool learned, double deadline_s, int calls,
+                             int warmup, uint64_t seed) {
+  const std::string shape = "mean_ms=30&sd_ms=5&straggler=0";
+  outbound::client_config cfg;
+  cfg.base_url = h.base_url();
+  cfg.timeout = 5.0;
+  cfg.deadline = deadline_s;
+  cfg.retry.max_attempts = 5;
+  cfg.retry.base_backoff = 0.005;
+  cfg.retry.max_backoff = 0.010;
+  cfg.retry.retry_statuses = {503};
+  // The retry budget is not the subject: with it, a backend that always
+  // fails soon has its retries refused, in both configurations alike.
+  cfg.retry_budget.enabled = false;
+  outbound::client_options opts;
+  outbound::hedging_options ho;
+  outbound::endpoint_config ep;
+  if (!learned)
+    ep.hedge_delay = 0.040; // about the p95 adaptive learns; no latency known
+  ho.routes.register_route("GET", "/lognormal", ep, "lognormal");
+  opts.hedging = std::move(ho);
+  outbound::blocking_client client{sys, cfg, std::move(opts)};
+  auto tag = std::string{learned ? "tte-l" : "tte-h"};
+  for (int i = 0; i < warmup; ++i) {
+    outbound::call_request req;
+    req.path = "/lognormal?" + shape + "&seed=" + std::to_string(seed)
+               + "&key=warm-" + tag + "-" + std::to_string(i);
+    client.call(std::move(req));
+  }
+  tte_result r;
+  int attempts = 0;
+  for (int i = 0; i < calls; ++i) {
+    outbound::call_request req;
+    req.path = "/lognormal?" + shape + "&status=503&seed="
+               + std::to_string(seed) + "&key=" + tag + "-" + std::to_string(i);
+    auto t0 = bench_clock::now();
+    auto o = client.call(std::move(req));
+    auto t1 = bench_clock::now();
+    if (o.ok()) {
+      ++r.ok;
+      continue;
+    }
+    r.error_ms.push_back(
+      std::chrono::duration<double, std::milli>(t1 - t0).count());
+    attempts += o.error->attempts;
+    switch (o.error->reason) {
+      case outbound::give_up_reason::deadline_unreachable:
+        ++r.unreachable;
+        break;
+      case outbound::give_up_reason::deadline_exceeded: ++r.deadline; break;
+      default: ++r.other;
+    }
+  }
+  if (!r.error_ms.empty())
+    r.attempts
+      = static_cast<double>(attempts) / static_cast<double>(r.error_ms.size());
+  return r;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"outbound hedging benchmark: adaptive hedging against no hedging (see bench/README.md)"};
+  CLI::App app{"outbound hedging benchmark: adaptive hedging against no "
+               "hedging and a sweep of static delays (see bench/README.md)"};
   int requests = 2000;
   int requests_w2 = 4000;
   int requests_concurrent = 20000;
   int concurrency = 64;
   int warmup_sequential = 300;
   int warmup_concurrent = 5000;
+  int rounds = 1;
+  std::vector<double> delays_ms{4, 6, 8, 10, 12, 15, 20, 30, 50};
+  int tte_calls = 200;
+  double tte_deadline_ms = 100;
   uint64_t seed = 42;
   app.add_option("--requests", requests, "Calls per configuration, w1")
     ->capture_default_str();
@@ -197,6 +331,24 @@ int main(int argc, char** argv) {
   app.add_option("--warmup-concurrent", warmup_concurrent,
                  "Unmeasured warm-up calls per configuration, concurrent")
     ->capture_default_str();
+  app
+    .add_option("--rounds", rounds,
+                "Rounds of every cell (seed, seed+1, ...); the summary "
+                "gives the range over rounds")
+    ->capture_default_str();
+  app
+    .add_option("--delays", delays_ms,
+                "Static hedge delays of the sweep, ms (space separated)")
+    ->capture_default_str();
+  app
+    .add_option("--tte-calls", tte_calls,
+                "Calls per configuration of the time-to-error phase (0: "
+                "skip it)")
+    ->capture_default_str();
+  app
+    .add_option("--tte-deadline-ms", tte_deadline_ms,
+                "Deadline of the time-to-error phase's calls, ms")
+    ->capture_default_str();
   app.add_option("--seed", seed, "Latency seed (the same for every config)")
     ->capture_default_str();
   // The in-process hub's 2 io threads and the clients' io_runner (1).
@@ -204,6 +356,12 @@ int main(int argc, char** argv) {
   caf_opts.io_threads = 3;
   caf_opts.add_to(app);
   CLI11_PARSE(app, argc, argv);
+  if (rounds < 1 || delays_ms.empty() || tte_calls < 0
+      || !(tte_deadline_ms > 0)) {
+    std::fprintf(stderr, "--rounds >= 1, --delays not empty, --tte-calls >= "
+                         "0, --tte-deadline-ms > 0\n");
+    return 2;
+  }
 
   caf::actor_system_config sc;
   if (!caf_opts.apply(sc))
@@ -216,6 +374,7 @@ int main(int argc, char** argv) {
   std::printf("%s; cores %u; load average %s\n", caf_opts.report(sys).c_str(),
               std::thread::hardware_concurrency(),
               outbound::bench::load_average().c_str());
+  const auto started = bench_clock::now();
 
   std::vector<workload> workloads{
     {"w1 lognormal 5/2 ms, 5% x10", "mean_ms=5&sd_ms=2&straggler=0.05&mult=10",
@@ -223,13 +382,17 @@ int main(int argc, char** argv) {
     {"w2 lognormal 5/2 ms, 1% = 1 s",
      "mean_ms=5&sd_ms=2&straggler=0.01&straggler_ms=1000", requests_w2},
   };
-  std::vector<configuration> configs{{"none", false, -1},
-                                     {"static 10 ms", true, 0.010},
-                                     {"static 50 ms", true, 0.050},
-                                     {"adaptive", true, -1}};
-  std::printf("seed %llu; latencies in ms measured by the caller; extra = "
-              "backend requests beyond one per call\n",
-              static_cast<unsigned long long>(seed));
+  std::vector<configuration> configs{{"none", false, -1}};
+  for (double d : delays_ms) {
+    char name[32];
+    std::snprintf(name, sizeof name, "static %g ms", d);
+    configs.push_back({name, true, d / 1000.0});
+  }
+  configs.push_back({"adaptive", true, -1});
+  std::printf("seed %llu; %d round(s); latencies in ms measured by the "
+              "caller; extra = backend requests beyond one per call\n",
+              static_cast<unsigned long long>(seed), rounds);
+  std::vector<cell_summary> summaries;
   int wi = 0;
   for (const auto& w : workloads) {
     ++wi;
@@ -237,39 +400,128 @@ int main(int argc, char** argv) {
       auto wc = w;
       if (conc > 1)
         wc.requests = requests_concurrent;
-      std::printf("\n%s, %d call(s) in flight, %d calls\n", w.name, conc,
-                  wc.requests);
-      std::printf("%-14s %8s %8s %8s %9s %8s %8s %6s\n", "config", "p50",
-                  "p90", "p99", "p99.9", "extra%", "hedges", "won");
-      double none_p99 = 0, none_p999 = 0;
-      for (const auto& c : configs) {
-        auto tag = "w" + std::to_string(wi) + "-c" + std::to_string(conc);
-        auto r = run(sys, h, wc, c, conc, seed, tag,
-                     conc > 1 ? warmup_concurrent : warmup_sequential);
-        auto p99 = quantile(r.latencies_ms, 0.99);
-        auto p999 = quantile(r.latencies_ms, 0.999);
-        if (!c.hedge) {
-          none_p99 = p99;
-          none_p999 = p999;
+      cell_summary cs;
+      cs.name = "w" + std::to_string(wi) + ", " + std::to_string(conc)
+                + " client" + (conc > 1 ? "s" : "");
+      for (int round = 0; round < rounds; ++round) {
+        const uint64_t rseed = seed + static_cast<uint64_t>(round);
+        std::printf("\n%s, %d call(s) in flight, %d calls", w.name, conc,
+                    wc.requests);
+        if (rounds > 1)
+          std::printf(", round %d (seed %llu)", round + 1,
+                      static_cast<unsigned long long>(rseed));
+        std::printf("\n%-14s %8s %8s %8s %9s %8s %8s %6s\n", "config", "p50",
+                    "p90", "p99", "p99.9", "extra%", "hedges", "won");
+        double none_p99 = 0, none_p999 = 0;
+        std::vector<row> rows;
+        for (const auto& c : configs) {
+          auto tag = "w" + std::to_string(wi) + "-c" + std::to_string(conc)
+                     + "-r" + std::to_string(round);
+          auto r = run(sys, h, wc, c, conc, rseed, tag,
+                       conc > 1 ? warmup_concurrent : warmup_sequential);
+          auto p99 = quantile(r.latencies_ms, 0.99);
+          auto p999 = quantile(r.latencies_ms, 0.999);
+          if (!c.hedge) {
+            none_p99 = p99;
+            none_p999 = p999;
+          }
+          double extra = 100.0
+                         * static_cast<double>(r.backend_requests - wc.requests)
+                         / wc.requests;
+          rows.push_back({c, p99, p999, extra});
+          std::printf("%-14s %8.2f %8.2f %8.2f %9.2f %8.2f %8llu %6llu",
+                      c.name.c_str(), quantile(r.latencies_ms, 0.5),
+                      quantile(r.latencies_ms, 0.9), p99, p999, extra,
+                      static_cast<unsigned long long>(r.hedged),
+                      static_cast<unsigned long long>(r.hedge_wins));
+          if (c.hedge)
+            std::printf("   p99 /%.1f  p99.9 /%.1f", none_p99 / p99,
+                        none_p999 / p999);
+          if (r.failures > 0)
+            std::printf("   FAILURES %d", r.failures);
+          std::printf("\n");
+          std::fflush(stdout);
         }
-        double extra = 100.0
-                       * static_cast<double>(r.backend_requests - wc.requests)
-                       / wc.requests;
-        std::printf("%-14s %8.2f %8.2f %8.2f %9.2f %8.2f %8llu %6llu", c.name,
-                    quantile(r.latencies_ms, 0.5),
-                    quantile(r.latencies_ms, 0.9), p99, p999, extra,
-                    static_cast<unsigned long long>(r.hedged),
-                    static_cast<unsigned long long>(r.hedge_wins));
-        if (c.hedge)
-          std::printf("   p99 /%.1f  p99.9 /%.1f", none_p99 / p99,
-                      none_p999 / p999);
-        if (r.failures > 0)
-          std::printf("   FAILURES %d", r.failures);
+        const auto& a = rows.back();
+        std::printf("adaptive vs best static with extra <= %.2f %%:", a.extra);
+        auto* b99 = best_static(rows, a.extra, &row::p99);
+        auto* b999 = best_static(rows, a.extra, &row::p999);
+        if (b99) {
+          std::printf("  p99 %.2f / %.2f (%s, %.2f %%) = %.2fx", a.p99,
+                      b99->p99, b99->config.name.c_str(), b99->extra,
+                      a.p99 / b99->p99);
+          cs.p99_ratio.push_back(a.p99 / b99->p99);
+        } else {
+          std::printf("  p99: no static delay spent so little");
+        }
+        if (b999) {
+          std::printf(";  p99.9 %.2f / %.2f (%s, %.2f %%) = %.2fx", a.p999,
+                      b999->p999, b999->config.name.c_str(), b999->extra,
+                      a.p999 / b999->p999);
+          cs.p999_ratio.push_back(a.p999 / b999->p999);
+        }
         std::printf("\n");
+        // The extra of one configuration is a count of ~100 hedges in 2000
+        // calls (±0.5 pp between runs): the strict rule can drop the
+        // static delay next to adaptive's extra for noise alone.
+        if (auto* n99 = best_static(rows, a.extra + noise_pp, &row::p99)) {
+          std::printf("  ... with extra <= %.2f %% (+%.1f pp, noise):  p99 "
+                      "%.2f / %.2f (%s, %.2f %%) = %.2fx\n",
+                      a.extra + noise_pp, noise_pp, a.p99, n99->p99,
+                      n99->config.name.c_str(), n99->extra, a.p99 / n99->p99);
+          cs.p99_ratio_noise.push_back(a.p99 / n99->p99);
+        }
+        cs.reduction.push_back(none_p99 / a.p99);
+        cs.extra.push_back(a.extra);
         std::fflush(stdout);
       }
+      summaries.push_back(cs);
     }
   }
+
+  std::printf("\nsummary (ranges over %d round(s)); goals: adaptive/best "
+              "static <= 1.1 at <= 5 %% extra; w1 p99 none/adaptive >= 3.8 "
+              "at <= 9 %% extra\n",
+              rounds);
+  std::printf("%-14s %10s %18s %18s %18s %18s\n", "cell", "extra%",
+              "p99 adapt/best", "p99 (+0.5 pp)", "p99.9 adapt/best",
+              "p99 none/adapt");
+  for (const auto& cs : summaries)
+    std::printf("%-14s %10s %18s %18s %18s %18s\n", cs.name.c_str(),
+                range(cs.extra, "%.2f").c_str(),
+                range(cs.p99_ratio, "%.2f").c_str(),
+                range(cs.p99_ratio_noise, "%.2f").c_str(),
+                range(cs.p999_ratio, "%.2f").c_str(),
+                range(cs.reduction, "%.1f").c_str());
+  std::fflush(stdout);
+
+  if (tte_calls > 0) {
+    std::printf("\ntime-to-error: lognormal 30/5 ms, every call answered "
+                "503 (retryable), deadline %.0f ms, up to 5 attempts, "
+                "backoff 5-15 ms, %d sequential calls, retry budget off\n",
+                tte_deadline_ms, tte_calls);
+    std::printf("%-30s %8s %8s %8s %8s %12s %9s %6s %9s\n", "config", "p50",
+                "p99", "max", "/dead", "unreachable", "deadline", "other",
+                "attempts");
+    for (bool learned : {false, true}) {
+      auto r = run_time_to_error(sys, h, learned, tte_deadline_ms / 1000.0,
+                                 tte_calls, 100, seed);
+      auto p99 = quantile(r.error_ms, 0.99);
+      std::printf(
+        "%-30s %8.2f %8.2f %8.2f %8.2f %12d %9d %6d %9.2f",
+        learned ? "adaptive (learned latency)" : "hardcoded 40 ms (no latency)",
+        quantile(r.error_ms, 0.5), p99, quantile(r.error_ms, 1.0),
+        p99 / tte_deadline_ms, r.unreachable, r.deadline, r.other, r.attempts);
+      if (r.ok > 0)
+        std::printf("   OK %d (expected none)", r.ok);
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+  std::printf(
+    "\nwall time %.0f s; load average %s\n",
+    std::chrono::duration<double>(bench_clock::now() - started).count(),
+    outbound::bench::load_average().c_str());
   h.stop();
   return 0;
 }

@@ -941,7 +941,7 @@ http_answer hub::impl::http_latency_profile(latency_profile_kind kind,
   o["delay_ms"] = d * 1000.0;
   o["key"] = p.profile->key;
   o["arrival"] = n;
-  http_answer a{200, json::serialize(o)};
+  http_answer a{p.profile->status, json::serialize(o)};
   a.delay = std::chrono::duration_cast<std::chrono::nanoseconds>(
     std::chrono::duration<double>(d));
   return a;

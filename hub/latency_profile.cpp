@@ -118,6 +118,11 @@ latency_profile_parse parse_latency_profile(
       if (!ok)
         return fail(name, "1 to 64 bytes of [A-Za-z0-9._-]");
       p.tag = value;
+    } else if (name == "status") {
+      auto v = parse_u64(value);
+      if (!v || *v < 200 || *v > 599)
+        return fail(name, "an HTTP status in [200, 599]");
+      p.status = static_cast<int>(*v);
     } else if (kind != latency_profile_kind::lognormal) {
       continue;
     } else if (name == "mean_ms") {

@@ -19,6 +19,9 @@
 //                (GET /admin/state "profile_tags"; 1–64 bytes of
 //                [A-Za-z0-9._-]): a benchmark's or demo's backend-side
 //                count of what each client sent
+//   status=N     the answer's HTTP status, 200..599    [200]
+//                (a 503 after the drawn delay: a backend that fails
+//                slowly, for the deadline and retry benchmarks)
 //   lognormal only:
 //   mean_ms=M    mean of the lognormal body, ms, > 0   [5]
 //   sd_ms=D      its standard deviation, ms, >= 0      [2]
@@ -73,6 +76,8 @@ struct latency_profile {
   std::optional<uint64_t> seed;
   /// The `tag` parameter; empty: none.
   std::string tag;
+  /// The answer's status (the `status` parameter, 200..599). [200]
+  int status = 200;
 };
 
 /// Either a profile or the 400 detail.

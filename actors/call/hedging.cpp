@@ -1,5 +1,7 @@
 #include "actors/call/detail/hedging_context.hpp"
 
+#include "config/config_error.hpp"
+
 #include <caf/actor_cast.hpp>
 #include <caf/send.hpp>
 
@@ -25,7 +27,20 @@ make_hedging_context(caf::actor_system& sys, const hedging_options& opts) {
   ctx->host_config = resolve(opts.config);
   for (const auto& e : opts.routes.entries())
     ctx->endpoint_configs.emplace(e.name, resolve(opts.config, e.config));
-  ctx->stats = spawn_endpoint_stats(sys, opts.config);
+  endpoint_stats_persistence persistence;
+  if (!opts.snapshot_file.empty()) {
+    persistence.initial = read_hedge_snapshot_file(opts.snapshot_file);
+    if (persistence.initial) {
+      try {
+        check_hedge_snapshot(opts.config, *persistence.initial);
+      } catch (const config_error& e) {
+        throw config_error("hedging.snapshot_file",
+                           opts.snapshot_file + ": " + e.what());
+      }
+    }
+    persistence.save_file = opts.snapshot_file;
+  }
+  ctx->stats = spawn_endpoint_stats(sys, opts.config, std::move(persistence));
   ctx->breakers = spawn_breaker(sys, opts.config);
   if (opts.hooks) {
     caf::anon_send(ctx->stats, hedge_subscribe{opts.hooks});

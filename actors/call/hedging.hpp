@@ -47,6 +47,18 @@ struct hedging_options {
   /// Receives hedge_fired / circuit_opened hook messages (see
   /// spawn_hedge_hook_callbacks for plain callbacks). [none]
   hedge_hook_actor hooks;
+  /// A snapshot file of the learned latency sketches
+  /// (actors/hedge/hedge_snapshot.hpp), so a restarted process hedges with
+  /// learned delays from its first request. make_service_client imports it
+  /// when it exists (a missing file starts cold) and throws config_error
+  /// with field `hedging.snapshot_file`, naming the file and the bad field,
+  /// when it cannot be read or is rejected (nothing is spawned then). The
+  /// client's endpoint_stats actor writes it back, atomically, when it
+  /// stops (the client and its calls are gone, or the actor system shuts
+  /// down); a failed write is dropped. To save at another time, ask the
+  /// stats handle for hedge_snapshot_export_request and call
+  /// write_hedge_snapshot_file. [empty: no file]
+  std::string snapshot_file;
 };
 
 /// What every call actor of a hedging client shares (its configs and the

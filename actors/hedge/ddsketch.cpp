@@ -147,6 +147,34 @@ void ddsketch::clear() {
   min_ = max_ = 0.0;
 }
 
+std::vector<std::pair<int, uint64_t>> ddsketch::nonzero_bins() const {
+  std::vector<std::pair<int, uint64_t>> out;
+  for (std::size_t k = 0; k < bins_.size(); ++k)
+    if (bins_[k] != 0)
+      out.emplace_back(offset_ + static_cast<int>(k), bins_[k]);
+  return out;
+}
+
+void ddsketch::assign(uint64_t zero_count, double min, double max,
+                      const std::vector<std::pair<int, uint64_t>>& bins) {
+  clear();
+  // Highest index first, as merge() does: a collapse (if any) happens once.
+  auto sorted = bins;
+  std::sort(sorted.begin(), sorted.end());
+  for (auto i = sorted.rbegin(); i != sorted.rend(); ++i) {
+    if (i->second == 0)
+      continue;
+    add_to_bin(i->first, i->second);
+    count_ += i->second;
+  }
+  zero_count_ = zero_count;
+  count_ += zero_count;
+  if (count_ > 0) {
+    min_ = min;
+    max_ = max;
+  }
+}
+
 // -- windowed_sketch ----------------------------------------------------------
 
 windowed_sketch::windowed_sketch(double window, hedge_time start, double alpha,
@@ -187,6 +215,19 @@ std::optional<double> windowed_sketch::quantile(double q, hedge_time now) {
   ddsketch both = previous_;
   both.merge(current_);
   return both.quantile(q);
+}
+
+ddsketch windowed_sketch::merged(hedge_time now) {
+  rotate(now);
+  ddsketch both = previous_;
+  both.merge(current_);
+  return both;
+}
+
+void windowed_sketch::reset_to(ddsketch s, hedge_time now) {
+  current_ = std::move(s);
+  previous_.clear();
+  start_ = now;
 }
 
 uint64_t windowed_sketch::count(hedge_time now) {

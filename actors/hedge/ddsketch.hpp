@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace outbound {
@@ -92,6 +93,23 @@ public:
   /// Removes every sample (keeps the parameters).
   void clear();
 
+  /// Smallest indexable value (values below it go to the zero bucket).
+  double min_indexable() const {
+    return min_indexable_;
+  }
+
+  /// The non-empty bins as (index, count), ascending by index: the sparse
+  /// form a snapshot stores (actors/hedge/hedge_snapshot.hpp).
+  std::vector<std::pair<int, uint64_t>> nonzero_bins() const;
+
+  /// Replaces every sample with the given state: `zero_count` samples in
+  /// the zero bucket, `bins` as (index, count) (any order), exact `min` and
+  /// `max`; count() becomes zero_count plus the bins' counts. The caller
+  /// validates (hedge_snapshot does: bounded indexes and counts, min <=
+  /// max); bins wider than bin_limit collapse as inserts do.
+  void assign(uint64_t zero_count, double min, double max,
+              const std::vector<std::pair<int, uint64_t>>& bins);
+
   /// Bin index of a value >= min_indexable (exposed for tests).
   int index_of(double x) const;
 
@@ -142,6 +160,14 @@ public:
 
   /// The lazy rotation (called by the other members).
   void rotate(hedge_time now);
+
+  /// Rotates as of `now`, then current ∪ previous as one sketch.
+  ddsketch merged(hedge_time now);
+
+  /// Replaces both windows: `s` becomes the current window, starting at
+  /// `now`; the previous window is emptied. `s` must have this window's
+  /// alpha and bin limit (a snapshot import checks).
+  void reset_to(ddsketch s, hedge_time now);
 
   const ddsketch& current() const {
     return current_;

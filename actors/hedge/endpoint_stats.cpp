@@ -1,6 +1,7 @@
 #include "actors/hedge/detail/hedge_actors.hpp"
 
 #include "actors/handler_guard.hpp"
+#include "config/config_error.hpp"
 
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
@@ -18,6 +19,30 @@ namespace {
 
 struct endpoint_stats_actor_state {
   std::optional<endpoint_stats_state> stats;
+  /// Where the snapshot goes when the actor stops (empty: nowhere).
+  std::string save_file;
+  /// The time of the last plan or observation: the snapshot at the stop is
+  /// taken as of then.
+  hedge_time last_now{};
+
+  endpoint_stats_actor_state() = default;
+  endpoint_stats_actor_state(const endpoint_stats_actor_state&) = delete;
+  endpoint_stats_actor_state& operator=(const endpoint_stats_actor_state&)
+    = delete;
+
+  // CAF 0.17 destroys a stateful actor's state when the actor stops
+  // (stateful_actor::on_exit), on the thread that stops it: the last
+  // chance to save what the sketches learned.
+  ~endpoint_stats_actor_state() {
+    if (save_file.empty() || !stats)
+      return;
+    try {
+      write_hedge_snapshot_file(stats->export_snapshot(last_now), save_file);
+    } catch (...) {
+      // Nothing to report to: the next start is cold.
+    }
+  }
+
   std::vector<hedge_hook_actor> subscribers;
   /// Granted, unsettled tokens per owner (hedge_token_request::owner): the
   /// keys, one entry per token. An owner is gone from the map once it has
@@ -46,8 +71,19 @@ using self_ptr
 // Over 80 lines on purpose: the actor's behavior, one short handler per
 // message of its interface; the work is in the functions above.
 endpoint_stats_impl_actor::behavior_type
-endpoint_stats_impl(self_ptr self, hedge_config cfg) {
+endpoint_stats_impl(self_ptr self, hedge_config cfg,
+                    endpoint_stats_persistence persistence) {
   self->state.stats.emplace(cfg);
+  self->state.last_now = self->clock().now();
+  if (persistence.initial) {
+    // Checked before the spawn (check_hedge_snapshot): cannot throw here
+    // but for an allocation, and then the actor starts cold.
+    guarded_void([&] {
+      self->state.stats->import_snapshot(*persistence.initial,
+                                         self->state.last_now);
+    });
+  }
+  self->state.save_file = std::move(persistence.save_file);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& subs = self->state.subscribers;
     subs.erase(std::remove_if(subs.begin(), subs.end(),
@@ -64,7 +100,8 @@ endpoint_stats_impl(self_ptr self, hedge_config cfg) {
   return {
     [self](hedge_plan_request& r) {
       return guarded_result(where, [&] {
-        return self->state.stats->plan(r.key, r.config, self->clock().now());
+        self->state.last_now = self->clock().now();
+        return self->state.stats->plan(r.key, r.config, self->state.last_now);
       });
     },
     [self](hedge_token_request& r) {
@@ -115,8 +152,9 @@ endpoint_stats_impl(self_ptr self, hedge_config cfg) {
     },
     [self](hedge_observation& o) {
       guarded_void([&] {
+        self->state.last_now = self->clock().now();
         self->state.stats->observe(o.key, o.latency, o.health,
-                                   self->clock().now());
+                                   self->state.last_now);
       });
     },
     [self](hedge_race_result& r) {
@@ -153,6 +191,28 @@ endpoint_stats_impl(self_ptr self, hedge_config cfg) {
           self->state.stats->all_metrics(self->clock().now())};
       });
     },
+    [self](hedge_snapshot_export_request&) {
+      return guarded_result(where, [&] {
+        return self->state.stats->export_snapshot(self->clock().now());
+      });
+    },
+    [self](hedge_snapshot_import& m) {
+      hedge_snapshot_import_result r;
+      try {
+        r.keys
+          = self->state.stats->import_snapshot(m.snapshot, self->clock().now());
+      } catch (const config_error& e) {
+        r.error_field = e.field();
+        r.error = e.what();
+      } catch (const std::exception& e) {
+        r.error_field = "snapshot";
+        r.error = std::string{"snapshot: "} + e.what();
+      } catch (...) {
+        r.error_field = "snapshot";
+        r.error = "snapshot: unknown exception";
+      }
+      return r;
+    },
     [self](hedge_subscribe& s) {
       guarded_void([&] {
         if (!s.subscriber)
@@ -166,10 +226,16 @@ endpoint_stats_impl(self_ptr self, hedge_config cfg) {
 
 } // namespace
 
-endpoint_stats_impl_actor spawn_endpoint_stats(caf::actor_system& sys,
-                                               const hedge_config& cfg) {
+endpoint_stats_impl_actor
+spawn_endpoint_stats(caf::actor_system& sys, const hedge_config& cfg,
+                     endpoint_stats_persistence persistence) {
   cfg.validate();
-  return sys.spawn(endpoint_stats_impl, cfg);
+  return sys.spawn(endpoint_stats_impl, cfg, std::move(persistence));
+}
+
+void check_hedge_snapshot(const hedge_config& cfg, const hedge_snapshot& s) {
+  endpoint_stats_state scratch{cfg};
+  scratch.import_snapshot(s, hedge_time{});
 }
 
 } // namespace hedge

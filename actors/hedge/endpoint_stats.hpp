@@ -22,6 +22,11 @@ inline namespace hedge {
 ///   `hedge_all_stats_request -> hedge_all_stats_reply` (every key),
 ///   `hedge_metrics_request -> hedge_metrics_reply` (every key's counters,
 ///   tokens and next delay).
+/// - `hedge_snapshot_export_request -> hedge_snapshot`: every key's
+///   latency sketch (to_json / write_hedge_snapshot_file save it).
+/// - `hedge_snapshot_import -> hedge_snapshot_import_result`: starts keys
+///   warm from a snapshot; a bad snapshot is rejected whole, naming the
+///   field (actors/hedge/hedge_snapshot.hpp).
 /// - `hedge_subscribe`: adds a hook subscriber.
 ///
 /// The plans, budget tokens and observations the call actors send are a
@@ -33,6 +38,8 @@ using endpoint_stats_actor = caf::typed_actor<
   caf::replies_to<hedge_global_stats_request>::with<hedge_stats_snapshot>,
   caf::replies_to<hedge_all_stats_request>::with<hedge_all_stats_reply>,
   caf::replies_to<hedge_metrics_request>::with<hedge_metrics_reply>,
+  caf::replies_to<hedge_snapshot_export_request>::with<hedge_snapshot>,
+  caf::replies_to<hedge_snapshot_import>::with<hedge_snapshot_import_result>,
   caf::reacts_to<hedge_subscribe>>;
 
 } // namespace hedge

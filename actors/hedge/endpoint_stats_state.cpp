@@ -1,5 +1,7 @@
 #include "actors/hedge/endpoint_stats_state.hpp"
 
+#include "config/config_error.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -31,8 +33,18 @@ endpoint_stats_state::endpoint_stats_state(const hedge_config& defaults)
 hedge_plan endpoint_stats_state::plan(const std::string& key,
                                       const effective_hedge_config& cfg,
                                       hedge_time now) {
-  auto& k = keys_.get_or_create(key, [&] { return key_state{cfg, now}; });
+  bool created = false;
+  auto& k = keys_.get_or_create(key, [&] {
+    created = true;
+    return key_state{cfg, now};
+  });
   k.cfg = cfg;
+  if (created && !imported_.empty()) {
+    if (auto i = imported_.find(key); i != imported_.end()) {
+      seed(k, std::move(i->second), now);
+      imported_.erase(i);
+    }
+  }
   ++k.stats.total_requests;
   ++global_.total_requests;
   ++k.seen;
@@ -170,6 +182,74 @@ endpoint_stats_state::all_metrics(hedge_time now) {
     out.push_back(std::move(m));
   }
   return out;
+}
+
+void endpoint_stats_state::seed(key_state& k, ddsketch sketch, hedge_time now) {
+  k.sketch.reset_to(std::move(sketch), now);
+  // Warm: the next request is past the warm-up count, so it plans with the
+  // sketch's percentile.
+  k.seen = std::max<uint64_t>(
+    k.seen, static_cast<uint64_t>(std::max(k.cfg.warmup_requests, 0)));
+}
+
+hedge_snapshot endpoint_stats_state::export_snapshot(hedge_time now) {
+  hedge_snapshot out;
+  std::vector<std::string> keys;
+  for (auto& entry : keys_.entries())
+    keys.push_back(entry.first);
+  for (auto& key : keys) {
+    auto merged = keys_.peek(key)->sketch.merged(now);
+    if (merged.count() == 0)
+      continue;
+    out.keys.push_back({key, to_sketch_data(merged)});
+  }
+  std::vector<std::string> pending;
+  for (auto& entry : imported_)
+    pending.push_back(entry.first);
+  std::sort(pending.begin(), pending.end());
+  for (auto& key : pending)
+    out.keys.push_back({key, to_sketch_data(imported_.at(key))});
+  return out;
+}
+
+std::size_t endpoint_stats_state::import_snapshot(const hedge_snapshot& s,
+                                                  hedge_time now) {
+  if (s.version != hedge_snapshot_version)
+    throw config_error("version", std::to_string(s.version)
+                                    + " is not the supported "
+                                    + std::to_string(hedge_snapshot_version));
+  if (s.keys.size() > defaults_.max_keys)
+    throw config_error("keys", std::to_string(s.keys.size())
+                                 + " keys, more than hedge.max_keys "
+                                 + std::to_string(defaults_.max_keys));
+  // Everything is checked (and built) before anything changes.
+  const ddsketch like;
+  std::vector<std::pair<std::string, ddsketch>> parsed;
+  parsed.reserve(s.keys.size());
+  std::unordered_map<std::string, std::size_t> seen;
+  for (std::size_t i = 0; i < s.keys.size(); ++i) {
+    const auto f = "keys[" + std::to_string(i) + "]";
+    const auto& e = s.keys[i];
+    if (e.key.empty() || e.key.size() > hedge_snapshot_max_key_bytes)
+      throw config_error(f + ".key",
+                         "must be 1 to "
+                           + std::to_string(hedge_snapshot_max_key_bytes)
+                           + " bytes");
+    if (!seen.emplace(e.key, i).second)
+      throw config_error(f + ".key", "'" + e.key + "' repeats keys["
+                                       + std::to_string(seen[e.key]) + "]");
+    parsed.emplace_back(e.key, to_ddsketch(e.sketch, like, f + ".sketch"));
+  }
+  std::unordered_map<std::string, ddsketch> pending;
+  for (auto& [key, sketch] : parsed)
+    if (!keys_.peek(key))
+      pending.emplace(key, sketch);
+  // Apply: nothing below can fail but an allocation.
+  for (auto& [key, sketch] : parsed)
+    if (auto* k = keys_.peek(key))
+      seed(*k, std::move(sketch), now);
+  imported_ = std::move(pending);
+  return parsed.size();
 }
 
 std::optional<double> endpoint_stats_state::tokens(const std::string& key,

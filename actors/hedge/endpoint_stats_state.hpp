@@ -21,6 +21,7 @@
 // Pure: time is an argument; no clock is read.
 
 #include "actors/hedge/ddsketch.hpp"
+#include "actors/hedge/hedge_snapshot.hpp"
 #include "actors/hedge/lru_map.hpp"
 #include "actors/hedge/rolling_rate.hpp"
 #include "actors/hedge/token_bucket.hpp"
@@ -31,6 +32,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -123,6 +125,33 @@ public:
   /// Hedge tokens of `key` at `now`; nullopt if not tracked (tests).
   std::optional<double> tokens(const std::string& key, hedge_time now);
 
+  /// The latency sketch of every tracked key with samples in its window
+  /// at `now` (current ∪ previous, most recently used first), then the
+  /// imported sketches no request has used yet (by key). Counts nothing,
+  /// changes no LRU order (actors/hedge/hedge_snapshot.hpp).
+  hedge_snapshot export_snapshot(hedge_time now);
+
+  /// Imports the sketches of `s` and returns how many keys it held. All or
+  /// nothing: everything is checked first; on a bad field it throws
+  /// config_error naming it (`version`, `keys` — more than max_keys,
+  /// `keys[i].key` — empty, too long or repeated, `keys[i].sketch.*` as
+  /// to_ddsketch) and the state is unchanged.
+  ///
+  /// A tracked key's latency window becomes the imported sketch (the
+  /// current window, starting at `now`) and the key counts as warm: its
+  /// next request plans with the sketch's percentile, not warmup_delay. A
+  /// key not tracked yet keeps its sketch aside (replacing what an earlier
+  /// import left aside) until its first request creates it with its own
+  /// config, which then starts warm from the sketch. Imported samples age
+  /// out of the window like live ones (after one to two window_durations);
+  /// hardcoded endpoints keep their hedge_delay.
+  std::size_t import_snapshot(const hedge_snapshot& s, hedge_time now);
+
+  /// Imported sketches waiting for their key's first request (tests).
+  std::size_t pending_imports() const {
+    return imported_.size();
+  }
+
   /// The RPS seed of an auto-estimated key's bucket. [100]
   static constexpr double rps_seed = 100.0;
 
@@ -142,8 +171,13 @@ private:
     hedge_stats_snapshot stats;
   };
 
+  /// Makes `k` start from the imported `sketch`, warm.
+  static void seed(key_state& k, ddsketch sketch, hedge_time now);
+
   hedge_config defaults_;
   lru_map<key_state> keys_;
+  /// Imported sketches of keys not tracked yet (at most max_keys).
+  std::unordered_map<std::string, ddsketch> imported_;
   hedge_stats_snapshot global_;
 };
 

@@ -8,6 +8,7 @@
 
 #include "actors/hedge/breaker_state.hpp"
 #include "actors/hedge/endpoint_stats_state.hpp"
+#include "actors/hedge/hedge_snapshot.hpp"
 #include "config/hedge_config.hpp"
 #include "core/hedge_types.hpp"
 
@@ -149,6 +150,33 @@ struct hedge_metrics_reply {
   std::vector<hedge_key_metrics> keys;
 };
 
+/// Every key's latency sketch → hedge_snapshot
+/// (actors/hedge/hedge_snapshot.hpp; to_json makes the file format of it).
+/// Counts nothing.
+struct hedge_snapshot_export_request {};
+
+/// Imports a snapshot's sketches (all or nothing, see
+/// endpoint_stats_state::import_snapshot) → hedge_snapshot_import_result.
+struct hedge_snapshot_import {
+  hedge_snapshot snapshot;
+};
+
+/// The answer to hedge_snapshot_import: ok() and the number of keys
+/// imported, or the field that was rejected (`version`, `keys`,
+/// `keys[i].key`, `keys[i].sketch.<field>`, ...) and why; on an error
+/// nothing was imported.
+struct hedge_snapshot_import_result {
+  std::size_t keys = 0;
+  /// The rejected field; empty on success.
+  std::string error_field;
+  /// "<field>: <why>"; empty on success.
+  std::string error;
+
+  bool ok() const {
+    return error.empty();
+  }
+};
+
 // -- breaker --------------------------------------------------------------------
 
 /// The breaker gate of one hedge → breaker_gate_result. `endpoint_breaker`
@@ -232,3 +260,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_metrics_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_metrics_reply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::breaker_all_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::breaker_all_reply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_snapshot_export_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_snapshot)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_snapshot_import)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::hedge_snapshot_import_result)

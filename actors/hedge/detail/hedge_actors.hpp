@@ -15,6 +15,9 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
+#include <optional>
+#include <string>
+
 namespace outbound {
 inline namespace hedge {
 
@@ -47,11 +50,27 @@ using breaker_impl_actor = breaker_actor::extend<
   caf::reacts_to<breaker_record>, caf::reacts_to<breaker_complete>,
   caf::reacts_to<breaker_release>>;
 
+/// How an endpoint_stats actor starts and stops with a snapshot.
+struct endpoint_stats_persistence {
+  /// Imported when the actor starts (checked by the caller first:
+  /// check_hedge_snapshot). [none]
+  std::optional<hedge_snapshot> initial;
+  /// Written (write_hedge_snapshot_file) when the actor stops, as of the
+  /// last message it handled; a failed write is dropped (the next start
+  /// is cold). Empty: nothing is written. [empty]
+  std::string save_file;
+};
+
 /// Spawns the endpoint_stats actor for the transport defaults `cfg`
 /// (max_keys bounds its keys). Throws config_error naming the bad `hedge.*`
 /// field.
-endpoint_stats_impl_actor spawn_endpoint_stats(caf::actor_system& sys,
-                                               const hedge_config& cfg);
+endpoint_stats_impl_actor
+spawn_endpoint_stats(caf::actor_system& sys, const hedge_config& cfg,
+                     endpoint_stats_persistence persistence = {});
+
+/// Throws config_error naming the field when `s` would be rejected by an
+/// endpoint_stats actor for `cfg` (a trial import into a scratch state).
+void check_hedge_snapshot(const hedge_config& cfg, const hedge_snapshot& s);
 
 /// Spawns the breaker actor for the transport defaults `cfg` (its breaker
 /// config is the host tier's; max_keys bounds each tier). Throws

@@ -55,7 +55,8 @@ TEST(HubLatencyProfile, BadParametersAreNamed) {
        {bad{"mean_ms", "0"}, bad{"mean_ms", "x"}, bad{"sd_ms", "-1"},
         bad{"straggler", "1.5"}, bad{"mult", "0.5"}, bad{"straggler_ms", "nan"},
         bad{"seed", "-3"}, bad{"seed", "99999999999999999999999"},
-        bad{"mean_ms", "1e999"}}) {
+        bad{"mean_ms", "1e999"}, bad{"status", "199"}, bad{"status", "600"},
+        bad{"status", "x"}}) {
     auto r = parse_latency_profile(latency_profile_kind::lognormal,
                                    {{b.name, b.value}});
     EXPECT_FALSE(r.profile) << b.name << "=" << b.value;
@@ -83,6 +84,9 @@ TEST(HubLatencyProfile, ParametersAreRead) {
   EXPECT_DOUBLE_EQ(*p.straggler_s, 1.0);
   EXPECT_EQ(p.key, "c17");
   EXPECT_EQ(p.seed, 42u);
+  EXPECT_EQ(p.status, 200);
+  EXPECT_EQ(parse_ok(latency_profile_kind::fast, {{"status", "503"}}).status,
+            503);
 }
 
 TEST(HubLatencyProfile, FastIsUniformFiveToFifteenMs) {
