@@ -261,6 +261,20 @@ void client_config::validate() const {
   if (idempotency_keys != idempotency_key_mode::off
       && idempotency_keys != idempotency_key_mode::auto_key)
     throw config_error("idempotency_keys", "must be off or auto");
+  for (std::size_t i = 0; i < idempotency_routes.size(); ++i) {
+    const auto& r = idempotency_routes[i];
+    auto field = "idempotency_routes[" + std::to_string(i) + "]";
+    if (!core::is_token(r.method))
+      throw config_error(field + ".method", "not an HTTP method (a token)");
+    if (r.path.empty() || r.path[0] != '/'
+        || r.path.find_first_of("?# \t\r\n") != std::string::npos)
+      throw config_error(field + ".path",
+                         "must start with '/' and hold no query, fragment "
+                         "or white space");
+    if (r.mode != idempotency_key_mode::off
+        && r.mode != idempotency_key_mode::auto_key)
+      throw config_error(field + ".mode", "must be off or auto");
+  }
 }
 
 env_settings env_settings::read(const std::string& prefix) {

@@ -90,6 +90,22 @@ enum class idempotency_key_mode : uint8_t {
   auto_key,
 };
 
+/// An idempotency-key setting for the calls of one route: `method` (case
+/// insensitive) and `path` (the call's path before '?'; exact, or a prefix
+/// when it ends with '/': "/v1/orders/" covers "/v1/orders/7"). The first
+/// route of client_config::idempotency_routes that matches a call decides
+/// its mode, ahead of the client's idempotency_keys; a call's own key or
+/// mode still comes first. Any method may be listed: a PUT route with
+/// auto_key sends a key too.
+struct idempotency_route {
+  /// An HTTP method (a token, RFC 9110), e.g. "POST".
+  std::string method;
+  /// A path starting with '/'.
+  std::string path;
+  /// The mode of the route's calls. [auto_key]
+  idempotency_key_mode mode = idempotency_key_mode::auto_key;
+};
+
 /// TLS settings. With an https base URL the server is always verified (SNI
 /// and host-name verification are always on). `ca_file` pins the server's CA;
 /// without it the system trust store verifies the server. A client identity
@@ -161,6 +177,11 @@ struct client_config {
   /// a mode of their own (call_request::idempotency_key,
   /// call_request::idempotency_mode). [off]
   idempotency_key_mode idempotency_keys = idempotency_key_mode::off;
+  /// Per-route modes, checked in order before `idempotency_keys` (see
+  /// idempotency_route): e.g. {{"POST", "/v1/payments"}} gives only the
+  /// payment POSTs a key, or {{"POST", "/v1/search", off}} exempts one
+  /// route from a client-wide auto. [none]
+  std::vector<idempotency_route> idempotency_routes;
   /// The header that carries the key (a valid header name).
   /// ["Idempotency-Key", as the IETF draft]
   std::string idempotency_key_header = "Idempotency-Key";

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 
 namespace outbound {
 inline namespace core {
@@ -173,6 +174,15 @@ bool carries_idempotency_key(const client_config& cfg,
     return true;
   if (call.idempotency_mode)
     return *call.idempotency_mode == idempotency_key_mode::auto_key;
+  std::string_view path = call.path;
+  path = path.substr(0, path.find('?'));
+  for (const auto& r : cfg.idempotency_routes) {
+    if (!core::iequals(r.method, call.method))
+      continue;
+    bool prefix = r.path.size() > 1 && r.path.back() == '/';
+    if (path == r.path || (prefix && path.substr(0, r.path.size()) == r.path))
+      return r.mode == idempotency_key_mode::auto_key;
+  }
   if (cfg.idempotency_keys != idempotency_key_mode::auto_key)
     return false;
   auto m = core::ascii_upper(call.method);

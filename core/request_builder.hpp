@@ -60,8 +60,9 @@ std::string generate_request_id(core::rng& rng);
 /// (draft-ietf-httpapi-idempotency-key-header): a key of its own (its
 /// `idempotency_key`, or a header of its own named
 /// `cfg.idempotency_key_header`), its `idempotency_mode` auto_key, or,
-/// with no mode set, the client's `idempotency_keys` auto_key for a POST
-/// or PATCH.
+/// with no mode set, the mode of the first of `cfg.idempotency_routes`
+/// matching its method and path, else the client's `idempotency_keys`
+/// auto_key for a POST or PATCH.
 bool carries_idempotency_key(const client_config& cfg,
                              const call_request& call);
 

@@ -467,3 +467,62 @@ TEST(RequestBuilderIdempotencyKey,
   EXPECT_FALSE(call_is_idempotent(cfg, post, "POST"));
   EXPECT_TRUE(call_is_idempotent(cfg, get("/x"), "GET"));
 }
+
+TEST(RequestBuilderIdempotencyKey, AMatchingRouteDecidesBeforeTheClientsMode) {
+  auto cfg = cfg_with();
+  cfg.idempotency_routes
+    = {{"POST", "/v1/payments", idempotency_key_mode::auto_key},
+       {"post", "/v1/orders/", idempotency_key_mode::auto_key},
+       {"PUT", "/v1/files/", idempotency_key_mode::auto_key}};
+  auto call = [](const char* method, const char* path) {
+    auto c = with_method(method);
+    c.path = path;
+    return c;
+  };
+  // Off client-wide: only the listed routes carry a key.
+  EXPECT_TRUE(carries_idempotency_key(cfg, call("POST", "/v1/payments")));
+  EXPECT_TRUE(carries_idempotency_key(cfg, call("POST", "/v1/payments?x=1")));
+  EXPECT_FALSE(carries_idempotency_key(cfg, call("POST", "/v1/payments/7")));
+  EXPECT_TRUE(carries_idempotency_key(cfg, call("POST", "/v1/orders/7")));
+  EXPECT_FALSE(carries_idempotency_key(cfg, call("POST", "/v1/orders")));
+  EXPECT_FALSE(carries_idempotency_key(cfg, call("GET", "/v1/payments")));
+  EXPECT_TRUE(carries_idempotency_key(cfg, call("put", "/v1/files/a")));
+  EXPECT_FALSE(carries_idempotency_key(cfg, call("POST", "/v1/other")));
+  // Auto client-wide: a route can exempt itself.
+  cfg.idempotency_keys = idempotency_key_mode::auto_key;
+  cfg.idempotency_routes = {{"POST", "/v1/search", idempotency_key_mode::off}};
+  EXPECT_FALSE(carries_idempotency_key(cfg, call("POST", "/v1/search")));
+  EXPECT_TRUE(carries_idempotency_key(cfg, call("POST", "/v1/other")));
+  // The call's own mode or key still comes first.
+  auto forced = call("POST", "/v1/search");
+  forced.idempotency_mode = idempotency_key_mode::auto_key;
+  EXPECT_TRUE(carries_idempotency_key(cfg, forced));
+  auto given = call("POST", "/v1/search");
+  given.idempotency_key = "k";
+  EXPECT_TRUE(carries_idempotency_key(cfg, given));
+}
+
+TEST(RequestBuilderIdempotencyKey, ABadRouteIsNamedWithItsIndex) {
+  struct bad {
+    idempotency_route route;
+    const char* field;
+  };
+  for (const auto& b :
+       {bad{{"PO ST", "/x"}, "idempotency_routes[1].method"},
+        bad{{"", "/x"}, "idempotency_routes[1].method"},
+        bad{{"POST", "x"}, "idempotency_routes[1].path"},
+        bad{{"POST", ""}, "idempotency_routes[1].path"},
+        bad{{"POST", "/x?y=1"}, "idempotency_routes[1].path"},
+        bad{{"POST", "/x y"}, "idempotency_routes[1].path"},
+        bad{{"POST", "/x", static_cast<idempotency_key_mode>(9)},
+            "idempotency_routes[1].mode"}}) {
+    auto c = cfg_with();
+    c.idempotency_routes = {{"POST", "/ok"}, b.route};
+    try {
+      c.validate();
+      ADD_FAILURE() << "accepted " << b.route.method << " " << b.route.path;
+    } catch (const config_error& e) {
+      EXPECT_EQ(e.field(), b.field) << e.what();
+    }
+  }
+}
