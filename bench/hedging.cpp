@@ -77,7 +77,9 @@ struct workload {
 struct configuration {
   std::string name;
   bool hedge;
-  double static_delay; // < 0: adaptive
+  double static_delay;      // < 0: adaptive
+  double percentile = 0.95; // adaptive only
+  bool delay_search = true; // adaptive only; false: the plain quantile
 };
 
 struct result {
@@ -116,6 +118,8 @@ result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
     outbound::endpoint_config ep;
     if (c.static_delay >= 0)
       ep.hedge_delay = c.static_delay;
+    ep.percentile = c.percentile;
+    ep.delay_search = c.delay_search;
     ho.routes.register_route("GET", "/lognormal", ep, "lognormal");
     opts.hedging = std::move(ho);
   }
@@ -207,6 +211,7 @@ constexpr double noise_pp = 0.5;
 
 struct cell_summary {
   std::string name;
+  std::string config;            // the adaptive row it summarises
   std::vector<double> p99_ratio; // adaptive / best static (<= 1.1: goal)
   std::vector<double> p999_ratio;
   std::vector<double> p99_ratio_noise; // the same, best within +noise_pp
@@ -313,6 +318,8 @@ int main(int argc, char** argv) {
   int tte_calls = 200;
   double tte_deadline_ms = 100;
   uint64_t seed = 42;
+  std::vector<std::string> workload_names{"w1", "w2"};
+  std::vector<double> percentiles{0.92};
   app.add_option("--requests", requests, "Calls per configuration, w1")
     ->capture_default_str();
   app.add_option("--requests-w2", requests_w2,
@@ -351,15 +358,29 @@ int main(int argc, char** argv) {
     ->capture_default_str();
   app.add_option("--seed", seed, "Latency seed (the same for every config)")
     ->capture_default_str();
+  app.add_option("--workloads", workload_names, "Workloads to run (w1, w2)")
+    ->capture_default_str();
+  app
+    .add_option("--percentiles", percentiles,
+                "Extra adaptive rows at these percentiles, besides the "
+                "default p95 (with and without the delay search)")
+    ->capture_default_str();
   // The in-process hub's 2 io threads and the clients' io_runner (1).
   outbound::bench::caf_flags caf_opts;
   caf_opts.io_threads = 3;
   caf_opts.add_to(app);
   CLI11_PARSE(app, argc, argv);
-  if (rounds < 1 || delays_ms.empty() || tte_calls < 0
-      || !(tte_deadline_ms > 0)) {
+  bool bad_workload = workload_names.empty();
+  for (const auto& w : workload_names)
+    bad_workload = bad_workload || (w != "w1" && w != "w2");
+  bool bad_percentile = false;
+  for (double p : percentiles)
+    bad_percentile = bad_percentile || !(p > 0.0 && p < 1.0);
+  if (rounds < 1 || delays_ms.empty() || tte_calls < 0 || !(tte_deadline_ms > 0)
+      || bad_workload || bad_percentile) {
     std::fprintf(stderr, "--rounds >= 1, --delays not empty, --tte-calls >= "
-                         "0, --tte-deadline-ms > 0\n");
+                         "0, --tte-deadline-ms > 0, --workloads w1 and/or "
+                         "w2, --percentiles in (0, 1)\n");
     return 2;
   }
 
@@ -376,33 +397,47 @@ int main(int argc, char** argv) {
               outbound::bench::load_average().c_str());
   const auto started = bench_clock::now();
 
-  std::vector<workload> workloads{
-    {"w1 lognormal 5/2 ms, 5% x10", "mean_ms=5&sd_ms=2&straggler=0.05&mult=10",
-     requests},
-    {"w2 lognormal 5/2 ms, 1% = 1 s",
-     "mean_ms=5&sd_ms=2&straggler=0.01&straggler_ms=1000", requests_w2},
-  };
+  std::vector<std::pair<int, workload>> workloads;
+  for (const auto& name : workload_names) {
+    if (name == "w1")
+      workloads.push_back(
+        {1,
+         {"w1 lognormal 5/2 ms, 5% x10",
+          "mean_ms=5&sd_ms=2&straggler=0.05&mult=10", requests}});
+    else
+      workloads.push_back(
+        {2,
+         {"w2 lognormal 5/2 ms, 1% = 1 s",
+          "mean_ms=5&sd_ms=2&straggler=0.01&straggler_ms=1000", requests_w2}});
+  }
   std::vector<configuration> configs{{"none", false, -1}};
   for (double d : delays_ms) {
     char name[32];
     std::snprintf(name, sizeof name, "static %g ms", d);
     configs.push_back({name, true, d / 1000.0});
   }
+  // The adaptive rows: the plain p95 quantile (httpx-hedged's rule), the
+  // extra percentiles, and last the default (p95 with the delay search,
+  // actors/hedge/delay_rule.hpp).
+  configs.push_back({"quantile p95", true, -1, 0.95, false});
+  for (double p : percentiles) {
+    char name[32];
+    std::snprintf(name, sizeof name, "adaptive p%g", p * 100.0);
+    configs.push_back({name, true, -1, p, true});
+  }
   configs.push_back({"adaptive", true, -1});
   std::printf("seed %llu; %d round(s); latencies in ms measured by the "
               "caller; extra = backend requests beyond one per call\n",
               static_cast<unsigned long long>(seed), rounds);
   std::vector<cell_summary> summaries;
-  int wi = 0;
-  for (const auto& w : workloads) {
-    ++wi;
+  for (const auto& [wi, w] : workloads) {
     for (int conc : {1, concurrency}) {
       auto wc = w;
       if (conc > 1)
         wc.requests = requests_concurrent;
-      cell_summary cs;
-      cs.name = "w" + std::to_string(wi) + ", " + std::to_string(conc)
-                + " client" + (conc > 1 ? "s" : "");
+      const auto cell = "w" + std::to_string(wi) + ", " + std::to_string(conc)
+                        + " client" + (conc > 1 ? "s" : "");
+      std::vector<cell_summary> cells; // one per adaptive row
       for (int round = 0; round < rounds; ++round) {
         const uint64_t rseed = seed + static_cast<uint64_t>(round);
         std::printf("\n%s, %d call(s) in flight, %d calls", w.name, conc,
@@ -442,40 +477,51 @@ int main(int argc, char** argv) {
           std::printf("\n");
           std::fflush(stdout);
         }
-        const auto& a = rows.back();
-        std::printf("adaptive vs best static with extra <= %.2f %%:", a.extra);
-        auto* b99 = best_static(rows, a.extra, &row::p99);
-        auto* b999 = best_static(rows, a.extra, &row::p999);
-        if (b99) {
-          std::printf("  p99 %.2f / %.2f (%s, %.2f %%) = %.2fx", a.p99,
-                      b99->p99, b99->config.name.c_str(), b99->extra,
-                      a.p99 / b99->p99);
-          cs.p99_ratio.push_back(a.p99 / b99->p99);
-        } else {
-          std::printf("  p99: no static delay spent so little");
+        std::size_t ai = 0;
+        for (const auto& a : rows) {
+          if (!a.config.hedge || a.config.static_delay >= 0)
+            continue;
+          if (cells.size() <= ai) {
+            cells.emplace_back();
+            cells.back().name = cell;
+            cells.back().config = a.config.name;
+          }
+          auto& cs = cells[ai++];
+          std::printf("%s vs best static with extra <= %.2f %%:",
+                      a.config.name.c_str(), a.extra);
+          auto* b99 = best_static(rows, a.extra, &row::p99);
+          auto* b999 = best_static(rows, a.extra, &row::p999);
+          if (b99) {
+            std::printf("  p99 %.2f / %.2f (%s, %.2f %%) = %.2fx", a.p99,
+                        b99->p99, b99->config.name.c_str(), b99->extra,
+                        a.p99 / b99->p99);
+            cs.p99_ratio.push_back(a.p99 / b99->p99);
+          } else {
+            std::printf("  p99: no static delay spent so little");
+          }
+          if (b999) {
+            std::printf(";  p99.9 %.2f / %.2f (%s, %.2f %%) = %.2fx", a.p999,
+                        b999->p999, b999->config.name.c_str(), b999->extra,
+                        a.p999 / b999->p999);
+            cs.p999_ratio.push_back(a.p999 / b999->p999);
+          }
+          std::printf("\n");
+          // The extra of one configuration is a count of ~100 hedges in
+          // 2000 calls (±0.5 pp between runs): the strict rule can drop the
+          // static delay next to adaptive's extra for noise alone.
+          if (auto* n99 = best_static(rows, a.extra + noise_pp, &row::p99)) {
+            std::printf("  ... with extra <= %.2f %% (+%.1f pp, noise):  p99 "
+                        "%.2f / %.2f (%s, %.2f %%) = %.2fx\n",
+                        a.extra + noise_pp, noise_pp, a.p99, n99->p99,
+                        n99->config.name.c_str(), n99->extra, a.p99 / n99->p99);
+            cs.p99_ratio_noise.push_back(a.p99 / n99->p99);
+          }
+          cs.reduction.push_back(none_p99 / a.p99);
+          cs.extra.push_back(a.extra);
         }
-        if (b999) {
-          std::printf(";  p99.9 %.2f / %.2f (%s, %.2f %%) = %.2fx", a.p999,
-                      b999->p999, b999->config.name.c_str(), b999->extra,
-                      a.p999 / b999->p999);
-          cs.p999_ratio.push_back(a.p999 / b999->p999);
-        }
-        std::printf("\n");
-        // The extra of one configuration is a count of ~100 hedges in 2000
-        // calls (±0.5 pp between runs): the strict rule can drop the
-        // static delay next to adaptive's extra for noise alone.
-        if (auto* n99 = best_static(rows, a.extra + noise_pp, &row::p99)) {
-          std::printf("  ... with extra <= %.2f %% (+%.1f pp, noise):  p99 "
-                      "%.2f / %.2f (%s, %.2f %%) = %.2fx\n",
-                      a.extra + noise_pp, noise_pp, a.p99, n99->p99,
-                      n99->config.name.c_str(), n99->extra, a.p99 / n99->p99);
-          cs.p99_ratio_noise.push_back(a.p99 / n99->p99);
-        }
-        cs.reduction.push_back(none_p99 / a.p99);
-        cs.extra.push_back(a.extra);
         std::fflush(stdout);
       }
-      summaries.push_back(cs);
+      summaries.insert(summaries.end(), cells.begin(), cells.end());
     }
   }
 
@@ -483,12 +529,12 @@ int main(int argc, char** argv) {
               "static <= 1.1 at <= 5 %% extra; w1 p99 none/adaptive >= 3.8 "
               "at <= 9 %% extra\n",
               rounds);
-  std::printf("%-14s %10s %18s %18s %18s %18s\n", "cell", "extra%",
-              "p99 adapt/best", "p99 (+0.5 pp)", "p99.9 adapt/best",
+  std::printf("%-14s %-14s %12s %16s %16s %16s %16s\n", "cell", "config",
+              "extra%", "p99 adapt/best", "p99 (+0.5 pp)", "p99.9 adapt/best",
               "p99 none/adapt");
   for (const auto& cs : summaries)
-    std::printf("%-14s %10s %18s %18s %18s %18s\n", cs.name.c_str(),
-                range(cs.extra, "%.2f").c_str(),
+    std::printf("%-14s %-14s %12s %16s %16s %16s %16s\n", cs.name.c_str(),
+                cs.config.c_str(), range(cs.extra, "%.2f").c_str(),
                 range(cs.p99_ratio, "%.2f").c_str(),
                 range(cs.p99_ratio_noise, "%.2f").c_str(),
                 range(cs.p999_ratio, "%.2f").c_str(),

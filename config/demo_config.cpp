@@ -146,6 +146,12 @@ void read_hedging(const boost::json::value& v, const std::string& p,
      {"budget_percent", dbl(h.budget_percent)},
      {"estimated_rps", opt_dbl(h.estimated_rps)},
      {"rps_window", dbl(h.rps_window)},
+     {"delay_search",
+      [&h](const boost::json::value& x, const std::string& f) {
+        if (!x.is_bool())
+          throw config_error(f, "must be true or false");
+        h.delay_search = x.get_bool();
+      }},
      {"min_delay", dbl(h.min_delay)},
      {"warmup_requests", integer(h.warmup_requests, 0, int_max)},
      {"warmup_delay", dbl(h.warmup_delay)},
@@ -173,6 +179,15 @@ void read_endpoint(const boost::json::value& v, const std::string& p,
                {"budget_percent", opt_dbl(e.budget_percent)},
                {"estimated_rps", opt_dbl(e.estimated_rps)},
                {"rps_window", opt_dbl(e.rps_window)},
+               {"delay_search",
+                [&e](const boost::json::value& x, const std::string& f) {
+                  if (x.is_null())
+                    e.delay_search.reset();
+                  else if (x.is_bool())
+                    e.delay_search = x.get_bool();
+                  else
+                    throw config_error(f, "must be true, false or null");
+                }},
                {"min_delay", opt_dbl(e.min_delay)},
                {"warmup_requests", opt_int(e.warmup_requests, 0, int_max)},
                {"warmup_delay", opt_dbl(e.warmup_delay)},

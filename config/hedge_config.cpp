@@ -97,6 +97,8 @@ effective_hedge_config resolve(const hedge_config& base,
     r.estimated_rps = ep.estimated_rps;
   if (ep.rps_window)
     r.rps_window = *ep.rps_window;
+  if (ep.delay_search)
+    r.delay_search = *ep.delay_search;
   if (ep.min_delay)
     r.min_delay = *ep.min_delay;
   if (ep.warmup_requests)

@@ -56,6 +56,13 @@ struct hedge_config {
   std::optional<double> estimated_rps;
   /// Window of the rolling RPS estimate in seconds (> 0). [10.0]
   double rps_window = 10.0;
+  /// Lower the delay below the `percentile` quantile across a flat stretch
+  /// of the learned latency distribution, where a lower delay costs fewer
+  /// extra hedges (relative to the percentile's share) than the delay it
+  /// saves; never past 1.5 × the percentile's share of hedges nor 0.75 ×
+  /// the budget (actors/hedge/delay_rule.hpp). false: the plain quantile
+  /// (httpx-hedged). [true]
+  bool delay_search = true;
   /// Floor of every hedge delay in seconds (>= 0). [0.001]
   double min_delay = 0.001;
   /// A key's first N requests use `warmup_delay` (>= 0). [20]
@@ -83,6 +90,7 @@ struct endpoint_config {
   std::optional<double> budget_percent;
   std::optional<double> estimated_rps;
   std::optional<double> rps_window;
+  std::optional<bool> delay_search;
   std::optional<double> min_delay;
   std::optional<int> warmup_requests;
   std::optional<double> warmup_delay;

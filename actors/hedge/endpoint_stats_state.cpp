@@ -1,5 +1,6 @@
 #include "actors/hedge/endpoint_stats_state.hpp"
 
+#include "actors/hedge/delay_rule.hpp"
 #include "config/config_error.hpp"
 
 #include <algorithm>
@@ -73,7 +74,17 @@ hedge_plan endpoint_stats_state::delay_of(key_state& k,
     p.delay = cfg.warmup_delay;
     p.warmup = true;
   } else {
-    auto q = k.sketch.quantile(cfg.percentile, now);
+    std::optional<double> q;
+    if (cfg.delay_search) {
+      delay_search search;
+      search.max_share = std::min(1.5 * (1.0 - cfg.percentile),
+                                  0.75 * cfg.budget_percent / 100.0);
+      if (auto c
+          = choose_hedge_delay(k.sketch.merged(now), cfg.percentile, search))
+        q = c->delay;
+    } else {
+      q = k.sketch.quantile(cfg.percentile, now);
+    }
     if (q && *q > 0.0 && std::isfinite(*q)) {
       p.delay = *q;
     } else {

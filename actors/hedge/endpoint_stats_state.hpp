@@ -60,8 +60,11 @@ public:
   /// Counts a request of `key` (creating its state with `cfg`, an
   /// effective config from resolve()) and returns its hedge delay:
   /// hardcoded hedge_delay if set; else warmup_delay while the key has seen
-  /// <= warmup_requests requests; else the sketch's `percentile` quantile
-  /// (warmup_delay when there is none or it is not > 0); always floored at
+  /// <= warmup_requests requests; else the sketch's `percentile` quantile,
+  /// lowered across a flat stretch below it when `delay_search` is on
+  /// (actors/hedge/delay_rule.hpp; the search may spend up to 1.5 × the
+  /// percentile's share and 0.75 × the budget) (warmup_delay when there
+  /// is no estimate or it is not > 0); always floored at
   /// min_delay. With no estimated_rps the request also feeds the rolling
   /// RPS and the bucket's rate follows it (seeded with 100 rps, like
   /// httpx-hedged).

@@ -135,6 +135,21 @@ TEST(DemoConfig, WrongTypesAreNamed) {
     "demo.hedging.breaker.treat_5xx_as_failure");
 }
 
+TEST(DemoConfig, TheDelaySearchIsABooleanAtBothLevels) {
+  EXPECT_FALSE(parse_demo_config(R"({"hedging": {"delay_search": false}})")
+                 .hedging.delay_search);
+  EXPECT_EQ(failing_field(R"({"hedging": {"delay_search": 0}})"),
+            "demo.hedging.delay_search");
+  auto c = parse_demo_config(
+    R"({"traffic": {"endpoints": {"flaky": {"delay_search": false}}}})");
+  ASSERT_TRUE(c.traffic.endpoints.count("flaky"));
+  EXPECT_EQ(c.traffic.endpoints.at("flaky").delay_search, false);
+  EXPECT_EQ(
+    failing_field(
+      R"({"traffic": {"endpoints": {"flaky": {"delay_search": "no"}}}})"),
+    "demo.traffic.endpoints.flaky.delay_search");
+}
+
 TEST(DemoConfig, OutOfRangeValuesAreNamed) {
   EXPECT_EQ(failing_field(R"({"feeds": -1})"), "demo.feeds");
   EXPECT_EQ(failing_field(R"({"feeds": 100001})"), "demo.feeds");

@@ -279,3 +279,41 @@ TEST(HedgeStats, Case11SmallSampleQuantilesThroughTheEstimator) {
   EXPECT_FALSE(p.warmup);
   EXPECT_NEAR(p.delay, 0.030, 0.030 * 0.01);
 }
+
+TEST(HedgeStats, AGapBelowThePercentileLowersTheDelayUnlessSearchIsOff) {
+  // 940 calls at 1..9.4 ms, then 60 stragglers at 30..89 ms: the p95 lies
+  // among the stragglers (≈ 40 ms), the body ends at 9.4 ms. A delay at
+  // the body's end hedges 6 % of calls instead of 5 % and 30 ms earlier.
+  auto run = [](bool search) {
+    endpoint_stats_state st{hedge_config{}};
+    endpoint_config ep;
+    ep.warmup_requests = 0;
+    ep.delay_search = search;
+    st.plan("k", eff(ep), t0); // tracks the key
+    for (int i = 1; i <= 940; ++i)
+      st.observe("k", i / 100000.0, call_health::success, t0);
+    for (int i = 0; i < 60; ++i)
+      st.observe("k", 0.030 + i / 1000.0, call_health::success, t0);
+    return st.plan("k", eff(ep), t0);
+  };
+  auto plain = run(false);
+  auto searched = run(true);
+  EXPECT_NEAR(plain.delay, 0.039, 0.001); // the 950th of 1000: 39 ms
+  EXPECT_NEAR(searched.delay, 0.0094, 0.0002);
+  EXPECT_FALSE(plain.warmup || searched.warmup);
+}
+
+TEST(HedgeStats, TheSearchNeverSpendsPastThreeQuartersOfTheBudget) {
+  // Same shape, a 6 % budget: 0.75 × 6 % = 4.5 % < the body's-end share
+  // of 6 %, so the delay stays at the quantile.
+  endpoint_stats_state st{hedge_config{}};
+  endpoint_config ep;
+  ep.warmup_requests = 0;
+  ep.budget_percent = 6.0;
+  st.plan("k", eff(ep), t0); // tracks the key
+  for (int i = 1; i <= 940; ++i)
+    st.observe("k", i / 100000.0, call_health::success, t0);
+  for (int i = 0; i < 60; ++i)
+    st.observe("k", 0.030 + i / 1000.0, call_health::success, t0);
+  EXPECT_NEAR(st.plan("k", eff(ep), t0).delay, 0.039, 0.001);
+}
