@@ -88,6 +88,7 @@ struct result {
   int failures = 0;
   uint64_t hedged = 0;
   uint64_t hedge_wins = 0;
+  uint64_t refused = 0; // hedges the budget refused
 };
 
 double quantile(std::vector<double> v, double q) {
@@ -183,6 +184,7 @@ result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
       = client.hedge_stats().value_or(outbound::hedge_stats_snapshot{});
     r.hedged = after.hedged_requests - before_stats.hedged_requests;
     r.hedge_wins = after.hedge_wins - before_stats.hedge_wins;
+    r.refused = after.budget_exhausted - before_stats.budget_exhausted;
   }
   return r;
 }
@@ -445,8 +447,9 @@ int main(int argc, char** argv) {
         if (rounds > 1)
           std::printf(", round %d (seed %llu)", round + 1,
                       static_cast<unsigned long long>(rseed));
-        std::printf("\n%-14s %8s %8s %8s %9s %8s %8s %6s\n", "config", "p50",
-                    "p90", "p99", "p99.9", "extra%", "hedges", "won");
+        std::printf("\n%-14s %8s %8s %8s %9s %8s %8s %6s %7s\n", "config",
+                    "p50", "p90", "p99", "p99.9", "extra%", "hedges", "won",
+                    "refused");
         double none_p99 = 0, none_p999 = 0;
         std::vector<row> rows;
         for (const auto& c : configs) {
@@ -464,11 +467,12 @@ int main(int argc, char** argv) {
                          * static_cast<double>(r.backend_requests - wc.requests)
                          / wc.requests;
           rows.push_back({c, p99, p999, extra});
-          std::printf("%-14s %8.2f %8.2f %8.2f %9.2f %8.2f %8llu %6llu",
+          std::printf("%-14s %8.2f %8.2f %8.2f %9.2f %8.2f %8llu %6llu %7llu",
                       c.name.c_str(), quantile(r.latencies_ms, 0.5),
                       quantile(r.latencies_ms, 0.9), p99, p999, extra,
                       static_cast<unsigned long long>(r.hedged),
-                      static_cast<unsigned long long>(r.hedge_wins));
+                      static_cast<unsigned long long>(r.hedge_wins),
+                      static_cast<unsigned long long>(r.refused));
           if (c.hedge)
             std::printf("   p99 /%.1f  p99.9 /%.1f", none_p99 / p99,
                         none_p999 / p999);
