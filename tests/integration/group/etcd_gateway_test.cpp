@@ -26,6 +26,7 @@
 // guess.
 
 #include "tests/support/etcd_fixture.hpp"
+#include "tests/support/nginx_fixture.hpp" // raw_http_exchange
 
 #include "actors/client/blocking_client.hpp"
 #include "config/client_config.hpp"
@@ -459,6 +460,39 @@ TEST_F(EtcdGateway, KeepaliveWithOneBodyRenewsOnceAndAnswersOneResult) {
   ASSERT_TRUE(again.ok()) << again.error->message();
   EXPECT_EQ(str(at(again.body, {"result", "TTL"})), "5");
   EXPECT_EQ(again.attempts, 1);
+}
+
+// After a keepalive's answer the HTTP connection stays open for the next
+// request (Go's server keeps it alive): two keepalives pipelined on one
+// socket, the second asking to close, both answered on it at once.
+TEST_F(EtcdGateway, KeepaliveAnswerLeavesTheConnectionOpenForTheNextRequest) {
+  auto id = grant(5);
+  auto body = R"({"ID":")" + id + R"("})";
+  auto request = [&body](const char* connection) {
+    return std::string{"POST /v3/lease/keepalive HTTP/1.1\r\n"
+                       "Host: 127.0.0.1\r\n"
+                       "Content-Type: application/json\r\n"
+                       "Connection: "}
+           + connection + "\r\nContent-Length: " + std::to_string(body.size())
+           + "\r\n\r\n" + body;
+  };
+  auto t0 = steady::now();
+  auto wire = raw_http_exchange(etcd_->client_port(),
+                                request("keep-alive") + request("close"));
+  auto took = steady::now() - t0;
+  auto count = [&wire](const std::string& what) {
+    std::size_t n = 0;
+    for (auto i = wire.find(what); i != std::string::npos;
+         i = wire.find(what, i + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(count("HTTP/1.1 200 OK\r\n"), 2u) << wire;
+  EXPECT_EQ(count("{\"result\":{"), 2u) << wire;
+  EXPECT_EQ(count("Transfer-Encoding: chunked\r\n"), 2u) << wire;
+  // raw_http_exchange reads until the server closes (or 5 s): it closed
+  // after the second answer, not at a timeout.
+  EXPECT_LT(took, 2s);
 }
 
 // Two objects in one body are two renewals and two answer lines: the body
