@@ -182,7 +182,7 @@ json::object op_range(const std::string& key) {
   return json::object{{"request_range", json::object{{"key", b64(key)}}}};
 }
 
-/// The claim of one feed as the design's protocol makes it: if `owner` is
+/// The claim of one feed as the lease store will make it: if `owner` is
 /// absent (create_revision 0), put it with `lease` and read `cursor`;
 /// otherwise read `owner` (who holds it).
 json::object claim_txn(const std::string& owner, const std::string& cursor,
