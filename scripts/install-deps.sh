@@ -9,6 +9,7 @@ packages=(
   libssl-dev libgtest-dev libgmock-dev libcli11-dev
   nginx openssl ca-certificates
   prometheus
+  etcd-server
   clang-14 libclang-rt-14-dev libfuzzer-14-dev
 )
 
@@ -41,5 +42,10 @@ fi
 # Same for prometheus (its server on :9090): the tests only need promtool.
 if [[ " ${missing[*]} " == *" prometheus "* ]]; then
   "${sudo[@]}" service prometheus stop >/dev/null 2>&1 || true
+fi
+# And for etcd-server (a system-wide member on 127.0.0.1:2379/2380): the
+# integration tests start their own etcd on free ports.
+if [[ " ${missing[*]} " == *" etcd-server "* ]]; then
+  "${sudo[@]}" service etcd stop >/dev/null 2>&1 || true
 fi
 echo "install-deps: done"
