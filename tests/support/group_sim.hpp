@@ -63,6 +63,10 @@ struct group_sim_options {
   /// Broken variant: a new owner resumes at the feed's start, not at the
   /// committed cursor.
   bool resume_from_start = false;
+  /// Broken store: leases expire 3 s after their TTL (takeovers are late).
+  bool late_expiry = false;
+  /// Broken store: commits are applied without comparing the token.
+  bool commit_ignores_token = false;
 };
 
 /// The outcome of one run.
@@ -190,7 +194,8 @@ private:
 
   void store_expire() {
     for (auto& kv : store_.leases)
-      if (kv.second.alive && kv.second.expiry <= now_)
+      if (kv.second.alive
+          && kv.second.expiry + (opt_.late_expiry ? 3 * sec : 0) <= now_)
         revoke(kv.first);
   }
 
@@ -488,7 +493,11 @@ private:
           auto o = store_.owners.find(f);
           commit_reply c;
           c.feed = it.feed;
-          if (o == store_.owners.end() || o->second.token != it.token) {
+          if (opt_.commit_ignores_token && r.kind == request::commit
+              && it.cursor) {
+            c.outcome = commit_outcome::ok;
+            apply_commit(f, it.token, *it.cursor);
+          } else if (o == store_.owners.end() || o->second.token != it.token) {
             c.outcome = commit_outcome::fenced;
           } else {
             c.outcome = commit_outcome::ok;
@@ -1160,11 +1169,22 @@ private:
       m.slow = false;
       if (m.alive && m.paused)
         resume(static_cast<int>(i), m.proc);
-      any = any || m.alive;
+      // A member still leaving does not count: it is about to go.
+      any = any
+            || (m.alive && m.st->phase() != group_phase::leaving
+                && m.st->phase() != group_phase::left);
     }
-    if (!any)
-      start_member(
-        static_cast<int>(uniform(0, static_cast<int64_t>(members_.size()))));
+    if (!any) {
+      // Quiescing needs a member: restart a crashed slot, or add one.
+      int slot = -1;
+      for (std::size_t i = 0; i < members_.size() && slot < 0; ++i)
+        if (!members_[i].alive)
+          slot = static_cast<int>(i);
+      if (slot >= 0)
+        start_member(slot);
+      else
+        add_member();
+    }
   }
 
   group_sim_options opt_;
