@@ -584,3 +584,68 @@ TEST(GroupState, LeaveGivesUpAtTheFenceDeadline) {
   EXPECT_TRUE(has<revoke_lease>(a));
   EXPECT_EQ(m.st.phase(), group_phase::left);
 }
+
+TEST(GroupState, AClaimWonWhileLeavingIsReleasedAtOnce) {
+  member m(defaults(), {"f"});
+  auto a = m.activate();
+  auto cl = all_of<claim_feeds>(a).at(0);
+  m.st.leave(t0 + 3100ms);
+  auto b = m.st.on_claimed(cl.request, {{"f", claim_outcome::won, 7, 2}},
+                           t0 + 3200ms);
+  EXPECT_FALSE(has<spawn_watcher>(b));
+  auto rel = all_of<release_feeds>(b);
+  ASSERT_EQ(rel.size(), 1u);
+  EXPECT_EQ(rel[0].items.at(0).token, 7u);
+  EXPECT_EQ(rel[0].items.at(0).cursor, std::optional<int64_t>{2});
+  auto c = m.st.on_released(rel[0].request, {{"f", commit_outcome::ok}},
+                            t0 + 3300ms);
+  EXPECT_TRUE(has<revoke_lease>(c));
+}
+
+TEST(GroupState, AFailedReleaseIsRetriedAfterCheckpointInterval) {
+  member m(defaults(), {"f"});
+  std::string other = "m2";
+  for (int i = 2; hrw_winner("f", {"m1", other}) != 1; ++i)
+    other = "m" + std::to_string(i);
+  auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
+  m.now = t0 + 3500ms;
+  m.see({"m1", other}, t0 + 3500ms);
+  ASSERT_TRUE(has<stop_watcher>(m.at(t0 + 8500ms)));
+  auto rel = all_of<release_feeds>(
+    m.st.on_watcher_stopped("f", sp.token, 4, t0 + 8600ms));
+  ASSERT_EQ(rel.size(), 1u);
+  m.st.on_release_failed(rel[0].request, t0 + 8700ms);
+  EXPECT_FALSE(has<release_feeds>(m.at(t0 + 9699ms)));
+  auto again = all_of<release_feeds>(m.at(t0 + 9700ms));
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].items.at(0).cursor, std::optional<int64_t>{4});
+}
+
+TEST(GroupState, AHandoffHintClaimsADesiredFeedAtOnce) {
+  member m(defaults(), {"f"});
+  auto cl = all_of<claim_feeds>(m.activate()).at(0);
+  m.st.on_claimed(cl.request, {{"f", claim_outcome::held, 0, {}}}, t0 + 3100ms);
+  auto a = m.st.on_handoff_hint("f", t0 + 3200ms);
+  EXPECT_EQ(all_of<claim_feeds>(a).size(), 1u);
+  // A hint for a feed it does not win, or does not know, claims nothing.
+  EXPECT_FALSE(has<claim_feeds>(m.st.on_handoff_hint("x", t0 + 3300ms)));
+}
+
+TEST(GroupState, AnOlderPollAnswerIsIgnored) {
+  member m(defaults(), {"f"});
+  m.join({"m1"});
+  m.st.on_members(5000000, view({"m1", "m2"}), t0 + 1s);
+  m.st.on_members(4000000, view({"m1"}), t0 + 1100ms); // older request
+  m.at(t0 + 3999ms);
+  EXPECT_EQ(m.st.phase(), group_phase::settling);
+  m.at(t0 + 4s); // 3 s after the newest view; the older one changed nothing
+  EXPECT_EQ(m.st.phase(), group_phase::active);
+}
+
+TEST(GroupState, LeaveBeforeTheGrantRevokesTheLateLease) {
+  group_state st(defaults(), "m1", {"f"});
+  auto j = all_of<join_lease>(st.start(t0)).at(0);
+  EXPECT_TRUE(st.leave(t0 + 10ms).empty());
+  EXPECT_EQ(st.phase(), group_phase::left);
+  EXPECT_TRUE(has<revoke_lease>(st.on_joined(j.request, 5.0, t0 + 20ms)));
+}
