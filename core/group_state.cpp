@@ -215,10 +215,13 @@ group_actions group_state::on_claimed(uint64_t request,
     e.claim_request = 0;
     auto r = by_feed.find(f);
     if (r == by_feed.end() || r->second->outcome == claim_outcome::error) {
+      // G11: the claim may have been applied; ask again, desired or not.
       ++counters_.claim_errors;
       e.own = ownership::none;
+      e.uncertain = true;
       continue;
     }
+    e.uncertain = false;
     if (r->second->outcome == claim_outcome::held) {
       ++counters_.claims_held;
       e.own = ownership::none;
@@ -626,9 +629,15 @@ void group_state::issue_claims(group_time, group_actions& out) {
   };
   for (auto& kv : feeds_) {
     auto& e = kv.second;
-    if (!e.desired || e.own != ownership::none || room == 0)
+    if (e.own != ownership::none)
       continue;
-    --room;
+    if (!e.uncertain) {
+      // An uncertain claim may already be ours: it is asked regardless
+      // of max_feeds.
+      if (!e.desired || room == 0)
+        continue;
+      --room;
+    }
     e.own = ownership::claiming;
     batch.feeds.push_back(kv.first);
     if (batch.feeds.size() == cfg_.batch)
@@ -801,6 +810,7 @@ void group_state::lose_lease(group_time now, group_actions& out) {
   first_seen_.clear();
   for (auto& kv : feeds_) {
     kv.second.desired = false;
+    kv.second.uncertain = false; // the lease took any such key with it
     kv.second.winner.clear();
   }
   if (phase_ == group_phase::leaving) {

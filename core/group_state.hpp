@@ -82,6 +82,12 @@
 //      revokes anyway and stops: the lease is no longer trustworthy.
 //  G10 Every reply carries its request id; a reply whose request is not
 //      pending (answered, or of an older lease) is dropped.
+//  G11 A claim whose outcome is unknown (an error, a time-out) may have
+//      created the owner key with this member's lease: the feed is claimed
+//      again at the next trigger even if it is no longer desired (the
+//      store answers "won" for a key the same lease holds), and a feed won
+//      that way is then released by G8. Without this, a lost answer leaves
+//      an owner key nobody serves until this member's lease ends.
 //
 // Decisions where the design study was silent or loose:
 //  - The hold lifts only when the renewed deadline lies in the future: a
@@ -468,6 +474,8 @@ private:
     ownership own = ownership::none;
     watcher w = watcher::none;
     bool desired = false;
+    /// The last claim's outcome is unknown (G11).
+    bool uncertain = false;
     bool spawn_pending = false;
     /// Release once the watcher has stopped (own == releasing).
     bool release_ready = false;

@@ -110,7 +110,7 @@ public:
     }
     result_.failure = failure_;
     if (opt_.trace) {
-      auto n = trace_.size() > 80 ? trace_.size() - 80 : 0;
+      auto n = trace_.size() > trace_keep_ ? trace_.size() - trace_keep_ : 0;
       result_.trace.assign(trace_.begin() + static_cast<std::ptrdiff_t>(n),
                            trace_.end());
     }
@@ -469,6 +469,7 @@ private:
               c.outcome = claim_outcome::won;
               c.token = tok;
             } else if (o->second.lease == lease_id) {
+              note("store: ", m.name, " already holds ", fs);
               c.outcome = claim_outcome::won;
               c.token = o->second.token;
             } else {
@@ -587,6 +588,8 @@ private:
       } else if (auto p = std::get_if<poll_members>(&a)) {
         send(i, request{request::poll, p->request, {}, {}});
       } else if (auto c = std::get_if<claim_feeds>(&a)) {
+        note(m.name, " claims ", c->feeds.size(), " feeds (request ",
+             c->request, ")");
         send(i, request{request::claim, c->request, c->feeds, {}});
       } else if (auto s = std::get_if<spawn_watcher>(&a)) {
         spawn(i, *s);
@@ -1194,6 +1197,12 @@ private:
   std::priority_queue<event> queue_;
   std::string failure_;
   std::vector<std::string> trace_;
+
+public:
+  /// Trace lines kept in the result.
+  std::size_t trace_keep_ = 80;
+
+private:
   group_sim_result result_;
 };
 

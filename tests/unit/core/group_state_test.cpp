@@ -649,3 +649,29 @@ TEST(GroupState, LeaveBeforeTheGrantRevokesTheLateLease) {
   EXPECT_EQ(st.phase(), group_phase::left);
   EXPECT_TRUE(has<revoke_lease>(st.on_joined(j.request, 5.0, t0 + 20ms)));
 }
+
+TEST(GroupState, AnUnansweredClaimIsAskedAgainEvenWhenNoLongerDesired) {
+  member m(defaults(), {"f"});
+  std::string other = "m2";
+  for (int i = 2; hrw_winner("f", {"m1", other}) != 1; ++i)
+    other = "m" + std::to_string(i);
+  auto cl = all_of<claim_feeds>(m.activate()).at(0);
+  // The answer is lost; meanwhile a member that wins f is listed.
+  m.st.on_claim_failed(cl.request, t0 + 4s);
+  m.now = t0 + 4100ms;
+  auto a = m.see({"m1", other}, t0 + 4100ms);
+  EXPECT_TRUE(m.st.desired().empty());
+  // The view change already asks again: the key may be ours.
+  auto again = all_of<claim_feeds>(a);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].feeds, std::vector<std::string>{"f"});
+  // The store answers "won" (the same lease holds it); not desired, it is
+  // handed over once the winner was listed for rebalance_delay.
+  auto b = m.st.on_claimed(again[0].request, {{"f", claim_outcome::won, 9, {}}},
+                           m.now);
+  auto sp = all_of<spawn_watcher>(b);
+  ASSERT_EQ(sp.size(), 1u);
+  auto st = all_of<stop_watcher>(m.at(t0 + 9100ms));
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0].reason, stop_reason::rebalance);
+}
