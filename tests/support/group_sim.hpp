@@ -979,6 +979,19 @@ private:
   void setup() {
     feeds_ = static_cast<int>(uniform(3, 11));
     int m0 = static_cast<int>(uniform(2, 6));
+    // Half the schedules run the defaults; the others vary the knobs that
+    // change the decisions' shape (batches of one, slow spawns, no settle
+    // or rebalance delay, a slower checkpoint).
+    if (chance(0.5)) {
+      const std::size_t batches[] = {1, 2, 64};
+      cfg_.batch = batches[uniform(0, 3)];
+      const double checkpoints[] = {0.3, 1.0, 2.5};
+      cfg_.checkpoint_interval = checkpoints[uniform(0, 3)];
+      cfg_.initial_settle = chance(0.5) ? 0.0 : 3.0;
+      cfg_.rebalance_delay = chance(0.5) ? 0.0 : 5.0;
+      cfg_.max_starts_per_second = chance(0.3) ? 4 : 1000;
+      cfg_.reconcile_interval = chance(0.5) ? 2.0 : 5.0;
+    }
     ledger_.assign(static_cast<std::size_t>(feeds_), 0);
     store_.cursor.assign(static_cast<std::size_t>(feeds_), 0);
     tenures_.assign(static_cast<std::size_t>(feeds_), {});
@@ -1066,6 +1079,11 @@ private:
       others += o.alive && o.name != m.name;
     if (others == 0)
       return;
+    // The spawn rate limit delays a takeover of many feeds: the bucket is
+    // allowed to be empty (one second's burst) plus one start per feed.
+    auto rate = static_cast<double>(cfg_.max_starts_per_second);
+    bound += static_cast<int64_t>(
+      (feeds_ <= static_cast<int>(rate) ? 0.0 : 1.0 + feeds_ / rate) * 1e9);
     for (int f = 0; f < feeds_; ++f) {
       if (m.watchers[static_cast<std::size_t>(f)].running) {
         takeovers_.push_back({f, m.name, now_ + bound, what});
