@@ -102,6 +102,19 @@
 //    lost lease this member's feeds were taken anyway.
 //  - A watcher that stops on its own (not asked to) within a tenure is
 //    respawned at its last acknowledged cursor (no duplicates).
+//  - At most one commit per feed is in flight, so the store never sees two
+//    commits of one feed race. That keeps cursors monotone only if a
+//    request that timed out is never applied later; a store port that
+//    cannot promise it (an HTTP request may still reach etcd after the
+//    client gave up) must also compare the stored cursor (for instance a
+//    fixed-width cursor value compared as bytes) so that a late write
+//    cannot lower it.
+//  - A join whose answer was lost may leave a lease holding this member's
+//    name; the retry then waits for that lease to expire (at most one
+//    lease_ttl), like a restart within the TTL.
+//  - When leaving, releases that keep failing are given up at the fence
+//    deadline: the lease then expires on its own and takeover is as after
+//    a crash.
 
 #include "config/config_error.hpp"
 #include "core/time.hpp"
