@@ -204,7 +204,10 @@ enum class claim_outcome : uint8_t {
 struct claim_reply {
   std::string feed;
   claim_outcome outcome = claim_outcome::error;
+  /// won: the fencing token (create_revision of owners/<feed>).
   uint64_t token = 0;
+  /// won: the committed cursor (nullopt: nothing committed yet; the
+  /// watcher starts at the feed's configured start).
   std::optional<int64_t> cursor;
 };
 
@@ -346,12 +349,16 @@ using group_actions = std::vector<group_action>;
 
 /// Counters of a member (the metrics read them).
 struct group_counters {
+  /// Claim answers per feed, by claim_outcome.
   uint64_t claims_won = 0, claims_held = 0, claim_errors = 0;
+  /// Commit answers per feed, by commit_outcome.
   uint64_t commits_ok = 0, commits_fenced = 0, commit_errors = 0;
   /// Releases sent by stop_reason (index); fenced and lease_lost count
   /// ownerships dropped without a release.
   std::array<uint64_t, 4> dropped{};
+  /// Keepalive answers, by keepalive_outcome.
   uint64_t renewals_ok = 0, renewals_error = 0, renewals_lost = 0;
+  /// hold_deliveries emitted, joins after a lost lease, watchers spawned.
   uint64_t holds = 0, rejoins = 0, spawns = 0;
 };
 
@@ -442,6 +449,7 @@ public:
   /// When the member next wants a tick (time_point::max(): never).
   group_time next_wakeup() const;
 
+  /// The current phase (see the diagram).
   group_phase phase() const noexcept {
     return phase_;
   }
@@ -471,10 +479,12 @@ public:
   /// The token of a held feed.
   std::optional<uint64_t> token_of(const std::string& feed) const;
 
+  /// Counters since construction.
   const group_counters& counters() const noexcept {
     return counters_;
   }
 
+  /// This member's name.
   const std::string& member() const noexcept {
     return member_;
   }
