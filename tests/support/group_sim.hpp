@@ -735,9 +735,12 @@ private:
     note(m.name, " PAUSE for ", static_cast<double>(dur) / sec, " s");
     // A delivery may already be dispatched (its gate passed) when the
     // process stops: it completes after the resume, gate or not.
-    for (auto& w : m.watchers)
-      if (w.running && w.scheduled && gate_open(m, w) && chance(0.5))
+    for (std::size_t f = 0; f < m.watchers.size(); ++f) {
+      auto& w = m.watchers[f];
+      if (w.running && gate_open(m, w)
+          && w.cursor < published(static_cast<int>(f)) && chance(0.5))
         w.inflight = true;
+    }
     auto proc = m.proc;
     at(now_ + dur, [this, i, proc] { resume(i, proc); });
   }
@@ -1020,13 +1023,21 @@ private:
     // Faults: sometimes a single crash or leave (where I5 is checkable),
     // else a random mix.
     std::vector<fault> plan;
-    if (chance(0.35)) {
+    if (chance(0.5)) {
+      // One fault alone, as the chaos scenarios have them: a crash (S2), a
+      // leave (S3), a pause for about 2 TTL (S7), a store cut (S5), a
+      // store outage (S8).
       auto t = uniform(faults_begin + 2 * sec, faults_end_ - 8 * sec);
       auto who = static_cast<int>(uniform(0, m0));
-      if (chance(0.5))
-        plan.push_back({fault_kind::crash, t, t, who});
-      else
-        plan.push_back({fault_kind::leave, t, t, who});
+      auto long_dur = uniform(2 * ttl_ns() - 2 * sec, 2 * ttl_ns() + 2 * sec);
+      auto end = std::min(t + long_dur, faults_end_);
+      switch (uniform(0, 5)) {
+        case 0: plan.push_back({fault_kind::crash, t, t, who}); break;
+        case 1: plan.push_back({fault_kind::leave, t, t, who}); break;
+        case 2: plan.push_back({fault_kind::pause, t, end, who}); break;
+        case 3: plan.push_back({fault_kind::partition, t, end, who}); break;
+        default: plan.push_back({fault_kind::outage, t, end, who}); break;
+      }
     } else {
       for (int64_t t = faults_begin + uniform(0, 3 * sec); t < faults_end_;
            t += uniform(1 * sec, 7 * sec)) {
