@@ -1,0 +1,870 @@
+#include "core/group_state.hpp"
+
+#include "core/hrw.hpp"
+#include "core/validate.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+namespace outbound {
+inline namespace core {
+
+namespace {
+
+constexpr group_time never = group_time::max();
+
+config_error field_error(const char* field, const std::string& why) {
+  return config_error(std::string{"group."} + field, why);
+}
+
+} // namespace
+
+const char* to_string(stop_reason r) {
+  switch (r) {
+    case stop_reason::rebalance: return "rebalance";
+    case stop_reason::leave: return "leave";
+    case stop_reason::fenced: return "fenced";
+    case stop_reason::lease_lost: return "lease_lost";
+  }
+  return "?";
+}
+
+const char* to_string(group_phase p) {
+  switch (p) {
+    case group_phase::idle: return "idle";
+    case group_phase::joining: return "joining";
+    case group_phase::settling: return "settling";
+    case group_phase::active: return "active";
+    case group_phase::leaving: return "leaving";
+    case group_phase::left: return "left";
+  }
+  return "?";
+}
+
+std::optional<config_error> group_config_error(const group_state_config& c) {
+  try {
+    // The house checks throw; translate the first into a value.
+    validate_seconds(c.lease_ttl, "group.lease_ttl", false);
+    if (!(c.lease_ttl >= 2.0))
+      return field_error("lease_ttl", "must be >= 2 seconds (etcd's minimum "
+                                      "TTL)");
+    validate_seconds(c.renew_interval, "group.renew_interval", false);
+    if (!(c.renew_interval <= c.lease_ttl / 3.0))
+      return field_error("renew_interval",
+                         "must be <= lease_ttl / 3, so that two renewals can "
+                         "fail before the fence");
+    validate_seconds(c.fence_margin, "group.fence_margin", false);
+    if (!(c.fence_margin < c.lease_ttl - c.renew_interval))
+      return field_error("fence_margin",
+                         "must be < lease_ttl - renew_interval, or the "
+                         "deadline passes between two renewals");
+    validate_seconds(c.poll_interval, "group.poll_interval", false);
+    validate_seconds(c.reconcile_interval, "group.reconcile_interval", false);
+    validate_seconds(c.checkpoint_interval, "group.checkpoint_interval", false);
+    if (c.batch < 1 || c.batch > 128)
+      return field_error("batch", "must be between 1 and 128 (etcd's "
+                                  "--max-txn-ops)");
+    validate_seconds(c.initial_settle, "group.initial_settle", true);
+    if (c.min_members < 1)
+      return field_error("min_members", "must be >= 1");
+    validate_seconds(c.rebalance_delay, "group.rebalance_delay", true);
+    if (c.max_starts_per_second < 1)
+      return field_error("max_starts_per_second", "must be >= 1");
+    if (c.max_feeds < 1)
+      return field_error("max_feeds", "must be >= 1");
+  } catch (const config_error& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+void group_state_config::validate() const {
+  if (auto e = group_config_error(*this))
+    throw *e;
+}
+
+group_state::group_state(group_state_config cfg, std::string member,
+                         std::vector<std::string> feeds)
+  : cfg_(cfg), member_(std::move(member)) {
+  cfg_.validate();
+  if (member_.empty())
+    throw config_error("group.member_name", "must not be empty");
+  ttl_ = from_seconds(cfg_.lease_ttl);
+  renew_ = from_seconds(cfg_.renew_interval);
+  margin_ = from_seconds(cfg_.fence_margin);
+  poll_ = from_seconds(cfg_.poll_interval);
+  reconcile_ = from_seconds(cfg_.reconcile_interval);
+  checkpoint_ = from_seconds(cfg_.checkpoint_interval);
+  settle_ = from_seconds(cfg_.initial_settle);
+  rebalance_ = from_seconds(cfg_.rebalance_delay);
+  for (auto& f : feeds)
+    feeds_.emplace(std::move(f), feed_entry{});
+}
+
+// -- inputs -------------------------------------------------------------------
+
+group_actions group_state::start(group_time now) {
+  group_actions out;
+  if (phase_ != group_phase::idle)
+    return out;
+  phase_ = group_phase::joining;
+  join_retry_at_ = now;
+  step(now, out);
+  return out;
+}
+
+group_actions group_state::on_joined(uint64_t request, double ttl_seconds,
+                                     group_time now) {
+  group_actions out;
+  if (request == 0 || request != join_request_)
+    return out;
+  join_request_ = 0;
+  if (phase_ == group_phase::left) {
+    // Left while the grant was in flight: give the lease back.
+    out.emplace_back(revoke_lease{next_id()});
+    return out;
+  }
+  if (phase_ != group_phase::joining)
+    return out;
+  if (!(ttl_seconds > 0)) {
+    join_retry_at_ = now + renew_;
+    step(now, out);
+    return out;
+  }
+  phase_ = group_phase::settling;
+  // The grant counts as the first renewal: its TTL ran from no earlier
+  // than the moment it was sent.
+  deadline_ = join_sent_ + std::min(from_seconds(ttl_seconds), ttl_) - margin_;
+  holding_ = false;
+  next_renew_ = join_sent_ + renew_;
+  next_poll_ = now;
+  have_view_ = false;
+  view_.clear();
+  first_seen_.clear();
+  step(now, out);
+  return out;
+}
+
+group_actions group_state::on_join_failed(uint64_t request, group_time now) {
+  group_actions out;
+  if (request == 0 || request != join_request_)
+    return out;
+  join_request_ = 0;
+  if (phase_ == group_phase::joining)
+    join_retry_at_ = now + renew_;
+  step(now, out);
+  return out;
+}
+
+group_actions group_state::on_members(uint64_t request,
+                                      const std::vector<listed_member>& members,
+                                      group_time now) {
+  group_actions out;
+  if (request <= last_view_request_
+      || (phase_ != group_phase::settling && phase_ != group_phase::active)) {
+    step(now, out);
+    return out;
+  }
+  std::vector<std::string> names;
+  names.reserve(members.size());
+  for (const auto& m : members)
+    names.push_back(m.name);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  if (!std::binary_search(names.begin(), names.end(), member_)) {
+    // G2: a view without this member decides nothing.
+    step(now, out);
+    return out;
+  }
+  last_view_request_ = request;
+  first_seen_.clear();
+  for (const auto& m : members) {
+    auto i = first_seen_.find(m.name);
+    if (i == first_seen_.end() || m.first_seen < i->second)
+      first_seen_[m.name] = m.first_seen;
+  }
+  if (!have_view_ || names != view_) {
+    view_ = std::move(names);
+    have_view_ = true;
+    view_changed_ = now;
+    claim_wanted_ = true;
+    refresh_desired();
+  }
+  step(now, out);
+  return out;
+}
+
+group_actions group_state::on_claimed(uint64_t request,
+                                      const std::vector<claim_reply>& replies,
+                                      group_time now) {
+  group_actions out;
+  auto i = claims_.find(request);
+  if (i == claims_.end()) {
+    step(now, out);
+    return out;
+  }
+  auto asked = std::move(i->second);
+  claims_.erase(i);
+  std::map<std::string, const claim_reply*> by_feed;
+  for (const auto& r : replies)
+    by_feed[r.feed] = &r;
+  for (const auto& f : asked) {
+    auto& e = feeds_[f];
+    if (e.own != ownership::claiming || e.claim_request != request)
+      continue;
+    e.claim_request = 0;
+    auto r = by_feed.find(f);
+    if (r == by_feed.end() || r->second->outcome == claim_outcome::error) {
+      // G11: the claim may have been applied; ask again, desired or not.
+      ++counters_.claim_errors;
+      e.own = ownership::none;
+      e.uncertain = true;
+      continue;
+    }
+    e.uncertain = false;
+    if (r->second->outcome == claim_outcome::held) {
+      ++counters_.claims_held;
+      e.own = ownership::none;
+      continue;
+    }
+    ++counters_.claims_won;
+    e.own = ownership::held;
+    e.token = r->second->token;
+    e.committed = r->second->cursor;
+    e.progress.reset();
+    e.commit_request = 0;
+    e.spawn_pending = true;
+    if (phase_ == group_phase::leaving)
+      begin_release(f, e, stop_reason::leave, out);
+  }
+  step(now, out);
+  return out;
+}
+
+group_actions group_state::on_claim_failed(uint64_t request, group_time now) {
+  return on_claimed(request, {}, now);
+}
+
+group_actions group_state::on_handoff_hint(const std::string& feed,
+                                           group_time now) {
+  group_actions out;
+  auto i = feeds_.find(feed);
+  if (i != feeds_.end() && i->second.desired)
+    claim_wanted_ = true;
+  step(now, out);
+  return out;
+}
+
+group_actions group_state::on_progress(const std::string& feed, uint64_t token,
+                                       int64_t cursor, group_time now) {
+  group_actions out;
+  auto i = feeds_.find(feed);
+  if (i != feeds_.end()) {
+    auto& e = i->second;
+    if ((e.own == ownership::held || e.own == ownership::releasing)
+        && e.token == token && (!e.progress || cursor > *e.progress))
+      e.progress = cursor;
+  }
+  step(now, out);
+  return out;
+}
+
+group_actions group_state::on_committed(
+  uint64_t request, const std::vector<commit_reply>& replies, group_time now) {
+  group_actions out;
+  auto i = commits_.find(request);
+  if (i == commits_.end()) {
+    step(now, out);
+    return out;
+  }
+  auto asked = std::move(i->second);
+  commits_.erase(i);
+  std::map<std::string, commit_outcome> by_feed;
+  for (const auto& r : replies)
+    by_feed[r.feed] = r.outcome;
+  for (const auto& f : asked) {
+    auto& e = feeds_[f];
+    if (e.commit_request != request)
+      continue;
+    e.commit_request = 0;
+    auto r = by_feed.find(f);
+    auto outcome = r == by_feed.end() ? commit_outcome::error : r->second;
+    switch (outcome) {
+      case commit_outcome::ok:
+        ++counters_.commits_ok;
+        if (!e.committed || e.commit_cursor > *e.committed)
+          e.committed = e.commit_cursor;
+        break;
+      case commit_outcome::fenced:
+        // G5: someone else owns it (or our lease is gone): stop now.
+        ++counters_.commits_fenced;
+        if (e.own == ownership::held)
+          drop_ownership(f, e, stop_reason::fenced, out);
+        break;
+      case commit_outcome::error: ++counters_.commit_errors; break;
+    }
+  }
+  step(now, out);
+  return out;
+}
+
+group_actions group_state::on_commit_failed(uint64_t request, group_time now) {
+  return on_committed(request, {}, now);
+}
+
+group_actions group_state::on_released(uint64_t request,
+                                       const std::vector<commit_reply>& replies,
+                                       group_time now) {
+  group_actions out;
+  auto i = releases_.find(request);
+  if (i == releases_.end()) {
+    step(now, out);
+    return out;
+  }
+  auto asked = std::move(i->second);
+  releases_.erase(i);
+  std::map<std::string, commit_outcome> by_feed;
+  for (const auto& r : replies)
+    by_feed[r.feed] = r.outcome;
+  for (const auto& f : asked) {
+    auto& e = feeds_[f];
+    if (e.own != ownership::releasing || e.release_request != request)
+      continue;
+    e.release_request = 0;
+    auto r = by_feed.find(f);
+    auto outcome = r == by_feed.end() ? commit_outcome::error : r->second;
+    if (outcome == commit_outcome::error) {
+      // Retried after release_retry_ (retry_releases).
+      if (release_retry_ == never)
+        release_retry_ = now + checkpoint_;
+      continue;
+    }
+    // ok, or fenced (the key is already gone or someone else's): either
+    // way it is not ours any more.
+    e.own = ownership::none;
+    e.token = 0;
+    e.progress.reset();
+    e.committed.reset();
+    e.release_ready = false;
+  }
+  step(now, out);
+  return out;
+}
+
+group_actions group_state::on_release_failed(uint64_t request, group_time now) {
+  return on_released(request, {}, now);
+}
+
+group_actions group_state::on_keepalive(uint64_t request,
+                                        keepalive_outcome outcome,
+                                        double ttl_seconds, group_time now) {
+  group_actions out;
+  auto i = renew_sent_.find(request);
+  if (i == renew_sent_.end()) {
+    step(now, out);
+    return out;
+  }
+  auto sent = i->second;
+  renew_sent_.erase(i);
+  if (outcome == keepalive_outcome::ok && !(ttl_seconds > 0))
+    outcome = keepalive_outcome::lost;
+  switch (outcome) {
+    case keepalive_outcome::ok:
+      ++counters_.renewals_ok;
+      extend_deadline(sent, ttl_seconds, now, out);
+      break;
+    case keepalive_outcome::lost:
+      ++counters_.renewals_lost;
+      lose_lease(now, out);
+      break;
+    case keepalive_outcome::error: ++counters_.renewals_error; break;
+  }
+  step(now, out);
+  return out;
+}
+
+group_actions group_state::on_watcher_stopped(const std::string& feed,
+                                              uint64_t token,
+                                              std::optional<int64_t> final,
+                                              group_time now) {
+  group_actions out;
+  auto i = feeds_.find(feed);
+  if (i != feeds_.end() && i->second.w != watcher::none
+      && i->second.watcher_token == token) {
+    auto& e = i->second;
+    e.w = watcher::none;
+    e.watcher_token = 0;
+    if (e.token == token
+        && (e.own == ownership::held || e.own == ownership::releasing)) {
+      if (final && (!e.progress || *final > *e.progress))
+        e.progress = final;
+      if (e.own == ownership::releasing)
+        e.release_ready = true;
+      else
+        e.spawn_pending = true; // stopped on its own: run it again
+    }
+  }
+  step(now, out);
+  return out;
+}
+
+group_actions group_state::leave(group_time now) {
+  group_actions out;
+  switch (phase_) {
+    case group_phase::idle:
+    case group_phase::joining:
+      // No lease yet (a grant in flight is revoked when it arrives).
+      phase_ = group_phase::left;
+      return out;
+    case group_phase::leaving:
+    case group_phase::left: return out;
+    case group_phase::settling:
+    case group_phase::active: break;
+  }
+  phase_ = group_phase::leaving;
+  for (auto& kv : feeds_)
+    if (kv.second.own == ownership::held)
+      begin_release(kv.first, kv.second, stop_reason::leave, out);
+  step(now, out);
+  return out;
+}
+
+group_actions group_state::tick(group_time now) {
+  group_actions out;
+  step(now, out);
+  return out;
+}
+
+// -- the timers -----------------------------------------------------------
+
+group_time group_state::next_wakeup() const {
+  group_time t = never;
+  auto at = [&t](group_time x) {
+    t = std::min(t, x);
+  };
+  switch (phase_) {
+    case group_phase::idle:
+    case group_phase::left: return never;
+    case group_phase::joining:
+      if (join_request_ == 0)
+        at(join_retry_at_);
+      return t;
+    default: break;
+  }
+  at(next_renew_);
+  if (!holding_)
+    at(deadline_);
+  if (phase_ == group_phase::settling) {
+    at(next_poll_);
+    if (have_view_)
+      at(view_changed_ + settle_);
+    return t;
+  }
+  if (phase_ == group_phase::active) {
+    at(next_poll_);
+    at(next_reconcile_);
+    at(next_checkpoint_);
+    for (const auto& kv : feeds_) {
+      const auto& e = kv.second;
+      if (e.own == ownership::held && !e.desired && !e.winner.empty()) {
+        auto s = first_seen_.find(e.winner);
+        if (s != first_seen_.end())
+          at(s->second + rebalance_);
+      }
+    }
+  }
+  at(release_retry_);
+  for (const auto& kv : feeds_) {
+    const auto& e = kv.second;
+    if (e.spawn_pending && e.own == ownership::held && e.w == watcher::none
+        && !holding_) {
+      // The next whole token of the bucket.
+      auto rate = static_cast<double>(cfg_.max_starts_per_second);
+      auto wait = std::max(0.0, (1.0 - spawn_tokens_) / rate);
+      at(spawn_refill_ + from_seconds(wait) + duration{1});
+      break;
+    }
+  }
+  return t;
+}
+
+void group_state::step(group_time now, group_actions& out) {
+  if (phase_ == group_phase::joining) {
+    if (join_request_ == 0 && now >= join_retry_at_) {
+      join_request_ = next_id();
+      join_sent_ = now;
+      out.emplace_back(join_lease{join_request_, generation_});
+    }
+    return;
+  }
+  if (!leased())
+    return;
+  // G6: renew.
+  if (now >= next_renew_) {
+    auto id = next_id();
+    renew_sent_[id] = now;
+    next_renew_ = now + renew_;
+    out.emplace_back(renew_lease{id});
+    // An answer older than a TTL can no longer move the deadline forward.
+    for (auto i = renew_sent_.begin(); i != renew_sent_.end();) {
+      if (i->second + ttl_ < now)
+        i = renew_sent_.erase(i);
+      else
+        ++i;
+    }
+  }
+  // G6: hold past the deadline.
+  if (!holding_ && now >= deadline_) {
+    holding_ = true;
+    ++counters_.holds;
+    out.emplace_back(hold_deliveries{});
+  }
+  if (phase_ == group_phase::leaving) {
+    if (now >= deadline_) {
+      // G9: the lease may be gone; stop trying.
+      for (auto& kv : feeds_) {
+        auto& e = kv.second;
+        if (e.own != ownership::none) {
+          if (e.w == watcher::running) {
+            e.w = watcher::stopping;
+            out.emplace_back(
+              stop_watcher{kv.first, e.watcher_token, stop_reason::leave});
+          }
+          e.own = ownership::none;
+          e.release_ready = false;
+          e.spawn_pending = false;
+          e.release_request = 0;
+          e.claim_request = 0;
+        }
+      }
+      claims_.clear();
+      releases_.clear();
+    } else {
+      retry_releases(now);
+      issue_releases(out);
+    }
+    bool busy = !claims_.empty() || !releases_.empty();
+    for (const auto& kv : feeds_)
+      busy = busy || kv.second.own != ownership::none;
+    if (!busy) {
+      phase_ = group_phase::left;
+      out.emplace_back(revoke_lease{next_id()});
+    }
+    return;
+  }
+  // G2: poll.
+  if (now >= next_poll_) {
+    next_poll_ = now + poll_;
+    out.emplace_back(poll_members{next_id()});
+  }
+  if (phase_ == group_phase::settling) {
+    if (have_view_ && view_.size() >= cfg_.min_members
+        && now >= view_changed_ + settle_) {
+      phase_ = group_phase::active;
+      claim_wanted_ = true;
+      next_reconcile_ = now + reconcile_;
+      next_checkpoint_ = now + checkpoint_;
+    } else {
+      return;
+    }
+  }
+  // Active.
+  if (now >= next_reconcile_) {
+    claim_wanted_ = true;
+    next_reconcile_ = now + reconcile_;
+  }
+  if (claim_wanted_ && !holding_)
+    issue_claims(now, out);
+  check_rebalance(now, out);
+  if (now >= next_checkpoint_) {
+    next_checkpoint_ = now + checkpoint_;
+    issue_commits(out);
+  }
+  retry_releases(now);
+  issue_releases(out);
+  issue_spawns(now, out);
+}
+
+// -- helpers --------------------------------------------------------------
+
+bool group_state::leased() const noexcept {
+  return phase_ == group_phase::settling || phase_ == group_phase::active
+         || phase_ == group_phase::leaving;
+}
+
+std::size_t group_state::load() const {
+  std::size_t n = 0;
+  for (const auto& kv : feeds_)
+    n += kv.second.own != ownership::none;
+  return n;
+}
+
+std::optional<int64_t> group_state::best_cursor(const feed_entry& e) const {
+  if (e.progress && (!e.committed || *e.progress > *e.committed))
+    return e.progress;
+  return e.committed;
+}
+
+void group_state::refresh_desired() {
+  for (auto& kv : feeds_) {
+    auto w = hrw_winner(kv.first, view_);
+    kv.second.winner = w == hrw_none ? std::string{} : view_[w];
+    kv.second.desired = kv.second.winner == member_;
+  }
+}
+
+void group_state::issue_claims(group_time, group_actions& out) {
+  claim_wanted_ = false;
+  auto room = cfg_.max_feeds > load() ? cfg_.max_feeds - load() : 0;
+  claim_feeds batch;
+  auto flush = [&] {
+    if (batch.feeds.empty())
+      return;
+    batch.request = next_id();
+    for (const auto& f : batch.feeds)
+      feeds_[f].claim_request = batch.request;
+    claims_[batch.request] = batch.feeds;
+    out.emplace_back(std::move(batch));
+    batch = claim_feeds{};
+  };
+  for (auto& kv : feeds_) {
+    auto& e = kv.second;
+    if (e.own != ownership::none)
+      continue;
+    if (!e.uncertain) {
+      // An uncertain claim may already be ours: it is asked regardless
+      // of max_feeds.
+      if (!e.desired || room == 0)
+        continue;
+      --room;
+    }
+    e.own = ownership::claiming;
+    batch.feeds.push_back(kv.first);
+    if (batch.feeds.size() == cfg_.batch)
+      flush();
+  }
+  flush();
+}
+
+void group_state::issue_commits(group_actions& out) {
+  commit_cursors batch;
+  auto flush = [&] {
+    if (batch.items.empty())
+      return;
+    batch.request = next_id();
+    std::vector<std::string> fs;
+    for (const auto& it : batch.items) {
+      auto& e = feeds_[it.feed];
+      e.commit_request = batch.request;
+      e.commit_cursor = it.cursor;
+      fs.push_back(it.feed);
+    }
+    commits_[batch.request] = std::move(fs);
+    out.emplace_back(std::move(batch));
+    batch = commit_cursors{};
+  };
+  for (auto& kv : feeds_) {
+    auto& e = kv.second;
+    if (e.own != ownership::held || e.commit_request != 0 || !e.progress
+        || (e.committed && *e.progress <= *e.committed))
+      continue;
+    batch.items.push_back(commit_item{kv.first, e.token, *e.progress});
+    if (batch.items.size() == cfg_.batch)
+      flush();
+  }
+  flush();
+}
+
+void group_state::retry_releases(group_time now) {
+  if (now < release_retry_)
+    return;
+  release_retry_ = never;
+  for (auto& kv : feeds_) {
+    auto& e = kv.second;
+    if (e.own == ownership::releasing && e.w == watcher::none
+        && e.release_request == 0)
+      e.release_ready = true;
+  }
+}
+
+void group_state::issue_releases(group_actions& out) {
+  // Grouped by reason, so that each request names one.
+  for (auto why : {stop_reason::rebalance, stop_reason::leave}) {
+    release_feeds batch;
+    batch.reason = why;
+    auto flush = [&] {
+      if (batch.items.empty())
+        return;
+      batch.request = next_id();
+      std::vector<std::string> fs;
+      for (const auto& it : batch.items) {
+        feeds_[it.feed].release_request = batch.request;
+        fs.push_back(it.feed);
+      }
+      releases_[batch.request] = std::move(fs);
+      out.emplace_back(std::move(batch));
+      batch = release_feeds{};
+      batch.reason = why;
+    };
+    for (auto& kv : feeds_) {
+      auto& e = kv.second;
+      if (!e.release_ready || e.release_reason != why
+          || e.own != ownership::releasing || e.w != watcher::none)
+        continue;
+      e.release_ready = false;
+      ++counters_.dropped[static_cast<std::size_t>(why)];
+      batch.items.push_back(
+        release_item{kv.first, e.token, best_cursor(e),
+                     e.winner == member_ ? std::string{} : e.winner});
+      if (batch.items.size() == cfg_.batch)
+        flush();
+    }
+    flush();
+  }
+}
+
+void group_state::issue_spawns(group_time now, group_actions& out) {
+  if (holding_ || now >= deadline_)
+    return;
+  auto rate = static_cast<double>(cfg_.max_starts_per_second);
+  if (now > spawn_refill_) {
+    auto dt = std::chrono::duration<double>(now - spawn_refill_).count();
+    spawn_tokens_ = std::min(rate, spawn_tokens_ + dt * rate);
+    spawn_refill_ = now;
+  }
+  for (auto& kv : feeds_) {
+    auto& e = kv.second;
+    if (!e.spawn_pending || e.own != ownership::held || e.w != watcher::none)
+      continue;
+    if (spawn_tokens_ < 1.0)
+      return;
+    spawn_tokens_ -= 1.0;
+    e.spawn_pending = false;
+    e.w = watcher::running;
+    e.watcher_token = e.token;
+    ++counters_.spawns;
+    out.emplace_back(
+      spawn_watcher{kv.first, e.token, best_cursor(e), deadline_});
+  }
+}
+
+void group_state::check_rebalance(group_time now, group_actions& out) {
+  for (auto& kv : feeds_) {
+    auto& e = kv.second;
+    if (e.own != ownership::held || e.desired || e.winner.empty())
+      continue;
+    auto s = first_seen_.find(e.winner);
+    if (s == first_seen_.end() || now < s->second + rebalance_)
+      continue;
+    begin_release(kv.first, e, stop_reason::rebalance, out);
+  }
+}
+
+void group_state::begin_release(const std::string& feed, feed_entry& e,
+                                stop_reason why, group_actions& out) {
+  e.own = ownership::releasing;
+  e.release_reason = why;
+  e.spawn_pending = false;
+  if (e.w == watcher::running) {
+    e.w = watcher::stopping;
+    out.emplace_back(stop_watcher{feed, e.watcher_token, why});
+  }
+  // Released once the watcher's final cursor is in (on_watcher_stopped).
+  e.release_ready = e.w == watcher::none;
+}
+
+void group_state::drop_ownership(const std::string& feed, feed_entry& e,
+                                 stop_reason why, group_actions& out) {
+  ++counters_.dropped[static_cast<std::size_t>(why)];
+  if (e.w == watcher::running) {
+    e.w = watcher::stopping;
+    out.emplace_back(stop_watcher{feed, e.watcher_token, why});
+  }
+  e.own = ownership::none;
+  e.token = 0;
+  e.spawn_pending = false;
+  e.release_ready = false;
+  e.progress.reset();
+  e.committed.reset();
+  e.commit_request = 0;
+  e.claim_request = 0;
+  e.release_request = 0;
+}
+
+void group_state::lose_lease(group_time now, group_actions& out) {
+  // G7.
+  for (auto& kv : feeds_) {
+    auto& e = kv.second;
+    if (e.own != ownership::none || e.w == watcher::running)
+      drop_ownership(kv.first, e, stop_reason::lease_lost, out);
+  }
+  claims_.clear();
+  commits_.clear();
+  releases_.clear();
+  renew_sent_.clear();
+  release_retry_ = never;
+  holding_ = false;
+  deadline_ = now;
+  have_view_ = false;
+  view_.clear();
+  first_seen_.clear();
+  for (auto& kv : feeds_) {
+    kv.second.desired = false;
+    kv.second.uncertain = false; // the lease took any such key with it
+    kv.second.winner.clear();
+  }
+  if (phase_ == group_phase::leaving) {
+    phase_ = group_phase::left;
+    return;
+  }
+  ++generation_;
+  ++counters_.rejoins;
+  phase_ = group_phase::joining;
+  join_request_ = 0;
+  join_retry_at_ = now;
+}
+
+void group_state::extend_deadline(group_time sent, double ttl_seconds,
+                                  group_time now, group_actions& out) {
+  auto d = sent + std::min(from_seconds(ttl_seconds), ttl_) - margin_;
+  if (d <= deadline_)
+    return;
+  deadline_ = d;
+  if (holding_) {
+    if (d > now) {
+      holding_ = false;
+      out.emplace_back(unhold_deliveries{d});
+    }
+    return;
+  }
+  out.emplace_back(fence_watchers{d});
+}
+
+std::vector<std::string> group_state::desired() const {
+  std::vector<std::string> out;
+  for (const auto& kv : feeds_)
+    if (kv.second.desired)
+      out.push_back(kv.first);
+  return out;
+}
+
+std::vector<std::string> group_state::owned() const {
+  std::vector<std::string> out;
+  for (const auto& kv : feeds_)
+    if (kv.second.own == ownership::held
+        || kv.second.own == ownership::releasing)
+      out.push_back(kv.first);
+  return out;
+}
+
+std::optional<uint64_t> group_state::token_of(const std::string& feed) const {
+  auto i = feeds_.find(feed);
+  if (i == feeds_.end()
+      || (i->second.own != ownership::held
+          && i->second.own != ownership::releasing))
+    return std::nullopt;
+  return i->second.token;
+}
+
+} // namespace core
+} // namespace outbound

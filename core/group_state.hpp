@@ -1,0 +1,581 @@
+#pragma once
+
+// The decision core of one feed-group member, as a pure state machine: time
+// is an argument, every input returns the actions the actor shell performs
+// (store requests, watcher spawns and stops, fence deadlines). No CAF, no
+// Asio, no clock.
+//
+// The protocol (the group's store is a linearizable key-value store with
+// leases, etcd in production):
+//   members/<name>  lease-bound, one per live member
+//   owners/<feed>   lease-bound; the fencing token is its create_revision
+//   cursors/<feed>  the committed cursor, written only by a CAS on the token
+// Ownership lives in the store; members never decide each other's
+// liveness. Fencing tokens follow Kleppmann's argument ("How to do
+// distributed locking", 2016): Jepsen's etcd 3.4.3 analysis found etcd's
+// key-value operations strict-serializable but its locks unsafe without a
+// token, so every commit compares the token.
+//
+// clang-format off
+//   start ─► [joining] ─on_joined─► [settling] ─ view unchanged for
+//               ▲   │                  initial_settle, >= min_members
+//               │   └ on_join_failed:          │
+//               │     retry after renew        ▼
+//               └── lease lost ─────────── [active] ◄─ claims, spawns,
+//                   (stop all; rejoin as       │       checkpoints, renewals,
+//                    a new generation)         │       rebalance (ticks)
+//                                        leave ▼
+//                                         [leaving] ─ all released, or the
+//                                              │      fence deadline passed
+//                                              ▼
+//                                           [left] (revoke_lease)
+// clang-format on
+//
+// Rules (each pinned by tests/unit/core/group_state_test.cpp):
+//
+//  G1  Join: grant a lease of lease_ttl and register members/<name> in one
+//      request (join_lease). A failure (the name is still held by a live
+//      lease after a restart, or the store is unreachable) is retried every
+//      renew_interval: waiting out the old lease is the only safe choice.
+//  G2  Settle (Kafka's group.initial.rebalance.delay.ms): the member list
+//      is polled every poll_interval; the member becomes active once the
+//      list, including itself, has been unchanged for initial_settle and
+//      lists at least min_members. A list without this member is ignored
+//      (a poll that raced the registration, or a lease that is gone, which
+//      the keepalive will tell).
+//  G3  Desired = the feeds this member wins by rendezvous hashing over the
+//      listed names (core/hrw.hpp). Claims go out for desired feeds that
+//      are neither held nor being claimed, in batches of <= batch, when the
+//      member becomes active, on every change of the listed names, every
+//      reconcile_interval and at once on a handoff hint; never while the
+//      deliveries are held; at most max_feeds owned or in flight.
+//  G4  A won claim spawns a watcher resuming at the committed cursor the
+//      claim read, at most max_starts_per_second (a token bucket of one
+//      second's burst), never while a previous watcher of the same feed is
+//      still stopping (one watcher per feed per process), never while held.
+//  G5  Progress reports (acknowledged cursors of the current token) make a
+//      feed dirty; every checkpoint_interval the dirty feeds are committed
+//      (CAS on the token), at most one commit in flight per feed, so the
+//      store never sees two commits of one feed racing. A fenced commit
+//      stops the watcher and drops the ownership and its progress; an error
+//      leaves the feed dirty for the next checkpoint.
+//  G6  Renew every renew_interval. fence_deadline = send time of the
+//      successful keepalive (or grant) + min(TTL answered, lease_ttl) -
+//      fence_margin, on this member's clock; it only moves forward and is
+//      sent to every watcher (fence_watchers). The deadline passing while
+//      the lease is not known lost holds the deliveries (hold_deliveries);
+//      a keepalive that succeeds with TTL > 0 and whose deadline lies
+//      ahead lifts the hold (unhold_deliveries): the lease never expired,
+//      so nobody else can own these feeds.
+//  G7  A keepalive answering TTL <= 0 or "not found" means the lease is
+//      lost: every watcher stops, progress is dropped (its commits would be
+//      fenced), every reply of the old lease becomes stale, and the member
+//      joins again with a new generation (a new lease and incarnation).
+//  G8  Cooperative rebalance (Kafka KIP-429): a held feed that another
+//      listed member now wins is released only once that member has been
+//      listed for rebalance_delay: stop the watcher, then one request
+//      writes the final cursor and deletes the owner key (CAS on the token)
+//      and names the winner for a handoff hint.
+//  G9  Leave: release every held feed at once (G8 without the delay; a
+//      claim that is still in flight is released when it is won), then
+//      revoke the lease. If the fence deadline passes first, the member
+//      revokes anyway and stops: the lease is no longer trustworthy.
+//  G10 Every reply carries its request id; a reply whose request is not
+//      pending (answered, or of an older lease) is dropped.
+//  G11 A claim whose outcome is unknown (an error, a time-out) may have
+//      created the owner key with this member's lease: the feed is claimed
+//      again at the next trigger even if it is no longer desired (the
+//      store answers "won" for a key the same lease holds), and a feed won
+//      that way is then released by G8. Without this, a lost answer leaves
+//      an owner key nobody serves until this member's lease ends.
+//
+// Decisions where the design study was silent or loose:
+//  - The hold lifts only when the renewed deadline lies in the future: a
+//    late keepalive answer proves the lease was alive when the store saw
+//    it, not that it still is.
+//  - The core is generic over one int64 position per feed (a ledger cursor
+//    or a catchup last_seq); the shell maps it to the stored checkpoint.
+//  - The claim of a feed this member already holds in the store (a retry
+//    after a lost answer) must be answered as won with the existing token
+//    by the store port ("held by self" is a win).
+//  - Settling is repeated after every (re)join, not only the first: after a
+//    lost lease this member's feeds were taken anyway.
+//  - A watcher that stops on its own (not asked to) within a tenure is
+//    respawned at its last acknowledged cursor (no duplicates).
+//  - At most one commit per feed is in flight, so the store never sees two
+//    commits of one feed race. That keeps cursors monotone only if a
+//    request that timed out is never applied later; a store port that
+//    cannot promise it (an HTTP request may still reach etcd after the
+//    client gave up) must also compare the stored cursor (for instance a
+//    fixed-width cursor value compared as bytes) so that a late write
+//    cannot lower it.
+//  - A join whose answer was lost may leave a lease holding this member's
+//    name; the retry then waits for that lease to expire (at most one
+//    lease_ttl), like a restart within the TTL.
+//  - When leaving, releases that keep failing are given up at the fence
+//    deadline: the lease then expires on its own and takeover is as after
+//    a crash.
+
+#include "config/config_error.hpp"
+#include "core/time.hpp"
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace outbound {
+inline namespace core {
+
+/// Monotonic time of a member, on its own clock (the same type as
+/// feed_time, the watcher's clock; fence deadlines cross between them).
+using group_time = std::chrono::steady_clock::time_point;
+
+/// Timing and sizing of a group member. Seconds as doubles, like the other
+/// configs; defaults are the design's (etcd with TTL 5 s).
+struct group_state_config {
+  /// Lease TTL in seconds (>= 2, etcd's minimum). Crash takeover is about
+  /// lease_ttl + poll_interval.
+  double lease_ttl = 5.0;
+  /// Keepalive period in seconds (> 0, <= lease_ttl / 3: two renewals can
+  /// fail before the fence).
+  double renew_interval = 1.5;
+  /// How long before the lease could expire a member stops delivering, in
+  /// seconds (> 0, < lease_ttl - renew_interval). Must exceed 2 ρ lease_ttl
+  /// for a clock rate error ρ, plus scheduling and one delivery.
+  double fence_margin = 1.0;
+  /// Member list poll period in seconds (> 0).
+  double poll_interval = 0.5;
+  /// Retry period of failed claims in seconds (> 0).
+  double reconcile_interval = 5.0;
+  /// Commit period of dirty cursors in seconds (> 0): the duplicate
+  /// exposure on a crash.
+  double checkpoint_interval = 1.0;
+  /// Feeds per claim, commit or release request (1..128; etcd's
+  /// --max-txn-ops defaults to 128).
+  std::size_t batch = 64;
+  /// Seconds the member list must stay unchanged before the first claims
+  /// (>= 0; Kafka uses 3 s).
+  double initial_settle = 3.0;
+  /// Members listed before the first claims (>= 1).
+  std::size_t min_members = 1;
+  /// Seconds a new winner must have been listed before a feed moves to it
+  /// (>= 0): damps flapping members.
+  double rebalance_delay = 5.0;
+  /// Watcher spawns per second (>= 1), a token bucket of one second's
+  /// burst: protects the feed service during a takeover.
+  std::size_t max_starts_per_second = 1000;
+  /// Feeds owned or being claimed per member (>= 1); beyond, feeds stay
+  /// unowned.
+  std::size_t max_feeds = 20000;
+
+  /// Throws group_config_error(*this) if there is one.
+  void validate() const;
+};
+
+/// The first invalid field of `cfg` as a config_error naming it
+/// ("group.renew_interval: must be <= lease_ttl / 3 ..."), or nullopt.
+std::optional<config_error> group_config_error(const group_state_config& cfg);
+
+/// One listed member: its name and when this member first saw it listed
+/// (on this member's clock, since the name's latest appearance).
+struct listed_member {
+  std::string name;
+  group_time first_seen;
+};
+
+/// The answer of the store to one feed of a claim.
+enum class claim_outcome : uint8_t {
+  /// The owner key was absent (or already ours): `token` is its
+  /// create_revision, `cursor` the committed cursor (nullopt: none yet).
+  won,
+  /// Another lease holds the owner key.
+  held,
+  /// The store failed this feed.
+  error,
+};
+
+/// One feed's answer to a claim request.
+struct claim_reply {
+  std::string feed;
+  claim_outcome outcome = claim_outcome::error;
+  /// won: the fencing token (create_revision of owners/<feed>).
+  uint64_t token = 0;
+  /// won: the committed cursor (nullopt: nothing committed yet; the
+  /// watcher starts at the feed's configured start).
+  std::optional<int64_t> cursor;
+};
+
+/// The answer of the store to one feed of a commit or a release.
+enum class commit_outcome : uint8_t {
+  /// Written (a release also deleted the owner key).
+  ok,
+  /// The token no longer matches: another owner, or the key is gone.
+  fenced,
+  /// Not known to be written.
+  error,
+};
+
+/// One feed's answer to a commit or release request.
+struct commit_reply {
+  std::string feed;
+  commit_outcome outcome = commit_outcome::error;
+};
+
+/// The answer to a keepalive.
+enum class keepalive_outcome : uint8_t {
+  /// Renewed; the answer carries the TTL left (<= 0 means lost).
+  ok,
+  /// The lease is gone (expired, revoked, not found).
+  lost,
+  /// No answer (time-out, store unreachable): nothing is known.
+  error,
+};
+
+/// Why a watcher is stopped (one metric label each).
+enum class stop_reason : uint8_t { rebalance, leave, fenced, lease_lost };
+
+/// "rebalance", "leave", "fenced", "lease_lost".
+const char* to_string(stop_reason r);
+
+/// Grant a lease of lease_ttl and register members/<name> with it. A
+/// generation > 0 is a rejoin after a lost lease (a new incarnation).
+/// Answer: on_joined or on_join_failed with `request`.
+struct join_lease {
+  uint64_t request = 0;
+  uint64_t generation = 0;
+};
+
+/// Read the member list. Answer: on_members with `request`.
+struct poll_members {
+  uint64_t request = 0;
+};
+
+/// Claim `feeds` (create owners/<feed> with the lease if absent, read the
+/// cursor). Answer: on_claimed / on_claim_failed.
+struct claim_feeds {
+  uint64_t request = 0;
+  std::vector<std::string> feeds;
+};
+
+/// Start the feed's watcher at `resume` (nullopt: the feed's configured
+/// start), stamping `token` on its events; it must not start a delivery at
+/// or after `fence_deadline` (this member's clock).
+struct spawn_watcher {
+  std::string feed;
+  uint64_t token = 0;
+  std::optional<int64_t> resume;
+  group_time fence_deadline;
+};
+
+/// Stop the feed's watcher; it answers on_watcher_stopped with its final
+/// acknowledged cursor.
+struct stop_watcher {
+  std::string feed;
+  uint64_t token = 0;
+  stop_reason reason = stop_reason::rebalance;
+};
+
+/// One feed of a commit: write `cursor` if owners/<feed> still has
+/// create_revision `token`.
+struct commit_item {
+  std::string feed;
+  uint64_t token = 0;
+  int64_t cursor = 0;
+};
+
+/// Commit cursors. Answer: on_committed / on_commit_failed.
+struct commit_cursors {
+  uint64_t request = 0;
+  std::vector<commit_item> items;
+};
+
+/// One feed of a release: if the token matches, write the final cursor
+/// (when known) and delete owners/<feed>; then hint `hint_to` (may be
+/// empty) that it can claim at once.
+struct release_item {
+  std::string feed;
+  uint64_t token = 0;
+  std::optional<int64_t> cursor;
+  std::string hint_to;
+};
+
+/// Release feeds. Answer: on_released / on_release_failed.
+struct release_feeds {
+  uint64_t request = 0;
+  stop_reason reason = stop_reason::rebalance;
+  std::vector<release_item> items;
+};
+
+/// Send a keepalive. Answer: on_keepalive with `request`.
+struct renew_lease {
+  uint64_t request = 0;
+};
+
+/// Send the new fence deadline to every running watcher.
+struct fence_watchers {
+  group_time deadline;
+};
+
+/// The fence deadline passed while the lease is not known lost: every
+/// running watcher holds its deliveries (keeps its session).
+struct hold_deliveries {};
+
+/// The lease was proven alive: running watchers deliver again, up to
+/// `deadline`.
+struct unhold_deliveries {
+  group_time deadline;
+};
+
+/// Revoke the lease (best effort; no answer is needed).
+struct revoke_lease {
+  uint64_t request = 0;
+};
+
+/// What the shell must do.
+using group_action
+  = std::variant<join_lease, poll_members, claim_feeds, spawn_watcher,
+                 stop_watcher, commit_cursors, release_feeds, renew_lease,
+                 fence_watchers, hold_deliveries, unhold_deliveries,
+                 revoke_lease>;
+
+/// The actions of one input, in order.
+using group_actions = std::vector<group_action>;
+
+/// Counters of a member (the metrics read them).
+struct group_counters {
+  /// Claim answers per feed, by claim_outcome.
+  uint64_t claims_won = 0, claims_held = 0, claim_errors = 0;
+  /// Commit answers per feed, by commit_outcome.
+  uint64_t commits_ok = 0, commits_fenced = 0, commit_errors = 0;
+  /// Releases sent by stop_reason (index); fenced and lease_lost count
+  /// ownerships dropped without a release.
+  std::array<uint64_t, 4> dropped{};
+  /// Keepalive answers, by keepalive_outcome.
+  uint64_t renewals_ok = 0, renewals_error = 0, renewals_lost = 0;
+  /// hold_deliveries emitted, joins after a lost lease, watchers spawned.
+  uint64_t holds = 0, rejoins = 0, spawns = 0;
+};
+
+/// The member's phase (see the diagram).
+enum class group_phase : uint8_t {
+  idle,
+  joining,
+  settling,
+  active,
+  leaving,
+  left
+};
+
+/// "idle", "joining", "settling", "active", "leaving", "left".
+const char* to_string(group_phase p);
+
+/// One member's decisions (see the header comment).
+class group_state {
+public:
+  /// A member named `member` (its HRW identity) of a group serving the
+  /// static feed set `feeds`. `cfg` is validated here (throws
+  /// config_error).
+  group_state(group_state_config cfg, std::string member,
+              std::vector<std::string> feeds);
+
+  /// Starts joining: join_lease.
+  group_actions start(group_time now);
+
+  /// The join of `request` succeeded with a lease of `ttl_seconds`.
+  group_actions on_joined(uint64_t request, double ttl_seconds, group_time now);
+
+  /// The join of `request` failed (retried after renew_interval).
+  group_actions on_join_failed(uint64_t request, group_time now);
+
+  /// The member list read by poll `request`.
+  group_actions on_members(uint64_t request,
+                           const std::vector<listed_member>& members,
+                           group_time now);
+
+  /// Per-feed answers to claim `request`; feeds without an answer count
+  /// as errors.
+  group_actions on_claimed(uint64_t request,
+                           const std::vector<claim_reply>& replies,
+                           group_time now);
+
+  /// Claim `request` failed as a whole.
+  group_actions on_claim_failed(uint64_t request, group_time now);
+
+  /// A peer released `feed` for this member: claim it now if desired.
+  group_actions on_handoff_hint(const std::string& feed, group_time now);
+
+  /// The watcher of `feed` with `token` had `cursor` acknowledged.
+  group_actions on_progress(const std::string& feed, uint64_t token,
+                            int64_t cursor, group_time now);
+
+  /// Per-feed answers to commit `request` (missing feeds: errors).
+  group_actions on_committed(uint64_t request,
+                             const std::vector<commit_reply>& replies,
+                             group_time now);
+
+  /// Commit `request` failed as a whole.
+  group_actions on_commit_failed(uint64_t request, group_time now);
+
+  /// Per-feed answers to release `request` (missing feeds: errors).
+  group_actions on_released(uint64_t request,
+                            const std::vector<commit_reply>& replies,
+                            group_time now);
+
+  /// Release `request` failed as a whole.
+  group_actions on_release_failed(uint64_t request, group_time now);
+
+  /// The keepalive of `request` answered (`ttl_seconds` with ok).
+  group_actions on_keepalive(uint64_t request, keepalive_outcome outcome,
+                             double ttl_seconds, group_time now);
+
+  /// The watcher of `feed` with `token` stopped; `final_cursor` is its
+  /// last acknowledged cursor.
+  group_actions on_watcher_stopped(const std::string& feed, uint64_t token,
+                                   std::optional<int64_t> final_cursor,
+                                   group_time now);
+
+  /// Leave gracefully (G9).
+  group_actions leave(group_time now);
+
+  /// The timers: call at next_wakeup() (calling earlier is harmless).
+  group_actions tick(group_time now);
+
+  /// When the member next wants a tick (time_point::max(): never).
+  group_time next_wakeup() const;
+
+  /// The current phase (see the diagram).
+  group_phase phase() const noexcept {
+    return phase_;
+  }
+
+  /// The deliveries are held (G6).
+  bool holding() const noexcept {
+    return holding_;
+  }
+
+  /// The current fence deadline (meaningful once joined).
+  group_time fence_deadline() const noexcept {
+    return deadline_;
+  }
+
+  /// Lease generation: 0, then +1 per rejoin.
+  uint64_t generation() const noexcept {
+    return generation_;
+  }
+
+  /// The feeds this member wins in its current view, sorted.
+  std::vector<std::string> desired() const;
+
+  /// The feeds this member holds in the store (won, not yet released or
+  /// dropped), sorted.
+  std::vector<std::string> owned() const;
+
+  /// The token of a held feed.
+  std::optional<uint64_t> token_of(const std::string& feed) const;
+
+  /// Counters since construction.
+  const group_counters& counters() const noexcept {
+    return counters_;
+  }
+
+  /// This member's name.
+  const std::string& member() const noexcept {
+    return member_;
+  }
+
+private:
+  enum class ownership : uint8_t { none, claiming, held, releasing };
+  enum class watcher : uint8_t { none, running, stopping };
+
+  struct feed_entry {
+    ownership own = ownership::none;
+    watcher w = watcher::none;
+    bool desired = false;
+    /// The last claim's outcome is unknown (G11).
+    bool uncertain = false;
+    bool spawn_pending = false;
+    /// Release once the watcher has stopped (own == releasing).
+    bool release_ready = false;
+    stop_reason release_reason = stop_reason::rebalance;
+    uint64_t token = 0;
+    uint64_t watcher_token = 0;
+    uint64_t claim_request = 0;
+    uint64_t commit_request = 0;
+    uint64_t release_request = 0;
+    int64_t commit_cursor = 0;
+    std::optional<int64_t> committed;
+    std::optional<int64_t> progress;
+    std::string winner;
+  };
+
+  void step(group_time now, group_actions& out);
+  void refresh_desired();
+  void issue_claims(group_time now, group_actions& out);
+  void issue_commits(group_actions& out);
+  void retry_releases(group_time now);
+  void issue_releases(group_actions& out);
+  void issue_spawns(group_time now, group_actions& out);
+  void check_rebalance(group_time now, group_actions& out);
+  void begin_release(const std::string& feed, feed_entry& e, stop_reason why,
+                     group_actions& out);
+  void drop_ownership(const std::string& feed, feed_entry& e, stop_reason why,
+                      group_actions& out);
+  void lose_lease(group_time now, group_actions& out);
+  void extend_deadline(group_time sent, double ttl_seconds, group_time now,
+                       group_actions& out);
+  bool leased() const noexcept;
+  std::optional<int64_t> best_cursor(const feed_entry& e) const;
+  std::size_t load() const;
+  uint64_t next_id() noexcept {
+    return ++request_seq_;
+  }
+
+  group_state_config cfg_;
+  duration ttl_, renew_, margin_, poll_, reconcile_, checkpoint_, settle_,
+    rebalance_;
+  std::string member_;
+  std::map<std::string, feed_entry> feeds_;
+
+  group_phase phase_ = group_phase::idle;
+  uint64_t generation_ = 0;
+  uint64_t request_seq_ = 0;
+
+  uint64_t join_request_ = 0;
+  group_time join_sent_{};
+  group_time join_retry_at_{};
+
+  group_time deadline_{};
+  bool holding_ = false;
+  std::map<uint64_t, group_time> renew_sent_;
+  group_time next_renew_{};
+
+  uint64_t last_view_request_ = 0;
+  group_time next_poll_{};
+  bool have_view_ = false;
+  std::vector<std::string> view_;
+  std::map<std::string, group_time> first_seen_;
+  group_time view_changed_{};
+
+  bool claim_wanted_ = false;
+  group_time next_reconcile_{};
+  group_time next_checkpoint_{};
+  std::map<uint64_t, std::vector<std::string>> claims_;
+  std::map<uint64_t, std::vector<std::string>> commits_;
+  std::map<uint64_t, std::vector<std::string>> releases_;
+  /// When failed releases are sent again (max: none failed).
+  group_time release_retry_ = group_time::max();
+
+  double spawn_tokens_ = 0;
+  group_time spawn_refill_{};
+
+  group_counters counters_;
+};
+
+} // namespace core
+} // namespace outbound

@@ -1,0 +1,677 @@
+// The feed-group member's decision core (core/group_state.hpp) on explicit
+// time: each test drives the inputs and checks the actions, one rule (G1..
+// G10 of the header) at a time.
+
+#include "core/group_state.hpp"
+
+#include "config/config_error.hpp"
+#include "core/hrw.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+using namespace outbound;
+using namespace std::chrono_literals;
+
+namespace {
+
+const group_time t0 = group_time{} + 1h;
+
+template <class T>
+std::vector<T> all_of(const group_actions& as) {
+  std::vector<T> out;
+  for (const auto& a : as)
+    if (auto p = std::get_if<T>(&a))
+      out.push_back(*p);
+  return out;
+}
+
+template <class T>
+bool has(const group_actions& as) {
+  return !all_of<T>(as).empty();
+}
+
+std::vector<std::string> feed_names(int n) {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i)
+    out.push_back("f" + std::to_string(i));
+  return out;
+}
+
+std::vector<listed_member> view(std::vector<std::string> names,
+                                group_time seen = t0) {
+  std::vector<listed_member> out;
+  for (auto& n : names)
+    out.push_back(listed_member{n, seen});
+  return out;
+}
+
+/// A member driven to `active` at t0 + initial_settle with `members`
+/// listed since t0; `now` follows the test's time.
+struct member {
+  group_state st;
+  group_time now = t0;
+  uint64_t poll = 0;
+
+  member(group_state_config cfg, std::vector<std::string> feeds,
+         std::string name = "m1")
+    : st(cfg, std::move(name), std::move(feeds)) {
+  }
+
+  /// Start, join (sent at t0, granted at t0 with `ttl`), one view.
+  group_actions join(std::vector<std::string> members = {"m1"},
+                     double ttl = 5.0) {
+    auto a = st.start(now);
+    auto j = all_of<join_lease>(a);
+    EXPECT_EQ(j.size(), 1u);
+    auto b = st.on_joined(j.at(0).request, ttl, now);
+    return see(std::move(members), t0);
+  }
+
+  group_actions see(std::vector<std::string> members, group_time seen) {
+    return st.on_members(++poll + 1000000, view(std::move(members), seen), now);
+  }
+
+  /// Keepalives are answered (ok, TTL 5 s) in the same instant.
+  bool answer_renewals = true;
+
+  group_actions at(group_time t) {
+    now = t;
+    auto out = st.tick(t);
+    if (answer_renewals)
+      for (const auto& r : all_of<renew_lease>(out)) {
+        auto x = st.on_keepalive(r.request, keepalive_outcome::ok, 5.0, t);
+        out.insert(out.end(), x.begin(), x.end());
+      }
+    return out;
+  }
+
+  /// Joined and active; returns the claim actions of activation.
+  group_actions activate(std::vector<std::string> members = {"m1"}) {
+    join(std::move(members));
+    return at(t0 + 3s);
+  }
+
+  /// Wins every claim of `as` with tokens from 100 and no cursor.
+  group_actions win_all(const group_actions& as,
+                        std::optional<int64_t> cursor = std::nullopt) {
+    group_actions out;
+    uint64_t token = 100;
+    for (const auto& c : all_of<claim_feeds>(as)) {
+      std::vector<claim_reply> rs;
+      for (const auto& f : c.feeds)
+        rs.push_back(claim_reply{f, claim_outcome::won, token++, cursor});
+      auto x = st.on_claimed(c.request, rs, now);
+      out.insert(out.end(), x.begin(), x.end());
+    }
+    return out;
+  }
+};
+
+group_state_config defaults() {
+  return group_state_config{};
+}
+
+} // namespace
+
+// -- configuration ---------------------------------------------------------
+
+TEST(GroupStateConfig, DefaultsAreTheDesignsAndValid) {
+  group_state_config c;
+  EXPECT_EQ(c.lease_ttl, 5.0);
+  EXPECT_EQ(c.renew_interval, 1.5);
+  EXPECT_EQ(c.fence_margin, 1.0);
+  EXPECT_EQ(c.poll_interval, 0.5);
+  EXPECT_EQ(c.reconcile_interval, 5.0);
+  EXPECT_EQ(c.checkpoint_interval, 1.0);
+  EXPECT_EQ(c.batch, 64u);
+  EXPECT_EQ(c.initial_settle, 3.0);
+  EXPECT_EQ(c.min_members, 1u);
+  EXPECT_EQ(c.rebalance_delay, 5.0);
+  EXPECT_EQ(c.max_starts_per_second, 1000u);
+  EXPECT_EQ(c.max_feeds, 20000u);
+  EXPECT_FALSE(group_config_error(c).has_value());
+  EXPECT_NO_THROW(c.validate());
+}
+
+TEST(GroupStateConfig, EachBadFieldIsNamed) {
+  auto field_of = [](group_state_config c) {
+    auto e = group_config_error(c);
+    return e ? e->field() : std::string{"(valid)"};
+  };
+  auto c = defaults();
+  c.lease_ttl = 1.0;
+  EXPECT_EQ(field_of(c), "group.lease_ttl");
+  c = defaults();
+  c.lease_ttl = std::nan("");
+  EXPECT_EQ(field_of(c), "group.lease_ttl");
+  c = defaults();
+  c.renew_interval = 2.0; // > 5 / 3
+  EXPECT_EQ(field_of(c), "group.renew_interval");
+  c = defaults();
+  c.fence_margin = 3.5; // >= 5 - 1.5
+  EXPECT_EQ(field_of(c), "group.fence_margin");
+  c = defaults();
+  c.fence_margin = 0;
+  EXPECT_EQ(field_of(c), "group.fence_margin");
+  c = defaults();
+  c.poll_interval = -1;
+  EXPECT_EQ(field_of(c), "group.poll_interval");
+  c = defaults();
+  c.reconcile_interval = 0;
+  EXPECT_EQ(field_of(c), "group.reconcile_interval");
+  c = defaults();
+  c.checkpoint_interval = 0;
+  EXPECT_EQ(field_of(c), "group.checkpoint_interval");
+  c = defaults();
+  c.batch = 0;
+  EXPECT_EQ(field_of(c), "group.batch");
+  c.batch = 129;
+  EXPECT_EQ(field_of(c), "group.batch");
+  c = defaults();
+  c.initial_settle = 0; // allowed
+  EXPECT_EQ(field_of(c), "(valid)");
+  c.initial_settle = -1;
+  EXPECT_EQ(field_of(c), "group.initial_settle");
+  c = defaults();
+  c.min_members = 0;
+  EXPECT_EQ(field_of(c), "group.min_members");
+  c = defaults();
+  c.rebalance_delay = -0.5;
+  EXPECT_EQ(field_of(c), "group.rebalance_delay");
+  c = defaults();
+  c.max_starts_per_second = 0;
+  EXPECT_EQ(field_of(c), "group.max_starts_per_second");
+  c = defaults();
+  c.max_feeds = 0;
+  EXPECT_EQ(field_of(c), "group.max_feeds");
+  c = defaults();
+  c.renew_interval = 0;
+  EXPECT_THROW(group_state(c, "m1", {}), config_error);
+}
+
+// -- G1 join, G2 settle ----------------------------------------------------
+
+TEST(GroupState, StartJoinsAndRetriesAFailedJoinAfterRenewInterval) {
+  group_state st(defaults(), "m1", feed_names(2));
+  auto a = st.start(t0);
+  auto j = all_of<join_lease>(a);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].generation, 0u);
+  EXPECT_TRUE(st.on_join_failed(j[0].request, t0 + 100ms).empty());
+  EXPECT_EQ(st.next_wakeup(), t0 + 100ms + 1500ms);
+  EXPECT_TRUE(st.tick(t0 + 1599ms).empty());
+  auto again = all_of<join_lease>(st.tick(t0 + 1600ms));
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_NE(again[0].request, j[0].request);
+  // A stale answer of the first join is ignored.
+  st.on_joined(j[0].request, 5.0, t0 + 1700ms);
+  EXPECT_EQ(st.phase(), group_phase::joining);
+}
+
+TEST(GroupState, ClaimsNothingUntilTheViewWasStableForInitialSettle) {
+  member m(defaults(), feed_names(3));
+  m.join({"m1"});
+  EXPECT_EQ(m.st.phase(), group_phase::settling);
+  EXPECT_FALSE(has<claim_feeds>(m.at(t0 + 2999ms)));
+  // A change restarts the settle period.
+  m.see({"m1", "m2"}, t0 + 2999ms);
+  EXPECT_FALSE(has<claim_feeds>(m.at(t0 + 3s)));
+  EXPECT_EQ(m.st.phase(), group_phase::settling);
+  auto c = m.at(t0 + 2999ms + 3s);
+  EXPECT_EQ(m.st.phase(), group_phase::active);
+  EXPECT_TRUE(has<claim_feeds>(c) || m.st.desired().empty());
+}
+
+TEST(GroupState, MinMembersKeepsTheMemberSettling) {
+  auto c = defaults();
+  c.min_members = 2;
+  member m(c, feed_names(3));
+  m.join({"m1"});
+  m.at(t0 + 10s);
+  EXPECT_EQ(m.st.phase(), group_phase::settling);
+  m.see({"m1", "m2"}, t0 + 10s);
+  m.at(t0 + 13s);
+  EXPECT_EQ(m.st.phase(), group_phase::active);
+}
+
+TEST(GroupState, AViewWithoutThisMemberDecidesNothing) {
+  member m(defaults(), feed_names(3));
+  m.join({"m1"});
+  m.see({"m2"}, t0 + 1s); // ignored: would restart the settle period
+  m.at(t0 + 3s);
+  EXPECT_EQ(m.st.phase(), group_phase::active);
+  EXPECT_EQ(m.st.desired().size(), 3u);
+}
+
+TEST(GroupState, PollsEveryPollInterval) {
+  member m(defaults(), feed_names(1));
+  auto a = m.st.start(t0);
+  auto b = m.st.on_joined(all_of<join_lease>(a).at(0).request, 5.0, t0);
+  EXPECT_EQ(all_of<poll_members>(b).size(), 1u);
+  EXPECT_FALSE(has<poll_members>(m.at(t0 + 499ms)));
+  EXPECT_TRUE(has<poll_members>(m.at(t0 + 500ms)));
+}
+
+// -- G3 claims -------------------------------------------------------------
+
+TEST(GroupState, ClaimsOnlyTheFeedsItWinsInBatches) {
+  auto c = defaults();
+  c.batch = 2;
+  auto fs = feed_names(40);
+  member m(c, fs);
+  auto a = m.activate({"m1", "m2"});
+  std::vector<std::string> claimed;
+  for (const auto& cl : all_of<claim_feeds>(a)) {
+    EXPECT_LE(cl.feeds.size(), 2u);
+    claimed.insert(claimed.end(), cl.feeds.begin(), cl.feeds.end());
+  }
+  std::vector<std::string> expect;
+  std::vector<std::string> members{"m1", "m2"};
+  for (const auto& f : fs)
+    if (members[hrw_winner(f, members)] == "m1")
+      expect.push_back(f);
+  std::sort(claimed.begin(), claimed.end());
+  std::sort(expect.begin(), expect.end());
+  EXPECT_EQ(claimed, expect);
+  EXPECT_GT(expect.size(), 10u);
+  EXPECT_LT(expect.size(), 30u);
+}
+
+TEST(GroupState, HeldClaimIsRetriedOnViewChangeAndEveryReconcileInterval) {
+  member m(defaults(), {"f"});
+  auto a = m.activate();
+  auto cl = all_of<claim_feeds>(a);
+  ASSERT_EQ(cl.size(), 1u);
+  m.st.on_claimed(cl[0].request, {{"f", claim_outcome::held, 0, {}}}, m.now);
+  EXPECT_FALSE(has<claim_feeds>(m.at(t0 + 7999ms)));
+  EXPECT_TRUE(has<claim_feeds>(m.at(t0 + 8s))); // 3 s + reconcile 5 s
+  auto b = m.at(t0 + 8500ms);
+  EXPECT_FALSE(has<claim_feeds>(b)); // one in flight
+}
+
+TEST(GroupState, ViewChangeTriggersClaimAtOnce) {
+  member m(defaults(), {"f"});
+  std::vector<std::string> two{"m1", "m2"};
+  // Pick a second member that wins "f", so that its leaving gives f to m1.
+  std::string other = "m2";
+  for (int i = 2; hrw_winner("f", {"m1", other}) != 1; ++i)
+    other = "m" + std::to_string(i);
+  auto a = m.activate({"m1", other});
+  EXPECT_FALSE(has<claim_feeds>(a));
+  m.now = t0 + 4s;
+  auto b = m.see({"m1"}, t0);
+  auto cl = all_of<claim_feeds>(b);
+  ASSERT_EQ(cl.size(), 1u);
+  EXPECT_EQ(cl[0].feeds, std::vector<std::string>{"f"});
+}
+
+TEST(GroupState, MaxFeedsCapsClaims) {
+  auto c = defaults();
+  c.max_feeds = 3;
+  member m(c, feed_names(10));
+  auto a = m.activate();
+  std::size_t n = 0;
+  for (const auto& cl : all_of<claim_feeds>(a))
+    n += cl.feeds.size();
+  EXPECT_EQ(n, 3u);
+}
+
+// -- G4 spawns -------------------------------------------------------------
+
+TEST(GroupState, WonClaimSpawnsAtTheCommittedCursorWithTheFenceDeadline) {
+  member m(defaults(), {"f"});
+  auto a = m.activate();
+  auto cl = all_of<claim_feeds>(a).at(0);
+  auto b
+    = m.st.on_claimed(cl.request, {{"f", claim_outcome::won, 42, 17}}, m.now);
+  auto sp = all_of<spawn_watcher>(b);
+  ASSERT_EQ(sp.size(), 1u);
+  EXPECT_EQ(sp[0].feed, "f");
+  EXPECT_EQ(sp[0].token, 42u);
+  EXPECT_EQ(sp[0].resume, std::optional<int64_t>{17});
+  EXPECT_EQ(sp[0].fence_deadline, m.st.fence_deadline());
+  EXPECT_EQ(m.st.token_of("f"), std::optional<uint64_t>{42});
+}
+
+TEST(GroupState, SpawnsAreRateLimited) {
+  auto c = defaults();
+  c.max_starts_per_second = 2;
+  member m(c, feed_names(5));
+  auto a = m.activate();
+  auto b = m.win_all(a);
+  EXPECT_EQ(all_of<spawn_watcher>(b).size(), 2u); // one second's burst
+  EXPECT_FALSE(has<spawn_watcher>(m.at(m.now + 499ms)));
+  EXPECT_EQ(all_of<spawn_watcher>(m.at(m.now + 1ms)).size(), 1u);
+  EXPECT_EQ(all_of<spawn_watcher>(m.at(m.now + 1s)).size(), 2u);
+  EXPECT_EQ(m.st.counters().spawns, 5u);
+}
+
+TEST(GroupState, NoSecondWatcherUntilTheFirstHasStopped) {
+  member m(defaults(), {"f"});
+  auto b = m.win_all(m.activate());
+  auto sp = all_of<spawn_watcher>(b).at(0);
+  m.st.on_progress("f", sp.token, 5, m.now);
+  // A fenced commit drops the ownership and stops the watcher.
+  auto c = all_of<commit_cursors>(m.at(t0 + 4s)).at(0);
+  auto d = m.st.on_committed(c.request, {{"f", commit_outcome::fenced}}, m.now);
+  ASSERT_EQ(all_of<stop_watcher>(d).size(), 1u);
+  EXPECT_EQ(all_of<stop_watcher>(d)[0].reason, stop_reason::fenced);
+  // Reclaimed and won again before the old watcher answered.
+  auto e = m.at(t0 + 8s);
+  auto cl = all_of<claim_feeds>(e).at(0);
+  auto f
+    = m.st.on_claimed(cl.request, {{"f", claim_outcome::won, 200, 3}}, m.now);
+  EXPECT_FALSE(has<spawn_watcher>(f));
+  auto g = m.st.on_watcher_stopped("f", sp.token, 5, m.now);
+  auto sp2 = all_of<spawn_watcher>(g);
+  ASSERT_EQ(sp2.size(), 1u);
+  EXPECT_EQ(sp2[0].token, 200u);
+  EXPECT_EQ(sp2[0].resume, std::optional<int64_t>{3}); // the store's cursor
+}
+
+TEST(GroupState, AWatcherThatStopsOnItsOwnIsRespawnedAtItsCursor) {
+  member m(defaults(), {"f"});
+  auto sp = all_of<spawn_watcher>(m.win_all(m.activate(), 2)).at(0);
+  m.st.on_progress("f", sp.token, 9, m.now);
+  auto a = m.st.on_watcher_stopped("f", sp.token, 9, m.now);
+  auto sp2 = all_of<spawn_watcher>(a);
+  ASSERT_EQ(sp2.size(), 1u);
+  EXPECT_EQ(sp2[0].resume, std::optional<int64_t>{9});
+}
+
+// -- G5 checkpoints --------------------------------------------------------
+
+TEST(GroupState, CheckpointCommitsOnlyDirtyFeedsOncePerInterval) {
+  member m(defaults(), feed_names(3));
+  auto sps = all_of<spawn_watcher>(m.win_all(m.activate(), 10));
+  ASSERT_EQ(sps.size(), 3u);
+  m.st.on_progress(sps[0].feed, sps[0].token, 12, m.now);
+  m.st.on_progress(sps[1].feed, sps[1].token, 10, m.now);     // not past 10
+  m.st.on_progress(sps[2].feed, sps[2].token + 1, 50, m.now); // stale token
+  EXPECT_FALSE(has<commit_cursors>(m.at(t0 + 3999ms)));
+  auto cs = all_of<commit_cursors>(m.at(t0 + 4s));
+  ASSERT_EQ(cs.size(), 1u);
+  ASSERT_EQ(cs[0].items.size(), 1u);
+  EXPECT_EQ(cs[0].items[0].feed, sps[0].feed);
+  EXPECT_EQ(cs[0].items[0].token, sps[0].token);
+  EXPECT_EQ(cs[0].items[0].cursor, 12);
+  // More progress while the commit is in flight: not sent twice.
+  m.st.on_progress(sps[0].feed, sps[0].token, 15, m.now);
+  EXPECT_FALSE(has<commit_cursors>(m.at(t0 + 5s)));
+  m.st.on_committed(cs[0].request, {{sps[0].feed, commit_outcome::ok}}, m.now);
+  auto next = all_of<commit_cursors>(m.at(t0 + 6s));
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].items.at(0).cursor, 15);
+  m.st.on_committed(next[0].request, {{sps[0].feed, commit_outcome::ok}},
+                    m.now);
+  EXPECT_FALSE(has<commit_cursors>(m.at(t0 + 7s)));
+}
+
+TEST(GroupState, ACommitErrorLeavesTheFeedDirty) {
+  member m(defaults(), {"f"});
+  auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
+  m.st.on_progress("f", sp.token, 3, m.now);
+  auto c = all_of<commit_cursors>(m.at(t0 + 4s)).at(0);
+  auto a = m.st.on_commit_failed(c.request, m.now);
+  EXPECT_FALSE(has<stop_watcher>(a));
+  auto again = all_of<commit_cursors>(m.at(t0 + 5s));
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].items.at(0).cursor, 3);
+  EXPECT_EQ(m.st.counters().commit_errors, 1u);
+}
+
+// -- G6 renew, fence, hold --------------------------------------------------
+
+TEST(GroupState, TheDeadlineCountsFromTheKeepalivesSendTime) {
+  member m(defaults(), {"f"});
+  m.answer_renewals = false;
+  m.join();
+  // Granted: deadline = join sent (t0) + 5 s - 1 s.
+  EXPECT_EQ(m.st.fence_deadline(), t0 + 4s);
+  auto r = all_of<renew_lease>(m.at(t0 + 1500ms));
+  ASSERT_EQ(r.size(), 1u);
+  // The answer comes 700 ms later; the deadline counts from the send.
+  auto a
+    = m.st.on_keepalive(r[0].request, keepalive_outcome::ok, 5.0, t0 + 2200ms);
+  EXPECT_EQ(m.st.fence_deadline(), t0 + 5500ms);
+  auto f = all_of<fence_watchers>(a);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].deadline, t0 + 5500ms);
+  // A shorter TTL in the answer counts.
+  auto r2 = all_of<renew_lease>(m.at(t0 + 3s)).at(0);
+  m.st.on_keepalive(r2.request, keepalive_outcome::ok, 3.0, t0 + 3100ms);
+  EXPECT_EQ(m.st.fence_deadline(), t0 + 5500ms); // 3 + 3 - 1 is earlier
+}
+
+TEST(GroupState, HoldsPastTheDeadlineAndALiveKeepaliveLiftsTheHold) {
+  member m(defaults(), {"f"});
+  m.answer_renewals = false;
+  auto act = m.activate();
+  m.win_all(act);
+  // Keepalives go unanswered: the deadline t0 + 4 s passes.
+  auto sent = all_of<renew_lease>(act);
+  for (auto t = t0 + 3s; t < t0 + 4s; t += 100ms) {
+    auto a = all_of<renew_lease>(m.at(t));
+    sent.insert(sent.end(), a.begin(), a.end());
+  }
+  EXPECT_FALSE(m.st.holding());
+  auto h = m.at(t0 + 4s);
+  EXPECT_TRUE(has<hold_deliveries>(h));
+  EXPECT_TRUE(m.st.holding());
+  // A late answer whose deadline already passed does not lift the hold.
+  ASSERT_FALSE(sent.empty());
+  auto late = m.st.on_keepalive(sent[0].request, keepalive_outcome::ok, 5.0,
+                                t0 + 7600ms);
+  EXPECT_TRUE(m.st.holding());
+  EXPECT_FALSE(has<unhold_deliveries>(late));
+  // A fresh renewal answered in time lifts it; no claim, no move.
+  auto r = all_of<renew_lease>(late); // the overdue renewal, sent at 7.6 s
+  ASSERT_EQ(r.size(), 1u);
+  auto u
+    = m.st.on_keepalive(r[0].request, keepalive_outcome::ok, 4.0, t0 + 7800ms);
+  auto un = all_of<unhold_deliveries>(u);
+  ASSERT_EQ(un.size(), 1u);
+  EXPECT_EQ(un[0].deadline, t0 + 7600ms + 3s);
+  EXPECT_FALSE(m.st.holding());
+  EXPECT_FALSE(has<stop_watcher>(u));
+  EXPECT_EQ(m.st.owned().size(), 1u);
+}
+
+TEST(GroupState, NoClaimsOrSpawnsWhileHolding) {
+  member m(defaults(), {"f"});
+  m.answer_renewals = false;
+  auto a = m.activate();
+  m.at(t0 + 4s); // deadline passed, no renewal answered
+  ASSERT_TRUE(m.st.holding());
+  auto b = m.win_all(a);
+  EXPECT_FALSE(has<spawn_watcher>(b));
+  EXPECT_FALSE(has<claim_feeds>(m.at(t0 + 9s)));
+}
+
+// -- G7 lease lost --------------------------------------------------------
+
+TEST(GroupState, LostLeaseStopsEveryWatcherAndRejoinsWithANewGeneration) {
+  member m(defaults(), feed_names(2));
+  auto a = m.activate();
+  m.win_all(a);
+  m.answer_renewals = false;
+  auto r = all_of<renew_lease>(m.at(t0 + 4500ms)).at(0);
+  auto l = m.st.on_keepalive(r.request, keepalive_outcome::ok, 0.0, m.now);
+  auto stops = all_of<stop_watcher>(l);
+  ASSERT_EQ(stops.size(), 2u);
+  for (const auto& s : stops)
+    EXPECT_EQ(s.reason, stop_reason::lease_lost);
+  auto j = all_of<join_lease>(l);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].generation, 1u);
+  EXPECT_EQ(m.st.phase(), group_phase::joining);
+  EXPECT_TRUE(m.st.owned().empty());
+  // Replies of the old lease are stale.
+  EXPECT_TRUE(
+    m.st.on_claimed(all_of<claim_feeds>(a).at(0).request, {}, m.now).empty());
+}
+
+// -- G8 rebalance -----------------------------------------------------------
+
+TEST(GroupState, MovesAFeedOnlyAfterTheWinnerWasListedForRebalanceDelay) {
+  member m(defaults(), {"f"});
+  std::string other = "m2";
+  for (int i = 2; hrw_winner("f", {"m1", other}) != 1; ++i)
+    other = "m" + std::to_string(i);
+  auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
+  m.st.on_progress("f", sp.token, 7, m.now);
+  m.now = t0 + 4s;
+  auto s = m.see({"m1", other}, t0 + 4s);
+  EXPECT_FALSE(has<stop_watcher>(s));
+  EXPECT_FALSE(has<stop_watcher>(m.at(t0 + 8999ms)));
+  auto st = all_of<stop_watcher>(m.at(t0 + 9s));
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0].reason, stop_reason::rebalance);
+  auto rel = all_of<release_feeds>(
+    m.st.on_watcher_stopped("f", sp.token, 8, t0 + 9100ms));
+  ASSERT_EQ(rel.size(), 1u);
+  ASSERT_EQ(rel[0].items.size(), 1u);
+  EXPECT_EQ(rel[0].items[0].cursor, std::optional<int64_t>{8});
+  EXPECT_EQ(rel[0].items[0].token, sp.token);
+  EXPECT_EQ(rel[0].items[0].hint_to, other);
+  m.st.on_released(rel[0].request, {{"f", commit_outcome::ok}}, m.now);
+  EXPECT_TRUE(m.st.owned().empty());
+}
+
+// -- G9 leave ---------------------------------------------------------------
+
+TEST(GroupState, LeaveReleasesEverythingThenRevokes) {
+  member m(defaults(), feed_names(2));
+  auto sps = all_of<spawn_watcher>(m.win_all(m.activate()));
+  ASSERT_EQ(sps.size(), 2u);
+  auto a = m.st.leave(t0 + 3100ms);
+  EXPECT_EQ(all_of<stop_watcher>(a).size(), 2u);
+  EXPECT_FALSE(has<revoke_lease>(a));
+  group_actions rel;
+  for (const auto& s : sps) {
+    auto x = m.st.on_watcher_stopped(s.feed, s.token, 4, t0 + 3200ms);
+    rel.insert(rel.end(), x.begin(), x.end());
+  }
+  auto rs = all_of<release_feeds>(rel);
+  ASSERT_FALSE(rs.empty());
+  group_actions done;
+  for (const auto& r : rs) {
+    EXPECT_EQ(r.reason, stop_reason::leave);
+    std::vector<commit_reply> ok;
+    for (const auto& it : r.items)
+      ok.push_back({it.feed, commit_outcome::ok});
+    auto x = m.st.on_released(r.request, ok, t0 + 3300ms);
+    done.insert(done.end(), x.begin(), x.end());
+  }
+  EXPECT_TRUE(has<revoke_lease>(done));
+  EXPECT_EQ(m.st.phase(), group_phase::left);
+}
+
+TEST(GroupState, LeaveGivesUpAtTheFenceDeadline) {
+  member m(defaults(), {"f"});
+  m.answer_renewals = false;
+  auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
+  m.st.leave(t0 + 3100ms);
+  auto r = all_of<release_feeds>(
+    m.st.on_watcher_stopped("f", sp.token, 1, t0 + 3200ms));
+  ASSERT_EQ(r.size(), 1u);
+  m.st.on_release_failed(r[0].request, t0 + 3300ms);
+  auto a = m.at(t0 + 4s); // deadline, no renewal answered
+  EXPECT_TRUE(has<revoke_lease>(a));
+  EXPECT_EQ(m.st.phase(), group_phase::left);
+}
+
+TEST(GroupState, AClaimWonWhileLeavingIsReleasedAtOnce) {
+  member m(defaults(), {"f"});
+  auto a = m.activate();
+  auto cl = all_of<claim_feeds>(a).at(0);
+  m.st.leave(t0 + 3100ms);
+  auto b = m.st.on_claimed(cl.request, {{"f", claim_outcome::won, 7, 2}},
+                           t0 + 3200ms);
+  EXPECT_FALSE(has<spawn_watcher>(b));
+  auto rel = all_of<release_feeds>(b);
+  ASSERT_EQ(rel.size(), 1u);
+  EXPECT_EQ(rel[0].items.at(0).token, 7u);
+  EXPECT_EQ(rel[0].items.at(0).cursor, std::optional<int64_t>{2});
+  auto c = m.st.on_released(rel[0].request, {{"f", commit_outcome::ok}},
+                            t0 + 3300ms);
+  EXPECT_TRUE(has<revoke_lease>(c));
+}
+
+TEST(GroupState, AFailedReleaseIsRetriedAfterCheckpointInterval) {
+  member m(defaults(), {"f"});
+  std::string other = "m2";
+  for (int i = 2; hrw_winner("f", {"m1", other}) != 1; ++i)
+    other = "m" + std::to_string(i);
+  auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
+  m.now = t0 + 3500ms;
+  m.see({"m1", other}, t0 + 3500ms);
+  ASSERT_TRUE(has<stop_watcher>(m.at(t0 + 8500ms)));
+  auto rel = all_of<release_feeds>(
+    m.st.on_watcher_stopped("f", sp.token, 4, t0 + 8600ms));
+  ASSERT_EQ(rel.size(), 1u);
+  m.st.on_release_failed(rel[0].request, t0 + 8700ms);
+  EXPECT_FALSE(has<release_feeds>(m.at(t0 + 9699ms)));
+  auto again = all_of<release_feeds>(m.at(t0 + 9700ms));
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].items.at(0).cursor, std::optional<int64_t>{4});
+}
+
+TEST(GroupState, AHandoffHintClaimsADesiredFeedAtOnce) {
+  member m(defaults(), {"f"});
+  auto cl = all_of<claim_feeds>(m.activate()).at(0);
+  m.st.on_claimed(cl.request, {{"f", claim_outcome::held, 0, {}}}, t0 + 3100ms);
+  auto a = m.st.on_handoff_hint("f", t0 + 3200ms);
+  EXPECT_EQ(all_of<claim_feeds>(a).size(), 1u);
+  // A hint for a feed it does not win, or does not know, claims nothing.
+  EXPECT_FALSE(has<claim_feeds>(m.st.on_handoff_hint("x", t0 + 3300ms)));
+}
+
+TEST(GroupState, AnOlderPollAnswerIsIgnored) {
+  member m(defaults(), {"f"});
+  m.join({"m1"});
+  m.st.on_members(5000000, view({"m1", "m2"}), t0 + 1s);
+  m.st.on_members(4000000, view({"m1"}), t0 + 1100ms); // older request
+  m.at(t0 + 3999ms);
+  EXPECT_EQ(m.st.phase(), group_phase::settling);
+  m.at(t0 + 4s); // 3 s after the newest view; the older one changed nothing
+  EXPECT_EQ(m.st.phase(), group_phase::active);
+}
+
+TEST(GroupState, LeaveBeforeTheGrantRevokesTheLateLease) {
+  group_state st(defaults(), "m1", {"f"});
+  auto j = all_of<join_lease>(st.start(t0)).at(0);
+  EXPECT_TRUE(st.leave(t0 + 10ms).empty());
+  EXPECT_EQ(st.phase(), group_phase::left);
+  EXPECT_TRUE(has<revoke_lease>(st.on_joined(j.request, 5.0, t0 + 20ms)));
+}
+
+TEST(GroupState, AnUnansweredClaimIsAskedAgainEvenWhenNoLongerDesired) {
+  member m(defaults(), {"f"});
+  std::string other = "m2";
+  for (int i = 2; hrw_winner("f", {"m1", other}) != 1; ++i)
+    other = "m" + std::to_string(i);
+  auto cl = all_of<claim_feeds>(m.activate()).at(0);
+  // The answer is lost; meanwhile a member that wins f is listed.
+  m.st.on_claim_failed(cl.request, t0 + 4s);
+  m.now = t0 + 4100ms;
+  auto a = m.see({"m1", other}, t0 + 4100ms);
+  EXPECT_TRUE(m.st.desired().empty());
+  // The view change already asks again: the key may be ours.
+  auto again = all_of<claim_feeds>(a);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].feeds, std::vector<std::string>{"f"});
+  // The store answers "won" (the same lease holds it); not desired, it is
+  // handed over once the winner was listed for rebalance_delay.
+  auto b = m.st.on_claimed(again[0].request, {{"f", claim_outcome::won, 9, {}}},
+                           m.now);
+  auto sp = all_of<spawn_watcher>(b);
+  ASSERT_EQ(sp.size(), 1u);
+  auto st = all_of<stop_watcher>(m.at(t0 + 9100ms));
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0].reason, stop_reason::rebalance);
+}
