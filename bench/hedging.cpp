@@ -230,7 +230,18 @@ std::string range(const std::vector<double>& v, const char* fmt) {
   std::snprintf(b, sizeof b, fmt, *hi);
   if (v.size() == 1 || std::string{a} == b)
     return a;
-  return std::string{a} + ".." + b;
+  if (v.size() < 3)
+    return std::string{a} + ".." + b;
+  // Three rounds or more: the median too, which one noisy round (a load
+  // spike from another process on the 2 cores) does not move.
+  auto sorted = v;
+  std::sort(sorted.begin(), sorted.end());
+  const auto n = sorted.size();
+  const double median
+    = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0;
+  char m[32];
+  std::snprintf(m, sizeof m, fmt, median);
+  return std::string{a} + ".." + b + " (" + m + ")";
 }
 
 // -- time-to-error ------------------------------------------------------------
@@ -533,11 +544,12 @@ int main(int argc, char** argv) {
               "static <= 1.1 at <= 5 %% extra; w1 p99 none/adaptive >= 3.8 "
               "at <= 9 %% extra\n",
               rounds);
-  std::printf("%-14s %-14s %12s %16s %16s %16s %16s\n", "cell", "config",
+  std::printf("summary ranges are min..max (median) over the rounds\n");
+  std::printf("%-14s %-14s %20s %20s %20s %20s %17s\n", "cell", "config",
               "extra%", "p99 adapt/best", "p99 (+0.5 pp)", "p99.9 adapt/best",
               "p99 none/adapt");
   for (const auto& cs : summaries)
-    std::printf("%-14s %-14s %12s %16s %16s %16s %16s\n", cs.name.c_str(),
+    std::printf("%-14s %-14s %20s %20s %20s %20s %17s\n", cs.name.c_str(),
                 cs.config.c_str(), range(cs.extra, "%.2f").c_str(),
                 range(cs.p99_ratio, "%.2f").c_str(),
                 range(cs.p99_ratio_noise, "%.2f").c_str(),
