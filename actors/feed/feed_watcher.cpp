@@ -974,6 +974,13 @@ void enqueue_unreadable_frame(self_ptr self, const parsed_message& m) {
     st.queue.back().rs->event_id = info->lost_to;
 }
 
+/// An in-frame reset that stands for the hello a ws-only hub did not send
+/// (inferred, or a takeover inferred from a first data frame): its
+/// acknowledgement completes the connect.
+bool completes_connect(reset_cause c) {
+  return c == reset_cause::inferred || c == reset_cause::takeover;
+}
+
 void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
   auto& st = self->state;
   auto before = st.neg->mode();
@@ -992,12 +999,12 @@ void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
       break;
     case frame_decision::reset_then_deliver:
       enqueue_frame_reset(self, *r.reset, nullptr,
-                          r.reset->cause == reset_cause::inferred);
+                          completes_connect(r.reset->cause));
       enqueue_frame_event(self, m, bytes);
       break;
     case frame_decision::reset:
       enqueue_frame_reset(self, *r.reset, nullptr,
-                          r.reset->cause == reset_cause::inferred);
+                          completes_connect(r.reset->cause));
       break;
   }
   // Catchup and ephemeral deliver events from frames: a frame that cannot
@@ -1334,6 +1341,8 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
       || std::any_of(st.cfg.prefixes.begin(), st.cfg.prefixes.end(),
                      [](const std::string& p) { return p.empty(); });
   st.neg.emplace(st.cfg.has_replay(), every_subject);
+  if (st.opts.takeover)
+    st.neg->expect_takeover();
   if (st.cfg.has_replay())
     st.drain.emplace(st.cfg.cursor, st.cfg.limit,
                      feed_seconds(st.cfg.poll_interval));

@@ -108,6 +108,14 @@ struct feed_watcher_options {
   /// drain then asks for exactly that page, else dropped unread). Ordering
   /// and the cursor are as without it. [true]
   bool prefetch = true;
+  /// The watcher starts as the feed's new owner after a takeover (a feed
+  /// group: the previous owner crashed, was fenced or left). An ephemeral
+  /// feed then begins with a reset of cause `takeover` (in place of the
+  /// first hello's `reconnect`, or of `inferred`): events published while
+  /// no one owned the feed are lost, and the application is told. Ledger
+  /// and catchup feeds ignore it: they resume from their checkpoint
+  /// (feed_config::cursor, feed_config::resume_last_seq). [false]
+  bool takeover = false;
   /// Seed of the watcher's jitter and client-id generator; 0 seeds from
   /// std::random_device. [0]
   uint64_t seed = 0;

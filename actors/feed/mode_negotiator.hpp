@@ -140,6 +140,16 @@ public:
   /// watcher and a jump in seq is a loss (reset_cause::gap). [false]
   explicit mode_negotiator(bool has_replay, bool every_subject = false);
 
+  /// The watcher starts as the feed's new owner after a takeover (a feed
+  /// group): the first ephemeral reset -- of the first hello, or inferred
+  /// from a first data frame -- has cause `takeover` instead of
+  /// `reconnect` / `inferred`. A first hello of another model (catchup,
+  /// ledger) drops it: those resume from their checkpoint. Call before
+  /// the first session.
+  void expect_takeover() {
+    takeover_pending_ = true;
+  }
+
   /// A session opened (the subscribe frame has been sent).
   open_decision on_open();
 
@@ -194,6 +204,8 @@ private:
   /// An unreadable event of unknown seq was reset: the next seq jump is
   /// part of that loss, not a second one.
   bool gap_covered_ = false;
+  /// expect_takeover() was called and no hello or inferred reset came yet.
+  bool takeover_pending_ = false;
 };
 
 } // namespace feed

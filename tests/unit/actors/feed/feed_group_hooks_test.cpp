@@ -1,0 +1,168 @@
+// The watcher's hooks for a feed group (an owner of feeds through leases):
+// the takeover reset of an ephemeral feed, the owner token on every
+// delivery, the catchup resume fields, the fence gate and the progress
+// reports. On CAF's deterministic test coordinator with the fakes of
+// tests/support/feed_fakes.hpp; every time asserted is exact virtual time.
+
+#include "actors/client/service_client.hpp"
+#include "actors/feed/feed_watcher.hpp"
+
+#include "tests/support/feed_fakes.hpp"
+#include "tests/support/virtual_time_fixture.hpp"
+
+#include <boost/json/parse.hpp>
+#include <caf/actor_cast.hpp>
+#include <caf/event_based_actor.hpp>
+
+#include <gtest/gtest.h>
+
+using namespace outbound;
+using namespace outbound::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string hello(const std::string& mode, int64_t seq, bool resync,
+                  const std::string& epoch) {
+  return R"({"type":"hello","mode":")" + mode + R"(","seq":)"
+         + std::to_string(seq) + R"(,"cursor":0,"resync":)"
+         + (resync ? "true" : "false") + R"(,"epoch":")" + epoch + "\"}";
+}
+
+std::string event_frame(int64_t seq) {
+  return R"({"type":"event","subject":"orders/x","kind":"k","seq":)"
+         + std::to_string(seq) + R"(,"metadata":{}})";
+}
+
+boost::json::object parse_obj(const std::string& s) {
+  return boost::json::parse(s).as_object();
+}
+
+using ids = std::vector<int64_t>;
+
+class FeedGroupHooks : public virtual_time_fixture {
+protected:
+  FeedGroupHooks() {
+    ccfg.base_url = "http://127.0.0.1:8080";
+    ccfg.token = "tok";
+  }
+
+  ~FeedGroupHooks() override {
+    // The poll tick re-arms itself forever: stop the watcher.
+    if (w)
+      caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+    run();
+  }
+
+  /// A ws-only watcher (replay_path empty) or a ledger one (set
+  /// cfg.replay_path before), delivering to a recording subscriber.
+  void start() {
+    feed_watcher_options o = opts;
+    if (!cfg.replay_path.empty()) {
+      client_options co;
+      co.transport = spawn_ledger_transport(sys(), ledger);
+      co.seed = 1;
+      o.client = make_service_client(sys(), ccfg, co);
+    }
+    if (with_ws) {
+      cfg.ws_path = "/ws/feed";
+      o.connector
+        = std::make_shared<fake_ws_connector>(ws, [this] { return now(); });
+      o.ws = feed_ws_endpoint::from(ccfg);
+    }
+    sub_ = spawn_recording_subscriber(sys(), subs);
+    o.subscriber = sub_;
+    o.seed = 7;
+    w = spawn_feed_watcher(sys(), cfg, o);
+    run();
+  }
+
+  feed_stats stats() {
+    return ask_stats(sys(), w, [this] { run(); });
+  }
+
+  void release_ack() {
+    caf::anon_send(caf::actor_cast<caf::actor>(sub_), caf::ok_atom_v);
+    run();
+  }
+
+  feed_config cfg;
+  client_config ccfg;
+  feed_watcher_options opts;
+  bool with_ws = true;
+  std::shared_ptr<fake_ledger> ledger = std::make_shared<fake_ledger>();
+  std::shared_ptr<fake_ws_log> ws = std::make_shared<fake_ws_log>();
+  std::shared_ptr<sub_log> subs = std::make_shared<sub_log>();
+  feed_subscriber_actor sub_;
+  feed_watcher_actor w;
+};
+
+} // namespace
+
+// -- takeover
+// ---------------------------------------------------------------------
+
+TEST_F(FeedGroupHooks, ATakeoverOfAnEphemeralFeedBeginsWithATakeoverReset) {
+  opts.takeover = true;
+  start();
+  for (int i = 0; i < 2; ++i) {
+    ws->last().open();
+    ws->last().message(hello("ephemeral", 10 * i + 4, false, "e1"));
+    ws->last().message(event_frame(10 * i + 5));
+    run();
+    ws->last().peer_close();
+    advance_by(2s);
+  }
+  ASSERT_EQ(subs->got.size(), 4u);
+  // First: the takeover (lost from the feed's start up to the hub's seq),
+  // then the events; later reconnects are plain reconnect resets.
+  ASSERT_TRUE(subs->got[0].is_reset);
+  EXPECT_EQ(subs->got[0].rs.cause, reset_cause::takeover);
+  EXPECT_EQ(subs->got[0].rs.mode, feed_mode::ephemeral);
+  EXPECT_EQ(subs->got[0].rs.lost_from, std::nullopt);
+  EXPECT_EQ(subs->got[0].rs.lost_to, 4);
+  EXPECT_EQ(subs->got[1].ev.seq, 5);
+  ASSERT_TRUE(subs->got[2].is_reset);
+  EXPECT_EQ(subs->got[2].rs.cause, reset_cause::reconnect);
+  auto s = stats();
+  EXPECT_EQ(s.resets, 2u);
+  EXPECT_EQ(s.resets_by_cause[static_cast<std::size_t>(reset_cause::takeover)],
+            1u);
+  EXPECT_EQ(s.resets_by_cause[static_cast<std::size_t>(reset_cause::reconnect)],
+            1u);
+  EXPECT_STREQ(to_string(reset_cause::takeover), "takeover");
+}
+
+TEST_F(FeedGroupHooks, WithoutTakeoverTheFirstEphemeralResetIsAReconnect) {
+  start();
+  ws->last().open();
+  ws->last().message(hello("ephemeral", 4, false, "e1"));
+  run();
+  ASSERT_EQ(subs->resets().size(), 1u);
+  EXPECT_EQ(subs->resets()[0]->cause, reset_cause::reconnect);
+}
+
+TEST_F(FeedGroupHooks,
+       ATakeoverInferredFromAFirstDataFrameCompletesTheConnect) {
+  opts.takeover = true;
+  start();
+  ws->last().open();
+  ws->last().message(event_frame(7));
+  run();
+  ASSERT_EQ(subs->got.size(), 2u);
+  EXPECT_EQ(subs->got[0].rs.cause, reset_cause::takeover);
+  EXPECT_EQ(subs->got[1].ev.seq, 7);
+  EXPECT_TRUE(stats().connected);
+}
+
+TEST_F(FeedGroupHooks, ATakeoverFlagOnACatchupFeedIsNoReset) {
+  opts.takeover = true;
+  cfg.client_id = "cid-1";
+  start();
+  ws->last().open();
+  ws->last().message(hello("catchup", 3, false, "e1"));
+  ws->last().message(event_frame(4));
+  run();
+  EXPECT_TRUE(subs->resets().empty());
+  EXPECT_EQ(subs->seqs(), (ids{4}));
+}
