@@ -44,6 +44,16 @@ struct feed_event {
   std::optional<int64_t> id;
   /// catchup / ephemeral: the frame's seq, if integer.
   std::optional<int64_t> seq;
+  /// The feed's name in its feed group (feed_watcher_options::feed_id);
+  /// empty outside a group.
+  std::string feed_id;
+  /// The fencing token of the ownership this event was delivered under
+  /// (feed_watcher_options::owner_token; 0: none). A sink that writes
+  /// elsewhere can refuse a token lower than the highest it has seen: a
+  /// delivery an owner dispatched before a pause and that arrives after
+  /// its lease expired carries the old, lower token (Kleppmann, "How to do
+  /// distributed locking", fencing tokens).
+  uint64_t owner_token = 0;
 };
 
 /// Consecutive events of one feed, in feed order, delivered at once to a
@@ -112,6 +122,10 @@ struct feed_reset {
   /// The replay page (without its events array) or the hello frame that
   /// caused the reset; null when inferred.
   boost::json::value detail;
+  /// As feed_event::feed_id.
+  std::string feed_id;
+  /// As feed_event::owner_token.
+  uint64_t owner_token = 0;
 };
 
 /// A failure the watcher met on its way to the feed, reported as it

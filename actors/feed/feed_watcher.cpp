@@ -780,13 +780,15 @@ void send_delivery(self_ptr self, const Handle& target, T&& msg) {
 }
 
 // The event of queued delivery `d`, moved out (the rest of `d` stays for
-// its settling).
-feed_event take_event(queued_delivery& d) {
+// its settling), stamped with the feed's id and owner token.
+feed_event take_event(const watcher_state& st, queued_delivery& d) {
   feed_event ev;
   ev.mode = d.ev.mode;
   move_into(ev.event, std::move(d.ev.event));
   ev.id = d.ev.id;
   ev.seq = d.ev.seq;
+  ev.feed_id = st.opts.feed_id;
+  ev.owner_token = st.opts.owner_token;
   return ev;
 }
 
@@ -805,7 +807,7 @@ void send_batch(self_ptr self) {
     if (b.events.size() == cap || d.is_reset || d.ledger != ledger
         || (ledger && d.page != page))
       break;
-    b.events.push_back(take_event(d));
+    b.events.push_back(take_event(st, d));
   }
   st.in_flight = b.events.size();
   self->request(st.batch_target, caf::infinite, std::move(b))
@@ -828,12 +830,14 @@ void pump(self_ptr self) {
   }
   st.in_flight = 1;
   if (d.is_reset) {
+    d.rs->feed_id = st.opts.feed_id;
+    d.rs->owner_token = st.opts.owner_token;
     if (st.batch_target)
       send_delivery(self, st.batch_target, *d.rs);
     else
       send_delivery(self, st.target, *d.rs);
   } else {
-    send_delivery(self, st.target, take_event(d));
+    send_delivery(self, st.target, take_event(st, d));
   }
 }
 

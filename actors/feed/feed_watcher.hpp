@@ -108,6 +108,16 @@ struct feed_watcher_options {
   /// drain then asks for exactly that page, else dropped unread). Ordering
   /// and the cursor are as without it. [true]
   bool prefetch = true;
+  /// The feed's name in its feed group, stamped on every delivered event
+  /// and reset (feed_event::feed_id) and on progress reports. [""]
+  std::string feed_id;
+  /// The fencing token of the ownership the watcher runs under (a feed
+  /// group: the store's revision of the feed's owner key, which only
+  /// grows from one claim to the next), stamped on every delivered event
+  /// and reset (feed_event::owner_token) and on progress reports, so the
+  /// application's sink can refuse a stale owner's late delivery. 0: none.
+  /// [0]
+  uint64_t owner_token = 0;
   /// The watcher starts as the feed's new owner after a takeover (a feed
   /// group: the previous owner crashed, was fenced or left). An ephemeral
   /// feed then begins with a reset of cause `takeover` (in place of the

@@ -166,3 +166,66 @@ TEST_F(FeedGroupHooks, ATakeoverFlagOnACatchupFeedIsNoReset) {
   EXPECT_TRUE(subs->resets().empty());
   EXPECT_EQ(subs->seqs(), (ids{4}));
 }
+
+// -- feed id and owner token
+// ------------------------------------------------------
+
+TEST_F(FeedGroupHooks, EveryEventAndResetCarriesTheFeedIdAndOwnerToken) {
+  opts.feed_id = "orders";
+  opts.owner_token = 4711;
+  opts.takeover = true;
+  start();
+  ws->last().open();
+  ws->last().message(hello("ephemeral", 1, false, "e1"));
+  ws->last().message(event_frame(2));
+  ws->last().message(event_frame(3));
+  run();
+  ASSERT_EQ(subs->got.size(), 3u);
+  EXPECT_EQ(subs->got[0].rs.feed_id, "orders");
+  EXPECT_EQ(subs->got[0].rs.owner_token, 4711u);
+  for (std::size_t i = 1; i < 3; ++i) {
+    EXPECT_EQ(subs->got[i].ev.feed_id, "orders") << i;
+    EXPECT_EQ(subs->got[i].ev.owner_token, 4711u) << i;
+  }
+}
+
+TEST_F(FeedGroupHooks, LedgerEventsInBatchesCarryTheOwnerTokenToo) {
+  // The callbacks' helper takes batches: each event of a page carries it,
+  // and so does the retention reset before them.
+  cfg.replay_path = "/v1/events";
+  cfg.limit = 3;
+  with_ws = false;
+  ledger->append_to(5);
+  ledger->floor = 2;
+  auto got = std::make_shared<std::vector<std::pair<std::string, uint64_t>>>();
+  opts.callbacks.detached = false;
+  opts.callbacks.on_event = [got](const feed_event& ev) {
+    got->emplace_back(ev.feed_id, ev.owner_token);
+  };
+  opts.callbacks.on_reset = [got](const feed_reset& rs) {
+    got->emplace_back("reset:" + rs.feed_id, rs.owner_token);
+  };
+  opts.feed_id = "billing";
+  opts.owner_token = 9;
+  feed_watcher_options o = opts;
+  client_options co;
+  co.transport = spawn_ledger_transport(sys(), ledger);
+  o.client = make_service_client(sys(), ccfg, co);
+  w = spawn_feed_watcher(sys(), cfg, o);
+  run();
+  ASSERT_EQ(got->size(), 4u); // the retention reset, then 3, 4, 5
+  EXPECT_EQ((*got)[0], (std::pair<std::string, uint64_t>{"reset:billing", 9}));
+  for (std::size_t i = 1; i < got->size(); ++i)
+    EXPECT_EQ((*got)[i], (std::pair<std::string, uint64_t>{"billing", 9}));
+}
+
+TEST_F(FeedGroupHooks, WithoutAnOwnerTheTokenIsZeroAndTheIdEmpty) {
+  start();
+  ws->last().open();
+  ws->last().message(hello("ephemeral", 1, false, "e1"));
+  ws->last().message(event_frame(2));
+  run();
+  ASSERT_EQ(subs->got.size(), 2u);
+  EXPECT_EQ(subs->got[1].ev.owner_token, 0u);
+  EXPECT_TRUE(subs->got[1].ev.feed_id.empty());
+}
