@@ -1347,6 +1347,8 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
   st.neg.emplace(st.cfg.has_replay(), every_subject);
   if (st.opts.takeover)
     st.neg->expect_takeover();
+  if (st.cfg.resume_last_seq)
+    st.neg->resume_at(*st.cfg.resume_last_seq, st.cfg.resume_epoch);
   if (st.cfg.has_replay())
     st.drain.emplace(st.cfg.cursor, st.cfg.limit,
                      feed_seconds(st.cfg.poll_interval));

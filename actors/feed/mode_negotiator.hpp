@@ -150,6 +150,18 @@ public:
     takeover_pending_ = true;
   }
 
+  /// Catchup resume from a checkpoint another watcher (maybe another
+  /// process, with the same client id) committed: `last_seq` is the last
+  /// seq acknowledged there, `epoch` the hub's epoch it was read in
+  /// (nullopt: the hub sent none). The first subscribe carries them; a
+  /// hello in another epoch is an `epoch_changed` reset, a resync hello a
+  /// `resync` reset, as for a watcher that received them itself. Call
+  /// before the first session.
+  void resume_at(int64_t last_seq, std::optional<std::string> epoch) {
+    last_seq_ = last_seq;
+    epoch_ = std::move(epoch);
+  }
+
   /// A session opened (the subscribe frame has been sent).
   open_decision on_open();
 

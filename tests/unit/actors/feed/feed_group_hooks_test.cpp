@@ -6,6 +6,7 @@
 
 #include "actors/client/service_client.hpp"
 #include "actors/feed/feed_watcher.hpp"
+#include "config/config_error.hpp"
 
 #include "tests/support/feed_fakes.hpp"
 #include "tests/support/virtual_time_fixture.hpp"
@@ -228,4 +229,116 @@ TEST_F(FeedGroupHooks, WithoutAnOwnerTheTokenIsZeroAndTheIdEmpty) {
   ASSERT_EQ(subs->got.size(), 2u);
   EXPECT_EQ(subs->got[1].ev.owner_token, 0u);
   EXPECT_TRUE(subs->got[1].ev.feed_id.empty());
+}
+
+// -- resume
+// -----------------------------------------------------------------------
+
+TEST_F(FeedGroupHooks, ACatchupFeedResumedElsewhereContinuesAfterLastSeq) {
+  // A watcher in another process acknowledged up to seq 41 in epoch e1 with
+  // client id grp-cid; this one takes over from that checkpoint.
+  cfg.client_id = "grp-cid";
+  cfg.resume_last_seq = 41;
+  cfg.resume_epoch = "e1";
+  start();
+  EXPECT_EQ(stats().last_seq, 41);
+  ws->last().open();
+  run();
+  auto sub = parse_obj(ws->last().sent.at(0));
+  EXPECT_EQ(sub.at("client_id"), "grp-cid");
+  EXPECT_EQ(sub.at("last_seq"), 41);
+  EXPECT_EQ(sub.at("epoch"), "e1");
+  ws->last().message(hello("catchup", 43, false, "e1"));
+  for (int64_t s : {41, 42, 43}) // the hub replays from last_seq
+    ws->last().message(event_frame(s));
+  run();
+  EXPECT_TRUE(subs->resets().empty()) << "no fresh resync";
+  EXPECT_EQ(subs->seqs(), (ids{42, 43}));
+  EXPECT_TRUE(stats().connected);
+}
+
+TEST_F(FeedGroupHooks, WithoutResumeFieldsTheSameHubAnswerIsAFreshStart) {
+  cfg.client_id = "grp-cid";
+  start();
+  ws->last().open();
+  run();
+  auto sub = parse_obj(ws->last().sent.at(0));
+  EXPECT_TRUE(sub.at("last_seq").is_null());
+  EXPECT_TRUE(sub.at("epoch").is_null());
+  ws->last().message(hello("catchup", 43, false, "e1"));
+  for (int64_t s : {41, 42, 43})
+    ws->last().message(event_frame(s));
+  run();
+  EXPECT_EQ(subs->seqs(), (ids{41, 42, 43}));
+}
+
+TEST_F(FeedGroupHooks, AResumedCatchupFeedInAnotherHubEpochIsOneEpochReset) {
+  cfg.client_id = "grp-cid";
+  cfg.resume_last_seq = 41;
+  cfg.resume_epoch = "e1";
+  start();
+  ws->last().open();
+  ws->last().message(hello("catchup", 2, false, "e2"));
+  ws->last().message(event_frame(3));
+  run();
+  ASSERT_EQ(subs->resets().size(), 1u);
+  auto& r = *subs->resets()[0];
+  EXPECT_EQ(r.cause, reset_cause::epoch_changed);
+  EXPECT_EQ(r.last_seq, 41);
+  EXPECT_EQ(r.old_epoch, "e1");
+  EXPECT_EQ(r.new_epoch, "e2");
+  EXPECT_EQ(r.lost_from, 41);
+  EXPECT_EQ(subs->seqs(), (ids{3}));
+}
+
+TEST_F(FeedGroupHooks, AResumedCatchupFeedTheHubEvictedIsOneResyncReset) {
+  cfg.client_id = "grp-cid";
+  cfg.resume_last_seq = 41;
+  cfg.resume_epoch = "e1";
+  start();
+  ws->last().open();
+  ws->last().message(hello("catchup", 90, true, "e1"));
+  ws->last().message(event_frame(91));
+  run();
+  ASSERT_EQ(subs->resets().size(), 1u);
+  EXPECT_EQ(subs->resets()[0]->cause, reset_cause::resync);
+  EXPECT_EQ(subs->resets()[0]->lost_from, 41);
+  EXPECT_EQ(subs->resets()[0]->lost_to, 90);
+  EXPECT_EQ(subs->seqs(), (ids{91}));
+}
+
+TEST_F(FeedGroupHooks, ALedgerFeedResumesAfterTheConfiguredCursor) {
+  cfg.replay_path = "/v1/events";
+  cfg.limit = 10;
+  cfg.cursor = 3;
+  with_ws = false;
+  ledger->append_to(5);
+  start();
+  ASSERT_FALSE(ledger->requests.empty());
+  EXPECT_EQ(ledger->requests[0].after, 3);
+  EXPECT_EQ(subs->ids(), (ids{4, 5}));
+  EXPECT_TRUE(subs->resets().empty());
+}
+
+TEST_F(FeedGroupHooks, ResumeFieldsAreValidatedNamingTheField) {
+  auto field = [](feed_config c) -> std::string {
+    c.ws_path = "/ws/feed";
+    try {
+      c.validate();
+    } catch (const config_error& e) {
+      return e.field();
+    }
+    return "";
+  };
+  feed_config c;
+  c.client_id = "cid";
+  c.resume_last_seq = -1;
+  EXPECT_EQ(field(c), "resume_last_seq");
+  c.resume_last_seq.reset();
+  c.resume_epoch = "e1";
+  EXPECT_EQ(field(c), "resume_epoch");
+  c.resume_last_seq = 5;
+  EXPECT_EQ(field(c), "");
+  c.client_id.clear();
+  EXPECT_EQ(field(c), "client_id");
 }
