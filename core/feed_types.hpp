@@ -235,6 +235,17 @@ struct feed_stats {
   uint64_t pages = 0;
   /// Sessions closed because undelivered in-frame events piled up.
   uint64_t overflows = 0;
+  /// The fence deadline in force (the actor clock; `fence_atom`); nullopt:
+  /// no gate.
+  std::optional<feed_time> fence_deadline;
+  /// A delivery waits at the fence gate now (its deadline has passed).
+  bool fence_holding = false;
+  /// Deliveries (a batch is one) the fence gate kept from starting, each
+  /// counted once however long it waited.
+  uint64_t fence_held_deliveries = 0;
+  /// Total time deliveries waited at the fence gate, a hold in progress
+  /// included.
+  feed_duration fence_held_time{0};
 };
 
 } // namespace core

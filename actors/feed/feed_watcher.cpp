@@ -1,6 +1,7 @@
 #include "actors/feed/feed_watcher.hpp"
 
 #include "actors/feed/feed_frames.hpp"
+#include "actors/feed/fence_gate.hpp"
 #include "actors/feed/keepalive.hpp"
 #include "actors/feed/ledger_drain.hpp"
 #include "actors/feed/mode_negotiator.hpp"
@@ -262,6 +263,8 @@ struct watcher_state {
   /// and the resent refused message back to back, and one failed read may
   /// hold both) still counts its strike as the feed's mode says.
   feed_mode last_hello_mode = feed_mode::none;
+  /// The fence gate (`fence_atom`): no delivery starts past its deadline.
+  fence_gate fence;
 
   static inline const char* name = "outbound.feed_watcher";
 };
@@ -321,6 +324,10 @@ feed_stats make_stats(self_ptr self) {
   s.reached = st.reached;
   s.drain_errors = st.drain ? st.drain->drain_errors() : 0;
   s.pages = st.drain ? st.drain->pages() : 0;
+  s.fence_deadline = st.fence.deadline();
+  s.fence_holding = st.fence.holding();
+  s.fence_held_deliveries = st.fence.held_deliveries();
+  s.fence_held_time = st.fence.held_time(self->clock().now());
   return s;
 }
 
@@ -822,6 +829,9 @@ void send_batch(self_ptr self) {
 void pump(self_ptr self) {
   auto& st = self->state;
   if (st.in_flight > 0 || st.queue.empty() || st.phase == ws_phase::stopped)
+    return;
+  // Past the fence deadline nothing starts; a later fence resumes.
+  if (st.fence.armed() && !st.fence.may_start(self->clock().now()))
     return;
   auto& d = st.queue.front();
   if (st.batch_target && !d.is_reset) {
@@ -1416,6 +1426,13 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
       refresh_gate(self);
     },
     [self](keepalive_atom, uint64_t token) { on_keepalive(self, token); },
+    [self](fence_atom, feed_time deadline) {
+      auto& st = self->state;
+      if (st.phase == ws_phase::stopped)
+        return;
+      st.fence.on_fence(deadline, self->clock().now());
+      pump(self);
+    },
     [self](reconnect_atom, uint64_t token) {
       auto& st = self->state;
       if (token != st.reconnect_token || st.phase != ws_phase::backoff)

@@ -41,12 +41,26 @@ inline namespace feed {
 ///   stats and quits at once (idle, mid-handshake, during a backoff, while
 ///   a delivery is unacknowledged). An exit message does the same.
 ///
+/// - `(fence_atom, deadline)`: the fence gate (actors/feed/fence_gate.hpp).
+///   `deadline` is an absolute time point on the actor clock
+///   (`self->clock().now()` of the sender, in the same actor system): from
+///   it on, the watcher starts no delivery (event, batch or reset). It
+///   keeps its sessions, its queue and its position; deliveries already
+///   started are not recalled. A deadline in the past holds at once (a
+///   feed group's "hold" while its store is unreachable); a later fence
+///   with a deadline in the future resumes delivering. Each fence replaces
+///   the last. Until the first one there is no gate. While held, in-frame
+///   events still queue up to max_pending_frames (then backpressure closes
+///   the session as for a slow subscriber) and a ledger drains no further
+///   than the page in delivery. Counted in feed_stats (fence_*).
+
 /// The reports of the watcher's WebSocket session and its own timers are
 /// messages of a private extension of this interface
 /// (actors/feed/feed_watcher.cpp), not reachable through this handle.
-using feed_watcher_actor = caf::typed_actor<
-  caf::replies_to<stats_atom>::with<feed_stats>,
-  caf::replies_to<stop_atom>::with<feed_stats>>;
+using feed_watcher_actor
+  = caf::typed_actor<caf::replies_to<stats_atom>::with<feed_stats>,
+                     caf::replies_to<stop_atom>::with<feed_stats>,
+                     caf::reacts_to<fence_atom, feed_time>>;
 
 /// Callbacks instead of a subscriber actor. They run on a helper actor,
 /// never on the watcher: a slow callback holds up only the next delivery

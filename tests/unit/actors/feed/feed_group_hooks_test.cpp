@@ -342,3 +342,127 @@ TEST_F(FeedGroupHooks, ResumeFieldsAreValidatedNamingTheField) {
   c.client_id.clear();
   EXPECT_EQ(field(c), "client_id");
 }
+
+// -- fence gate
+// -------------------------------------------------------------------
+
+namespace {
+
+/// A catchup session of a ws-only watcher, greeted at seq 0 in epoch e1.
+void open_catchup(fake_ws_log& ws) {
+  ws.last().open();
+  ws.last().message(hello("catchup", 0, false, "e1"));
+}
+
+} // namespace
+
+TEST_F(FeedGroupHooks, TheGateHoldsExactlyAtTheDeadlineAndALaterFenceReleases) {
+  cfg.client_id = "cid";
+  start();
+  open_catchup(*ws);
+  auto deadline = now() + 5s;
+  caf::anon_send(w, fence_atom_v, deadline);
+  run();
+  ws->last().message(event_frame(1));
+  run();
+  advance_to(deadline - std::chrono::nanoseconds{1});
+  ws->last().message(event_frame(2)); // one nanosecond before: delivered
+  run();
+  EXPECT_EQ(subs->seqs(), (ids{1, 2}));
+  advance_to(deadline);
+  ws->last().message(event_frame(3)); // at the deadline: held
+  ws->last().message(event_frame(4));
+  run();
+  EXPECT_EQ(subs->seqs(), (ids{1, 2}));
+  advance_by(2s);
+  auto s = stats();
+  EXPECT_TRUE(s.fence_holding);
+  EXPECT_EQ(s.fence_held_deliveries, 1u);
+  EXPECT_EQ(s.fence_held_time, 2s);
+  EXPECT_EQ(s.fence_deadline, deadline);
+  EXPECT_FALSE(ws->last().closed) << "the session is kept";
+  EXPECT_EQ(s.last_seq, 4) << "frames still read and queued";
+  // A later fence moves the deadline into the future: the queue goes out
+  // at once, in order.
+  caf::anon_send(w, fence_atom_v, now() + 5s);
+  run();
+  EXPECT_EQ(subs->seqs(), (ids{1, 2, 3, 4}));
+  EXPECT_EQ(subs->got.back().at, deadline + 2s);
+  s = stats();
+  EXPECT_FALSE(s.fence_holding);
+  EXPECT_EQ(s.fence_held_deliveries, 1u);
+  EXPECT_EQ(s.fence_held_time, 2s);
+  EXPECT_EQ(s.connects, 1u);
+}
+
+TEST_F(FeedGroupHooks, ADeadlineInThePastHoldsAtOnceAndAnotherPastOneKeepsIt) {
+  cfg.client_id = "cid";
+  start();
+  open_catchup(*ws);
+  caf::anon_send(w, fence_atom_v, now() - 1s);
+  ws->last().message(event_frame(1));
+  run();
+  EXPECT_TRUE(subs->seqs().empty());
+  advance_by(3s);
+  caf::anon_send(w, fence_atom_v, now()); // "at the deadline" still holds
+  run();
+  EXPECT_TRUE(subs->seqs().empty());
+  caf::anon_send(w, fence_atom_v, now() + 1s);
+  run();
+  EXPECT_EQ(subs->seqs(), (ids{1}));
+  EXPECT_EQ(stats().fence_held_time, 3s);
+}
+
+TEST_F(FeedGroupHooks, ADeliveryStartedBeforeTheDeadlineIsNotRecalled) {
+  cfg.client_id = "cid";
+  subs->manual = true;
+  start();
+  open_catchup(*ws);
+  caf::anon_send(w, fence_atom_v, now() + 1s);
+  ws->last().message(event_frame(1));
+  ws->last().message(event_frame(2));
+  run();
+  EXPECT_EQ(subs->seqs(), (ids{1})); // dispatched, its ack held
+  advance_by(2s);
+  release_ack(); // acknowledged after the deadline: counted, nothing new
+  EXPECT_EQ(subs->seqs(), (ids{1}));
+  auto s = stats();
+  EXPECT_EQ(s.events_delivered, 1u);
+  EXPECT_TRUE(s.fence_holding);
+}
+
+TEST_F(FeedGroupHooks, AHeldLedgerWatcherKeepsItsPageAndGoesOnAfterRelease) {
+  cfg.replay_path = "/v1/events";
+  cfg.limit = 2;
+  with_ws = false;
+  ledger->append_to(5);
+  subs->manual = true;
+  start();
+  EXPECT_EQ(subs->ids(), (ids{1}));
+  caf::anon_send(w, fence_atom_v, now()); // hold
+  run();
+  release_ack();
+  advance_by(60s); // poll ticks: the drain waits for the page in delivery
+  EXPECT_EQ(subs->ids(), (ids{1}));
+  EXPECT_EQ(stats().cursor, 1);
+  subs->manual = false;
+  caf::anon_send(w, fence_atom_v, now() + 10s);
+  run();
+  release_ack();
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5}));
+  EXPECT_EQ(stats().cursor, 5);
+}
+
+TEST_F(FeedGroupHooks, WithoutAFenceThereIsNoGate) {
+  cfg.client_id = "cid";
+  ws->answers_pings = true;
+  start();
+  open_catchup(*ws);
+  advance_by(1h);
+  ws->last().message(event_frame(1));
+  run();
+  EXPECT_EQ(subs->seqs(), (ids{1}));
+  auto s = stats();
+  EXPECT_EQ(s.fence_deadline, std::nullopt);
+  EXPECT_EQ(s.fence_held_deliveries, 0u);
+}
