@@ -132,6 +132,15 @@ struct feed_watcher_options {
   /// application's sink can refuse a stale owner's late delivery. 0: none.
   /// [0]
   uint64_t owner_token = 0;
+  /// Where progress reports go (feed_progress: the acknowledged position,
+  /// for a feed group to commit); none: no reports. [none]
+  feed_progress_actor progress_to;
+  /// Least time between two progress reports, in seconds (finite, >= 0;
+  /// 0: one after every acknowledgement that moved the position). A
+  /// position acknowledged sooner is reported when the interval is over
+  /// (only the latest); the final report on stop is never held back.
+  /// [0.5]
+  double progress_interval = 0.5;
   /// The watcher starts as the feed's new owner after a takeover (a feed
   /// group: the previous owner crashed, was fenced or left). An ephemeral
   /// feed then begins with a reset of cause `takeover` (in place of the
@@ -160,7 +169,7 @@ struct feed_watcher_options {
 /// `client` missing with a replay_path, `connector` missing or
 /// `ws.origin` empty with a ws_path, no delivery target (`subscriber`),
 /// both `subscriber` and `batch_subscriber` set (`batch_subscriber`),
-/// `max_delivery_batch` 0.
+/// `max_delivery_batch` 0, a negative or non-finite `progress_interval`.
 feed_watcher_actor spawn_feed_watcher(caf::actor_system& sys, feed_config cfg,
                                       feed_watcher_options opts);
 

@@ -466,3 +466,153 @@ TEST_F(FeedGroupHooks, WithoutAFenceThereIsNoGate) {
   EXPECT_EQ(s.fence_deadline, std::nullopt);
   EXPECT_EQ(s.fence_held_deliveries, 0u);
 }
+
+// -- progress reports
+// -------------------------------------------------------------
+
+namespace {
+
+/// What a progress_to receives, in order, with virtual times; "stop" marks
+/// the stop's answer when the same actor asked for it.
+struct progress_log {
+  struct entry {
+    feed_progress p;
+    vtime at;
+    bool stop_answer = false;
+  };
+  std::vector<entry> got;
+
+  std::vector<std::optional<int64_t>> cursors() const {
+    std::vector<std::optional<int64_t>> r;
+    for (auto& e : got)
+      if (!e.stop_answer)
+        r.push_back(e.p.cursor);
+    return r;
+  }
+};
+
+/// A progress_to that records reports and, sent `(stop_atom, watcher)`,
+/// asks that watcher to stop and records the answer in the same log.
+caf::actor spawn_progress_sink(caf::actor_system& sys,
+                               std::shared_ptr<progress_log> log) {
+  return sys.spawn([log](caf::event_based_actor* self) -> caf::behavior {
+    return {
+      [self, log](const feed_progress& p) {
+        log->got.push_back({p, self->clock().now(), false});
+      },
+      [self, log](stop_atom, const caf::actor& w) {
+        self->request(w, caf::infinite, stop_atom_v)
+          .then([self, log](const feed_stats&) {
+            progress_log::entry e;
+            e.at = self->clock().now();
+            e.stop_answer = true;
+            log->got.push_back(std::move(e));
+          });
+      },
+    };
+  });
+}
+
+} // namespace
+
+TEST_F(FeedGroupHooks,
+       ProgressComesOnlyAfterAcksAtMostOncePerIntervalPlusAFinal) {
+  cfg.replay_path = "/v1/events";
+  cfg.limit = 10;
+  with_ws = false;
+  ledger->append_to(4);
+  subs->manual = true;
+  auto plog = std::make_shared<progress_log>();
+  auto sink = spawn_progress_sink(sys(), plog);
+  opts.progress_to = caf::actor_cast<feed_progress_actor>(sink);
+  opts.progress_interval = 1.0;
+  opts.feed_id = "orders";
+  opts.owner_token = 12;
+  start();
+  auto t0 = now();
+  EXPECT_EQ(subs->ids(), (ids{1}));
+  EXPECT_TRUE(plog->got.empty()) << "event 1 is not acknowledged yet";
+  release_ack(); // 1 acked at t0: reported at once
+  ASSERT_EQ(plog->got.size(), 1u);
+  EXPECT_EQ(plog->got[0].p.cursor, 1);
+  EXPECT_EQ(plog->got[0].at, t0);
+  EXPECT_EQ(plog->got[0].p.feed_id, "orders");
+  EXPECT_EQ(plog->got[0].p.owner_token, 12u);
+  EXPECT_EQ(plog->got[0].p.mode, feed_mode::ledger);
+  EXPECT_FALSE(plog->got[0].p.final);
+  release_ack(); // 2 acked at t0: within the interval, held back
+  advance_by(200ms);
+  release_ack(); // 3 acked at t0 + 0.2 s
+  EXPECT_EQ(plog->got.size(), 1u);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4})); // 4 in flight, unacknowledged
+  advance_to(t0 + 1s);
+  ASSERT_EQ(plog->got.size(), 2u);
+  EXPECT_EQ(plog->got[1].p.cursor, 3) << "only the acknowledged position";
+  EXPECT_EQ(plog->got[1].at, t0 + 1s);
+  advance_by(10s); // nothing moved: no report
+  EXPECT_EQ(plog->got.size(), 2u);
+  // The stop: one final report, before the stop's answer, still without 4.
+  caf::anon_send(sink, stop_atom_v, caf::actor_cast<caf::actor>(w));
+  run();
+  ASSERT_EQ(plog->got.size(), 4u);
+  EXPECT_TRUE(plog->got[2].p.final);
+  EXPECT_EQ(plog->got[2].p.cursor, 3);
+  EXPECT_TRUE(plog->got[3].stop_answer);
+  w = nullptr;
+}
+
+TEST_F(FeedGroupHooks, CatchupProgressCarriesTheAckedSeqEpochAndClientId) {
+  cfg.client_id = "grp-cid";
+  opts.progress_interval = 0;
+  auto plog = std::make_shared<progress_log>();
+  auto sink = spawn_progress_sink(sys(), plog);
+  opts.progress_to = caf::actor_cast<feed_progress_actor>(sink);
+  subs->manual = true;
+  start();
+  ws->last().open();
+  ws->last().message(hello("catchup", 10, true, "e1")); // resync reset
+  ws->last().message(event_frame(11));
+  ws->last().message(event_frame(12));
+  run();
+  EXPECT_TRUE(plog->got.empty());
+  release_ack(); // the reset: delivery continues after seq 10
+  ASSERT_EQ(plog->got.size(), 1u);
+  EXPECT_EQ(plog->got[0].p.mode, feed_mode::catchup);
+  EXPECT_EQ(plog->got[0].p.last_seq, 10);
+  EXPECT_EQ(plog->got[0].p.epoch, "e1");
+  EXPECT_EQ(plog->got[0].p.client_id, "grp-cid");
+  EXPECT_EQ(plog->got[0].p.cursor, std::nullopt);
+  release_ack();
+  ASSERT_EQ(plog->got.size(), 2u);
+  EXPECT_EQ(plog->got[1].p.last_seq, 11) << "12 is still unacknowledged";
+  EXPECT_EQ(stats().last_seq, 12) << "received is not acknowledged";
+}
+
+TEST_F(FeedGroupHooks, AnExitMessageSendsTheFinalReportToo) {
+  cfg.client_id = "grp-cid";
+  cfg.resume_last_seq = 41;
+  cfg.resume_epoch = "e1";
+  auto plog = std::make_shared<progress_log>();
+  auto sink = spawn_progress_sink(sys(), plog);
+  opts.progress_to = caf::actor_cast<feed_progress_actor>(sink);
+  start();
+  caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+  run();
+  ASSERT_EQ(plog->got.size(), 1u);
+  EXPECT_TRUE(plog->got[0].p.final);
+  EXPECT_EQ(plog->got[0].p.mode, feed_mode::catchup);
+  EXPECT_EQ(plog->got[0].p.last_seq, 41) << "the resumed checkpoint";
+  EXPECT_EQ(plog->got[0].p.epoch, "e1");
+  w = nullptr;
+}
+
+TEST_F(FeedGroupHooks, ABadProgressIntervalIsRefusedAtSpawn) {
+  cfg.client_id = "cid";
+  opts.progress_interval = -1;
+  try {
+    start();
+    FAIL() << "spawned";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "progress_interval");
+  }
+}
