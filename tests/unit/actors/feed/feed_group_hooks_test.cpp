@@ -616,3 +616,36 @@ TEST_F(FeedGroupHooks, ABadProgressIntervalIsRefusedAtSpawn) {
     EXPECT_EQ(e.field(), "progress_interval");
   }
 }
+
+TEST_F(FeedGroupHooks, ARewoundLedgerIsReportedOnlyOnceItsResetIsAcked) {
+  cfg.replay_path = "/v1/events";
+  cfg.limit = 10;
+  cfg.poll_interval = 30.0;
+  with_ws = false;
+  ledger->append_to(4);
+  ledger->epoch = "e1";
+  subs->manual = true;
+  auto plog = std::make_shared<progress_log>();
+  auto sink = spawn_progress_sink(sys(), plog);
+  opts.progress_to = caf::actor_cast<feed_progress_actor>(sink);
+  opts.progress_interval = 0;
+  start();
+  for (int i = 0; i < 4; ++i)
+    release_ack();
+  EXPECT_EQ(plog->cursors(), (std::vector<std::optional<int64_t>>{1, 2, 3, 4}));
+  // A new ledger incarnation: the cursor goes back to its start, but the
+  // application learns it only with the rewind reset.
+  ledger->ids = {1, 2};
+  ledger->epoch = "e2";
+  advance_by(30s);
+  ASSERT_EQ(subs->resets().size(), 1u);
+  EXPECT_EQ(subs->resets()[0]->cause, reset_cause::rewind);
+  EXPECT_EQ(plog->got.size(), 4u) << "no report while the reset is unacked";
+  release_ack();
+  ASSERT_EQ(plog->got.size(), 5u);
+  EXPECT_EQ(plog->got[4].p.cursor, 0);
+  release_ack();
+  release_ack();
+  EXPECT_EQ(plog->cursors(),
+            (std::vector<std::optional<int64_t>>{1, 2, 3, 4, 0, 1, 2}));
+}
