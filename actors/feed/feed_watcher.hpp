@@ -14,6 +14,13 @@
 //               │          ▼                                      │ dead peer /
 //               └── [backoff: min(b,max)+U[0,b)] ◄────────────────┘ overflow
 //   stop_atom or an exit message at any point: close the session, quit.
+//
+// For a feed group (one owner of each feed across processes): a fence
+// deadline gates every delivery (fence_gate.hpp), acknowledged positions
+// go to `progress_to` (feed_progress), the owner token rides on every
+// delivery, and a new owner resumes from a checkpoint (feed_config::cursor,
+// resume_last_seq / resume_epoch) or, ephemeral, starts with a takeover
+// reset.
 
 #include "actors/client/service_client.hpp"
 #include "actors/feed/feed_config.hpp"
