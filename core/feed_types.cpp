@@ -31,6 +31,7 @@ const char* to_string(reset_cause c) {
     case reset_cause::wake: return "wake";
     case reset_cause::gap: return "gap";
     case reset_cause::undeliverable: return "undeliverable";
+    case reset_cause::takeover: return "takeover";
   }
   return "unknown";
 }

@@ -72,16 +72,22 @@ enum class reset_cause : uint8_t {
   /// lost range is (cursor before it, event_id]; in-frame: the seq is
   /// unknown. `reason` says why it could not be read.
   undeliverable,
+  /// ephemeral: the first reset of a watcher started as the feed's new
+  /// owner (feed_watcher_options::takeover, set by a feed group after a
+  /// takeover): events published while no process owned the feed are
+  /// lost, (last_seq, new_seq] as for `reconnect` (last_seq nullopt: from
+  /// the feed's start, nothing was received by this watcher).
+  takeover,
 };
 
 /// Number of reset_cause values (the size of per-cause counter arrays).
-inline constexpr std::size_t reset_cause_count = 9;
-static_assert(static_cast<std::size_t>(reset_cause::undeliverable) + 1
+inline constexpr std::size_t reset_cause_count = 10;
+static_assert(static_cast<std::size_t>(reset_cause::takeover) + 1
                 == reset_cause_count,
               "reset_cause_count must follow reset_cause");
 
 /// "retention", "resync", "epoch_changed", "reconnect", "inferred", "wake",
-/// "gap", "rewind", "undeliverable".
+/// "gap", "rewind", "undeliverable", "takeover".
 const char* to_string(reset_cause c);
 
 /// Why a replay page counted at drain_errors (one metric label each).
@@ -229,6 +235,17 @@ struct feed_stats {
   uint64_t pages = 0;
   /// Sessions closed because undelivered in-frame events piled up.
   uint64_t overflows = 0;
+  /// The fence deadline in force (the actor clock; `fence_atom`); nullopt:
+  /// no gate.
+  std::optional<feed_time> fence_deadline;
+  /// A delivery waits at the fence gate now (its deadline has passed).
+  bool fence_holding = false;
+  /// Deliveries (a batch is one) the fence gate kept from starting, each
+  /// counted once however long it waited.
+  uint64_t fence_held_deliveries = 0;
+  /// Total time deliveries waited at the fence gate, a hold in progress
+  /// included.
+  feed_duration fence_held_time{0};
 };
 
 } // namespace core

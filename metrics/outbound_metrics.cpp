@@ -127,6 +127,9 @@ bool expected_cause(const std::string& mode, reset_cause cause) {
     case reset_cause::inferred:
     case reset_cause::wake: return mode == "ephemeral";
     case reset_cause::undeliverable: return false; // any mode, once seen
+    // Ephemeral, but only a feed group's takeover starts one: once seen,
+    // so a feed that never runs in a group shows no series for it.
+    case reset_cause::takeover: return false;
   }
   return false;
 }

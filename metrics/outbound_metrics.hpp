@@ -140,7 +140,7 @@ inline constexpr const char* other_feeds_label = "_other";
 /// | metric | type | labels | from |
 /// |---|---|---|---|
 /// | outbound_feed_events_total | counter | feed, mode | events acknowledged by the subscriber |
-/// | outbound_feed_resets_total | counter | feed, mode, cause | resets delivered, by reset_cause (the mode's causes from 0, others once seen) |
+/// | outbound_feed_resets_total | counter | feed, mode, cause | resets delivered, by reset_cause (the mode's causes from 0, others once seen; `undeliverable` and `takeover` only once seen) |
 /// | outbound_feed_reconnects_total | counter | feed, mode | sessions dialled after the first |
 /// | outbound_feed_peer_timeouts_total | counter | feed, mode | sessions closed as a dead peer |
 /// | outbound_feed_drain_errors_total | counter | feed, mode, reason | replay pages not read or used, by drain_error_reason (ledger feeds: every reason from 0) |

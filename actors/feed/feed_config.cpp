@@ -79,6 +79,18 @@ void feed_config::validate() const {
   if (client_id.size() > 256)
     throw config_error("client_id", "must be at most 256 bytes, got "
                                       + std::to_string(client_id.size()));
+  if (resume_last_seq && *resume_last_seq < 0)
+    throw config_error("resume_last_seq",
+                       "must be >= 0, got " + std::to_string(*resume_last_seq));
+  if (resume_epoch && !resume_last_seq)
+    throw config_error("resume_epoch", "needs resume_last_seq");
+  if (resume_epoch && core::has_ctl(*resume_epoch))
+    throw config_error("resume_epoch", "contains a control character");
+  // A generated id is new to the hub, which would resync anyway.
+  if (resume_last_seq && client_id.empty())
+    throw config_error("client_id",
+                       "resume_last_seq needs the client_id the checkpoint "
+                       "was read with");
   if (max_pending_frames == 0)
     throw config_error("max_pending_frames", "must be >= 1");
   if (max_pending_frame_bytes == 0)

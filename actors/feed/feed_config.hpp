@@ -8,6 +8,7 @@
 #include "core/rng.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,7 +68,11 @@ struct feed_config {
   std::string ws_path;
   /// Subject prefixes to follow; empty: every subject. []
   std::vector<std::string> prefixes;
-  /// Ledger cursor to start after (>= 0). [0]
+  /// Ledger cursor to start after (>= 0): the first replay asks
+  /// `after=cursor` and the first subscribe carries it. A watcher that
+  /// takes a feed over from another process (a feed group) resumes a
+  /// ledger feed by setting it to the committed checkpoint, the last
+  /// acknowledged id (a progress report's `cursor`). [0]
   int64_t cursor = 0;
   /// Replay page size (>= 1). [500]
   int limit = 500;
@@ -160,8 +165,27 @@ struct feed_config {
   double ws_handshake_timeout = 5.0;
   /// Stable identity of the watcher for the catchup tier (at most 256
   /// bytes: the reference hub does not remember longer ids); empty: 32 hex
-  /// digits generated once per watcher from its random generator. [""]
+  /// digits generated once per watcher from its random generator. A
+  /// catchup feed resumed in another process (resume_last_seq) needs the
+  /// id the previous watcher used: the hub keeps its replay window per
+  /// client id. [""]
   std::string client_id;
+  /// Catchup resume from a checkpoint: the last seq a previous watcher of
+  /// this feed (maybe in another process, with the same client_id) had
+  /// acknowledged, as its progress report gave it (>= 0; needs a non-empty
+  /// client_id). The first subscribe carries it with resume_epoch, so the
+  /// hub replays what follows it instead of a fresh resync; events at or
+  /// below it are dropped as already delivered. The hub still decides: a
+  /// hello in another epoch is an `epoch_changed` reset, a resync hello (it
+  /// evicted last_seq, or does not know the client id) a `resync` reset.
+  /// Ignored by a feed the hub serves as ledger (which resumes from
+  /// `cursor`) and ephemeral (which resets on every connect). nullopt: no
+  /// checkpoint. [nullopt]
+  std::optional<int64_t> resume_last_seq;
+  /// The hub epoch resume_last_seq was read in, echoed in the first
+  /// subscribe (needs resume_last_seq); nullopt: the hub sent none.
+  /// [nullopt]
+  std::optional<std::string> resume_epoch;
   /// In-frame events received but not yet delivered, per session; more
   /// closes the session (backpressure: catchup resumes from the last
   /// delivered seq, ephemeral resets) (>= 1). [4096]

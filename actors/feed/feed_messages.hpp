@@ -44,6 +44,16 @@ struct feed_event {
   std::optional<int64_t> id;
   /// catchup / ephemeral: the frame's seq, if integer.
   std::optional<int64_t> seq;
+  /// The feed's name in its feed group (feed_watcher_options::feed_id);
+  /// empty outside a group.
+  std::string feed_id;
+  /// The fencing token of the ownership this event was delivered under
+  /// (feed_watcher_options::owner_token; 0: none). A sink that writes
+  /// elsewhere can refuse a token lower than the highest it has seen: a
+  /// delivery an owner dispatched before a pause and that arrives after
+  /// its lease expired carries the old, lower token (Kleppmann, "How to do
+  /// distributed locking", fencing tokens).
+  uint64_t owner_token = 0;
 };
 
 /// Consecutive events of one feed, in feed order, delivered at once to a
@@ -112,6 +122,10 @@ struct feed_reset {
   /// The replay page (without its events array) or the hello frame that
   /// caused the reset; null when inferred.
   boost::json::value detail;
+  /// As feed_event::feed_id.
+  std::string feed_id;
+  /// As feed_event::owner_token.
+  uint64_t owner_token = 0;
 };
 
 /// A failure the watcher met on its way to the feed, reported as it
@@ -142,6 +156,45 @@ struct feed_failure {
   std::optional<int> limit;
 };
 
+/// An acknowledged position of one watcher (feed_watcher_options::
+/// progress_to): what its feed group commits as the feed's checkpoint and
+/// hands to the next owner (feed_config::cursor, resume_last_seq /
+/// resume_epoch, client_id). Sent after acknowledged deliveries, at most
+/// once per feed_watcher_options::progress_interval, and once more, with
+/// `final`, when the watcher stops. Only acknowledged positions: a
+/// delivery in flight or queued never shows here (a delivery answered with
+/// an error counts as acknowledged, as it moves the cursor).
+struct feed_progress {
+  /// feed_watcher_options::feed_id.
+  std::string feed_id;
+  /// feed_watcher_options::owner_token (a commit compares it).
+  uint64_t owner_token = 0;
+  /// The model of the last acknowledged delivery (before any: ledger with a
+  /// replay path, catchup when resumed, else none).
+  feed_mode mode = feed_mode::none;
+  /// Watchers with a replay path: the ledger cursor, every event up to it
+  /// acknowledged (or not of this watcher's prefixes); after a rewind, the
+  /// position in the new ledger once its rewind reset is acknowledged.
+  /// nullopt without a replay path.
+  std::optional<int64_t> cursor;
+  /// In-frame: the last acknowledged seq (catchup's resume key; an
+  /// acknowledged reset moves it where delivery continues); nullopt: none
+  /// yet (or the hub's hello gave none).
+  std::optional<int64_t> last_seq;
+  /// The hub's epoch last_seq belongs to.
+  std::optional<std::string> epoch;
+  /// The watcher's catchup client id (feed_config::client_id, or the one
+  /// it generated).
+  std::string client_id;
+  /// The last report of this watcher: it stops (stop_atom: sent before its
+  /// answer, so a progress_to that asked for the stop has it first; an exit
+  /// message; its subscriber gone).
+  bool final = false;
+};
+
+/// Where a watcher sends its progress reports (a feed group).
+using feed_progress_actor = caf::typed_actor<caf::reacts_to<feed_progress>>;
+
 /// Typed interface of a subscriber: answers each delivery with `ack_atom`
 /// once it has handled it (an error answer is counted as a callback error
 /// and delivery goes on).
@@ -165,4 +218,5 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::feed_reset)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::feed_event_batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::feed_batch_ack)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::feed_stats)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::feed_progress)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::ws_event)

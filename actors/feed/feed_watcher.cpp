@@ -1,6 +1,7 @@
 #include "actors/feed/feed_watcher.hpp"
 
 #include "actors/feed/feed_frames.hpp"
+#include "actors/feed/fence_gate.hpp"
 #include "actors/feed/keepalive.hpp"
 #include "actors/feed/ledger_drain.hpp"
 #include "actors/feed/mode_negotiator.hpp"
@@ -8,6 +9,7 @@
 #include "actors/feed/wake_intake.hpp"
 #include "config/config_error.hpp"
 #include "core/request_builder.hpp"
+#include "core/time.hpp"
 #include "protocol/json_parse.hpp"
 
 #include <boost/json/object.hpp>
@@ -150,6 +152,20 @@ struct queued_delivery {
   /// Set exactly for a reset (kept out of line: an event's entry stays
   /// small, and a page's thousand entries pack into few deque blocks).
   std::unique_ptr<feed_reset> rs;
+  /// In-frame, with progress reports: its acknowledgement moves the
+  /// acknowledged seq to `commit_seq` (an event: its seq; a reset: where
+  /// delivery continues), in `epoch`.
+  bool moves_seq = false;
+  std::optional<int64_t> commit_seq;
+  std::optional<std::string> epoch;
+};
+
+/// The acknowledged position a progress report carries (feed_progress).
+struct acked_position {
+  feed_mode mode = feed_mode::none;
+  std::optional<int64_t> cursor;
+  std::optional<int64_t> last_seq;
+  std::optional<std::string> epoch;
 };
 
 enum class ws_phase : uint8_t { off, connecting, open, backoff, stopped };
@@ -262,6 +278,17 @@ struct watcher_state {
   /// and the resent refused message back to back, and one failed read may
   /// hold both) still counts its strike as the feed's mode says.
   feed_mode last_hello_mode = feed_mode::none;
+  /// The fence gate (`fence_atom`): no delivery starts past its deadline.
+  fence_gate fence;
+  /// Progress reports (opts.progress_to): the acknowledged position, whether
+  /// it moved since the last report, when that was sent, and the report
+  /// timer (armed, its token).
+  acked_position acked;
+  bool progress_dirty = false;
+  std::optional<caf::actor_clock::time_point> progress_sent_at;
+  bool progress_armed = false;
+  uint64_t progress_token = 0;
+  bool final_progress_sent = false;
 
   static inline const char* name = "outbound.feed_watcher";
 };
@@ -275,7 +302,8 @@ using watcher_impl_actor = feed_watcher_actor::extend<
   caf::reacts_to<ws_event>, caf::reacts_to<ahead_ready>,
   caf::reacts_to<poll_atom, uint64_t>, caf::reacts_to<redrain_atom, uint64_t>,
   caf::reacts_to<keepalive_atom, uint64_t>,
-  caf::reacts_to<reconnect_atom, uint64_t>>;
+  caf::reacts_to<reconnect_atom, uint64_t>,
+  caf::reacts_to<progress_atom, uint64_t>>;
 
 using self_ptr = watcher_impl_actor::stateful_pointer<watcher_state>;
 
@@ -321,13 +349,86 @@ feed_stats make_stats(self_ptr self) {
   s.reached = st.reached;
   s.drain_errors = st.drain ? st.drain->drain_errors() : 0;
   s.pages = st.drain ? st.drain->pages() : 0;
+  s.fence_deadline = st.fence.deadline();
+  s.fence_holding = st.fence.holding();
+  s.fence_held_deliveries = st.fence.held_deliveries();
+  s.fence_held_time = st.fence.held_time(self->clock().now());
   return s;
+}
+
+// -- progress reports
+// --------------------------------------------------------------
+
+void send_progress(self_ptr self, bool final) {
+  auto& st = self->state;
+  feed_progress p;
+  p.feed_id = st.opts.feed_id;
+  p.owner_token = st.opts.owner_token;
+  p.mode = st.acked.mode;
+  p.cursor = st.acked.cursor;
+  p.last_seq = st.acked.last_seq;
+  p.epoch = st.acked.epoch;
+  p.client_id = st.client_id;
+  p.final = final;
+  // From the watcher itself: a progress_to that also asked for the stop
+  // gets the final report before the stop's answer (CAF keeps the order
+  // of messages between two actors).
+  self->send(st.opts.progress_to, std::move(p));
+  st.progress_dirty = false;
+  st.progress_sent_at = self->clock().now();
+}
+
+/// Reports the acknowledged position if it moved: now, or when the
+/// interval since the last report is over (one timer at a time; the report
+/// then carries the latest position).
+void maybe_report(self_ptr self) {
+  auto& st = self->state;
+  if (!st.opts.progress_to || !st.progress_dirty
+      || st.phase == ws_phase::stopped)
+    return;
+  auto now = self->clock().now();
+  auto interval = feed_seconds(st.opts.progress_interval);
+  if (!st.progress_sent_at || now - *st.progress_sent_at >= interval) {
+    send_progress(self, false);
+    return;
+  }
+  if (st.progress_armed)
+    return;
+  st.progress_armed = true;
+  self->delayed_send(self, *st.progress_sent_at + interval - now,
+                     progress_atom_v, ++st.progress_token);
+}
+
+/// The last report, once, whatever stops the watcher.
+void final_progress(self_ptr self) {
+  auto& st = self->state;
+  if (!st.opts.progress_to || st.final_progress_sent)
+    return;
+  st.final_progress_sent = true;
+  send_progress(self, true);
+}
+
+/// The ledger cursor after an acknowledged ledger delivery (or a page that
+/// moved it without one). Not while a rewind waits for its reset: the
+/// cursor is then already the new ledger's, and the application has not
+/// been told yet.
+void note_ledger_progress(self_ptr self) {
+  auto& st = self->state;
+  if (!st.opts.progress_to || !st.drain || st.drain->rewinding())
+    return;
+  auto c = st.drain->cursor();
+  if (st.acked.cursor == c && st.acked.mode == feed_mode::ledger)
+    return;
+  st.acked.cursor = c;
+  st.acked.mode = feed_mode::ledger;
+  st.progress_dirty = true;
 }
 
 void shutdown(self_ptr self) {
   auto& st = self->state;
   if (st.phase == ws_phase::stopped)
     return;
+  final_progress(self);
   st.phase = ws_phase::stopped;
   st.connected = false;
   // Set here, not only in the cleanup functor: CAF runs a monitor attached
@@ -550,10 +651,13 @@ void on_page(self_ptr self, call_outcome& o) {
     st.queue.push_back(std::move(d));
     ++st.page_outstanding;
   }
-  if (st.page_outstanding == 0)
+  if (st.page_outstanding == 0) {
     page_done(self);
-  else
+    note_ledger_progress(self); // a page of other subjects' ids only
+    maybe_report(self);
+  } else {
     pump(self);
+  }
 }
 
 // The answer of fetch `token` (a page asked for now or ahead).
@@ -718,6 +822,12 @@ void settle(self_ptr self, bool ok) {
     --st.frames_queued;
     st.frames_bytes -= d.bytes;
   }
+  if (d.moves_seq) {
+    st.acked.mode = d.is_reset ? d.rs->mode : d.ev.mode;
+    st.acked.last_seq = d.commit_seq;
+    st.acked.epoch = std::move(d.epoch);
+    st.progress_dirty = true;
+  }
   if (d.is_reset) {
     if (!ok)
       ++st.counters.reset_callback_errors;
@@ -747,6 +857,7 @@ void settle(self_ptr self, bool ok) {
       // see (no probe per event on this path).
       st.gate->raise_low(st.drain->cursor());
     }
+    note_ledger_progress(self);
   }
 }
 
@@ -760,6 +871,7 @@ void on_delivered(self_ptr self, std::size_t failed) {
   auto n = st.in_flight;
   for (std::size_t i = 0; i < n && !st.queue.empty() && st.in_flight > 0; ++i)
     settle(self, i >= failed);
+  maybe_report(self);
   pump(self);
 }
 
@@ -780,13 +892,15 @@ void send_delivery(self_ptr self, const Handle& target, T&& msg) {
 }
 
 // The event of queued delivery `d`, moved out (the rest of `d` stays for
-// its settling).
-feed_event take_event(queued_delivery& d) {
+// its settling), stamped with the feed's id and owner token.
+feed_event take_event(const watcher_state& st, queued_delivery& d) {
   feed_event ev;
   ev.mode = d.ev.mode;
   move_into(ev.event, std::move(d.ev.event));
   ev.id = d.ev.id;
   ev.seq = d.ev.seq;
+  ev.feed_id = st.opts.feed_id;
+  ev.owner_token = st.opts.owner_token;
   return ev;
 }
 
@@ -805,7 +919,7 @@ void send_batch(self_ptr self) {
     if (b.events.size() == cap || d.is_reset || d.ledger != ledger
         || (ledger && d.page != page))
       break;
-    b.events.push_back(take_event(d));
+    b.events.push_back(take_event(st, d));
   }
   st.in_flight = b.events.size();
   self->request(st.batch_target, caf::infinite, std::move(b))
@@ -821,6 +935,9 @@ void pump(self_ptr self) {
   auto& st = self->state;
   if (st.in_flight > 0 || st.queue.empty() || st.phase == ws_phase::stopped)
     return;
+  // Past the fence deadline nothing starts; a later fence resumes.
+  if (st.fence.armed() && !st.fence.may_start(self->clock().now()))
+    return;
   auto& d = st.queue.front();
   if (st.batch_target && !d.is_reset) {
     send_batch(self);
@@ -828,12 +945,14 @@ void pump(self_ptr self) {
   }
   st.in_flight = 1;
   if (d.is_reset) {
+    d.rs->feed_id = st.opts.feed_id;
+    d.rs->owner_token = st.opts.owner_token;
     if (st.batch_target)
       send_delivery(self, st.batch_target, *d.rs);
     else
       send_delivery(self, st.target, *d.rs);
   } else {
-    send_delivery(self, st.target, take_event(d));
+    send_delivery(self, st.target, take_event(st, d));
   }
 }
 
@@ -853,6 +972,29 @@ void enqueue_frame_reset(self_ptr self, const frame_reset_info& info,
   d.rs->lost_from = info.lost_from;
   d.rs->lost_to = info.lost_to;
   d.rs->detail = std::move(detail);
+  if (st.opts.progress_to) {
+    // Where the negotiator's last_seq went with this reset: its
+    // acknowledgement commits that (delivery continues after it).
+    switch (info.cause) {
+      case reset_cause::resync:
+      case reset_cause::epoch_changed:
+      case reset_cause::reconnect:
+      case reset_cause::takeover:
+      case reset_cause::gap:
+        d.moves_seq = true;
+        d.commit_seq = info.new_seq;
+        break;
+      case reset_cause::undeliverable:
+        d.moves_seq = info.lost_to.has_value();
+        d.commit_seq = info.lost_to;
+        break;
+      case reset_cause::retention:
+      case reset_cause::rewind:
+      case reset_cause::inferred:
+      case reset_cause::wake: break; // ledger, or no position known
+    }
+    d.epoch = st.neg->epoch();
+  }
   st.queue.push_back(std::move(d));
   ++st.frames_queued;
   ++st.frame_resets;
@@ -868,6 +1010,11 @@ void enqueue_frame_event(self_ptr self, parsed_message& m,
   d.ev.mode = st.neg->mode();
   d.ev.seq = m.frame.seq;
   d.ev.event = std::move(m.json);
+  if (st.opts.progress_to && d.ev.seq) {
+    d.moves_seq = true;
+    d.commit_seq = d.ev.seq;
+    d.epoch = st.neg->epoch();
+  }
   st.queue.push_back(std::move(d));
   ++st.frames_queued;
 }
@@ -974,6 +1121,13 @@ void enqueue_unreadable_frame(self_ptr self, const parsed_message& m) {
     st.queue.back().rs->event_id = info->lost_to;
 }
 
+/// An in-frame reset that stands for the hello a ws-only hub did not send
+/// (inferred, or a takeover inferred from a first data frame): its
+/// acknowledgement completes the connect.
+bool completes_connect(reset_cause c) {
+  return c == reset_cause::inferred || c == reset_cause::takeover;
+}
+
 void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
   auto& st = self->state;
   auto before = st.neg->mode();
@@ -992,12 +1146,12 @@ void on_frame(self_ptr self, parsed_message& m, std::size_t bytes) {
       break;
     case frame_decision::reset_then_deliver:
       enqueue_frame_reset(self, *r.reset, nullptr,
-                          r.reset->cause == reset_cause::inferred);
+                          completes_connect(r.reset->cause));
       enqueue_frame_event(self, m, bytes);
       break;
     case frame_decision::reset:
       enqueue_frame_reset(self, *r.reset, nullptr,
-                          r.reset->cause == reset_cause::inferred);
+                          completes_connect(r.reset->cause));
       break;
   }
   // Catchup and ephemeral deliver events from frames: a frame that cannot
@@ -1334,6 +1488,19 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
       || std::any_of(st.cfg.prefixes.begin(), st.cfg.prefixes.end(),
                      [](const std::string& p) { return p.empty(); });
   st.neg.emplace(st.cfg.has_replay(), every_subject);
+  if (st.opts.takeover)
+    st.neg->expect_takeover();
+  if (st.cfg.resume_last_seq)
+    st.neg->resume_at(*st.cfg.resume_last_seq, st.cfg.resume_epoch);
+  // Before any acknowledgement, the position the watcher starts from.
+  if (st.cfg.has_replay()) {
+    st.acked.mode = feed_mode::ledger;
+    st.acked.cursor = st.cfg.cursor;
+  } else if (st.cfg.resume_last_seq) {
+    st.acked.mode = feed_mode::catchup;
+  }
+  st.acked.last_seq = st.cfg.resume_last_seq;
+  st.acked.epoch = st.cfg.resume_epoch;
   if (st.cfg.has_replay())
     st.drain.emplace(st.cfg.cursor, st.cfg.limit,
                      feed_seconds(st.cfg.poll_interval));
@@ -1354,6 +1521,13 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
   auto subscriber = st.batch_target
                       ? caf::actor_cast<caf::actor_addr>(st.batch_target)
                       : caf::actor_cast<caf::actor_addr>(st.target);
+  if (st.opts.progress_to)
+    // An exit message ends the watcher as before, after its final report.
+    self->set_exit_handler([self](caf::exit_msg& x) {
+      if (x.reason)
+        final_progress(self);
+      caf::scheduled_actor::default_exit_handler(self, x);
+    });
   self->monitor(subscriber);
   self->set_down_handler([self, subscriber](caf::down_msg& dm) {
     if (dm.source == subscriber)
@@ -1401,6 +1575,20 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
       refresh_gate(self);
     },
     [self](keepalive_atom, uint64_t token) { on_keepalive(self, token); },
+    [self](progress_atom, uint64_t token) {
+      auto& st = self->state;
+      if (token != st.progress_token)
+        return;
+      st.progress_armed = false;
+      maybe_report(self);
+    },
+    [self](fence_atom, feed_time deadline) {
+      auto& st = self->state;
+      if (st.phase == ws_phase::stopped)
+        return;
+      st.fence.on_fence(deadline, self->clock().now());
+      pump(self);
+    },
     [self](reconnect_atom, uint64_t token) {
       auto& st = self->state;
       if (token != st.reconnect_token || st.phase != ws_phase::backoff)
@@ -1436,6 +1624,7 @@ feed_watcher_actor spawn_feed_watcher(caf::actor_system& sys, feed_config cfg,
                        "set subscriber or batch_subscriber, not both");
   if (opts.max_delivery_batch == 0)
     throw config_error("max_delivery_batch", "must be at least 1");
+  core::validate_seconds(opts.progress_interval, "progress_interval", true);
   feed_subscriber_actor target = opts.subscriber;
   feed_batch_subscriber_actor batch_target = opts.batch_subscriber;
   callback_runner runner;

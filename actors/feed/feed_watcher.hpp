@@ -14,6 +14,13 @@
 //               │          ▼                                      │ dead peer /
 //               └── [backoff: min(b,max)+U[0,b)] ◄────────────────┘ overflow
 //   stop_atom or an exit message at any point: close the session, quit.
+//
+// For a feed group (one owner of each feed across processes): a fence
+// deadline gates every delivery (fence_gate.hpp), acknowledged positions
+// go to `progress_to` (feed_progress), the owner token rides on every
+// delivery, and a new owner resumes from a checkpoint (feed_config::cursor,
+// resume_last_seq / resume_epoch) or, ephemeral, starts with a takeover
+// reset.
 
 #include "actors/client/service_client.hpp"
 #include "actors/feed/feed_config.hpp"
@@ -41,12 +48,26 @@ inline namespace feed {
 ///   stats and quits at once (idle, mid-handshake, during a backoff, while
 ///   a delivery is unacknowledged). An exit message does the same.
 ///
+/// - `(fence_atom, deadline)`: the fence gate (actors/feed/fence_gate.hpp).
+///   `deadline` is an absolute time point on the actor clock
+///   (`self->clock().now()` of the sender, in the same actor system): from
+///   it on, the watcher starts no delivery (event, batch or reset). It
+///   keeps its sessions, its queue and its position; deliveries already
+///   started are not recalled. A deadline in the past holds at once (a
+///   feed group's "hold" while its store is unreachable); a later fence
+///   with a deadline in the future resumes delivering. Each fence replaces
+///   the last. Until the first one there is no gate. While held, in-frame
+///   events still queue up to max_pending_frames (then backpressure closes
+///   the session as for a slow subscriber) and a ledger drains no further
+///   than the page in delivery. Counted in feed_stats (fence_*).
+
 /// The reports of the watcher's WebSocket session and its own timers are
 /// messages of a private extension of this interface
 /// (actors/feed/feed_watcher.cpp), not reachable through this handle.
-using feed_watcher_actor = caf::typed_actor<
-  caf::replies_to<stats_atom>::with<feed_stats>,
-  caf::replies_to<stop_atom>::with<feed_stats>>;
+using feed_watcher_actor
+  = caf::typed_actor<caf::replies_to<stats_atom>::with<feed_stats>,
+                     caf::replies_to<stop_atom>::with<feed_stats>,
+                     caf::reacts_to<fence_atom, feed_time>>;
 
 /// Callbacks instead of a subscriber actor. They run on a helper actor,
 /// never on the watcher: a slow callback holds up only the next delivery
@@ -108,6 +129,33 @@ struct feed_watcher_options {
   /// drain then asks for exactly that page, else dropped unread). Ordering
   /// and the cursor are as without it. [true]
   bool prefetch = true;
+  /// The feed's name in its feed group, stamped on every delivered event
+  /// and reset (feed_event::feed_id) and on progress reports. [""]
+  std::string feed_id;
+  /// The fencing token of the ownership the watcher runs under (a feed
+  /// group: the store's revision of the feed's owner key, which only
+  /// grows from one claim to the next), stamped on every delivered event
+  /// and reset (feed_event::owner_token) and on progress reports, so the
+  /// application's sink can refuse a stale owner's late delivery. 0: none.
+  /// [0]
+  uint64_t owner_token = 0;
+  /// Where progress reports go (feed_progress: the acknowledged position,
+  /// for a feed group to commit); none: no reports. [none]
+  feed_progress_actor progress_to;
+  /// Least time between two progress reports, in seconds (finite, >= 0;
+  /// 0: one after every acknowledgement that moved the position). A
+  /// position acknowledged sooner is reported when the interval is over
+  /// (only the latest); the final report on stop is never held back.
+  /// [0.5]
+  double progress_interval = 0.5;
+  /// The watcher starts as the feed's new owner after a takeover (a feed
+  /// group: the previous owner crashed, was fenced or left). An ephemeral
+  /// feed then begins with a reset of cause `takeover` (in place of the
+  /// first hello's `reconnect`, or of `inferred`): events published while
+  /// no one owned the feed are lost, and the application is told. Ledger
+  /// and catchup feeds ignore it: they resume from their checkpoint
+  /// (feed_config::cursor, feed_config::resume_last_seq). [false]
+  bool takeover = false;
   /// Seed of the watcher's jitter and client-id generator; 0 seeds from
   /// std::random_device. [0]
   uint64_t seed = 0;
@@ -128,7 +176,7 @@ struct feed_watcher_options {
 /// `client` missing with a replay_path, `connector` missing or
 /// `ws.origin` empty with a ws_path, no delivery target (`subscriber`),
 /// both `subscriber` and `batch_subscriber` set (`batch_subscriber`),
-/// `max_delivery_batch` 0.
+/// `max_delivery_batch` 0, a negative or non-finite `progress_interval`.
 feed_watcher_actor spawn_feed_watcher(caf::actor_system& sys, feed_config cfg,
                                       feed_watcher_options opts);
 

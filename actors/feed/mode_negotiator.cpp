@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 namespace outbound {
 inline namespace feed {
@@ -44,6 +45,7 @@ mode_negotiator::make_reset(reset_cause cause, std::optional<int64_t> new_seq,
   switch (cause) {
     case reset_cause::resync:
     case reset_cause::reconnect:
+    case reset_cause::takeover:
     case reset_cause::gap:
       if (same_incarnation && forward)
         r.lost_to = new_seq;
@@ -57,6 +59,7 @@ mode_negotiator::make_reset(reset_cause cause, std::optional<int64_t> new_seq,
 hello_result mode_negotiator::on_hello(const hello_info& h) {
   hello_seen_ = true;
   gap_covered_ = false;
+  bool takeover = std::exchange(takeover_pending_, false);
   feed_mode wanted;
   if (h.mode == "ledger")
     wanted = has_replay_ ? feed_mode::ledger : feed_mode::ephemeral;
@@ -95,7 +98,9 @@ hello_result mode_negotiator::on_hello(const hello_info& h) {
     }
     case feed_mode::ephemeral:
       res.decision = hello_decision::ephemeral_reset;
-      res.reset = make_reset(reset_cause::reconnect, h.seq, h.epoch);
+      res.reset
+        = make_reset(takeover ? reset_cause::takeover : reset_cause::reconnect,
+                     h.seq, h.epoch);
       last_seq_ = h.seq;
       epoch_ = h.epoch;
       return res;
@@ -113,8 +118,10 @@ frame_result mode_negotiator::on_frame(const frame_info& f) {
       // A ws-only hub that sends data without a hello: serve it as
       // ephemeral, with the reset that model owes on every connect.
       mode_ = feed_mode::ephemeral;
-      res.reset = make_reset(reset_cause::inferred, std::nullopt,
-                             std::nullopt);
+      res.reset = make_reset(std::exchange(takeover_pending_, false)
+                               ? reset_cause::takeover
+                               : reset_cause::inferred,
+                             std::nullopt, std::nullopt);
       if (f.type == frame_type::event) {
         res.decision = frame_decision::reset_then_deliver;
         if (f.seq)

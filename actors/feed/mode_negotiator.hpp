@@ -140,6 +140,28 @@ public:
   /// watcher and a jump in seq is a loss (reset_cause::gap). [false]
   explicit mode_negotiator(bool has_replay, bool every_subject = false);
 
+  /// The watcher starts as the feed's new owner after a takeover (a feed
+  /// group): the first ephemeral reset -- of the first hello, or inferred
+  /// from a first data frame -- has cause `takeover` instead of
+  /// `reconnect` / `inferred`. A first hello of another model (catchup,
+  /// ledger) drops it: those resume from their checkpoint. Call before
+  /// the first session.
+  void expect_takeover() {
+    takeover_pending_ = true;
+  }
+
+  /// Catchup resume from a checkpoint another watcher (maybe another
+  /// process, with the same client id) committed: `last_seq` is the last
+  /// seq acknowledged there, `epoch` the hub's epoch it was read in
+  /// (nullopt: the hub sent none). The first subscribe carries them; a
+  /// hello in another epoch is an `epoch_changed` reset, a resync hello a
+  /// `resync` reset, as for a watcher that received them itself. Call
+  /// before the first session.
+  void resume_at(int64_t last_seq, std::optional<std::string> epoch) {
+    last_seq_ = last_seq;
+    epoch_ = std::move(epoch);
+  }
+
   /// A session opened (the subscribe frame has been sent).
   open_decision on_open();
 
@@ -194,6 +216,8 @@ private:
   /// An unreadable event of unknown seq was reset: the next seq jump is
   /// part of that loss, not a second one.
   bool gap_covered_ = false;
+  /// expect_takeover() was called and no hello or inferred reset came yet.
+  bool takeover_pending_ = false;
 };
 
 } // namespace feed
