@@ -136,8 +136,8 @@ TEST(DemoConfig, WrongTypesAreNamed) {
 }
 
 TEST(DemoConfig, TheDelaySearchIsABooleanAtBothLevels) {
-  EXPECT_FALSE(parse_demo_config(R"({"hedging": {"delay_search": false}})")
-                 .hedging.delay_search);
+  EXPECT_TRUE(parse_demo_config(R"({"hedging": {"delay_search": true}})")
+                .hedging.delay_search);
   EXPECT_EQ(failing_field(R"({"hedging": {"delay_search": 0}})"),
             "demo.hedging.delay_search");
   auto c = parse_demo_config(

@@ -45,7 +45,7 @@ TEST(HedgeConfig, DefaultsAreTheReferenceDefaults) {
   EXPECT_FALSE(c.estimated_rps);
   EXPECT_EQ(c.rps_window, 10.0);
   EXPECT_EQ(c.min_delay, 0.001);
-  EXPECT_TRUE(c.delay_search);
+  EXPECT_FALSE(c.delay_search);
   EXPECT_EQ(c.warmup_requests, 20);
   EXPECT_EQ(c.warmup_delay, 0.01);
   EXPECT_EQ(c.window_duration, 30.0);
@@ -189,14 +189,14 @@ TEST(HedgeConfig, ResolveValidatesBothSides) {
             "endpoint.warmup_delay");
 }
 
-TEST(HedgeConfig, AnEndpointCanTurnTheDelaySearchOff) {
+TEST(HedgeConfig, AnEndpointCanTurnTheDelaySearchOnOrOff) {
   endpoint_config ep;
-  EXPECT_TRUE(resolve(hedge_config{}, ep).delay_search);
-  ep.delay_search = false;
   EXPECT_FALSE(resolve(hedge_config{}, ep).delay_search);
-  hedge_config off;
-  off.delay_search = false;
-  EXPECT_FALSE(resolve(off, endpoint_config{}).delay_search);
   ep.delay_search = true;
-  EXPECT_TRUE(resolve(off, ep).delay_search);
+  EXPECT_TRUE(resolve(hedge_config{}, ep).delay_search);
+  hedge_config on;
+  on.delay_search = true;
+  EXPECT_TRUE(resolve(on, endpoint_config{}).delay_search);
+  ep.delay_search = false;
+  EXPECT_FALSE(resolve(on, ep).delay_search);
 }

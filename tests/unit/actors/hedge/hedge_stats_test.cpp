@@ -310,6 +310,7 @@ TEST(HedgeStats, TheSearchNeverSpendsPastThreeQuartersOfTheBudget) {
   endpoint_config ep;
   ep.warmup_requests = 0;
   ep.budget_percent = 6.0;
+  ep.delay_search = true;
   st.plan("k", eff(ep), t0); // tracks the key
   for (int i = 1; i <= 940; ++i)
     st.observe("k", i / 100000.0, call_health::success, t0);
