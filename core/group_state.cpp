@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <utility>
 
 namespace outbound {
 inline namespace core {
@@ -42,6 +43,23 @@ const char* to_string(group_phase p) {
 }
 
 std::optional<config_error> group_config_error(const group_state_config& c) {
+  // Every duration is added to time points (int64 nanoseconds): past ~9e9 s
+  // that overflows and "never" becomes "now". A day is far beyond any
+  // sensible setting; cap them all well below the overflow.
+  constexpr double max_seconds = 86400.0;
+  const std::pair<double, const char*> durations[] = {
+    {c.lease_ttl, "lease_ttl"},
+    {c.renew_interval, "renew_interval"},
+    {c.fence_margin, "fence_margin"},
+    {c.poll_interval, "poll_interval"},
+    {c.reconcile_interval, "reconcile_interval"},
+    {c.checkpoint_interval, "checkpoint_interval"},
+    {c.initial_settle, "initial_settle"},
+    {c.rebalance_delay, "rebalance_delay"},
+  };
+  for (const auto& d : durations)
+    if (d.first > max_seconds)
+      return field_error(d.second, "must be <= 86400 seconds");
   try {
     // The house checks throw; translate the first into a value.
     validate_seconds(c.lease_ttl, "group.lease_ttl", false);

@@ -180,6 +180,8 @@ struct group_state_config {
 
 /// The first invalid field of `cfg` as a config_error naming it
 /// ("group.renew_interval: must be <= lease_ttl / 3 ..."), or nullopt.
+/// Every duration must also be <= 86400 s: added to a time point, a much
+/// larger one would overflow int64 nanoseconds.
 std::optional<config_error> group_config_error(const group_state_config& cfg);
 
 /// One listed member: its name and when this member first saw it listed

@@ -1625,6 +1625,9 @@ feed_watcher_actor spawn_feed_watcher(caf::actor_system& sys, feed_config cfg,
   if (opts.max_delivery_batch == 0)
     throw config_error("max_delivery_batch", "must be at least 1");
   core::validate_seconds(opts.progress_interval, "progress_interval", true);
+  // Added to time points: past ~9e9 s int64 nanoseconds overflow.
+  if (opts.progress_interval > 86400.0)
+    throw config_error("progress_interval", "must be <= 86400 seconds");
   feed_subscriber_actor target = opts.subscriber;
   feed_batch_subscriber_actor batch_target = opts.batch_subscriber;
   callback_runner runner;

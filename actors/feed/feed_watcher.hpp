@@ -176,7 +176,8 @@ struct feed_watcher_options {
 /// `client` missing with a replay_path, `connector` missing or
 /// `ws.origin` empty with a ws_path, no delivery target (`subscriber`),
 /// both `subscriber` and `batch_subscriber` set (`batch_subscriber`),
-/// `max_delivery_batch` 0, a negative or non-finite `progress_interval`.
+/// `max_delivery_batch` 0, a negative, non-finite or over-86400-second
+/// `progress_interval`.
 feed_watcher_actor spawn_feed_watcher(caf::actor_system& sys, feed_config cfg,
                                       feed_watcher_options opts);
 

@@ -191,6 +191,20 @@ TEST(GroupStateConfig, EachBadFieldIsNamed) {
   c = defaults();
   c.renew_interval = 0;
   EXPECT_THROW(group_state(c, "m1", {}), config_error);
+  // Past a day a duration is refused: added to a time point, 1e10 s would
+  // overflow int64 nanoseconds and "never" would become "now".
+  c = defaults();
+  c.rebalance_delay = 1e10;
+  EXPECT_EQ(field_of(c), "group.rebalance_delay");
+  c = defaults();
+  c.initial_settle = 86401;
+  EXPECT_EQ(field_of(c), "group.initial_settle");
+  c = defaults();
+  c.reconcile_interval = 1e10;
+  EXPECT_EQ(field_of(c), "group.reconcile_interval");
+  c = defaults();
+  c.rebalance_delay = 86400; // a day: allowed
+  EXPECT_EQ(field_of(c), "(valid)");
 }
 
 // -- G1 join, G2 settle ----------------------------------------------------
