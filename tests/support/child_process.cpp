@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,6 +53,49 @@ pid_t spawn_child(const std::vector<std::string>& args,
   if (rc != 0)
     throw std::runtime_error("cannot spawn " + args[0] + ": "
                              + std::strerror(rc));
+  return pid;
+}
+
+pid_t spawn_tied_child(const std::vector<std::string>& argv,
+                       const std::string& log_path,
+                       const std::optional<std::vector<std::string>>& env) {
+  if (argv.empty())
+    throw std::runtime_error("spawn_tied_child: empty argv");
+  std::vector<std::string> args_s = argv;
+  std::vector<char*> args;
+  for (auto& a : args_s)
+    args.push_back(a.data());
+  args.push_back(nullptr);
+  std::vector<std::string> env_s;
+  if (env)
+    env_s = *env;
+  else
+    for (char** e = environ; *e; ++e)
+      env_s.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& e : env_s)
+    envp.push_back(e.data());
+  envp.push_back(nullptr);
+  // Only async-signal-safe calls between fork and exec.
+  auto parent = ::getpid();
+  auto pid = ::fork();
+  if (pid < 0)
+    throw std::runtime_error("fork failed: "
+                             + std::string{std::strerror(errno)});
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent)
+      ::_exit(127);
+    int in = ::open("/dev/null", O_RDONLY);
+    int o = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (in < 0 || o < 0)
+      ::_exit(127);
+    ::dup2(in, 0);
+    ::dup2(o, 1);
+    ::dup2(o, 2);
+    ::execve(args[0], args.data(), envp.data());
+    ::_exit(127);
+  }
   return pid;
 }
 

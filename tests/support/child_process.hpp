@@ -38,6 +38,21 @@ pid_t spawn_child(const std::vector<std::string>& argv,
                   const std::string& out_path, const std::string& err_path,
                   const std::vector<std::string>& extra_env = {});
 
+/// Starts `argv` (argv[0] is the program's path) tied to this process: the
+/// child gets SIGKILL when the thread that started it ends (fork + exec
+/// with PR_SET_PDEATHSIG, which posix_spawn cannot set), so a server a
+/// test process leaves behind (a crash, a ctest timeout) does not keep its
+/// ports. stdin is /dev/null, stdout and stderr append to `log_path`; the
+/// environment is `env` ("NAME=value"), this process's when nullopt.
+/// Start it from a thread that outlives it (the main thread, in
+/// SetUpTestSuite). Returns its pid (the caller reaps it); throws
+/// std::runtime_error when fork fails. A program that cannot be executed
+/// exits with 127.
+pid_t spawn_tied_child(const std::vector<std::string>& argv,
+                       const std::string& log_path,
+                       const std::optional<std::vector<std::string>>& env
+                       = std::nullopt);
+
 /// Runs `argv` (argv[0] is the program's path) with this process's
 /// environment plus `extra_env` ("NAME=value" entries, later ones win) and
 /// waits for it, at most `bound`. Throws std::runtime_error when the program

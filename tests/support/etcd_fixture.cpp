@@ -16,7 +16,6 @@
 #include <vector>
 
 #include <fcntl.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 extern char** environ;
@@ -112,45 +111,17 @@ bool etcd_instance::try_start(const std::string& etcd_binary,
                                 "zap",
                                 "--log-outputs",
                                 "stderr"};
-  std::vector<char*> args;
-  for (auto& a : argv)
-    args.push_back(a.data());
-  args.push_back(nullptr);
   // etcd also reads ETCD_* variables and refuses to start when one shadows
   // a flag: the child gets this environment without them.
-  std::vector<std::string> env_s;
+  std::vector<std::string> env;
   for (char** e = environ; *e; ++e)
     if (std::strncmp(*e, "ETCD_", 5) != 0)
-      env_s.emplace_back(*e);
-  std::vector<char*> envp;
-  for (auto& e : env_s)
-    envp.push_back(e.data());
-  envp.push_back(nullptr);
+      env.emplace_back(*e);
   auto log_path = dir_.file("etcd.log");
-  // fork + exec rather than posix_spawn, for PR_SET_PDEATHSIG (as the nginx
-  // fixture): if the test process dies without tearing down, etcd dies with
-  // it instead of staying on its ports. Only async-signal-safe calls between
-  // fork and exec. Start instances from a thread that outlives them (the
-  // main thread, in SetUpTestSuite).
-  auto parent = ::getpid();
-  auto pid = ::fork();
-  if (pid < 0)
-    throw std::runtime_error("fork failed: "
-                             + std::string{std::strerror(errno)});
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent)
-      ::_exit(127);
-    int in = ::open("/dev/null", O_RDONLY);
-    int o = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (in < 0 || o < 0)
-      ::_exit(127);
-    ::dup2(in, 0);
-    ::dup2(o, 1);
-    ::dup2(o, 2);
-    ::execve(etcd_binary.c_str(), args.data(), envp.data());
-    ::_exit(127);
-  }
+  // Tied to this process (spawn_tied_child, as the nginx fixture): if the
+  // test process dies without tearing down, etcd dies with it instead of
+  // staying on its ports.
+  auto pid = spawn_tied_child(argv, log_path, env);
   pid_ = pid;
   auto deadline = std::chrono::steady_clock::now() + 20s;
   while (std::chrono::steady_clock::now() < deadline) {

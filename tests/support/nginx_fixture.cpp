@@ -1,5 +1,7 @@
 #include "tests/support/nginx_fixture.hpp"
 
+#include "tests/support/child_process.hpp"
+
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -12,7 +14,6 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -339,35 +340,10 @@ bool nginx_instance::try_start(const std::string& nginx_binary,
                                 conf,
                                 "-e",
                                 prefix_ + "/logs/error.log"};
-  std::vector<char*> args;
-  for (auto& a : argv)
-    args.push_back(a.data());
-  args.push_back(nullptr);
-  // fork + exec rather than posix_spawn, for PR_SET_PDEATHSIG: if the test
-  // process dies without tearing down (a crash, a ctest timeout), nginx is
-  // killed with it instead of staying behind on its ports. Only
-  // async-signal-safe calls between fork and exec. The signal follows the
-  // forking thread: start instances from a thread that outlives them (the
-  // main thread, in SetUpTestSuite).
-  auto parent = ::getpid();
-  auto pid = ::fork();
-  if (pid < 0)
-    throw std::runtime_error("fork failed: "
-                             + std::string{std::strerror(errno)});
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent)
-      ::_exit(127);
-    int in = ::open("/dev/null", O_RDONLY);
-    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (in < 0 || o < 0)
-      ::_exit(127);
-    ::dup2(in, 0);
-    ::dup2(o, 1);
-    ::dup2(o, 2);
-    ::execv(nginx_binary.c_str(), args.data());
-    ::_exit(127);
-  }
+  // Tied to this process (spawn_tied_child): if the test process dies
+  // without tearing down (a crash, a ctest timeout), nginx is killed with
+  // it instead of staying behind on its ports.
+  auto pid = spawn_tied_child(argv, out);
   pid_ = pid;
   auto deadline = std::chrono::steady_clock::now() + 10s;
   while (std::chrono::steady_clock::now() < deadline) {
