@@ -43,6 +43,16 @@ CAF_BEGIN_TYPE_ID_BLOCK(outbound, caf::first_custom_type_id)
   // (feed_watcher_actor) and the watcher's progress-report timer.
   CAF_ADD_ATOM(outbound, outbound, fence_atom, "fence")
   CAF_ADD_ATOM(outbound, outbound, progress_atom, "progress")
+  // Feed groups (actors/group/): the lease store port and the member's
+  // graceful leave.
+  CAF_ADD_ATOM(outbound, outbound, grp_join_atom, "grp_join")
+  CAF_ADD_ATOM(outbound, outbound, grp_renew_atom, "grp_renew")
+  CAF_ADD_ATOM(outbound, outbound, grp_revoke_atom, "grp_revoke")
+  CAF_ADD_ATOM(outbound, outbound, grp_members_atom, "grp_member")
+  CAF_ADD_ATOM(outbound, outbound, grp_claim_atom, "grp_claim")
+  CAF_ADD_ATOM(outbound, outbound, grp_commit_atom, "grp_commit")
+  CAF_ADD_ATOM(outbound, outbound, grp_release_atom, "grp_rel")
+  CAF_ADD_ATOM(outbound, outbound, leave_atom, "leave")
   CAF_END_TYPE_ID_BLOCK(outbound)
 
   CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::http_request)

@@ -274,14 +274,15 @@ group_actions group_state::on_handoff_hint(const std::string& feed,
 }
 
 group_actions group_state::on_progress(const std::string& feed, uint64_t token,
-                                       int64_t cursor, group_time now) {
+                                       group_position cursor,
+                                       group_time now) {
   group_actions out;
   auto i = feeds_.find(feed);
   if (i != feeds_.end()) {
     auto& e = i->second;
     if ((e.own == ownership::held || e.own == ownership::releasing)
         && e.token == token && (!e.progress || cursor > *e.progress))
-      e.progress = cursor;
+      e.progress = std::move(cursor);
   }
   step(now, out);
   return out;
@@ -403,7 +404,7 @@ group_actions group_state::on_keepalive(uint64_t request,
 
 group_actions group_state::on_watcher_stopped(const std::string& feed,
                                               uint64_t token,
-                                              std::optional<int64_t> final,
+                                              std::optional<group_position> final,
                                               group_time now) {
   group_actions out;
   auto i = feeds_.find(feed);
@@ -617,7 +618,7 @@ std::size_t group_state::load() const {
   return n;
 }
 
-std::optional<int64_t> group_state::best_cursor(const feed_entry& e) const {
+std::optional<group_position> group_state::best_cursor(const feed_entry& e) const {
   if (e.progress && (!e.committed || *e.progress > *e.committed))
     return e.progress;
   return e.committed;

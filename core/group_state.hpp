@@ -93,8 +93,9 @@
 //  - The hold lifts only when the renewed deadline lies in the future: a
 //    late keepalive answer proves the lease was alive when the store saw
 //    it, not that it still is.
-//  - The core is generic over one int64 position per feed (a ledger cursor
-//    or a catchup last_seq); the shell maps it to the stored checkpoint.
+//  - The core is generic over one position per feed (group_position: a
+//    ledger cursor or a catchup last_seq, with an era that orders it
+//    across rewinds); the shell maps it to the stored checkpoint.
 //  - The claim of a feed this member already holds in the store (a retry
 //    after a lost answer) must be answered as won with the existing token
 //    by the store port ("held by self" is a win).
@@ -184,6 +185,41 @@ struct group_state_config {
 /// larger one would overflow int64 nanoseconds.
 std::optional<config_error> group_config_error(const group_state_config& cfg);
 
+/// A feed's position as the group orders and stores it: `offset` is a
+/// ledger cursor or a catchup last_seq, and `era` counts the times the
+/// feed's positions restarted (a ledger rewind, a catchup epoch change),
+/// so that positions stay totally ordered across rewinds and owners: an
+/// offset that goes back in a new era is still an advance, and a commit
+/// can never lower what a feed has reached. `epoch` is the feed service's
+/// epoch the offset belongs to (empty: unknown); it rides along for the
+/// next owner's watcher and takes no part in the order. The shell bumps
+/// the era when a progress report names a different epoch.
+struct group_position {
+  uint64_t era = 0;
+  int64_t offset = 0;
+  std::string epoch;
+
+  friend bool operator<(const group_position& a, const group_position& b) {
+    return a.era != b.era ? a.era < b.era : a.offset < b.offset;
+  }
+  friend bool operator>(const group_position& a, const group_position& b) {
+    return b < a;
+  }
+  friend bool operator<=(const group_position& a, const group_position& b) {
+    return !(b < a);
+  }
+  friend bool operator>=(const group_position& a, const group_position& b) {
+    return !(a < b);
+  }
+  /// Same place in the order (the epoch is not compared).
+  friend bool operator==(const group_position& a, const group_position& b) {
+    return a.era == b.era && a.offset == b.offset;
+  }
+  friend bool operator!=(const group_position& a, const group_position& b) {
+    return !(a == b);
+  }
+};
+
 /// One listed member: its name and when this member first saw it listed
 /// (on this member's clock, since the name's latest appearance).
 struct listed_member {
@@ -210,7 +246,7 @@ struct claim_reply {
   uint64_t token = 0;
   /// won: the committed cursor (nullopt: nothing committed yet; the
   /// watcher starts at the feed's configured start).
-  std::optional<int64_t> cursor;
+  std::optional<group_position> cursor;
 };
 
 /// The answer of the store to one feed of a commit or a release.
@@ -271,7 +307,7 @@ struct claim_feeds {
 struct spawn_watcher {
   std::string feed;
   uint64_t token = 0;
-  std::optional<int64_t> resume;
+  std::optional<group_position> resume;
   group_time fence_deadline;
 };
 
@@ -288,7 +324,7 @@ struct stop_watcher {
 struct commit_item {
   std::string feed;
   uint64_t token = 0;
-  int64_t cursor = 0;
+  group_position cursor;
 };
 
 /// Commit cursors. Answer: on_committed / on_commit_failed.
@@ -303,7 +339,7 @@ struct commit_cursors {
 struct release_item {
   std::string feed;
   uint64_t token = 0;
-  std::optional<int64_t> cursor;
+  std::optional<group_position> cursor;
   std::string hint_to;
 };
 
@@ -414,7 +450,7 @@ public:
 
   /// The watcher of `feed` with `token` had `cursor` acknowledged.
   group_actions on_progress(const std::string& feed, uint64_t token,
-                            int64_t cursor, group_time now);
+                            group_position cursor, group_time now);
 
   /// Per-feed answers to commit `request` (missing feeds: errors).
   group_actions on_committed(uint64_t request,
@@ -439,7 +475,7 @@ public:
   /// The watcher of `feed` with `token` stopped; `final_cursor` is its
   /// last acknowledged cursor.
   group_actions on_watcher_stopped(const std::string& feed, uint64_t token,
-                                   std::optional<int64_t> final_cursor,
+                                   std::optional<group_position> final_cursor,
                                    group_time now);
 
   /// Leave gracefully (G9).
@@ -510,9 +546,9 @@ private:
     uint64_t claim_request = 0;
     uint64_t commit_request = 0;
     uint64_t release_request = 0;
-    int64_t commit_cursor = 0;
-    std::optional<int64_t> committed;
-    std::optional<int64_t> progress;
+    group_position commit_cursor;
+    std::optional<group_position> committed;
+    std::optional<group_position> progress;
     std::string winner;
   };
 
@@ -532,7 +568,7 @@ private:
   void extend_deadline(group_time sent, double ttl_seconds, group_time now,
                        group_actions& out);
   bool leased() const noexcept;
-  std::optional<int64_t> best_cursor(const feed_entry& e) const;
+  std::optional<group_position> best_cursor(const feed_entry& e) const;
   std::size_t load() const;
   uint64_t next_id() noexcept {
     return ++request_seq_;
