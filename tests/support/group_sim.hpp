@@ -7,7 +7,10 @@
 // hold) allows, and a fault schedule drawn from a seed: crash (and
 // restart), pause (with at most one delivery already dispatched), member ↔
 // store partition, store outage, message delay, clock rate drift per member
-// (local = offset + real × (1 + ρ), |ρ| <= 1e-3), joins and graceful leaves.
+// (local = offset + real × (1 + ρ), |ρ| <= 1e-3), joins and graceful leaves;
+// and feeds whose positions rewind now and then (a ledger rewind, a
+// catchup epoch change: the offset restarts in a new era) while event ids,
+// which the invariants compare, stay global.
 // After every step the invariants of the design are asserted:
 //
 //  I1  single live owner: at any real time at most one member's watcher of
@@ -67,6 +70,9 @@ struct group_sim_options {
   bool late_expiry = false;
   /// Broken store: commits are applied without comparing the token.
   bool commit_ignores_token = false;
+  /// Broken variant: watchers report positions without their era, as a
+  /// plain offset that goes back after a rewind.
+  bool positions_without_era = false;
 };
 
 /// The outcome of one run.
@@ -476,7 +482,7 @@ private:
               c.outcome = claim_outcome::held;
             }
             if (c.outcome == claim_outcome::won && cursor_of(f) > 0)
-              c.cursor = cursor_of(f);
+              c.cursor = to_pos(f, cursor_of(f));
           }
           out.push_back(c);
         }
@@ -497,13 +503,13 @@ private:
           if (opt_.commit_ignores_token && r.kind == request::commit
               && it.cursor) {
             c.outcome = commit_outcome::ok;
-            apply_commit(f, it.token, *it.cursor);
+            apply_commit(f, it.token, from_pos(f, *it.cursor));
           } else if (o == store_.owners.end() || o->second.token != it.token) {
             c.outcome = commit_outcome::fenced;
           } else {
             c.outcome = commit_outcome::ok;
             if (it.cursor)
-              apply_commit(f, it.token, *it.cursor);
+              apply_commit(f, it.token, from_pos(f, *it.cursor));
             if (r.kind == request::release) {
               store_.owners.erase(o);
               ++store_.revision;
@@ -664,7 +670,7 @@ private:
     w = watcher{};
     w.running = true;
     w.token = s.token;
-    w.cursor = opt_.resume_from_start ? 0 : s.resume.value_or(0);
+    w.cursor = opt_.resume_from_start || !s.resume ? 0 : from_pos(f, *s.resume);
     w.deadline = s.fence_deadline;
     w.instance = ++next_watcher_;
     note(m.name, " spawns ", s.feed, " token ", s.token, " at ", w.cursor);
@@ -687,8 +693,9 @@ private:
     at(now_ + 1 * ms, [this, i, proc, feed, token, final_cursor] {
       on_member(i, proc, [this, i, feed, token, final_cursor] {
         auto& mm = members_[static_cast<std::size_t>(i)];
-        apply(i,
-              mm.st->on_watcher_stopped(feed, token, final_cursor, local(mm)));
+        apply(
+          i, mm.st->on_watcher_stopped(
+               feed, token, to_pos(feed_index(feed), final_cursor), local(mm)));
       });
     });
   }
@@ -722,7 +729,7 @@ private:
     auto id = w.cursor + 1;
     w.cursor = id;
     on_delivery(i, f, w.token, id, inflight);
-    apply(i, m.st->on_progress(feed_name(f), w.token, id, local(m)));
+    apply(i, m.st->on_progress(feed_name(f), w.token, to_pos(f, id), local(m)));
   }
 
   // -- faults ---------------------------------------------------------------
@@ -780,6 +787,31 @@ private:
 
   int64_t cursor_of(int f) const {
     return store_.cursor[static_cast<std::size_t>(f)];
+  }
+
+  // Rewinds: the feed's positions restart (a ledger rewind, a catchup
+  // epoch change) while event ids stay global, so the invariants keep
+  // comparing ids. Era e holds ids (base[e], base[e + 1]]; an id's
+  // position is (e, id - base[e]) in the epoch "e<e>".
+  std::vector<std::vector<int64_t>> era_base_;
+
+  group_position to_pos(int f, int64_t id) const {
+    const auto& bases = era_base_[static_cast<std::size_t>(f)];
+    uint64_t e = 0;
+    while (e + 1 < bases.size() && bases[e + 1] < id)
+      ++e;
+    if (opt_.positions_without_era)
+      return group_position{0, id - bases[e], {}};
+    return group_position{e, id - bases[e], "e" + std::to_string(e)};
+  }
+
+  int64_t from_pos(int f, const group_position& p) {
+    const auto& bases = era_base_[static_cast<std::size_t>(f)];
+    if (p.era >= bases.size()) {
+      fail("sim: position in unknown era " + std::to_string(p.era));
+      return 0;
+    }
+    return bases[p.era] + p.offset;
   }
 
   struct tenure {
@@ -996,6 +1028,7 @@ private:
       cfg_.reconcile_interval = chance(0.5) ? 2.0 : 5.0;
     }
     ledger_.assign(static_cast<std::size_t>(feeds_), 0);
+    era_base_.assign(static_cast<std::size_t>(feeds_), {0});
     store_.cursor.assign(static_cast<std::size_t>(feeds_), 0);
     tenures_.assign(static_cast<std::size_t>(feeds_), {});
     delivered_count_.assign(static_cast<std::size_t>(feeds_), {});
@@ -1014,6 +1047,12 @@ private:
            t += uniform(gap / 2, gap * 3 / 2)) {
         at(t, [this, f] {
           ++ledger_[static_cast<std::size_t>(f)];
+          // Now and then the feed rewinds: positions restart after this
+          // event in a new era.
+          if (chance(0.03)) {
+            era_base_[static_cast<std::size_t>(f)].push_back(published(f));
+            note("feed ", feed_name(f), " rewinds after ", published(f));
+          }
           for (std::size_t i = 0; i < members_.size(); ++i)
             if (members_[i].alive && !members_[i].paused)
               try_deliver(static_cast<int>(i), f);

@@ -144,3 +144,15 @@ TEST(GroupSim, CheckerCatchesCommitsWithoutTheTokenCompare) {
   EXPECT_TRUE(f.second.rfind("I6:", 0) == 0 || f.second.rfind("I4:", 0) == 0)
     << f.second;
 }
+
+TEST(GroupSim, CheckerCatchesPositionsThatForgetTheirEra) {
+  // After a rewind the plain offset goes back: a core ordering offsets
+  // alone would drop that progress, and a takeover would resume in the
+  // old era's numbering.
+  group_sim_options opt;
+  opt.positions_without_era = true;
+  auto f = first_failure(opt, 300);
+  ASSERT_NE(f.first, 0u) << "no schedule caught the forgotten era";
+  EXPECT_TRUE(f.second.rfind("I2:", 0) == 0 || f.second.rfind("I4:", 0) == 0)
+    << f.second;
+}

@@ -18,6 +18,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
+/// A position in era `era` (0: no rewind yet).
+group_position pos(int64_t offset, uint64_t era = 0) {
+  return group_position{era, offset, {}};
+}
+
 const group_time t0 = group_time{} + 1h;
 
 template <class T>
@@ -97,7 +102,7 @@ struct member {
 
   /// Wins every claim of `as` with tokens from 100 and no cursor.
   group_actions win_all(const group_actions& as,
-                        std::optional<int64_t> cursor = std::nullopt) {
+                        std::optional<group_position> cursor = std::nullopt) {
     group_actions out;
     uint64_t token = 100;
     for (const auto& c : all_of<claim_feeds>(as)) {
@@ -340,13 +345,13 @@ TEST(GroupState, WonClaimSpawnsAtTheCommittedCursorWithTheFenceDeadline) {
   member m(defaults(), {"f"});
   auto a = m.activate();
   auto cl = all_of<claim_feeds>(a).at(0);
-  auto b
-    = m.st.on_claimed(cl.request, {{"f", claim_outcome::won, 42, 17}}, m.now);
+  auto b = m.st.on_claimed(cl.request, {{"f", claim_outcome::won, 42, pos(17)}},
+                           m.now);
   auto sp = all_of<spawn_watcher>(b);
   ASSERT_EQ(sp.size(), 1u);
   EXPECT_EQ(sp[0].feed, "f");
   EXPECT_EQ(sp[0].token, 42u);
-  EXPECT_EQ(sp[0].resume, std::optional<int64_t>{17});
+  EXPECT_EQ(sp[0].resume, std::optional<group_position>{pos(17)});
   EXPECT_EQ(sp[0].fence_deadline, m.st.fence_deadline());
   EXPECT_EQ(m.st.token_of("f"), std::optional<uint64_t>{42});
 }
@@ -368,7 +373,7 @@ TEST(GroupState, NoSecondWatcherUntilTheFirstHasStopped) {
   member m(defaults(), {"f"});
   auto b = m.win_all(m.activate());
   auto sp = all_of<spawn_watcher>(b).at(0);
-  m.st.on_progress("f", sp.token, 5, m.now);
+  m.st.on_progress("f", sp.token, pos(5), m.now);
   // A fenced commit drops the ownership and stops the watcher.
   auto c = all_of<commit_cursors>(m.at(t0 + 4s)).at(0);
   auto d = m.st.on_committed(c.request, {{"f", commit_outcome::fenced}}, m.now);
@@ -377,49 +382,51 @@ TEST(GroupState, NoSecondWatcherUntilTheFirstHasStopped) {
   // Reclaimed and won again before the old watcher answered.
   auto e = m.at(t0 + 8s);
   auto cl = all_of<claim_feeds>(e).at(0);
-  auto f
-    = m.st.on_claimed(cl.request, {{"f", claim_outcome::won, 200, 3}}, m.now);
+  auto f = m.st.on_claimed(cl.request, {{"f", claim_outcome::won, 200, pos(3)}},
+                           m.now);
   EXPECT_FALSE(has<spawn_watcher>(f));
-  auto g = m.st.on_watcher_stopped("f", sp.token, 5, m.now);
+  auto g = m.st.on_watcher_stopped("f", sp.token, pos(5), m.now);
   auto sp2 = all_of<spawn_watcher>(g);
   ASSERT_EQ(sp2.size(), 1u);
   EXPECT_EQ(sp2[0].token, 200u);
-  EXPECT_EQ(sp2[0].resume, std::optional<int64_t>{3}); // the store's cursor
+  EXPECT_EQ(sp2[0].resume,
+            std::optional<group_position>{pos(3)}); // the store's cursor
 }
 
 TEST(GroupState, AWatcherThatStopsOnItsOwnIsRespawnedAtItsCursor) {
   member m(defaults(), {"f"});
-  auto sp = all_of<spawn_watcher>(m.win_all(m.activate(), 2)).at(0);
-  m.st.on_progress("f", sp.token, 9, m.now);
-  auto a = m.st.on_watcher_stopped("f", sp.token, 9, m.now);
+  auto sp = all_of<spawn_watcher>(m.win_all(m.activate(), pos(2))).at(0);
+  m.st.on_progress("f", sp.token, pos(9), m.now);
+  auto a = m.st.on_watcher_stopped("f", sp.token, pos(9), m.now);
   auto sp2 = all_of<spawn_watcher>(a);
   ASSERT_EQ(sp2.size(), 1u);
-  EXPECT_EQ(sp2[0].resume, std::optional<int64_t>{9});
+  EXPECT_EQ(sp2[0].resume, std::optional<group_position>{pos(9)});
 }
 
 // -- G5 checkpoints --------------------------------------------------------
 
 TEST(GroupState, CheckpointCommitsOnlyDirtyFeedsOncePerInterval) {
   member m(defaults(), feed_names(3));
-  auto sps = all_of<spawn_watcher>(m.win_all(m.activate(), 10));
+  auto sps = all_of<spawn_watcher>(m.win_all(m.activate(), pos(10)));
   ASSERT_EQ(sps.size(), 3u);
-  m.st.on_progress(sps[0].feed, sps[0].token, 12, m.now);
-  m.st.on_progress(sps[1].feed, sps[1].token, 10, m.now);     // not past 10
-  m.st.on_progress(sps[2].feed, sps[2].token + 1, 50, m.now); // stale token
+  m.st.on_progress(sps[0].feed, sps[0].token, pos(12), m.now);
+  m.st.on_progress(sps[1].feed, sps[1].token, pos(10), m.now); // not past 10
+  m.st.on_progress(sps[2].feed, sps[2].token + 1, pos(50),
+                   m.now); // stale token
   EXPECT_FALSE(has<commit_cursors>(m.at(t0 + 3999ms)));
   auto cs = all_of<commit_cursors>(m.at(t0 + 4s));
   ASSERT_EQ(cs.size(), 1u);
   ASSERT_EQ(cs[0].items.size(), 1u);
   EXPECT_EQ(cs[0].items[0].feed, sps[0].feed);
   EXPECT_EQ(cs[0].items[0].token, sps[0].token);
-  EXPECT_EQ(cs[0].items[0].cursor, 12);
+  EXPECT_EQ(cs[0].items[0].cursor, pos(12));
   // More progress while the commit is in flight: not sent twice.
-  m.st.on_progress(sps[0].feed, sps[0].token, 15, m.now);
+  m.st.on_progress(sps[0].feed, sps[0].token, pos(15), m.now);
   EXPECT_FALSE(has<commit_cursors>(m.at(t0 + 5s)));
   m.st.on_committed(cs[0].request, {{sps[0].feed, commit_outcome::ok}}, m.now);
   auto next = all_of<commit_cursors>(m.at(t0 + 6s));
   ASSERT_EQ(next.size(), 1u);
-  EXPECT_EQ(next[0].items.at(0).cursor, 15);
+  EXPECT_EQ(next[0].items.at(0).cursor, pos(15));
   m.st.on_committed(next[0].request, {{sps[0].feed, commit_outcome::ok}},
                     m.now);
   EXPECT_FALSE(has<commit_cursors>(m.at(t0 + 7s)));
@@ -428,13 +435,13 @@ TEST(GroupState, CheckpointCommitsOnlyDirtyFeedsOncePerInterval) {
 TEST(GroupState, ACommitErrorLeavesTheFeedDirty) {
   member m(defaults(), {"f"});
   auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
-  m.st.on_progress("f", sp.token, 3, m.now);
+  m.st.on_progress("f", sp.token, pos(3), m.now);
   auto c = all_of<commit_cursors>(m.at(t0 + 4s)).at(0);
   auto a = m.st.on_commit_failed(c.request, m.now);
   EXPECT_FALSE(has<stop_watcher>(a));
   auto again = all_of<commit_cursors>(m.at(t0 + 5s));
   ASSERT_EQ(again.size(), 1u);
-  EXPECT_EQ(again[0].items.at(0).cursor, 3);
+  EXPECT_EQ(again[0].items.at(0).cursor, pos(3));
   EXPECT_EQ(m.st.counters().commit_errors, 1u);
 }
 
@@ -537,7 +544,7 @@ TEST(GroupState, MovesAFeedOnlyAfterTheWinnerWasListedForRebalanceDelay) {
   for (int i = 2; hrw_winner("f", {"m1", other}) != 1; ++i)
     other = "m" + std::to_string(i);
   auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
-  m.st.on_progress("f", sp.token, 7, m.now);
+  m.st.on_progress("f", sp.token, pos(7), m.now);
   m.now = t0 + 4s;
   auto s = m.see({"m1", other}, t0 + 4s);
   EXPECT_FALSE(has<stop_watcher>(s));
@@ -546,10 +553,10 @@ TEST(GroupState, MovesAFeedOnlyAfterTheWinnerWasListedForRebalanceDelay) {
   ASSERT_EQ(st.size(), 1u);
   EXPECT_EQ(st[0].reason, stop_reason::rebalance);
   auto rel = all_of<release_feeds>(
-    m.st.on_watcher_stopped("f", sp.token, 8, t0 + 9100ms));
+    m.st.on_watcher_stopped("f", sp.token, pos(8), t0 + 9100ms));
   ASSERT_EQ(rel.size(), 1u);
   ASSERT_EQ(rel[0].items.size(), 1u);
-  EXPECT_EQ(rel[0].items[0].cursor, std::optional<int64_t>{8});
+  EXPECT_EQ(rel[0].items[0].cursor, std::optional<group_position>{pos(8)});
   EXPECT_EQ(rel[0].items[0].token, sp.token);
   EXPECT_EQ(rel[0].items[0].hint_to, other);
   m.st.on_released(rel[0].request, {{"f", commit_outcome::ok}}, m.now);
@@ -567,7 +574,7 @@ TEST(GroupState, LeaveReleasesEverythingThenRevokes) {
   EXPECT_FALSE(has<revoke_lease>(a));
   group_actions rel;
   for (const auto& s : sps) {
-    auto x = m.st.on_watcher_stopped(s.feed, s.token, 4, t0 + 3200ms);
+    auto x = m.st.on_watcher_stopped(s.feed, s.token, pos(4), t0 + 3200ms);
     rel.insert(rel.end(), x.begin(), x.end());
   }
   auto rs = all_of<release_feeds>(rel);
@@ -591,7 +598,7 @@ TEST(GroupState, LeaveGivesUpAtTheFenceDeadline) {
   auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
   m.st.leave(t0 + 3100ms);
   auto r = all_of<release_feeds>(
-    m.st.on_watcher_stopped("f", sp.token, 1, t0 + 3200ms));
+    m.st.on_watcher_stopped("f", sp.token, pos(1), t0 + 3200ms));
   ASSERT_EQ(r.size(), 1u);
   m.st.on_release_failed(r[0].request, t0 + 3300ms);
   auto a = m.at(t0 + 4s); // deadline, no renewal answered
@@ -604,13 +611,13 @@ TEST(GroupState, AClaimWonWhileLeavingIsReleasedAtOnce) {
   auto a = m.activate();
   auto cl = all_of<claim_feeds>(a).at(0);
   m.st.leave(t0 + 3100ms);
-  auto b = m.st.on_claimed(cl.request, {{"f", claim_outcome::won, 7, 2}},
+  auto b = m.st.on_claimed(cl.request, {{"f", claim_outcome::won, 7, pos(2)}},
                            t0 + 3200ms);
   EXPECT_FALSE(has<spawn_watcher>(b));
   auto rel = all_of<release_feeds>(b);
   ASSERT_EQ(rel.size(), 1u);
   EXPECT_EQ(rel[0].items.at(0).token, 7u);
-  EXPECT_EQ(rel[0].items.at(0).cursor, std::optional<int64_t>{2});
+  EXPECT_EQ(rel[0].items.at(0).cursor, std::optional<group_position>{pos(2)});
   auto c = m.st.on_released(rel[0].request, {{"f", commit_outcome::ok}},
                             t0 + 3300ms);
   EXPECT_TRUE(has<revoke_lease>(c));
@@ -626,13 +633,13 @@ TEST(GroupState, AFailedReleaseIsRetriedAfterCheckpointInterval) {
   m.see({"m1", other}, t0 + 3500ms);
   ASSERT_TRUE(has<stop_watcher>(m.at(t0 + 8500ms)));
   auto rel = all_of<release_feeds>(
-    m.st.on_watcher_stopped("f", sp.token, 4, t0 + 8600ms));
+    m.st.on_watcher_stopped("f", sp.token, pos(4), t0 + 8600ms));
   ASSERT_EQ(rel.size(), 1u);
   m.st.on_release_failed(rel[0].request, t0 + 8700ms);
   EXPECT_FALSE(has<release_feeds>(m.at(t0 + 9699ms)));
   auto again = all_of<release_feeds>(m.at(t0 + 9700ms));
   ASSERT_EQ(again.size(), 1u);
-  EXPECT_EQ(again[0].items.at(0).cursor, std::optional<int64_t>{4});
+  EXPECT_EQ(again[0].items.at(0).cursor, std::optional<group_position>{pos(4)});
 }
 
 TEST(GroupState, AHandoffHintClaimsADesiredFeedAtOnce) {
