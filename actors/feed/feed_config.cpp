@@ -79,6 +79,10 @@ void feed_config::validate() const {
   if (client_id.size() > 256)
     throw config_error("client_id", "must be at most 256 bytes, got "
                                       + std::to_string(client_id.size()));
+  if (resume_ledger_epoch && !has_replay())
+    throw config_error("resume_ledger_epoch", "needs a replay_path");
+  if (resume_ledger_epoch && core::has_ctl(*resume_ledger_epoch))
+    throw config_error("resume_ledger_epoch", "contains a control character");
   if (resume_last_seq && *resume_last_seq < 0)
     throw config_error("resume_last_seq",
                        "must be >= 0, got " + std::to_string(*resume_last_seq));

@@ -74,6 +74,14 @@ struct feed_config {
   /// ledger feed by setting it to the committed checkpoint, the last
   /// acknowledged id (a progress report's `cursor`). [0]
   int64_t cursor = 0;
+  /// The ledger epoch `cursor` was acknowledged in (a progress report's
+  /// `ledger_epoch`), for a watcher that resumes another's checkpoint: a
+  /// hello or replay page of the hub in another epoch is then a rewind
+  /// (the ledger was replaced since; the cursor means nothing there) with
+  /// its reset, instead of a cursor followed into the new ledger. Needs a
+  /// replay_path. nullopt: the first epoch seen is taken as the cursor's.
+  /// [nullopt]
+  std::optional<std::string> resume_ledger_epoch;
   /// Replay page size (>= 1). [500]
   int limit = 500;
   /// Cap on one replay response body in bytes, for this watcher's replay
@@ -178,9 +186,9 @@ struct feed_config {
   /// below it are dropped as already delivered. The hub still decides: a
   /// hello in another epoch is an `epoch_changed` reset, a resync hello (it
   /// evicted last_seq, or does not know the client id) a `resync` reset.
-  /// Ignored by a feed the hub serves as ledger (which resumes from
-  /// `cursor`) and ephemeral (which resets on every connect). nullopt: no
-  /// checkpoint. [nullopt]
+  /// A feed the hub serves as ledger resumes from `cursor` instead, and an
+  /// ephemeral one resets on every connect: for them the field only rides
+  /// on the first subscribe. nullopt: no checkpoint. [nullopt]
   std::optional<int64_t> resume_last_seq;
   /// The hub epoch resume_last_seq was read in, echoed in the first
   /// subscribe (needs resume_last_seq); nullopt: the hub sent none.

@@ -177,6 +177,10 @@ struct feed_progress {
   /// position in the new ledger once its rewind reset is acknowledged.
   /// nullopt without a replay path.
   std::optional<int64_t> cursor;
+  /// The ledger epoch `cursor` belongs to (the hub's replay pages' or
+  /// hellos' `epoch`; feed_config::resume_ledger_epoch for the next
+  /// owner); nullopt: the hub sent none, or no replay path.
+  std::optional<std::string> ledger_epoch;
   /// In-frame: the last acknowledged seq (catchup's resume key; an
   /// acknowledged reset moves it where delivery continues); nullopt: none
   /// yet (or the hub's hello gave none).

@@ -164,6 +164,7 @@ struct queued_delivery {
 struct acked_position {
   feed_mode mode = feed_mode::none;
   std::optional<int64_t> cursor;
+  std::optional<std::string> ledger_epoch;
   std::optional<int64_t> last_seq;
   std::optional<std::string> epoch;
 };
@@ -366,6 +367,7 @@ void send_progress(self_ptr self, bool final) {
   p.owner_token = st.opts.owner_token;
   p.mode = st.acked.mode;
   p.cursor = st.acked.cursor;
+  p.ledger_epoch = st.acked.ledger_epoch;
   p.last_seq = st.acked.last_seq;
   p.epoch = st.acked.epoch;
   p.client_id = st.client_id;
@@ -417,9 +419,13 @@ void note_ledger_progress(self_ptr self) {
   if (!st.opts.progress_to || !st.drain || st.drain->rewinding())
     return;
   auto c = st.drain->cursor();
-  if (st.acked.cursor == c && st.acked.mode == feed_mode::ledger)
+  const auto& e = st.drain->epoch();
+  if (st.acked.cursor == c && st.acked.mode == feed_mode::ledger
+      && (!e || st.acked.ledger_epoch == e))
     return;
   st.acked.cursor = c;
+  if (e)
+    st.acked.ledger_epoch = e;
   st.acked.mode = feed_mode::ledger;
   st.progress_dirty = true;
 }
@@ -1488,6 +1494,8 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
       || std::any_of(st.cfg.prefixes.begin(), st.cfg.prefixes.end(),
                      [](const std::string& p) { return p.empty(); });
   st.neg.emplace(st.cfg.has_replay(), every_subject);
+  if (st.opts.fence_deadline)
+    st.fence.on_fence(*st.opts.fence_deadline, self->clock().now());
   if (st.opts.takeover)
     st.neg->expect_takeover();
   if (st.cfg.resume_last_seq)
@@ -1496,6 +1504,7 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
   if (st.cfg.has_replay()) {
     st.acked.mode = feed_mode::ledger;
     st.acked.cursor = st.cfg.cursor;
+    st.acked.ledger_epoch = st.cfg.resume_ledger_epoch;
   } else if (st.cfg.resume_last_seq) {
     st.acked.mode = feed_mode::catchup;
   }
@@ -1503,7 +1512,8 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
   st.acked.epoch = st.cfg.resume_epoch;
   if (st.cfg.has_replay())
     st.drain.emplace(st.cfg.cursor, st.cfg.limit,
-                     feed_seconds(st.cfg.poll_interval));
+                     feed_seconds(st.cfg.poll_interval),
+                     st.cfg.resume_ledger_epoch);
   st.backoff.emplace(feed_seconds(st.cfg.reconnect_base_backoff),
                      feed_seconds(st.cfg.reconnect_max_backoff));
   st.ka.emplace(feed_seconds(st.cfg.ws_ping_interval),

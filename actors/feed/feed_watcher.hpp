@@ -156,6 +156,12 @@ struct feed_watcher_options {
   /// and catchup feeds ignore it: they resume from their checkpoint
   /// (feed_config::cursor, feed_config::resume_last_seq). [false]
   bool takeover = false;
+  /// The fence deadline the watcher starts with (actor clock; see
+  /// `(fence_atom, deadline)`): a feed group passes its current one, so no
+  /// delivery can start before the first fence message and after the
+  /// lease may have lapsed. nullopt: no gate until a fence message.
+  /// [nullopt]
+  std::optional<feed_time> fence_deadline;
   /// Seed of the watcher's jitter and client-id generator; 0 seeds from
   /// std::random_device. [0]
   uint64_t seed = 0;

@@ -8,13 +8,13 @@ namespace outbound {
 inline namespace feed {
 
 ledger_drain::ledger_drain(int64_t cursor, int limit,
-                           feed_duration poll_interval)
-  : cursor_(cursor),
-    limit_(std::max(limit, 1)),
-    redrain_backoff_(core::jitter::none, redrain_floor,
-                     std::max<feed_duration>(std::chrono::seconds{3},
-                                             poll_interval)),
-    fetch_limit_(limit_) {
+                           feed_duration poll_interval,
+                           std::optional<std::string> epoch)
+  : cursor_(cursor), limit_(std::max(limit, 1)),
+    redrain_backoff_(
+      core::jitter::none, redrain_floor,
+      std::max<feed_duration>(std::chrono::seconds{3}, poll_interval)),
+    hello_epoch_(epoch), page_epoch_(std::move(epoch)), fetch_limit_(limit_) {
 }
 
 bool ledger_drain::absorbs_raises() const {

@@ -252,8 +252,12 @@ public:
   static constexpr int linear_probe_steps = 32;
 
   /// `cursor`: start after this id; `limit`: page size (>= 1);
-  /// `poll_interval`: caps the re-drain backoff at max(3 s, poll_interval).
-  ledger_drain(int64_t cursor, int limit, feed_duration poll_interval);
+  /// `poll_interval`: caps the re-drain backoff at max(3 s, poll_interval);
+  /// `epoch`: the ledger epoch `cursor` belongs to (a resumed checkpoint's),
+  /// so that a hello or page in another epoch is a rewind; nullopt: the
+  /// first epoch seen is the cursor's.
+  ledger_drain(int64_t cursor, int limit, feed_duration poll_interval,
+               std::optional<std::string> epoch = std::nullopt);
 
   /// Asks for a drain: starts one (fetch) or remembers one (queued). A
   /// `poll` while a start-over timer is armed is coalesced into it (none,

@@ -656,3 +656,89 @@ TEST_F(FeedGroupHooks, ARewoundLedgerIsReportedOnlyOnceItsResetIsAcked) {
   EXPECT_EQ(plog->cursors(),
             (std::vector<std::optional<int64_t>>{1, 2, 3, 4, 0, 1, 2}));
 }
+
+TEST_F(FeedGroupHooks, LedgerProgressCarriesTheEpochOfItsCursor) {
+  cfg.replay_path = "/v1/events";
+  cfg.limit = 10;
+  cfg.poll_interval = 30.0;
+  with_ws = false;
+  ledger->append_to(2);
+  ledger->epoch = "e1";
+  auto plog = std::make_shared<progress_log>();
+  auto sink = spawn_progress_sink(sys(), plog);
+  opts.progress_to = caf::actor_cast<feed_progress_actor>(sink);
+  opts.progress_interval = 0;
+  start();
+  ASSERT_EQ(plog->got.size(), 2u);
+  EXPECT_EQ(plog->got[1].p.cursor, 2);
+  EXPECT_EQ(plog->got[1].p.ledger_epoch, std::optional<std::string>{"e1"});
+  // A new incarnation: the position after the rewind is the new epoch's.
+  ledger->ids = {1};
+  ledger->epoch = "e2";
+  advance_by(30s);
+  ASSERT_FALSE(plog->got.empty());
+  EXPECT_EQ(plog->got.back().p.cursor, 1);
+  EXPECT_EQ(plog->got.back().p.ledger_epoch, std::optional<std::string>{"e2"});
+}
+
+TEST_F(FeedGroupHooks, ALedgerResumedInAnotherEpochRewindsInsteadOfSkipping) {
+  // The checkpoint says cursor 3 in epoch e1; the hub's ledger was
+  // replaced since (epoch e2) and has grown past 3. Following the cursor
+  // would skip ids 1..3 of the new ledger silently: the watcher rewinds
+  // with its reset and delivers the new ledger from its start.
+  cfg.replay_path = "/v1/events";
+  cfg.limit = 10;
+  cfg.cursor = 3;
+  cfg.resume_ledger_epoch = "e1";
+  with_ws = false;
+  ledger->append_to(5);
+  ledger->epoch = "e2";
+  start();
+  ASSERT_EQ(subs->resets().size(), 1u);
+  EXPECT_EQ(subs->resets()[0]->cause, reset_cause::rewind);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3, 4, 5}));
+}
+
+TEST_F(FeedGroupHooks, ALedgerResumedInTheSameEpochJustContinues) {
+  cfg.replay_path = "/v1/events";
+  cfg.limit = 10;
+  cfg.cursor = 3;
+  cfg.resume_ledger_epoch = "e1";
+  with_ws = false;
+  ledger->append_to(5);
+  ledger->epoch = "e1";
+  start();
+  EXPECT_TRUE(subs->resets().empty());
+  EXPECT_EQ(subs->ids(), (ids{4, 5}));
+}
+
+TEST_F(FeedGroupHooks, AResumeLedgerEpochNeedsAReplayPath) {
+  feed_config c;
+  c.ws_path = "/ws/feed";
+  c.resume_ledger_epoch = "e1";
+  try {
+    c.validate();
+    FAIL() << "accepted";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "resume_ledger_epoch");
+  }
+  c.replay_path = "/v1/events";
+  EXPECT_NO_THROW(c.validate());
+}
+
+TEST_F(FeedGroupHooks, AnInitialFenceDeadlineGatesFromTheFirstDelivery) {
+  // A feed group spawns its watcher with the fence deadline in force: a
+  // deadline already past holds the very first delivery, before any fence
+  // message arrives.
+  cfg.client_id = "cid";
+  opts.fence_deadline = now() - 1s;
+  start();
+  open_catchup(*ws);
+  ws->last().message(event_frame(1));
+  run();
+  EXPECT_TRUE(subs->seqs().empty());
+  EXPECT_TRUE(stats().fence_holding);
+  caf::anon_send(w, fence_atom_v, now() + 5s);
+  run();
+  EXPECT_EQ(subs->seqs(), (ids{1}));
+}
