@@ -56,7 +56,13 @@ struct group_config {
   coordinator_config coordinator;
 
   /// Throws config_error naming the first bad field ("group.name",
-  /// "group.lease_ttl", "group.coordinator.endpoint", ...).
+  /// "group.lease_ttl", "group.coordinator.endpoint", ...), checked in
+  /// this order: name, member_name, timing (group_config_error),
+  /// coordinator.kind, coordinator.prefix (starts and ends with '/', no
+  /// control characters); for etcd only, coordinator.endpoint (an http or
+  /// https URL without user info, path, query or fragment) and
+  /// coordinator.client validated with base_url = endpoint (its fields
+  /// named "group.coordinator.client.<field>").
   void validate() const;
 };
 
@@ -70,7 +76,9 @@ struct group_config {
 ///    "max_starts_per_second": 1000, "max_feeds": 20000,
 ///    "coordinator": {"kind": "etcd", "endpoint": "http://127.0.0.1:2379",
 ///                    "prefix": "/outbound/groups/"}}
-/// Unknown fields and wrong types are errors naming the field. Validated.
+/// Unknown fields, duplicate keys and wrong types are errors naming the
+/// field ("group.coordinator.kind"); counts must be non-negative integers.
+/// coordinator.client has no JSON form (set it in code). Validated.
 /// Throws config_error.
 group_config parse_group_config(std::string_view json_text);
 
@@ -79,8 +87,11 @@ group_config parse_group_config(std::string_view json_text);
 /// _RECONCILE_INTERVAL, _CHECKPOINT_INTERVAL, _BATCH, _INITIAL_SETTLE,
 /// _MIN_MEMBERS, _REBALANCE_DELAY, _MAX_STARTS_PER_SECOND, _MAX_FEEDS,
 /// _COORDINATOR (etcd|memory), _ENDPOINT, _PREFIX; a variable that is set
-/// replaces the field of `base`. A malformed number names its variable.
-/// Throws config_error.
+/// (even to "") replaces the field of `base`, one that is unset leaves it.
+/// Durations are decimal seconds ("1.5"), counts decimal integers; a
+/// malformed number or coordinator kind is a config_error naming the
+/// variable (OUTBOUND_GROUP_LEASE_TTL), a well-formed value that fails
+/// validate() names the field (group.lease_ttl). Throws config_error.
 group_config group_config_from_env(group_config base = {});
 
 } // namespace config

@@ -1,12 +1,13 @@
-// deploy/ and `outbound demo` (deploy/README.md): rules pass `promtool test
-// rules`, the scrape config and rules pass `promtool check`, the example
-// config loads, the Grafana dashboard parses and names only metrics that a
-// live demo exports (or that the recording rules make), the demo CLI runs
-// and ends by itself with its first line and report table, a bad --config
-// names the field, and a real Prometheus (Debian's `prometheus`) scrapes a
-// running demo with the shipped scrape config and evaluates the recording
-// rules. promtool and prometheus are required: CI installs them
-// (scripts/install-deps.sh), so a missing binary fails these tests.
+// deploy/ and `outbound demo` (deploy/README.md): rules (outbound and feed
+// groups) pass `promtool test rules`, the scrape config and rules pass
+// `promtool check`, the example config loads, the Grafana dashboard parses
+// and names only metrics that a live demo exports (or that the recording
+// rules make), the demo CLI runs and ends by itself with its first line
+// and report table, a bad --config names the field, and a real Prometheus
+// (Debian's `prometheus`) scrapes a running demo with the shipped scrape
+// config and evaluates the recording rules. promtool and prometheus are
+// required: CI installs them (scripts/install-deps.sh), so a missing binary
+// fails these tests.
 
 #include "tests/support/test_certs.hpp"
 
@@ -249,6 +250,24 @@ TEST(DeployRules, PromtoolRuleTestsPass) {
   EXPECT_NE(output.find("SUCCESS"), std::string::npos) << output;
 }
 
+// The feed-group rules (their own file: the demo runs no feed group).
+TEST(DeployRules, PromtoolGroupRuleTestsPass) {
+  auto promtool = find_program("promtool");
+  ASSERT_FALSE(promtool.empty())
+    << "promtool is missing: apt-get install prometheus";
+  auto [code, output]
+    = run({promtool, "test", "rules",
+           source_dir + "/deploy/rules/outbound_group.rules.test.yml"});
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("SUCCESS"), std::string::npos) << output;
+  auto [code2, output2]
+    = run({promtool, "check", "rules",
+           source_dir + "/deploy/rules/outbound_group.rules.yml"});
+  EXPECT_EQ(code2, 0) << output2;
+  EXPECT_NE(output2.find("SUCCESS: 7 rules found"), std::string::npos)
+    << output2;
+}
+
 TEST(DeployRules, PromtoolChecksConfigAndRules) {
   auto promtool = find_program("promtool");
   ASSERT_FALSE(promtool.empty())
@@ -463,6 +482,8 @@ TEST(RealPrometheus, ScrapesTheDemoWithTheShippedConfigAndEvaluatesTheRules) {
   replace_once(cfg, "evaluation_interval: 15s", "evaluation_interval: 1s");
   replace_once(cfg, "- rules/outbound.rules.yml",
                "- " + source_dir + "/deploy/rules/outbound.rules.yml");
+  replace_once(cfg, "- rules/outbound_group.rules.yml",
+               "- " + source_dir + "/deploy/rules/outbound_group.rules.yml");
   replace_once(cfg, "targets: [\"127.0.0.1:9464\"]",
                "targets: [\"127.0.0.1:" + std::to_string(demo_port) + "\"]");
   spit(dir.file("prometheus.yml"), cfg);

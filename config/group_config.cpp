@@ -1,0 +1,297 @@
+#include "config/group_config.hpp"
+
+#include "config/config_error.hpp"
+#include "protocol/json_parse.hpp"
+
+#include <boost/json/value.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <map>
+
+namespace outbound {
+inline namespace config {
+
+namespace {
+
+// -- names --------------------------------------------------------------------
+
+bool is_lower_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.'
+         || c == '_' || c == '-';
+}
+
+bool is_member_name_char(char c) {
+  return is_lower_name_char(c) || (c >= 'A' && c <= 'Z') || c == ':';
+}
+
+/// `s` has 1..max characters, each accepted by `ok`.
+template <class Pred>
+bool all_of_len(const std::string& s, std::size_t max, Pred ok) {
+  if (s.empty() || s.size() > max)
+    return false;
+  for (char c : s)
+    if (!ok(c))
+      return false;
+  return true;
+}
+
+// -- JSON reading (the shapes of config/demo_config.cpp) ----------------------
+
+double as_double(const boost::json::value& v, const std::string& field) {
+  if (v.is_double())
+    return v.get_double();
+  if (v.is_int64())
+    return static_cast<double>(v.get_int64());
+  if (v.is_uint64())
+    return static_cast<double>(v.get_uint64());
+  throw config_error(field, "must be a number");
+}
+
+/// An integer in [0, hi] (a double with an integral value is accepted); the
+/// range of the field itself is validate()'s.
+uint64_t as_count(const boost::json::value& v, uint64_t hi,
+                  const std::string& field) {
+  auto bad = [&] {
+    return config_error(field, "must be an integer between 0 and "
+                                 + std::to_string(hi));
+  };
+  if (v.is_int64()) {
+    auto i = v.get_int64();
+    if (i < 0 || static_cast<uint64_t>(i) > hi)
+      throw bad();
+    return static_cast<uint64_t>(i);
+  }
+  if (v.is_uint64()) {
+    if (v.get_uint64() > hi)
+      throw bad();
+    return v.get_uint64();
+  }
+  auto d = as_double(v, field);
+  if (!(std::isfinite(d) && d == std::floor(d) && d >= 0
+        && d <= static_cast<double>(hi)))
+    throw bad();
+  return static_cast<uint64_t>(d);
+}
+
+std::string as_string(const boost::json::value& v, const std::string& field) {
+  if (!v.is_string())
+    throw config_error(field, "must be a string");
+  return std::string{v.get_string()};
+}
+
+using reader
+  = std::function<void(const boost::json::value&, const std::string& field)>;
+
+void read_object(const boost::json::value& v, const std::string& prefix,
+                 const std::map<std::string, reader>& readers) {
+  if (!v.is_object())
+    throw config_error(prefix, "must be a JSON object");
+  for (const auto& kv : v.get_object()) {
+    std::string key{kv.key()};
+    auto field = prefix + "." + key;
+    auto it = readers.find(key);
+    if (it == readers.end())
+      throw config_error(field, "unknown field");
+    it->second(kv.value(), field);
+  }
+}
+
+reader dbl(double& x) {
+  return [&x](const boost::json::value& v, const std::string& f) {
+    x = as_double(v, f);
+  };
+}
+
+reader count(std::size_t& x) {
+  return [&x](const boost::json::value& v, const std::string& f) {
+    x = static_cast<std::size_t>(
+      as_count(v, std::numeric_limits<std::size_t>::max(), f));
+  };
+}
+
+reader str(std::string& x) {
+  return [&x](const boost::json::value& v, const std::string& f) {
+    x = as_string(v, f);
+  };
+}
+
+coordinator_kind kind_of(const std::string& s, const std::string& field) {
+  if (s == "etcd")
+    return coordinator_kind::etcd;
+  if (s == "memory")
+    return coordinator_kind::memory;
+  throw config_error(field, "must be \"etcd\" or \"memory\"");
+}
+
+// -- environment --------------------------------------------------------------
+
+const char* env(const char* name) {
+  return std::getenv(name);
+}
+
+double env_seconds(const char* name, const char* text) {
+  std::string_view s{text};
+  double x = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+  if (s.empty() || ec != std::errc{} || end != s.data() + s.size()
+      || !std::isfinite(x))
+    throw config_error(name, "must be a number of seconds, got \""
+                               + std::string{s} + "\"");
+  return x;
+}
+
+std::size_t env_count(const char* name, const char* text) {
+  std::string_view s{text};
+  std::size_t x = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+  if (s.empty() || ec != std::errc{} || end != s.data() + s.size())
+    throw config_error(name, "must be a non-negative integer, got \""
+                               + std::string{s} + "\"");
+  return x;
+}
+
+} // namespace
+
+void group_config::validate() const {
+  if (name.empty())
+    throw config_error("group.name", "is required");
+  if (!all_of_len(name, 64, is_lower_name_char))
+    throw config_error("group.name",
+                       "must be 1 to 64 characters of [a-z0-9._-]");
+  if (member_name.empty())
+    throw config_error("group.member_name", "is required");
+  if (!all_of_len(member_name, 128, is_member_name_char))
+    throw config_error("group.member_name",
+                       "must be 1 to 128 characters of [A-Za-z0-9._:-]");
+  // The decision core names its fields group.* already.
+  if (auto e = group_config_error(timing))
+    throw *e;
+  const auto& c = coordinator;
+  if (c.kind != coordinator_kind::etcd && c.kind != coordinator_kind::memory)
+    throw config_error("group.coordinator.kind", "must be etcd or memory");
+  if (c.prefix.empty() || c.prefix.front() != '/' || c.prefix.back() != '/')
+    throw config_error("group.coordinator.prefix",
+                       "must start and end with '/'");
+  for (char ch : c.prefix)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f)
+      throw config_error("group.coordinator.prefix",
+                         "must not contain control characters");
+  if (c.kind != coordinator_kind::etcd)
+    return;
+  // etcd's JSON gateway lives at /v3/* of the endpoint: a path would be
+  // silently dropped or doubled, so refuse it.
+  if (c.endpoint.empty())
+    throw config_error("group.coordinator.endpoint", "must not be empty");
+  auto url = url_parts::parse(c.endpoint, "group.coordinator.endpoint");
+  if (!url.path.empty())
+    throw config_error("group.coordinator.endpoint",
+                       "must have no path (the gateway is at /v3/*)");
+  // The store's client talks to the endpoint: check its other settings
+  // against it, naming them where they are in this config.
+  auto client = c.client;
+  client.base_url = c.endpoint;
+  try {
+    client.validate();
+  } catch (const config_error& e) {
+    std::string why = e.what();
+    auto colon = why.find(": ");
+    if (colon != std::string::npos)
+      why = why.substr(colon + 2);
+    throw config_error(e.field() == "base_url"
+                         ? std::string{"group.coordinator.endpoint"}
+                         : "group.coordinator.client." + e.field(),
+                       why);
+  }
+}
+
+group_config parse_group_config(std::string_view json_text) {
+  json_limits limits;
+  limits.reject_duplicate_keys = true;
+  auto parsed = parse_json(json_text, limits);
+  if (parsed.error == json_parse_error::duplicate_key)
+    throw config_error("group." + parsed.field, "key appears more than once");
+  if ((parsed.error == json_parse_error::number_out_of_range
+       || parsed.error == json_parse_error::inexact_integer)
+      && !parsed.field.empty()) {
+    auto why = parsed.detail.substr(0, parsed.detail.rfind(" at "));
+    throw config_error("group." + parsed.field, why);
+  }
+  if (!parsed)
+    throw config_error("group", "not valid JSON: " + parsed.detail);
+  group_config c;
+  auto& t = c.timing;
+  auto& k = c.coordinator;
+  read_object(
+    parsed.value, "group",
+    {{"name", str(c.name)},
+     {"member_name", str(c.member_name)},
+     {"lease_ttl", dbl(t.lease_ttl)},
+     {"renew_interval", dbl(t.renew_interval)},
+     {"fence_margin", dbl(t.fence_margin)},
+     {"poll_interval", dbl(t.poll_interval)},
+     {"reconcile_interval", dbl(t.reconcile_interval)},
+     {"checkpoint_interval", dbl(t.checkpoint_interval)},
+     {"batch", count(t.batch)},
+     {"initial_settle", dbl(t.initial_settle)},
+     {"min_members", count(t.min_members)},
+     {"rebalance_delay", dbl(t.rebalance_delay)},
+     {"max_starts_per_second", count(t.max_starts_per_second)},
+     {"max_feeds", count(t.max_feeds)},
+     {"coordinator", [&k](const boost::json::value& x, const std::string& f) {
+        read_object(x, f,
+                    {{"kind",
+                      [&k](const boost::json::value& y, const std::string& g) {
+                        k.kind = kind_of(as_string(y, g), g);
+                      }},
+                     {"endpoint", str(k.endpoint)},
+                     {"prefix", str(k.prefix)}});
+      }}});
+  c.validate();
+  return c;
+}
+
+group_config group_config_from_env(group_config base) {
+  auto& t = base.timing;
+  auto& k = base.coordinator;
+  if (auto v = env("OUTBOUND_GROUP_NAME"))
+    base.name = v;
+  if (auto v = env("OUTBOUND_GROUP_MEMBER_NAME"))
+    base.member_name = v;
+  const std::pair<const char*, double*> seconds[] = {
+    {"OUTBOUND_GROUP_LEASE_TTL", &t.lease_ttl},
+    {"OUTBOUND_GROUP_RENEW_INTERVAL", &t.renew_interval},
+    {"OUTBOUND_GROUP_FENCE_MARGIN", &t.fence_margin},
+    {"OUTBOUND_GROUP_POLL_INTERVAL", &t.poll_interval},
+    {"OUTBOUND_GROUP_RECONCILE_INTERVAL", &t.reconcile_interval},
+    {"OUTBOUND_GROUP_CHECKPOINT_INTERVAL", &t.checkpoint_interval},
+    {"OUTBOUND_GROUP_INITIAL_SETTLE", &t.initial_settle},
+    {"OUTBOUND_GROUP_REBALANCE_DELAY", &t.rebalance_delay},
+  };
+  for (const auto& [name, field] : seconds)
+    if (auto v = env(name))
+      *field = env_seconds(name, v);
+  const std::pair<const char*, std::size_t*> counts[] = {
+    {"OUTBOUND_GROUP_BATCH", &t.batch},
+    {"OUTBOUND_GROUP_MIN_MEMBERS", &t.min_members},
+    {"OUTBOUND_GROUP_MAX_STARTS_PER_SECOND", &t.max_starts_per_second},
+    {"OUTBOUND_GROUP_MAX_FEEDS", &t.max_feeds},
+  };
+  for (const auto& [name, field] : counts)
+    if (auto v = env(name))
+      *field = env_count(name, v);
+  if (auto v = env("OUTBOUND_GROUP_COORDINATOR"))
+    k.kind = kind_of(v, "OUTBOUND_GROUP_COORDINATOR");
+  if (auto v = env("OUTBOUND_GROUP_ENDPOINT"))
+    k.endpoint = v;
+  if (auto v = env("OUTBOUND_GROUP_PREFIX"))
+    k.prefix = v;
+  base.validate();
+  return base;
+}
+
+} // namespace config
+} // namespace outbound
