@@ -633,3 +633,40 @@ TEST_F(FeedGroup, RealLedgerWatchersDeliverCommitAndHandOver) {
   EXPECT_EQ(subs->ids(), (std::vector<int64_t>{9, 10}));
   EXPECT_GT(subs->got.at(0).ev.owner_token, token);
 }
+
+TEST_F(FeedGroup, AWatcherThatDoesNotAnswerItsStopIsKilledAndTheLeaveEnds) {
+  auto g = spawn("m1", 1);
+  advance_by(2s);
+  auto w = watchers->running("feed-0")[0];
+  report(w, 6);
+  w->hang = true;
+  w->cursor = 9; // never reported: the member does not know it
+  auto s = ask(g, leave_atom_v, 10s);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->phase, group_phase::left);
+  EXPECT_EQ(data->cursors.at("feed-0").offset, 6) << "the last one known";
+  EXPECT_TRUE(data->owners.empty());
+}
+
+TEST_F(FeedGroup, ARestartWithinTheTtlWaitsForTheOldLeaseThenTakesItsFeeds) {
+  auto a = spawn("m1", 2);
+  advance_by(2s);
+  report(watchers->running("feed-0")[0], 30);
+  advance_by(1s);
+  ASSERT_TRUE(ask(a, stop_atom_v)); // a crash: nothing released
+  auto stopped_at = now();
+  auto o = fake_opts();
+  o.incarnation = "inc2";
+  auto b = spawn("m1", ledger_feeds(2), o);
+  advance_by(3s);
+  EXPECT_EQ(status(b).phase, group_phase::joining) << "the name is held";
+  EXPECT_TRUE(watchers->running("feed-0").empty());
+  advance_by(5s); // the old lease expired 5 s after its last renewal
+  auto s = status(b);
+  EXPECT_EQ(s.phase, group_phase::active);
+  EXPECT_EQ(s.incarnation, "inc2.0");
+  auto next = watchers->running("feed-0");
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0]->cfg.cursor, 30);
+  EXPECT_LT(now() - stopped_at, 9s);
+}
