@@ -135,192 +135,237 @@ bool write_cursor(memory_store_data& d, const std::string& feed,
   return true;
 }
 
+/// Runs a handler's body; an exception becomes an error answer and the
+/// store stays alive (actors/handler_guard.hpp's rule).
+template <class R, class F>
+R safe(F&& f) {
+  try {
+    return f();
+  } catch (...) {
+    auto e = error_of_exception(std::current_exception(), "memory store");
+    return caf::make_error(caf::sec::runtime_error, std::move(e.detail));
+  }
+}
+
+caf::result<uint64_t, double> on_join(self_ptr self, member_record& rec,
+                                      double ttl) {
+  auto fault = begin(self, store_op::join);
+  if (fault == store_fault::fail)
+    return unreachable_or_failed(self);
+  auto& d = *self->state.data;
+  if (!(ttl > 0) || !std::isfinite(ttl))
+    return failed("memory store: bad ttl");
+  ttl = std::max(ttl, self->state.opts.min_ttl);
+  if (d.members.count(rec.name) != 0) {
+    // The name is bound to a live lease (expired ones are gone): the
+    // lease etcd would have granted first is revoked again.
+    ++d.last_lease;
+    return failed("memory store: member name held by another lease");
+  }
+  auto id = ++d.last_lease;
+  d.leases[id]
+    = memory_store_data::lease{ttl, self->clock().now() + from_seconds(ttl)};
+  auto name = rec.name;
+  d.members[name]
+    = memory_store_data::member_key{std::move(rec), id, ++d.revision};
+  arm(self);
+  if (fault == store_fault::lose)
+    return lost();
+  return caf::result<uint64_t, double>{id, ttl};
+}
+
+caf::result<double> on_renew(self_ptr self, uint64_t lease) {
+  auto fault = begin(self, store_op::renew);
+  if (fault == store_fault::fail)
+    return unreachable_or_failed(self);
+  auto& d = *self->state.data;
+  double ttl = 0;
+  auto i = d.leases.find(lease);
+  if (i != d.leases.end()) {
+    i->second.expires = self->clock().now() + from_seconds(i->second.ttl);
+    ttl = i->second.ttl;
+  }
+  arm(self);
+  if (fault == store_fault::lose)
+    return lost();
+  return ttl;
+}
+
+caf::result<ack_atom> on_revoke(self_ptr self, uint64_t lease) {
+  auto fault = begin(self, store_op::revoke);
+  if (fault == store_fault::fail)
+    return unreachable_or_failed(self);
+  drop_lease(*self->state.data, lease);
+  arm(self);
+  if (fault == store_fault::lose)
+    return lost();
+  return ack_atom_v;
+}
+
+caf::result<std::vector<member_record>> on_members(self_ptr self) {
+  auto fault = begin(self, store_op::members);
+  if (fault == store_fault::fail)
+    return unreachable_or_failed(self);
+  std::vector<member_record> out;
+  for (const auto& kv : self->state.data->members)
+    out.push_back(kv.second.record);
+  arm(self);
+  if (fault == store_fault::lose)
+    return lost();
+  return out;
+}
+
+caf::result<std::vector<claim_reply>>
+on_claim(self_ptr self, uint64_t lease, std::vector<std::string>& feeds) {
+  auto fault = begin(self, store_op::claim);
+  if (fault == store_fault::fail)
+    return unreachable_or_failed(self);
+  auto& d = *self->state.data;
+  if (feeds.size() > max_ops)
+    return failed("memory store: too many operations in one request");
+  if (!alive(d, lease))
+    // etcd fails the whole transaction: "requested lease not found".
+    return failed("memory store: lease not found");
+  std::string member, incarnation;
+  for (const auto& kv : d.members)
+    if (kv.second.lease == lease) {
+      member = kv.second.record.name;
+      incarnation = kv.second.record.incarnation;
+    }
+  std::vector<claim_reply> out;
+  bool wrote = false;
+  auto rev = d.revision + 1; // the transaction's revision
+  for (auto& f : feeds) {
+    claim_reply r;
+    r.feed = f;
+    auto o = d.owners.find(f);
+    if (o == d.owners.end()) {
+      d.owners[f]
+        = memory_store_data::owner_key{member, incarnation, lease, rev};
+      wrote = true;
+      r.outcome = claim_outcome::won;
+      r.token = rev;
+    } else if (o->second.lease == lease) {
+      r.outcome = claim_outcome::won; // a retry after a lost answer
+      r.token = o->second.create_revision;
+    } else {
+      r.outcome = claim_outcome::held;
+    }
+    if (r.outcome == claim_outcome::won) {
+      auto c = d.cursors.find(f);
+      if (c != d.cursors.end())
+        r.cursor = c->second;
+    }
+    out.push_back(std::move(r));
+  }
+  if (wrote)
+    d.revision = rev;
+  arm(self);
+  if (fault == store_fault::lose)
+    return lost();
+  return out;
+}
+
+caf::result<std::vector<commit_reply>>
+on_commit(self_ptr self, std::vector<commit_item>& items) {
+  auto fault = begin(self, store_op::commit);
+  if (fault == store_fault::fail)
+    return unreachable_or_failed(self);
+  auto& d = *self->state.data;
+  if (items.size() > max_ops)
+    return failed("memory store: too many operations in one request");
+  std::vector<commit_reply> out;
+  bool wrote = false;
+  for (const auto& it : items) {
+    commit_reply r;
+    r.feed = it.feed;
+    auto o = d.owners.find(it.feed);
+    if (o == d.owners.end() || o->second.create_revision != it.token) {
+      r.outcome = commit_outcome::fenced;
+    } else {
+      wrote = write_cursor(d, it.feed, it.cursor) || wrote;
+      r.outcome = commit_outcome::ok;
+    }
+    out.push_back(std::move(r));
+  }
+  if (wrote)
+    ++d.revision;
+  arm(self);
+  if (fault == store_fault::lose)
+    return lost();
+  return out;
+}
+
+caf::result<std::vector<commit_reply>>
+on_release(self_ptr self, std::vector<release_item>& items) {
+  auto fault = begin(self, store_op::release);
+  if (fault == store_fault::fail)
+    return unreachable_or_failed(self);
+  auto& d = *self->state.data;
+  if (items.size() > max_ops)
+    return failed("memory store: too many operations in one request");
+  std::vector<commit_reply> out;
+  bool wrote = false;
+  for (const auto& it : items) {
+    commit_reply r;
+    r.feed = it.feed;
+    auto o = d.owners.find(it.feed);
+    if (o == d.owners.end() || o->second.create_revision != it.token) {
+      r.outcome = commit_outcome::fenced;
+    } else {
+      if (it.cursor)
+        write_cursor(d, it.feed, *it.cursor);
+      d.owners.erase(o);
+      wrote = true;
+      r.outcome = commit_outcome::ok;
+    }
+    out.push_back(std::move(r));
+  }
+  if (wrote)
+    ++d.revision;
+  arm(self);
+  if (fault == store_fault::lose)
+    return lost();
+  return out;
+}
+
 store_impl_actor::behavior_type store_impl(self_ptr self,
                                            memory_store_options opts) {
   auto& st = self->state;
   st.data = opts.data ? opts.data : std::make_shared<memory_store_data>();
   st.faults = opts.faults;
   st.opts = std::move(opts);
-  auto finish = [self] {
-    arm(self);
-  };
   return {
-    [self, finish](grp_join_atom, member_record& rec,
-                   double ttl) -> caf::result<uint64_t, double> {
-      auto fault = begin(self, store_op::join);
-      if (fault == store_fault::fail)
-        return unreachable_or_failed(self);
-      auto& d = *self->state.data;
-      if (!(ttl > 0) || !std::isfinite(ttl))
-        return failed("memory store: bad ttl");
-      ttl = std::max(ttl, self->state.opts.min_ttl);
-      if (d.members.count(rec.name) != 0) {
-        // The name is bound to a live lease (expired ones are gone): the
-        // lease etcd would have granted first is revoked again.
-        ++d.last_lease;
-        return failed("memory store: member name held by another lease");
-      }
-      auto id = ++d.last_lease;
-      d.leases[id] = memory_store_data::lease{ttl, self->clock().now()
-                                                     + from_seconds(ttl)};
-      auto name = rec.name;
-      d.members[name]
-        = memory_store_data::member_key{std::move(rec), id, ++d.revision};
-      finish();
-      if (fault == store_fault::lose)
-        return lost();
-      return caf::result<uint64_t, double>{id, ttl};
+    [self](grp_join_atom, member_record& rec,
+           double ttl) -> caf::result<uint64_t, double> {
+      return safe<caf::result<uint64_t, double>>(
+        [&] { return on_join(self, rec, ttl); });
     },
-    [self, finish](grp_renew_atom, uint64_t lease) -> caf::result<double> {
-      auto fault = begin(self, store_op::renew);
-      if (fault == store_fault::fail)
-        return unreachable_or_failed(self);
-      auto& d = *self->state.data;
-      double ttl = 0;
-      auto i = d.leases.find(lease);
-      if (i != d.leases.end()) {
-        i->second.expires = self->clock().now() + from_seconds(i->second.ttl);
-        ttl = i->second.ttl;
-      }
-      finish();
-      if (fault == store_fault::lose)
-        return lost();
-      return ttl;
+    [self](grp_renew_atom, uint64_t lease) -> caf::result<double> {
+      return safe<caf::result<double>>([&] { return on_renew(self, lease); });
     },
-    [self, finish](grp_revoke_atom, uint64_t lease) -> caf::result<ack_atom> {
-      auto fault = begin(self, store_op::revoke);
-      if (fault == store_fault::fail)
-        return unreachable_or_failed(self);
-      drop_lease(*self->state.data, lease);
-      finish();
-      if (fault == store_fault::lose)
-        return lost();
-      return ack_atom_v;
+    [self](grp_revoke_atom, uint64_t lease) -> caf::result<ack_atom> {
+      return safe<caf::result<ack_atom>>(
+        [&] { return on_revoke(self, lease); });
     },
-    [self,
-     finish](grp_members_atom) -> caf::result<std::vector<member_record>> {
-      auto fault = begin(self, store_op::members);
-      if (fault == store_fault::fail)
-        return unreachable_or_failed(self);
-      std::vector<member_record> out;
-      for (const auto& kv : self->state.data->members)
-        out.push_back(kv.second.record);
-      finish();
-      if (fault == store_fault::lose)
-        return lost();
-      return out;
+    [self](grp_members_atom) -> caf::result<std::vector<member_record>> {
+      return safe<caf::result<std::vector<member_record>>>(
+        [&] { return on_members(self); });
     },
-    [self, finish](grp_claim_atom, uint64_t lease,
-                   std::vector<std::string>& feeds)
+    [self](grp_claim_atom, uint64_t lease, std::vector<std::string>& feeds)
       -> caf::result<std::vector<claim_reply>> {
-      auto fault = begin(self, store_op::claim);
-      if (fault == store_fault::fail)
-        return unreachable_or_failed(self);
-      auto& d = *self->state.data;
-      if (feeds.size() > max_ops)
-        return failed("memory store: too many operations in one request");
-      if (!alive(d, lease))
-        // etcd fails the whole transaction: "requested lease not found".
-        return failed("memory store: lease not found");
-      std::string member, incarnation;
-      for (const auto& kv : d.members)
-        if (kv.second.lease == lease) {
-          member = kv.second.record.name;
-          incarnation = kv.second.record.incarnation;
-        }
-      std::vector<claim_reply> out;
-      bool wrote = false;
-      auto rev = d.revision + 1; // the transaction's revision
-      for (auto& f : feeds) {
-        claim_reply r;
-        r.feed = f;
-        auto o = d.owners.find(f);
-        if (o == d.owners.end()) {
-          d.owners[f]
-            = memory_store_data::owner_key{member, incarnation, lease, rev};
-          wrote = true;
-          r.outcome = claim_outcome::won;
-          r.token = rev;
-        } else if (o->second.lease == lease) {
-          r.outcome = claim_outcome::won; // a retry after a lost answer
-          r.token = o->second.create_revision;
-        } else {
-          r.outcome = claim_outcome::held;
-        }
-        if (r.outcome == claim_outcome::won) {
-          auto c = d.cursors.find(f);
-          if (c != d.cursors.end())
-            r.cursor = c->second;
-        }
-        out.push_back(std::move(r));
-      }
-      if (wrote)
-        d.revision = rev;
-      finish();
-      if (fault == store_fault::lose)
-        return lost();
-      return out;
+      return safe<caf::result<std::vector<claim_reply>>>(
+        [&] { return on_claim(self, lease, feeds); });
     },
-    [self, finish](grp_commit_atom, std::vector<commit_item>& items)
+    [self](grp_commit_atom, std::vector<commit_item>& items)
       -> caf::result<std::vector<commit_reply>> {
-      auto fault = begin(self, store_op::commit);
-      if (fault == store_fault::fail)
-        return unreachable_or_failed(self);
-      auto& d = *self->state.data;
-      if (items.size() > max_ops)
-        return failed("memory store: too many operations in one request");
-      std::vector<commit_reply> out;
-      bool wrote = false;
-      for (const auto& it : items) {
-        commit_reply r;
-        r.feed = it.feed;
-        auto o = d.owners.find(it.feed);
-        if (o == d.owners.end() || o->second.create_revision != it.token) {
-          r.outcome = commit_outcome::fenced;
-        } else {
-          wrote = write_cursor(d, it.feed, it.cursor) || wrote;
-          r.outcome = commit_outcome::ok;
-        }
-        out.push_back(std::move(r));
-      }
-      if (wrote)
-        ++d.revision;
-      finish();
-      if (fault == store_fault::lose)
-        return lost();
-      return out;
+      return safe<caf::result<std::vector<commit_reply>>>(
+        [&] { return on_commit(self, items); });
     },
-    [self, finish](grp_release_atom, std::vector<release_item>& items)
+    [self](grp_release_atom, std::vector<release_item>& items)
       -> caf::result<std::vector<commit_reply>> {
-      auto fault = begin(self, store_op::release);
-      if (fault == store_fault::fail)
-        return unreachable_or_failed(self);
-      auto& d = *self->state.data;
-      if (items.size() > max_ops)
-        return failed("memory store: too many operations in one request");
-      std::vector<commit_reply> out;
-      bool wrote = false;
-      for (const auto& it : items) {
-        commit_reply r;
-        r.feed = it.feed;
-        auto o = d.owners.find(it.feed);
-        if (o == d.owners.end() || o->second.create_revision != it.token) {
-          r.outcome = commit_outcome::fenced;
-        } else {
-          if (it.cursor)
-            write_cursor(d, it.feed, *it.cursor);
-          d.owners.erase(o);
-          wrote = true;
-          r.outcome = commit_outcome::ok;
-        }
-        out.push_back(std::move(r));
-      }
-      if (wrote)
-        ++d.revision;
-      finish();
-      if (fault == store_fault::lose)
-        return lost();
-      return out;
+      return safe<caf::result<std::vector<commit_reply>>>(
+        [&] { return on_release(self, items); });
     },
     [self](timeout_atom, uint64_t gen) {
       auto& st = self->state;
