@@ -588,8 +588,12 @@ void halt(self_ptr self, caf::typed_response_promise<group_status> rp) {
   auto& st = self->state;
   st.halted = true;
   ++st.tick_gen; // no more ticks
-  auto left = std::make_shared<std::size_t>(0);
   auto status = std::make_shared<group_status>(make_status(self));
+  // A leave still under way ends here too.
+  for (auto& p : st.leaving)
+    p.deliver(*status);
+  st.leaving.clear();
+  auto left = std::make_shared<std::size_t>(0);
   auto done = [self, left, status, rp]() mutable {
     if (--*left == 0) {
       rp.deliver(*status);

@@ -670,3 +670,66 @@ TEST_F(FeedGroup, ARestartWithinTheTtlWaitsForTheOldLeaseThenTakesItsFeeds) {
   EXPECT_EQ(next[0]->cfg.cursor, 30);
   EXPECT_LT(now() - stopped_at, 9s);
 }
+
+TEST_F(FeedGroup, AMemberThatJoinsLaterGetsItsFeedsAfterTheRebalanceDelay) {
+  auto g1 = spawn("m1", 8);
+  advance_by(2s);
+  ASSERT_EQ(status(g1).owned, 8u);
+  for (auto& w : watchers->all)
+    report(w, 20);
+  advance_by(1s); // committed at 20
+  for (auto& w : watchers->all)
+    w->cursor = 25; // acknowledged since: the final positions
+  auto g2 = spawn("m2", 8);
+  std::vector<std::string> view{"m1", "m2"};
+  std::vector<std::string> moving;
+  for (int i = 0; i < 8; ++i) {
+    auto f = "feed-" + std::to_string(i);
+    if (view[hrw_winner(f, view)] == "m2")
+      moving.push_back(f);
+  }
+  ASSERT_FALSE(moving.empty());
+  advance_by(1s);
+  EXPECT_EQ(status(g1).owned, 8u) << "m2 is listed for less than the delay";
+  advance_by(5s);
+  EXPECT_EQ(status(g1).owned, 8u - moving.size());
+  EXPECT_EQ(status(g1).moved_out, moving.size());
+  EXPECT_EQ(status(g2).owned, moving.size());
+  for (const auto& f : moving) {
+    EXPECT_EQ(data->owners.at(f).member, "m2") << f;
+    auto r = watchers->running(f);
+    ASSERT_EQ(r.size(), 1u) << f;
+    EXPECT_EQ(r[0]->cfg.cursor, 25) << f << ": at m1's final position";
+    EXPECT_EQ(data->cursors.at(f).offset, 25) << f;
+  }
+}
+
+TEST_F(FeedGroup, AJoinWhoseAnswerWasLostWaitsOutItsOwnLease) {
+  (*faults)[store_op::join] = store_fault::lose;
+  auto g = spawn("m1", 1);
+  (*faults)[store_op::join] = store_fault::none;
+  EXPECT_EQ(data->members.size(), 1u) << "applied";
+  advance_by(3s);
+  EXPECT_EQ(status(g).phase, group_phase::joining);
+  advance_by(5s);
+  auto s = status(g);
+  EXPECT_EQ(s.phase, group_phase::active);
+  EXPECT_EQ(s.running, 1u);
+}
+
+TEST_F(FeedGroup, AClaimWhoseAnswerWasLostIsAskedAgainAndWon) {
+  (*faults)[store_op::claim] = store_fault::lose;
+  auto g = spawn("m1", 2);
+  advance_by(1500ms); // settled, claimed: applied, answer lost
+  EXPECT_EQ(data->owners.size(), 2u);
+  EXPECT_EQ(watchers->running_count(), 0u);
+  auto token = data->owners.at("feed-0").create_revision;
+  (*faults)[store_op::claim] = store_fault::none;
+  advance_by(6s); // the reconcile interval
+  auto s = status(g);
+  EXPECT_EQ(s.owned, 2u);
+  EXPECT_EQ(s.counters.claim_errors, 2u);
+  ASSERT_EQ(watchers->running("feed-0").size(), 1u);
+  EXPECT_EQ(watchers->running("feed-0")[0]->opts.owner_token, token)
+    << "the key the lost claim created";
+}
