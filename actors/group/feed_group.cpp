@@ -761,7 +761,11 @@ feed_group_actor spawn_feed_group(caf::actor_system& sys, group_config cfg,
     try {
       feeds[i].cfg.validate();
     } catch (const config_error& e) {
-      throw config_error(field + ".cfg." + e.field(), e.what());
+      // what() is "<field>: <why>": keep the why under the longer name.
+      std::string why = e.what();
+      if (why.compare(0, e.field().size() + 2, e.field() + ": ") == 0)
+        why.erase(0, e.field().size() + 2);
+      throw config_error(field + ".cfg." + e.field(), why);
     }
   }
   check_options(opts, feeds);

@@ -309,6 +309,14 @@ TEST_F(FeedGroup, BadFeedsAndAMissingStoreAreConfigErrorsNamingTheField) {
   fs = ledger_feeds(1);
   fs[0].cfg.limit = 0;
   EXPECT_EQ(field_of(fs, fake_opts(), make_cfg("m1")), "feeds[0].cfg.limit");
+  try {
+    spawn_feed_group(sys(), make_cfg("m1"), fs, fake_opts());
+  } catch (const config_error& e) {
+    EXPECT_EQ(std::string{e.what()}.rfind("feeds[0].cfg.limit: ", 0), 0u)
+      << e.what();
+    EXPECT_EQ(std::string{e.what()}.find("limit: limit"), std::string::npos)
+      << e.what();
+  }
   auto o = fake_opts();
   o.store = nullptr;
   EXPECT_EQ(field_of(ledger_feeds(1), o, make_cfg("m1")), "store");
