@@ -283,11 +283,14 @@ void after_input(self_ptr self) {
 
 /// The watcher of `feed` with `token` stopped (answered its stop, failed to
 /// answer, died, or never started): the core hears of it once.
+/// `addr`: the watcher's address when known (a respawn within one tenure
+/// has the same token, never the same address).
 void finish_watcher(self_ptr self, const std::string& feed, uint64_t token,
-                    const feed_stats* stats) {
+                    const feed_stats* stats, const caf::actor_addr& addr) {
   auto& st = self->state;
   auto i = st.watchers.find(feed);
-  if (i == st.watchers.end() || i->second.token != token)
+  if (i == st.watchers.end() || i->second.token != token
+      || (addr && i->second.addr != addr))
     return;
   auto pos = i->second.last;
   if (!pos && stats) {
@@ -460,11 +463,12 @@ void do_action(self_ptr self, stop_watcher& s) {
   i->second.stopping = true;
   auto feed = s.feed;
   auto token = s.token;
+  auto addr = i->second.addr;
   self->request(i->second.handle, st.store_timeout, stop_atom_v)
-    .then([self, feed,
-           token](feed_stats& fs) { finish_watcher(self, feed, token, &fs); },
-          [self, feed, token](caf::error&) {
-            finish_watcher(self, feed, token, nullptr);
+    .then([self, feed, token, addr](
+            feed_stats& fs) { finish_watcher(self, feed, token, &fs, addr); },
+          [self, feed, token, addr](caf::error&) {
+            finish_watcher(self, feed, token, nullptr, addr);
           });
 }
 
@@ -655,7 +659,7 @@ group_impl_actor::behavior_type group_impl(self_ptr self, group_config cfg,
       if (kv.second.addr && kv.second.addr == dm.source) {
         auto feed = kv.first;
         auto token = kv.second.token;
-        finish_watcher(self, feed, token, nullptr);
+        finish_watcher(self, feed, token, nullptr, dm.source);
         return;
       }
   });
@@ -712,7 +716,7 @@ group_impl_actor::behavior_type group_impl(self_ptr self, group_config cfg,
       });
     },
     [self](detail::group_watcher_gone& g) {
-      finish_watcher(self, g.feed, g.token, nullptr);
+      finish_watcher(self, g.feed, g.token, nullptr, caf::actor_addr{});
     },
   };
 }
