@@ -46,9 +46,13 @@ inline namespace group {
 std::optional<group_position>
 position_of(const feed_progress& p, const std::optional<group_position>& prev) {
   // The one place that maps a watcher's report to a group position (and
-  // resume_at below maps it back).
+  // resume_at below maps it back). A ledger position is the cursor in the
+  // ledger's epoch; feed_progress carries only the in-frame (catchup)
+  // epoch so far, so a ledger rewind bumps the era only once the report
+  // names the ledger's epoch: switch the ledger branch to that field here.
   std::optional<int64_t> offset = p.cursor ? p.cursor : p.last_seq;
-  std::string epoch = p.epoch.value_or(std::string{});
+  std::string epoch = p.cursor ? p.epoch.value_or(std::string{})
+                               : p.epoch.value_or(std::string{});
   if (!offset)
     return std::nullopt;
   group_position out;
