@@ -21,6 +21,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 using namespace outbound;
 using namespace outbound::testing;
 using namespace std::chrono_literals;
@@ -740,4 +742,50 @@ TEST_F(FeedGroup, AClaimWhoseAnswerWasLostIsAskedAgainAndWon) {
   ASSERT_EQ(watchers->running("feed-0").size(), 1u);
   EXPECT_EQ(watchers->running("feed-0")[0]->opts.owner_token, token)
     << "the key the lost claim created";
+}
+
+TEST_F(FeedGroup, RealWatchersAfterALostLeaseResumeAtTheCommittedCursor) {
+  auto ledger = std::make_shared<fake_ledger>();
+  ledger->append_to(5);
+  client_config ccfg;
+  ccfg.base_url = "http://127.0.0.1:8080";
+  client_options co;
+  co.transport = spawn_ledger_transport(sys(), ledger);
+  co.seed = 1;
+  auto subs = std::make_shared<sub_log>();
+  std::vector<group_feed> fs(1);
+  fs[0].id = "ledger";
+  fs[0].cfg.replay_path = "/v1/events";
+  fs[0].cfg.poll_interval = 1;
+  feed_group_options o;
+  o.store = store;
+  o.feed_client = make_service_client(sys(), ccfg, co);
+  o.subscriber = spawn_recording_subscriber(sys(), subs);
+  o.seed = 3;
+  auto g = spawn("m1", fs, o);
+  advance_by(3s);
+  ASSERT_EQ(subs->ids(), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  auto token = data->owners.at("ledger").create_revision;
+  auto committed = data->cursors.at("ledger").offset;
+  EXPECT_EQ(committed, 5);
+  // The lease ends in the store; the member learns it at its next renewal.
+  data->leases.at(lease_of("m1")).expires = now();
+  ledger->append_to(7);
+  advance_by(1600ms);
+  EXPECT_EQ(status(g).counters.renewals_lost, 1u);
+  advance_by(4s); // rejoin, settle, claim, resume
+  auto s = status(g);
+  EXPECT_EQ(s.phase, group_phase::active);
+  EXPECT_EQ(s.running, 1u);
+  auto ids = subs->ids();
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.back(), 7);
+  // Every id at most twice (delivered, then again after the committed
+  // cursor), and nothing lost.
+  for (int64_t id = 1; id <= 7; ++id) {
+    auto n = std::count(ids.begin(), ids.end(), id);
+    EXPECT_GE(n, 1) << id;
+    EXPECT_LE(n, id > committed ? 2 : 1) << id;
+  }
+  EXPECT_GT(subs->got.back().ev.owner_token, token);
 }
