@@ -47,11 +47,9 @@ std::optional<group_position>
 position_of(const feed_progress& p, const std::optional<group_position>& prev) {
   // The one place that maps a watcher's report to a group position (and
   // resume_at below maps it back). A ledger position is the cursor in the
-  // ledger's epoch; feed_progress carries only the in-frame (catchup)
-  // epoch so far, so a ledger rewind bumps the era only once the report
-  // names the ledger's epoch: switch the ledger branch to that field here.
+  // ledger's epoch, a catchup position the last seq in the hub's epoch.
   std::optional<int64_t> offset = p.cursor ? p.cursor : p.last_seq;
-  std::string epoch = p.cursor ? p.epoch.value_or(std::string{})
+  std::string epoch = p.cursor ? p.ledger_epoch.value_or(std::string{})
                                : p.epoch.value_or(std::string{});
   if (!offset)
     return std::nullopt;
@@ -61,11 +59,15 @@ position_of(const feed_progress& p, const std::optional<group_position>& prev) {
     out.era = prev->era;
     out.epoch = prev->epoch;
   }
-  if (!epoch.empty()) {
-    if (!out.epoch.empty() && out.epoch != epoch)
-      ++out.era; // the feed's positions restarted in a new epoch
+  // The feed's positions restarted: a new epoch, or (a hub without epochs)
+  // an offset below the last one, which a watcher reports only after a
+  // rewind or a reset that moved it back.
+  bool new_epoch = !epoch.empty() && !out.epoch.empty() && out.epoch != epoch;
+  bool went_back = prev && *offset < prev->offset;
+  if (prev && (new_epoch || went_back))
+    ++out.era;
+  if (!epoch.empty())
     out.epoch = std::move(epoch);
-  }
   return out;
 }
 
@@ -75,6 +77,8 @@ namespace {
 void resume_at(feed_config& cfg, const group_position& pos) {
   if (cfg.has_replay()) {
     cfg.cursor = pos.offset;
+    if (!pos.epoch.empty())
+      cfg.resume_ledger_epoch = pos.epoch;
     return;
   }
   cfg.resume_last_seq = std::max<int64_t>(pos.offset, 0);
@@ -171,6 +175,8 @@ struct group_actor_state {
   core::rng rng;
   caf::timespan store_timeout{};
   caf::timespan renew_timeout{};
+  /// When the metrics were last updated (feed_group_options::metrics).
+  vtime metrics_at{};
 
   static inline const char* name = "outbound.feed_group";
 };
@@ -233,6 +239,7 @@ group_status make_status(self_ptr self) {
 
 void act(self_ptr self, group_actions acts);
 void after_input(self_ptr self);
+void update_metrics(self_ptr self, bool force);
 
 /// Runs one input of the core and carries out its actions. Nothing thrown
 /// leaves the actor (the input is then lost; the core's timers retry).
@@ -266,6 +273,7 @@ void finish_leave(self_ptr self) {
       || st.join_inflight != 0 || st.revokes_inflight != 0)
     return;
   auto s = make_status(self);
+  update_metrics(self, true);
   for (auto& rp : st.leaving)
     rp.deliver(s);
   st.leaving.clear();
@@ -277,10 +285,24 @@ void finish_leave(self_ptr self) {
   self->quit();
 }
 
+/// Hands the status to the metrics at most once per second (and always
+/// when `force`: the last update before the member ends).
+void update_metrics(self_ptr self, bool force) {
+  auto& st = self->state;
+  if (!st.opts.metrics)
+    return;
+  auto now = now_of(self);
+  if (!force && now - st.metrics_at < std::chrono::seconds{1})
+    return;
+  st.metrics_at = now;
+  st.opts.metrics->update(make_status(self));
+}
+
 void after_input(self_ptr self) {
   auto& st = self->state;
   if (st.halted)
     return;
+  update_metrics(self, false);
   arm(self);
   finish_leave(self);
 }
@@ -290,22 +312,17 @@ void after_input(self_ptr self) {
 /// `addr`: the watcher's address when known (a respawn within one tenure
 /// has the same token, never the same address).
 void finish_watcher(self_ptr self, const std::string& feed, uint64_t token,
-                    const feed_stats* stats, const caf::actor_addr& addr) {
+                    bool answered, const caf::actor_addr& addr) {
   auto& st = self->state;
   auto i = st.watchers.find(feed);
   if (i == st.watchers.end() || i->second.token != token
       || (addr && i->second.addr != addr))
     return;
+  // The last acknowledged position (the final report comes before the
+  // stop's answer). Never the stats': their last_seq counts events
+  // received, not acknowledged, and resuming after it could skip some.
   auto pos = i->second.last;
-  if (!pos && stats) {
-    feed_progress p;
-    if (st.feeds.at(feed).has_replay())
-      p.cursor = stats->cursor;
-    p.last_seq = stats->last_seq;
-    p.epoch = stats->epoch;
-    pos = position_of(p, std::nullopt);
-  }
-  if (!stats && i->second.handle)
+  if (!answered && i->second.handle)
     caf::anon_send_exit(i->second.handle, caf::exit_reason::kill);
   st.live->erase(i->second.addr);
   st.watchers.erase(i);
@@ -429,6 +446,9 @@ void do_action(self_ptr self, spawn_watcher& s) {
   // catchup watchers ignore it and resume from the position.
   o.takeover = s.resume.has_value();
   o.seed = st.rng() | 1;
+  // The gate from the first delivery: nothing starts past the deadline
+  // even before the next fence message.
+  o.fence_deadline = s.fence_deadline;
   watcher_entry e;
   e.token = s.token;
   e.last = s.resume;
@@ -449,10 +469,6 @@ void do_action(self_ptr self, spawn_watcher& s) {
   e.addr = e.handle.address();
   st.live->emplace(e.addr, caf::actor_cast<caf::actor>(e.handle));
   self->monitor(e.handle);
-  // The gate from the start. TODO(watcher option): once the watcher takes
-  // an initial deadline in feed_watcher_options, pass s.fence_deadline
-  // there instead, so that no delivery can start before this message.
-  self->send(e.handle, fence_atom_v, s.fence_deadline);
   st.watchers[s.feed] = std::move(e);
   if (auto& m = st.marks[s.feed]; !m.committed && s.resume)
     m.committed = s.resume;
@@ -470,9 +486,9 @@ void do_action(self_ptr self, stop_watcher& s) {
   auto addr = i->second.addr;
   self->request(i->second.handle, st.store_timeout, stop_atom_v)
     .then([self, feed, token, addr](
-            feed_stats& fs) { finish_watcher(self, feed, token, &fs, addr); },
+            feed_stats&) { finish_watcher(self, feed, token, true, addr); },
           [self, feed, token, addr](caf::error&) {
-            finish_watcher(self, feed, token, nullptr, addr);
+            finish_watcher(self, feed, token, false, addr);
           });
 }
 
@@ -597,6 +613,7 @@ void halt(self_ptr self, caf::typed_response_promise<group_status> rp) {
   st.halted = true;
   ++st.tick_gen; // no more ticks
   auto status = std::make_shared<group_status>(make_status(self));
+  update_metrics(self, true);
   // A leave still under way ends here too.
   for (auto& p : st.leaving)
     p.deliver(*status);
@@ -663,7 +680,7 @@ group_impl_actor::behavior_type group_impl(self_ptr self, group_config cfg,
       if (kv.second.addr && kv.second.addr == dm.source) {
         auto feed = kv.first;
         auto token = kv.second.token;
-        finish_watcher(self, feed, token, nullptr, dm.source);
+        finish_watcher(self, feed, token, false, dm.source);
         return;
       }
   });
@@ -720,7 +737,7 @@ group_impl_actor::behavior_type group_impl(self_ptr self, group_config cfg,
       });
     },
     [self](detail::group_watcher_gone& g) {
-      finish_watcher(self, g.feed, g.token, nullptr, caf::actor_addr{});
+      finish_watcher(self, g.feed, g.token, false, caf::actor_addr{});
     },
   };
 }

@@ -42,6 +42,7 @@
 #include "config/group_config.hpp"
 #include "core/group_state.hpp"
 #include "core/group_status.hpp"
+#include "metrics/group_metrics.hpp"
 #include "protocol/ws_session.hpp"
 
 #include <caf/actor_system.hpp>
@@ -101,6 +102,10 @@ struct feed_group_options {
   double progress_interval = -1;
   /// Spawns a watcher; empty: spawn_feed_watcher (tests put a fake here).
   watcher_spawner spawn_watcher;
+  /// Where the member's status goes for Prometheus (outbound_group_*,
+  /// metrics/group_metrics.hpp): updated at most once per second and once
+  /// more when the member ends. None: no metrics. [none]
+  std::shared_ptr<group_metrics> metrics;
 };
 
 /// Typed interface of a feed group member.

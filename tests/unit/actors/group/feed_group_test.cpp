@@ -9,8 +9,11 @@
 
 #include "actors/group/feed_group.hpp"
 #include "actors/group/memory_lease_store.hpp"
+#include "metrics/group_metrics.hpp"
+
 #include "config/config_error.hpp"
 #include "core/hrw.hpp"
+#include <prometheus/registry.h>
 
 #include "tests/support/feed_fakes.hpp"
 #include "tests/support/virtual_time_fixture.hpp"
@@ -79,7 +82,9 @@ feed_progress progress_of(const fake_watcher& w, bool final) {
   p.mode = w.cursor ? feed_mode::ledger : feed_mode::catchup;
   p.cursor = w.cursor;
   p.last_seq = w.last_seq;
-  p.epoch = w.epoch;
+  // A ledger position is in the ledger's epoch, a catchup one in the
+  // hub's in-frame epoch.
+  (w.cursor ? p.ledger_epoch : p.epoch) = w.epoch;
   p.client_id = w.cfg.client_id;
   p.final = final;
   return p;
@@ -95,7 +100,8 @@ watcher_spawner fake_spawner(std::shared_ptr<fake_watchers> log) {
       w->cursor = w->cfg.cursor;
     else
       w->last_seq = w->cfg.resume_last_seq;
-    w->epoch = w->cfg.resume_epoch;
+    w->epoch
+      = w->cfg.has_replay() ? w->cfg.resume_ledger_epoch : w->cfg.resume_epoch;
     std::weak_ptr<fake_watcher> weak = w;
     auto h = sys.spawn([weak](feed_watcher_actor::pointer self)
                          -> feed_watcher_actor::behavior_type {
@@ -263,7 +269,8 @@ TEST(FeedGroupPosition, ALedgerReportIsItsCursorACatchupOneItsLastSeq) {
 TEST(FeedGroupPosition, ANewEpochBumpsTheEraAnUnknownOneAdoptsIt) {
   feed_progress p;
   p.cursor = 5;
-  p.epoch = "e2";
+  p.ledger_epoch = "e2";
+  p.epoch = "in-frame"; // a ledger position is in the ledger's epoch
   auto r = position_of(p, group_position{3, 100, "e1"});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->era, 4u);
@@ -274,10 +281,27 @@ TEST(FeedGroupPosition, ANewEpochBumpsTheEraAnUnknownOneAdoptsIt) {
   auto adopt = position_of(p, group_position{3, 1, ""});
   EXPECT_EQ(adopt->era, 3u);
   EXPECT_EQ(adopt->epoch, "e2");
-  p.epoch.reset();
+  p.ledger_epoch.reset();
   auto keep = position_of(p, group_position{3, 1, "e1"});
   EXPECT_EQ(keep->era, 3u);
   EXPECT_EQ(keep->epoch, "e1");
+}
+
+TEST(FeedGroupPosition, AnOffsetBelowTheLastOneIsANewEraWithoutEpochs) {
+  // A hub without epochs: a rewound ledger (or a catchup reset that moved
+  // last_seq back) shows only as a lower offset, which a watcher never
+  // reports otherwise.
+  feed_progress p;
+  p.cursor = 2;
+  auto r = position_of(p, group_position{0, 40, ""});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->era, 1u);
+  EXPECT_GT(*r, (group_position{0, 40, ""}));
+  p.cursor = 40;
+  EXPECT_EQ(position_of(p, group_position{0, 40, ""})->era, 0u) << "equal";
+  p.cursor.reset();
+  p.last_seq = 3;
+  EXPECT_EQ(position_of(p, group_position{2, 9, ""})->era, 3u);
 }
 
 TEST(FeedGroupPosition, TheClientIdIsStablePerGroupAndFeed) {
@@ -516,6 +540,7 @@ TEST_F(FeedGroup, TheNextOwnerResumesAtTheCommittedPositionAcrossARewind) {
   EXPECT_EQ(next[0]->opts.owner_token,
             data->owners.at("feed-0").create_revision);
   EXPECT_EQ(next[0]->cfg.cursor, 5) << "resumes after the committed cursor";
+  EXPECT_EQ(next[0]->cfg.resume_ledger_epoch, "e2") << "in its epoch";
   EXPECT_TRUE(next[0]->opts.takeover);
   // A report in the same epoch stays in era 1 and commits.
   report(next[0], 9, "e2");
@@ -788,4 +813,29 @@ TEST_F(FeedGroup, RealWatchersAfterALostLeaseResumeAtTheCommittedCursor) {
     EXPECT_LE(n, id > committed ? 2 : 1) << id;
   }
   EXPECT_GT(subs->got.back().ev.owner_token, token);
+}
+
+TEST_F(FeedGroup, TheStatusReachesTheMetricsAndTheLastOneOnLeave) {
+  prometheus::Registry reg;
+  auto metrics = std::make_shared<group_metrics>(reg);
+  auto gauge = [&](const std::string& name, const std::string& state) {
+    for (auto& fam : reg.Collect())
+      if (fam.name == name)
+        for (auto& m : fam.metric)
+          for (auto& l : m.label)
+            if (state.empty() || (l.name == "state" && l.value == state))
+              return fam.type == prometheus::MetricType::Counter
+                       ? m.counter.value
+                       : m.gauge.value;
+    return -1.0;
+  };
+  auto o = fake_opts();
+  o.metrics = metrics;
+  auto g = spawn("m1", ledger_feeds(3), o);
+  advance_by(3s);
+  EXPECT_EQ(gauge("outbound_group_feeds", "owned"), 3.0);
+  EXPECT_EQ(gauge("outbound_group_members", ""), 1.0);
+  ASSERT_TRUE(ask(g, leave_atom_v, 5s));
+  EXPECT_EQ(gauge("outbound_group_feeds", "owned"), 0.0)
+    << "the final status, after every release";
 }
