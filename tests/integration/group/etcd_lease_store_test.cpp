@@ -550,6 +550,20 @@ TEST_F(EtcdLeaseStore, ClaimOfAFeedWithAnUnreadableCursorIsAnErrorForThatFeed) {
   EXPECT_EQ(r["good"].outcome, claim_outcome::won);
 }
 
+// A put with a lease etcd no longer knows fails the whole txn (NotFound,
+// code 5), nested or not: a claim after the lease was lost writes nothing
+// and fails as a request.
+TEST_F(EtcdLeaseStore, ClaimWithALostLeaseFailsAndWritesNothing) {
+  auto lease = join_ok(store_, record("m1"));
+  ASSERT_TRUE(h_->revoke(store_, lease).ok());
+  auto c = h_->claim(store_, lease, {"f1", "f2"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error, caf::sec::runtime_error);
+  EXPECT_NE(describe(c.error).find("gRPC code 5"), std::string::npos)
+    << describe(c.error);
+  EXPECT_EQ(count(base_ + "owners/"), 0);
+}
+
 // -- commits and releases -----------------------------------------------------
 
 TEST_F(EtcdLeaseStore, CommitWithTheTokenWritesAndAStaleTokenIsFenced) {
