@@ -735,6 +735,35 @@ TEST_F(EtcdLeaseStore, BatchesOf128FeedsAreSplitIntoTwoTxns) {
   EXPECT_EQ(tokens.size(), 3u);
 }
 
+// Chunks succeed or fail on their own: a feed name etcd refuses fails its
+// chunk, whose feeds answer error, while the other chunk's feeds are won.
+// A 400 KiB name is in five ops of its claim (owner and cursor keys), about
+// 2 MB, over etcd's --max-request-bytes (1.5 MiB): 400, gRPC code 3,
+// "etcdserver: request is too large". (Beyond the gRPC message limit,
+// 1.5 MiB + 512 KiB, the gateway answers 429, code 8, "grpc: received
+// message larger than max": seen with a 2 MiB name.)
+TEST_F(EtcdLeaseStore, AFailedChunkAnswersErrorForItsFeedsOnly) {
+  auto lease = join_ok(store_, record("m1"));
+  auto feeds = feed_names("f", 127); // chunks [0, 64) and [64, 127)
+  feeds[100] = std::string(400 << 10, 'x');
+  auto c = h_->claim(store_, lease, feeds);
+  ASSERT_TRUE(c.ok()) << describe(c.error);
+  auto r = by_feed(*c.value);
+  ASSERT_EQ(r.size(), 127u);
+  for (std::size_t i = 0; i < feeds.size(); ++i)
+    EXPECT_EQ(r[feeds[i]].outcome,
+              i < 64 ? claim_outcome::won : claim_outcome::error)
+      << i;
+  EXPECT_EQ(count(base_ + "owners/"), 64);
+  // Alone, the refused feed fails the request.
+  auto alone = h_->claim(store_, lease, {feeds[100]});
+  ASSERT_FALSE(alone.ok());
+  EXPECT_EQ(alone.error, caf::sec::runtime_error);
+  EXPECT_NE(describe(alone.error).find("request is too large"),
+            std::string::npos)
+    << describe(alone.error);
+}
+
 TEST_F(EtcdLeaseStore, DuplicateItemsInACommitAreErrorsAndTheFirstIsWritten) {
   auto lease = join_ok(store_, record("m1"));
   auto c = h_->claim(store_, lease, {"f1"});
