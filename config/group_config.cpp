@@ -3,6 +3,7 @@
 #include "config/config_error.hpp"
 #include "protocol/json_parse.hpp"
 
+#include <algorithm>
 #include <boost/json/value.hpp>
 
 #include <charconv>
@@ -291,6 +292,17 @@ group_config group_config_from_env(group_config base) {
     k.prefix = v;
   base.validate();
   return base;
+}
+
+client_config store_client_config(const group_config& g) {
+  client_config c = g.coordinator.client;
+  c.base_url = g.coordinator.endpoint;
+  const client_config defaults;
+  if (c.timeout == defaults.timeout)
+    c.timeout = std::min(1.0, g.timing.renew_interval);
+  if (c.deadline == defaults.deadline)
+    c.deadline = g.timing.renew_interval;
+  return c;
 }
 
 } // namespace config

@@ -37,8 +37,8 @@ struct coordinator_config {
   /// Key prefix of every group (ends with '/'). ["/outbound/groups/"]
   std::string prefix = "/outbound/groups/";
   /// The store's client: TLS and mTLS files, timeouts. Its base_url is
-  /// `endpoint`; attempt timeout 1 s and deadline renew_interval unless
-  /// set.
+  /// `endpoint`; attempt timeout 1 s and deadline renew_interval where
+  /// left at client_config's defaults (store_client_config).
   client_config client;
 };
 
@@ -65,6 +65,13 @@ struct group_config {
   /// named "group.coordinator.client.<field>").
   void validate() const;
 };
+
+/// The client config of the group's etcd store: coordinator.client with
+/// base_url = coordinator.endpoint, and where its timeout and deadline are
+/// client_config's defaults, a 1 s attempt timeout and a deadline of
+/// timing.renew_interval: a keepalive that takes longer than the renew
+/// period is as good as lost, and the next one is due.
+client_config store_client_config(const group_config& g);
 
 /// Parses a JSON object of group_config fields (every field optional but
 /// name and member_name; durations in seconds):

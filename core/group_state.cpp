@@ -441,6 +441,7 @@ group_actions group_state::leave(group_time now) {
     case group_phase::active: break;
   }
   phase_ = group_phase::leaving;
+  leave_by_ = now + ttl_;
   for (auto& kv : feeds_)
     if (kv.second.own == ownership::held)
       begin_release(kv.first, kv.second, stop_reason::leave, out);
@@ -475,7 +476,9 @@ group_time group_state::next_wakeup() const {
     at(deadline_);
   if (phase_ == group_phase::settling) {
     at(next_poll_);
-    if (have_view_)
+    // Too few members listed: only a poll can change that (no wake-up
+    // for a settle time that already passed).
+    if (have_view_ && view_.size() >= cfg_.min_members)
       at(view_changed_ + settle_);
     return t;
   }
@@ -493,6 +496,8 @@ group_time group_state::next_wakeup() const {
     }
   }
   at(release_retry_);
+  if (phase_ == group_phase::leaving)
+    at(leave_by_);
   for (const auto& kv : feeds_) {
     const auto& e = kv.second;
     if (e.spawn_pending && e.own == ownership::held && e.w == watcher::none
@@ -539,8 +544,10 @@ void group_state::step(group_time now, group_actions& out) {
     out.emplace_back(hold_deliveries{});
   }
   if (phase_ == group_phase::leaving) {
-    if (now >= deadline_) {
-      // G9: the lease may be gone; stop trying.
+    if (now >= deadline_ || now >= leave_by_) {
+      // G9: the lease may be gone, or releases kept failing for a whole
+      // TTL while renewals went on; stop trying (the lease is revoked, and
+      // the feeds move as after a crash).
       for (auto& kv : feeds_) {
         auto& e = kv.second;
         if (e.own != ownership::none) {

@@ -79,7 +79,9 @@
 //  G9  Leave: release every held feed at once (G8 without the delay; a
 //      claim that is still in flight is released when it is won), then
 //      revoke the lease. If the fence deadline passes first, the member
-//      revokes anyway and stops: the lease is no longer trustworthy.
+//      revokes anyway and stops: the lease is no longer trustworthy. So
+//      it does when releases keep failing for lease_ttl after the leave
+//      while renewals succeed (a leave always ends).
 //  G10 Every reply carries its request id; a reply whose request is not
 //      pending (answered, or of an older lease) is dropped.
 //  G11 A claim whose outcome is unknown (an error, a time-out) may have
@@ -587,6 +589,8 @@ private:
   uint64_t join_request_ = 0;
   group_time join_sent_{};
   group_time join_retry_at_{};
+  /// Leaving: releases are given up at this time (leave + lease_ttl).
+  group_time leave_by_ = group_time::max();
 
   group_time deadline_{};
   bool holding_ = false;

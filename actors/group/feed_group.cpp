@@ -3,6 +3,7 @@
 #include "actors/handler_guard.hpp"
 #include "config/config_error.hpp"
 #include "core/rng.hpp"
+#include "core/text.hpp"
 #include "core/time.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -75,14 +76,18 @@ namespace {
 
 /// Where a watcher of `cfg` resumes at `pos` (the inverse of position_of).
 void resume_at(feed_config& cfg, const group_position& pos) {
+  // An epoch the watcher's config would refuse (a hub's epoch with a
+  // control character, stored as reported) is left out rather than failing
+  // every spawn: the watcher then adopts the hub's first epoch.
+  bool epoch_ok = !pos.epoch.empty() && !core::has_ctl(pos.epoch);
   if (cfg.has_replay()) {
     cfg.cursor = pos.offset;
-    if (!pos.epoch.empty())
+    if (epoch_ok)
       cfg.resume_ledger_epoch = pos.epoch;
     return;
   }
   cfg.resume_last_seq = std::max<int64_t>(pos.offset, 0);
-  if (!pos.epoch.empty())
+  if (epoch_ok)
     cfg.resume_epoch = pos.epoch;
 }
 
@@ -175,8 +180,11 @@ struct group_actor_state {
   core::rng rng;
   caf::timespan store_timeout{};
   caf::timespan renew_timeout{};
+  caf::timespan stop_timeout{};
   /// When the metrics were last updated (feed_group_options::metrics).
   vtime metrics_at{};
+  /// The newest poll whose answer was applied.
+  uint64_t last_poll = 0;
 
   static inline const char* name = "outbound.feed_group";
 };
@@ -373,15 +381,31 @@ void do_action(self_ptr self, poll_members& p) {
       [self, req](std::vector<member_record>& recs) {
         auto& st = self->state;
         auto now = now_of(self);
+        // Members that serve another feed set (another digest: a config
+        // mistake, or a rolling change of the set) are left out of the
+        // assignment: hashing over them could give this member feeds it
+        // does not know, or them feeds they do not serve. Both sides then
+        // claim what they win among their own kind; the store's claims
+        // keep ownership single.
         std::set<std::string> names;
         for (const auto& r : recs)
-          names.insert(r.name);
-        for (auto i = st.seen.begin(); i != st.seen.end();)
-          i = names.count(i->first) ? std::next(i) : st.seen.erase(i);
+          if (r.feed_digest.empty() || r.feed_digest == st.digest
+              || r.name == st.cfg.member_name)
+            names.insert(r.name);
         std::vector<listed_member> listed;
-        for (const auto& n : names) {
-          auto i = st.seen.emplace(n, now).first;
-          listed.push_back(listed_member{n, i->second});
+        if (req < st.last_poll) {
+          // An older poll answered late (the core ignores it): it must not
+          // reset when the names were first seen either.
+          for (const auto& n : names)
+            listed.push_back(listed_member{n, now});
+        } else {
+          st.last_poll = req;
+          for (auto i = st.seen.begin(); i != st.seen.end();)
+            i = names.count(i->first) ? std::next(i) : st.seen.erase(i);
+          for (const auto& n : names) {
+            auto i = st.seen.emplace(n, now).first;
+            listed.push_back(listed_member{n, i->second});
+          }
         }
         input(self, [&](group_state& c, group_time t) {
           return c.on_members(req, listed, t);
@@ -484,11 +508,19 @@ void do_action(self_ptr self, stop_watcher& s) {
   auto feed = s.feed;
   auto token = s.token;
   auto addr = i->second.addr;
-  self->request(i->second.handle, st.store_timeout, stop_atom_v)
+  auto handle = i->second.handle;
+  // Ahead of any backlog in the watcher's mailbox (a stop is urgent: the
+  // feed waits for it to move).
+  self
+    ->request<caf::message_priority::high>(handle, st.stop_timeout, stop_atom_v)
     .then([self, feed, token, addr](
             feed_stats&) { finish_watcher(self, feed, token, true, addr); },
-          [self, feed, token, addr](caf::error&) {
-            finish_watcher(self, feed, token, false, addr);
+          [handle](caf::error&) {
+            // Not answered in time: kill it, but the feed counts as
+            // stopped only once the watcher is gone (its down message),
+            // so no release lets another member deliver beside it and no
+            // second watcher of the feed starts here.
+            caf::anon_send_exit(handle, caf::exit_reason::kill);
           });
 }
 
@@ -575,7 +607,8 @@ void do_action(self_ptr self, renew_lease& r) {
 void send_fence(self_ptr self, group_time deadline) {
   for (auto& kv : self->state.watchers)
     if (kv.second.handle && !kv.second.stopping)
-      self->send(kv.second.handle, fence_atom_v, deadline);
+      self->send<caf::message_priority::high>(kv.second.handle, fence_atom_v,
+                                              deadline);
 }
 
 void do_action(self_ptr self, fence_watchers& f) {
@@ -637,7 +670,7 @@ void halt(self_ptr self, caf::typed_response_promise<group_status> rp) {
     if (!kv.second.handle)
       continue;
     auto h = kv.second.handle;
-    self->request(h, st.store_timeout, stop_atom_v)
+    self->request<caf::message_priority::high>(h, st.stop_timeout, stop_atom_v)
       .then([done](feed_stats&) mutable { done(); },
             [done, h](caf::error&) mutable {
               caf::anon_send_exit(h, caf::exit_reason::kill);
@@ -664,6 +697,10 @@ group_impl_actor::behavior_type group_impl(self_ptr self, group_config cfg,
     std::max(cfg.timing.lease_ttl, 2 * cfg.timing.renew_interval)));
   st.renew_timeout = std::chrono::duration_cast<caf::timespan>(
     from_seconds(cfg.timing.renew_interval));
+  // A stop goes ahead of the watcher's backlog; one that takes longer than
+  // two renewals is killed, so a leave still releases within lease_ttl.
+  st.stop_timeout = std::chrono::duration_cast<caf::timespan>(
+    from_seconds(2 * cfg.timing.renew_interval));
   st.cfg = std::move(cfg);
   st.opts = std::move(opts);
   // Whatever ends this actor ends its watchers (they must not run without

@@ -455,3 +455,19 @@ TEST_F(GroupConfigEnv, WellFormedBadValuesNameTheField) {
   ::unsetenv("OUTBOUND_GROUP_BATCH");
   EXPECT_EQ(env_failure(valid()), "(valid)");
 }
+
+TEST(GroupConfig, TheStoreClientDefaultsToARenewIntervalDeadline) {
+  group_config g;
+  g.name = "billing";
+  g.member_name = "m1";
+  g.coordinator.endpoint = "http://127.0.0.1:2379";
+  auto c = store_client_config(g);
+  EXPECT_EQ(c.base_url, "http://127.0.0.1:2379");
+  EXPECT_EQ(c.timeout, 1.0);
+  EXPECT_EQ(c.deadline, g.timing.renew_interval);
+  g.coordinator.client.timeout = 0.3;
+  g.coordinator.client.deadline = 0.9;
+  c = store_client_config(g);
+  EXPECT_EQ(c.timeout, 0.3) << "set explicitly: kept";
+  EXPECT_EQ(c.deadline, 0.9);
+}

@@ -606,6 +606,45 @@ TEST(GroupState, LeaveGivesUpAtTheFenceDeadline) {
   EXPECT_EQ(m.st.phase(), group_phase::left);
 }
 
+TEST(GroupState, LeaveGivesUpAfterATtlOfFailingReleasesWhileRenewalsSucceed) {
+  // Renewals keep moving the fence deadline forward; releases keep
+  // failing. The leave still ends, one lease_ttl after it began.
+  member m(defaults(), {"f"});
+  auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
+  auto left_at = t0 + 3100ms;
+  m.st.leave(left_at);
+  auto fail_releases = [&](const group_actions& as) {
+    for (const auto& r : all_of<release_feeds>(as))
+      m.st.on_release_failed(r.request, m.now);
+  };
+  m.now = t0 + 3200ms;
+  fail_releases(m.st.on_watcher_stopped("f", sp.token, pos(1), m.now));
+  bool revoked = false;
+  for (auto t = t0 + 3300ms; t < left_at + 5s && !revoked; t += 100ms) {
+    auto a = m.at(t);
+    revoked = has<revoke_lease>(a);
+    fail_releases(a);
+  }
+  EXPECT_FALSE(revoked) << "not before lease_ttl";
+  EXPECT_EQ(m.st.phase(), group_phase::leaving);
+  EXPECT_LE(m.st.next_wakeup(), left_at + 5s);
+  auto a = m.at(left_at + 5s);
+  EXPECT_TRUE(has<revoke_lease>(a));
+  EXPECT_EQ(m.st.phase(), group_phase::left);
+}
+
+TEST(GroupState, TooFewMembersListedDoNotSpinTheTimer) {
+  // Settling with fewer than min_members listed: only the next poll (or a
+  // renewal) can change anything, so the next wake-up lies ahead.
+  auto c = defaults();
+  c.min_members = 2;
+  member m(c, {"f"});
+  m.join({"m1"});
+  m.at(t0 + 10s);
+  EXPECT_EQ(m.st.phase(), group_phase::settling);
+  EXPECT_GT(m.st.next_wakeup(), t0 + 10s);
+}
+
 TEST(GroupState, AClaimWonWhileLeavingIsReleasedAtOnce) {
   member m(defaults(), {"f"});
   auto a = m.activate();

@@ -839,3 +839,31 @@ TEST_F(FeedGroup, TheStatusReachesTheMetricsAndTheLastOneOnLeave) {
   EXPECT_EQ(gauge("outbound_group_feeds", "owned"), 0.0)
     << "the final status, after every release";
 }
+
+TEST_F(FeedGroup, AStoredEpochTheWatcherWouldRefuseIsLeftOutNotASpawnLoop) {
+  // A hub's epoch is stored as reported; one with a control character
+  // would fail feed_config::validate at every spawn and leave the feed
+  // owned and never served.
+  data->cursors["feed-0"] = group_position{0, 7, "e\t1"};
+  spawn("m1", 1);
+  advance_by(2s);
+  auto w = watchers->running("feed-0");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0]->cfg.cursor, 7);
+  EXPECT_EQ(w[0]->cfg.resume_ledger_epoch, std::nullopt);
+}
+
+TEST_F(FeedGroup, MembersWithAnotherFeedSetAreLeftOutOfTheAssignment) {
+  // m1 serves feed-0..1, m2 feed-0..2: hashing over both could give
+  // feed-2 to m1, which does not know it. Each hashes over the members of
+  // its own feed set, so every feed is owned, each by one member.
+  spawn("m1", 2);
+  spawn("m2", 3);
+  advance_by(8s);
+  ASSERT_EQ(data->owners.size(), 3u);
+  EXPECT_EQ(watchers->running_count(), 3u) << "one watcher per feed";
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(watchers->running("feed-" + std::to_string(i)).size(), 1u);
+  EXPECT_EQ(watchers->running("feed-2").at(0)->opts.owner_token,
+            data->owners.at("feed-2").create_revision);
+}
