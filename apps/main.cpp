@@ -3,6 +3,7 @@
 // actor system only for a command that needs one.
 
 #include "apps/demo_cmd.hpp"
+#include "apps/group_member_cmd.hpp"
 #include "apps/hub_cmd.hpp"
 #include "apps/oracle_cmd.hpp"
 #include "apps/request_cmd.hpp"
@@ -68,10 +69,12 @@ struct client_commands {
   CLI::App* watch = nullptr;
   CLI::App* ts = nullptr;
   CLI::App* seq = nullptr;
+  CLI::App* group_member = nullptr;
   outbound::apps::request_options request_opts;
   outbound::apps::watch_options watch_opts;
   outbound::apps::oracle_options ts_opts;
   outbound::apps::oracle_options seq_opts;
+  outbound::apps::group_member_options group_member_opts;
 };
 
 /// Runs the parsed one of `c` on an actor system of its own; its exit code.
@@ -106,6 +109,8 @@ int run_client_command(client_commands& c,
       code = run_ts(sys, c.ts_opts, std::cout, std::cerr);
     else if (c.seq->parsed())
       code = run_seq(sys, c.seq_opts, std::cout, std::cerr);
+    else if (c.group_member->parsed())
+      code = run_group_member(sys, c.group_member_opts, std::cout, std::cerr);
     io->stop(); // nothing for a driven runner (see above)
     return code;
   } catch (const std::exception& e) {
@@ -133,6 +138,8 @@ int main(int argc, char** argv) {
   commands.watch = add_watch_command(app, commands.watch_opts);
   commands.ts = add_ts_command(app, commands.ts_opts);
   commands.seq = add_seq_command(app, commands.seq_opts);
+  commands.group_member
+    = add_group_member_command(app, commands.group_member_opts);
   demo_options demo_opts;
   auto* demo_cmd = add_demo_command(app, demo_opts);
   std::vector<CLI::App*> planned;

@@ -1,0 +1,266 @@
+// `outbound group-member` end to end: three member processes of one feed
+// group on a private etcd (tests/support/etcd_fixture.hpp) and an
+// in-process hub share 12 ledger feeds; one member is SIGKILLed, another
+// leaves with SIGTERM. Every published event is delivered (none lost), in
+// order per feed and owner, with duplicates only after the crash and at
+// most what the crashed member delivered since its last checkpoint; the
+// last member owns every feed. Timing bounds are generous (a loaded
+// machine); the ordering and loss checks are exact.
+
+#include "tests/support/child_process.hpp"
+#include "tests/support/etcd_fixture.hpp"
+
+#include "hub/hub.hpp"
+
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace outbound;
+using namespace outbound::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct delivery {
+  std::string feed;
+  uint64_t token = 0;
+  int64_t id = 0;
+};
+
+std::vector<delivery> deliveries_of(const std::string& out) {
+  std::vector<delivery> ds;
+  std::istringstream in{out};
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty())
+      continue;
+    boost::system::error_code ec;
+    auto v = boost::json::parse(line, ec);
+    // A SIGKILLed member may leave half a line: not a delivery.
+    if (ec || !v.is_object())
+      continue;
+    const auto& o = v.as_object();
+    if (o.at("type").as_string() != "event")
+      continue;
+    ds.push_back({std::string{o.at("feed").as_string()},
+                  static_cast<uint64_t>(o.at("token").as_int64()),
+                  o.at("id").as_int64()});
+  }
+  return ds;
+}
+
+/// The last JSON line of `err` of the given type.
+boost::json::object last_line(const std::string& err, const std::string& type) {
+  boost::json::object found;
+  std::istringstream in{err};
+  std::string line;
+  while (std::getline(in, line)) {
+    boost::system::error_code ec;
+    auto v = boost::json::parse(line, ec);
+    if (!ec && v.is_object() && v.as_object().contains("type")
+        && v.as_object().at("type").as_string() == type)
+      found = v.as_object();
+  }
+  return found;
+}
+
+class GroupMemberCli : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    etcd_ = std::make_unique<etcd_instance>(find_etcd());
+  }
+
+  static void TearDownTestSuite() {
+    etcd_.reset();
+  }
+
+  void SetUp() override {
+    hub_config c;
+    c.seed = 7;
+    hub_ = std::make_unique<hub>(c);
+    hub_->start();
+  }
+
+  void TearDown() override {
+    members_.clear();
+    hub_.reset();
+  }
+
+  running_child& start_member(const std::string& name) {
+    members_.push_back(
+      std::make_unique<running_child>(outbound_argv({"group-member",
+                                                     "--group",
+                                                     group_,
+                                                     "--member",
+                                                     name,
+                                                     "--etcd",
+                                                     etcd_->base_url(),
+                                                     "--feed-count",
+                                                     std::to_string(feeds_),
+                                                     "--subject-prefix",
+                                                     "feed-",
+                                                     "--initial-settle",
+                                                     "1",
+                                                     "--rebalance-delay",
+                                                     "1",
+                                                     "--lease-ttl",
+                                                     "3",
+                                                     "--renew-interval",
+                                                     "1",
+                                                     "--fence-margin",
+                                                     "0.5",
+                                                     "--checkpoint-interval",
+                                                     "0.5",
+                                                     "--poll-interval",
+                                                     "0.25",
+                                                     "--status-interval",
+                                                     "0.5",
+                                                     hub_->base_url()})));
+    return *members_.back();
+  }
+
+  /// Publishes one event to each feed, `rounds` times.
+  void publish(int rounds) {
+    for (int r = 0; r < rounds; ++r)
+      for (int f = 0; f < feeds_; ++f)
+        hub_->publish("feed-" + std::to_string(f) + "/e", "k");
+    published_ += rounds * feeds_;
+  }
+
+  /// Every member's deliveries so far.
+  std::vector<delivery> all() const {
+    std::vector<delivery> out;
+    for (const auto& m : members_) {
+      auto d = deliveries_of(m->out());
+      out.insert(out.end(), d.begin(), d.end());
+    }
+    return out;
+  }
+
+  /// Waits until every published event was delivered at least once.
+  bool wait_all_delivered(std::chrono::milliseconds bound) {
+    auto until = std::chrono::steady_clock::now() + bound;
+    while (std::chrono::steady_clock::now() < until) {
+      std::set<int64_t> ids;
+      for (const auto& d : all())
+        ids.insert(d.id);
+      if (static_cast<int>(ids.size()) >= published_)
+        return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  }
+
+  static std::unique_ptr<etcd_instance> etcd_;
+  std::unique_ptr<hub> hub_;
+  std::vector<std::unique_ptr<running_child>> members_;
+  std::string group_ = "cli";
+  int feeds_ = 12;
+  int published_ = 0;
+};
+
+std::unique_ptr<etcd_instance> GroupMemberCli::etcd_;
+
+} // namespace
+
+TEST_F(GroupMemberCli, CrashAndLeaveLoseNothingAndTheLastMemberOwnsAll) {
+  group_ = "crash-leave";
+  auto& m1 = start_member("m1");
+  auto& m2 = start_member("m2");
+  auto& m3 = start_member("m3");
+  publish(3);
+  ASSERT_TRUE(wait_all_delivered(30s)) << m1.err() << m2.err() << m3.err();
+  // Every feed is owned by exactly one member before the faults: each
+  // feed's events so far carry one token.
+  std::map<std::string, std::set<uint64_t>> tokens;
+  for (const auto& d : all())
+    tokens[d.feed].insert(d.token);
+  EXPECT_EQ(tokens.size(), static_cast<std::size_t>(feeds_));
+  for (const auto& [feed, ts] : tokens)
+    EXPECT_EQ(ts.size(), 1u) << feed;
+
+  // Crash: m2's feeds move after its lease (3 s) expires.
+  m2.signal(SIGKILL);
+  publish(2);
+  ASSERT_TRUE(wait_all_delivered(30s)) << m1.err() << m3.err();
+
+  // Graceful leave: m3 releases its feeds; m1 takes them at its next poll.
+  m3.signal(SIGTERM);
+  auto code = m3.wait_exit(20s);
+  ASSERT_TRUE(code) << "m3 did not leave";
+  EXPECT_EQ(*code, 0) << m3.err();
+  auto exit_line = last_line(m3.err(), "exit");
+  ASSERT_FALSE(exit_line.empty()) << m3.err();
+  EXPECT_TRUE(exit_line.at("left").as_bool());
+  EXPECT_EQ(exit_line.at("owned").as_int64(), 0);
+  publish(2);
+  ASSERT_TRUE(wait_all_delivered(30s)) << m1.err();
+
+  // m1 owns everything now.
+  bool all_owned = false;
+  for (int i = 0; i < 100 && !all_owned; ++i) {
+    auto st = last_line(m1.err(), "status");
+    all_owned = !st.empty() && st.at("owned").as_int64() == feeds_
+                && st.at("running").as_int64() == feeds_;
+    if (!all_owned)
+      std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(all_owned) << m1.err();
+
+  // Exact checks: no loss; per feed and token, ids strictly increase;
+  // duplicates only of ids m2 (the crashed member) delivered.
+  auto ds = all();
+  std::map<int64_t, int> count;
+  std::map<std::pair<std::string, uint64_t>, int64_t> last;
+  for (const auto& d : ds) {
+    ++count[d.id];
+    auto& l = last[{d.feed, d.token}];
+    EXPECT_GT(d.id, l) << "reordered within " << d.feed << " token " << d.token;
+    l = d.id;
+  }
+  EXPECT_EQ(static_cast<int>(count.size()), published_) << "lost events";
+  std::set<int64_t> by_m2;
+  for (const auto& d : deliveries_of(m2.out()))
+    by_m2.insert(d.id);
+  for (const auto& [id, n] : count) {
+    if (n > 1) {
+      EXPECT_EQ(n, 2) << "id " << id;
+      EXPECT_TRUE(by_m2.count(id))
+        << "id " << id << " duplicated, but the crashed member never had it";
+    }
+  }
+  m1.signal(SIGTERM);
+  auto c1 = m1.wait_exit(20s);
+  ASSERT_TRUE(c1);
+  EXPECT_EQ(*c1, 0) << m1.err();
+}
+
+TEST_F(GroupMemberCli, ABadSettingIsAConfigErrorNamingTheField) {
+  auto r = run_child(outbound_argv({"group-member", "--group", "Bad Name",
+                                    "--feed-count", "1", hub_->base_url()}),
+                     20s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("group.name"), std::string::npos) << r.err;
+  r = run_child(
+    outbound_argv({"group-member", "--group", "ok", hub_->base_url()}), 20s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--feed"), std::string::npos) << r.err;
+  r = run_child(outbound_argv({"group-member", "--group", "ok", "--feed-count",
+                               "1", "--lease-ttl", "1", hub_->base_url()}),
+                20s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("group.lease_ttl"), std::string::npos) << r.err;
+}
