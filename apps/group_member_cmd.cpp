@@ -11,6 +11,9 @@
 #include "actors/messages.hpp"
 #include "actors/system/system_setup.hpp"
 #include "config/config_error.hpp"
+#include "metrics/group_metrics.hpp"
+#include "metrics/metrics_exposer.hpp"
+#include "metrics/outbound_metrics.hpp"
 #include "protocol/io_runner.hpp"
 #include "protocol/tls_context.hpp"
 #include "protocol/ws_session.hpp"
@@ -299,6 +302,11 @@ CLI::App* add_group_member_command(CLI::App& app, group_member_options& o) {
                  "Status line period on stderr, seconds (0: only on exit)")
     ->capture_default_str();
   cmd->add_flag("--quiet", o.quiet, "No delivery lines");
+  cmd
+    ->add_option("--metrics-port", o.metrics_port,
+                 "Serve GET /metrics on 127.0.0.1:P (0: a free port, "
+                 "printed on stderr; -1: none)")
+    ->capture_default_str();
   add_token_tls_options(*cmd, o.cfg);
   return cmd;
 }
@@ -336,6 +344,23 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
       so.prefix = g.coordinator.prefix;
       so.group = g.name;
       fo.store = spawn_etcd_lease_store(sys, std::move(so));
+    }
+    // Prometheus: the registry lives as long as the group_metrics that
+    // writes to it (the member's actor holds that until it ends).
+    std::unique_ptr<metrics_exposer> exposer;
+    if (opts.metrics_port >= 0) {
+      if (opts.metrics_port > 65535)
+        throw usage_error("--metrics-port must be <= 65535");
+      auto reg = std::make_shared<metrics_registry>();
+      fo.metrics
+        = std::shared_ptr<group_metrics>(new group_metrics(*reg->registry()),
+                                         [reg](group_metrics* m) { delete m; });
+      exposer = std::make_unique<metrics_exposer>(
+        reg, static_cast<uint16_t>(opts.metrics_port));
+      boost::json::object m;
+      m["type"] = "metrics";
+      m["url"] = exposer->url();
+      err << boost::json::serialize(m) << '\n' << std::flush;
     }
     auto sink = std::make_shared<delivery_sink>();
     sink->out = &out;

@@ -70,6 +70,10 @@ struct group_member_options {
   double status_interval = 5.0;
   /// `--quiet`: no delivery lines. [false]
   bool quiet = false;
+  /// `--metrics-port P`: serve `GET /metrics` (outbound_group_*) on
+  /// 127.0.0.1:P (0: a free port, printed on stderr as
+  /// {"type":"metrics","url"}); negative: no listener. [-1]
+  int metrics_port = -1;
   client_config cfg;
 };
 

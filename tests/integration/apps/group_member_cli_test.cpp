@@ -9,6 +9,7 @@
 
 #include "tests/support/child_process.hpp"
 #include "tests/support/etcd_fixture.hpp"
+#include "tests/support/http_get.hpp"
 
 #include "hub/hub.hpp"
 
@@ -20,6 +21,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <set>
@@ -263,4 +265,43 @@ TEST_F(GroupMemberCli, ABadSettingIsAConfigErrorNamingTheField) {
                 20s);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("group.lease_ttl"), std::string::npos) << r.err;
+}
+
+TEST_F(GroupMemberCli, MetricsPortServesTheGroupFamilies) {
+  group_ = "metrics";
+  members_.push_back(std::make_unique<running_child>(outbound_argv(
+    {"group-member", "--group", group_, "--member", "m1", "--etcd",
+     etcd_->base_url(), "--feed-count", "3", "--initial-settle", "0.5",
+     "--metrics-port", "0", "--quiet", hub_->base_url()})));
+  auto& m = *members_.back();
+  uint16_t port = 0;
+  for (int i = 0; i < 100 && port == 0; ++i) {
+    auto line = last_line(m.err(), "metrics");
+    if (!line.empty()) {
+      std::string url{line.at("url").as_string()};
+      auto colon = url.rfind(':');
+      port = static_cast<uint16_t>(std::atoi(url.c_str() + colon + 1));
+    } else {
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  ASSERT_NE(port, 0) << m.err();
+  // Owned feeds reach the scrape once the member has claimed them.
+  bool owned = false;
+  std::string body;
+  for (int i = 0; i < 150 && !owned; ++i) {
+    body = http_get(port, "/metrics").second;
+    owned = body.find("outbound_group_feeds{group=\"metrics\",state=\"owned\"} "
+                      "3")
+            != std::string::npos;
+    if (!owned)
+      std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(owned) << body;
+  EXPECT_NE(body.find("outbound_group_lease_renewals_total"),
+            std::string::npos);
+  m.signal(SIGTERM);
+  auto code = m.wait_exit(20s);
+  ASSERT_TRUE(code);
+  EXPECT_EQ(*code, 0) << m.err();
 }
