@@ -45,6 +45,15 @@ extern "C" void on_member_stop_signal(int) {
   member_stop_signal = 1;
 }
 
+/// CLOCK_MONOTONIC in nanoseconds (std::chrono::steady_clock on Linux):
+/// the same clock in every process of a machine, so delivery lines of
+/// several members can be ordered against each other and against faults.
+int64_t mono_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+           std::chrono::steady_clock::now().time_since_epoch())
+    .count();
+}
+
 /// The delivery lines, written and flushed one by one under a lock (the
 /// watchers' callback helpers run on several threads).
 struct delivery_sink {
@@ -191,6 +200,7 @@ void print_to(const std::shared_ptr<delivery_sink>& sink, feed_callbacks& cbs) {
       return;
     boost::json::object o;
     o["type"] = "event";
+    o["t"] = mono_ns();
     o["feed"] = e.feed_id;
     o["token"] = e.owner_token;
     o["id"] = e.id ? boost::json::value(*e.id) : boost::json::value(nullptr);
@@ -206,6 +216,7 @@ void print_to(const std::shared_ptr<delivery_sink>& sink, feed_callbacks& cbs) {
       return;
     boost::json::object o;
     o["type"] = "reset";
+    o["t"] = mono_ns();
     o["feed"] = r.feed_id;
     o["token"] = r.owner_token;
     o["cause"] = to_string(r.cause);
@@ -246,7 +257,7 @@ CLI::App* add_group_member_command(CLI::App& app, group_member_options& o) {
     "Run one member of a feed group: own a share of a feed set through "
     "leases in etcd and follow each owned feed, one JSON line per delivery");
   cmd->footer(
-    "Output: {\"type\":\"event\",\"feed\",\"token\",\"id\",\"subject\"} or "
+    "Output: {\"type\":\"event\",\"t\",\"feed\",\"token\",\"id\",\"subject\"} or "
     "{\"type\":\"reset\",\"feed\",\"token\",\"cause\",...} per line on "
     "stdout, flushed as delivered; a {\"type\":\"status\",...} line on "
     "stderr every --status-interval seconds and on exit.\nSIGTERM/SIGINT "

@@ -5,9 +5,10 @@
 // (etcd, or memory for a single-process trial), owns its share of a static
 // feed set by rendezvous hashing, and runs a ledger feed watcher per owned
 // feed against the hub. Every delivery is one JSON line on stdout, written
-// and flushed as it happens (`{"type":"event","feed","token","id",
-// "subject"}` or `{"type":"reset","feed","token","cause",...}`), so that a
-// crash loses no line of what was delivered; a status line goes to stderr
+// and flushed as it happens (`{"type":"event","t","feed","token","id",
+// "subject"}` or `{"type":"reset","t","feed","token","cause",...}`; `t` is
+// CLOCK_MONOTONIC in ns, comparable across the processes of a machine), so
+// that a crash loses no line of what was delivered; a status line goes to stderr
 // every --status-interval seconds and on exit. SIGTERM or SIGINT leaves the
 // group gracefully (final checkpoints, releases, lease revoked).
 
