@@ -266,9 +266,14 @@ on_claim(self_ptr self, uint64_t lease, std::vector<std::string>& feeds) {
   return out;
 }
 
+/// A commit or a release: per item, `apply` (which says whether it wrote)
+/// if owners/<feed> still has create_revision == token, else `fenced`.
+/// One revision for the whole request, as one etcd transaction.
+template <class Item, class Apply>
 caf::result<std::vector<commit_reply>>
-on_commit(self_ptr self, std::vector<commit_item>& items) {
-  auto fault = begin(self, store_op::commit);
+compare_token_and(self_ptr self, store_op op, std::vector<Item>& items,
+                  Apply apply) {
+  auto fault = begin(self, op);
   if (fault == store_fault::fail)
     return unreachable_or_failed(self);
   auto& d = *self->state.data;
@@ -283,7 +288,7 @@ on_commit(self_ptr self, std::vector<commit_item>& items) {
     if (o == d.owners.end() || o->second.create_revision != it.token) {
       r.outcome = commit_outcome::fenced;
     } else {
-      wrote = write_cursor(d, it.feed, it.cursor) || wrote;
+      wrote = apply(d, it, o) || wrote;
       r.outcome = commit_outcome::ok;
     }
     out.push_back(std::move(r));
@@ -297,36 +302,24 @@ on_commit(self_ptr self, std::vector<commit_item>& items) {
 }
 
 caf::result<std::vector<commit_reply>>
+on_commit(self_ptr self, std::vector<commit_item>& items) {
+  return compare_token_and(
+    self, store_op::commit, items,
+    [](memory_store_data& d, const commit_item& it, auto) {
+      return write_cursor(d, it.feed, it.cursor);
+    });
+}
+
+caf::result<std::vector<commit_reply>>
 on_release(self_ptr self, std::vector<release_item>& items) {
-  auto fault = begin(self, store_op::release);
-  if (fault == store_fault::fail)
-    return unreachable_or_failed(self);
-  auto& d = *self->state.data;
-  if (items.size() > max_ops)
-    return failed("memory store: too many operations in one request");
-  std::vector<commit_reply> out;
-  bool wrote = false;
-  for (const auto& it : items) {
-    commit_reply r;
-    r.feed = it.feed;
-    auto o = d.owners.find(it.feed);
-    if (o == d.owners.end() || o->second.create_revision != it.token) {
-      r.outcome = commit_outcome::fenced;
-    } else {
+  return compare_token_and(
+    self, store_op::release, items,
+    [](memory_store_data& d, const release_item& it, auto owner) {
       if (it.cursor)
         write_cursor(d, it.feed, *it.cursor);
-      d.owners.erase(o);
-      wrote = true;
-      r.outcome = commit_outcome::ok;
-    }
-    out.push_back(std::move(r));
-  }
-  if (wrote)
-    ++d.revision;
-  arm(self);
-  if (fault == store_fault::lose)
-    return lost();
-  return out;
+      d.owners.erase(owner);
+      return true;
+    });
 }
 
 store_impl_actor::behavior_type store_impl(self_ptr self,
