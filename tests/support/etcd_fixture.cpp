@@ -191,4 +191,21 @@ std::string prefix_range_end(std::string prefix) {
   return std::string(1, '\0');
 }
 
+std::unique_ptr<etcd_instance> start_suite_etcd(std::string& error) {
+  error.clear();
+  auto bin = find_etcd();
+  if (bin.empty()) {
+    error = "etcd binary not found: install etcd-server "
+            "(scripts/install-deps.sh) or set OUTBOUND_ETCD to the path of "
+            "an etcd 3.4 binary";
+    return nullptr;
+  }
+  try {
+    return std::make_unique<etcd_instance>(bin);
+  } catch (const std::exception& e) {
+    error = e.what();
+    return nullptr;
+  }
+}
+
 } // namespace outbound::testing

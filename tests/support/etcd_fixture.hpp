@@ -25,6 +25,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -94,5 +95,11 @@ std::string base64_decode(std::string_view text);
 /// byte below 0xff incremented and the bytes after it dropped; "\0" (every
 /// key) when all bytes are 0xff or the prefix is empty.
 std::string prefix_range_end(std::string prefix);
+
+/// Starts etcd for a test suite (SetUpTestSuite): the instance, or nullptr
+/// with `error` saying why (no binary: install etcd-server or set
+/// OUTBOUND_ETCD; or it would not start). The tests then fail with
+/// `error`: a missing etcd is never a skip.
+std::unique_ptr<etcd_instance> start_suite_etcd(std::string& error);
 
 } // namespace outbound::testing

@@ -82,7 +82,7 @@ boost::json::object last_line(const std::string& err, const std::string& type) {
 class GroupMemberCli : public ::testing::Test {
 protected:
   static void SetUpTestSuite() {
-    etcd_ = std::make_unique<etcd_instance>(find_etcd());
+    etcd_ = start_suite_etcd(setup_error_);
   }
 
   static void TearDownTestSuite() {
@@ -90,6 +90,7 @@ protected:
   }
 
   void SetUp() override {
+    ASSERT_TRUE(etcd_) << setup_error_;
     hub_config c;
     c.seed = 7;
     hub_ = std::make_unique<hub>(c);
@@ -167,6 +168,7 @@ protected:
   }
 
   static std::unique_ptr<etcd_instance> etcd_;
+  static inline std::string setup_error_;
   std::unique_ptr<hub> hub_;
   std::vector<std::unique_ptr<running_child>> members_;
   std::string group_ = "cli";

@@ -205,19 +205,7 @@ json::object commit_txn(const std::string& owner, int64_t token,
 class EtcdGateway : public ::testing::Test {
 protected:
   static void SetUpTestSuite() {
-    setup_error_.clear();
-    auto bin = find_etcd();
-    if (bin.empty()) {
-      setup_error_ = "etcd binary not found: install etcd-server "
-                     "(scripts/install-deps.sh) or set OUTBOUND_ETCD to the "
-                     "path of an etcd 3.4 binary";
-      return;
-    }
-    try {
-      etcd_ = std::make_unique<etcd_instance>(bin);
-    } catch (const std::exception& e) {
-      setup_error_ = e.what();
-    }
+    etcd_ = start_suite_etcd(setup_error_);
   }
 
   static void TearDownTestSuite() {
