@@ -370,7 +370,8 @@ int main(int argc, char** argv) {
   double lease_ttl = 5, renew = 1.5, fence = 1, checkpoint = 1, poll = 0.5,
          settle = 3, rebalance = 5, reconcile = 5;
   double startup_bound = 90;
-  bool baseline = true;
+  bool baseline = true, base_filter = false;
+  std::size_t base_max_prefixes = 200;
   std::string cli = OUTBOUND_CLI;
   std::string keep_dir;
   app.add_option("--members", members, "initial members M (>= 3)")
@@ -424,6 +425,11 @@ int main(int argc, char** argv) {
     ->capture_default_str();
   app.add_option("--baseline", baseline, "run the modulo-sharding baseline")
     ->capture_default_str();
+  app
+    .add_option("--baseline-max-prefixes", base_max_prefixes,
+                "a static process with more feeds than this follows every "
+                "feed and the checker keeps its share (0: always)")
+    ->capture_default_str();
   app.add_option("--outbound", cli, "the outbound binary")
     ->capture_default_str();
   app.add_option("--keep-logs", keep_dir,
@@ -440,6 +446,12 @@ int main(int argc, char** argv) {
     }
   }
   const std::size_t F = members * feeds_per_member;
+  // One replay URL carries every prefix (?prefix=...&prefix=...): past a
+  // few hundred it outgrows the hub's request header limit and the hub
+  // resets the connection. Then each static process follows `feed-` (every
+  // feed) and only the deliveries of its own share count.
+  if (base_max_prefixes == 0 || F / members > base_max_prefixes)
+    base_filter = true;
   const double T_kill = steady * scale;
   const double T_term = T_kill + crash_window * scale;
   const double T_join = T_term + graceful_window * scale;
@@ -451,11 +463,14 @@ int main(int argc, char** argv) {
               "rate=%.0f/s (%.3f per feed per s) kill@%.0f term@%.0f "
               "join@%.0f pub_end@%.0f stop@%.0f; lease_ttl=%.1f renew=%.1f "
               "fence=%.1f checkpoint=%.1f poll=%.1f settle=%.1f "
-              "rebalance=%.1f reconcile=%.1f baseline=%s\n",
+              "rebalance=%.1f reconcile=%.1f baseline=%s%s\n",
               members, F, feeds_per_member, rate, rate / double(F), T_kill,
               T_term, T_join, T_pub_end, T_stop, lease_ttl, renew, fence,
               checkpoint, poll, settle, rebalance, reconcile,
-              baseline ? "yes" : "no");
+              baseline ? "yes" : "no",
+              baseline && base_filter ? " (each static process follows "
+                                        "every feed; its share counts)"
+                                      : "");
   // The members (and the baseline watchers, which ignore it) inherit it.
   ::setenv("OUTBOUND_GROUP_RECONCILE_INTERVAL", num(reconcile, 3).c_str(), 1);
   std::printf("no actor system in this process (hub in-process, members "
@@ -540,9 +555,14 @@ int main(int argc, char** argv) {
   if (baseline) {
     for (std::size_t k = 0; k < members; ++k) {
       std::vector<std::string> a{cli, "watch", h.base_url()};
-      for (std::size_t i = k; i < F; i += members) {
+      if (base_filter) {
         a.push_back("--prefix");
-        a.push_back("feed-" + std::to_string(i) + "/");
+        a.push_back("feed-");
+      } else {
+        for (std::size_t i = k; i < F; i += members) {
+          a.push_back("--prefix");
+          a.push_back("feed-" + std::to_string(i) + "/");
+        }
       }
       base.push_back(std::make_unique<child>());
       base.back()->name = "static" + std::to_string(k + 1);
@@ -635,9 +655,11 @@ int main(int argc, char** argv) {
   for (std::size_t k = 0; k < group.size(); ++k)
     if (k != killed && k != left)
       live.push_back(k);
-  std::vector<int64_t> owned_end;
-  for (auto k : live)
+  std::vector<int64_t> owned_end, rss_end;
+  for (auto k : live) {
     owned_end.push_back(group[k]->owned());
+    rss_end.push_back(group[k]->rss_kib());
+  }
   for (auto& g : group)
     g->signal(SIGTERM);
   for (auto& b : base)
@@ -665,8 +687,9 @@ int main(int argc, char** argv) {
     gd.insert(gd.end(), d.begin(), d.end());
   }
   for (std::size_t k = 0; k < base.size(); ++k) {
-    auto d = deliveries_of(*base[k], k, bad_lines);
-    bd.insert(bd.end(), d.begin(), d.end());
+    for (auto& d : deliveries_of(*base[k], k, bad_lines))
+      if (d.feed % members == k)
+        bd.push_back(std::move(d));
   }
   std::unordered_map<int64_t, std::size_t> pub_index;
   for (std::size_t i = 0; i < pubs.size(); ++i)
@@ -902,6 +925,20 @@ int main(int argc, char** argv) {
       rss_per_feed.push_back(double(rss_steady[k]) / double(owned_steady[k]));
   }
 
+  // Marginal RSS per feed: the joiner (never above its end share) at the
+  // end against the initial members at steady state (each about F/M).
+  double rss_slope = NAN;
+  {
+    double r0 = 0, o0 = 0;
+    for (std::size_t k = 0; k < members; ++k) {
+      r0 += double(rss_steady[k]) / double(members);
+      o0 += double(owned_steady[k]) / double(members);
+    }
+    double r4 = double(rss_end.back()), o4 = double(owned_end.back());
+    if (o4 - o0 > 10)
+      rss_slope = (r4 - r0) / (o4 - o0);
+  }
+
   // -- report ---------------------------------------------------------------
   std::printf("\n== scaleout: %zu members x %zu feeds, %.0f events/s, %zu "
               "published ==\n",
@@ -961,8 +998,11 @@ int main(int argc, char** argv) {
               balance_steady, smax, smin, balance_end, omax, omin,
               verdict(balance_end <= 1.10 && balance_steady <= 1.10));
   std::printf("member RSS at steady state: total %" PRId64 " KiB, per owned "
-              "feed p50 %.1f KiB max %.1f KiB\n",
-              rss_total, quantile(rss_per_feed, 0.5), vmax(rss_per_feed));
+              "feed p50 %.1f KiB max %.1f KiB (whole process / feeds); "
+              "marginal %.1f KiB per feed (member 4 at the end, %" PRId64
+              " KiB for %" PRId64 " feeds, against the steady mean)\n",
+              rss_total, quantile(rss_per_feed, 0.5), vmax(rss_per_feed),
+              rss_slope, rss_end.back(), owned_end.back());
   if (baseline)
     std::printf("baseline (static modulo, %zu `outbound watch`): static 2 "
                 "SIGKILLed -> %" PRIu64 " events of its feeds never "
@@ -1010,7 +1050,10 @@ int main(int argc, char** argv) {
   json_line("\"figure\":\"member_rss\"," + common
             + ",\"total_kib\":" + std::to_string(rss_total)
             + ",\"per_feed_p50_kib\":" + num(quantile(rss_per_feed, 0.5), 1)
-            + ",\"per_feed_max_kib\":" + num(vmax(rss_per_feed), 1));
+            + ",\"per_feed_max_kib\":" + num(vmax(rss_per_feed), 1)
+            + ",\"marginal_per_feed_kib\":" + num(rss_slope, 1)
+            + ",\"joiner_end_kib\":" + std::to_string(rss_end.back())
+            + ",\"joiner_end_feeds\":" + std::to_string(owned_end.back()));
   if (baseline)
     json_line(
       "\"figure\":\"baseline_static_modulo\"," + common
@@ -1018,7 +1061,8 @@ int main(int argc, char** argv) {
       + ",\"killed_shard_published_after_kill\":"
       + std::to_string(base_after_kill)
       + ",\"other_shards_never_delivered\":" + std::to_string(base_lost_other)
-      + "," + quantiles_json("steady_latency", base_lat)
+      + ",\"follows_all\":" + (base_filter ? "true" : "false") + ","
+      + quantiles_json("steady_latency", base_lat)
       + ",\"group_never_delivered\":" + std::to_string(lost));
   json_line("\"figure\":\"run\"," + common + ",\"startup_s\":"
             + num(startup_s, 2) + ",\"exit_codes\":\"" + codes + "\"");
