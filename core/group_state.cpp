@@ -112,6 +112,7 @@ group_state::group_state(group_state_config cfg, std::string member,
   margin_ = from_seconds(cfg_.fence_margin);
   poll_ = from_seconds(cfg_.poll_interval);
   reconcile_ = from_seconds(cfg_.reconcile_interval);
+  held_retry_ = std::min(reconcile_, 2 * from_seconds(cfg_.poll_interval));
   checkpoint_ = from_seconds(cfg_.checkpoint_interval);
   settle_ = from_seconds(cfg_.initial_settle);
   rebalance_ = from_seconds(cfg_.rebalance_delay);
@@ -243,6 +244,11 @@ group_actions group_state::on_claimed(uint64_t request,
     if (r->second->outcome == claim_outcome::held) {
       ++counters_.claims_held;
       e.own = ownership::none;
+      // A desired feed another member still holds is about to be
+      // released (a rebalance after its delay, a leave, a lease that
+      // expires): ask again soon rather than at the next reconcile.
+      if (e.desired)
+        held_retry_at_ = std::min(held_retry_at_, now + held_retry_);
       continue;
     }
     ++counters_.claims_won;
@@ -485,6 +491,7 @@ group_time group_state::next_wakeup() const {
   if (phase_ == group_phase::active) {
     at(next_poll_);
     at(next_reconcile_);
+    at(held_retry_at_);
     at(next_checkpoint_);
     for (const auto& kv : feeds_) {
       const auto& e = kv.second;
@@ -598,6 +605,10 @@ void group_state::step(group_time now, group_actions& out) {
   if (now >= next_reconcile_) {
     claim_wanted_ = true;
     next_reconcile_ = now + reconcile_;
+  }
+  if (now >= held_retry_at_) {
+    claim_wanted_ = true;
+    held_retry_at_ = never;
   }
   if (claim_wanted_ && !holding_)
     issue_claims(now, out);

@@ -47,8 +47,11 @@
 //      listed names (core/hrw.hpp). Claims go out for desired feeds that
 //      are neither held nor being claimed, in batches of <= batch, when the
 //      member becomes active, on every change of the listed names, every
-//      reconcile_interval and at once on a handoff hint; never while the
-//      deliveries are held; at most max_feeds owned or in flight.
+//      reconcile_interval, min(reconcile_interval, 2 poll_interval) after
+//      a claim of a desired feed answered `held` (its holder is about to
+//      release it: a rebalance, a leave, an expiring lease), and at once
+//      on a handoff hint; never while the deliveries are held; at most
+//      max_feeds owned or in flight.
 //  G4  A won claim spawns a watcher resuming at the committed cursor the
 //      claim read, at most max_starts_per_second (a token bucket of one
 //      second's burst), never while a previous watcher of the same feed is
@@ -612,6 +615,10 @@ private:
   std::map<uint64_t, std::vector<std::string>> releases_;
   /// When failed releases are sent again (max: none failed).
   group_time release_retry_ = group_time::max();
+  /// When claims of desired feeds answered `held` are sent again (max:
+  /// none), and the period: min(reconcile_interval, 2 poll_interval).
+  group_time held_retry_at_ = group_time::max();
+  duration held_retry_{};
 
   double spawn_tokens_ = 0;
   group_time spawn_refill_{};
