@@ -189,8 +189,12 @@ TEST(GroupConfig, TimingErrorsNameTheGroupField) {
      "group.max_starts_per_second"},
     {[](group_state_config& t) { t.max_feeds = 0; }, "group.max_feeds"},
   };
-  for (const auto& [e, field] : cases)
-    EXPECT_EQ(invalid_field([&](group_config& g) { e(g.timing); }), field);
+  // Not a structured binding: clang 14 cannot capture one in a lambda.
+  for (const auto& c : cases) {
+    const auto& breaks = c.first;
+    EXPECT_EQ(invalid_field([&](group_config& g) { breaks(g.timing); }),
+              c.second);
+  }
 }
 
 TEST(GroupConfig, EtcdEndpointIsAnHttpUrlWithoutPath) {
