@@ -212,6 +212,13 @@ struct fault_proxy::impl {
         return; // closed by cut or by the destructor
       ++l.accepted;
       error_code ignored;
+      if (l.mode == link_mode::cut) {
+        // Refused: reset at once (see the header on why the listener stays).
+        s.set_option(asio::socket_base::linger(true, 0), ignored);
+        s.close(ignored);
+        accept(l);
+        return;
+      }
       s.set_option(tcp::no_delay(true), ignored);
       auto c = std::make_shared<connection>(io, l);
       c->client = std::move(s);
@@ -225,20 +232,15 @@ struct fault_proxy::impl {
   void set_mode(std::size_t i, link_mode m, std::chrono::milliseconds d) {
     run([this, i, m, d] {
       auto& l = *links.at(i);
-      auto before = l.mode;
       l.mode = m;
       l.delay = d;
       if (m == link_mode::cut) {
-        error_code ignored;
-        l.acceptor.close(ignored);
         for (auto& w : l.conns)
           if (auto c = w.lock())
             c->close(true);
         l.conns.clear();
         return;
       }
-      if (before == link_mode::cut)
-        listen(l, l.port);
       if (m != link_mode::blackhole)
         for (auto& w : l.conns)
           if (auto c = w.lock())

@@ -10,7 +10,13 @@
 //
 //   pass       forward every chunk at once (the default).
 //   cut        reset every open connection of the link (SO_LINGER 0, so the
-//              peers see RST) and stop listening: new connects are refused.
+//              peers see RST) and reset every new one as soon as it is
+//              accepted: a refused connect, seen from the client. The
+//              listener stays open: a closed one frees its port, and a
+//              client that keeps connecting to a free port in the
+//              ephemeral range may get it as its own source port and
+//              connect to itself (TCP simultaneous open), which holds the
+//              port and turns the client's requests into its responses.
 //   blackhole  keep every socket open and forward nothing: a chunk read on
 //              either side is parked (no further reads on that side, so the
 //              kernel's buffers fill as on a silent network) until the mode
@@ -19,7 +25,7 @@
 //              retransmission would deliver them after a partition heals.
 //   delay(ms)  forward each chunk `ms` milliseconds after it was read
 //              (one chunk at a time per direction).
-//   heal       = pass (listens again on the same port after a cut).
+//   heal       = pass.
 //
 // One io thread (Boost.Asio) runs every link. Not copyable; the destructor
 // closes every socket and joins the thread.
@@ -53,9 +59,7 @@ public:
   /// The port link `link` listens on (127.0.0.1).
   uint16_t port(std::size_t link) const;
 
-  /// Mode switches of link `link` (see the file comment). `heal` after a
-  /// `cut` re-binds the same port and throws std::runtime_error when
-  /// another process took it meanwhile.
+  /// Mode switches of link `link` (see the file comment).
   void pass(std::size_t link);
   void cut(std::size_t link);
   void blackhole(std::size_t link);

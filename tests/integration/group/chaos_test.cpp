@@ -324,6 +324,8 @@ protected:
     std::this_thread::sleep_for(2s);
   }
 
+  void store_link_fault(bool cut);
+
   void sigcont_etcd() {
     ::kill(etcd_->pid(), SIGCONT);
     etcd_stopped_ = false;
@@ -445,8 +447,10 @@ TEST(FaultProxy, PassCutBlackholeDelayHeal) {
 
 // --- S5: member <-> store cut ------------------------------------------------
 
-TEST_F(GroupChaos, S5StoreBlackholeHoldsThenMovesWithoutOverlapAndRejoins) {
-  group_ = "s5";
+/// S5 with the link m1 <-> etcd cut (`cut`: RST and refused connects) or
+/// silent (blackhole).
+void GroupChaos::store_link_fault(bool cut) {
+  group_ = cut ? "s5cut" : "s5";
   proxy_ = std::make_unique<fault_proxy>();
   auto link = proxy_->add_link("127.0.0.1", etcd_->client_port());
   start_three("http://127.0.0.1:" + std::to_string(proxy_->port(link)));
@@ -455,7 +459,10 @@ TEST_F(GroupChaos, S5StoreBlackholeHoldsThenMovesWithoutOverlapAndRejoins) {
   steady();
 
   auto fault_t = mono_now_ns();
-  proxy_->blackhole(link);
+  if (cut)
+    proxy_->cut(link);
+  else
+    proxy_->blackhole(link);
   // m1 cannot renew: it holds by its fence deadline (<= fault + 2.5 s).
   EXPECT_TRUE(wait_until(
     [&] {
@@ -484,7 +491,7 @@ TEST_F(GroupChaos, S5StoreBlackholeHoldsThenMovesWithoutOverlapAndRejoins) {
 
   auto ds = deliveries();
   auto r = check_deliveries(ds, published(), fault_t);
-  std::cout << "[S5] " << r.summary() << std::endl;
+  std::cout << "[" + group_ + "] " << r.summary() << std::endl;
   dump("fault_t " + std::to_string(fault_t));
   EXPECT_EQ(r.lost, 0u) << r.summary();
   EXPECT_EQ(r.reordered, 0u) << r.summary();
@@ -492,8 +499,8 @@ TEST_F(GroupChaos, S5StoreBlackholeHoldsThenMovesWithoutOverlapAndRejoins) {
   EXPECT_EQ(r.regressions, 0u) << r.summary();
   expect_duplicates_only_of(r, "m1");
   auto early = earliest_duplicate(ds, r, "m1", fault_t);
-  std::cout << "[S5] earliest duplicated m1 delivery " << early / ms_ns
-            << " ms after the fault" << std::endl;
+  std::cout << "[" + group_ + "] earliest duplicated m1 delivery "
+            << early / ms_ns << " ms after the fault" << std::endl;
   EXPECT_GT(early, -commit_lag_ns) << "a commit was lost";
   EXPECT_FALSE(r.takeover_ns.empty()) << "no feed moved";
   // No m1 delivery between its fence deadline and the heal.
@@ -504,6 +511,14 @@ TEST_F(GroupChaos, S5StoreBlackholeHoldsThenMovesWithoutOverlapAndRejoins) {
       ++late;
   EXPECT_EQ(late, 0u) << "m1 delivered after its fence deadline";
   EXPECT_GE(field(status("m1"), "holds"), 1) << errs();
+}
+
+TEST_F(GroupChaos, S5StoreBlackholeHoldsThenMovesWithoutOverlapAndRejoins) {
+  store_link_fault(false);
+}
+
+TEST_F(GroupChaos, S5StoreCutHoldsThenMovesWithoutOverlapAndRejoins) {
+  store_link_fault(true);
 }
 
 // --- S7: paused member -------------------------------------------------------
