@@ -59,6 +59,13 @@ public:
     return peer_;
   }
 
+  /// etcd's process id (-1 once stopped): for fault tests that pause the
+  /// store with SIGSTOP / SIGCONT. A test that stops it must continue it
+  /// before `stop`.
+  pid_t pid() const {
+    return pid_;
+  }
+
   /// `http://127.0.0.1:<client port>` (the gateway is under /v3/).
   std::string base_url() const;
 
