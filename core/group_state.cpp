@@ -480,6 +480,8 @@ group_time group_state::next_wakeup() const {
   at(next_renew_);
   if (!holding_)
     at(deadline_);
+  else if (phase_ != group_phase::leaving)
+    at(hold_since_ + ttl_);
   if (phase_ == group_phase::settling) {
     at(next_poll_);
     // Too few members listed: only a poll can change that (no wake-up
@@ -547,8 +549,20 @@ void group_state::step(group_time now, group_actions& out) {
   // G6: hold past the deadline.
   if (!holding_ && now >= deadline_) {
     holding_ = true;
+    hold_since_ = now;
     ++counters_.holds;
     out.emplace_back(hold_deliveries{});
+  }
+  // G6: a hold that lasts a whole TTL gives the lease up. Keepalives that
+  // time out here may still reach the store late and keep the lease alive
+  // (a slow link): nobody else could take these feeds, and nobody would
+  // deliver them. Revoke (best effort), stop renewing, join again.
+  if (holding_ && phase_ != group_phase::leaving && now >= hold_since_ + ttl_) {
+    ++counters_.hold_timeouts;
+    out.emplace_back(revoke_lease{next_id()});
+    lose_lease(now, out);
+    step(now, out);
+    return;
   }
   if (phase_ == group_phase::leaving) {
     if (now >= deadline_ || now >= leave_by_) {

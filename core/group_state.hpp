@@ -69,7 +69,11 @@
 //      the lease is not known lost holds the deliveries (hold_deliveries);
 //      a keepalive that succeeds with TTL > 0 and whose deadline lies
 //      ahead lifts the hold (unhold_deliveries): the lease never expired,
-//      so nobody else can own these feeds.
+//      so nobody else can own these feeds. A hold that lasts lease_ttl
+//      gives the lease up (revoke_lease, then G7): keepalives this member
+//      counts as timed out may still reach the store late over a slow link
+//      and keep the lease alive, which would leave its feeds owned and
+//      undelivered for as long as the link stays slow.
 //  G7  A keepalive answering TTL <= 0 or "not found" means the lease is
 //      lost: every watcher stops, progress is dropped (its commits would be
 //      fenced), every reply of the old lease becomes stale, and the member
@@ -403,6 +407,8 @@ struct group_counters {
   uint64_t renewals_ok = 0, renewals_error = 0, renewals_lost = 0;
   /// hold_deliveries emitted, joins after a lost lease, watchers spawned.
   uint64_t holds = 0, rejoins = 0, spawns = 0;
+  /// Holds that lasted lease_ttl and gave the lease up (G6).
+  uint64_t hold_timeouts = 0;
 };
 
 /// The member's phase (see the diagram).
@@ -597,6 +603,8 @@ private:
 
   group_time deadline_{};
   bool holding_ = false;
+  /// When the current hold began.
+  group_time hold_since_{};
   std::map<uint64_t, group_time> renew_sent_;
   group_time next_renew_{};
 

@@ -650,6 +650,31 @@ TEST(GroupState, TooFewMembersListedDoNotSpinTheTimer) {
   EXPECT_GT(m.st.next_wakeup(), t0 + 10s);
 }
 
+TEST(GroupState, AHoldThatLastsATtlGivesTheLeaseUpAndJoinsAgain) {
+  // Keepalives time out here (no answer) but could be reaching the store
+  // late: after lease_ttl of holding, the member revokes its lease, stops
+  // its watchers and joins again, so that others can take its feeds.
+  member m(defaults(), {"f"});
+  m.answer_renewals = false;
+  auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
+  auto deadline = m.st.fence_deadline();
+  EXPECT_TRUE(has<hold_deliveries>(m.at(deadline)));
+  EXPECT_TRUE(m.st.holding());
+  EXPECT_LE(m.st.next_wakeup(), deadline + 5s);
+  auto before = m.at(deadline + 4999ms);
+  EXPECT_FALSE(has<revoke_lease>(before));
+  auto a = m.at(deadline + 5s);
+  EXPECT_TRUE(has<revoke_lease>(a));
+  auto stops = all_of<stop_watcher>(a);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].token, sp.token);
+  EXPECT_EQ(stops[0].reason, stop_reason::lease_lost);
+  EXPECT_TRUE(has<join_lease>(a));
+  EXPECT_EQ(m.st.phase(), group_phase::joining);
+  EXPECT_EQ(m.st.counters().hold_timeouts, 1u);
+  EXPECT_FALSE(m.st.holding());
+}
+
 TEST(GroupState, AClaimWonWhileLeavingIsReleasedAtOnce) {
   member m(defaults(), {"f"});
   auto a = m.activate();
