@@ -101,7 +101,7 @@ void apply_flags(const group_member_options& o, group_config& g) {
   if (!o.key_prefix.empty())
     g.coordinator.prefix = o.key_prefix;
   auto set = [](double flag, double& field) {
-    if (flag >= 0)
+    if (flag != group_member_options::unset)
       field = flag;
   };
   set(o.lease_ttl, g.timing.lease_ttl);
@@ -111,8 +111,10 @@ void apply_flags(const group_member_options& o, group_config& g) {
   set(o.checkpoint_interval, g.timing.checkpoint_interval);
   set(o.initial_settle, g.timing.initial_settle);
   set(o.rebalance_delay, g.timing.rebalance_delay);
+  if (o.min_members == 0 || o.min_members < -1)
+    throw usage_error("--min-members must be >= 1");
   if (o.min_members > 0)
-    g.timing.min_members = o.min_members;
+    g.timing.min_members = static_cast<std::size_t>(o.min_members);
 }
 
 /// The group config: file, then environment, then flags; validated. The
@@ -147,7 +149,14 @@ std::vector<group_feed> resolve_feeds(const group_member_options& o) {
       throw usage_error("--feed must be ID=PREFIX: '" + spec + "'");
     add(spec.substr(0, eq), spec.substr(eq + 1));
   }
-  for (std::size_t i = 0; i < o.feed_count; ++i) {
+  // Beyond group_state_config::max_feeds' default a member could not own
+  // them all anyway; the bound also keeps a typo from building a huge set.
+  constexpr int64_t max_feed_count = 100000;
+  if (o.feed_count < 0 || o.feed_count > max_feed_count)
+    throw usage_error("--feed-count must be in [0, "
+                      + std::to_string(max_feed_count) + "], got "
+                      + std::to_string(o.feed_count));
+  for (int64_t i = 0; i < o.feed_count; ++i) {
     auto id = o.subject_prefix + std::to_string(i);
     add(id, id + "/");
   }
@@ -183,6 +192,8 @@ boost::json::object status_json(const group_status& s) {
   o["renewals_lost"] = c.renewals_lost;
   o["holds"] = c.holds;
   o["rejoins"] = c.rejoins;
+  o["join_errors"] = c.join_errors;
+  o["hold_timeouts"] = c.hold_timeouts;
   o["spawns"] = c.spawns;
   o["moved_in"] = s.moved_in;
   o["moved_out"] = s.moved_out;
@@ -359,9 +370,9 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
     // Prometheus: the registry lives as long as the group_metrics that
     // writes to it (the member's actor holds that until it ends).
     std::unique_ptr<metrics_exposer> exposer;
+    if (opts.metrics_port < -1 || opts.metrics_port > 65535)
+      throw usage_error("--metrics-port must be -1 (none) or 0..65535");
     if (opts.metrics_port >= 0) {
-      if (opts.metrics_port > 65535)
-        throw usage_error("--metrics-port must be <= 65535");
       auto reg = std::make_shared<metrics_registry>();
       fo.metrics
         = std::shared_ptr<group_metrics>(new group_metrics(*reg->registry()),
@@ -401,11 +412,12 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+    // Graceful leave: final checkpoints, releases, the lease revoked. It
+    // finishes within the fence deadline (at most the lease TTL). The
+    // handlers stay: a second SIGTERM during the leave changes nothing.
+    auto final = ask(sys, member, g.timing.lease_ttl + 10.0, true);
     std::signal(SIGINT, old_int);
     std::signal(SIGTERM, old_term);
-    // Graceful leave: final checkpoints, releases, the lease revoked. It
-    // finishes within the fence deadline (at most the lease TTL).
-    auto final = ask(sys, member, g.timing.lease_ttl + 10.0, true);
     auto st = final ? status_json(*final) : boost::json::object{};
     st["type"] = "exit";
     {

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,7 @@ struct group_member_options {
   std::vector<std::string> feeds;
   /// `--feed-count N`: feeds `<subject-prefix><i>` for i in [0, N), each
   /// following the subject prefix `<subject-prefix><i>/`. [0]
-  std::size_t feed_count = 0;
+  int64_t feed_count = 0;
   /// `--subject-prefix P` of --feed-count. ["feed-"]
   std::string subject_prefix = "feed-";
   /// `--config FILE`: a group_config JSON (parse_group_config); the
@@ -52,14 +53,16 @@ struct group_member_options {
   /// `--coordinator etcd|memory`, `--etcd URL`, `--key-prefix P` (empty:
   /// from the file or the environment, else group_config's defaults).
   std::string coordinator, endpoint, key_prefix;
-  /// Timing flags in seconds (negative: not given): --lease-ttl,
-  /// --renew-interval, --fence-margin, --poll-interval,
+  /// Timing flags in seconds (`unset`: not given; any other value, NaN
+  /// and negatives included, replaces the field and is validated there):
+  /// --lease-ttl, --renew-interval, --fence-margin, --poll-interval,
   /// --checkpoint-interval, --initial-settle, --rebalance-delay.
-  double lease_ttl = -1, renew_interval = -1, fence_margin = -1,
-         poll_interval = -1, checkpoint_interval = -1, initial_settle = -1,
-         rebalance_delay = -1;
-  /// `--min-members N` (0: not given).
-  std::size_t min_members = 0;
+  static constexpr double unset = std::numeric_limits<double>::lowest();
+  double lease_ttl = unset, renew_interval = unset, fence_margin = unset,
+         poll_interval = unset, checkpoint_interval = unset,
+         initial_settle = unset, rebalance_delay = unset;
+  /// `--min-members N` (-1: not given).
+  int64_t min_members = -1;
   /// `--replay-path` / `--ws-path` of every feed. ["/v1/events",
   /// "/ws/feed"]
   std::string replay_path = "/v1/events";

@@ -169,6 +169,7 @@ group_actions group_state::on_join_failed(uint64_t request, group_time now) {
   if (request == 0 || request != join_request_)
     return out;
   join_request_ = 0;
+  ++counters_.join_errors;
   if (phase_ == group_phase::joining)
     join_retry_at_ = now + renew_;
   step(now, out);

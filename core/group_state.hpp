@@ -409,6 +409,9 @@ struct group_counters {
   uint64_t holds = 0, rejoins = 0, spawns = 0;
   /// Holds that lasted lease_ttl and gave the lease up (G6).
   uint64_t hold_timeouts = 0;
+  /// Joins that failed (store unreachable, or the name still held by a
+  /// live lease after a restart).
+  uint64_t join_errors = 0;
 };
 
 /// The member's phase (see the diagram).

@@ -307,3 +307,34 @@ TEST_F(GroupMemberCli, MetricsPortServesTheGroupFamilies) {
   ASSERT_TRUE(code);
   EXPECT_EQ(*code, 0) << m.err();
 }
+
+TEST_F(GroupMemberCli, OutOfRangeFlagsAreUsageOrConfigErrorsNotDefaults) {
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"group-member", "--group", "ok",
+                                  "--feed-count", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.push_back(hub_->base_url());
+    return run_child(outbound_argv(args), 20s);
+  };
+  // A negative or NaN duration is refused naming its field, not ignored.
+  auto r = run({"--lease-ttl", "-5"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("group.lease_ttl"), std::string::npos) << r.err;
+  r = run({"--initial-settle=nan"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("group.initial_settle"), std::string::npos) << r.err;
+  r = run({"--min-members", "0"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--min-members"), std::string::npos) << r.err;
+  r = run({"--metrics-port", "-7"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--metrics-port"), std::string::npos) << r.err;
+  // A negative or huge feed count fails at once (it used to wrap around
+  // and build billions of feeds).
+  r = run_child(outbound_argv({"group-member", "--group", "ok", "--feed-count",
+                               "-3", hub_->base_url()}),
+                20s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.err.find("--feed-count"), std::string::npos) << r.err;
+}
