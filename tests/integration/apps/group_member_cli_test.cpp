@@ -8,6 +8,7 @@
 // machine); the ordering and loss checks are exact.
 
 #include "tests/support/child_process.hpp"
+#include "tests/support/delivery_check.hpp"
 #include "tests/support/etcd_fixture.hpp"
 #include "tests/support/http_get.hpp"
 
@@ -36,32 +37,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct delivery {
-  std::string feed;
-  uint64_t token = 0;
-  int64_t id = 0;
-};
-
-std::vector<delivery> deliveries_of(const std::string& out) {
-  std::vector<delivery> ds;
-  std::istringstream in{out};
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty())
-      continue;
-    boost::system::error_code ec;
-    auto v = boost::json::parse(line, ec);
-    // A SIGKILLed member may leave half a line: not a delivery.
-    if (ec || !v.is_object())
-      continue;
-    const auto& o = v.as_object();
-    if (o.at("type").as_string() != "event")
-      continue;
-    ds.push_back({std::string{o.at("feed").as_string()},
-                  static_cast<uint64_t>(o.at("token").as_int64()),
-                  o.at("id").as_int64()});
-  }
-  return ds;
+/// The delivery lines of one member's standard output.
+std::vector<delivery_line> deliveries_of(const std::string& out) {
+  return parse_deliveries(out, "");
 }
 
 /// The last JSON line of `err` of the given type.
@@ -144,8 +122,8 @@ protected:
   }
 
   /// Every member's deliveries so far.
-  std::vector<delivery> all() const {
-    std::vector<delivery> out;
+  std::vector<delivery_line> all() const {
+    std::vector<delivery_line> out;
     for (const auto& m : members_) {
       auto d = deliveries_of(m->out());
       out.insert(out.end(), d.begin(), d.end());
