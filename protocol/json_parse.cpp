@@ -1,5 +1,6 @@
 #include "protocol/json_parse.hpp"
 
+#include <boost/container/small_vector.hpp>
 #include <boost/json/basic_parser_impl.hpp>
 #include <boost/json/error.hpp>
 #include <boost/json/value_stack.hpp>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <set>
 #include <system_error>
@@ -66,13 +68,19 @@ public:
 
   handler(const json::storage_ptr& sp, std::size_t max_bytes,
           bool reject_duplicates, bool allow_inexact, bool bad_numbers_as_null)
-    : st(sp),
-      max_bytes_(max_bytes),
-      reject_duplicates_(reject_duplicates),
-      allow_inexact_(allow_inexact),
+    : st(sp, temp_, sizeof temp_), max_bytes_(max_bytes),
+      reject_duplicates_(reject_duplicates), allow_inexact_(allow_inexact),
       bad_as_null_(bad_numbers_as_null) {
   }
 
+private:
+  // The value stack's temporary storage for a small document (values and
+  // keys before their container is built), so that parsing one does not
+  // allocate it (boost::json::value_stack's temp_buffer; boost::json::
+  // parser offers the same). Declared before `st`, which uses it.
+  alignas(std::max_align_t) unsigned char temp_[1024];
+
+public:
   json::value_stack st;
   json_parse_error failure = json_parse_error::none;
   std::string failed_field;
@@ -310,7 +318,8 @@ public:
   }
 
 private:
-  std::vector<frame> path_;
+  // Inline for the usual depth: no allocation for a shallow document.
+  boost::container::small_vector<frame, 4> path_;
   std::string number_;
 };
 

@@ -501,6 +501,8 @@ private:
     auto& msg = parser_->get();
     res_.response.status = msg.result_int();
     res_.response.headers.clear();
+    res_.response.headers.reserve(
+      static_cast<std::size_t>(std::distance(msg.begin(), msg.end())));
     for (const auto& field : msg)
       res_.response.headers.emplace_back(std::string{field.name_string()},
                                          std::string{field.value()});
