@@ -160,7 +160,7 @@ void report_store_errors(stderr_lines& l, const group_status& s) {
   boost::json::object o;
   o["type"] = "failure";
   o["source"] = "store";
-  o["kind"] = s.last_store_error.substr(0, colon);
+  o["request"] = s.last_store_error.substr(0, colon);
   o["detail"] = colon == std::string::npos
                   ? std::string{}
                   : s.last_store_error.substr(colon + 2);
