@@ -31,11 +31,9 @@
 #include <cctype>
 #include <chrono>
 #include <csignal>
-#include <fstream>
 #include <mutex>
 #include <ostream>
 #include <set>
-#include <sstream>
 #include <thread>
 #include <unistd.h>
 
@@ -548,7 +546,10 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
                       + "; not joining the group (--no-hub-probe joins "
                         "without the probe)";
         o["request_id"] = e->request_id;
-        lines->print(o);
+        {
+          std::lock_guard<std::mutex> lock{lines->mu};
+          lines->print(o);
+        }
         caf::anon_send_exit(fo.feed_client, caf::exit_reason::user_shutdown);
         sys.await_actors_before_shutdown(false);
         auto code = exit_code(e->kind);

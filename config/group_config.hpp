@@ -4,8 +4,10 @@
 // group's identity, the decision core's timing (core/group_state.hpp) and
 // where its store is. Plain data, durations in seconds as doubles like the
 // other configs; validate() throws config_error naming the first bad field
-// ("group.lease_ttl: ..."). Loaded from JSON (parse_group_config) and from
-// OUTBOUND_GROUP_* environment variables (group_config_from_env).
+// ("group.lease_ttl: ..."). Loaded from JSON (parse_group_config; from a
+// file, load_group_config, whose errors also name the file) and from
+// OUTBOUND_GROUP_* environment variables (group_config_from_env). Feed ids
+// are checked by validate_group_feed_ids.
 
 #include "config/client_config.hpp"
 #include "config/config_error.hpp"
