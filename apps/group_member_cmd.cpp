@@ -1,8 +1,10 @@
 #include "apps/group_member_cmd.hpp"
 
+#include "apps/failure_throttle.hpp"
 #include "apps/request_cmd.hpp"
 
 #include "actors/client/service_client.hpp"
+#include "actors/feed/feed_frames.hpp"
 #include "actors/feed/feed_messages.hpp"
 #include "actors/feed/feed_watcher.hpp"
 #include "actors/group/etcd_lease_store.hpp"
@@ -14,6 +16,7 @@
 #include "metrics/group_metrics.hpp"
 #include "metrics/metrics_exposer.hpp"
 #include "metrics/outbound_metrics.hpp"
+#include "protocol/errors.hpp"
 #include "protocol/io_runner.hpp"
 #include "protocol/tls_context.hpp"
 #include "protocol/ws_session.hpp"
@@ -25,13 +28,12 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
+#include <cctype>
 #include <chrono>
 #include <csignal>
-#include <fstream>
 #include <mutex>
 #include <ostream>
 #include <set>
-#include <sstream>
 #include <thread>
 #include <unistd.h>
 
@@ -63,13 +65,107 @@ struct delivery_sink {
   uint64_t events = 0, resets = 0;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in{path};
-  if (!in)
-    throw config_error("config", "cannot read '" + path + "'");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+/// How long a repeated failure cause stays quiet after its line (as
+/// `outbound watch`).
+constexpr auto failure_repeat_after = std::chrono::seconds(60);
+
+/// How often the member's status is read for new store failures.
+constexpr auto store_check_every = std::chrono::seconds(1);
+
+/// Every line of stderr once the member runs (status, failure and exit
+/// lines), written one at a time under one lock: the watchers report
+/// failures from their own threads.
+struct stderr_lines {
+  std::mutex mu;
+  std::ostream* err = nullptr;
+  std::vector<std::string> secrets;
+  failure_throttle throttle{failure_repeat_after};
+  /// Failures the watchers reported (hub_failures) and the newest one.
+  uint64_t hub_failures = 0;
+  std::string last_hub_failure;
+  /// group_status::store_errors when the store was last checked.
+  uint64_t store_errors_seen = 0;
+  /// The exit line is out: nothing more is printed.
+  bool closed = false;
+
+  /// Prints `o` (the caller holds `mu`).
+  void print(const boost::json::object& o) {
+    *err << redact(boost::json::serialize(o), secrets) << '\n' << std::flush;
+  }
+};
+
+/// `text` without the values of "request id <hex>" (each call has its
+/// own): the cause of a failure, as the throttle compares them.
+std::string cause_key(std::string text) {
+  static const std::string tag = "request id ";
+  for (auto pos = text.find(tag); pos != std::string::npos;
+       pos = text.find(tag, pos + tag.size())) {
+    auto end = pos + tag.size();
+    while (end < text.size()
+           && std::isxdigit(static_cast<unsigned char>(text[end])))
+      ++end;
+    text.erase(pos + tag.size(), end - pos - tag.size());
+  }
+  return text;
+}
+
+/// A watcher's failure (hub side), printed unless its cause (everything
+/// but the feed and the request id) was printed within
+/// failure_repeat_after: a hub that is down fails every feed the same way.
+void report_hub_failure(stderr_lines& l, const std::string& feed,
+                        const feed_failure& f) {
+  std::lock_guard<std::mutex> lock{l.mu};
+  ++l.hub_failures;
+  l.last_hub_failure = feed + ": " + f.source + ": " + f.kind
+                       + (f.status ? " " + std::to_string(f.status) : "")
+                       + (f.detail.empty() ? "" : ": " + f.detail);
+  uint64_t suppressed = 0;
+  auto key = "hub\n" + f.source + '\n' + f.kind + '\n'
+             + std::to_string(f.status) + '\n' + f.reason + '\n' + f.detail;
+  if (l.closed
+      || !l.throttle.admit(cause_key(key), std::chrono::steady_clock::now(),
+                           suppressed))
+    return;
+  boost::json::object o;
+  o["type"] = "failure";
+  o["source"] = f.source;
+  o["feed"] = feed;
+  o["kind"] = f.kind;
+  o["status"]
+    = f.status ? boost::json::value(f.status) : boost::json::value(nullptr);
+  o["detail"] = f.detail;
+  o["request_id"] = f.request_id;
+  if (!f.reason.empty())
+    o["reason"] = f.reason;
+  if (suppressed > 0)
+    o["repeats_suppressed"] = suppressed;
+  l.print(o);
+}
+
+/// New store failures in `s` (its store_errors grew since the last
+/// check): one line with the newest one's text, under the same throttle.
+void report_store_errors(stderr_lines& l, const group_status& s) {
+  std::lock_guard<std::mutex> lock{l.mu};
+  if (s.store_errors <= l.store_errors_seen || s.last_store_error.empty())
+    return;
+  l.store_errors_seen = s.store_errors;
+  uint64_t suppressed = 0;
+  if (l.closed
+      || !l.throttle.admit(cause_key("store\n" + s.last_store_error),
+                           std::chrono::steady_clock::now(), suppressed))
+    return;
+  auto colon = s.last_store_error.find(": ");
+  boost::json::object o;
+  o["type"] = "failure";
+  o["source"] = "store";
+  o["request"] = s.last_store_error.substr(0, colon);
+  o["detail"] = colon == std::string::npos
+                  ? std::string{}
+                  : s.last_store_error.substr(colon + 2);
+  o["store_errors"] = s.store_errors;
+  if (suppressed > 0)
+    o["repeats_suppressed"] = suppressed;
+  l.print(o);
 }
 
 std::string default_member_name() {
@@ -100,6 +196,13 @@ void apply_flags(const group_member_options& o, group_config& g) {
     g.coordinator.endpoint = o.endpoint;
   if (!o.key_prefix.empty())
     g.coordinator.prefix = o.key_prefix;
+  auto& tls = g.coordinator.client.tls;
+  if (!o.etcd_tls.ca_file.empty())
+    tls.ca_file = o.etcd_tls.ca_file;
+  if (!o.etcd_tls.client_cert_file.empty())
+    tls.client_cert_file = o.etcd_tls.client_cert_file;
+  if (!o.etcd_tls.client_key_file.empty())
+    tls.client_key_file = o.etcd_tls.client_key_file;
   auto set = [](double flag, double& field) {
     if (flag != group_member_options::unset)
       field = flag;
@@ -118,13 +221,15 @@ void apply_flags(const group_member_options& o, group_config& g) {
 }
 
 /// The group config: file, then environment, then flags; validated. The
+/// file is checked on its own (its errors name it), but may leave the
+/// names to the flags or the environment (one file for every member). The
 /// flags are applied before the environment too (group_config_from_env
 /// validates what it returns, and a name may come from a flag only), and
 /// again after it, so that they win.
 group_config resolve_group(const group_member_options& o) {
   group_config g;
   if (!o.config_file.empty())
-    g = parse_group_config(read_file(o.config_file));
+    g = load_group_config(o.config_file, group_names::optional);
   apply_flags(o, g);
   g = group_config_from_env(g);
   apply_flags(o, g);
@@ -162,6 +267,12 @@ std::vector<group_feed> resolve_feeds(const group_member_options& o) {
   }
   if (out.empty())
     throw usage_error("no feeds: give --feed ID=PREFIX or --feed-count N");
+  // Ids become etcd keys and fields of every line: checked here too, so
+  // that a bad one is named before anything starts.
+  std::vector<std::string> ids;
+  for (const auto& f : out)
+    ids.push_back(f.id);
+  validate_group_feed_ids(ids);
   return out;
 }
 
@@ -197,7 +308,44 @@ boost::json::object status_json(const group_status& s) {
   o["spawns"] = c.spawns;
   o["moved_in"] = s.moved_in;
   o["moved_out"] = s.moved_out;
+  o["joined"] = s.joined;
+  o["store_errors"] = s.store_errors;
+  o["last_store_error"] = s.last_store_error;
+  o["unreleased"] = s.unreleased;
+  o["revoke_failed"] = s.revoke_failed;
   return o;
+}
+
+/// status_json with the watchers' failures (the caller holds `l.mu`).
+boost::json::object status_json(const group_status& s, const stderr_lines& l) {
+  auto o = status_json(s);
+  o["hub_failures"] = l.hub_failures;
+  o["last_hub_failure"] = l.last_hub_failure;
+  return o;
+}
+
+/// The hub probe: one replay GET of `fc` (limit 1) through the watchers'
+/// client, with its retries and deadline. nullopt: answered (2xx, JSON).
+std::optional<call_error> probe_hub(caf::actor_system& sys,
+                                    const service_client_actor& client,
+                                    const feed_config& fc, double deadline) {
+  std::optional<call_error> out;
+  caf::scoped_actor self{sys};
+  auto t = std::chrono::milliseconds(static_cast<int64_t>(deadline * 1000))
+           + std::chrono::seconds(5);
+  self->request(client, t, replay_request(fc, fc.cursor, 1))
+    .receive(
+      [&](const call_outcome& o) {
+        if (o.error)
+          out = *o.error;
+      },
+      [&](const caf::error& e) {
+        call_error ce;
+        ce.kind = error_kind::service_unavailable;
+        ce.detail = "the client did not answer: " + caf::to_string(e);
+        out = ce;
+      });
+  return out;
 }
 
 void print_to(const std::shared_ptr<delivery_sink>& sink, feed_callbacks& cbs) {
@@ -268,14 +416,23 @@ CLI::App* add_group_member_command(CLI::App& app, group_member_options& o) {
     "Run one member of a feed group: own a share of a feed set through "
     "leases in etcd and follow each owned feed, one JSON line per delivery");
   cmd->footer(
-    "Output: {\"type\":\"event\",\"t\",\"feed\",\"token\",\"id\",\"subject\"} or "
+    "Output: {\"type\":\"event\",\"t\",\"feed\",\"token\",\"id\",\"subject\"} "
+    "or "
     "{\"type\":\"reset\",\"feed\",\"token\",\"cause\",...} per line on "
     "stdout, flushed as delivered; a {\"type\":\"status\",...} line on "
     "stderr every --status-interval seconds and on exit.\nSIGTERM/SIGINT "
     "(or --duration): graceful leave (final checkpoints, releases, lease "
-    "revoked), exit 0.\nGroup settings: --config FILE, then OUTBOUND_GROUP_* "
-    "variables, then these flags.\nExit codes: 0 left the group; 2 "
-    "usage/config_error; 1 internal error or a leave that did not finish.");
+    "revoked).\nBefore joining, one replay GET probes the hub; if it fails, "
+    "a {\"type\":\"failure\",\"source\":\"hub_probe\",...} line and exit "
+    "3-7. Later hub and store failures: a {\"type\":\"failure\",...} line "
+    "per distinct cause (a repeat after 60 s); the member rides them out.\n"
+    "Group settings: --config FILE, then OUTBOUND_GROUP_* variables, then "
+    "these flags.\nExit codes: 0 joined and left cleanly; 2 "
+    "usage/config_error; 3 auth_error, 4 request_error, 5 server_error, 6 "
+    "response_error, 7 service_unavailable: the hub probe failed; 9 never "
+    "joined (the store unreachable); 10 left, but feeds not released or "
+    "the lease not revoked (they move at lease expiry); 1 internal error "
+    "or a leave that did not answer.");
   cmd->add_option("base_url", o.base_url, "The hub's base URL")->required();
   cmd->add_option("--group", o.group_name, "The group's name");
   cmd->add_option("--member", o.member_name,
@@ -298,6 +455,12 @@ CLI::App* add_group_member_command(CLI::App& app, group_member_options& o) {
                   "etcd's client URL (default http://127.0.0.1:2379)");
   cmd->add_option("--key-prefix", o.key_prefix,
                   "Key prefix of every group (default /outbound/groups/)");
+  cmd->add_option("--etcd-ca-file", o.etcd_tls.ca_file,
+                  "PEM CA file that verifies etcd (https --etcd)");
+  cmd->add_option("--etcd-cert", o.etcd_tls.client_cert_file,
+                  "PEM client certificate for etcd's mTLS (with --etcd-key)");
+  cmd->add_option("--etcd-key", o.etcd_tls.client_key_file,
+                  "PEM private key of --etcd-cert");
   cmd->add_option("--lease-ttl", o.lease_ttl, "Lease TTL, seconds (>= 2)");
   cmd->add_option("--renew-interval", o.renew_interval,
                   "Keepalive period, seconds (<= TTL/3)");
@@ -324,6 +487,9 @@ CLI::App* add_group_member_command(CLI::App& app, group_member_options& o) {
                  "Status line period on stderr, seconds (0: only on exit)")
     ->capture_default_str();
   cmd->add_flag("--quiet", o.quiet, "No delivery lines");
+  cmd->add_flag("--no-hub-probe", o.no_hub_probe,
+                "Join without probing the hub first (a hub that starts "
+                "after its members)");
   cmd
     ->add_option("--metrics-port", o.metrics_port,
                  "Serve GET /metrics on 127.0.0.1:P (0: a free port, "
@@ -346,6 +512,8 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
     auto cfg = opts.cfg;
     cfg.base_url = opts.base_url;
     cfg.validate();
+    if (opts.metrics_port < -1 || opts.metrics_port > 65535)
+      throw usage_error("--metrics-port must be -1 (none) or 0..65535");
     auto io = io_runner_for(sys);
     client_options copts;
     copts.io = io;
@@ -357,6 +525,36 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
       if (fo.ws.origin.scheme == "https")
         tls = tls_context::make(cfg.tls);
       fo.connector = make_ws_connector(io, std::move(tls));
+    }
+    auto lines = std::make_shared<stderr_lines>();
+    lines->err = &err;
+    lines->secrets = secrets;
+    // A member that cannot reach the hub would take its share of the
+    // feeds from members that can, and deliver nothing: probe before
+    // joining. (A ws-only feed set has no replay call to probe with.)
+    if (!opts.no_hub_probe && !opts.replay_path.empty()) {
+      if (auto e
+          = probe_hub(sys, fo.feed_client, feeds.front().cfg, cfg.deadline)) {
+        boost::json::object o;
+        o["type"] = "failure";
+        o["source"] = "hub_probe";
+        o["kind"] = to_string(e->kind);
+        o["status"] = e->status ? boost::json::value(e->status)
+                                : boost::json::value(nullptr);
+        o["detail"] = "GET " + opts.base_url + opts.replay_path + ": "
+                      + (e->detail.empty() ? to_string(e->kind) : e->detail)
+                      + "; not joining the group (--no-hub-probe joins "
+                        "without the probe)";
+        o["request_id"] = e->request_id;
+        {
+          std::lock_guard<std::mutex> lock{lines->mu};
+          lines->print(o);
+        }
+        caf::anon_send_exit(fo.feed_client, caf::exit_reason::user_shutdown);
+        sys.await_actors_before_shutdown(false);
+        auto code = exit_code(e->kind);
+        return code > 2 ? code : internal_exit_code;
+      }
     }
     if (g.coordinator.kind == coordinator_kind::memory) {
       fo.store = spawn_memory_lease_store(sys);
@@ -370,8 +568,6 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
     // Prometheus: the registry lives as long as the group_metrics that
     // writes to it (the member's actor holds that until it ends).
     std::unique_ptr<metrics_exposer> exposer;
-    if (opts.metrics_port < -1 || opts.metrics_port > 65535)
-      throw usage_error("--metrics-port must be -1 (none) or 0..65535");
     if (opts.metrics_port >= 0) {
       auto reg = std::make_shared<metrics_registry>();
       fo.metrics
@@ -382,33 +578,53 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
       boost::json::object m;
       m["type"] = "metrics";
       m["url"] = exposer->url();
-      err << boost::json::serialize(m) << '\n' << std::flush;
+      std::lock_guard<std::mutex> lock{lines->mu};
+      lines->print(m);
     }
     auto sink = std::make_shared<delivery_sink>();
     sink->out = &out;
     sink->quiet = opts.quiet;
     print_to(sink, fo.callbacks);
+    // Each watcher reports its failures (the hub's side) to the stderr
+    // lines. The hook takes over spawn_feed_group's checks of the watcher
+    // ports, which are all set above.
+    fo.spawn_watcher
+      = [lines](caf::actor_system& s, feed_config fc, feed_watcher_options wo) {
+          auto feed = wo.feed_id;
+          wo.on_failure = [lines, feed](const feed_failure& f) {
+            report_hub_failure(*lines, feed, f);
+          };
+          return spawn_feed_watcher(s, std::move(fc), std::move(wo));
+        };
     member_stop_signal = 0;
     auto old_int = std::signal(SIGINT, on_member_stop_signal);
     auto old_term = std::signal(SIGTERM, on_member_stop_signal);
     auto member = spawn_feed_group(sys, g, std::move(feeds), std::move(fo));
     auto t0 = std::chrono::steady_clock::now();
-    auto next_status
-      = t0
-        + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(opts.status_interval));
+    auto after = [](std::chrono::steady_clock::time_point t, double s) {
+      return t
+             + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+               std::chrono::duration<double>(s));
+    };
+    auto next_status = after(t0, opts.status_interval);
+    auto next_check = t0 + store_check_every;
     while (!member_stop_signal) {
       auto now = std::chrono::steady_clock::now();
       if (opts.duration > 0
           && now - t0 >= std::chrono::duration<double>(opts.duration))
         break;
-      if (opts.status_interval > 0 && now >= next_status) {
-        if (auto s = ask(sys, member, 5.0, false))
-          err << boost::json::serialize(status_json(*s)) << '\n' << std::flush;
-        next_status
-          = now
-            + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-              std::chrono::duration<double>(opts.status_interval));
+      bool status_due = opts.status_interval > 0 && now >= next_status;
+      if (status_due || now >= next_check) {
+        if (auto s = ask(sys, member, 5.0, false)) {
+          report_store_errors(*lines, *s);
+          if (status_due) {
+            std::lock_guard<std::mutex> lock{lines->mu};
+            lines->print(status_json(*s, *lines));
+          }
+        }
+        next_check = now + store_check_every;
+        if (status_due)
+          next_status = after(now, opts.status_interval);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -418,18 +634,40 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
     auto final = ask(sys, member, g.timing.lease_ttl + 10.0, true);
     std::signal(SIGINT, old_int);
     std::signal(SIGTERM, old_term);
-    auto st = final ? status_json(*final) : boost::json::object{};
-    st["type"] = "exit";
-    {
-      std::lock_guard<std::mutex> lock{sink->mu};
-      st["events"] = sink->events;
-      st["resets"] = sink->resets;
-      sink->quiet = true;
+    if (final)
+      report_store_errors(*lines, *final);
+    // What the exit line and code say, most telling first: no answer, never
+    // joined, a leave that left feeds or the lease behind, a clean leave.
+    const char* outcome = "left";
+    int code = 0;
+    if (!final || final->phase != group_phase::left) {
+      outcome = "no_answer";
+      code = internal_exit_code;
+    } else if (!final->joined) {
+      outcome = "never_joined";
+      code = never_joined_exit_code;
+    } else if (final->unreleased > 0 || final->revoke_failed) {
+      outcome = "left_unclean";
+      code = unclean_leave_exit_code;
     }
-    st["left"] = final && final->phase == group_phase::left;
-    err << redact(boost::json::serialize(st), secrets) << '\n';
+    {
+      std::lock_guard<std::mutex> lock{lines->mu};
+      auto st = final ? status_json(*final, *lines) : boost::json::object{};
+      st["type"] = "exit";
+      {
+        std::lock_guard<std::mutex> dl{sink->mu};
+        st["events"] = sink->events;
+        st["resets"] = sink->resets;
+        sink->quiet = true;
+      }
+      st["left"] = final && final->phase == group_phase::left;
+      st["outcome"] = outcome;
+      st["failures_suppressed"] = lines->throttle.suppressed();
+      lines->print(st);
+      lines->closed = true;
+    }
     sys.await_actors_before_shutdown(false);
-    return final && final->phase == group_phase::left ? 0 : internal_exit_code;
+    return code;
   } catch (const config_error& e) {
     err << redact(usage_error_json("config_error", e.what()), secrets) << '\n';
     return usage_exit_code;

@@ -8,9 +8,18 @@
 // and flushed as it happens (`{"type":"event","t","feed","token","id",
 // "subject"}` or `{"type":"reset","t","feed","token","cause",...}`; `t` is
 // CLOCK_MONOTONIC in ns, comparable across the processes of a machine), so
-// that a crash loses no line of what was delivered; a status line goes to stderr
-// every --status-interval seconds and on exit. SIGTERM or SIGINT leaves the
-// group gracefully (final checkpoints, releases, lease revoked).
+// that a crash loses no line of what was delivered; a status line goes to
+// stderr every --status-interval seconds and on exit. SIGTERM or SIGINT leaves
+// the group gracefully (final checkpoints, releases, lease revoked).
+//
+// Failing loudly: before joining, one replay GET probes the hub (a member
+// that cannot reach it would take its share of the feeds from members that
+// can, and deliver nothing); a failed probe exits at once. Once running,
+// hub and store failures are `{"type":"failure",...}` lines on stderr, one
+// per distinct cause (a repeat again after 60 s, with the count of the
+// suppressed ones), and the member rides them out. The exit line says
+// whether the member ever joined and whether its leave released every
+// feed, and so does the exit code.
 
 #include "config/client_config.hpp"
 #include "config/group_config.hpp"
@@ -78,6 +87,14 @@ struct group_member_options {
   /// 127.0.0.1:P (0: a free port, printed on stderr as
   /// {"type":"metrics","url"}); negative: no listener. [-1]
   int metrics_port = -1;
+  /// `--etcd-ca-file`, `--etcd-cert`, `--etcd-key`: the store client's TLS
+  /// files (group_config's coordinator.client.tls; each one given replaces
+  /// the file's and the environment's).
+  tls_config etcd_tls;
+  /// `--no-hub-probe`: join without probing the hub first (a hub that
+  /// starts after its members). [false]
+  bool no_hub_probe = false;
+  /// The hub's client: `--token`, `--ca-file`, `--cert`, `--key`.
   client_config cfg;
 };
 
@@ -85,12 +102,30 @@ struct group_member_options {
 /// `opts` (which must outlive the parse). Returns the subcommand.
 CLI::App* add_group_member_command(CLI::App& app, group_member_options& opts);
 
+/// Exit code of a member that never joined its group (no lease in the
+/// whole run: the store unreachable, or the member's name held by another
+/// live lease all along).
+constexpr int never_joined_exit_code = 9;
+
+/// Exit code of a member that joined and left, but not cleanly: feeds
+/// whose release the store did not confirm (group_status::unreleased; the
+/// next owner resumes at their last checkpoint), or a lease revoke that
+/// failed (its feeds move only when the lease expires).
+constexpr int unclean_leave_exit_code = 10;
+
 /// Runs a parsed `group-member` command in `sys` until --duration seconds,
 /// SIGINT or SIGTERM, then leaves the group gracefully. Deliveries go to
-/// `out`, status lines (`{"type":"status","group","member","phase",
-/// "members","owned","desired","running","claims_won",...}`) to `err`.
-/// Returns 0 after a graceful leave; 2 on a usage or config error (the line
-/// names the field); 1 on an internal error or a leave that did not finish.
+/// `out`; status lines (`{"type":"status","group","member","phase",
+/// "members","owned","desired","running","claims_won",...,"joined",
+/// "store_errors","last_store_error","hub_failures","last_hub_failure"}`),
+/// failure lines and the exit line (the status plus "outcome": "left",
+/// "left_unclean", "never_joined" or "no_answer") to `err`.
+/// Returns 0 after a clean leave; 2 on a usage or config error (the line
+/// names the field, and the file for --config); 3 to 7 when the hub probe
+/// failed (exit_code() of its error kind: 3 auth, 4 request, 5 server, 6
+/// response, 7 unavailable); never_joined_exit_code (9);
+/// unclean_leave_exit_code (10); 1 on an internal error or a leave that
+/// did not answer.
 int run_group_member(caf::actor_system& sys, const group_member_options& opts,
                      std::ostream& out, std::ostream& err);
 

@@ -6,12 +6,17 @@
 #include <algorithm>
 #include <boost/json/value.hpp>
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
+#include <sstream>
 
 namespace outbound {
 inline namespace config {
@@ -38,6 +43,42 @@ bool all_of_len(const std::string& s, std::size_t max, Pred ok) {
     if (!ok(c))
       return false;
   return true;
+}
+
+/// The length of the UTF-8 sequence at s[i] (1 to 4), or 0 when the bytes
+/// there are not one (RFC 3629: no overlong forms, no surrogates, nothing
+/// above U+10FFFF).
+std::size_t utf8_length(std::string_view s, std::size_t i) {
+  auto b = [&](std::size_t k) {
+    return static_cast<unsigned char>(s[i + k]);
+  };
+  auto cont = [&](std::size_t k) {
+    return i + k < s.size() && (b(k) & 0xC0) == 0x80;
+  };
+  auto c = b(0);
+  if (c < 0x80)
+    return 1;
+  if (c >= 0xC2 && c <= 0xDF)
+    return cont(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    if (!cont(1) || !cont(2) || (c == 0xE0 && b(1) < 0xA0)
+        || (c == 0xED && b(1) > 0x9F))
+      return 0;
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    if (!cont(1) || !cont(2) || !cont(3) || (c == 0xF0 && b(1) < 0x90)
+        || (c == 0xF4 && b(1) > 0x8F))
+      return 0;
+    return 4;
+  }
+  return 0;
+}
+
+/// A C1 control character (U+0080..U+009F, encoded C2 80..C2 9F).
+bool is_c1(std::string_view s, std::size_t i) {
+  return static_cast<unsigned char>(s[i]) == 0xC2 && i + 1 < s.size()
+         && static_cast<unsigned char>(s[i + 1]) <= 0x9F;
 }
 
 // -- JSON reading (the shapes of config/demo_config.cpp) ----------------------
@@ -117,6 +158,15 @@ reader count(std::size_t& x) {
 reader str(std::string& x) {
   return [&x](const boost::json::value& v, const std::string& f) {
     x = as_string(v, f);
+  };
+}
+
+reader tls_reader(tls_config& t) {
+  return [&t](const boost::json::value& v, const std::string& f) {
+    read_object(v, f,
+                {{"ca_file", str(t.ca_file)},
+                 {"client_cert_file", str(t.client_cert_file)},
+                 {"client_key_file", str(t.client_key_file)}});
   };
 }
 
@@ -209,7 +259,7 @@ void group_config::validate() const {
   }
 }
 
-group_config parse_group_config(std::string_view json_text) {
+group_config parse_group_config(std::string_view json_text, group_names names) {
   json_limits limits;
   limits.reject_duplicate_keys = true;
   auto parsed = parse_json(json_text, limits);
@@ -243,16 +293,114 @@ group_config parse_group_config(std::string_view json_text) {
      {"max_starts_per_second", count(t.max_starts_per_second)},
      {"max_feeds", count(t.max_feeds)},
      {"coordinator", [&k](const boost::json::value& x, const std::string& f) {
-        read_object(x, f,
-                    {{"kind",
-                      [&k](const boost::json::value& y, const std::string& g) {
-                        k.kind = kind_of(as_string(y, g), g);
-                      }},
-                     {"endpoint", str(k.endpoint)},
-                     {"prefix", str(k.prefix)}});
+        read_object(
+          x, f,
+          {{"kind",
+            [&k](const boost::json::value& y, const std::string& g) {
+              k.kind = kind_of(as_string(y, g), g);
+            }},
+           {"endpoint", str(k.endpoint)},
+           {"prefix", str(k.prefix)},
+           {"client", [&k](const boost::json::value& y, const std::string& g) {
+              read_object(y, g, {{"tls", tls_reader(k.client.tls)}});
+            }}});
       }}});
-  c.validate();
+  if (names == group_names::required) {
+    c.validate();
+    return c;
+  }
+  // Absent names are another source's to give: check the rest with
+  // stand-ins (present names are checked as they are).
+  auto check = c;
+  if (check.name.empty())
+    check.name = "absent";
+  if (check.member_name.empty())
+    check.member_name = "absent";
+  check.validate();
   return c;
+}
+
+config_file_error::config_file_error(std::string file, const config_error& e)
+  : config_error(e), file_(std::move(file)) {
+  what_ = file_ + ": " + config_error::what();
+}
+
+group_config load_group_config(const std::string& path, group_names names) {
+  errno = 0;
+  std::ifstream in{path, std::ios::binary};
+  if (!in) {
+    auto why = errno != 0 ? std::string{std::strerror(errno)} : "cannot open";
+    throw config_file_error(path, config_error("group", "cannot read: " + why));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad())
+    throw config_file_error(path, config_error("group", "cannot read"));
+  try {
+    return parse_group_config(text.str(), names);
+  } catch (const config_error& e) {
+    throw config_file_error(path, e);
+  }
+}
+
+std::string quote_for_error(std::string_view s, std::size_t max) {
+  static const char hex[] = "0123456789abcdef";
+  std::string out = "\"";
+  auto escape = [&](unsigned char c) {
+    out += "\\x";
+    out += hex[c >> 4];
+    out += hex[c & 0xF];
+  };
+  std::size_t i = 0;
+  while (i < s.size() && i < max) {
+    auto c = static_cast<unsigned char>(s[i]);
+    auto n = utf8_length(s, i);
+    if (n == 0 || c < 0x20 || c == 0x7F) {
+      escape(c);
+      ++i;
+    } else if (is_c1(s, i)) {
+      escape(c);
+      escape(static_cast<unsigned char>(s[i + 1]));
+      i += 2;
+    } else if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+      ++i;
+    } else {
+      out.append(s.substr(i, n));
+      i += n;
+    }
+  }
+  out += '"';
+  if (i < s.size())
+    out += "... (" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
+void validate_group_feed_ids(const std::vector<std::string>& ids) {
+  std::set<std::string_view> seen;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const auto& id = ids[i];
+    auto field = "feeds[" + std::to_string(i) + "].id";
+    if (id.empty())
+      throw config_error(field, "must not be empty");
+    if (id.size() > max_feed_id_bytes)
+      throw config_error(field, "must be at most "
+                                  + std::to_string(max_feed_id_bytes)
+                                  + " bytes, got " + quote_for_error(id));
+    for (std::size_t k = 0; k < id.size();) {
+      auto c = static_cast<unsigned char>(id[k]);
+      auto n = utf8_length(id, k);
+      if (n == 0)
+        throw config_error(field, "must be UTF-8, got " + quote_for_error(id));
+      if (c < 0x20 || c == 0x7F || is_c1(id, k))
+        throw config_error(field, "must not contain control characters, got "
+                                    + quote_for_error(id));
+      k += n;
+    }
+    if (!seen.insert(id).second)
+      throw config_error(field, "duplicate feed id " + quote_for_error(id));
+  }
 }
 
 group_config group_config_from_env(group_config base) {
@@ -290,6 +438,12 @@ group_config group_config_from_env(group_config base) {
     k.endpoint = v;
   if (auto v = env("OUTBOUND_GROUP_PREFIX"))
     k.prefix = v;
+  if (auto v = env("OUTBOUND_GROUP_CA_FILE"))
+    k.client.tls.ca_file = v;
+  if (auto v = env("OUTBOUND_GROUP_CLIENT_CERT"))
+    k.client.tls.client_cert_file = v;
+  if (auto v = env("OUTBOUND_GROUP_CLIENT_KEY"))
+    k.client.tls.client_key_file = v;
   base.validate();
   return base;
 }

@@ -4,12 +4,16 @@
 // group's identity, the decision core's timing (core/group_state.hpp) and
 // where its store is. Plain data, durations in seconds as doubles like the
 // other configs; validate() throws config_error naming the first bad field
-// ("group.lease_ttl: ..."). Loaded from JSON (parse_group_config) and from
-// OUTBOUND_GROUP_* environment variables (group_config_from_env).
+// ("group.lease_ttl: ..."). Loaded from JSON (parse_group_config; from a
+// file, load_group_config, whose errors also name the file) and from
+// OUTBOUND_GROUP_* environment variables (group_config_from_env). Feed ids
+// are checked by validate_group_feed_ids.
 
 #include "config/client_config.hpp"
+#include "config/config_error.hpp"
 #include "core/group_state.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -38,7 +42,13 @@ struct coordinator_config {
   std::string prefix = "/outbound/groups/";
   /// The store's client: TLS and mTLS files, timeouts. Its base_url is
   /// `endpoint`; attempt timeout 1 s and deadline renew_interval where
-  /// left at client_config's defaults (store_client_config).
+  /// left at client_config's defaults (store_client_config). Its `tls`
+  /// (ca_file: the CA that verifies etcd instead of the system trust
+  /// store; client_cert_file and client_key_file: the identity etcd's
+  /// --client-cert-auth asks for) is read from JSON
+  /// (coordinator.client.tls) and OUTBOUND_GROUP_CA_FILE, _CLIENT_CERT,
+  /// _CLIENT_KEY; it needs an https endpoint. The TLS server name (SNI and
+  /// host-name verification) is the endpoint's host.
   client_config client;
 };
 
@@ -73,27 +83,86 @@ struct group_config {
 /// period is as good as lost, and the next one is due.
 client_config store_client_config(const group_config& g);
 
+/// Whether a config source must name the group and the member itself
+/// (parse_group_config, load_group_config).
+enum class group_names : uint8_t {
+  /// name and member_name are required (the source is the whole config).
+  required,
+  /// Either may be absent (left empty), for a source that another one
+  /// completes: a file shared by every member, with the member's name
+  /// from a flag or the environment. Present names are still checked.
+  optional,
+};
+
 /// Parses a JSON object of group_config fields (every field optional but
-/// name and member_name; durations in seconds):
+/// name and member_name, unless `names` is optional; durations in
+/// seconds):
 ///   {"name": "billing", "member_name": "host-1:9000",
 ///    "lease_ttl": 5, "renew_interval": 1.5, "fence_margin": 1,
 ///    "poll_interval": 0.5, "reconcile_interval": 5,
 ///    "checkpoint_interval": 1, "batch": 64, "initial_settle": 3,
 ///    "min_members": 1, "rebalance_delay": 5,
 ///    "max_starts_per_second": 1000, "max_feeds": 20000,
-///    "coordinator": {"kind": "etcd", "endpoint": "http://127.0.0.1:2379",
-///                    "prefix": "/outbound/groups/"}}
+///    "coordinator": {"kind": "etcd", "endpoint": "https://etcd-1:2379",
+///                    "prefix": "/outbound/groups/",
+///                    "client": {"tls": {"ca_file": "/etc/etcd/ca.pem",
+///                                       "client_cert_file": "m.pem",
+///                                       "client_key_file": "m.key"}}}}
 /// Unknown fields, duplicate keys and wrong types are errors naming the
 /// field ("group.coordinator.kind"); counts must be non-negative integers.
-/// coordinator.client has no JSON form (set it in code). Validated.
-/// Throws config_error.
-group_config parse_group_config(std::string_view json_text);
+/// Of coordinator.client only `tls` has a JSON form (its other fields:
+/// set them in code). Validated. Throws config_error.
+group_config parse_group_config(std::string_view json_text,
+                                group_names names = group_names::required);
+
+/// A config_error raised by a config file: field() is the field as in
+/// parse_group_config ("group.lease_ttl"), file() the path, and what()
+/// is "<path>: <field>: <why>", so the message says where to look.
+class config_file_error : public config_error {
+public:
+  config_file_error(std::string file, const config_error& e);
+
+  /// The path of the file, as given.
+  const std::string& file() const noexcept {
+    return file_;
+  }
+
+  const char* what() const noexcept override {
+    return what_.c_str();
+  }
+
+private:
+  std::string file_, what_;
+};
+
+/// Reads the file at `path` and parses it like parse_group_config. Throws
+/// config_file_error: field "group" when the file cannot be read ("cannot
+/// read: <strerror>"), else the field parse_group_config names.
+group_config load_group_config(const std::string& path,
+                               group_names names = group_names::required);
+
+/// Feed ids at most this long, in bytes (an id is part of an etcd key and
+/// of every delivery line and log field).
+inline constexpr std::size_t max_feed_id_bytes = 200;
+
+/// Checks the feed ids of a group: each 1 to max_feed_id_bytes bytes of
+/// UTF-8 without control characters (C0, DEL, C1), and no id twice.
+/// Throws config_error naming `feeds[i].id`, with the offending id quoted
+/// and escaped (a control character or a byte that is not UTF-8 as \xNN;
+/// a long id cut to its first 40 bytes) in the message.
+void validate_group_feed_ids(const std::vector<std::string>& ids);
+
+/// `s` quoted for an error text: '"', '\\', control characters and bytes
+/// that are not UTF-8 escaped as \xNN, cut after `max` bytes ("...").
+std::string quote_for_error(std::string_view s, std::size_t max = 40);
 
 /// Builds a validated config from OUTBOUND_GROUP_NAME, _MEMBER_NAME,
 /// _LEASE_TTL, _RENEW_INTERVAL, _FENCE_MARGIN, _POLL_INTERVAL,
 /// _RECONCILE_INTERVAL, _CHECKPOINT_INTERVAL, _BATCH, _INITIAL_SETTLE,
 /// _MIN_MEMBERS, _REBALANCE_DELAY, _MAX_STARTS_PER_SECOND, _MAX_FEEDS,
-/// _COORDINATOR (etcd|memory), _ENDPOINT, _PREFIX; a variable that is set
+/// _COORDINATOR (etcd|memory), _ENDPOINT, _PREFIX, and the store client's
+/// TLS files _CA_FILE, _CLIENT_CERT, _CLIENT_KEY (the {PREFIX}_* shape of
+/// config/client_config.hpp's env_settings); a variable that is set
 /// (even to "") replaces the field of `base`, one that is unset leaves it.
 /// Durations are decimal seconds ("1.5"), counts decimal integers; a
 /// malformed number or coordinator kind is a config_error naming the

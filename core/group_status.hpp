@@ -41,6 +41,24 @@ struct group_status {
   uint64_t checkpoint_lag = 0;
   /// Age of the oldest uncommitted progress, in seconds (0: none).
   double checkpoint_age = 0;
+  /// A join succeeded at least once (false: the member never held a
+  /// lease, e.g. its store was unreachable the whole time).
+  bool joined = false;
+  /// Store requests that failed (no answer in time, or an error), of every
+  /// kind: join, members, claim, commit, release, renew, revoke.
+  uint64_t store_errors = 0;
+  /// The newest of them as "<request>: <error text>" ("join: etcd
+  /// lease/grant: ..."); empty: none so far.
+  std::string last_store_error;
+  /// Feeds held when the leave began (or won by a claim during it) whose
+  /// release the store has not confirmed (ok or fenced): after the leave
+  /// they are the ones whose final positions were not written (the next
+  /// owner resumes at the last committed checkpoint). 0 before a leave.
+  uint64_t unreleased = 0;
+  /// The last revoke of the lease failed: its keys (the member record, the
+  /// owner keys of unreleased feeds) stay until the lease expires (at most
+  /// lease_ttl).
+  bool revoke_failed = false;
 };
 
 } // namespace core

@@ -185,6 +185,12 @@ struct group_actor_state {
   vtime metrics_at{};
   /// The newest poll whose answer was applied.
   uint64_t last_poll = 0;
+  /// group_status::store_errors, last_store_error, unreleased (the feeds),
+  /// revoke_failed.
+  uint64_t store_errors = 0;
+  std::string last_store_error;
+  std::set<std::string> unreleased;
+  bool revoke_failed = false;
 
   static inline const char* name = "outbound.feed_group";
 };
@@ -193,6 +199,17 @@ using self_ptr = group_impl_actor::stateful_pointer<group_actor_state>;
 
 group_time now_of(self_ptr self) {
   return self->clock().now();
+}
+
+/// Counts a failed store request and keeps its text for the status.
+void note_store_error(self_ptr self, const char* request, const caf::error& e) {
+  auto& st = self->state;
+  ++st.store_errors;
+  const auto& ctx = e.context();
+  st.last_store_error
+    = std::string{request} + ": "
+      + (ctx.match_elements<std::string>() ? ctx.get_as<std::string>(0)
+                                           : caf::to_string(e));
 }
 
 bool leased(group_phase p) {
@@ -224,6 +241,11 @@ group_status make_status(self_ptr self) {
   s.counters = c.counters();
   s.moved_in = st.moved_in;
   s.moved_out = st.moved_out;
+  s.joined = st.joined_once;
+  s.store_errors = st.store_errors;
+  s.last_store_error = st.last_store_error;
+  s.unreleased = st.unreleased.size();
+  s.revoke_failed = st.revoke_failed;
   for (const auto& f : owned) {
     auto i = st.marks.find(f);
     if (i == st.marks.end() || !i->second.progress)
@@ -362,7 +384,8 @@ void do_action(self_ptr self, join_lease& j) {
           return c.on_joined(req, ttl, now);
         });
       },
-      [self, req](caf::error&) {
+      [self, req](caf::error& e) {
+        note_store_error(self, "join", e);
         auto& st = self->state;
         if (st.join_inflight == req)
           st.join_inflight = 0;
@@ -411,7 +434,8 @@ void do_action(self_ptr self, poll_members& p) {
           return c.on_members(req, listed, t);
         });
       },
-      [self](caf::error&) {
+      [self](caf::error& e) {
+        note_store_error(self, "members", e);
         // The core polls again at its next poll_interval.
         after_input(self);
       });
@@ -428,6 +452,8 @@ void do_action(self_ptr self, claim_feeds& c) {
         auto& st = self->state;
         for (const auto& r : replies)
           if (r.outcome == claim_outcome::won) {
+            if (st.core->phase() == group_phase::leaving)
+              st.unreleased.insert(r.feed); // released by the leave
             ++st.moved_in;
             auto& m = st.marks[r.feed];
             m.committed = r.cursor;
@@ -438,7 +464,8 @@ void do_action(self_ptr self, claim_feeds& c) {
           return c.on_claimed(req, replies, now);
         });
       },
-      [self, req](caf::error&) {
+      [self, req](caf::error& e) {
+        note_store_error(self, "claim", e);
         input(self, [&](group_state& c, group_time now) {
           return c.on_claim_failed(req, now);
         });
@@ -551,7 +578,8 @@ void do_action(self_ptr self, commit_cursors& c) {
           return c.on_committed(req, replies, now);
         });
       },
-      [self, req](caf::error&) {
+      [self, req](caf::error& e) {
+        note_store_error(self, "commit", e);
         input(self, [&](group_state& c, group_time now) {
           return c.on_commit_failed(req, now);
         });
@@ -569,16 +597,20 @@ void do_action(self_ptr self, release_feeds& r) {
     .then(
       [self, req](std::vector<commit_reply>& replies) {
         auto& st = self->state;
-        for (const auto& x : replies)
+        for (const auto& x : replies) {
+          if (x.outcome != commit_outcome::error)
+            st.unreleased.erase(x.feed);
           if (x.outcome == commit_outcome::ok) {
             ++st.moved_out;
             st.marks.erase(x.feed);
           }
+        }
         input(self, [&](group_state& c, group_time now) {
           return c.on_released(req, replies, now);
         });
       },
-      [self, req](caf::error&) {
+      [self, req](caf::error& e) {
+        note_store_error(self, "release", e);
         input(self, [&](group_state& c, group_time now) {
           return c.on_release_failed(req, now);
         });
@@ -597,7 +629,8 @@ void do_action(self_ptr self, renew_lease& r) {
           return c.on_keepalive(req, outcome, ttl, now);
         });
       },
-      [self, req](caf::error&) {
+      [self, req](caf::error& e) {
+        note_store_error(self, "renew", e);
         input(self, [&](group_state& c, group_time now) {
           return c.on_keepalive(req, keepalive_outcome::error, 0, now);
         });
@@ -632,7 +665,16 @@ void do_action(self_ptr self, revoke_lease&) {
     after_input(self);
   };
   self->request(st.opts.store, st.store_timeout, grp_revoke_atom_v, st.lease)
-    .then([done](ack_atom) { done(); }, [done](caf::error&) { done(); });
+    .then(
+      [self, done](ack_atom) {
+        self->state.revoke_failed = false;
+        done();
+      },
+      [self, done](caf::error& e) {
+        note_store_error(self, "revoke", e);
+        self->state.revoke_failed = true;
+        done();
+      });
 }
 
 void act(self_ptr self, group_actions acts) {
@@ -734,6 +776,8 @@ group_impl_actor::behavior_type group_impl(self_ptr self, group_config cfg,
         return rp;
       }
       st.leaving.push_back(rp);
+      for (auto& f : st.core->owned())
+        st.unreleased.insert(f); // until a release answers
       input(self, [](group_state& c, group_time now) { return c.leave(now); });
       return rp;
     },
@@ -812,14 +856,12 @@ feed_group_actor spawn_feed_group(caf::actor_system& sys, group_config cfg,
                                   std::vector<group_feed> feeds,
                                   feed_group_options opts) {
   cfg.validate();
-  std::set<std::string> ids;
+  std::vector<std::string> ids;
+  for (const auto& f : feeds)
+    ids.push_back(f.id);
+  validate_group_feed_ids(ids);
   for (std::size_t i = 0; i < feeds.size(); ++i) {
     auto field = "feeds[" + std::to_string(i) + "]";
-    if (feeds[i].id.empty())
-      throw config_error(field + ".id", "must not be empty");
-    if (!ids.insert(feeds[i].id).second)
-      throw config_error(field + ".id",
-                         "duplicate feed id '" + feeds[i].id + "'");
     try {
       feeds[i].cfg.validate();
     } catch (const config_error& e) {

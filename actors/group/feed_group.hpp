@@ -146,8 +146,9 @@ std::string group_client_id(const std::string& group, const std::string& feed);
 std::string group_feed_digest(std::vector<std::string> feed_ids);
 
 /// Spawns a member and starts joining. Throws config_error naming the
-/// field: `cfg` invalid (group_config::validate: "group.<field>"), an empty
-/// or duplicate feed id (`feeds[i].id`), a feed config invalid
+/// field: `cfg` invalid (group_config::validate: "group.<field>"), a feed
+/// id validate_group_feed_ids refuses (`feeds[i].id`: empty, over 200
+/// bytes, control characters, not UTF-8, a duplicate), a feed config invalid
 /// (`feeds[i].cfg.<field>`), `store` missing, `progress_interval` over a
 /// day; without a spawn_watcher hook also what every watcher needs
 /// (`feed_client` for a replay_path, `connector` and `ws.origin` for a

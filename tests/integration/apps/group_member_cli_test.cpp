@@ -5,12 +5,18 @@
 // order per feed and owner, with duplicates only after the crash and at
 // most what the crashed member delivered since its last checkpoint; the
 // last member owns every feed. Timing bounds are generous (a loaded
-// machine); the ordering and loss checks are exact.
+// machine); the ordering and loss checks are exact. Then the loud failures:
+// a hub that does not answer the probe, a store that never answers (never
+// joined), a leave whose store is cut (unreleased feeds), config files and
+// feed ids that are named in the error, the store client's TLS settings.
 
 #include "tests/support/child_process.hpp"
 #include "tests/support/delivery_check.hpp"
 #include "tests/support/etcd_fixture.hpp"
+#include "tests/support/fault_proxy.hpp"
 #include "tests/support/http_get.hpp"
+#include "tests/support/ports.hpp"
+#include "tests/support/test_certs.hpp"
 
 #include "hub/hub.hpp"
 
@@ -23,6 +29,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -55,6 +62,27 @@ boost::json::object last_line(const std::string& err, const std::string& type) {
       found = v.as_object();
   }
   return found;
+}
+
+/// Every JSON line of `err` of the given type.
+std::vector<boost::json::object> lines_of_type(const std::string& err,
+                                               const std::string& type) {
+  std::vector<boost::json::object> out;
+  std::istringstream in{err};
+  std::string line;
+  while (std::getline(in, line)) {
+    boost::system::error_code ec;
+    auto v = boost::json::parse(line, ec);
+    if (!ec && v.is_object() && v.as_object().contains("type")
+        && v.as_object().at("type").as_string() == type)
+      out.push_back(v.as_object());
+  }
+  return out;
+}
+
+std::string str_of(const boost::json::object& o, const char* key) {
+  auto* v = o.if_contains(key);
+  return v && v->is_string() ? std::string{v->get_string()} : std::string{};
 }
 
 class GroupMemberCli : public ::testing::Test {
@@ -315,4 +343,244 @@ TEST_F(GroupMemberCli, OutOfRangeFlagsAreUsageOrConfigErrorsNotDefaults) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_FALSE(r.timed_out);
   EXPECT_NE(r.err.find("--feed-count"), std::string::npos) << r.err;
+}
+
+TEST_F(GroupMemberCli,
+       AHubThatDoesNotAnswerTheProbeStopsTheMemberBeforeItJoins) {
+  auto hub_url = "http://127.0.0.1:" + std::to_string(closed_port());
+  auto r = run_child(
+    outbound_argv({"group-member", "--group", "probe", "--member", "m1",
+                   "--etcd", etcd_->base_url(), "--feed-count", "2", hub_url}),
+    20s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  auto fs = lines_of_type(r.err, "failure");
+  ASSERT_EQ(fs.size(), 1u) << r.err;
+  EXPECT_EQ(str_of(fs[0], "source"), "hub_probe");
+  EXPECT_EQ(str_of(fs[0], "kind"), "service_unavailable");
+  EXPECT_NE(str_of(fs[0], "detail").find("not joining"), std::string::npos)
+    << r.err;
+  EXPECT_TRUE(lines_of_type(r.err, "exit").empty()) << "it never started";
+  // A hub that answers, but not on the replay path: a request error.
+  r = run_child(
+    outbound_argv({"group-member", "--group", "probe", "--member", "m1",
+                   "--etcd", etcd_->base_url(), "--feed-count", "2",
+                   "--replay-path", "/v1/no-such-path", hub_->base_url()}),
+    20s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  fs = lines_of_type(r.err, "failure");
+  ASSERT_EQ(fs.size(), 1u) << r.err;
+  EXPECT_EQ(fs[0].at("status").as_int64(), 404) << r.err;
+}
+
+TEST_F(GroupMemberCli, WithoutTheProbeHubFailuresAreLinesOnePerCause) {
+  auto hub_url = "http://127.0.0.1:" + std::to_string(closed_port());
+  auto r
+    = run_child(outbound_argv({"group-member", "--group", "noprobe", "--member",
+                               "m1", "--coordinator", "memory", "--feed-count",
+                               "4", "--initial-settle", "0.2", "--duration",
+                               "3", "--no-hub-probe", hub_url}),
+                30s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  // The member rides a hub outage out (it may come back): a clean leave.
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto fs = lines_of_type(r.err, "failure");
+  ASSERT_FALSE(fs.empty()) << "a hub that is down is reported: " << r.err;
+  std::set<std::string> sources, causes;
+  for (const auto& f : fs) {
+    EXPECT_FALSE(str_of(f, "feed").empty()) << r.err;
+    sources.insert(str_of(f, "source"));
+    // Four feeds, each failing every poll and reconnect, but one line per
+    // cause (whichever feed had it first).
+    EXPECT_TRUE(causes
+                  .insert(str_of(f, "source") + "|" + str_of(f, "kind") + "|"
+                          + str_of(f, "detail"))
+                  .second)
+      << "a cause printed twice: " << r.err;
+  }
+  EXPECT_TRUE(sources.count("replay")) << r.err;
+  auto exit_line = last_line(r.err, "exit");
+  ASSERT_FALSE(exit_line.empty()) << r.err;
+  EXPECT_GT(exit_line.at("hub_failures").as_int64(),
+            static_cast<int64_t>(fs.size()));
+  EXPECT_GT(exit_line.at("failures_suppressed").as_int64(), 0);
+  EXPECT_NE(str_of(exit_line, "last_hub_failure").find("Connection refused"),
+            std::string::npos)
+    << r.err;
+}
+
+TEST_F(GroupMemberCli, AStoreThatNeverAnswersIsNeverJoinedWithItsError) {
+  auto etcd_url = "http://127.0.0.1:" + std::to_string(closed_port());
+  auto r = run_child(outbound_argv({"group-member",
+                                    "--group",
+                                    "nojoin",
+                                    "--member",
+                                    "m1",
+                                    "--etcd",
+                                    etcd_url,
+                                    "--feed-count",
+                                    "2",
+                                    "--lease-ttl",
+                                    "2",
+                                    "--renew-interval",
+                                    "0.5",
+                                    "--fence-margin",
+                                    "0.4",
+                                    "--duration",
+                                    "3",
+                                    "--status-interval",
+                                    "1",
+                                    hub_->base_url()}),
+                     30s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 9) << r.err;
+  auto exit_line = last_line(r.err, "exit");
+  ASSERT_FALSE(exit_line.empty()) << r.err;
+  EXPECT_EQ(str_of(exit_line, "outcome"), "never_joined");
+  EXPECT_FALSE(exit_line.at("joined").as_bool());
+  EXPECT_GE(exit_line.at("store_errors").as_int64(), 3);
+  EXPECT_EQ(str_of(exit_line, "last_store_error").rfind("join: etcd", 0), 0u)
+    << r.err;
+  // The store's error is on stderr as it happens, not once per retry.
+  auto fs = lines_of_type(r.err, "failure");
+  ASSERT_FALSE(fs.empty()) << r.err;
+  EXPECT_EQ(str_of(fs[0], "source"), "store");
+  EXPECT_EQ(str_of(fs[0], "request"), "join");
+  EXPECT_NE(str_of(fs[0], "detail").find("Connection refused"),
+            std::string::npos)
+    << r.err;
+  EXPECT_LT(static_cast<int64_t>(fs.size()),
+            exit_line.at("store_errors").as_int64())
+    << r.err;
+  // The status lines carry it too.
+  auto st = last_line(r.err, "status");
+  ASSERT_FALSE(st.empty()) << r.err;
+  EXPECT_FALSE(str_of(st, "last_store_error").empty()) << r.err;
+}
+
+TEST_F(GroupMemberCli, ALeaveWithTheStoreCutReportsTheUnreleasedFeeds) {
+  fault_proxy proxy;
+  auto link = proxy.add_link("127.0.0.1", etcd_->client_port());
+  members_.push_back(std::make_unique<running_child>(
+    outbound_argv({"group-member",
+                   "--group",
+                   "cut-leave",
+                   "--member",
+                   "m1",
+                   "--etcd",
+                   "http://127.0.0.1:" + std::to_string(proxy.port(link)),
+                   "--feed-count",
+                   "3",
+                   "--initial-settle",
+                   "0.5",
+                   "--lease-ttl",
+                   "2",
+                   "--renew-interval",
+                   "0.5",
+                   "--fence-margin",
+                   "0.4",
+                   "--checkpoint-interval",
+                   "0.5",
+                   "--poll-interval",
+                   "0.25",
+                   "--status-interval",
+                   "0.25",
+                   "--quiet",
+                   hub_->base_url()})));
+  auto& m = *members_.back();
+  bool owned = false;
+  for (int i = 0; i < 150 && !owned; ++i) {
+    auto st = last_line(m.err(), "status");
+    owned = !st.empty() && st.at("owned").as_int64() == 3;
+    if (!owned)
+      std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(owned) << m.err();
+  proxy.cut(link);
+  m.signal(SIGTERM);
+  auto code = m.wait_exit(20s);
+  ASSERT_TRUE(code) << m.err();
+  EXPECT_EQ(*code, 10) << m.err();
+  auto exit_line = last_line(m.err(), "exit");
+  ASSERT_FALSE(exit_line.empty()) << m.err();
+  EXPECT_EQ(str_of(exit_line, "outcome"), "left_unclean");
+  EXPECT_TRUE(exit_line.at("joined").as_bool());
+  EXPECT_EQ(exit_line.at("unreleased").as_int64(), 3) << m.err();
+  EXPECT_TRUE(exit_line.at("revoke_failed").as_bool());
+  EXPECT_FALSE(str_of(exit_line, "last_store_error").empty());
+}
+
+TEST_F(GroupMemberCli, AConfigFileErrorNamesTheFileAndASharedFileNeedsNoNames) {
+  temp_dir dir;
+  auto bad = dir.file("group.json");
+  std::ofstream{bad} << R"({"name": "cfg", "lease_ttl": 1})";
+  auto r = run_child(outbound_argv({"group-member", "--config", bad,
+                                    "--feed-count", "1", hub_->base_url()}),
+                     20s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(bad + ": group.lease_ttl: must be >= 2"),
+            std::string::npos)
+    << r.err;
+  r = run_child(
+    outbound_argv({"group-member", "--config", dir.file("missing.json"),
+                   "--feed-count", "1", hub_->base_url()}),
+    20s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(dir.file("missing.json") + ": group: cannot read"),
+            std::string::npos)
+    << r.err;
+  // One file for every member: the names come from the flags.
+  auto shared = dir.file("shared.json");
+  std::ofstream{shared}
+    << R"({"lease_ttl": 3, "renew_interval": 1, "initial_settle": 0.2,
+                               "coordinator": {"kind": "memory"}})";
+  r = run_child(outbound_argv({"group-member", "--config", shared, "--group",
+                               "shared", "--member", "m1", "--feed-count", "1",
+                               "--duration", "1", hub_->base_url()}),
+                20s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(str_of(last_line(r.err, "exit"), "outcome"), "left") << r.err;
+}
+
+TEST_F(GroupMemberCli, ABadFeedIdIsAConfigErrorShowingTheIdEscaped) {
+  auto r
+    = run_child(outbound_argv({"group-member", "--group", "ids",
+                               "--coordinator", "memory", "--feed", "ok=a/",
+                               "--feed", "bad\x1b[2Jid=b/", hub_->base_url()}),
+                20s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("feeds[1].id"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(R"(bad\\x1b[2Jid)"), std::string::npos)
+    << "escaped (and JSON-escaped on the line): " << r.err;
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << "never raw";
+  r = run_child(
+    outbound_argv({"group-member", "--group", "ids", "--coordinator", "memory",
+                   "--feed-count", "1", "--subject-prefix",
+                   std::string(250, 'p'), hub_->base_url()}),
+    20s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("at most 200 bytes"), std::string::npos) << r.err;
+}
+
+TEST_F(GroupMemberCli, TheStoreClientsTlsComesFromFlagsOrTheEnvironment) {
+  auto run = [&](std::vector<std::string> extra,
+                 std::vector<std::string> env = {}) {
+    std::vector<std::string> args{"group-member",          "--group", "tls",
+                                  "--feed-count",          "1",       "--etcd",
+                                  "https://127.0.0.1:2379"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.push_back(hub_->base_url());
+    return run_child(outbound_argv(args), 20s, env);
+  };
+  auto r = run({"--etcd-ca-file", "/nonexistent/ca.pem"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("group.coordinator.client.tls.ca_file"),
+            std::string::npos)
+    << r.err;
+  r = run({}, {"OUTBOUND_GROUP_CLIENT_CERT=/nonexistent/c.pem"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("group.coordinator.client.tls.client_key_file"),
+            std::string::npos)
+    << "a certificate without its key: " << r.err;
 }

@@ -1,5 +1,6 @@
 // Feed group settings (config/group_config.hpp): defaults, validate() naming
-// every bad field, JSON parsing (unknown fields, wrong types) and the
+// every bad field, JSON parsing (unknown fields, wrong types), files (errors
+// name the file), the store client's TLS, feed ids, and the
 // OUTBOUND_GROUP_* environment variables.
 
 #include "config/group_config.hpp"
@@ -8,7 +9,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <string>
@@ -71,7 +75,49 @@ const char* const all_variables[] = {
   "OUTBOUND_GROUP_COORDINATOR",
   "OUTBOUND_GROUP_ENDPOINT",
   "OUTBOUND_GROUP_PREFIX",
+  "OUTBOUND_GROUP_CA_FILE",
+  "OUTBOUND_GROUP_CLIENT_CERT",
+  "OUTBOUND_GROUP_CLIENT_KEY",
 };
+
+/// A file with `text`, removed when the object goes.
+class temp_file {
+public:
+  explicit temp_file(const std::string& text) {
+    char name[] = "/tmp/outbound-group-config-XXXXXX";
+    int fd = ::mkstemp(name);
+    if (fd >= 0)
+      ::close(fd);
+    path_ = name;
+    std::ofstream{path_} << text;
+  }
+
+  ~temp_file() {
+    ::unlink(path_.c_str());
+  }
+
+  temp_file(const temp_file&) = delete;
+  temp_file& operator=(const temp_file&) = delete;
+
+  const std::string& path() const {
+    return path_;
+  }
+
+private:
+  std::string path_;
+};
+
+/// The field validate_group_feed_ids fails on and its message, or
+/// "(valid)".
+std::pair<std::string, std::string>
+feed_id_failure(const std::vector<std::string>& ids) {
+  try {
+    validate_group_feed_ids(ids);
+  } catch (const config_error& e) {
+    return {e.field(), e.what()};
+  }
+  return {"(valid)", ""};
+}
 
 /// Saves every OUTBOUND_GROUP_* variable, unsets them for the test and puts
 /// the saved values back afterwards, whatever the test did.
@@ -308,8 +354,12 @@ TEST(GroupConfigJson, UnknownFieldsAreErrorsNamingThem) {
   EXPECT_EQ(failing_field(with(R"("lease_tll": 5)")), "group.lease_tll");
   EXPECT_EQ(failing_field(with(R"("coordinator": {"endpoints": []})")),
             "group.coordinator.endpoints");
-  EXPECT_EQ(failing_field(with(R"("coordinator": {"client": {}})")),
-            "group.coordinator.client");
+  // Of the store client only tls has a JSON form.
+  EXPECT_EQ(failing_field(with(R"("coordinator": {"client": {"timeout": 1}})")),
+            "group.coordinator.client.timeout");
+  EXPECT_EQ(failing_field(
+              with(R"("coordinator": {"client": {"tls": {"cafile": "x"}}})")),
+            "group.coordinator.client.tls.cafile");
 }
 
 TEST(GroupConfigJson, WrongTypesAreErrorsNamingTheField) {
@@ -474,4 +524,181 @@ TEST(GroupConfig, TheStoreClientDefaultsToARenewIntervalDeadline) {
   c = store_client_config(g);
   EXPECT_EQ(c.timeout, 0.3) << "set explicitly: kept";
   EXPECT_EQ(c.deadline, 0.9);
+}
+
+// -- the store client's TLS ---------------------------------------------------
+
+TEST(GroupConfigJson, TheStoreClientsTlsFilesAreRead) {
+  temp_file ca{"ca"}, cert{"cert"}, key{"key"};
+  auto c = parse_group_config(with(
+    R"("coordinator": {"endpoint": "https://etcd-1:2379", "client": {"tls": {"ca_file": ")"
+    + ca.path() + R"(", "client_cert_file": ")" + cert.path()
+    + R"(", "client_key_file": ")" + key.path() + R"("}}})"));
+  EXPECT_EQ(c.coordinator.client.tls.ca_file, ca.path());
+  EXPECT_EQ(c.coordinator.client.tls.client_cert_file, cert.path());
+  EXPECT_EQ(c.coordinator.client.tls.client_key_file, key.path());
+  // ... and reach the store's client.
+  EXPECT_EQ(store_client_config(c).tls.ca_file, ca.path());
+  EXPECT_EQ(store_client_config(c).base_url, "https://etcd-1:2379");
+}
+
+TEST(GroupConfigJson, TheStoreClientsTlsIsValidatedNamingTheField) {
+  temp_file ca{"ca"}, cert{"cert"};
+  auto tls = [](const std::string& endpoint, const std::string& fields) {
+    return with(R"("coordinator": {"endpoint": ")" + endpoint
+                + R"(", "client": {"tls": {)" + fields + "}}}");
+  };
+  EXPECT_EQ(
+    failing_field(tls("https://e:2379", R"("ca_file": "/nonexistent/ca.pem")")),
+    "group.coordinator.client.tls.ca_file");
+  EXPECT_EQ(failing_field(tls("https://e:2379",
+                              R"("client_cert_file": ")" + cert.path() + "\"")),
+            "group.coordinator.client.tls.client_key_file")
+    << "a certificate needs its key";
+  EXPECT_EQ(
+    failing_field(tls("http://e:2379", R"("ca_file": ")" + ca.path() + "\"")),
+    "group.coordinator.endpoint")
+    << "TLS files with an http endpoint would be ignored";
+  EXPECT_EQ(failing_field(tls("https://e:2379", R"("ca_file": 7)")),
+            "group.coordinator.client.tls.ca_file");
+  EXPECT_EQ(failing_field(with(R"("coordinator": {"client": {"tls": []}})")),
+            "group.coordinator.client.tls");
+}
+
+TEST_F(GroupConfigEnv, TlsVariablesSetTheStoreClientsFiles) {
+  temp_file ca{"ca"}, cert{"cert"}, key{"key"};
+  auto base = valid();
+  base.coordinator.endpoint = "https://etcd-1:2379";
+  set("OUTBOUND_GROUP_CA_FILE", ca.path().c_str());
+  set("OUTBOUND_GROUP_CLIENT_CERT", cert.path().c_str());
+  set("OUTBOUND_GROUP_CLIENT_KEY", key.path().c_str());
+  auto c = group_config_from_env(base);
+  EXPECT_EQ(c.coordinator.client.tls.ca_file, ca.path());
+  EXPECT_EQ(c.coordinator.client.tls.client_cert_file, cert.path());
+  EXPECT_EQ(c.coordinator.client.tls.client_key_file, key.path());
+  ::unsetenv("OUTBOUND_GROUP_CLIENT_KEY");
+  EXPECT_EQ(env_failure(base), "group.coordinator.client.tls.client_key_file");
+  ::unsetenv("OUTBOUND_GROUP_CLIENT_CERT");
+  set("OUTBOUND_GROUP_CA_FILE", "/nonexistent/ca.pem");
+  EXPECT_EQ(env_failure(base), "group.coordinator.client.tls.ca_file");
+  set("OUTBOUND_GROUP_CA_FILE", ca.path().c_str());
+  base.coordinator.endpoint = "http://etcd-1:2379";
+  EXPECT_EQ(env_failure(base), "group.coordinator.endpoint");
+}
+
+// -- files --------------------------------------------------------------------
+
+TEST(GroupConfigFile, ErrorsNameTheFileAndTheField) {
+  temp_file f{with(R"("lease_ttl": 1)")};
+  try {
+    load_group_config(f.path());
+    FAIL() << "no error";
+  } catch (const config_file_error& e) {
+    EXPECT_EQ(e.field(), "group.lease_ttl");
+    EXPECT_EQ(e.file(), f.path());
+    EXPECT_EQ(std::string{e.what()}.rfind(f.path()
+                                            + ": group.lease_ttl: must "
+                                              "be >= 2",
+                                          0),
+              0u)
+      << e.what();
+  }
+  // Malformed text, an unknown field: the same.
+  temp_file bad{"{\"name\": "};
+  try {
+    load_group_config(bad.path());
+    FAIL() << "no error";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "group");
+    EXPECT_EQ(
+      std::string{e.what()}.rfind(bad.path() + ": group: not valid JSON", 0),
+      0u)
+      << e.what();
+  }
+}
+
+TEST(GroupConfigFile, AnUnreadableFileSaysWhy) {
+  try {
+    load_group_config("/nonexistent/group.json");
+    FAIL() << "no error";
+  } catch (const config_file_error& e) {
+    EXPECT_EQ(e.field(), "group");
+    EXPECT_EQ(std::string{e.what()},
+              "/nonexistent/group.json: group: cannot read: No such file or "
+              "directory");
+  }
+}
+
+TEST(GroupConfigFile, ASharedFileMayLeaveTheNamesToAnotherSource) {
+  temp_file f{R"({"lease_ttl": 6, "coordinator": {"prefix": "/og/"}})"};
+  EXPECT_THROW(load_group_config(f.path()), config_file_error)
+    << "names required by default";
+  auto c = load_group_config(f.path(), group_names::optional);
+  EXPECT_TRUE(c.name.empty());
+  EXPECT_TRUE(c.member_name.empty());
+  EXPECT_DOUBLE_EQ(c.timing.lease_ttl, 6);
+  EXPECT_EQ(c.coordinator.prefix, "/og/");
+  // A name that is there is still checked, and so is everything else.
+  EXPECT_THROW(
+    parse_group_config(R"({"name": "Bad Name"})", group_names::optional),
+    config_error);
+  EXPECT_THROW(parse_group_config(R"({"lease_ttl": 1})", group_names::optional),
+               config_error);
+}
+
+// -- feed ids -----------------------------------------------------------------
+
+TEST(GroupFeedIds, PrintableUtf8IdsUpTo200BytesPass) {
+  EXPECT_EQ(feed_id_failure({"a", "feed-1", "orders/eu", "caf\xC3\xA9",
+                             "\xE6\x97\xA5\xE6\x9C\xAC", "\xF0\x9F\x93\xA6",
+                             std::string(200, 'x')})
+              .first,
+            "(valid)");
+  EXPECT_EQ(feed_id_failure({}).first, "(valid)");
+}
+
+TEST(GroupFeedIds, BadIdsNameTheFieldAndShowTheIdEscaped) {
+  auto f = feed_id_failure({"ok", ""});
+  EXPECT_EQ(f.first, "feeds[1].id");
+  EXPECT_NE(f.second.find("must not be empty"), std::string::npos);
+
+  f = feed_id_failure({std::string(201, 'x')});
+  EXPECT_EQ(f.first, "feeds[0].id");
+  EXPECT_NE(f.second.find("at most 200 bytes"), std::string::npos) << f.second;
+  EXPECT_NE(f.second.find("... (201 bytes)"), std::string::npos) << f.second;
+
+  f = feed_id_failure({"a", "line\nbreak"});
+  EXPECT_EQ(f.first, "feeds[1].id");
+  EXPECT_NE(f.second.find(R"("line\x0abreak")"), std::string::npos) << f.second;
+  EXPECT_EQ(f.second.find('\n'), std::string::npos) << "escaped";
+
+  for (std::string bad : {std::string("tab\there"), std::string("nul\0x", 5),
+                          std::string("del\x7f"), std::string("c1\xC2\x85"),
+                          std::string("esc\x1b[31m")}) {
+    f = feed_id_failure({bad});
+    EXPECT_EQ(f.first, "feeds[0].id") << bad;
+    EXPECT_NE(f.second.find("control characters"), std::string::npos)
+      << f.second;
+  }
+
+  for (std::string bad :
+       {std::string("\xFF"), std::string("cut\xC3"), std::string("\xC0\xAF"),
+        std::string("\xED\xA0\x80"), std::string("\xF4\x90\x80\x80")}) {
+    f = feed_id_failure({bad});
+    EXPECT_EQ(f.first, "feeds[0].id");
+    EXPECT_NE(f.second.find("must be UTF-8"), std::string::npos) << f.second;
+  }
+  f = feed_id_failure({"\xFF"});
+  EXPECT_NE(f.second.find(R"("\xff")"), std::string::npos) << f.second;
+
+  f = feed_id_failure({"a", "b", "a"});
+  EXPECT_EQ(f.first, "feeds[2].id");
+  EXPECT_NE(f.second.find(R"(duplicate feed id "a")"), std::string::npos)
+    << f.second;
+}
+
+TEST(GroupFeedIds, QuotingEscapesQuotesAndCutsLongText) {
+  EXPECT_EQ(quote_for_error("a\"b\\c"), R"("a\"b\\c")");
+  EXPECT_EQ(quote_for_error(std::string(50, 'y'), 4), "\"yyyy\"... (50 bytes)");
+  EXPECT_EQ(quote_for_error("caf\xC3\xA9"), "\"caf\xC3\xA9\"");
 }
