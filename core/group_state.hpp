@@ -92,7 +92,11 @@
 //      listed member now wins is released only once that member has been
 //      listed for rebalance_delay: stop the watcher, then one request
 //      writes the final cursor and deletes the owner key (CAS on the token)
-//      and names the winner for a handoff hint.
+//      and names the winner for a handoff hint. (The shell drains a
+//      watcher stopped for a rebalance or a leave: its delivery in flight
+//      is answered first, so the final cursor includes it.) A release that
+//      fails keeps the feed claimed and is retried after
+//      checkpoint_interval: the cursor is never given up unwritten.
 //  G9  Leave: release every held feed at once (G8 without the delay; a
 //      claim that is still in flight is released when it is won), then
 //      revoke the lease. If the fence deadline passes first, the member
