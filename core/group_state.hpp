@@ -97,8 +97,9 @@
 //      is answered first, so the final cursor includes it.) A release that
 //      fails keeps the feed claimed and is retried after
 //      checkpoint_interval: the cursor is never given up unwritten.
-//  G9  Leave: release every held feed at once (G8 without the delay; a
-//      claim that is still in flight is released when it is won), then
+//  G9  Leave: release every held feed at once (G8 without the delay,
+//      max_inflight_batches requests at a time; a claim that is still in
+//      flight is released when it is won), then
 //      revoke the lease. If the fence deadline passes first, the member
 //      revokes anyway and stops: the lease is no longer trustworthy. So
 //      it does when releases keep failing for lease_ttl after the leave
