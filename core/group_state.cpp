@@ -90,6 +90,8 @@ std::optional<config_error> group_config_error(const group_state_config& c) {
       return field_error("max_starts_per_second", "must be >= 1");
     if (c.max_feeds < 1)
       return field_error("max_feeds", "must be >= 1");
+    if (c.max_inflight_batches < 1 || c.max_inflight_batches > 1024)
+      return field_error("max_inflight_batches", "must be between 1 and 1024");
   } catch (const config_error& e) {
     return e;
   }
@@ -239,9 +241,19 @@ group_actions group_state::on_claimed(uint64_t request,
       ++counters_.claim_errors;
       e.own = ownership::none;
       e.uncertain = true;
+      // Back off: a store that fails claims is usually overloaded, and
+      // asking again at the next trigger would keep it so.
+      ++e.claim_failures;
+      auto wait = held_retry_;
+      for (uint32_t k = 1; k < e.claim_failures && wait < reconcile_; ++k)
+        wait *= 2;
+      e.claim_retry_at = now + std::min(wait, reconcile_);
+      claim_retry_at_ = std::min(claim_retry_at_, e.claim_retry_at);
       continue;
     }
     e.uncertain = false;
+    e.claim_failures = 0;
+    e.claim_retry_at = group_time{};
     if (r->second->outcome == claim_outcome::held) {
       ++counters_.claims_held;
       e.own = ownership::none;
@@ -495,6 +507,7 @@ group_time group_state::next_wakeup() const {
     at(next_poll_);
     at(next_reconcile_);
     at(held_retry_at_);
+    at(claim_retry_at_);
     at(next_checkpoint_);
     for (const auto& kv : feeds_) {
       const auto& e = kv.second;
@@ -625,12 +638,22 @@ void group_state::step(group_time now, group_actions& out) {
     claim_wanted_ = true;
     held_retry_at_ = never;
   }
-  if (claim_wanted_ && !holding_)
-    issue_claims(now, out);
+  if (now >= claim_retry_at_) {
+    claim_wanted_ = true;
+    claim_retry_at_ = never;
+  }
+  if (!holding_) {
+    if (claim_wanted_)
+      issue_claims(now, true, out);
+    else if (claims_pending_ && claims_.size() < cfg_.max_inflight_batches)
+      issue_claims(now, false, out);
+  }
   check_rebalance(now, out);
   if (now >= next_checkpoint_) {
     next_checkpoint_ = now + checkpoint_;
-    issue_commits(out);
+    issue_commits(true, out);
+  } else if (commits_pending_ && commits_.size() < cfg_.max_inflight_batches) {
+    issue_commits(false, out);
   }
   retry_releases(now);
   issue_releases(out);
@@ -665,8 +688,13 @@ void group_state::refresh_desired() {
   }
 }
 
-void group_state::issue_claims(group_time, group_actions& out) {
-  claim_wanted_ = false;
+void group_state::issue_claims(group_time now, bool next_wave,
+                               group_actions& out) {
+  if (next_wave) {
+    claim_wanted_ = false;
+    ++claim_wave_;
+  }
+  claims_pending_ = false;
   auto room = cfg_.max_feeds > load() ? cfg_.max_feeds - load() : 0;
   claim_feeds batch;
   auto flush = [&] {
@@ -681,16 +709,26 @@ void group_state::issue_claims(group_time, group_actions& out) {
   };
   for (auto& kv : feeds_) {
     auto& e = kv.second;
-    if (e.own != ownership::none)
+    if (e.own != ownership::none || e.claim_wave == claim_wave_)
       continue;
-    if (!e.uncertain) {
-      // An uncertain claim may already be ours: it is asked regardless
-      // of max_feeds.
-      if (!e.desired || room == 0)
-        continue;
-      --room;
+    // An uncertain claim may already be ours: it is asked regardless of
+    // max_feeds.
+    if (!e.uncertain && (!e.desired || room == 0))
+      continue;
+    if (now < e.claim_retry_at) {
+      claim_retry_at_ = std::min(claim_retry_at_, e.claim_retry_at);
+      continue;
     }
+    if (batch.feeds.empty() && claims_.size() >= cfg_.max_inflight_batches) {
+      // The window is full: the rest of this wave goes out as answers
+      // free slots.
+      claims_pending_ = true;
+      break;
+    }
+    if (!e.uncertain)
+      --room;
     e.own = ownership::claiming;
+    e.claim_wave = claim_wave_;
     batch.feeds.push_back(kv.first);
     if (batch.feeds.size() == cfg_.batch)
       flush();
@@ -698,7 +736,10 @@ void group_state::issue_claims(group_time, group_actions& out) {
   flush();
 }
 
-void group_state::issue_commits(group_actions& out) {
+void group_state::issue_commits(bool next_wave, group_actions& out) {
+  if (next_wave)
+    ++commit_wave_;
+  commits_pending_ = false;
   commit_cursors batch;
   auto flush = [&] {
     if (batch.items.empty())
@@ -718,8 +759,14 @@ void group_state::issue_commits(group_actions& out) {
   for (auto& kv : feeds_) {
     auto& e = kv.second;
     if (e.own != ownership::held || e.commit_request != 0 || !e.progress
-        || (e.committed && *e.progress <= *e.committed))
+        || (e.committed && *e.progress <= *e.committed)
+        || e.commit_wave == commit_wave_)
       continue;
+    if (batch.items.empty() && commits_.size() >= cfg_.max_inflight_batches) {
+      commits_pending_ = true;
+      break;
+    }
+    e.commit_wave = commit_wave_;
     batch.items.push_back(commit_item{kv.first, e.token, *e.progress});
     if (batch.items.size() == cfg_.batch)
       flush();
@@ -763,6 +810,8 @@ void group_state::issue_releases(group_actions& out) {
       if (!e.release_ready || e.release_reason != why
           || e.own != ownership::releasing || e.w != watcher::none)
         continue;
+      if (batch.items.empty() && releases_.size() >= cfg_.max_inflight_batches)
+        break; // still ready: sent as answers free slots
       e.release_ready = false;
       ++counters_.dropped[static_cast<std::size_t>(why)];
       batch.items.push_back(
@@ -855,6 +904,8 @@ void group_state::lose_lease(group_time now, group_actions& out) {
   releases_.clear();
   renew_sent_.clear();
   release_retry_ = never;
+  claims_pending_ = commits_pending_ = false;
+  claim_retry_at_ = never;
   holding_ = false;
   deadline_ = now;
   have_view_ = false;
@@ -863,6 +914,8 @@ void group_state::lose_lease(group_time now, group_actions& out) {
   for (auto& kv : feeds_) {
     kv.second.desired = false;
     kv.second.uncertain = false; // the lease took any such key with it
+    kv.second.claim_failures = 0;
+    kv.second.claim_retry_at = group_time{};
     kv.second.winner.clear();
   }
   if (phase_ == group_phase::leaving) {

@@ -51,7 +51,13 @@
 //      a claim of a desired feed answered `held` (its holder is about to
 //      release it: a rebalance, a leave, an expiring lease), and at once
 //      on a handoff hint; never while the deliveries are held; at most
-//      max_feeds owned or in flight.
+//      max_feeds owned or in flight. At most max_inflight_batches claim
+//      requests are in flight: the feeds of a trigger that do not fit go
+//      out as answers free slots (one wave: a feed is asked at most once
+//      per trigger, so a `held` or failed feed is not asked again until
+//      the next trigger). A feed whose claim failed (G11) waits
+//      min(reconcile_interval, 2 poll_interval) before it is asked again,
+//      doubling with each failure in a row up to reconcile_interval.
 //  G4  A won claim spawns a watcher resuming at the committed cursor the
 //      claim read, at most max_starts_per_second (a token bucket of one
 //      second's burst), never while a previous watcher of the same feed is
@@ -59,7 +65,11 @@
 //  G5  Progress reports (acknowledged cursors of the current token) make a
 //      feed dirty; every checkpoint_interval the dirty feeds are committed
 //      (CAS on the token), at most one commit in flight per feed, so the
-//      store never sees two commits of one feed racing. A fenced commit
+//      store never sees two commits of one feed racing, and at most
+//      max_inflight_batches commit requests (the rest of a checkpoint goes
+//      out as answers free slots; a failed feed waits for the next
+//      checkpoint). Releases too are sent max_inflight_batches at a time
+//      (a failed one is retried after checkpoint_interval). A fenced commit
 //      stops the watcher and drops the ownership and its progress; an error
 //      leaves the feed dirty for the next checkpoint.
 //  G6  Renew every renew_interval. fence_deadline = send time of the
@@ -82,9 +92,14 @@
 //      listed member now wins is released only once that member has been
 //      listed for rebalance_delay: stop the watcher, then one request
 //      writes the final cursor and deletes the owner key (CAS on the token)
-//      and names the winner for a handoff hint.
-//  G9  Leave: release every held feed at once (G8 without the delay; a
-//      claim that is still in flight is released when it is won), then
+//      and names the winner for a handoff hint. (The shell drains a
+//      watcher stopped for a rebalance or a leave: its delivery in flight
+//      is answered first, so the final cursor includes it.) A release that
+//      fails keeps the feed claimed and is retried after
+//      checkpoint_interval: the cursor is never given up unwritten.
+//  G9  Leave: release every held feed at once (G8 without the delay,
+//      max_inflight_batches requests at a time; a claim that is still in
+//      flight is released when it is won), then
 //      revoke the lease. If the fence deadline passes first, the member
 //      revokes anyway and stops: the lease is no longer trustworthy. So
 //      it does when releases keep failing for lease_ttl after the leave
@@ -183,6 +198,14 @@ struct group_state_config {
   /// Feeds owned or being claimed per member (>= 1); beyond, feeds stay
   /// unowned.
   std::size_t max_feeds = 20000;
+  /// Store requests of each kind (claim, commit, release) in flight at
+  /// once, in batches (1..1024). Feeds beyond the window wait for a slot,
+  /// not for a timer: each answer sends the next batch. A member that must
+  /// take thousands of feeds at once (a start, a peer's crash) otherwise
+  /// sends every batch together and the store's requests time out in mass.
+  /// The idea is Kafka's max.in.flight.requests.per.connection (5) and a
+  /// TCP window: bound what is outstanding, pipeline the rest.
+  std::size_t max_inflight_batches = 4;
 
   /// Throws group_config_error(*this) if there is one.
   void validate() const;
@@ -560,6 +583,13 @@ private:
     uint64_t claim_request = 0;
     uint64_t commit_request = 0;
     uint64_t release_request = 0;
+    /// The claim wave (claim_wave_) and checkpoint (commit_wave_) that last
+    /// asked for this feed: a continuation skips it.
+    uint64_t claim_wave = 0;
+    uint64_t commit_wave = 0;
+    /// Claims failed in a row, and when the feed may be asked again.
+    uint32_t claim_failures = 0;
+    group_time claim_retry_at{};
     group_position commit_cursor;
     std::optional<group_position> committed;
     std::optional<group_position> progress;
@@ -568,8 +598,8 @@ private:
 
   void step(group_time now, group_actions& out);
   void refresh_desired();
-  void issue_claims(group_time now, group_actions& out);
-  void issue_commits(group_actions& out);
+  void issue_claims(group_time now, bool next_wave, group_actions& out);
+  void issue_commits(bool next_wave, group_actions& out);
   void retry_releases(group_time now);
   void issue_releases(group_actions& out);
   void issue_spawns(group_time now, group_actions& out);
@@ -621,6 +651,12 @@ private:
   bool claim_wanted_ = false;
   group_time next_reconcile_{};
   group_time next_checkpoint_{};
+  /// Waves (see G3, G5): their numbers, and whether the current one still
+  /// has feeds that did not fit the window.
+  uint64_t claim_wave_ = 0, commit_wave_ = 0;
+  bool claims_pending_ = false, commits_pending_ = false;
+  /// When a feed whose claim failed may be asked again (max: none).
+  group_time claim_retry_at_ = group_time::max();
   std::map<uint64_t, std::vector<std::string>> claims_;
   std::map<uint64_t, std::vector<std::string>> commits_;
   std::map<uint64_t, std::vector<std::string>> releases_;

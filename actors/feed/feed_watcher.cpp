@@ -290,6 +290,10 @@ struct watcher_state {
   bool progress_armed = false;
   uint64_t progress_token = 0;
   bool final_progress_sent = false;
+  /// `leave_atom` (a draining stop): no delivery starts; the watcher ends
+  /// once the one in flight is answered, then answers these.
+  bool draining = false;
+  std::vector<caf::typed_response_promise<feed_stats>> drained;
 
   static inline const char* name = "outbound.feed_watcher";
 };
@@ -435,6 +439,13 @@ void shutdown(self_ptr self) {
   if (st.phase == ws_phase::stopped)
     return;
   final_progress(self);
+  // A draining stop answers after the final report, as stop_atom does.
+  if (!st.drained.empty()) {
+    auto s = make_stats(self);
+    for (auto& rp : st.drained)
+      rp.deliver(s);
+    st.drained.clear();
+  }
   st.phase = ws_phase::stopped;
   st.connected = false;
   // Set here, not only in the cleanup functor: CAF runs a monitor attached
@@ -877,6 +888,12 @@ void on_delivered(self_ptr self, std::size_t failed) {
   auto n = st.in_flight;
   for (std::size_t i = 0; i < n && !st.queue.empty() && st.in_flight > 0; ++i)
     settle(self, i >= failed);
+  if (st.draining && st.in_flight == 0) {
+    // The delivery in flight at a draining stop is answered: its position
+    // goes into the final report.
+    shutdown(self);
+    return;
+  }
   maybe_report(self);
   pump(self);
 }
@@ -939,7 +956,8 @@ void send_batch(self_ptr self) {
 
 void pump(self_ptr self) {
   auto& st = self->state;
-  if (st.in_flight > 0 || st.queue.empty() || st.phase == ws_phase::stopped)
+  if (st.in_flight > 0 || st.queue.empty() || st.phase == ws_phase::stopped
+      || st.draining)
     return;
   // Past the fence deadline nothing starts; a later fence resumes.
   if (st.fence.armed() && !st.fence.may_start(self->clock().now()))
@@ -1556,6 +1574,15 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
       shutdown(self);
       return s;
     },
+    [self](leave_atom) {
+      auto& st = self->state;
+      auto rp = self->make_response_promise<feed_stats>();
+      st.drained.push_back(rp);
+      st.draining = true;
+      if (st.in_flight == 0)
+        shutdown(self); // answers rp after the final report
+      return rp;
+    },
     [self](ws_event& ev) {
       fold_wakes(self);
       on_ws_event(self, ev);
@@ -1571,7 +1598,8 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
     },
     [self](poll_atom, uint64_t token) {
       auto& st = self->state;
-      if (token != st.poll_token || st.phase == ws_phase::stopped)
+      if (token != st.poll_token || st.phase == ws_phase::stopped
+          || st.draining)
         return;
       schedule_poll(self);
       fold_wakes(self);

@@ -14,6 +14,8 @@
 //               │          ▼                                      │ dead peer /
 //               └── [backoff: min(b,max)+U[0,b)] ◄────────────────┘ overflow
 //   stop_atom or an exit message at any point: close the session, quit.
+//   leave_atom (a draining stop): start no delivery, quit once the one in
+//   flight is answered.
 //
 // For a feed group (one owner of each feed across processes): a fence
 // deadline gates every delivery (fence_gate.hpp), acknowledged positions
@@ -47,6 +49,15 @@ inline namespace feed {
 /// - `stop_atom -> feed_stats`: closes the session, answers the final
 ///   stats and quits at once (idle, mid-handshake, during a backoff, while
 ///   a delivery is unacknowledged). An exit message does the same.
+/// - `leave_atom -> feed_stats`: a draining stop, for a graceful handoff
+///   (a feed group's leave or rebalance): the watcher starts no further
+///   delivery and fetches nothing more, waits for the answer to the
+///   delivery in flight (if any), sends its final progress report (which
+///   then includes that delivery), answers the final stats and quits. So
+///   the next owner, resuming at that report, repeats nothing the
+///   subscriber was handed. The wait has no bound of its own: the caller
+///   bounds it (a request time-out, then stop_atom or an exit message).
+///   stop_atom during the wait stops at once and answers both.
 ///
 /// - `(fence_atom, deadline)`: the fence gate (actors/feed/fence_gate.hpp).
 ///   `deadline` is an absolute time point on the actor clock
@@ -67,6 +78,7 @@ inline namespace feed {
 using feed_watcher_actor
   = caf::typed_actor<caf::replies_to<stats_atom>::with<feed_stats>,
                      caf::replies_to<stop_atom>::with<feed_stats>,
+                     caf::replies_to<leave_atom>::with<feed_stats>,
                      caf::reacts_to<fence_atom, feed_time>>;
 
 /// Callbacks instead of a subscriber actor. They run on a helper actor,

@@ -536,19 +536,34 @@ void do_action(self_ptr self, stop_watcher& s) {
   auto token = s.token;
   auto addr = i->second.addr;
   auto handle = i->second.handle;
+  auto on_stopped = [self, feed, token, addr](feed_stats&) {
+    finish_watcher(self, feed, token, true, addr);
+  };
+  auto on_timeout = [handle](caf::error&) {
+    // Not answered in time: kill it, but the feed counts as stopped only
+    // once the watcher is gone (its down message), so no release lets
+    // another member deliver beside it and no second watcher of the feed
+    // starts here.
+    caf::anon_send_exit(handle, caf::exit_reason::kill);
+  };
   // Ahead of any backlog in the watcher's mailbox (a stop is urgent: the
   // feed waits for it to move).
+  if (s.reason == stop_reason::rebalance || s.reason == stop_reason::leave) {
+    // A handoff drains: the watcher waits for the answer to its delivery
+    // in flight, so the final position (and the release) includes it and
+    // the next owner repeats nothing the subscriber was handed. Bounded by
+    // the same stop timeout (2 x renew_interval), then killed.
+    self
+      ->request<caf::message_priority::high>(handle, st.stop_timeout,
+                                             leave_atom_v)
+      .then(std::move(on_stopped), std::move(on_timeout));
+    return;
+  }
+  // Fenced or lease lost: another member may own the feed already; nothing
+  // more may start, and there is no point waiting.
   self
     ->request<caf::message_priority::high>(handle, st.stop_timeout, stop_atom_v)
-    .then([self, feed, token, addr](
-            feed_stats&) { finish_watcher(self, feed, token, true, addr); },
-          [handle](caf::error&) {
-            // Not answered in time: kill it, but the feed counts as
-            // stopped only once the watcher is gone (its down message),
-            // so no release lets another member deliver beside it and no
-            // second watcher of the feed starts here.
-            caf::anon_send_exit(handle, caf::exit_reason::kill);
-          });
+    .then(std::move(on_stopped), std::move(on_timeout));
 }
 
 void do_action(self_ptr self, commit_cursors& c) {

@@ -17,8 +17,11 @@
 //   revoke_lease             (grp_revoke_atom, lease)
 //   spawn_watcher            a feed watcher resuming at the position, then
 //                            (fence_atom, deadline) to it
-//   stop_watcher             stop_atom to it; its final progress report (or
-//                            its stats) is the final position
+//   stop_watcher             leave_atom to it (a draining stop: the
+//                            delivery in flight is answered first) for a
+//                            rebalance or a leave, stop_atom when fenced or
+//                            the lease is lost; its final progress report
+//                            is the final position
 //   fence_watchers / unhold  (fence_atom, deadline) to every watcher
 //   hold_deliveries          (fence_atom, a deadline already passed)
 //
@@ -113,7 +116,9 @@ struct feed_group_options {
 /// - `stats_atom -> group_status`: the member's phase, lease, fence,
 ///   counts and counters.
 /// - `leave_atom -> group_status`: graceful leave (G9): every held feed is
-///   released with its final position (the watchers are stopped first),
+///   released with its final position (the watchers drain first: each
+///   waits for the answer to its delivery in flight, at most 2 ×
+///   renew_interval, then is killed),
 ///   then the lease is revoked; answers once the member has left (or the
 ///   fence deadline passed first), then the actor quits.
 /// - `stop_atom -> group_status`: stops every watcher and quits, releasing

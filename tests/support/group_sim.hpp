@@ -1016,7 +1016,7 @@ private:
     int m0 = static_cast<int>(uniform(2, 6));
     // Half the schedules run the defaults; the others vary the knobs that
     // change the decisions' shape (batches of one, slow spawns, no settle
-    // or rebalance delay, a slower checkpoint).
+    // or rebalance delay, a slower checkpoint, a window of one request).
     if (chance(0.5)) {
       const std::size_t batches[] = {1, 2, 64};
       cfg_.batch = batches[uniform(0, 3)];
@@ -1026,6 +1026,9 @@ private:
       cfg_.rebalance_delay = chance(0.5) ? 0.0 : 5.0;
       cfg_.max_starts_per_second = chance(0.3) ? 4 : 1000;
       cfg_.reconcile_interval = chance(0.5) ? 2.0 : 5.0;
+      // A window of one request per kind: claims, commits and releases
+      // wait for slots (with batches of one or two it binds often).
+      cfg_.max_inflight_batches = chance(0.5) ? 1 : 4;
     }
     ledger_.assign(static_cast<std::size_t>(feeds_), 0);
     era_base_.assign(static_cast<std::size_t>(feeds_), {0});

@@ -100,16 +100,20 @@ struct member {
     return at(t0 + 3s);
   }
 
-  /// Wins every claim of `as` with tokens from 100 and no cursor.
+  /// Wins every claim of `as` with tokens from 100 and no cursor, and
+  /// the claims their answers send (the rest of the wave, G3).
   group_actions win_all(const group_actions& as,
                         std::optional<group_position> cursor = std::nullopt) {
     group_actions out;
     uint64_t token = 100;
-    for (const auto& c : all_of<claim_feeds>(as)) {
+    auto todo = all_of<claim_feeds>(as);
+    for (std::size_t i = 0; i < todo.size(); ++i) {
       std::vector<claim_reply> rs;
-      for (const auto& f : c.feeds)
+      for (const auto& f : todo[i].feeds)
         rs.push_back(claim_reply{f, claim_outcome::won, token++, cursor});
-      auto x = st.on_claimed(c.request, rs, now);
+      auto x = st.on_claimed(todo[i].request, rs, now);
+      for (auto& c : all_of<claim_feeds>(x))
+        todo.push_back(c);
       out.insert(out.end(), x.begin(), x.end());
     }
     return out;
@@ -138,6 +142,7 @@ TEST(GroupStateConfig, DefaultsAreTheDesignsAndValid) {
   EXPECT_EQ(c.rebalance_delay, 5.0);
   EXPECT_EQ(c.max_starts_per_second, 1000u);
   EXPECT_EQ(c.max_feeds, 20000u);
+  EXPECT_EQ(c.max_inflight_batches, 4u);
   EXPECT_FALSE(group_config_error(c).has_value());
   EXPECT_NO_THROW(c.validate());
 }
@@ -193,6 +198,11 @@ TEST(GroupStateConfig, EachBadFieldIsNamed) {
   c = defaults();
   c.max_feeds = 0;
   EXPECT_EQ(field_of(c), "group.max_feeds");
+  c = defaults();
+  c.max_inflight_batches = 0;
+  EXPECT_EQ(field_of(c), "group.max_inflight_batches");
+  c.max_inflight_batches = 1025;
+  EXPECT_EQ(field_of(c), "group.max_inflight_batches");
   c = defaults();
   c.renew_interval = 0;
   EXPECT_THROW(group_state(c, "m1", {}), config_error);
@@ -283,6 +293,8 @@ TEST(GroupState, ClaimsOnlyTheFeedsItWinsInBatches) {
   auto fs = feed_names(40);
   member m(c, fs);
   auto a = m.activate({"m1", "m2"});
+  auto more = m.win_all(a); // the rest of the wave
+  a.insert(a.end(), more.begin(), more.end());
   std::vector<std::string> claimed;
   for (const auto& cl : all_of<claim_feeds>(a)) {
     EXPECT_LE(cl.feeds.size(), 2u);
@@ -342,6 +354,99 @@ TEST(GroupState, MaxFeedsCapsClaims) {
   for (const auto& cl : all_of<claim_feeds>(a))
     n += cl.feeds.size();
   EXPECT_EQ(n, 3u);
+}
+
+TEST(GroupState, FiveThousandFeedsAreClaimedWithAtMostTheWindowInFlight) {
+  // A member that must take many feeds at once (a start alone, a peer's
+  // crash) pipelines its claims: never more than max_inflight_batches
+  // requests out, each answer sends the next batch, and it ends owning
+  // every feed without waiting for a reconcile.
+  auto c = defaults();
+  c.max_starts_per_second = 100000;
+  member m(c, feed_names(5000));
+  std::vector<claim_feeds> out = all_of<claim_feeds>(m.activate());
+  std::size_t most = out.size(), requests = 0;
+  uint64_t token = 1;
+  while (!out.empty()) {
+    // Answer the oldest; what it sends joins the window.
+    auto cl = out.front();
+    out.erase(out.begin());
+    ++requests;
+    EXPECT_LE(cl.feeds.size(), c.batch);
+    std::vector<claim_reply> rs;
+    for (const auto& f : cl.feeds)
+      rs.push_back(claim_reply{f, claim_outcome::won, token++, std::nullopt});
+    for (auto& x : all_of<claim_feeds>(m.st.on_claimed(cl.request, rs, m.now)))
+      out.push_back(x);
+    most = std::max(most, out.size());
+  }
+  EXPECT_EQ(most, 4u);
+  EXPECT_EQ(requests, (5000u + 63) / 64);
+  EXPECT_EQ(m.st.owned().size(), 5000u);
+  EXPECT_EQ(m.st.counters().claims_won, 5000u);
+}
+
+TEST(GroupState, AFailedClaimBacksOffAndTheWaveGoesOnWithoutIt) {
+  // A window of one batch of one feed: the wave is f0, f1, f2 in turn.
+  auto c = defaults();
+  c.batch = 1;
+  c.max_inflight_batches = 1;
+  member m(c, feed_names(3));
+  auto first = all_of<claim_feeds>(m.activate());
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].feeds, std::vector<std::string>{"f0"});
+  // f0 fails: the slot goes to f1, not to f0 again (no tight loop).
+  auto next
+    = all_of<claim_feeds>(m.st.on_claim_failed(first[0].request, m.now));
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].feeds, std::vector<std::string>{"f1"});
+  next = all_of<claim_feeds>(m.st.on_claimed(
+    next[0].request, {{"f1", claim_outcome::won, 1, {}}}, m.now));
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].feeds, std::vector<std::string>{"f2"});
+  EXPECT_TRUE(all_of<claim_feeds>(
+                m.st.on_claimed(next[0].request,
+                                {{"f2", claim_outcome::won, 2, {}}}, m.now))
+                .empty());
+  // f0 again after min(reconcile, 2 poll) = 1 s, then 2 s, 4 s, and 5 s
+  // (reconcile_interval) from then on while it keeps failing.
+  auto failed_at = m.now;
+  for (auto wait : {1000ms, 2000ms, 4000ms, 5000ms, 5000ms}) {
+    EXPECT_EQ(m.st.next_wakeup() <= failed_at + wait, true);
+    EXPECT_FALSE(has<claim_feeds>(m.at(failed_at + wait - 1ms)));
+    auto again = all_of<claim_feeds>(m.at(failed_at + wait));
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_EQ(again[0].feeds, std::vector<std::string>{"f0"});
+    m.st.on_claim_failed(again[0].request, m.now);
+    failed_at = m.now;
+  }
+  // A success resets the backoff.
+  auto again = all_of<claim_feeds>(m.at(failed_at + 5s));
+  ASSERT_EQ(again.size(), 1u);
+  m.st.on_claimed(again[0].request, {{"f0", claim_outcome::won, 3, {}}}, m.now);
+  EXPECT_EQ(m.st.owned().size(), 3u);
+  EXPECT_EQ(m.st.counters().claim_errors, 6u);
+}
+
+TEST(GroupState, AHeldFeedIsNotAskedAgainWithinTheSameWave) {
+  auto c = defaults();
+  c.batch = 1;
+  c.max_inflight_batches = 1;
+  member m(c, feed_names(2));
+  auto cl = all_of<claim_feeds>(m.activate()).at(0);
+  EXPECT_EQ(cl.feeds, std::vector<std::string>{"f0"});
+  auto next = all_of<claim_feeds>(
+    m.st.on_claimed(cl.request, {{"f0", claim_outcome::held, 0, {}}}, m.now));
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].feeds, std::vector<std::string>{"f1"});
+  EXPECT_TRUE(all_of<claim_feeds>(
+                m.st.on_claimed(next[0].request,
+                                {{"f1", claim_outcome::held, 0, {}}}, m.now))
+                .empty());
+  // The held retry (2 poll = 1 s) starts a new wave.
+  auto again = all_of<claim_feeds>(m.at(m.now + 1s));
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].feeds, std::vector<std::string>{"f0"});
 }
 
 // -- G4 spawns -------------------------------------------------------------
@@ -448,6 +553,53 @@ TEST(GroupState, ACommitErrorLeavesTheFeedDirty) {
   ASSERT_EQ(again.size(), 1u);
   EXPECT_EQ(again[0].items.at(0).cursor, pos(3));
   EXPECT_EQ(m.st.counters().commit_errors, 1u);
+}
+
+TEST(GroupState, ACheckpointKeepsAtMostTheWindowOfCommitsInFlight) {
+  auto c = defaults();
+  c.batch = 2;
+  c.max_inflight_batches = 2;
+  c.max_starts_per_second = 1000;
+  member m(c, feed_names(10));
+  auto sps = all_of<spawn_watcher>(m.win_all(m.activate()));
+  ASSERT_EQ(sps.size(), 10u);
+  for (const auto& s : sps)
+    m.st.on_progress(s.feed, s.token, pos(5), m.now);
+  auto out = all_of<commit_cursors>(m.at(t0 + 4s));
+  ASSERT_EQ(out.size(), 2u);
+  std::size_t most = out.size(), items = 0;
+  bool failed_one = false;
+  std::vector<std::string> sent;
+  while (!out.empty()) {
+    auto cc = out.front();
+    out.erase(out.begin());
+    items += cc.items.size();
+    for (const auto& it : cc.items)
+      sent.push_back(it.feed);
+    group_actions x;
+    if (!failed_one) {
+      // The first fails: its feeds wait for the next checkpoint, the rest
+      // of this one goes on.
+      failed_one = true;
+      x = m.st.on_commit_failed(cc.request, m.now);
+    } else {
+      std::vector<commit_reply> ok;
+      for (const auto& it : cc.items)
+        ok.push_back({it.feed, commit_outcome::ok});
+      x = m.st.on_committed(cc.request, ok, m.now);
+    }
+    for (auto& y : all_of<commit_cursors>(x))
+      out.push_back(y);
+    most = std::max(most, out.size());
+  }
+  EXPECT_EQ(most, 2u);
+  EXPECT_EQ(items, 10u);
+  std::sort(sent.begin(), sent.end());
+  EXPECT_EQ(std::unique(sent.begin(), sent.end()), sent.end());
+  // The failed batch's two feeds, at the next checkpoint.
+  auto retry = all_of<commit_cursors>(m.at(t0 + 5s));
+  ASSERT_EQ(retry.size(), 1u);
+  EXPECT_EQ(retry[0].items.size(), 2u);
 }
 
 // -- G6 renew, fence, hold --------------------------------------------------
@@ -594,6 +746,41 @@ TEST(GroupState, LeaveReleasesEverythingThenRevokes) {
     done.insert(done.end(), x.begin(), x.end());
   }
   EXPECT_TRUE(has<revoke_lease>(done));
+  EXPECT_EQ(m.st.phase(), group_phase::left);
+}
+
+TEST(GroupState, LeaveReleasesAtMostTheWindowAtOnce) {
+  auto c = defaults();
+  c.batch = 3;
+  c.max_inflight_batches = 2;
+  member m(c, feed_names(20));
+  auto sps = all_of<spawn_watcher>(m.win_all(m.activate()));
+  ASSERT_EQ(sps.size(), 20u);
+  m.st.leave(m.now);
+  std::vector<release_feeds> out;
+  for (const auto& s : sps)
+    for (auto& r : all_of<release_feeds>(
+           m.st.on_watcher_stopped(s.feed, s.token, pos(4), m.now)))
+      out.push_back(r);
+  ASSERT_EQ(out.size(), 2u);
+  std::size_t most = out.size(), items = 0;
+  bool revoked = false;
+  while (!out.empty()) {
+    auto r = out.front();
+    out.erase(out.begin());
+    items += r.items.size();
+    std::vector<commit_reply> ok;
+    for (const auto& it : r.items)
+      ok.push_back({it.feed, commit_outcome::ok});
+    auto x = m.st.on_released(r.request, ok, m.now);
+    revoked = revoked || has<revoke_lease>(x);
+    for (auto& y : all_of<release_feeds>(x))
+      out.push_back(y);
+    most = std::max(most, out.size());
+  }
+  EXPECT_EQ(most, 2u);
+  EXPECT_EQ(items, 20u);
+  EXPECT_TRUE(revoked);
   EXPECT_EQ(m.st.phase(), group_phase::left);
 }
 
@@ -751,8 +938,11 @@ TEST(GroupState, AnUnansweredClaimIsAskedAgainEvenWhenNoLongerDesired) {
   m.now = t0 + 4100ms;
   auto a = m.see({"m1", other}, t0 + 4100ms);
   EXPECT_TRUE(m.st.desired().empty());
-  // The view change already asks again: the key may be ours.
-  auto again = all_of<claim_feeds>(a);
+  // Not desired, it is still asked again (the key may be ours), once the
+  // failure's backoff (min(reconcile, 2 poll) = 1 s) is over: the view
+  // change does not cut it short.
+  EXPECT_FALSE(has<claim_feeds>(a));
+  auto again = all_of<claim_feeds>(m.at(t0 + 5s));
   ASSERT_EQ(again.size(), 1u);
   EXPECT_EQ(again[0].feeds, std::vector<std::string>{"f"});
   // The store answers "won" (the same lease holds it); not desired, it is

@@ -514,6 +514,16 @@ caf::actor spawn_progress_sink(caf::actor_system& sys,
             log->got.push_back(std::move(e));
           });
       },
+      // The same with a draining stop.
+      [self, log](leave_atom, const caf::actor& w) {
+        self->request(w, caf::infinite, leave_atom_v)
+          .then([self, log](const feed_stats&) {
+            progress_log::entry e;
+            e.at = self->clock().now();
+            e.stop_answer = true;
+            log->got.push_back(std::move(e));
+          });
+      },
     };
   });
 }
@@ -563,6 +573,81 @@ TEST_F(FeedGroupHooks,
   EXPECT_TRUE(plog->got[2].p.final);
   EXPECT_EQ(plog->got[2].p.cursor, 3);
   EXPECT_TRUE(plog->got[3].stop_answer);
+  w = nullptr;
+}
+
+TEST_F(FeedGroupHooks, ADrainingStopWaitsForTheDeliveryInFlightAndReportsIt) {
+  // A graceful handoff: the final report must include the delivery the
+  // subscriber was handed, or the next owner repeats it.
+  cfg.replay_path = "/v1/events";
+  cfg.limit = 10;
+  with_ws = false;
+  ledger->append_to(4);
+  subs->manual = true;
+  auto plog = std::make_shared<progress_log>();
+  auto sink = spawn_progress_sink(sys(), plog);
+  opts.progress_to = caf::actor_cast<feed_progress_actor>(sink);
+  opts.progress_interval = 0;
+  start();
+  release_ack();
+  release_ack(); // 1 and 2 acknowledged, 3 in flight
+  ASSERT_EQ(subs->ids(), (ids{1, 2, 3}));
+  ASSERT_EQ(plog->cursors().back(), 2);
+  auto reports = plog->got.size();
+  caf::anon_send(sink, leave_atom_v, caf::actor_cast<caf::actor>(w));
+  run();
+  advance_by(5s); // polls and timers: nothing new starts, nothing answers
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3}));
+  EXPECT_EQ(plog->got.size(), reports) << "waiting for 3's answer";
+  release_ack(); // 3 acknowledged: the final report, then the answer
+  ASSERT_EQ(plog->got.size(), reports + 2);
+  EXPECT_TRUE(plog->got[reports].p.final);
+  EXPECT_EQ(plog->got[reports].p.cursor, 3);
+  EXPECT_TRUE(plog->got[reports + 1].stop_answer);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3})) << "4 was never started";
+  w = nullptr;
+}
+
+TEST_F(FeedGroupHooks, ADrainingStopWithNothingInFlightStopsAtOnce) {
+  cfg.replay_path = "/v1/events";
+  with_ws = false;
+  ledger->append_to(2);
+  auto plog = std::make_shared<progress_log>();
+  auto sink = spawn_progress_sink(sys(), plog);
+  opts.progress_to = caf::actor_cast<feed_progress_actor>(sink);
+  opts.progress_interval = 0;
+  start();
+  ASSERT_EQ(subs->ids(), (ids{1, 2}));
+  caf::anon_send(sink, leave_atom_v, caf::actor_cast<caf::actor>(w));
+  run();
+  ASSERT_GE(plog->got.size(), 2u);
+  EXPECT_TRUE(plog->got[plog->got.size() - 2].p.final);
+  EXPECT_EQ(plog->got[plog->got.size() - 2].p.cursor, 2);
+  EXPECT_TRUE(plog->got.back().stop_answer);
+  w = nullptr;
+}
+
+TEST_F(FeedGroupHooks, AStopDuringADrainStopsAtOnceAndAnswersBoth) {
+  cfg.replay_path = "/v1/events";
+  with_ws = false;
+  ledger->append_to(3);
+  subs->manual = true;
+  auto plog = std::make_shared<progress_log>();
+  auto sink = spawn_progress_sink(sys(), plog);
+  opts.progress_to = caf::actor_cast<feed_progress_actor>(sink);
+  opts.progress_interval = 0;
+  start();
+  release_ack(); // 1 acknowledged, 2 in flight
+  caf::anon_send(sink, leave_atom_v, caf::actor_cast<caf::actor>(w));
+  run();
+  auto reports = plog->got.size();
+  caf::anon_send(sink, stop_atom_v, caf::actor_cast<caf::actor>(w));
+  run();
+  ASSERT_EQ(plog->got.size(), reports + 3);
+  EXPECT_TRUE(plog->got[reports].p.final);
+  EXPECT_EQ(plog->got[reports].p.cursor, 1) << "2 was never answered";
+  EXPECT_TRUE(plog->got[reports + 1].stop_answer);
+  EXPECT_TRUE(plog->got[reports + 2].stop_answer);
   w = nullptr;
 }
 

@@ -43,7 +43,9 @@ struct fake_watcher {
   std::optional<int64_t> cursor, last_seq;
   std::optional<std::string> epoch;
   bool stopped = false;
-  /// Do not answer stop_atom (a hung watcher).
+  /// Stopped by a draining stop (leave_atom) rather than stop_atom.
+  bool drained = false;
+  /// Do not answer stop_atom or leave_atom (a hung watcher).
   bool hang = false;
 };
 
@@ -105,19 +107,22 @@ watcher_spawner fake_spawner(std::shared_ptr<fake_watchers> log) {
     std::weak_ptr<fake_watcher> weak = w;
     auto h = sys.spawn([weak](feed_watcher_actor::pointer self)
                          -> feed_watcher_actor::behavior_type {
+      auto stop = [self, weak](bool drain) -> caf::result<feed_stats> {
+        auto w = weak.lock();
+        if (!w)
+          return feed_stats{};
+        if (w->hang)
+          return caf::delegated<feed_stats>{};
+        w->stopped = true;
+        w->drained = drain;
+        self->send(w->opts.progress_to, progress_of(*w, true));
+        self->quit();
+        return feed_stats{};
+      };
       return {
         [](stats_atom) { return feed_stats{}; },
-        [self, weak](stop_atom) -> caf::result<feed_stats> {
-          auto w = weak.lock();
-          if (!w)
-            return feed_stats{};
-          if (w->hang)
-            return caf::delegated<feed_stats>{};
-          w->stopped = true;
-          self->send(w->opts.progress_to, progress_of(*w, true));
-          self->quit();
-          return feed_stats{};
-        },
+        [stop](stop_atom) { return stop(false); },
+        [stop](leave_atom) { return stop(true); },
         [weak](fence_atom, feed_time d) {
           if (auto w = weak.lock())
             w->fences.push_back(d);
@@ -484,6 +489,7 @@ TEST_F(FeedGroup, AFencedCommitStopsTheWatcher) {
   report(w, 7);
   advance_by(1s);
   EXPECT_TRUE(w->stopped);
+  EXPECT_FALSE(w->drained) << "fenced: stopped at once, not drained";
   auto s = status(g);
   EXPECT_EQ(s.counters.commits_fenced, 1u);
   EXPECT_EQ(s.counters.dropped[static_cast<std::size_t>(stop_reason::fenced)],
@@ -669,6 +675,157 @@ TEST_F(FeedGroup, RealLedgerWatchersDeliverCommitAndHandOver) {
   EXPECT_GT(subs->got.at(0).ev.owner_token, token);
 }
 
+namespace {
+
+/// A fake ledger behind a real service client, for real watchers.
+service_client_actor ledger_client(caf::actor_system& sys,
+                                   std::shared_ptr<fake_ledger> ledger) {
+  client_config ccfg;
+  ccfg.base_url = "http://127.0.0.1:8080";
+  client_options co;
+  co.transport = spawn_ledger_transport(sys, std::move(ledger));
+  co.seed = 1;
+  return make_service_client(sys, ccfg, co);
+}
+
+std::vector<group_feed> one_ledger_feed() {
+  std::vector<group_feed> fs(1);
+  fs[0].id = "ledger";
+  fs[0].cfg.replay_path = "/v1/events";
+  fs[0].cfg.poll_interval = 1;
+  return fs;
+}
+
+} // namespace
+
+TEST_F(FeedGroup,
+       AGracefulLeaveWaitsForTheDeliveryInFlightSoTheNextOwnerRepeatsNothing) {
+  auto ledger = std::make_shared<fake_ledger>();
+  ledger->append_to(5);
+  auto subs = std::make_shared<sub_log>();
+  subs->manual = true; // acknowledgements released by the test
+  auto sub = spawn_recording_subscriber(sys(), subs);
+  auto release_ack = [&] {
+    caf::anon_send(caf::actor_cast<caf::actor>(sub), caf::ok_atom_v);
+    run();
+  };
+  feed_group_options o;
+  o.store = store;
+  o.feed_client = ledger_client(sys(), ledger);
+  o.subscriber = sub;
+  o.seed = 3;
+  auto a = spawn("m1", one_ledger_feed(), o);
+  advance_by(3s);
+  ASSERT_EQ(subs->ids(), (std::vector<int64_t>{1}));
+  release_ack();
+  release_ack();
+  release_ack(); // 1..3 acknowledged, 4 in flight
+  advance_by(1s);
+  ASSERT_EQ(subs->ids(), (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(data->cursors.at("ledger").offset, 3) << "checkpointed";
+  // The leave: the watcher drains, so the feed is not released yet.
+  auto left = std::make_shared<std::optional<group_status>>();
+  sys().spawn([=](caf::event_based_actor* self) {
+    self->request(caf::actor_cast<caf::actor>(a), caf::infinite, leave_atom_v)
+      .then([left](group_status& s) { *left = s; }, [](caf::error&) {});
+  });
+  run();
+  advance_by(1s); // within the stop timeout (2 x renew_interval = 3 s)
+  EXPECT_FALSE(*left);
+  EXPECT_EQ(data->owners.count("ledger"), 1u) << "still held while draining";
+  EXPECT_EQ(subs->ids(), (std::vector<int64_t>{1, 2, 3, 4})) << "nothing new";
+  release_ack(); // 4 acknowledged: final report, release, revoke
+  for (int i = 0; i < 50 && !*left; ++i)
+    advance_by(100ms);
+  ASSERT_TRUE(*left);
+  EXPECT_EQ((*left)->phase, group_phase::left);
+  EXPECT_EQ(data->cursors.at("ledger").offset, 4)
+    << "after the delivery in flight";
+  EXPECT_TRUE(data->owners.empty());
+  // The next owner starts after it: 4 is not delivered twice.
+  subs->got.clear();
+  subs->manual = false;
+  o.seed = 4;
+  spawn("m2", one_ledger_feed(), o);
+  advance_by(3s);
+  EXPECT_EQ(subs->ids(), (std::vector<int64_t>{5}));
+}
+
+TEST_F(FeedGroup, FailingCommitsDoNotMatterWhenTheLeavesReleaseGoesThrough) {
+  // The release writes the final position and deletes the owner key in one
+  // step: commits that failed before it cost nothing.
+  auto g = spawn("m1", 1);
+  advance_by(2s);
+  auto w = watchers->running("feed-0")[0];
+  report(w, 4);
+  advance_by(1s);
+  ASSERT_EQ(data->cursors.at("feed-0").offset, 4);
+  (*faults)[store_op::commit] = store_fault::fail;
+  report(w, 9);
+  advance_by(3s);
+  EXPECT_EQ(data->cursors.at("feed-0").offset, 4) << "the commits fail";
+  EXPECT_GE(status(g).counters.commit_errors, 2u);
+  w->cursor = 11; // acknowledged since the last report
+  auto s = ask(g, leave_atom_v, 5s);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->phase, group_phase::left);
+  EXPECT_EQ(data->cursors.at("feed-0").offset, 11) << "the final position";
+  EXPECT_TRUE(data->owners.empty());
+}
+
+TEST_F(
+  FeedGroup,
+  AFailingFinalReleaseKeepsTheClaimUntilTheLeaveDeadlineThenRepeatsOnlySinceTheLastCommit) {
+  // Commits and releases fail: the member does not pretend. It keeps the
+  // owner key (nobody else can deliver), retries the release every
+  // checkpoint_interval, and at lease_ttl after the leave revokes its
+  // lease. The next owner resumes at the last successful commit: the
+  // duplicates are what was acknowledged since, no more.
+  auto ledger = std::make_shared<fake_ledger>();
+  ledger->append_to(5);
+  auto subs = std::make_shared<sub_log>();
+  feed_group_options o;
+  o.store = store;
+  o.feed_client = ledger_client(sys(), ledger);
+  o.subscriber = spawn_recording_subscriber(sys(), subs);
+  o.seed = 3;
+  auto a = spawn("m1", one_ledger_feed(), o);
+  advance_by(4s);
+  ASSERT_EQ(subs->ids(), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  ASSERT_EQ(data->cursors.at("ledger").offset, 5);
+  (*faults)[store_op::commit] = store_fault::fail;
+  (*faults)[store_op::release] = store_fault::fail;
+  ledger->append_to(8);
+  advance_by(2s); // 6..8 delivered and acknowledged; their commits fail
+  ASSERT_EQ(subs->ids(), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(data->cursors.at("ledger").offset, 5);
+  auto left = std::make_shared<std::optional<group_status>>();
+  sys().spawn([=](caf::event_based_actor* self) {
+    self->request(caf::actor_cast<caf::actor>(a), caf::infinite, leave_atom_v)
+      .then([left](group_status& s) { *left = s; }, [](caf::error&) {});
+  });
+  run();
+  auto leave_at = now();
+  advance_by(4s);
+  EXPECT_FALSE(*left) << "still retrying the release";
+  EXPECT_EQ(data->owners.count("ledger"), 1u) << "the claim is kept";
+  for (int i = 0; i < 30 && !*left; ++i)
+    advance_by(100ms);
+  ASSERT_TRUE(*left);
+  EXPECT_LE(now() - leave_at, 5100ms) << "a leave ends within lease_ttl";
+  EXPECT_GE(data->requests[static_cast<std::size_t>(store_op::release)], 4u);
+  EXPECT_TRUE(data->owners.empty()) << "the revoked lease took the key";
+  EXPECT_EQ(data->cursors.at("ledger").offset, 5) << "never pretended";
+  (*faults)[store_op::commit] = store_fault::none;
+  (*faults)[store_op::release] = store_fault::none;
+  subs->got.clear();
+  o.seed = 4;
+  spawn("m2", one_ledger_feed(), o);
+  advance_by(3s);
+  EXPECT_EQ(subs->ids(), (std::vector<int64_t>{6, 7, 8}))
+    << "exactly what was acknowledged since the last successful commit";
+}
+
 TEST_F(FeedGroup, AWatcherThatDoesNotAnswerItsStopIsKilledAndTheLeaveEnds) {
   auto g = spawn("m1", 1);
   advance_by(2s);
@@ -737,6 +894,9 @@ TEST_F(FeedGroup, AMemberThatJoinsLaterGetsItsFeedsAfterTheRebalanceDelay) {
     EXPECT_EQ(r[0]->cfg.cursor, 25) << f << ": at m1's final position";
     EXPECT_EQ(data->cursors.at(f).offset, 25) << f;
   }
+  for (auto& w : watchers->all)
+    if (w->stopped)
+      EXPECT_TRUE(w->drained) << w->opts.feed_id << ": a rebalance drains";
 }
 
 TEST_F(FeedGroup, AJoinWhoseAnswerWasLostWaitsOutItsOwnLease) {
