@@ -292,6 +292,7 @@ group_config parse_group_config(std::string_view json_text, group_names names) {
      {"rebalance_delay", dbl(t.rebalance_delay)},
      {"max_starts_per_second", count(t.max_starts_per_second)},
      {"max_feeds", count(t.max_feeds)},
+     {"max_inflight_batches", count(t.max_inflight_batches)},
      {"coordinator", [&k](const boost::json::value& x, const std::string& f) {
         read_object(
           x, f,
@@ -428,6 +429,7 @@ group_config group_config_from_env(group_config base) {
     {"OUTBOUND_GROUP_MIN_MEMBERS", &t.min_members},
     {"OUTBOUND_GROUP_MAX_STARTS_PER_SECOND", &t.max_starts_per_second},
     {"OUTBOUND_GROUP_MAX_FEEDS", &t.max_feeds},
+    {"OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES", &t.max_inflight_batches},
   };
   for (const auto& [name, field] : counts)
     if (auto v = env(name))

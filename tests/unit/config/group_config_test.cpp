@@ -72,6 +72,7 @@ const char* const all_variables[] = {
   "OUTBOUND_GROUP_REBALANCE_DELAY",
   "OUTBOUND_GROUP_MAX_STARTS_PER_SECOND",
   "OUTBOUND_GROUP_MAX_FEEDS",
+  "OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES",
   "OUTBOUND_GROUP_COORDINATOR",
   "OUTBOUND_GROUP_ENDPOINT",
   "OUTBOUND_GROUP_PREFIX",
@@ -319,6 +320,7 @@ TEST(GroupConfigJson, EveryFieldIsRead) {
     "checkpoint_interval": 2, "batch": 32, "initial_settle": 0,
     "min_members": 2, "rebalance_delay": 7,
     "max_starts_per_second": 50, "max_feeds": 300,
+    "max_inflight_batches": 2,
     "coordinator": {"kind": "memory", "endpoint": "http://10.0.0.1:2379",
                     "prefix": "/x/"}})");
   EXPECT_EQ(c.name, "billing");
@@ -335,6 +337,7 @@ TEST(GroupConfigJson, EveryFieldIsRead) {
   EXPECT_DOUBLE_EQ(c.timing.rebalance_delay, 7);
   EXPECT_EQ(c.timing.max_starts_per_second, 50u);
   EXPECT_EQ(c.timing.max_feeds, 300u);
+  EXPECT_EQ(c.timing.max_inflight_batches, 2u);
   EXPECT_EQ(c.coordinator.kind, coordinator_kind::memory);
   EXPECT_EQ(c.coordinator.endpoint, "http://10.0.0.1:2379");
   EXPECT_EQ(c.coordinator.prefix, "/x/");
@@ -428,6 +431,7 @@ TEST_F(GroupConfigEnv, EveryVariableReplacesItsField) {
   set("OUTBOUND_GROUP_REBALANCE_DELAY", "7");
   set("OUTBOUND_GROUP_MAX_STARTS_PER_SECOND", "50");
   set("OUTBOUND_GROUP_MAX_FEEDS", "300");
+  set("OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES", "3");
   set("OUTBOUND_GROUP_COORDINATOR", "memory");
   set("OUTBOUND_GROUP_ENDPOINT", "https://etcd.example:2379");
   set("OUTBOUND_GROUP_PREFIX", "/og/");
@@ -446,6 +450,7 @@ TEST_F(GroupConfigEnv, EveryVariableReplacesItsField) {
   EXPECT_DOUBLE_EQ(c.timing.rebalance_delay, 7);
   EXPECT_EQ(c.timing.max_starts_per_second, 50u);
   EXPECT_EQ(c.timing.max_feeds, 300u);
+  EXPECT_EQ(c.timing.max_inflight_batches, 3u);
   EXPECT_EQ(c.coordinator.kind, coordinator_kind::memory);
   EXPECT_EQ(c.coordinator.endpoint, "https://etcd.example:2379");
   EXPECT_EQ(c.coordinator.prefix, "/og/");

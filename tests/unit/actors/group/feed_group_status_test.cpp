@@ -35,6 +35,10 @@ watcher_spawner stopping_spawner() {
           self->quit();
           return feed_stats{};
         },
+        [self](leave_atom) {
+          self->quit();
+          return feed_stats{};
+        },
         [](fence_atom, feed_time) {},
       };
     });
