@@ -1,12 +1,11 @@
 #pragma once
 
-// Which failure lines a long-running command prints (`outbound
-// group-member`): a process that cannot reach a server fails the same way
-// on every poll, every reconnect and every feed; one line per distinct
-// cause is enough to tell the user, and a repeat is printed again only
-// after `repeat_after` (with how many were suppressed), so an outage hours
-// later is still reported. The same policy as `outbound watch`'s failure
-// lines (apps/watch_cmd.cpp).
+// Which failure lines a long-running command prints (`outbound watch`,
+// `outbound group-member`): a process that cannot reach a server fails the
+// same way on every poll, every reconnect and every feed; one line per
+// distinct cause is enough to tell the user, and a repeat is printed again
+// only after `repeat_after` (with how many were suppressed), so an outage
+// hours later is still reported.
 //
 //   new cause ──► print ──► same cause within repeat_after ──► count it
 //                    ▲                                           │
