@@ -608,6 +608,38 @@ TEST_F(FeedGroupHooks, ADrainingStopWaitsForTheDeliveryInFlightAndReportsIt) {
   w = nullptr;
 }
 
+TEST_F(FeedGroupHooks, ADrainingStopFetchesNoFurtherPage) {
+  // The draining stop ends once the delivery in flight is answered:
+  // answering the last event of a page must not ask the hub for the next
+  // page (a handoff of thousands of feeds would send as many replay calls
+  // whose answers are dropped), nor may a poll or a redrain.
+  cfg.replay_path = "/v1/events";
+  cfg.limit = 2;
+  with_ws = false;
+  ledger->append_to(6);
+  subs->manual = true;
+  auto plog = std::make_shared<progress_log>();
+  auto sink = spawn_progress_sink(sys(), plog);
+  opts.progress_to = caf::actor_cast<feed_progress_actor>(sink);
+  opts.progress_interval = 0;
+  opts.prefetch = false;
+  start();
+  release_ack(); // 1 acknowledged, 2 (the page's last) in flight
+  ASSERT_EQ(subs->ids(), (ids{1, 2}));
+  auto asked = ledger->requests.size();
+  caf::anon_send(sink, leave_atom_v, caf::actor_cast<caf::actor>(w));
+  run();
+  release_ack(); // 2 acknowledged: the page is done, the watcher stops
+  advance_by(5s);
+  EXPECT_EQ(ledger->requests.size(), asked) << "no replay call after it";
+  ASSERT_GE(plog->got.size(), 2u);
+  EXPECT_TRUE(plog->got[plog->got.size() - 2].p.final);
+  EXPECT_EQ(plog->got[plog->got.size() - 2].p.cursor, 2);
+  EXPECT_TRUE(plog->got.back().stop_answer);
+  EXPECT_EQ(subs->ids(), (ids{1, 2}));
+  w = nullptr;
+}
+
 TEST_F(FeedGroupHooks, ADrainingStopWithNothingInFlightStopsAtOnce) {
   cfg.replay_path = "/v1/events";
   with_ws = false;
