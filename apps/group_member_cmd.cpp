@@ -107,9 +107,12 @@ struct stderr_lines {
   /// The exit line is out: nothing more is printed.
   bool closed = false;
 
-  /// Prints `o` (the caller holds `mu`).
+  /// Prints `o` (the caller holds `mu`). Valid UTF-8 whatever its texts
+  /// quote (a store or hub answer's bytes, an error text clipped inside a
+  /// character): JSON text is UTF-8 (RFC 8259 section 8.1).
   void print(const boost::json::object& o) {
-    *err << redact(boost::json::serialize(o), secrets) << '\n' << std::flush;
+    *err << valid_utf8(redact(boost::json::serialize(o), secrets)) << '\n'
+         << std::flush;
   }
 };
 

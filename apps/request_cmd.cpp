@@ -68,40 +68,6 @@ std::string base64(const std::string& s) {
   return out;
 }
 
-/// `s` as valid UTF-8: every byte that does not start a well-formed
-/// sequence (RFC 3629: no overlongs, no surrogates, at most U+10FFFF)
-/// becomes U+FFFD. JSON text is UTF-8 (RFC 8259 section 8.1), and a server's
-/// header bytes or a path typed on the command line need not be.
-std::string valid_utf8(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  std::size_t i = 0;
-  while (i < s.size()) {
-    auto c = static_cast<unsigned char>(s[i]);
-    std::size_t len = c < 0x80 ? 1
-                      : (c >= 0xC2 && c <= 0xDF) ? 2
-                      : (c >= 0xE0 && c <= 0xEF) ? 3
-                      : (c >= 0xF0 && c <= 0xF4) ? 4
-                                                 : 0;
-    bool ok = len > 0 && i + len <= s.size();
-    for (std::size_t k = 1; ok && k < len; ++k)
-      ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
-    if (ok && len >= 3) {
-      auto c1 = static_cast<unsigned char>(s[i + 1]);
-      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 > 0x9F)
-           && !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 > 0x8F);
-    }
-    if (ok) {
-      out.append(s, i, len);
-      i += len;
-    } else {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    }
-  }
-  return out;
-}
-
 /// `k=v` → (k, v); `k` → (k, "").
 std::pair<std::string, std::string> split_param(const std::string& kv) {
   auto eq = kv.find('=');
@@ -369,6 +335,36 @@ std::string usage_error_json(const std::string& type,
   o["nothing_billed"] = true;
   o["reason"] = nullptr;
   return boost::json::serialize(o);
+}
+
+std::string valid_utf8(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    auto c = static_cast<unsigned char>(s[i]);
+    std::size_t len = c < 0x80                   ? 1
+                      : (c >= 0xC2 && c <= 0xDF) ? 2
+                      : (c >= 0xE0 && c <= 0xEF) ? 3
+                      : (c >= 0xF0 && c <= 0xF4) ? 4
+                                                 : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    for (std::size_t k = 1; ok && k < len; ++k)
+      ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    if (ok && len >= 3) {
+      auto c1 = static_cast<unsigned char>(s[i + 1]);
+      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 > 0x9F)
+           && !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 > 0x8F);
+    }
+    if (ok) {
+      out.append(s, i, len);
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
 }
 
 std::string redact(std::string text, const std::vector<std::string>& secrets) {

@@ -99,6 +99,13 @@ struct usage_error : std::runtime_error {
 std::string usage_error_json(const std::string& type,
                              const std::string& detail);
 
+/// `s` as valid UTF-8: every byte that does not start a well-formed
+/// sequence (RFC 3629: no overlongs, no surrogates, at most U+10FFFF)
+/// becomes U+FFFD. JSON text is UTF-8 (RFC 8259 section 8.1), and a
+/// server's header bytes, an error text quoting a server's body, or a path
+/// typed on the command line need not be.
+std::string valid_utf8(const std::string& s);
+
 /// Replaces every occurrence of each non-empty secret in `text` with "***".
 std::string redact(std::string text, const std::vector<std::string>& secrets);
 

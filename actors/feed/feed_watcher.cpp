@@ -750,8 +750,9 @@ void maybe_prefetch(self_ptr self, const page_summary& page,
   auto& st = self->state;
   auto& d = *st.drain;
   auto limit = d.fetch_limit();
-  if (!st.opts.prefetch || st.ahead || plan.verdict != page_verdict::deliver
-      || plan.reset || page.over_limit || d.isolating() || d.rewinding()
+  if (!st.opts.prefetch || st.draining || st.ahead
+      || plan.verdict != page_verdict::deliver || plan.reset || page.over_limit
+      || d.isolating() || d.rewinding()
       || page.ids.size() != static_cast<std::size_t>(limit) || !page.ids.back()
       || plan.deliver.empty() || plan.deliver.back() != page.ids.size() - 1)
     return;
@@ -794,6 +795,11 @@ bool take_ahead(self_ptr self, uint64_t token) {
 }
 
 void do_fetch(self_ptr self) {
+  // A draining stop fetches nothing more: the watcher ends once the
+  // delivery in flight is answered (settling a page's last event would
+  // otherwise ask for the next page, whose answer is dropped).
+  if (self->state.draining)
+    return;
   auto token = ++self->state.fetch_token;
   if (!take_ahead(self, token))
     send_fetch(self, token);
@@ -1629,8 +1635,9 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
     },
     [self](reconnect_atom, uint64_t token) {
       auto& st = self->state;
-      if (token != st.reconnect_token || st.phase != ws_phase::backoff)
-        return;
+      if (token != st.reconnect_token || st.phase != ws_phase::backoff
+          || st.draining)
+        return; // a draining stop opens no new session
       if (frames_over(st, st.cfg.max_pending_frames / 2,
                       st.cfg.max_pending_frame_bytes / 2)) {
         schedule_reconnect(self); // still draining the backlog

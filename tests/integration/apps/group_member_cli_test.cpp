@@ -16,6 +16,7 @@
 #include "tests/support/fault_proxy.hpp"
 #include "tests/support/http_get.hpp"
 #include "tests/support/ports.hpp"
+#include "tests/support/scripted_server.hpp"
 #include "tests/support/test_certs.hpp"
 
 #include "hub/hub.hpp"
@@ -457,6 +458,56 @@ TEST_F(GroupMemberCli, AStoreThatNeverAnswersIsNeverJoinedWithItsError) {
   auto st = last_line(r.err, "status");
   ASSERT_FALSE(st.empty()) << r.err;
   EXPECT_FALSE(str_of(st, "last_store_error").empty()) << r.err;
+}
+
+TEST_F(GroupMemberCli, EveryStderrLineIsJsonEvenWhenTheStoreAnswersJunk) {
+  // A proxy in front of etcd answering bytes that are not UTF-8 (a
+  // Latin-1 error page): the store's error quotes them, and the failure,
+  // status and exit lines must still be JSON text, which is UTF-8
+  // (RFC 8259 section 8.1).
+  const std::string junk = "caf\xc3 \xff\xfe not json \xe9t\xe9";
+  scripted_server etcd{{},
+                       {step::read_request(),
+                        step::send(scripted_server::json_response(200, junk)),
+                        step::close()}};
+  auto r = run_child(outbound_argv({"group-member",
+                                    "--group",
+                                    "junk",
+                                    "--member",
+                                    "m1",
+                                    "--etcd",
+                                    etcd.base_url(),
+                                    "--feed-count",
+                                    "1",
+                                    "--lease-ttl",
+                                    "2",
+                                    "--renew-interval",
+                                    "0.5",
+                                    "--fence-margin",
+                                    "0.4",
+                                    "--duration",
+                                    "2",
+                                    "--status-interval",
+                                    "1",
+                                    "--no-hub-probe",
+                                    hub_->base_url()}),
+                     30s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 9) << r.err;
+  std::istringstream in{r.err};
+  std::string line;
+  std::size_t n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    boost::system::error_code ec;
+    boost::json::parse(line, ec);
+    EXPECT_FALSE(ec) << "not JSON: " << line;
+  }
+  EXPECT_GE(n, 2u);
+  auto fs = lines_of_type(r.err, "failure");
+  ASSERT_FALSE(fs.empty()) << r.err;
+  EXPECT_NE(str_of(fs[0], "detail").find("not json"), std::string::npos);
+  EXPECT_EQ(str_of(last_line(r.err, "exit"), "outcome"), "never_joined");
 }
 
 TEST_F(GroupMemberCli, ALeaveWithTheStoreCutReportsTheUnreleasedFeeds) {

@@ -1599,6 +1599,43 @@ TEST_F(ws_session_tls_test, OpensOverTlsAndReceivesMessages) {
   expect_closed_once_last(*log);
 }
 
+TEST_F(ws_session_tls_test, AClientFrameOverTheWriteBufferGoesOutWhole) {
+  // The client masks its frames through a 512-byte write buffer
+  // (ws_write_buffer_bytes): a larger frame (a subscribe with long
+  // prefixes) is written in several TLS writes, still one frame, its
+  // payload intact and the frames around it in order.
+  std::string big;
+  for (int i = 0; big.size() < 3000; ++i)
+    big += std::to_string(i) + ",";
+  big.resize(3000);
+  // "a" and "b": 2 header + 4 mask + 1; big: 4 header + 4 mask + 3000.
+  const std::size_t expected = 7 + (4 + 4 + big.size()) + 7;
+  scripted_server srv{{{step::read_request(), step::ws_accept(),
+                        step::read_bytes(expected), step::hold()}},
+                      {step::close()},
+                      {pki.server.cert, pki.server.key, ""}};
+  auto log = std::make_shared<event_log>();
+  auto s = tls_connector->connect(1, options(srv.base_url()), handler_of(log));
+  ASSERT_TRUE(log->wait_for(kind::opened, 5s));
+  s->send_text("a");
+  s->send_text(big);
+  s->send_text("b");
+  for (int i = 0; i < 500 && srv.requests().empty(); ++i)
+    std::this_thread::sleep_for(10ms);
+  for (int i = 0; i < 500 && srv.requests().at(0).body.size() < expected; ++i)
+    std::this_thread::sleep_for(10ms);
+  auto sent = parse_client_frames(srv.requests().at(0).body);
+  ASSERT_EQ(sent.size(), 3u);
+  EXPECT_EQ(sent[0].payload, "a");
+  EXPECT_EQ(sent[1].payload, big);
+  EXPECT_TRUE(sent[1].fin);
+  EXPECT_TRUE(sent[1].masked);
+  EXPECT_EQ(sent[1].opcode, 1u);
+  EXPECT_EQ(sent[2].payload, "b");
+  s->close();
+  ASSERT_TRUE(log->wait_for(kind::closed, 5s));
+}
+
 TEST_F(ws_session_tls_test, CertificateWithoutTheIpIsATlsFailure) {
   scripted_server srv{{{step::read_request(), step::ws_accept(), step::hold()}},
                       {step::close()},

@@ -784,6 +784,36 @@ TEST(GroupState, LeaveReleasesAtMostTheWindowAtOnce) {
   EXPECT_EQ(m.st.phase(), group_phase::left);
 }
 
+TEST(GroupState, ALeaveWithClaimsStillQueuedForTheWindowClaimsNoMore) {
+  // Window 1: one claim in flight, the rest of the wave waiting for its
+  // slot. The leave sends none of them, releases the one won meanwhile,
+  // and ends.
+  auto c = defaults();
+  c.batch = 1;
+  c.max_inflight_batches = 1;
+  member m(c, feed_names(3));
+  auto first = all_of<claim_feeds>(m.activate());
+  ASSERT_EQ(first.size(), 1u);
+  auto l = m.st.leave(m.now);
+  EXPECT_FALSE(has<claim_feeds>(l));
+  auto won = m.st.on_claimed(
+    first[0].request,
+    {claim_reply{first[0].feeds.at(0), claim_outcome::won, 100, std::nullopt}},
+    m.now);
+  EXPECT_FALSE(has<claim_feeds>(won)) << "no more claims while leaving";
+  EXPECT_FALSE(has<spawn_watcher>(won));
+  auto r = all_of<release_feeds>(won);
+  ASSERT_EQ(r.size(), 1u);
+  ASSERT_EQ(r[0].items.size(), 1u);
+  EXPECT_EQ(r[0].items[0].feed, first[0].feeds.at(0));
+  auto x = m.st.on_released(
+    r[0].request, {commit_reply{r[0].items[0].feed, commit_outcome::ok}},
+    m.now);
+  EXPECT_FALSE(has<claim_feeds>(x));
+  EXPECT_TRUE(has<revoke_lease>(x));
+  EXPECT_EQ(m.st.phase(), group_phase::left);
+}
+
 TEST(GroupState, LeaveGivesUpAtTheFenceDeadline) {
   member m(defaults(), {"f"});
   m.answer_renewals = false;

@@ -608,6 +608,70 @@ TEST_F(FeedGroupHooks, ADrainingStopWaitsForTheDeliveryInFlightAndReportsIt) {
   w = nullptr;
 }
 
+TEST_F(FeedGroupHooks, ADrainingStopFetchesNoFurtherPage) {
+  // The draining stop ends once the delivery in flight is answered:
+  // answering the last event of a page must not ask the hub for the next
+  // page (a handoff of thousands of feeds would send as many replay calls
+  // whose answers are dropped), nor may a poll or a redrain.
+  cfg.replay_path = "/v1/events";
+  cfg.limit = 2;
+  with_ws = false;
+  ledger->append_to(6);
+  subs->manual = true;
+  auto plog = std::make_shared<progress_log>();
+  auto sink = spawn_progress_sink(sys(), plog);
+  opts.progress_to = caf::actor_cast<feed_progress_actor>(sink);
+  opts.progress_interval = 0;
+  opts.prefetch = false;
+  start();
+  release_ack(); // 1 acknowledged, 2 (the page's last) in flight
+  ASSERT_EQ(subs->ids(), (ids{1, 2}));
+  auto asked = ledger->requests.size();
+  caf::anon_send(sink, leave_atom_v, caf::actor_cast<caf::actor>(w));
+  run();
+  release_ack(); // 2 acknowledged: the page is done, the watcher stops
+  advance_by(5s);
+  EXPECT_EQ(ledger->requests.size(), asked) << "no replay call after it";
+  ASSERT_GE(plog->got.size(), 2u);
+  EXPECT_TRUE(plog->got[plog->got.size() - 2].p.final);
+  EXPECT_EQ(plog->got[plog->got.size() - 2].p.cursor, 2);
+  EXPECT_TRUE(plog->got.back().stop_answer);
+  EXPECT_EQ(subs->ids(), (ids{1, 2}));
+  w = nullptr;
+}
+
+TEST_F(FeedGroupHooks, ADrainingStopOpensNoNewSession) {
+  // The session breaks while the drain waits for its answer: a redial
+  // would subscribe again with the feed's client id just as the next owner
+  // does, for a watcher that is about to stop.
+  cfg.client_id = "grp-cid";
+  subs->manual = true;
+  auto plog = std::make_shared<progress_log>();
+  auto sink = spawn_progress_sink(sys(), plog);
+  opts.progress_to = caf::actor_cast<feed_progress_actor>(sink);
+  opts.progress_interval = 0;
+  start();
+  ws->last().open();
+  ws->last().message(hello("catchup", 3, false, "e1"));
+  ws->last().message(event_frame(4));
+  ws->last().message(event_frame(5));
+  run();
+  ASSERT_EQ(subs->seqs(), (ids{4})) << "4 in flight";
+  caf::anon_send(sink, leave_atom_v, caf::actor_cast<caf::actor>(w));
+  run();
+  ws->last().peer_close();
+  run();
+  advance_by(30s); // every backoff
+  EXPECT_EQ(ws->sessions.size(), 1u) << "no redial";
+  release_ack(); // 4 acknowledged: the final report, then the answer
+  ASSERT_GE(plog->got.size(), 2u);
+  EXPECT_TRUE(plog->got[plog->got.size() - 2].p.final);
+  EXPECT_EQ(plog->got[plog->got.size() - 2].p.last_seq, 4);
+  EXPECT_TRUE(plog->got.back().stop_answer);
+  EXPECT_EQ(subs->seqs(), (ids{4}));
+  w = nullptr;
+}
+
 TEST_F(FeedGroupHooks, ADrainingStopWithNothingInFlightStopsAtOnce) {
   cfg.replay_path = "/v1/events";
   with_ws = false;
