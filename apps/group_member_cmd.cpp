@@ -77,27 +77,6 @@ constexpr auto failure_repeat_after = std::chrono::seconds(60);
 /// How often the member's status is read for new store failures.
 constexpr auto store_check_every = std::chrono::seconds(1);
 
-/// How long the exit waits for the member's actors to finish once told to
-/// (a call stuck on an unresponsive server is not waited for beyond it).
-constexpr auto exit_grace = std::chrono::milliseconds(500);
-
-/// Ends `actors` and waits up to exit_grace for every actor of `sys` to
-/// finish. A pool with an exchange in flight holds its requester's response
-/// promise, and so the client that owns the pool: a reference cycle until
-/// the exchange ends, which the exit breaks (as `outbound watch` does).
-/// Without it a process that ends with a call in flight leaves that cycle
-/// behind (LeakSanitizer reports it).
-void end_actors(caf::actor_system& sys, std::vector<caf::actor> actors) {
-  for (auto& a : actors)
-    if (a)
-      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-  actors.clear();
-  auto until = std::chrono::steady_clock::now() + exit_grace;
-  while (sys.registry().running() > 0
-         && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-}
-
 /// How often the member hands freed heap back to the kernel.
 constexpr auto heap_trim_every = std::chrono::seconds(10);
 
@@ -595,8 +574,6 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
           lines->print(o);
         }
         end_actors(sys, {caf::actor_cast<caf::actor>(fo.feed_client)});
-        fo = {};
-        sys.await_actors_before_shutdown(false);
         auto code = exit_code(e->kind);
         return code > 2 ? code : internal_exit_code;
       }
@@ -722,10 +699,6 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
     end_actors(sys, {caf::actor_cast<caf::actor>(member),
                      caf::actor_cast<caf::actor>(feed_client),
                      caf::actor_cast<caf::actor>(store)});
-    member = nullptr;
-    feed_client = nullptr;
-    store = nullptr;
-    sys.await_actors_before_shutdown(false);
     return code;
   } catch (const config_error& e) {
     err << redact(usage_error_json("config_error", e.what()), secrets) << '\n';

@@ -8,14 +8,15 @@
 #include "protocol/errors.hpp"
 #include "protocol/json_parse.hpp"
 
-#include <openssl/evp.h>
 #include <CLI/CLI.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <openssl/evp.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -25,6 +26,7 @@
 #include <limits>
 #include <ostream>
 #include <stdexcept>
+#include <thread>
 
 namespace outbound::apps {
 
@@ -335,6 +337,20 @@ std::string usage_error_json(const std::string& type,
   o["nothing_billed"] = true;
   o["reason"] = nullptr;
   return boost::json::serialize(o);
+}
+
+void end_actors(caf::actor_system& sys, std::vector<caf::actor> actors) {
+  for (auto& a : actors)
+    if (a)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  actors.clear();
+  auto until
+    = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (sys.registry().running() > 0
+         && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (sys.registry().running() > 0)
+    sys.await_actors_before_shutdown(false);
 }
 
 std::string valid_utf8(const std::string& s) {

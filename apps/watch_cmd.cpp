@@ -41,11 +41,6 @@ namespace {
 
 volatile std::sig_atomic_t stop_signal = 0;
 
-/// How long the exit waits for the client's actors to finish after the
-/// watcher stopped (a call stuck on an unresponsive server is not waited
-/// for beyond this).
-constexpr auto exit_grace = std::chrono::milliseconds(500);
-
 extern "C" void on_stop_signal(int) {
   stop_signal = 1;
 }
@@ -520,16 +515,9 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     // client: a reference cycle until the exchange ends), give the actors a
     // moment to finish, and then let the process end without waiting for
     // them: the summary is all that is left to do.
-    caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
     w = nullptr;
-    client = nullptr;
     wo = {};
-    auto settle = std::chrono::steady_clock::now() + exit_grace;
-    while (sys.registry().running() > 0
-           && std::chrono::steady_clock::now() < settle)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (sys.registry().running() > 0)
-      sys.await_actors_before_shutdown(false);
+    end_actors(sys, {caf::actor_cast<caf::actor>(client)});
     return report(opts, st, *sink, gave_up, err);
   } catch (const config_error& e) {
     err << redact(usage_error_json("config_error", e.what()), secrets) << '\n';
