@@ -314,6 +314,42 @@ TEST_F(TransportTest, IdleCloseAnswersNotSentAndFreshConnectionWorks) {
   EXPECT_EQ(s.dialled, 2u);
 }
 
+TEST_F(TransportTest, EarlyResponseOnAReusedConnectionIsReadAfterTheWrite) {
+  // A pooled connection waits for its peer with a read pending (the idle
+  // watch of protocol/detail/http_session.hpp), and that read takes the
+  // next response's first bytes. Here they arrive while the request body
+  // (16 MiB, more than the loopback socket buffers hold) is still being
+  // written: the server answers after the request head and reads the
+  // body afterwards. The answer must be that response, complete, once the
+  // write is done — and the connection stays reusable.
+  const std::size_t body_size = 16u * 1024u * 1024u;
+  scripted_server srv{{
+    {step::read_request(),
+     step::send(scripted_server::json_response(200, "{}")), step::read_head(),
+     step::send(scripted_server::json_response(200, ok_body)),
+     step::read_bytes(body_size), step::read_request(),
+     step::send(scripted_server::json_response(200, R"({"n":3})")),
+     step::hold()},
+  }};
+  auto pool = make_pool(srv.base_url());
+  ASSERT_TRUE(exchange(pool, request()).ok());
+  auto big = request("POST", "/v1/upload");
+  big.body.assign(body_size, 'x');
+  big.headers.emplace_back("Content-Type", "application/octet-stream");
+  big.timeout_ns = 10'000'000'000;
+  auto r2 = exchange(pool, std::move(big));
+  ASSERT_TRUE(r2.ok()) << describe(r2);
+  EXPECT_EQ(r2.response.status, 200);
+  EXPECT_EQ(r2.response.body, ok_body);
+  EXPECT_FALSE(r2.new_connection);
+  ASSERT_TRUE(srv.wait_for_steps(0, 5, 10s)); // the whole body was read
+  auto r3 = exchange(pool, request());
+  ASSERT_TRUE(r3.ok()) << describe(r3);
+  EXPECT_EQ(r3.response.body, R"({"n":3})");
+  EXPECT_FALSE(r3.new_connection);
+  EXPECT_EQ(srv.connections(), 1u);
+}
+
 TEST_F(TransportTest, FreshConnectionFlagNeverTakesAnIdleConnection) {
   scripted_server srv{{
     {step::read_request(),
