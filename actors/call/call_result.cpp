@@ -83,13 +83,12 @@ void redact(const client_config& cfg, std::string& s) {
 }
 
 call_outcome response_outcome(const client_config& cfg,
-                              const call_request& call,
-                              const std::string& request_id, int attempts,
-                              http_response& resp) {
+                              const call_request& call, std::string request_id,
+                              int attempts, http_response& resp) {
   call_outcome o;
   o.status = resp.status;
   o.attempts = attempts;
-  o.request_id = request_id;
+  o.request_id = std::move(request_id);
   auto over_cap = [&] {
     call_error e;
     e.kind = error_kind::response_error;
@@ -149,7 +148,7 @@ call_outcome response_outcome(const client_config& cfg,
   }
   if (err) {
     err->status = resp.status;
-    err->request_id = request_id;
+    err->request_id = o.request_id;
     err->attempts = attempts;
     err->nothing_sent = false; // a response was seen
     err->cause = transport_error_kind::none;

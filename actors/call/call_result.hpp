@@ -33,11 +33,11 @@ void redact(const client_config& cfg, std::string& s);
 /// detail (3xx with its Location); an over-cap or unreadable 2xx body → a
 /// response_error naming the limit; raw mode (call.raw) → every status as
 /// an answer, a non-JSON body as null. `resp` is consumed (headers and body
-/// are moved out).
+/// are moved out); `request_id` becomes the outcome's (a caller that ends
+/// the call moves its id in).
 call_outcome response_outcome(const client_config& cfg,
-                              const call_request& call,
-                              const std::string& request_id, int attempts,
-                              http_response& resp);
+                              const call_request& call, std::string request_id,
+                              int attempts, http_response& resp);
 
 /// The outcome of a call that ends with the error `e` (request_id and
 /// attempts filled in).

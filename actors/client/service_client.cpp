@@ -291,15 +291,18 @@ void finish_response(self_ptr self, uint64_t id, http_response& resp,
                      give_up_reason reason = give_up_reason::none) {
   auto& st = self->state;
   auto& c = st.fast.at(id);
-  auto o = response_outcome(st.ctx->cfg, c.call, c.request_id,
+  std::optional<client_event> ev;
+  if (observed(self))
+    ev = event_of(c, event_kind::answered);
+  // The call ends here: its request id moves into the answer.
+  auto o = response_outcome(st.ctx->cfg, c.call, std::move(c.request_id),
                             c.retry->attempts(), resp);
   if (o.error)
     o.error->reason = reason;
-  if (observed(self)) {
-    auto ev = event_of(c, event_kind::answered);
-    fill_answered(ev, o, elapsed_ns(self, c), resp.body.size());
-    ev.reason = reason; // a raw call has no error to carry it
-    emit(self, std::move(ev));
+  if (ev) {
+    fill_answered(*ev, o, elapsed_ns(self, c), resp.body.size());
+    ev->reason = reason; // a raw call has no error to carry it
+    emit(self, std::move(*ev));
   }
   deliver(self, id, std::move(o));
 }
@@ -575,7 +578,7 @@ caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
       c.call = std::move(req);
       assign_idempotency_key(st.ctx->cfg, c.call);
       auto built = build_request(st.ctx->cfg, st.ctx->url, c.call, c.rng);
-      c.request_id = built.request_id;
+      c.request_id = std::move(built.request_id);
       if (built.error) {
         finish_error(self, id, *built.error);
         return;

@@ -46,9 +46,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -131,6 +134,79 @@ struct response_body {
   private:
     value_type& body_;
   };
+};
+
+// -- the response header's memory ---------------------------------------------
+
+/// Memory for one response header's fields: Beast's basic_fields allocates
+/// each field and the status line's reason separately, three or more heap
+/// allocations per response that live only until the next response. The
+/// session owns one arena; a new parser starts it empty (`reset`, once the
+/// parser before it is gone). A header larger than the arena takes the rest
+/// from the heap.
+class fields_arena {
+public:
+  static constexpr std::size_t capacity = 1024;
+
+  void* allocate(std::size_t bytes) {
+    auto n = (bytes + alignment - 1) & ~(alignment - 1);
+    if (n <= capacity - used_) {
+      void* p = buf_ + used_;
+      used_ += n;
+      return p;
+    }
+    return ::operator new(bytes);
+  }
+
+  void deallocate(void* p, std::size_t) noexcept {
+    auto* c = static_cast<unsigned char*>(p);
+    if (c >= buf_ && c < buf_ + capacity)
+      return; // freed with the arena, at the next reset
+    ::operator delete(p);
+  }
+
+  /// Only when nothing allocated here is alive any more.
+  void reset() noexcept {
+    used_ = 0;
+  }
+
+private:
+  static constexpr std::size_t alignment = alignof(std::max_align_t);
+  alignas(std::max_align_t) unsigned char buf_[capacity];
+  std::size_t used_ = 0;
+};
+
+/// The standard allocator interface over a fields_arena.
+template <class T>
+struct fields_allocator {
+  using value_type = T;
+
+  explicit fields_allocator(fields_arena& a) noexcept : arena(&a) {
+  }
+  template <class U>
+  fields_allocator(const fields_allocator<U>& other) noexcept
+    : arena(other.arena) {
+  }
+
+  T* allocate(std::size_t n) {
+    return static_cast<T*>(arena->allocate(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    arena->deallocate(p, n * sizeof(T));
+  }
+
+  template <class U>
+  friend bool operator==(const fields_allocator& a,
+                         const fields_allocator<U>& b) noexcept {
+    return a.arena == b.arena;
+  }
+  template <class U>
+  friend bool operator!=(const fields_allocator& a,
+                         const fields_allocator<U>& b) noexcept {
+    return a.arena != b.arena;
+  }
+
+  fields_arena* arena;
 };
 
 // -- the session --------------------------------------------------------------
@@ -408,7 +484,7 @@ private:
   }
 
   void read_header() {
-    parser_.emplace();
+    new_parser();
     parser_->header_limit(max_header_bytes);
     // Beast checks Content-Length against body_limit while parsing the
     // header; the cap is applied after the header instead, so an over-cap
@@ -647,12 +723,20 @@ private:
       return;
     }
     auto ec = std::exchange(watch_error_, error_code{});
-    parser_.emplace();
+    new_parser();
     // As Beast's read reports a read that failed before any byte
     // (boost/beast/http/impl/read.hpp, read_some_op).
     if (ec == asio::error::eof)
       ec = http::error::end_of_stream;
     on_header(ec);
+  }
+
+  /// A parser for the next response header, its fields in `arena_`.
+  void new_parser() {
+    parser_.reset(); // frees everything the arena holds
+    arena_.reset();
+    parser_.emplace(std::piecewise_construct, std::make_tuple(),
+                    std::make_tuple(fields_allocator<char>{arena_}));
   }
 
   /// Closes the socket (no TLS close_notify: the connection is abandoned).
@@ -677,7 +761,10 @@ private:
   std::shared_ptr<tls_context> tls_;
 
   beast::flat_buffer buf_;
-  std::optional<http::response_parser<response_body>> parser_;
+  /// Declared before the parser, which it outlives.
+  fields_arena arena_;
+  std::optional<http::response_parser<response_body, fields_allocator<char>>>
+    parser_;
   http_request req_;
   std::string wire_;
   completion done_;
