@@ -394,22 +394,18 @@ private:
 
   /// True if this idle, connected socket must not carry another request:
   /// it reports EOF, an error or ANY unread byte (an idle keep-alive
-  /// connection never legitimately has data pending). Runs on the strand.
+  /// connection never legitimately has data pending). Non-blocking
+  /// (`recv(MSG_PEEK | MSG_DONTWAIT)`); runs on the strand.
   ///
-  /// Normally no system call: a connection that went idle after a reusable
-  /// exchange has a read-readiness wait pending (arm_idle_watch), which
-  /// completes as soon as the peer sends a byte, a FIN or a reset, and its
-  /// handler marks the connection (`idle_event_`). Only a connection
-  /// without that wait asks the socket itself (`recv(MSG_PEEK |
-  /// MSG_DONTWAIT)`, non-blocking).
+  /// Measured against the alternative of a read (or readiness wait) kept
+  /// pending while the connection is idle, which needs no check here:
+  /// bench/request_throughput at concurrency 64 spent 2-3 us more CPU per
+  /// call with it (a wait's registration costs an epoll_ctl of its own; a
+  /// pending read's arming receive finds nothing and costs what the peek
+  /// did, because Asio tries a speculative receive unless the last one hit
+  /// EOF; and every response then completes through the reactor, where a
+  /// saturated client otherwise often finds it buffered already).
   bool idle_socket_unusable() {
-    if (idle_event_)
-      return true;
-    if (watching_) {
-      if constexpr (is_tls)
-        return tls_pending(stream_.native_handle()) > 0;
-      return false;
-    }
     auto fd = sock().native_handle();
     char c;
     for (;;) {
@@ -471,15 +467,6 @@ private:
 
   void do_read_header() {
     phase_ = phase::reading_header;
-    if constexpr (!is_tls) {
-      // The idle read still pending takes the response's first bytes and
-      // goes on from there (on_idle_watch); one that ended before the
-      // write did left its bytes in the buffer or its error.
-      if (watching_)
-        return;
-      if (watch_error_)
-        return resume_header();
-    }
     read_header();
   }
 
@@ -643,92 +630,11 @@ private:
     // The deadline timer stays armed (arm_deadline); it finds no exchange.
     if (!reusable)
       shut();
-    else
-      arm_idle_watch();
     if (!done_)
       return;
     auto done = std::move(done_);
     done_ = nullptr;
     done(std::move(res_), reusable);
-  }
-
-  /// Watches the connection while it is idle (no exchange): an idle
-  /// keep-alive connection that becomes readable was closed or poisoned by
-  /// its peer (idle_socket_unusable). Plain TCP: a read into the session's
-  /// buffer; TLS: a readiness wait on the socket (its bytes belong to
-  /// OpenSSL).
-  ///
-  /// The watch also serves the next exchange, and saves it system calls:
-  /// the reuse check needs no MSG_PEEK receive, and the response read that
-  /// the exchange starts after its write does not try a receive that finds
-  /// nothing yet (EAGAIN). Plain TCP: the pending read takes the response's
-  /// first bytes (do_read_header waits for it); Asio registers it with no
-  /// system call when the socket was drained by the read before
-  /// (epoll_reactor::start_op tries no speculative receive after an
-  /// exhausting one, and the edge-triggered registration reports any byte
-  /// that arrives later). TLS: the response read queues behind the wait,
-  /// whose registration costs one epoll_ctl. On this project's 2-core VM a
-  /// system call costs about 1 us, 5-7 % of a call's CPU on the client side.
-  ///
-  /// The handlers hold the session weakly: an idle connection's pending
-  /// watch does not keep it alive (closing the socket aborts it).
-  void arm_idle_watch() {
-    if (watching_ || closed_.load())
-      return;
-    watching_ = true;
-    if constexpr (is_tls) {
-      sock().async_wait(tcp::socket::wait_read,
-                        [weak = this->weak_from_this()](const error_code& ec) {
-                          if (auto self = weak.lock())
-                            self->on_idle_watch(ec, 0);
-                        });
-    } else {
-      // A finished reusable exchange left the buffer empty (on_complete).
-      sock().async_read_some(
-        buf_.prepare(beast::read_size(buf_, body_read_chunk)),
-        [weak = this->weak_from_this()](const error_code& ec, std::size_t n) {
-          if (auto self = weak.lock())
-            self->on_idle_watch(ec, n);
-        });
-    }
-  }
-
-  void on_idle_watch(const error_code& ec, std::size_t n) {
-    watching_ = false;
-    if (ec == asio::error::operation_aborted)
-      return; // the socket was closed
-    if (!done_) {
-      // Readable (or an error) while idle: the peer closed or sent bytes no
-      // request asked for. Never reused (idle_socket_unusable).
-      idle_event_ = true;
-      return;
-    }
-    if constexpr (!is_tls) {
-      // During an exchange these are the response's first bytes (or how
-      // the connection ended instead), read for the exchange.
-      if (!ec)
-        buf_.commit(n);
-      else
-        watch_error_ = ec;
-      if (phase_ == phase::reading_header) // the write is done
-        resume_header();
-    }
-  }
-
-  /// Plain TCP: goes on with the response header after the idle read took
-  /// its first bytes (or failed), once the write is done.
-  void resume_header() {
-    if (!watch_error_) {
-      read_header(); // Beast parses the buffered bytes first
-      return;
-    }
-    auto ec = std::exchange(watch_error_, error_code{});
-    new_parser();
-    // As Beast's read reports a read that failed before any byte
-    // (boost/beast/http/impl/read.hpp, read_some_op).
-    if (ec == asio::error::eof)
-      ec = http::error::end_of_stream;
-    on_header(ec);
   }
 
   /// A parser for the next response header, its fields in `arena_`.
@@ -774,12 +680,6 @@ private:
   clock::time_point deadline_;
   clock::time_point armed_at_;
   bool timer_armed_ = false;
-  /// The idle watch is pending (arm_idle_watch).
-  bool watching_ = false;
-  /// The watch completed while the connection was idle: never reuse it.
-  bool idle_event_ = false;
-  /// Plain TCP: how the idle read ended when it failed during an exchange.
-  error_code watch_error_;
   phase phase_ = phase::connecting;
   std::optional<std::uint64_t> expected_;
   bool chunked_ = false;

@@ -315,13 +315,11 @@ TEST_F(TransportTest, IdleCloseAnswersNotSentAndFreshConnectionWorks) {
 }
 
 TEST_F(TransportTest, EarlyResponseOnAReusedConnectionIsReadAfterTheWrite) {
-  // A pooled connection waits for its peer with a read pending (the idle
-  // watch of protocol/detail/http_session.hpp), and that read takes the
-  // next response's first bytes. Here they arrive while the request body
-  // (16 MiB, more than the loopback socket buffers hold) is still being
-  // written: the server answers after the request head and reads the
-  // body afterwards. The answer must be that response, complete, once the
-  // write is done — and the connection stays reusable.
+  // The response to a request on a pooled connection arrives while the
+  // request body (16 MiB, more than the loopback socket buffers hold) is
+  // still being written: the server answers after the request head and
+  // reads the body afterwards. The answer must be that response, complete,
+  // once the write is done — and the connection stays reusable.
   const std::size_t body_size = 16u * 1024u * 1024u;
   scripted_server srv{{
     {step::read_request(),
