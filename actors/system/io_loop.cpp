@@ -100,6 +100,8 @@ void io_loop_policy::enqueue(coordinator_data& cd, caf::resumable* job) {
 caf::resumable* io_loop_policy::dequeue_impl(coordinator_data& cd,
                                               worker_data& wd) {
   auto& ioc = cd.runner->get().ioc;
+  // The job this returns runs on this thread, which drives the runner.
+  io_runner::impl::driven_by_this_thread = &cd.runner->get();
   for (;;) {
     if (wd.since_poll > 0) {
       auto now = std::chrono::steady_clock::now();

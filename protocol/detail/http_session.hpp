@@ -225,12 +225,20 @@ public:
 
   http_session(io_runner& io, const url_parts& origin,
                std::shared_ptr<tls_context> tls)
-    : strand_(make_executor(io)), stream_(make_stream(strand_, tls)),
-      resolver_(strand_), timer_(strand_), origin_(origin),
-      tls_(std::move(tls)), buf_(max_buffered_bytes) {
+    : io_(io.get()), strand_(make_executor(io)),
+      stream_(make_stream(strand_, tls)), resolver_(strand_), timer_(strand_),
+      origin_(origin), tls_(std::move(tls)), buf_(max_buffered_bytes) {
   }
 
   void async_exchange(http_request req, completion done) override {
+    // On the io_loop scheduler's single worker (the connection pool's
+    // thread, which also runs every handler of this socket) the exchange
+    // starts here: posting it would cost a queued handler and its run
+    // through the io_context for every call. start() answers a refusal
+    // through `done` at once; the pool's completion is safe to run inside
+    // the pool's own handler (actors/pool/connection_pool.cpp, run).
+    if (io_.sole_driver_is_this_thread())
+      return start(std::move(req), std::move(done));
     asio::post(strand_, [self = this->shared_from_this(), req = std::move(req),
                          done = std::move(done)]() mutable {
       self->start(std::move(req), std::move(done));
@@ -657,6 +665,9 @@ private:
     sock().close(ignored);
   }
 
+  /// The runner whose context runs this connection (outlives it: the
+  /// pool holds the runner).
+  const io_runner::impl& io_;
   /// Its strand, or the io_context's executor when one thread runs it
   /// (io_runner::impl::one_thread): all its handlers run one at a time.
   Executor strand_;

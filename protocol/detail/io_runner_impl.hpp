@@ -53,6 +53,20 @@ struct io_runner::impl {
     return drivers.load(std::memory_order_relaxed) == 1;
   }
 
+  /// The driven runner whose io_loop scheduler worker is the calling
+  /// thread (set by the worker each time it takes a job; null on every
+  /// other thread).
+  static inline thread_local const impl* driven_by_this_thread = nullptr;
+
+  /// True when the calling thread is the one thread that runs `ioc`'s
+  /// handlers (a driven runner with a single io_loop worker, called from
+  /// that worker): work for a socket of this runner may run right here
+  /// instead of being posted, as no handler of the socket can run
+  /// concurrently.
+  bool sole_driver_is_this_thread() const noexcept {
+    return driven_by_this_thread == this && one_thread();
+  }
+
 private:
   std::mutex mtx_;
   std::optional<work_guard_type> guard_;
