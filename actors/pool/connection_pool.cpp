@@ -178,7 +178,7 @@ using self_ptr = pool_actor::stateful_pointer<pool_actor_state>;
 /// Runs exchange `id` on `conn` (a reused or a new connection). Its
 /// completion answers the requester itself and leaves the connection's
 /// bookkeeping to the pool (completion_inbox).
-void run(self_ptr self, uint64_t id, http_request req, connection_ptr conn,
+void run(self_ptr self, uint64_t id, http_request&& req, connection_ptr conn,
          promise_type rp, bool reused) {
   auto& st = self->state;
   auto slot = rp.slot;

@@ -332,7 +332,7 @@ private:
 
   // -- steps ------------------------------------------------------------------
 
-  void start(http_request req, completion done) {
+  void start(http_request&& req, completion done) {
     done_ = std::move(done);
     req_ = std::move(req);
     res_ = exchange_result{};
