@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -327,6 +328,11 @@ config_file_error::config_file_error(std::string file, const config_error& e)
 }
 
 group_config load_group_config(const std::string& path, group_names names) {
+  // A directory opens as a stream on Linux and fails only on reading,
+  // with a text that does not say why.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw config_file_error(path, config_error("group", "is a directory"));
   errno = 0;
   std::ifstream in{path, std::ios::binary};
   if (!in) {

@@ -137,7 +137,8 @@ private:
 
 /// Reads the file at `path` and parses it like parse_group_config. Throws
 /// config_file_error: field "group" when the file cannot be read ("cannot
-/// read: <strerror>"), else the field parse_group_config names.
+/// read: <strerror>") or is a directory ("<path>: group: is a directory"),
+/// else the field parse_group_config names.
 group_config load_group_config(const std::string& path,
                                group_names names = group_names::required);
 

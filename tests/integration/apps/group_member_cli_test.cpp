@@ -594,6 +594,18 @@ TEST_F(GroupMemberCli, AConfigFileErrorNamesTheFileAndASharedFileNeedsNoNames) {
   EXPECT_EQ(str_of(last_line(r.err, "exit"), "outcome"), "left") << r.err;
 }
 
+TEST_F(GroupMemberCli, ConfigErrorsNameADirectoryAVariableAndAnIntegerRange) {
+  temp_dir dir;
+  auto r = run_child(outbound_argv({"group-member", "--config", dir.path(),
+                                    "--feed-count", "1", hub_->base_url()}),
+                     20s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("\"config_error\""), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(dir.path() + ": group: is a directory"),
+            std::string::npos)
+    << r.err;
+}
+
 TEST_F(GroupMemberCli, ABadFeedIdIsAConfigErrorShowingTheIdEscaped) {
   auto r
     = run_child(outbound_argv({"group-member", "--group", "ids",

@@ -634,6 +634,20 @@ TEST(GroupConfigFile, AnUnreadableFileSaysWhy) {
   }
 }
 
+TEST(GroupConfigFile, ADirectoryIsNamedAsOne) {
+  char dir[] = "/tmp/outbound-group-config-dir-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  try {
+    load_group_config(dir);
+    ADD_FAILURE() << "no error";
+  } catch (const config_file_error& e) {
+    EXPECT_EQ(e.file(), dir);
+    EXPECT_EQ(std::string{e.what()},
+              std::string{dir} + ": group: is a directory");
+  }
+  ::rmdir(dir);
+}
+
 TEST(GroupConfigFile, ASharedFileMayLeaveTheNamesToAnotherSource) {
   temp_file f{R"({"lease_ttl": 6, "coordinator": {"prefix": "/og/"}})"};
   EXPECT_THROW(load_group_config(f.path()), config_file_error)
