@@ -94,30 +94,81 @@ double as_double(const boost::json::value& v, const std::string& field) {
   throw config_error(field, "must be a number");
 }
 
-/// An integer in [0, hi] (a double with an integral value is accepted); the
-/// range of the field itself is validate()'s.
-uint64_t as_count(const boost::json::value& v, uint64_t hi,
-                  const std::string& field) {
-  auto bad = [&] {
-    return config_error(field, "must be an integer between 0 and "
-                                 + std::to_string(hi));
+/// A count of group_state_config with the range validate() (its
+/// group_config_error) accepts: the JSON reader and the environment check
+/// it themselves, so that the error states the range and the value given.
+struct count_field {
+  /// The JSON key (field "group.<key>") and the environment variable.
+  const char* key;
+  const char* variable;
+  std::size_t group_state_config::*member;
+  std::size_t lo, hi;
+};
+
+constexpr std::size_t no_max = std::numeric_limits<std::size_t>::max();
+
+constexpr count_field count_fields[] = {
+  {"batch", "OUTBOUND_GROUP_BATCH", &group_state_config::batch, 1, 128},
+  {"min_members", "OUTBOUND_GROUP_MIN_MEMBERS",
+   &group_state_config::min_members, 1, no_max},
+  {"max_starts_per_second", "OUTBOUND_GROUP_MAX_STARTS_PER_SECOND",
+   &group_state_config::max_starts_per_second, 1, no_max},
+  {"max_feeds", "OUTBOUND_GROUP_MAX_FEEDS", &group_state_config::max_feeds, 1,
+   no_max},
+  {"max_inflight_batches", "OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES",
+   &group_state_config::max_inflight_batches, 1, 1024},
+};
+
+/// "must be an integer in 1..1024", or without a bound of its own
+/// "must be an integer >= 1 (at most 2^64 - 1)".
+std::string count_range(const count_field& f) {
+  if (f.hi == no_max)
+    return "must be an integer >= " + std::to_string(f.lo)
+           + " (at most 2^64 - 1)";
+  return "must be an integer in " + std::to_string(f.lo) + ".."
+         + std::to_string(f.hi);
+}
+
+/// A JSON value as an error text shows it: numbers as written in short
+/// form (4.5, 1e+30), strings quoted, other kinds by name.
+std::string shown(const boost::json::value& v) {
+  char buf[32];
+  switch (v.kind()) {
+    case boost::json::kind::int64: return std::to_string(v.get_int64());
+    case boost::json::kind::uint64: return std::to_string(v.get_uint64());
+    case boost::json::kind::double_:
+      std::snprintf(buf, sizeof(buf), "%.15g", v.get_double());
+      return buf;
+    case boost::json::kind::string: return quote_for_error(v.get_string());
+    case boost::json::kind::bool_: return v.get_bool() ? "true" : "false";
+    case boost::json::kind::null: return "null";
+    case boost::json::kind::array: return "an array";
+    case boost::json::kind::object: return "an object";
+  }
+  return "?";
+}
+
+/// The count `v` of field `f` (a double with an integral value is
+/// accepted): an integer in [f.lo, f.hi], else a config_error naming
+/// `field` with the range and the value.
+std::size_t as_count(const boost::json::value& v, const count_field& f,
+                     const std::string& field) {
+  auto in = [&](auto x) {
+    return x >= f.lo && x <= f.hi;
   };
-  if (v.is_int64()) {
-    auto i = v.get_int64();
-    if (i < 0 || static_cast<uint64_t>(i) > hi)
-      throw bad();
-    return static_cast<uint64_t>(i);
+  if (v.is_int64() && v.get_int64() >= 0
+      && in(static_cast<uint64_t>(v.get_int64())))
+    return static_cast<std::size_t>(v.get_int64());
+  if (v.is_uint64() && in(v.get_uint64()))
+    return static_cast<std::size_t>(v.get_uint64());
+  if (v.is_double()) {
+    auto d = v.get_double();
+    // 2^64 and beyond do not fit (no_max converts to 2^64 as a double).
+    if (std::isfinite(d) && d == std::floor(d) && d >= static_cast<double>(f.lo)
+        && d < 0x1p64 && d <= static_cast<double>(f.hi))
+      return static_cast<std::size_t>(d);
   }
-  if (v.is_uint64()) {
-    if (v.get_uint64() > hi)
-      throw bad();
-    return v.get_uint64();
-  }
-  auto d = as_double(v, field);
-  if (!(std::isfinite(d) && d == std::floor(d) && d >= 0
-        && d <= static_cast<double>(hi)))
-    throw bad();
-  return static_cast<uint64_t>(d);
+  throw config_error(field, count_range(f) + ", got " + shown(v));
 }
 
 std::string as_string(const boost::json::value& v, const std::string& field) {
@@ -149,10 +200,9 @@ reader dbl(double& x) {
   };
 }
 
-reader count(std::size_t& x) {
-  return [&x](const boost::json::value& v, const std::string& f) {
-    x = static_cast<std::size_t>(
-      as_count(v, std::numeric_limits<std::size_t>::max(), f));
+reader count(group_state_config& t, const count_field& c) {
+  return [&t, &c](const boost::json::value& v, const std::string& f) {
+    t.*c.member = as_count(v, c, f);
   };
 }
 
@@ -270,6 +320,10 @@ group_config parse_group_config(std::string_view json_text, group_names names) {
        || parsed.error == json_parse_error::inexact_integer)
       && !parsed.field.empty()) {
     auto why = parsed.detail.substr(0, parsed.detail.rfind(" at "));
+    for (const auto& f : count_fields)
+      if (parsed.field == f.key)
+        throw config_error("group." + parsed.field,
+                           count_range(f) + " (" + why + ")");
     throw config_error("group." + parsed.field, why);
   }
   if (!parsed)
@@ -287,13 +341,13 @@ group_config parse_group_config(std::string_view json_text, group_names names) {
      {"poll_interval", dbl(t.poll_interval)},
      {"reconcile_interval", dbl(t.reconcile_interval)},
      {"checkpoint_interval", dbl(t.checkpoint_interval)},
-     {"batch", count(t.batch)},
+     {"batch", count(t, count_fields[0])},
      {"initial_settle", dbl(t.initial_settle)},
-     {"min_members", count(t.min_members)},
+     {"min_members", count(t, count_fields[1])},
      {"rebalance_delay", dbl(t.rebalance_delay)},
-     {"max_starts_per_second", count(t.max_starts_per_second)},
-     {"max_feeds", count(t.max_feeds)},
-     {"max_inflight_batches", count(t.max_inflight_batches)},
+     {"max_starts_per_second", count(t, count_fields[2])},
+     {"max_feeds", count(t, count_fields[3])},
+     {"max_inflight_batches", count(t, count_fields[4])},
      {"coordinator", [&k](const boost::json::value& x, const std::string& f) {
         read_object(
           x, f,

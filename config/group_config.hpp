@@ -109,7 +109,12 @@ enum class group_names : uint8_t {
 ///                                       "client_cert_file": "m.pem",
 ///                                       "client_key_file": "m.key"}}}}
 /// Unknown fields, duplicate keys and wrong types are errors naming the
-/// field ("group.coordinator.kind"); counts must be non-negative integers.
+/// field ("group.coordinator.kind"). Counts (batch, min_members,
+/// max_starts_per_second, max_feeds, max_inflight_batches) must be
+/// integers in validate()'s range (an integral double such as 16.0 is
+/// one); anything else (a fraction, a negative or huge number, a string,
+/// a bool) is an error stating that range and the value given
+/// ("group.max_inflight_batches: must be an integer in 1..1024, got 4.5").
 /// Of coordinator.client only `tls` has a JSON form (its other fields:
 /// set them in code). Validated. Throws config_error.
 group_config parse_group_config(std::string_view json_text,

@@ -604,6 +604,19 @@ TEST_F(GroupMemberCli, ConfigErrorsNameADirectoryAVariableAndAnIntegerRange) {
   EXPECT_NE(r.err.find(dir.path() + ": group: is a directory"),
             std::string::npos)
     << r.err;
+  // A fraction where an integer belongs states the integer range.
+  auto file = dir.file("group.json");
+  std::ofstream{file} << R"({"max_inflight_batches": 4.5})";
+  r = run_child(
+    outbound_argv({"group-member", "--config", file, "--group", "env",
+                   "--member", "m1", "--feed-count", "1", hub_->base_url()}),
+    20s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(file
+                       + ": group.max_inflight_batches: must be an "
+                         "integer in 1..1024, got 4.5"),
+            std::string::npos)
+    << r.err;
 }
 
 TEST_F(GroupMemberCli, ABadFeedIdIsAConfigErrorShowingTheIdEscaped) {

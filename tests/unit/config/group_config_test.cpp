@@ -51,6 +51,16 @@ std::string failing_field(const std::string& json) {
   return "(valid)";
 }
 
+/// The message a parse fails with, or "(valid)".
+std::string failing_text(const std::string& json) {
+  try {
+    parse_group_config(json);
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "(valid)";
+}
+
 /// `{"name": "billing", "member_name": "m1", <extra>}`.
 std::string with(const std::string& extra) {
   return R"({"name": "billing", "member_name": "m1")"
@@ -404,6 +414,60 @@ TEST(GroupConfigJson, ValuesAreValidated) {
             "group.coordinator.endpoint");
   // An integral double is a count.
   EXPECT_EQ(parse_group_config(with(R"("batch": 16.0)")).timing.batch, 16u);
+}
+
+TEST(GroupConfigJson, CountErrorsStateTheIntegerRangeAndTheValue) {
+  EXPECT_EQ(failing_text(with(R"("max_inflight_batches": 4.5)")),
+            "group.max_inflight_batches: must be an integer in 1..1024, got "
+            "4.5");
+  const char* const bad[]
+    = {"4.5",   "-1",   "0",    "1e30", "1e400", "99999999999999999999999",
+       "\"2\"", "true", "null", "[1]"};
+  const std::pair<const char*, const char*> fields[] = {
+    {"batch", "must be an integer in 1..128"},
+    {"min_members", "must be an integer >= 1 (at most 2^64 - 1)"},
+    {"max_starts_per_second", "must be an integer >= 1 (at most 2^64 - 1)"},
+    {"max_feeds", "must be an integer >= 1 (at most 2^64 - 1)"},
+    {"max_inflight_batches", "must be an integer in 1..1024"},
+  };
+  for (const auto& [field, range] : fields)
+    for (auto value : bad) {
+      auto text = failing_text(
+        with("\"" + std::string{field} + "\": " + std::string{value}));
+      EXPECT_EQ(text.rfind("group." + std::string{field} + ": " + range, 0), 0u)
+        << field << " = " << value << ": " << text;
+    }
+  EXPECT_EQ(failing_text(with(R"("batch": 129)")),
+            "group.batch: must be an integer in 1..128, got 129");
+  EXPECT_EQ(failing_text(with(R"("max_inflight_batches": "4")")),
+            "group.max_inflight_batches: must be an integer in 1..1024, got "
+            "\"4\"");
+  EXPECT_EQ(failing_text(with(R"("max_feeds": -1)")),
+            "group.max_feeds: must be an integer >= 1 (at most 2^64 - 1), got "
+            "-1");
+}
+
+TEST(GroupConfigJson, CountRangesAreValidatesOwn) {
+  // The readers' ranges and validate()'s agree at both ends.
+  EXPECT_EQ(parse_group_config(with(R"("batch": 1)")).timing.batch, 1u);
+  EXPECT_EQ(parse_group_config(with(R"("batch": 128)")).timing.batch, 128u);
+  EXPECT_EQ(invalid_field([](group_config& c) { c.timing.batch = 129; }),
+            "group.batch");
+  EXPECT_EQ(parse_group_config(with(R"("max_inflight_batches": 1024.0)"))
+              .timing.max_inflight_batches,
+            1024u);
+  EXPECT_EQ(invalid_field(
+              [](group_config& c) { c.timing.max_inflight_batches = 1025; }),
+            "group.max_inflight_batches");
+  EXPECT_EQ(parse_group_config(with(R"("max_feeds": 18446744073709551615)"))
+              .timing.max_feeds,
+            18446744073709551615u);
+  for (auto f : {&group_state_config::batch, &group_state_config::min_members,
+                 &group_state_config::max_starts_per_second,
+                 &group_state_config::max_feeds,
+                 &group_state_config::max_inflight_batches})
+    EXPECT_NE(invalid_field([f](group_config& c) { c.timing.*f = 0; }),
+              "(valid)");
 }
 
 TEST(GroupConfigJson, MalformedTextAndDuplicatesAreNamed) {
