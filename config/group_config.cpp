@@ -18,6 +18,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 namespace outbound {
 inline namespace config {
@@ -246,13 +247,25 @@ double env_seconds(const char* name, const char* text) {
   return x;
 }
 
-std::size_t env_count(const char* name, const char* text) {
+/// The value of a variable as an error text shows it: a number as it is,
+/// anything else quoted.
+std::string shown_env(std::string_view s) {
+  double x = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+  if (!s.empty() && ec == std::errc{} && end == s.data() + s.size())
+    return std::string{s};
+  return quote_for_error(s);
+}
+
+/// The count in variable `f.variable` (`text`): a decimal integer in
+/// [f.lo, f.hi], else a config_error naming the variable.
+std::size_t env_count(const count_field& f, const char* text) {
   std::string_view s{text};
   std::size_t x = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
-  if (s.empty() || ec != std::errc{} || end != s.data() + s.size())
-    throw config_error(name, "must be a non-negative integer, got \""
-                               + std::string{s} + "\"");
+  if (s.empty() || ec != std::errc{} || end != s.data() + s.size() || x < f.lo
+      || x > f.hi)
+    throw config_error(f.variable, count_range(f) + ", got " + shown_env(s));
   return x;
 }
 
@@ -467,46 +480,71 @@ void validate_group_feed_ids(const std::vector<std::string>& ids) {
 group_config group_config_from_env(group_config base) {
   auto& t = base.timing;
   auto& k = base.coordinator;
-  if (auto v = env("OUTBOUND_GROUP_NAME"))
-    base.name = v;
-  if (auto v = env("OUTBOUND_GROUP_MEMBER_NAME"))
-    base.member_name = v;
-  const std::pair<const char*, double*> seconds[] = {
-    {"OUTBOUND_GROUP_LEASE_TTL", &t.lease_ttl},
-    {"OUTBOUND_GROUP_RENEW_INTERVAL", &t.renew_interval},
-    {"OUTBOUND_GROUP_FENCE_MARGIN", &t.fence_margin},
-    {"OUTBOUND_GROUP_POLL_INTERVAL", &t.poll_interval},
-    {"OUTBOUND_GROUP_RECONCILE_INTERVAL", &t.reconcile_interval},
-    {"OUTBOUND_GROUP_CHECKPOINT_INTERVAL", &t.checkpoint_interval},
-    {"OUTBOUND_GROUP_INITIAL_SETTLE", &t.initial_settle},
-    {"OUTBOUND_GROUP_REBALANCE_DELAY", &t.rebalance_delay},
+  // The fields set here, by their validate() names: an error on one of
+  // them names its variable and shows the value, wherever the check is.
+  std::map<std::string, std::pair<const char*, std::string>> from_env;
+  auto text = [&](const char* name, const char* field) -> const char* {
+    auto v = env(name);
+    if (v)
+      from_env[field] = {name, v};
+    return v;
   };
-  for (const auto& [name, field] : seconds)
-    if (auto v = env(name))
-      *field = env_seconds(name, v);
-  const std::pair<const char*, std::size_t*> counts[] = {
-    {"OUTBOUND_GROUP_BATCH", &t.batch},
-    {"OUTBOUND_GROUP_MIN_MEMBERS", &t.min_members},
-    {"OUTBOUND_GROUP_MAX_STARTS_PER_SECOND", &t.max_starts_per_second},
-    {"OUTBOUND_GROUP_MAX_FEEDS", &t.max_feeds},
-    {"OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES", &t.max_inflight_batches},
+  const std::tuple<const char*, const char*, std::string*> names[] = {
+    {"OUTBOUND_GROUP_NAME", "group.name", &base.name},
+    {"OUTBOUND_GROUP_MEMBER_NAME", "group.member_name", &base.member_name},
   };
-  for (const auto& [name, field] : counts)
-    if (auto v = env(name))
-      *field = env_count(name, v);
+  for (const auto& [name, field, x] : names)
+    if (auto v = text(name, field))
+      *x = v;
+  const std::tuple<const char*, const char*, double*> seconds[] = {
+    {"OUTBOUND_GROUP_LEASE_TTL", "group.lease_ttl", &t.lease_ttl},
+    {"OUTBOUND_GROUP_RENEW_INTERVAL", "group.renew_interval",
+     &t.renew_interval},
+    {"OUTBOUND_GROUP_FENCE_MARGIN", "group.fence_margin", &t.fence_margin},
+    {"OUTBOUND_GROUP_POLL_INTERVAL", "group.poll_interval", &t.poll_interval},
+    {"OUTBOUND_GROUP_RECONCILE_INTERVAL", "group.reconcile_interval",
+     &t.reconcile_interval},
+    {"OUTBOUND_GROUP_CHECKPOINT_INTERVAL", "group.checkpoint_interval",
+     &t.checkpoint_interval},
+    {"OUTBOUND_GROUP_INITIAL_SETTLE", "group.initial_settle",
+     &t.initial_settle},
+    {"OUTBOUND_GROUP_REBALANCE_DELAY", "group.rebalance_delay",
+     &t.rebalance_delay},
+  };
+  for (const auto& [name, field, x] : seconds)
+    if (auto v = text(name, field))
+      *x = env_seconds(name, v);
+  for (const auto& f : count_fields)
+    if (auto v = env(f.variable))
+      t.*f.member = env_count(f, v);
   if (auto v = env("OUTBOUND_GROUP_COORDINATOR"))
     k.kind = kind_of(v, "OUTBOUND_GROUP_COORDINATOR");
-  if (auto v = env("OUTBOUND_GROUP_ENDPOINT"))
-    k.endpoint = v;
-  if (auto v = env("OUTBOUND_GROUP_PREFIX"))
-    k.prefix = v;
-  if (auto v = env("OUTBOUND_GROUP_CA_FILE"))
-    k.client.tls.ca_file = v;
-  if (auto v = env("OUTBOUND_GROUP_CLIENT_CERT"))
-    k.client.tls.client_cert_file = v;
-  if (auto v = env("OUTBOUND_GROUP_CLIENT_KEY"))
-    k.client.tls.client_key_file = v;
-  base.validate();
+  const std::tuple<const char*, const char*, std::string*> store[] = {
+    {"OUTBOUND_GROUP_ENDPOINT", "group.coordinator.endpoint", &k.endpoint},
+    {"OUTBOUND_GROUP_PREFIX", "group.coordinator.prefix", &k.prefix},
+    {"OUTBOUND_GROUP_CA_FILE", "group.coordinator.client.tls.ca_file",
+     &k.client.tls.ca_file},
+    {"OUTBOUND_GROUP_CLIENT_CERT",
+     "group.coordinator.client.tls.client_cert_file",
+     &k.client.tls.client_cert_file},
+    {"OUTBOUND_GROUP_CLIENT_KEY",
+     "group.coordinator.client.tls.client_key_file",
+     &k.client.tls.client_key_file},
+  };
+  for (const auto& [name, field, x] : store)
+    if (auto v = text(name, field))
+      *x = v;
+  try {
+    base.validate();
+  } catch (const config_error& e) {
+    auto i = from_env.find(e.field());
+    if (i == from_env.end())
+      throw;
+    std::string why = e.what();
+    why = why.substr(std::min(why.size(), e.field().size() + 2));
+    throw config_error(i->second.first,
+                       why + ", got " + shown_env(i->second.second));
+  }
   return base;
 }
 

@@ -166,14 +166,19 @@ std::string quote_for_error(std::string_view s, std::size_t max = 40);
 /// _LEASE_TTL, _RENEW_INTERVAL, _FENCE_MARGIN, _POLL_INTERVAL,
 /// _RECONCILE_INTERVAL, _CHECKPOINT_INTERVAL, _BATCH, _INITIAL_SETTLE,
 /// _MIN_MEMBERS, _REBALANCE_DELAY, _MAX_STARTS_PER_SECOND, _MAX_FEEDS,
-/// _COORDINATOR (etcd|memory), _ENDPOINT, _PREFIX, and the store client's
-/// TLS files _CA_FILE, _CLIENT_CERT, _CLIENT_KEY (the {PREFIX}_* shape of
-/// config/client_config.hpp's env_settings); a variable that is set
-/// (even to "") replaces the field of `base`, one that is unset leaves it.
-/// Durations are decimal seconds ("1.5"), counts decimal integers; a
-/// malformed number or coordinator kind is a config_error naming the
-/// variable (OUTBOUND_GROUP_LEASE_TTL), a well-formed value that fails
-/// validate() names the field (group.lease_ttl). Throws config_error.
+/// _MAX_INFLIGHT_BATCHES, _COORDINATOR (etcd|memory), _ENDPOINT, _PREFIX,
+/// and the store client's TLS files _CA_FILE, _CLIENT_CERT, _CLIENT_KEY
+/// (the {PREFIX}_* shape of config/client_config.hpp's env_settings); a
+/// variable that is set (even to "") replaces the field of `base`, one
+/// that is unset leaves it. Durations are decimal seconds ("1.5"), counts
+/// decimal integers. Every error on a field a variable set names the
+/// variable and shows its value, whether the value is malformed or out of
+/// validate()'s range ("OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES: must be an
+/// integer in 1..1024, got 0", "OUTBOUND_GROUP_LEASE_TTL: must be >= 2
+/// seconds (etcd's minimum TTL), got 1"); an error on a field of `base`
+/// that no variable set names the field (group.lease_ttl). A check across
+/// fields names the field it reports (renew_interval <= lease_ttl / 3:
+/// renew_interval). Throws config_error.
 group_config group_config_from_env(group_config base = {});
 
 } // namespace config

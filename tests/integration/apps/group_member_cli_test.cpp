@@ -604,6 +604,22 @@ TEST_F(GroupMemberCli, ConfigErrorsNameADirectoryAVariableAndAnIntegerRange) {
   EXPECT_NE(r.err.find(dir.path() + ": group: is a directory"),
             std::string::npos)
     << r.err;
+  // An out-of-range variable is named as the variable.
+  auto args = outbound_argv({"group-member", "--group", "env", "--member", "m1",
+                             "--coordinator", "memory", "--feed-count", "1",
+                             hub_->base_url()});
+  r = run_child(args, 20s, {"OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES=0"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES: must be an "
+                       "integer in 1..1024, got 0"),
+            std::string::npos)
+    << r.err;
+  r = run_child(args, 20s, {"OUTBOUND_GROUP_LEASE_TTL=100000"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("OUTBOUND_GROUP_LEASE_TTL: must be <= 86400 seconds, "
+                       "got 100000"),
+            std::string::npos)
+    << r.err;
   // A fraction where an integer belongs states the integer range.
   auto file = dir.file("group.json");
   std::ofstream{file} << R"({"max_inflight_batches": 4.5})";

@@ -156,6 +156,16 @@ protected:
     ::setenv(name, value, 1);
   }
 
+  /// The message group_config_from_env(base) fails with, or "(valid)".
+  static std::string env_failure_text(group_config base = {}) {
+    try {
+      group_config_from_env(std::move(base));
+    } catch (const config_error& e) {
+      return e.what();
+    }
+    return "(valid)";
+  }
+
   /// The field or variable group_config_from_env(base) fails on, or
   /// "(valid)".
   static std::string env_failure(group_config base = {}) {
@@ -557,26 +567,69 @@ TEST_F(GroupConfigEnv, MalformedNumbersNameTheVariable) {
   }
 }
 
-TEST_F(GroupConfigEnv, WellFormedBadValuesNameTheField) {
-  set("OUTBOUND_GROUP_LEASE_TTL", "1");
-  EXPECT_EQ(env_failure(valid()), "group.lease_ttl");
-  ::unsetenv("OUTBOUND_GROUP_LEASE_TTL");
-  set("OUTBOUND_GROUP_NAME", "");
-  EXPECT_EQ(env_failure(valid()), "group.name");
-  ::unsetenv("OUTBOUND_GROUP_NAME");
-  set("OUTBOUND_GROUP_MEMBER_NAME", "a b");
-  EXPECT_EQ(env_failure(valid()), "group.member_name");
-  ::unsetenv("OUTBOUND_GROUP_MEMBER_NAME");
-  set("OUTBOUND_GROUP_ENDPOINT", "http://127.0.0.1:2379/v3");
-  EXPECT_EQ(env_failure(valid()), "group.coordinator.endpoint");
-  ::unsetenv("OUTBOUND_GROUP_ENDPOINT");
-  set("OUTBOUND_GROUP_PREFIX", "outbound");
-  EXPECT_EQ(env_failure(valid()), "group.coordinator.prefix");
-  ::unsetenv("OUTBOUND_GROUP_PREFIX");
-  set("OUTBOUND_GROUP_BATCH", "0");
-  EXPECT_EQ(env_failure(valid()), "group.batch");
-  ::unsetenv("OUTBOUND_GROUP_BATCH");
+TEST_F(GroupConfigEnv, OutOfRangeValuesNameTheVariableAndShowTheValue) {
+  // Every variable: an error on the field it set names the variable (not
+  // the JSON field), whichever check finds it.
+  const std::pair<const char*, const char*> cases[] = {
+    {"OUTBOUND_GROUP_NAME", ""},
+    {"OUTBOUND_GROUP_MEMBER_NAME", "a b"},
+    {"OUTBOUND_GROUP_LEASE_TTL", "1"},
+    {"OUTBOUND_GROUP_RENEW_INTERVAL", "2"},
+    {"OUTBOUND_GROUP_FENCE_MARGIN", "4"},
+    {"OUTBOUND_GROUP_POLL_INTERVAL", "0"},
+    {"OUTBOUND_GROUP_RECONCILE_INTERVAL", "-1"},
+    {"OUTBOUND_GROUP_CHECKPOINT_INTERVAL", "90000"},
+    {"OUTBOUND_GROUP_BATCH", "0"},
+    {"OUTBOUND_GROUP_BATCH", "129"},
+    {"OUTBOUND_GROUP_INITIAL_SETTLE", "-0.5"},
+    {"OUTBOUND_GROUP_MIN_MEMBERS", "0"},
+    {"OUTBOUND_GROUP_REBALANCE_DELAY", "1e6"},
+    {"OUTBOUND_GROUP_MAX_STARTS_PER_SECOND", "0"},
+    {"OUTBOUND_GROUP_MAX_FEEDS", "0"},
+    {"OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES", "0"},
+    {"OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES", "1025"},
+    {"OUTBOUND_GROUP_ENDPOINT", "http://127.0.0.1:2379/v3"},
+    {"OUTBOUND_GROUP_PREFIX", "outbound"},
+    {"OUTBOUND_GROUP_CA_FILE", "/nonexistent/ca.pem"},
+  };
+  for (const auto& [name, value] : cases) {
+    set(name, value);
+    auto base = valid();
+    if (std::string{name} == "OUTBOUND_GROUP_CA_FILE")
+      base.coordinator.endpoint = "https://127.0.0.1:2379";
+    auto text = env_failure_text(base);
+    EXPECT_EQ(text.rfind(std::string{name} + ": ", 0), 0u)
+      << name << "=" << value << ": " << text;
+    EXPECT_EQ(text.find("group."), std::string::npos) << text;
+    ::unsetenv(name);
+  }
   EXPECT_EQ(env_failure(valid()), "(valid)");
+}
+
+TEST_F(GroupConfigEnv, RangeErrorsStateTheRangeAndTheValueGiven) {
+  set("OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES", "0");
+  EXPECT_EQ(env_failure_text(valid()),
+            "OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES: must be an integer in "
+            "1..1024, got 0");
+  set("OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES", "4.5");
+  EXPECT_EQ(env_failure_text(valid()),
+            "OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES: must be an integer in "
+            "1..1024, got 4.5");
+  ::unsetenv("OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES");
+  set("OUTBOUND_GROUP_BATCH", "x");
+  EXPECT_EQ(env_failure_text(valid()),
+            "OUTBOUND_GROUP_BATCH: must be an integer in 1..128, got \"x\"");
+  ::unsetenv("OUTBOUND_GROUP_BATCH");
+  set("OUTBOUND_GROUP_LEASE_TTL", "1");
+  EXPECT_EQ(env_failure_text(valid()),
+            "OUTBOUND_GROUP_LEASE_TTL: must be >= 2 seconds (etcd's minimum "
+            "TTL), got 1");
+  ::unsetenv("OUTBOUND_GROUP_LEASE_TTL");
+  // A bad value the variables did not set keeps its field's name.
+  auto base = valid();
+  base.timing.batch = 0;
+  set("OUTBOUND_GROUP_LEASE_TTL", "6");
+  EXPECT_EQ(env_failure(base), "group.batch");
 }
 
 TEST(GroupConfig, TheStoreClientDefaultsToARenewIntervalDeadline) {
@@ -649,7 +702,7 @@ TEST_F(GroupConfigEnv, TlsVariablesSetTheStoreClientsFiles) {
   EXPECT_EQ(env_failure(base), "group.coordinator.client.tls.client_key_file");
   ::unsetenv("OUTBOUND_GROUP_CLIENT_CERT");
   set("OUTBOUND_GROUP_CA_FILE", "/nonexistent/ca.pem");
-  EXPECT_EQ(env_failure(base), "group.coordinator.client.tls.ca_file");
+  EXPECT_EQ(env_failure(base), "OUTBOUND_GROUP_CA_FILE");
   set("OUTBOUND_GROUP_CA_FILE", ca.path().c_str());
   base.coordinator.endpoint = "http://etcd-1:2379";
   EXPECT_EQ(env_failure(base), "group.coordinator.endpoint");
