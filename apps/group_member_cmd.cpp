@@ -254,20 +254,50 @@ void apply_flags(const group_member_options& o, group_config& g) {
     g.timing.min_members = static_cast<std::size_t>(o.min_members);
 }
 
-/// The group config: file, then environment, then flags; validated. The
-/// file is checked on its own (its errors name it), but may leave the
-/// names to the flags or the environment (one file for every member). The
-/// flags are applied before the environment too (group_config_from_env
-/// validates what it returns, and a name may come from a flag only), and
-/// again after it, so that they win.
+/// The fields (validate()'s names) the flags of `o` set.
+std::vector<std::string> flag_fields(const group_member_options& o) {
+  std::vector<std::string> out;
+  auto add = [&](bool given, const char* field) {
+    if (given)
+      out.emplace_back(field);
+  };
+  add(!o.group_name.empty(), "group.name");
+  add(!o.member_name.empty(), "group.member_name");
+  add(!o.coordinator.empty(), "group.coordinator.kind");
+  add(!o.endpoint.empty(), "group.coordinator.endpoint");
+  add(!o.key_prefix.empty(), "group.coordinator.prefix");
+  add(!o.etcd_tls.ca_file.empty(), "group.coordinator.client.tls.ca_file");
+  add(!o.etcd_tls.client_cert_file.empty(),
+      "group.coordinator.client.tls.client_cert_file");
+  add(!o.etcd_tls.client_key_file.empty(),
+      "group.coordinator.client.tls.client_key_file");
+  const auto unset = group_member_options::unset;
+  add(o.lease_ttl != unset, "group.lease_ttl");
+  add(o.renew_interval != unset, "group.renew_interval");
+  add(o.fence_margin != unset, "group.fence_margin");
+  add(o.poll_interval != unset, "group.poll_interval");
+  add(o.checkpoint_interval != unset, "group.checkpoint_interval");
+  add(o.initial_settle != unset, "group.initial_settle");
+  add(o.rebalance_delay != unset, "group.rebalance_delay");
+  add(o.min_members > 0, "group.min_members");
+  return out;
+}
+
+/// The group config: file, then environment, then flags; validated once
+/// all three are in, so that a flag overrides a bad variable. The file is
+/// checked on its own (its errors name it), but may leave the names to
+/// the flags or the environment (one file for every member). An error on a
+/// field a variable set (and no flag replaced) names the variable.
 group_config resolve_group(const group_member_options& o) {
   group_config g;
   if (!o.config_file.empty())
     g = load_group_config(o.config_file, group_names::optional);
+  auto env = read_group_env(std::move(g));
+  g = env.config;
   apply_flags(o, g);
-  g = group_config_from_env(g);
-  apply_flags(o, g);
-  g.validate();
+  for (const auto& f : flag_fields(o))
+    env.fields.erase(f);
+  env.validate(g);
   return g;
 }
 

@@ -99,8 +99,10 @@ double as_double(const boost::json::value& v, const std::string& field) {
 /// group_config_error) accepts: the JSON reader and the environment check
 /// it themselves, so that the error states the range and the value given.
 struct count_field {
-  /// The JSON key (field "group.<key>") and the environment variable.
+  /// The JSON key, validate()'s field name ("group.<key>") and the
+  /// environment variable.
   const char* key;
+  const char* field;
   const char* variable;
   std::size_t group_state_config::*member;
   std::size_t lo, hi;
@@ -109,14 +111,17 @@ struct count_field {
 constexpr std::size_t no_max = std::numeric_limits<std::size_t>::max();
 
 constexpr count_field count_fields[] = {
-  {"batch", "OUTBOUND_GROUP_BATCH", &group_state_config::batch, 1, 128},
-  {"min_members", "OUTBOUND_GROUP_MIN_MEMBERS",
+  {"batch", "group.batch", "OUTBOUND_GROUP_BATCH", &group_state_config::batch,
+   1, 128},
+  {"min_members", "group.min_members", "OUTBOUND_GROUP_MIN_MEMBERS",
    &group_state_config::min_members, 1, no_max},
-  {"max_starts_per_second", "OUTBOUND_GROUP_MAX_STARTS_PER_SECOND",
+  {"max_starts_per_second", "group.max_starts_per_second",
+   "OUTBOUND_GROUP_MAX_STARTS_PER_SECOND",
    &group_state_config::max_starts_per_second, 1, no_max},
-  {"max_feeds", "OUTBOUND_GROUP_MAX_FEEDS", &group_state_config::max_feeds, 1,
-   no_max},
-  {"max_inflight_batches", "OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES",
+  {"max_feeds", "group.max_feeds", "OUTBOUND_GROUP_MAX_FEEDS",
+   &group_state_config::max_feeds, 1, no_max},
+  {"max_inflight_batches", "group.max_inflight_batches",
+   "OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES",
    &group_state_config::max_inflight_batches, 1, 1024},
 };
 
@@ -477,12 +482,13 @@ void validate_group_feed_ids(const std::vector<std::string>& ids) {
   }
 }
 
-group_config group_config_from_env(group_config base) {
+group_env read_group_env(group_config base) {
+  group_env out;
   auto& t = base.timing;
   auto& k = base.coordinator;
   // The fields set here, by their validate() names: an error on one of
   // them names its variable and shows the value, wherever the check is.
-  std::map<std::string, std::pair<const char*, std::string>> from_env;
+  auto& from_env = out.fields;
   auto text = [&](const char* name, const char* field) -> const char* {
     auto v = env(name);
     if (v)
@@ -515,9 +521,9 @@ group_config group_config_from_env(group_config base) {
     if (auto v = text(name, field))
       *x = env_seconds(name, v);
   for (const auto& f : count_fields)
-    if (auto v = env(f.variable))
+    if (auto v = text(f.variable, f.field))
       t.*f.member = env_count(f, v);
-  if (auto v = env("OUTBOUND_GROUP_COORDINATOR"))
+  if (auto v = text("OUTBOUND_GROUP_COORDINATOR", "group.coordinator.kind"))
     k.kind = kind_of(v, "OUTBOUND_GROUP_COORDINATOR");
   const std::tuple<const char*, const char*, std::string*> store[] = {
     {"OUTBOUND_GROUP_ENDPOINT", "group.coordinator.endpoint", &k.endpoint},
@@ -534,18 +540,28 @@ group_config group_config_from_env(group_config base) {
   for (const auto& [name, field, x] : store)
     if (auto v = text(name, field))
       *x = v;
+  out.config = std::move(base);
+  return out;
+}
+
+void group_env::validate(const group_config& c) const {
   try {
-    base.validate();
+    c.validate();
   } catch (const config_error& e) {
-    auto i = from_env.find(e.field());
-    if (i == from_env.end())
+    auto i = fields.find(e.field());
+    if (i == fields.end())
       throw;
     std::string why = e.what();
     why = why.substr(std::min(why.size(), e.field().size() + 2));
     throw config_error(i->second.first,
                        why + ", got " + shown_env(i->second.second));
   }
-  return base;
+}
+
+group_config group_config_from_env(group_config base) {
+  auto e = read_group_env(std::move(base));
+  e.validate(e.config);
+  return std::move(e.config);
 }
 
 client_config store_client_config(const group_config& g) {

@@ -15,8 +15,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace outbound {
@@ -180,6 +182,28 @@ std::string quote_for_error(std::string_view s, std::size_t max = 40);
 /// fields names the field it reports (renew_interval <= lease_ttl / 3:
 /// renew_interval). Throws config_error.
 group_config group_config_from_env(group_config base = {});
+
+/// group_config_from_env in two steps, for a caller that applies another
+/// source over the variables before validating (`outbound group-member`'s
+/// flags, which override them): read_group_env applies the variables to
+/// `base` (a malformed value, or a count out of its range, throws
+/// config_error naming the variable), and validate() checks a config built
+/// on `config`, naming the variable for a field in `fields`.
+struct group_env {
+  /// `base` with every variable that is set applied.
+  group_config config;
+  /// Per field a variable set, by validate()'s name ("group.lease_ttl"):
+  /// the variable and its value. A caller whose own source replaced a
+  /// field removes it here, so that an error names that source's field.
+  std::map<std::string, std::pair<std::string, std::string>> fields;
+
+  /// c.validate(); an error on a field in `fields` is rethrown naming the
+  /// variable and showing its value. Throws config_error.
+  void validate(const group_config& c) const;
+};
+
+/// See group_env. Throws config_error.
+group_env read_group_env(group_config base = {});
 
 } // namespace config
 } // namespace outbound

@@ -644,6 +644,39 @@ TEST_F(GroupMemberCli, ConfigErrorsNameADirectoryAVariableAndAnIntegerRange) {
     << r.err;
 }
 
+TEST_F(GroupMemberCli, AFlagOverridesABadVariable) {
+  // Flags override the environment: a bad OUTBOUND_GROUP_LEASE_TTL that
+  // --lease-ttl replaces is no error; without the flag it is, named.
+  std::vector<std::string> args{"group-member",
+                                "--group",
+                                "flags",
+                                "--member",
+                                "m1",
+                                "--coordinator",
+                                "memory",
+                                "--feed-count",
+                                "1",
+                                "--initial-settle",
+                                "0.2",
+                                "--renew-interval",
+                                "1",
+                                "--fence-margin",
+                                "0.5",
+                                "--duration",
+                                "0.5"};
+  auto with_flag = args;
+  with_flag.insert(with_flag.end(), {"--lease-ttl", "3", hub_->base_url()});
+  auto r
+    = run_child(outbound_argv(with_flag), 20s, {"OUTBOUND_GROUP_LEASE_TTL=1"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  args.push_back(hub_->base_url());
+  r = run_child(outbound_argv(args), 20s, {"OUTBOUND_GROUP_LEASE_TTL=1"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("OUTBOUND_GROUP_LEASE_TTL: must be >= 2 seconds"),
+            std::string::npos)
+    << r.err;
+}
+
 TEST_F(GroupMemberCli, ABadFeedIdIsAConfigErrorShowingTheIdEscaped) {
   auto r
     = run_child(outbound_argv({"group-member", "--group", "ids",

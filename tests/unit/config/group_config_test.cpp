@@ -632,6 +632,33 @@ TEST_F(GroupConfigEnv, RangeErrorsStateTheRangeAndTheValueGiven) {
   EXPECT_EQ(env_failure(base), "group.batch");
 }
 
+TEST_F(GroupConfigEnv, ASourceOverTheVariablesIsValidatedAfterThem) {
+  // read_group_env, then a source that overrides (a flag), then validate.
+  set("OUTBOUND_GROUP_LEASE_TTL", "1");
+  auto e = read_group_env(valid());
+  EXPECT_DOUBLE_EQ(e.config.timing.lease_ttl, 1);
+  try {
+    e.validate(e.config);
+    ADD_FAILURE() << "no error";
+  } catch (const config_error& x) {
+    EXPECT_EQ(x.field(), "OUTBOUND_GROUP_LEASE_TTL");
+  }
+  auto c = e.config;
+  c.timing.lease_ttl = 6; // a flag's value replaces the variable's
+  EXPECT_NO_THROW(e.validate(c));
+  c.timing.lease_ttl = 1.5; // a bad flag: named by its field once erased
+  e.fields.erase("group.lease_ttl");
+  try {
+    e.validate(c);
+    ADD_FAILURE() << "no error";
+  } catch (const config_error& x) {
+    EXPECT_EQ(x.field(), "group.lease_ttl");
+  }
+  // A malformed variable fails as it is read.
+  set("OUTBOUND_GROUP_BATCH", "many");
+  EXPECT_THROW(read_group_env(valid()), config_error);
+}
+
 TEST(GroupConfig, TheStoreClientDefaultsToARenewIntervalDeadline) {
   group_config g;
   g.name = "billing";
