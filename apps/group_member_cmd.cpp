@@ -35,6 +35,7 @@
 #include <chrono>
 #include <csignal>
 #include <deque>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <ostream>
@@ -662,8 +663,17 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
       s.tie(was);
     }
   } untied{err, err.tie(nullptr)};
-  auto err_writer = std::make_shared<line_writer>(err);
-  auto out_writer = std::make_shared<line_writer>(out);
+  // The process's own streams are written with write(2) (nothing else
+  // writes to them meanwhile): a writer blocked on a pipe then holds no
+  // stdio lock that the exit's flush of std::cout would wait for.
+  auto writer_for = [](std::ostream& s, std::ostream& standard, int fd) {
+    if (&s != &standard)
+      return std::make_shared<line_writer>(s);
+    s.flush();
+    return std::make_shared<line_writer>(fd);
+  };
+  auto err_writer = writer_for(err, std::cerr, STDERR_FILENO);
+  auto out_writer = writer_for(out, std::cout, STDOUT_FILENO);
   try {
     if (!(opts.duration >= 0))
       throw usage_error("--duration must be >= 0");

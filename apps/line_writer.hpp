@@ -7,8 +7,8 @@
 // 3 x 2000 feeds a member lost its lease because its renewals waited behind
 // a blocked stdout write. Producers hand text to post(), which never waits;
 // the writer thread writes what is queued, in the order it was posted, and
-// flushes after each run of texts (one write(2) per run when the stream is
-// std::cout), so a line reaches the OS as soon as the thread gets to it:
+// flushes after each run of texts (one write(2) per run on a file
+// descriptor), so a line reaches the OS as soon as the thread gets to it:
 // within microseconds while the reader keeps up. A producer that must not
 // run ahead of the stream (a delivery that may be acknowledged only once
 // written, so that a crash loses no acknowledged line) passes a `written`
@@ -19,6 +19,7 @@
 //   post(text, written) ──► queue (FIFO) ──► thread: out << texts; flush
 //                                                     ──► written() each
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -31,6 +32,8 @@
 #include <thread>
 #include <utility>
 
+#include <unistd.h>
+
 namespace outbound::apps {
 
 /// Writes texts to one stream on a thread of its own, in order. Thread-safe.
@@ -38,9 +41,21 @@ class line_writer {
 public:
   /// Writes to `out` (not owned; it must outlive the thread, which close()
   /// may leave behind blocked in a write: give a stream that lives until
-  /// the process ends, such as std::cout, or one that does not block).
+  /// the process ends, or one that does not block).
   explicit line_writer(std::ostream& out) : s_(std::make_shared<state>()) {
     s_->out = &out;
+    thread_ = std::thread([s = s_] { run(*s); });
+  }
+
+  /// Writes to the file descriptor `fd` (not owned) with write(2), past
+  /// any stdio buffer: use it for the process's stdout and stderr
+  /// (STDOUT_FILENO, STDERR_FILENO; write nothing to std::cout or stdout
+  /// meanwhile). A thread blocked in write(2) holds no stdio lock, so the
+  /// process still exits (its final flush of stdout has nothing to wait
+  /// for) when close() gave up on a pipe nobody reads. A failed write
+  /// (EPIPE, EBADF) drops the rest of that run.
+  explicit line_writer(int fd) : s_(std::make_shared<state>()) {
+    s_->fd = fd;
     thread_ = std::thread([s = s_] { run(*s); });
   }
 
@@ -127,7 +142,25 @@ private:
     std::size_t queued = 0, writing = 0;
     bool closed = false;
     std::ostream* out = nullptr;
+    int fd = -1;
   };
+
+  /// Writes all of `text` to `fd`: false on an error.
+  static bool write_all(int fd, const std::string& text) {
+    const char* p = text.data();
+    std::size_t left = text.size();
+    while (left > 0) {
+      auto n = ::write(fd, p, left);
+      if (n < 0) {
+        if (errno == EINTR)
+          continue;
+        return false;
+      }
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+    return true;
+  }
 
   static void run(state& s) {
     std::unique_lock<std::mutex> lock{s.mu};
@@ -141,10 +174,20 @@ private:
       s.queued = 0;
       lock.unlock();
       // One flush per run: several texts become one write(2).
-      for (const auto& c : run)
-        s.out->write(c.text.data(),
-                     static_cast<std::streamsize>(c.text.size()));
-      s.out->flush();
+      if (s.out) {
+        for (const auto& c : run)
+          s.out->write(c.text.data(),
+                       static_cast<std::streamsize>(c.text.size()));
+        s.out->flush();
+      } else if (run.size() == 1) {
+        write_all(s.fd, run.front().text);
+      } else {
+        std::string all;
+        all.reserve(s.writing);
+        for (const auto& c : run)
+          all += c.text;
+        write_all(s.fd, all);
+      }
       for (auto& c : run)
         if (c.written)
           c.written();

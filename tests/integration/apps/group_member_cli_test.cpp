@@ -869,3 +869,69 @@ TEST_F(GroupMemberCli, AStdoutNobodyReadsHoldsDeliveriesBackNotTheLease) {
     EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end())) << feed;
   }
 }
+
+TEST_F(GroupMemberCli, AStdoutNeverReadDoesNotKeepTheMemberFromLeaving) {
+  // Nobody ever reads the member's stdout. SIGTERM still leaves the group
+  // cleanly (lease revoked) and the process ends: stdout gets 5 s to take
+  // the delivery lines, then the exit line says it did not
+  // (stdout_complete false); those lines were not acknowledged, so the
+  // feeds' next owner delivers them again.
+  temp_dir dir;
+  auto fifo = dir.file("out");
+  auto err_path = dir.file("err");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  int rfd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(rfd, 0) << std::strerror(errno);
+  ::fcntl(rfd, F_SETPIPE_SZ, 4096);
+  feeds_ = 6;
+  child_guard child;
+  child.pid = spawn_child(outbound_argv({"group-member",
+                                         "--group",
+                                         "neverread",
+                                         "--member",
+                                         "m1",
+                                         "--etcd",
+                                         etcd_->base_url(),
+                                         "--feed-count",
+                                         "6",
+                                         "--subject-prefix",
+                                         "feed-",
+                                         "--initial-settle",
+                                         "0.5",
+                                         "--lease-ttl",
+                                         "3",
+                                         "--renew-interval",
+                                         "1",
+                                         "--fence-margin",
+                                         "0.5",
+                                         "--checkpoint-interval",
+                                         "0.5",
+                                         "--poll-interval",
+                                         "0.25",
+                                         "--status-interval",
+                                         "0.5",
+                                         hub_->base_url()}),
+                          fifo, err_path);
+  bool owned = false;
+  for (int i = 0; i < 150 && !owned; ++i) {
+    auto st = last_line(file_text(err_path), "status");
+    owned = !st.empty() && st.at("owned").as_int64() == 6;
+    if (!owned)
+      std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(owned) << file_text(err_path);
+  publish(100);
+  std::this_thread::sleep_for(1s);
+  ::kill(child.pid, SIGTERM);
+  auto code = wait_child(child.pid, 30s);
+  ::close(rfd);
+  ASSERT_TRUE(code) << "the member did not end: " << file_text(err_path);
+  child.pid = -1;
+  auto err = file_text(err_path);
+  EXPECT_EQ(*code, 0) << err;
+  auto exit_line = last_line(err, "exit");
+  ASSERT_FALSE(exit_line.empty()) << err;
+  EXPECT_EQ(str_of(exit_line, "outcome"), "left");
+  EXPECT_FALSE(exit_line.at("stdout_complete").as_bool());
+  EXPECT_EQ(exit_line.at("unreleased").as_int64(), 0);
+}

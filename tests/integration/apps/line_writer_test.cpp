@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -173,4 +175,30 @@ TEST(LineWriter, CloseGivesUpOnAStuckStreamWithinItsBound) {
   w.reset(); // a closed writer's destructor does not wait again
   buf.release();
   ASSERT_TRUE(eventually([&] { return buf.text() == "stuck\n"; }));
+}
+
+TEST(LineWriter, AFileDescriptorGetsEveryTextInOrder) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  std::string got;
+  std::thread reader([&] {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fds[0], buf, sizeof(buf))) > 0)
+      got.append(buf, static_cast<std::size_t>(n));
+  });
+  std::string want;
+  {
+    line_writer w{fds[1]};
+    for (int i = 0; i < 5000; ++i) {
+      auto line = std::to_string(i) + " " + std::string(40, 'x') + "\n";
+      want += line;
+      w.post(line);
+    }
+    EXPECT_TRUE(w.close(10s));
+  }
+  ::close(fds[1]);
+  reader.join();
+  ::close(fds[0]);
+  EXPECT_EQ(got, want);
 }
