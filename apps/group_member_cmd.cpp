@@ -1,6 +1,7 @@
 #include "apps/group_member_cmd.hpp"
 
 #include "apps/failure_throttle.hpp"
+#include "apps/line_writer.hpp"
 #include "apps/request_cmd.hpp"
 
 #include "actors/client/service_client.hpp"
@@ -27,10 +28,15 @@
 #include <caf/actor_system.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <csignal>
+#include <deque>
+#include <iostream>
+#include <map>
 #include <mutex>
 #include <ostream>
 #include <set>
@@ -61,14 +67,20 @@ int64_t mono_ns() {
     .count();
 }
 
-/// The delivery lines, written and flushed one by one under a lock (the
-/// watchers' callback helpers run on several threads).
-struct delivery_sink {
-  std::mutex mu;
-  std::ostream* out = nullptr;
-  bool quiet = false;
-  uint64_t events = 0, resets = 0;
+/// What the delivery actor counts, read by the exit line.
+struct delivery_counts {
+  std::atomic<uint64_t> events{0}, resets{0};
+  /// No more lines (the exit line is out, or --quiet).
+  std::atomic<bool> quiet{false};
 };
+
+/// Bytes of delivery lines handed to the stdout writer and not yet written
+/// above which the delivery actor holds further batches back (their
+/// watchers wait for the acknowledgement).
+constexpr std::size_t max_unwritten_delivery_bytes = 256 * 1024;
+
+/// How long the exit waits for stdout to take the last delivery lines.
+constexpr auto stdout_drain_bound = std::chrono::seconds(5);
 
 /// How long a repeated failure cause stays quiet after its line (as
 /// `outbound watch`).
@@ -97,7 +109,8 @@ void release_free_heap() {
 /// failures from their own threads.
 struct stderr_lines {
   std::mutex mu;
-  std::ostream* err = nullptr;
+  /// The stderr writer: a blocked stderr holds up no thread that prints.
+  std::shared_ptr<line_writer> err;
   std::vector<std::string> secrets;
   failure_throttle throttle{failure_repeat_after};
   /// Failures the watchers reported (hub_failures) and the newest one.
@@ -112,8 +125,7 @@ struct stderr_lines {
   /// quote (a store or hub answer's bytes, an error text clipped inside a
   /// character): JSON text is UTF-8 (RFC 8259 section 8.1).
   void print(const boost::json::object& o) {
-    *err << valid_utf8(redact(boost::json::serialize(o), secrets)) << '\n'
-         << std::flush;
+    err->post(valid_utf8(redact(boost::json::serialize(o), secrets)) + '\n');
   }
 };
 
@@ -243,20 +255,50 @@ void apply_flags(const group_member_options& o, group_config& g) {
     g.timing.min_members = static_cast<std::size_t>(o.min_members);
 }
 
-/// The group config: file, then environment, then flags; validated. The
-/// file is checked on its own (its errors name it), but may leave the
-/// names to the flags or the environment (one file for every member). The
-/// flags are applied before the environment too (group_config_from_env
-/// validates what it returns, and a name may come from a flag only), and
-/// again after it, so that they win.
+/// The fields (validate()'s names) the flags of `o` set.
+std::vector<std::string> flag_fields(const group_member_options& o) {
+  std::vector<std::string> out;
+  auto add = [&](bool given, const char* field) {
+    if (given)
+      out.emplace_back(field);
+  };
+  add(!o.group_name.empty(), "group.name");
+  add(!o.member_name.empty(), "group.member_name");
+  add(!o.coordinator.empty(), "group.coordinator.kind");
+  add(!o.endpoint.empty(), "group.coordinator.endpoint");
+  add(!o.key_prefix.empty(), "group.coordinator.prefix");
+  add(!o.etcd_tls.ca_file.empty(), "group.coordinator.client.tls.ca_file");
+  add(!o.etcd_tls.client_cert_file.empty(),
+      "group.coordinator.client.tls.client_cert_file");
+  add(!o.etcd_tls.client_key_file.empty(),
+      "group.coordinator.client.tls.client_key_file");
+  const auto unset = group_member_options::unset;
+  add(o.lease_ttl != unset, "group.lease_ttl");
+  add(o.renew_interval != unset, "group.renew_interval");
+  add(o.fence_margin != unset, "group.fence_margin");
+  add(o.poll_interval != unset, "group.poll_interval");
+  add(o.checkpoint_interval != unset, "group.checkpoint_interval");
+  add(o.initial_settle != unset, "group.initial_settle");
+  add(o.rebalance_delay != unset, "group.rebalance_delay");
+  add(o.min_members > 0, "group.min_members");
+  return out;
+}
+
+/// The group config: file, then environment, then flags; validated once
+/// all three are in, so that a flag overrides a bad variable. The file is
+/// checked on its own (its errors name it), but may leave the names to
+/// the flags or the environment (one file for every member). An error on a
+/// field a variable set (and no flag replaced) names the variable.
 group_config resolve_group(const group_member_options& o) {
   group_config g;
   if (!o.config_file.empty())
     g = load_group_config(o.config_file, group_names::optional);
+  auto env = read_group_env(std::move(g));
+  g = env.config;
   apply_flags(o, g);
-  g = group_config_from_env(g);
-  apply_flags(o, g);
-  g.validate();
+  for (const auto& f : flag_fields(o))
+    env.fields.erase(f);
+  env.validate(g);
   return g;
 }
 
@@ -371,43 +413,125 @@ std::optional<call_error> probe_hub(caf::actor_system& sys,
   return out;
 }
 
-void print_to(const std::shared_ptr<delivery_sink>& sink, feed_callbacks& cbs) {
-  // Many feeds with quick callbacks: scheduled helpers, not one thread
-  // each.
-  cbs.detached = false;
-  cbs.on_event = [sink](const feed_event& e) {
-    std::lock_guard<std::mutex> lock{sink->mu};
-    ++sink->events;
-    if (sink->quiet)
-      return;
-    boost::json::object o;
-    o["type"] = "event";
-    o["t"] = mono_ns();
-    o["feed"] = e.feed_id;
-    o["token"] = e.owner_token;
-    o["id"] = e.id ? boost::json::value(*e.id) : boost::json::value(nullptr);
-    if (auto* ev = e.event.if_object())
-      if (auto* sub = ev->if_contains("subject"))
-        o["subject"] = *sub;
-    *sink->out << boost::json::serialize(o) << '\n' << std::flush;
+std::string event_line(const feed_event& e) {
+  boost::json::object o;
+  o["type"] = "event";
+  o["t"] = mono_ns();
+  o["feed"] = e.feed_id;
+  o["token"] = e.owner_token;
+  o["id"] = e.id ? boost::json::value(*e.id) : boost::json::value(nullptr);
+  if (auto* ev = e.event.if_object())
+    if (auto* sub = ev->if_contains("subject"))
+      o["subject"] = *sub;
+  return boost::json::serialize(o) + '\n';
+}
+
+std::string reset_line(const feed_reset& r) {
+  boost::json::object o;
+  o["type"] = "reset";
+  o["t"] = mono_ns();
+  o["feed"] = r.feed_id;
+  o["token"] = r.owner_token;
+  o["cause"] = to_string(r.cause);
+  auto opt = [](const std::optional<int64_t>& v) {
+    return v ? boost::json::value(*v) : boost::json::value(nullptr);
   };
-  cbs.on_reset = [sink](const feed_reset& r) {
-    std::lock_guard<std::mutex> lock{sink->mu};
-    ++sink->resets;
-    if (sink->quiet)
-      return;
-    boost::json::object o;
-    o["type"] = "reset";
-    o["t"] = mono_ns();
-    o["feed"] = r.feed_id;
-    o["token"] = r.owner_token;
-    o["cause"] = to_string(r.cause);
-    auto opt = [](const std::optional<int64_t>& v) {
-      return v ? boost::json::value(*v) : boost::json::value(nullptr);
-    };
-    o["lost_from"] = opt(r.lost_from);
-    o["lost_to"] = opt(r.lost_to);
-    *sink->out << boost::json::serialize(o) << '\n' << std::flush;
+  o["lost_from"] = opt(r.lost_from);
+  o["lost_to"] = opt(r.lost_to);
+  return boost::json::serialize(o) + '\n';
+}
+
+/// The delivery target of every watcher of the member: a batch subscriber
+/// whose lines go to the stdout writer (never written on an actor's
+/// thread), with the private message `(ack_atom, n)`: the writer wrote
+/// the n-th text.
+using delivery_actor
+  = feed_batch_subscriber_actor::extend<caf::reacts_to<ack_atom, uint64_t>>;
+
+struct delivery_state {
+  std::shared_ptr<line_writer> out;
+  std::shared_ptr<delivery_counts> counts;
+  /// A delivery not yet handed to the writer (the writer has
+  /// max_unwritten_delivery_bytes already), in arrival order.
+  struct delivery {
+    /// Its lines, formatted as it arrived ("t": when the watcher handed it
+    /// over, as a callback's would be).
+    std::string text;
+    caf::typed_response_promise<feed_batch_ack> batch_rp;
+    caf::typed_response_promise<ack_atom> reset_rp;
+  };
+  std::deque<delivery> waiting;
+  /// Texts handed to the writer, by number: answered once written.
+  std::map<uint64_t, delivery> posted;
+  uint64_t last = 0;
+
+  static inline const char* name = "outbound.group_member.delivery";
+};
+
+/// Hands waiting deliveries to the writer, oldest first, while it has room.
+void pump(delivery_actor::stateful_pointer<delivery_state> self) {
+  auto& st = self->state;
+  while (!st.waiting.empty()
+         && st.out->queued() < max_unwritten_delivery_bytes) {
+    auto w = std::move(st.waiting.front());
+    st.waiting.pop_front();
+    auto text = std::move(w.text);
+    auto n = ++st.last;
+    st.posted.emplace(n, std::move(w));
+    auto me = caf::actor_cast<caf::weak_actor_ptr>(self);
+    st.out->post(std::move(text), [me, n] {
+      if (auto p = me.lock())
+        caf::anon_send(caf::actor_cast<delivery_actor>(p), ack_atom_v, n);
+    });
+  }
+}
+
+delivery_actor::behavior_type
+delivery_impl(delivery_actor::stateful_pointer<delivery_state> self,
+              std::shared_ptr<line_writer> out,
+              std::shared_ptr<delivery_counts> counts) {
+  self->state.out = std::move(out);
+  self->state.counts = std::move(counts);
+  return {
+    [self](feed_event_batch& b) -> caf::result<feed_batch_ack> {
+      auto& st = self->state;
+      st.counts->events += b.events.size();
+      if (st.counts->quiet)
+        return feed_batch_ack{};
+      delivery_state::delivery w;
+      for (const auto& e : b.events)
+        w.text += event_line(e);
+      w.batch_rp = self->make_response_promise<feed_batch_ack>();
+      auto rp = w.batch_rp;
+      st.waiting.push_back(std::move(w));
+      pump(self);
+      return rp;
+    },
+    [self](feed_reset& r) -> caf::result<ack_atom> {
+      auto& st = self->state;
+      ++st.counts->resets;
+      if (st.counts->quiet)
+        return ack_atom_v;
+      delivery_state::delivery w;
+      w.text = reset_line(r);
+      w.reset_rp = self->make_response_promise<ack_atom>();
+      auto rp = w.reset_rp;
+      st.waiting.push_back(std::move(w));
+      pump(self);
+      return rp;
+    },
+    [self](ack_atom, uint64_t n) {
+      auto& st = self->state;
+      auto i = st.posted.find(n);
+      if (i == st.posted.end())
+        return;
+      if (i->second.batch_rp.pending())
+        i->second.batch_rp.deliver(feed_batch_ack{});
+      if (i->second.reset_rp.pending())
+        i->second.reset_rp.deliver(ack_atom_v);
+      st.posted.erase(i);
+      pump(self);
+    },
   };
 }
 
@@ -442,7 +566,10 @@ CLI::App* add_group_member_command(CLI::App& app, group_member_options& o) {
     "Output: {\"type\":\"event\",\"t\",\"feed\",\"token\",\"id\",\"subject\"} "
     "or "
     "{\"type\":\"reset\",\"feed\",\"token\",\"cause\",...} per line on "
-    "stdout, flushed as delivered; a {\"type\":\"status\",...} line on "
+    "stdout, written by a writer thread as delivered (a feed's next "
+    "delivery waits until its lines are written: a stdout that is not read "
+    "holds deliveries back, never the lease renewals); a "
+    "{\"type\":\"status\",...} line on "
     "stderr every --status-interval seconds and on exit.\nSIGTERM/SIGINT "
     "(or --duration): graceful leave (final checkpoints, releases, lease "
     "revoked).\nBefore joining, one replay GET probes the hub; if it fails, "
@@ -525,6 +652,28 @@ CLI::App* add_group_member_command(CLI::App& app, group_member_options& o) {
 int run_group_member(caf::actor_system& sys, const group_member_options& opts,
                      std::ostream& out, std::ostream& err) {
   std::vector<std::string> secrets{opts.cfg.token};
+  // Every line goes through a writer thread per stream: no actor's thread
+  // ever waits for a pipe (line_writer.hpp). std::cerr is tied to
+  // std::cout (every write to it flushes std::cout first): untied, or the
+  // stderr writer would wait for a stdout nobody reads.
+  struct untie {
+    std::ostream& s;
+    std::ostream* was;
+    ~untie() {
+      s.tie(was);
+    }
+  } untied{err, err.tie(nullptr)};
+  // The process's own streams are written with write(2) (nothing else
+  // writes to them meanwhile): a writer blocked on a pipe then holds no
+  // stdio lock that the exit's flush of std::cout would wait for.
+  auto writer_for = [](std::ostream& s, std::ostream& standard, int fd) {
+    if (&s != &standard)
+      return std::make_shared<line_writer>(s);
+    s.flush();
+    return std::make_shared<line_writer>(fd);
+  };
+  auto err_writer = writer_for(err, std::cerr, STDERR_FILENO);
+  auto out_writer = writer_for(out, std::cout, STDOUT_FILENO);
   try {
     if (!(opts.duration >= 0))
       throw usage_error("--duration must be >= 0");
@@ -550,7 +699,7 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
       fo.connector = make_ws_connector(io, std::move(tls));
     }
     auto lines = std::make_shared<stderr_lines>();
-    lines->err = &err;
+    lines->err = err_writer;
     lines->secrets = secrets;
     // A member that cannot reach the hub would take its share of the
     // feeds from members that can, and deliver nothing: probe before
@@ -603,10 +752,13 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
       std::lock_guard<std::mutex> lock{lines->mu};
       lines->print(m);
     }
-    auto sink = std::make_shared<delivery_sink>();
-    sink->out = &out;
-    sink->quiet = opts.quiet;
-    print_to(sink, fo.callbacks);
+    // One delivery actor for every watcher: it answers a batch once its
+    // lines are written, so a watcher's cursor (and so its checkpoints)
+    // never runs ahead of stdout, and a crash loses no acknowledged line.
+    auto counts = std::make_shared<delivery_counts>();
+    counts->quiet = opts.quiet;
+    auto delivery = sys.spawn(delivery_impl, out_writer, counts);
+    fo.batch_subscriber = delivery;
     // Each watcher reports its failures (the hub's side) to the stderr
     // lines. The hook takes over spawn_feed_group's checks of the watcher
     // ports, which are all set above.
@@ -680,16 +832,19 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
       outcome = "left_unclean";
       code = unclean_leave_exit_code;
     }
+    // The delivery lines before the exit line: stdout takes what was
+    // handed to it, within a bound (a stdout nobody reads does not keep
+    // the process; a line not written was not acknowledged, so the feed's
+    // next owner delivers it again).
+    counts->quiet = true;
+    bool stdout_complete = out_writer->close(stdout_drain_bound);
     {
       std::lock_guard<std::mutex> lock{lines->mu};
       auto st = final ? status_json(*final, *lines) : boost::json::object{};
       st["type"] = "exit";
-      {
-        std::lock_guard<std::mutex> dl{sink->mu};
-        st["events"] = sink->events;
-        st["resets"] = sink->resets;
-        sink->quiet = true;
-      }
+      st["events"] = counts->events.load();
+      st["resets"] = counts->resets.load();
+      st["stdout_complete"] = stdout_complete;
       st["left"] = final && final->phase == group_phase::left;
       st["outcome"] = outcome;
       st["failures_suppressed"] = lines->throttle.suppressed();
@@ -698,17 +853,24 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
     }
     end_actors(sys, {caf::actor_cast<caf::actor>(member),
                      caf::actor_cast<caf::actor>(feed_client),
-                     caf::actor_cast<caf::actor>(store)});
+                     caf::actor_cast<caf::actor>(store),
+                     caf::actor_cast<caf::actor>(delivery)});
+    err_writer->close(stdout_drain_bound);
     return code;
   } catch (const config_error& e) {
-    err << redact(usage_error_json("config_error", e.what()), secrets) << '\n';
+    err_writer->post(redact(usage_error_json("config_error", e.what()), secrets)
+                     + '\n');
+    err_writer->close(stdout_drain_bound);
     return usage_exit_code;
   } catch (const usage_error& e) {
-    err << redact(usage_error_json("usage_error", e.what()), secrets) << '\n';
+    err_writer->post(redact(usage_error_json("usage_error", e.what()), secrets)
+                     + '\n');
+    err_writer->close(stdout_drain_bound);
     return usage_exit_code;
   } catch (const std::exception& e) {
-    err << redact(usage_error_json("internal_error", e.what()), secrets)
-        << '\n';
+    err_writer->post(
+      redact(usage_error_json("internal_error", e.what()), secrets) + '\n');
+    err_writer->close(stdout_drain_bound);
     return internal_exit_code;
   }
 }

@@ -4,13 +4,18 @@
 // (actors/group/feed_group.hpp). The member joins the group in its store
 // (etcd, or memory for a single-process trial), owns its share of a static
 // feed set by rendezvous hashing, and runs a ledger feed watcher per owned
-// feed against the hub. Every delivery is one JSON line on stdout, written
-// and flushed as it happens (`{"type":"event","t","feed","token","id",
-// "subject"}` or `{"type":"reset","t","feed","token","cause",...}`; `t` is
-// CLOCK_MONOTONIC in ns, comparable across the processes of a machine), so
-// that a crash loses no line of what was delivered; a status line goes to
-// stderr every --status-interval seconds and on exit. SIGTERM or SIGINT leaves
-// the group gracefully (final checkpoints, releases, lease revoked).
+// feed against the hub. Every delivery is one JSON line on stdout
+// (`{"type":"event","t","feed","token","id","subject"}` or
+// `{"type":"reset","t","feed","token","cause",...}`; `t` is CLOCK_MONOTONIC
+// in ns when the watcher handed the delivery over, comparable across the
+// processes of a machine); a status line goes to stderr every
+// --status-interval seconds and on exit. No actor writes output: each
+// stream has a writer thread (apps/line_writer.hpp) that writes lines in
+// order and flushes after each run, and a watcher's batch is acknowledged
+// only once its lines were written, so a crash loses no acknowledged line
+// and a stdout nobody reads holds back deliveries (each feed waits for its
+// lines; nothing is dropped), never the lease renewals. SIGTERM or SIGINT
+// leaves the group gracefully (final checkpoints, releases, lease revoked).
 //
 // Failing loudly: before joining, one replay GET probes the hub (a member
 // that cannot reach it would take its share of the feeds from members that
@@ -119,7 +124,10 @@ constexpr int unclean_leave_exit_code = 10;
 /// "members","owned","desired","running","claims_won",...,"joined",
 /// "store_errors","last_store_error","hub_failures","last_hub_failure"}`),
 /// failure lines and the exit line (the status plus "outcome": "left",
-/// "left_unclean", "never_joined" or "no_answer") to `err`.
+/// "left_unclean", "never_joined" or "no_answer", and "stdout_complete":
+/// whether `out` took every delivery line within 5 s of the leave) to
+/// `err`. `err` is untied from its stream for the run (std::cerr would
+/// flush std::cout before each line).
 /// Returns 0 after a clean leave; 2 on a usage or config error (the line
 /// names the field, and the file for --config); 3 to 7 when the hub probe
 /// failed (exit_code() of its error kind: 3 auth, 4 request, 5 server, 6

@@ -11,12 +11,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 namespace outbound {
 inline namespace config {
@@ -93,30 +95,86 @@ double as_double(const boost::json::value& v, const std::string& field) {
   throw config_error(field, "must be a number");
 }
 
-/// An integer in [0, hi] (a double with an integral value is accepted); the
-/// range of the field itself is validate()'s.
-uint64_t as_count(const boost::json::value& v, uint64_t hi,
-                  const std::string& field) {
-  auto bad = [&] {
-    return config_error(field, "must be an integer between 0 and "
-                                 + std::to_string(hi));
+/// A count of group_state_config with the range validate() (its
+/// group_config_error) accepts: the JSON reader and the environment check
+/// it themselves, so that the error states the range and the value given.
+struct count_field {
+  /// The JSON key, validate()'s field name ("group.<key>") and the
+  /// environment variable.
+  const char* key;
+  const char* field;
+  const char* variable;
+  std::size_t group_state_config::*member;
+  std::size_t lo, hi;
+};
+
+constexpr std::size_t no_max = std::numeric_limits<std::size_t>::max();
+
+constexpr count_field count_fields[] = {
+  {"batch", "group.batch", "OUTBOUND_GROUP_BATCH", &group_state_config::batch,
+   1, 128},
+  {"min_members", "group.min_members", "OUTBOUND_GROUP_MIN_MEMBERS",
+   &group_state_config::min_members, 1, no_max},
+  {"max_starts_per_second", "group.max_starts_per_second",
+   "OUTBOUND_GROUP_MAX_STARTS_PER_SECOND",
+   &group_state_config::max_starts_per_second, 1, no_max},
+  {"max_feeds", "group.max_feeds", "OUTBOUND_GROUP_MAX_FEEDS",
+   &group_state_config::max_feeds, 1, no_max},
+  {"max_inflight_batches", "group.max_inflight_batches",
+   "OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES",
+   &group_state_config::max_inflight_batches, 1, 1024},
+};
+
+/// "must be an integer in 1..1024", or without a bound of its own
+/// "must be an integer >= 1 (at most 2^64 - 1)".
+std::string count_range(const count_field& f) {
+  if (f.hi == no_max)
+    return "must be an integer >= " + std::to_string(f.lo)
+           + " (at most 2^64 - 1)";
+  return "must be an integer in " + std::to_string(f.lo) + ".."
+         + std::to_string(f.hi);
+}
+
+/// A JSON value as an error text shows it: numbers as written in short
+/// form (4.5, 1e+30), strings quoted, other kinds by name.
+std::string shown(const boost::json::value& v) {
+  char buf[32];
+  switch (v.kind()) {
+    case boost::json::kind::int64: return std::to_string(v.get_int64());
+    case boost::json::kind::uint64: return std::to_string(v.get_uint64());
+    case boost::json::kind::double_:
+      std::snprintf(buf, sizeof(buf), "%.15g", v.get_double());
+      return buf;
+    case boost::json::kind::string: return quote_for_error(v.get_string());
+    case boost::json::kind::bool_: return v.get_bool() ? "true" : "false";
+    case boost::json::kind::null: return "null";
+    case boost::json::kind::array: return "an array";
+    case boost::json::kind::object: return "an object";
+  }
+  return "?";
+}
+
+/// The count `v` of field `f` (a double with an integral value is
+/// accepted): an integer in [f.lo, f.hi], else a config_error naming
+/// `field` with the range and the value.
+std::size_t as_count(const boost::json::value& v, const count_field& f,
+                     const std::string& field) {
+  auto in = [&](auto x) {
+    return x >= f.lo && x <= f.hi;
   };
-  if (v.is_int64()) {
-    auto i = v.get_int64();
-    if (i < 0 || static_cast<uint64_t>(i) > hi)
-      throw bad();
-    return static_cast<uint64_t>(i);
+  if (v.is_int64() && v.get_int64() >= 0
+      && in(static_cast<uint64_t>(v.get_int64())))
+    return static_cast<std::size_t>(v.get_int64());
+  if (v.is_uint64() && in(v.get_uint64()))
+    return static_cast<std::size_t>(v.get_uint64());
+  if (v.is_double()) {
+    auto d = v.get_double();
+    // 2^64 and beyond do not fit (no_max converts to 2^64 as a double).
+    if (std::isfinite(d) && d == std::floor(d) && d >= static_cast<double>(f.lo)
+        && d < 0x1p64 && d <= static_cast<double>(f.hi))
+      return static_cast<std::size_t>(d);
   }
-  if (v.is_uint64()) {
-    if (v.get_uint64() > hi)
-      throw bad();
-    return v.get_uint64();
-  }
-  auto d = as_double(v, field);
-  if (!(std::isfinite(d) && d == std::floor(d) && d >= 0
-        && d <= static_cast<double>(hi)))
-    throw bad();
-  return static_cast<uint64_t>(d);
+  throw config_error(field, count_range(f) + ", got " + shown(v));
 }
 
 std::string as_string(const boost::json::value& v, const std::string& field) {
@@ -148,10 +206,9 @@ reader dbl(double& x) {
   };
 }
 
-reader count(std::size_t& x) {
-  return [&x](const boost::json::value& v, const std::string& f) {
-    x = static_cast<std::size_t>(
-      as_count(v, std::numeric_limits<std::size_t>::max(), f));
+reader count(group_state_config& t, const count_field& c) {
+  return [&t, &c](const boost::json::value& v, const std::string& f) {
+    t.*c.member = as_count(v, c, f);
   };
 }
 
@@ -195,13 +252,25 @@ double env_seconds(const char* name, const char* text) {
   return x;
 }
 
-std::size_t env_count(const char* name, const char* text) {
+/// The value of a variable as an error text shows it: a number as it is,
+/// anything else quoted.
+std::string shown_env(std::string_view s) {
+  double x = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+  if (!s.empty() && ec == std::errc{} && end == s.data() + s.size())
+    return std::string{s};
+  return quote_for_error(s);
+}
+
+/// The count in variable `f.variable` (`text`): a decimal integer in
+/// [f.lo, f.hi], else a config_error naming the variable.
+std::size_t env_count(const count_field& f, const char* text) {
   std::string_view s{text};
   std::size_t x = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
-  if (s.empty() || ec != std::errc{} || end != s.data() + s.size())
-    throw config_error(name, "must be a non-negative integer, got \""
-                               + std::string{s} + "\"");
+  if (s.empty() || ec != std::errc{} || end != s.data() + s.size() || x < f.lo
+      || x > f.hi)
+    throw config_error(f.variable, count_range(f) + ", got " + shown_env(s));
   return x;
 }
 
@@ -269,6 +338,10 @@ group_config parse_group_config(std::string_view json_text, group_names names) {
        || parsed.error == json_parse_error::inexact_integer)
       && !parsed.field.empty()) {
     auto why = parsed.detail.substr(0, parsed.detail.rfind(" at "));
+    for (const auto& f : count_fields)
+      if (parsed.field == f.key)
+        throw config_error("group." + parsed.field,
+                           count_range(f) + " (" + why + ")");
     throw config_error("group." + parsed.field, why);
   }
   if (!parsed)
@@ -286,13 +359,13 @@ group_config parse_group_config(std::string_view json_text, group_names names) {
      {"poll_interval", dbl(t.poll_interval)},
      {"reconcile_interval", dbl(t.reconcile_interval)},
      {"checkpoint_interval", dbl(t.checkpoint_interval)},
-     {"batch", count(t.batch)},
+     {"batch", count(t, count_fields[0])},
      {"initial_settle", dbl(t.initial_settle)},
-     {"min_members", count(t.min_members)},
+     {"min_members", count(t, count_fields[1])},
      {"rebalance_delay", dbl(t.rebalance_delay)},
-     {"max_starts_per_second", count(t.max_starts_per_second)},
-     {"max_feeds", count(t.max_feeds)},
-     {"max_inflight_batches", count(t.max_inflight_batches)},
+     {"max_starts_per_second", count(t, count_fields[2])},
+     {"max_feeds", count(t, count_fields[3])},
+     {"max_inflight_batches", count(t, count_fields[4])},
      {"coordinator", [&k](const boost::json::value& x, const std::string& f) {
         read_object(
           x, f,
@@ -327,6 +400,11 @@ config_file_error::config_file_error(std::string file, const config_error& e)
 }
 
 group_config load_group_config(const std::string& path, group_names names) {
+  // A directory opens as a stream on Linux and fails only on reading,
+  // with a text that does not say why.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw config_file_error(path, config_error("group", "is a directory"));
   errno = 0;
   std::ifstream in{path, std::ios::binary};
   if (!in) {
@@ -404,50 +482,86 @@ void validate_group_feed_ids(const std::vector<std::string>& ids) {
   }
 }
 
-group_config group_config_from_env(group_config base) {
+group_env read_group_env(group_config base) {
+  group_env out;
   auto& t = base.timing;
   auto& k = base.coordinator;
-  if (auto v = env("OUTBOUND_GROUP_NAME"))
-    base.name = v;
-  if (auto v = env("OUTBOUND_GROUP_MEMBER_NAME"))
-    base.member_name = v;
-  const std::pair<const char*, double*> seconds[] = {
-    {"OUTBOUND_GROUP_LEASE_TTL", &t.lease_ttl},
-    {"OUTBOUND_GROUP_RENEW_INTERVAL", &t.renew_interval},
-    {"OUTBOUND_GROUP_FENCE_MARGIN", &t.fence_margin},
-    {"OUTBOUND_GROUP_POLL_INTERVAL", &t.poll_interval},
-    {"OUTBOUND_GROUP_RECONCILE_INTERVAL", &t.reconcile_interval},
-    {"OUTBOUND_GROUP_CHECKPOINT_INTERVAL", &t.checkpoint_interval},
-    {"OUTBOUND_GROUP_INITIAL_SETTLE", &t.initial_settle},
-    {"OUTBOUND_GROUP_REBALANCE_DELAY", &t.rebalance_delay},
+  // The fields set here, by their validate() names: an error on one of
+  // them names its variable and shows the value, wherever the check is.
+  auto& from_env = out.fields;
+  auto text = [&](const char* name, const char* field) -> const char* {
+    auto v = env(name);
+    if (v)
+      from_env[field] = {name, v};
+    return v;
   };
-  for (const auto& [name, field] : seconds)
-    if (auto v = env(name))
-      *field = env_seconds(name, v);
-  const std::pair<const char*, std::size_t*> counts[] = {
-    {"OUTBOUND_GROUP_BATCH", &t.batch},
-    {"OUTBOUND_GROUP_MIN_MEMBERS", &t.min_members},
-    {"OUTBOUND_GROUP_MAX_STARTS_PER_SECOND", &t.max_starts_per_second},
-    {"OUTBOUND_GROUP_MAX_FEEDS", &t.max_feeds},
-    {"OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES", &t.max_inflight_batches},
+  const std::tuple<const char*, const char*, std::string*> names[] = {
+    {"OUTBOUND_GROUP_NAME", "group.name", &base.name},
+    {"OUTBOUND_GROUP_MEMBER_NAME", "group.member_name", &base.member_name},
   };
-  for (const auto& [name, field] : counts)
-    if (auto v = env(name))
-      *field = env_count(name, v);
-  if (auto v = env("OUTBOUND_GROUP_COORDINATOR"))
+  for (const auto& [name, field, x] : names)
+    if (auto v = text(name, field))
+      *x = v;
+  const std::tuple<const char*, const char*, double*> seconds[] = {
+    {"OUTBOUND_GROUP_LEASE_TTL", "group.lease_ttl", &t.lease_ttl},
+    {"OUTBOUND_GROUP_RENEW_INTERVAL", "group.renew_interval",
+     &t.renew_interval},
+    {"OUTBOUND_GROUP_FENCE_MARGIN", "group.fence_margin", &t.fence_margin},
+    {"OUTBOUND_GROUP_POLL_INTERVAL", "group.poll_interval", &t.poll_interval},
+    {"OUTBOUND_GROUP_RECONCILE_INTERVAL", "group.reconcile_interval",
+     &t.reconcile_interval},
+    {"OUTBOUND_GROUP_CHECKPOINT_INTERVAL", "group.checkpoint_interval",
+     &t.checkpoint_interval},
+    {"OUTBOUND_GROUP_INITIAL_SETTLE", "group.initial_settle",
+     &t.initial_settle},
+    {"OUTBOUND_GROUP_REBALANCE_DELAY", "group.rebalance_delay",
+     &t.rebalance_delay},
+  };
+  for (const auto& [name, field, x] : seconds)
+    if (auto v = text(name, field))
+      *x = env_seconds(name, v);
+  for (const auto& f : count_fields)
+    if (auto v = text(f.variable, f.field))
+      t.*f.member = env_count(f, v);
+  if (auto v = text("OUTBOUND_GROUP_COORDINATOR", "group.coordinator.kind"))
     k.kind = kind_of(v, "OUTBOUND_GROUP_COORDINATOR");
-  if (auto v = env("OUTBOUND_GROUP_ENDPOINT"))
-    k.endpoint = v;
-  if (auto v = env("OUTBOUND_GROUP_PREFIX"))
-    k.prefix = v;
-  if (auto v = env("OUTBOUND_GROUP_CA_FILE"))
-    k.client.tls.ca_file = v;
-  if (auto v = env("OUTBOUND_GROUP_CLIENT_CERT"))
-    k.client.tls.client_cert_file = v;
-  if (auto v = env("OUTBOUND_GROUP_CLIENT_KEY"))
-    k.client.tls.client_key_file = v;
-  base.validate();
-  return base;
+  const std::tuple<const char*, const char*, std::string*> store[] = {
+    {"OUTBOUND_GROUP_ENDPOINT", "group.coordinator.endpoint", &k.endpoint},
+    {"OUTBOUND_GROUP_PREFIX", "group.coordinator.prefix", &k.prefix},
+    {"OUTBOUND_GROUP_CA_FILE", "group.coordinator.client.tls.ca_file",
+     &k.client.tls.ca_file},
+    {"OUTBOUND_GROUP_CLIENT_CERT",
+     "group.coordinator.client.tls.client_cert_file",
+     &k.client.tls.client_cert_file},
+    {"OUTBOUND_GROUP_CLIENT_KEY",
+     "group.coordinator.client.tls.client_key_file",
+     &k.client.tls.client_key_file},
+  };
+  for (const auto& [name, field, x] : store)
+    if (auto v = text(name, field))
+      *x = v;
+  out.config = std::move(base);
+  return out;
+}
+
+void group_env::validate(const group_config& c) const {
+  try {
+    c.validate();
+  } catch (const config_error& e) {
+    auto i = fields.find(e.field());
+    if (i == fields.end())
+      throw;
+    std::string why = e.what();
+    why = why.substr(std::min(why.size(), e.field().size() + 2));
+    throw config_error(i->second.first,
+                       why + ", got " + shown_env(i->second.second));
+  }
+}
+
+group_config group_config_from_env(group_config base) {
+  auto e = read_group_env(std::move(base));
+  e.validate(e.config);
+  return std::move(e.config);
 }
 
 client_config store_client_config(const group_config& g) {

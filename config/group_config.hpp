@@ -15,8 +15,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace outbound {
@@ -109,7 +111,12 @@ enum class group_names : uint8_t {
 ///                                       "client_cert_file": "m.pem",
 ///                                       "client_key_file": "m.key"}}}}
 /// Unknown fields, duplicate keys and wrong types are errors naming the
-/// field ("group.coordinator.kind"); counts must be non-negative integers.
+/// field ("group.coordinator.kind"). Counts (batch, min_members,
+/// max_starts_per_second, max_feeds, max_inflight_batches) must be
+/// integers in validate()'s range (an integral double such as 16.0 is
+/// one); anything else (a fraction, a negative or huge number, a string,
+/// a bool) is an error stating that range and the value given
+/// ("group.max_inflight_batches: must be an integer in 1..1024, got 4.5").
 /// Of coordinator.client only `tls` has a JSON form (its other fields:
 /// set them in code). Validated. Throws config_error.
 group_config parse_group_config(std::string_view json_text,
@@ -137,7 +144,8 @@ private:
 
 /// Reads the file at `path` and parses it like parse_group_config. Throws
 /// config_file_error: field "group" when the file cannot be read ("cannot
-/// read: <strerror>"), else the field parse_group_config names.
+/// read: <strerror>") or is a directory ("<path>: group: is a directory"),
+/// else the field parse_group_config names.
 group_config load_group_config(const std::string& path,
                                group_names names = group_names::required);
 
@@ -160,15 +168,42 @@ std::string quote_for_error(std::string_view s, std::size_t max = 40);
 /// _LEASE_TTL, _RENEW_INTERVAL, _FENCE_MARGIN, _POLL_INTERVAL,
 /// _RECONCILE_INTERVAL, _CHECKPOINT_INTERVAL, _BATCH, _INITIAL_SETTLE,
 /// _MIN_MEMBERS, _REBALANCE_DELAY, _MAX_STARTS_PER_SECOND, _MAX_FEEDS,
-/// _COORDINATOR (etcd|memory), _ENDPOINT, _PREFIX, and the store client's
-/// TLS files _CA_FILE, _CLIENT_CERT, _CLIENT_KEY (the {PREFIX}_* shape of
-/// config/client_config.hpp's env_settings); a variable that is set
-/// (even to "") replaces the field of `base`, one that is unset leaves it.
-/// Durations are decimal seconds ("1.5"), counts decimal integers; a
-/// malformed number or coordinator kind is a config_error naming the
-/// variable (OUTBOUND_GROUP_LEASE_TTL), a well-formed value that fails
-/// validate() names the field (group.lease_ttl). Throws config_error.
+/// _MAX_INFLIGHT_BATCHES, _COORDINATOR (etcd|memory), _ENDPOINT, _PREFIX,
+/// and the store client's TLS files _CA_FILE, _CLIENT_CERT, _CLIENT_KEY
+/// (the {PREFIX}_* shape of config/client_config.hpp's env_settings); a
+/// variable that is set (even to "") replaces the field of `base`, one
+/// that is unset leaves it. Durations are decimal seconds ("1.5"), counts
+/// decimal integers. Every error on a field a variable set names the
+/// variable and shows its value, whether the value is malformed or out of
+/// validate()'s range ("OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES: must be an
+/// integer in 1..1024, got 0", "OUTBOUND_GROUP_LEASE_TTL: must be >= 2
+/// seconds (etcd's minimum TTL), got 1"); an error on a field of `base`
+/// that no variable set names the field (group.lease_ttl). A check across
+/// fields names the field it reports (renew_interval <= lease_ttl / 3:
+/// renew_interval). Throws config_error.
 group_config group_config_from_env(group_config base = {});
+
+/// group_config_from_env in two steps, for a caller that applies another
+/// source over the variables before validating (`outbound group-member`'s
+/// flags, which override them): read_group_env applies the variables to
+/// `base` (a malformed value, or a count out of its range, throws
+/// config_error naming the variable), and validate() checks a config built
+/// on `config`, naming the variable for a field in `fields`.
+struct group_env {
+  /// `base` with every variable that is set applied.
+  group_config config;
+  /// Per field a variable set, by validate()'s name ("group.lease_ttl"):
+  /// the variable and its value. A caller whose own source replaced a
+  /// field removes it here, so that an error names that source's field.
+  std::map<std::string, std::pair<std::string, std::string>> fields;
+
+  /// c.validate(); an error on a field in `fields` is rethrown naming the
+  /// variable and showing its value. Throws config_error.
+  void validate(const group_config& c) const;
+};
+
+/// See group_env. Throws config_error.
+group_env read_group_env(group_config base = {});
 
 } // namespace config
 } // namespace outbound

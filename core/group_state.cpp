@@ -813,7 +813,11 @@ void group_state::issue_releases(group_actions& out) {
       if (batch.items.empty() && releases_.size() >= cfg_.max_inflight_batches)
         break; // still ready: sent as answers free slots
       e.release_ready = false;
-      ++counters_.dropped[static_cast<std::size_t>(why)];
+      // Once per tenure: a retry after an error is the same release.
+      if (!e.release_sent) {
+        e.release_sent = true;
+        ++counters_.dropped[static_cast<std::size_t>(why)];
+      }
       batch.items.push_back(
         release_item{kv.first, e.token, best_cursor(e),
                      e.winner == member_ ? std::string{} : e.winner});
@@ -865,6 +869,7 @@ void group_state::begin_release(const std::string& feed, feed_entry& e,
                                 stop_reason why, group_actions& out) {
   e.own = ownership::releasing;
   e.release_reason = why;
+  e.release_sent = false;
   e.spawn_pending = false;
   if (e.w == watcher::running) {
     e.w = watcher::stopping;
@@ -876,7 +881,9 @@ void group_state::begin_release(const std::string& feed, feed_entry& e,
 
 void group_state::drop_ownership(const std::string& feed, feed_entry& e,
                                  stop_reason why, group_actions& out) {
-  ++counters_.dropped[static_cast<std::size_t>(why)];
+  // A feed whose release was sent was counted then.
+  if (!(e.own == ownership::releasing && e.release_sent))
+    ++counters_.dropped[static_cast<std::size_t>(why)];
   if (e.w == watcher::running) {
     e.w = watcher::stopping;
     out.emplace_back(stop_watcher{feed, e.watcher_token, why});

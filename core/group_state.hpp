@@ -423,8 +423,13 @@ struct group_counters {
   uint64_t claims_won = 0, claims_held = 0, claim_errors = 0;
   /// Commit answers per feed, by commit_outcome.
   uint64_t commits_ok = 0, commits_fenced = 0, commit_errors = 0;
-  /// Releases sent by stop_reason (index); fenced and lease_lost count
-  /// ownerships dropped without a release.
+  /// Ownerships given up, by stop_reason (index), each counted once:
+  /// rebalance and leave count a feed when the first release of its
+  /// tenure is sent (its retries after an error do not count again, nor
+  /// does the lease lost or the leave giving up while they go on); fenced
+  /// and lease_lost count ownerships dropped without a release sent. A
+  /// leave that gives up (G9) before a feed's release was sent does not
+  /// count that feed.
   std::array<uint64_t, 4> dropped{};
   /// Keepalive answers, by keepalive_outcome.
   uint64_t renewals_ok = 0, renewals_error = 0, renewals_lost = 0;
@@ -577,6 +582,8 @@ private:
     bool spawn_pending = false;
     /// Release once the watcher has stopped (own == releasing).
     bool release_ready = false;
+    /// A release of this tenure was sent (and counted in dropped).
+    bool release_sent = false;
     stop_reason release_reason = stop_reason::rebalance;
     uint64_t token = 0;
     uint64_t watcher_token = 0;

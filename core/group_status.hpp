@@ -55,9 +55,11 @@ struct group_status {
   /// they are the ones whose final positions were not written (the next
   /// owner resumes at the last committed checkpoint). 0 before a leave.
   uint64_t unreleased = 0;
-  /// The last revoke of the lease failed: its keys (the member record, the
-  /// owner keys of unreleased feeds) stay until the lease expires (at most
-  /// lease_ttl).
+  /// The newest revoke of the member's current lease failed and nothing
+  /// since proved that lease gone (a revoke of it that succeeded, or a
+  /// join that replaced it): its keys (the member record, the owner keys
+  /// of unreleased feeds) stay until the lease expires (at most
+  /// lease_ttl). A failed revoke of an older lease does not count.
   bool revoke_failed = false;
 };
 

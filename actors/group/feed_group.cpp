@@ -185,12 +185,19 @@ struct group_actor_state {
   vtime metrics_at{};
   /// The newest poll whose answer was applied.
   uint64_t last_poll = 0;
-  /// group_status::store_errors, last_store_error, unreleased (the feeds),
-  /// revoke_failed.
+  /// group_status::store_errors, last_store_error, unreleased (the feeds).
   uint64_t store_errors = 0;
   std::string last_store_error;
   std::set<std::string> unreleased;
-  bool revoke_failed = false;
+  /// The lease whose newest revoke answered failed (0: none), for
+  /// group_status::revoke_failed, which is true only while that lease is
+  /// still the member's current one: a later revoke of it that succeeds
+  /// clears it, and so does a later join (the store grants one only when
+  /// members/<name> is absent, so the old lease is expired or revoked).
+  /// A failed revoke of an older lease, answered after a join replaced it
+  /// (a time-out can take store_timeout), says nothing about the lease
+  /// held at the exit.
+  uint64_t revoke_failed_lease = 0;
 
   static inline const char* name = "outbound.feed_group";
 };
@@ -245,7 +252,8 @@ group_status make_status(self_ptr self) {
   s.store_errors = st.store_errors;
   s.last_store_error = st.last_store_error;
   s.unreleased = st.unreleased.size();
-  s.revoke_failed = st.revoke_failed;
+  s.revoke_failed
+    = st.revoke_failed_lease != 0 && st.revoke_failed_lease == st.lease;
   for (const auto& f : owned) {
     auto i = st.marks.find(f);
     if (i == st.marks.end() || !i->second.progress)
@@ -380,6 +388,8 @@ void do_action(self_ptr self, join_lease& j) {
           st.join_inflight = 0;
         st.lease = lease;
         st.joined_once = true;
+        // The old lease is gone (the join needed its member key absent).
+        st.revoke_failed_lease = 0;
         input(self, [&](group_state& c, group_time now) {
           return c.on_joined(req, ttl, now);
         });
@@ -679,15 +689,19 @@ void do_action(self_ptr self, revoke_lease&) {
     --self->state.revokes_inflight;
     after_input(self);
   };
-  self->request(st.opts.store, st.store_timeout, grp_revoke_atom_v, st.lease)
+  auto lease = st.lease;
+  self->request(st.opts.store, st.store_timeout, grp_revoke_atom_v, lease)
     .then(
-      [self, done](ack_atom) {
-        self->state.revoke_failed = false;
+      [self, done, lease](ack_atom) {
+        if (self->state.revoke_failed_lease == lease)
+          self->state.revoke_failed_lease = 0;
         done();
       },
-      [self, done](caf::error& e) {
+      [self, done, lease](caf::error& e) {
         note_store_error(self, "revoke", e);
-        self->state.revoke_failed = true;
+        // Only the current lease's: an older one is proven gone.
+        if (lease == self->state.lease)
+          self->state.revoke_failed_lease = lease;
         done();
       });
 }

@@ -26,7 +26,11 @@
 #include <boost/json/value.hpp>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -38,6 +42,11 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
 
 using namespace outbound;
 using namespace outbound::testing;
@@ -594,6 +603,80 @@ TEST_F(GroupMemberCli, AConfigFileErrorNamesTheFileAndASharedFileNeedsNoNames) {
   EXPECT_EQ(str_of(last_line(r.err, "exit"), "outcome"), "left") << r.err;
 }
 
+TEST_F(GroupMemberCli, ConfigErrorsNameADirectoryAVariableAndAnIntegerRange) {
+  temp_dir dir;
+  auto r = run_child(outbound_argv({"group-member", "--config", dir.path(),
+                                    "--feed-count", "1", hub_->base_url()}),
+                     20s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("\"config_error\""), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(dir.path() + ": group: is a directory"),
+            std::string::npos)
+    << r.err;
+  // An out-of-range variable is named as the variable.
+  auto args = outbound_argv({"group-member", "--group", "env", "--member", "m1",
+                             "--coordinator", "memory", "--feed-count", "1",
+                             hub_->base_url()});
+  r = run_child(args, 20s, {"OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES=0"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES: must be an "
+                       "integer in 1..1024, got 0"),
+            std::string::npos)
+    << r.err;
+  r = run_child(args, 20s, {"OUTBOUND_GROUP_LEASE_TTL=100000"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("OUTBOUND_GROUP_LEASE_TTL: must be <= 86400 seconds, "
+                       "got 100000"),
+            std::string::npos)
+    << r.err;
+  // A fraction where an integer belongs states the integer range.
+  auto file = dir.file("group.json");
+  std::ofstream{file} << R"({"max_inflight_batches": 4.5})";
+  r = run_child(
+    outbound_argv({"group-member", "--config", file, "--group", "env",
+                   "--member", "m1", "--feed-count", "1", hub_->base_url()}),
+    20s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(file
+                       + ": group.max_inflight_batches: must be an "
+                         "integer in 1..1024, got 4.5"),
+            std::string::npos)
+    << r.err;
+}
+
+TEST_F(GroupMemberCli, AFlagOverridesABadVariable) {
+  // Flags override the environment: a bad OUTBOUND_GROUP_LEASE_TTL that
+  // --lease-ttl replaces is no error; without the flag it is, named.
+  std::vector<std::string> args{"group-member",
+                                "--group",
+                                "flags",
+                                "--member",
+                                "m1",
+                                "--coordinator",
+                                "memory",
+                                "--feed-count",
+                                "1",
+                                "--initial-settle",
+                                "0.2",
+                                "--renew-interval",
+                                "1",
+                                "--fence-margin",
+                                "0.5",
+                                "--duration",
+                                "0.5"};
+  auto with_flag = args;
+  with_flag.insert(with_flag.end(), {"--lease-ttl", "3", hub_->base_url()});
+  auto r
+    = run_child(outbound_argv(with_flag), 20s, {"OUTBOUND_GROUP_LEASE_TTL=1"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  args.push_back(hub_->base_url());
+  r = run_child(outbound_argv(args), 20s, {"OUTBOUND_GROUP_LEASE_TTL=1"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("OUTBOUND_GROUP_LEASE_TTL: must be >= 2 seconds"),
+            std::string::npos)
+    << r.err;
+}
+
 TEST_F(GroupMemberCli, ABadFeedIdIsAConfigErrorShowingTheIdEscaped) {
   auto r
     = run_child(outbound_argv({"group-member", "--group", "ids",
@@ -634,4 +717,221 @@ TEST_F(GroupMemberCli, TheStoreClientsTlsComesFromFlagsOrTheEnvironment) {
   EXPECT_NE(r.err.find("group.coordinator.client.tls.client_key_file"),
             std::string::npos)
     << "a certificate without its key: " << r.err;
+}
+
+namespace {
+
+/// The whole text of the file at `path` ("" when it cannot be read).
+std::string file_text(const std::string& path) {
+  std::ifstream in{path, std::ios::binary};
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+/// A child started with spawn_child, SIGKILLed and reaped if the test
+/// leaves it running.
+struct child_guard {
+  pid_t pid = -1;
+  ~child_guard() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      wait_child(pid, 10s);
+    }
+  }
+};
+
+} // namespace
+
+TEST_F(GroupMemberCli, AStdoutNobodyReadsHoldsDeliveriesBackNotTheLease) {
+  // The member's stdout is a FIFO with a one-page buffer that the test
+  // does not read for 8 s while 600 events (~90 KB of lines) are due. The
+  // delivery lines wait in the member's stdout writer and its watchers wait
+  // for their acknowledgements; the lease renewals go on (a member whose
+  // CAF workers blocked in that write lost its lease: holds, a lost lease,
+  // a rejoin). Read again, stdout gets every event exactly once.
+  temp_dir dir;
+  auto fifo = dir.file("out");
+  auto err_path = dir.file("err");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  int rfd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(rfd, 0) << std::strerror(errno);
+  ::fcntl(rfd, F_SETPIPE_SZ, 4096);
+  feeds_ = 6;
+  child_guard child;
+  child.pid = spawn_child(outbound_argv({"group-member",
+                                         "--group",
+                                         "stall",
+                                         "--member",
+                                         "m1",
+                                         "--etcd",
+                                         etcd_->base_url(),
+                                         "--feed-count",
+                                         "6",
+                                         "--subject-prefix",
+                                         "feed-",
+                                         "--initial-settle",
+                                         "0.5",
+                                         "--lease-ttl",
+                                         "3",
+                                         "--renew-interval",
+                                         "1",
+                                         "--fence-margin",
+                                         "0.5",
+                                         "--checkpoint-interval",
+                                         "0.5",
+                                         "--poll-interval",
+                                         "0.25",
+                                         "--status-interval",
+                                         "0.5",
+                                         hub_->base_url()}),
+                          fifo, err_path);
+  bool owned = false;
+  for (int i = 0; i < 150 && !owned; ++i) {
+    auto st = last_line(file_text(err_path), "status");
+    owned = !st.empty() && st.at("owned").as_int64() == 6;
+    if (!owned)
+      std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(owned) << file_text(err_path);
+  publish(100);
+  std::this_thread::sleep_for(1s);
+  auto before = last_line(file_text(err_path), "status");
+  auto statuses_before = lines_of_type(file_text(err_path), "status").size();
+  std::this_thread::sleep_for(7s); // nobody reads stdout
+  int unread = 0;
+  ASSERT_EQ(::ioctl(rfd, FIONREAD, &unread), 0);
+  // A pipe write of up to a page is atomic: it waits until it fits whole,
+  // so the page may hold less than a page.
+  EXPECT_GT(unread, 0) << "the member wrote to stdout";
+  auto after = last_line(file_text(err_path), "status");
+  ASSERT_FALSE(after.empty());
+  EXPECT_GE(lines_of_type(file_text(err_path), "status").size(),
+            statuses_before + 10)
+    << "stderr is not held up by stdout (every 0.5 s)";
+  EXPECT_TRUE(after.at("leased").as_bool()) << file_text(err_path);
+  EXPECT_FALSE(after.at("holding").as_bool());
+  EXPECT_EQ(after.at("renewals_lost").as_int64(), 0);
+  EXPECT_EQ(after.at("holds").as_int64(), 0);
+  EXPECT_EQ(after.at("rejoins").as_int64(), 0);
+  EXPECT_EQ(str_of(after, "incarnation"), str_of(before, "incarnation"));
+  EXPECT_GE(after.at("renewals_ok").as_int64(),
+            before.at("renewals_ok").as_int64() + 5)
+    << "renewals went on while stdout was blocked: " << file_text(err_path);
+  // Read stdout to its end; leave.
+  ::fcntl(rfd, F_SETFL, ::fcntl(rfd, F_GETFL) & ~O_NONBLOCK);
+  std::mutex out_mu;
+  std::string out;
+  std::thread reader([&] {
+    char buf[65536];
+    for (;;) {
+      auto n = ::read(rfd, buf, sizeof(buf));
+      if (n > 0) {
+        std::lock_guard<std::mutex> lock{out_mu};
+        out.append(buf, static_cast<std::size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        break;
+      }
+    }
+  });
+  auto delivered = [&] {
+    std::lock_guard<std::mutex> lock{out_mu};
+    return deliveries_of(out).size();
+  };
+  for (int i = 0; i < 200 && delivered() < 600; ++i)
+    std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(delivered(), 600u) << "every event, once stdout is read";
+  ::kill(child.pid, SIGTERM);
+  auto code = wait_child(child.pid, 30s);
+  reader.join();
+  ::close(rfd);
+  ASSERT_TRUE(code) << file_text(err_path);
+  child.pid = -1;
+  auto err = file_text(err_path);
+  EXPECT_EQ(*code, 0) << err;
+  auto exit_line = last_line(err, "exit");
+  ASSERT_FALSE(exit_line.empty()) << err;
+  EXPECT_EQ(str_of(exit_line, "outcome"), "left");
+  EXPECT_EQ(exit_line.at("holds").as_int64(), 0);
+  EXPECT_EQ(exit_line.at("rejoins").as_int64(), 0);
+  EXPECT_EQ(exit_line.at("renewals_lost").as_int64(), 0);
+  EXPECT_TRUE(exit_line.at("stdout_complete").as_bool());
+  EXPECT_GT(out.size(), 10u * 4096u)
+    << "the lines did not fit the pipe: its writes blocked while unread";
+  auto ds = deliveries_of(out);
+  std::map<std::string, std::vector<int64_t>> by_feed;
+  for (const auto& d : ds)
+    by_feed[d.feed].push_back(d.id);
+  EXPECT_EQ(ds.size(), 600u) << "each event once (no crash, no move)";
+  EXPECT_EQ(by_feed.size(), 6u);
+  for (const auto& [feed, ids] : by_feed) {
+    EXPECT_EQ(ids.size(), 100u) << feed;
+    EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end())) << feed;
+  }
+}
+
+TEST_F(GroupMemberCli, AStdoutNeverReadDoesNotKeepTheMemberFromLeaving) {
+  // Nobody ever reads the member's stdout. SIGTERM still leaves the group
+  // cleanly (lease revoked) and the process ends: stdout gets 5 s to take
+  // the delivery lines, then the exit line says it did not
+  // (stdout_complete false); those lines were not acknowledged, so the
+  // feeds' next owner delivers them again.
+  temp_dir dir;
+  auto fifo = dir.file("out");
+  auto err_path = dir.file("err");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  int rfd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(rfd, 0) << std::strerror(errno);
+  ::fcntl(rfd, F_SETPIPE_SZ, 4096);
+  feeds_ = 6;
+  child_guard child;
+  child.pid = spawn_child(outbound_argv({"group-member",
+                                         "--group",
+                                         "neverread",
+                                         "--member",
+                                         "m1",
+                                         "--etcd",
+                                         etcd_->base_url(),
+                                         "--feed-count",
+                                         "6",
+                                         "--subject-prefix",
+                                         "feed-",
+                                         "--initial-settle",
+                                         "0.5",
+                                         "--lease-ttl",
+                                         "3",
+                                         "--renew-interval",
+                                         "1",
+                                         "--fence-margin",
+                                         "0.5",
+                                         "--checkpoint-interval",
+                                         "0.5",
+                                         "--poll-interval",
+                                         "0.25",
+                                         "--status-interval",
+                                         "0.5",
+                                         hub_->base_url()}),
+                          fifo, err_path);
+  bool owned = false;
+  for (int i = 0; i < 150 && !owned; ++i) {
+    auto st = last_line(file_text(err_path), "status");
+    owned = !st.empty() && st.at("owned").as_int64() == 6;
+    if (!owned)
+      std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(owned) << file_text(err_path);
+  publish(100);
+  std::this_thread::sleep_for(1s);
+  ::kill(child.pid, SIGTERM);
+  auto code = wait_child(child.pid, 30s);
+  ::close(rfd);
+  ASSERT_TRUE(code) << "the member did not end: " << file_text(err_path);
+  child.pid = -1;
+  auto err = file_text(err_path);
+  EXPECT_EQ(*code, 0) << err;
+  auto exit_line = last_line(err, "exit");
+  ASSERT_FALSE(exit_line.empty()) << err;
+  EXPECT_EQ(str_of(exit_line, "outcome"), "left");
+  EXPECT_FALSE(exit_line.at("stdout_complete").as_bool());
+  EXPECT_EQ(exit_line.at("unreleased").as_int64(), 0);
 }

@@ -51,6 +51,16 @@ std::string failing_field(const std::string& json) {
   return "(valid)";
 }
 
+/// The message a parse fails with, or "(valid)".
+std::string failing_text(const std::string& json) {
+  try {
+    parse_group_config(json);
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "(valid)";
+}
+
 /// `{"name": "billing", "member_name": "m1", <extra>}`.
 std::string with(const std::string& extra) {
   return R"({"name": "billing", "member_name": "m1")"
@@ -144,6 +154,16 @@ protected:
 
   static void set(const char* name, const char* value) {
     ::setenv(name, value, 1);
+  }
+
+  /// The message group_config_from_env(base) fails with, or "(valid)".
+  static std::string env_failure_text(group_config base = {}) {
+    try {
+      group_config_from_env(std::move(base));
+    } catch (const config_error& e) {
+      return e.what();
+    }
+    return "(valid)";
   }
 
   /// The field or variable group_config_from_env(base) fails on, or
@@ -406,6 +426,60 @@ TEST(GroupConfigJson, ValuesAreValidated) {
   EXPECT_EQ(parse_group_config(with(R"("batch": 16.0)")).timing.batch, 16u);
 }
 
+TEST(GroupConfigJson, CountErrorsStateTheIntegerRangeAndTheValue) {
+  EXPECT_EQ(failing_text(with(R"("max_inflight_batches": 4.5)")),
+            "group.max_inflight_batches: must be an integer in 1..1024, got "
+            "4.5");
+  const char* const bad[]
+    = {"4.5",   "-1",   "0",    "1e30", "1e400", "99999999999999999999999",
+       "\"2\"", "true", "null", "[1]"};
+  const std::pair<const char*, const char*> fields[] = {
+    {"batch", "must be an integer in 1..128"},
+    {"min_members", "must be an integer >= 1 (at most 2^64 - 1)"},
+    {"max_starts_per_second", "must be an integer >= 1 (at most 2^64 - 1)"},
+    {"max_feeds", "must be an integer >= 1 (at most 2^64 - 1)"},
+    {"max_inflight_batches", "must be an integer in 1..1024"},
+  };
+  for (const auto& [field, range] : fields)
+    for (auto value : bad) {
+      auto text = failing_text(
+        with("\"" + std::string{field} + "\": " + std::string{value}));
+      EXPECT_EQ(text.rfind("group." + std::string{field} + ": " + range, 0), 0u)
+        << field << " = " << value << ": " << text;
+    }
+  EXPECT_EQ(failing_text(with(R"("batch": 129)")),
+            "group.batch: must be an integer in 1..128, got 129");
+  EXPECT_EQ(failing_text(with(R"("max_inflight_batches": "4")")),
+            "group.max_inflight_batches: must be an integer in 1..1024, got "
+            "\"4\"");
+  EXPECT_EQ(failing_text(with(R"("max_feeds": -1)")),
+            "group.max_feeds: must be an integer >= 1 (at most 2^64 - 1), got "
+            "-1");
+}
+
+TEST(GroupConfigJson, CountRangesAreValidatesOwn) {
+  // The readers' ranges and validate()'s agree at both ends.
+  EXPECT_EQ(parse_group_config(with(R"("batch": 1)")).timing.batch, 1u);
+  EXPECT_EQ(parse_group_config(with(R"("batch": 128)")).timing.batch, 128u);
+  EXPECT_EQ(invalid_field([](group_config& c) { c.timing.batch = 129; }),
+            "group.batch");
+  EXPECT_EQ(parse_group_config(with(R"("max_inflight_batches": 1024.0)"))
+              .timing.max_inflight_batches,
+            1024u);
+  EXPECT_EQ(invalid_field(
+              [](group_config& c) { c.timing.max_inflight_batches = 1025; }),
+            "group.max_inflight_batches");
+  EXPECT_EQ(parse_group_config(with(R"("max_feeds": 18446744073709551615)"))
+              .timing.max_feeds,
+            18446744073709551615u);
+  for (auto f : {&group_state_config::batch, &group_state_config::min_members,
+                 &group_state_config::max_starts_per_second,
+                 &group_state_config::max_feeds,
+                 &group_state_config::max_inflight_batches})
+    EXPECT_NE(invalid_field([f](group_config& c) { c.timing.*f = 0; }),
+              "(valid)");
+}
+
 TEST(GroupConfigJson, MalformedTextAndDuplicatesAreNamed) {
   EXPECT_EQ(failing_field("{"), "group");
   EXPECT_EQ(failing_field("[]"), "group");
@@ -493,26 +567,96 @@ TEST_F(GroupConfigEnv, MalformedNumbersNameTheVariable) {
   }
 }
 
-TEST_F(GroupConfigEnv, WellFormedBadValuesNameTheField) {
-  set("OUTBOUND_GROUP_LEASE_TTL", "1");
-  EXPECT_EQ(env_failure(valid()), "group.lease_ttl");
-  ::unsetenv("OUTBOUND_GROUP_LEASE_TTL");
-  set("OUTBOUND_GROUP_NAME", "");
-  EXPECT_EQ(env_failure(valid()), "group.name");
-  ::unsetenv("OUTBOUND_GROUP_NAME");
-  set("OUTBOUND_GROUP_MEMBER_NAME", "a b");
-  EXPECT_EQ(env_failure(valid()), "group.member_name");
-  ::unsetenv("OUTBOUND_GROUP_MEMBER_NAME");
-  set("OUTBOUND_GROUP_ENDPOINT", "http://127.0.0.1:2379/v3");
-  EXPECT_EQ(env_failure(valid()), "group.coordinator.endpoint");
-  ::unsetenv("OUTBOUND_GROUP_ENDPOINT");
-  set("OUTBOUND_GROUP_PREFIX", "outbound");
-  EXPECT_EQ(env_failure(valid()), "group.coordinator.prefix");
-  ::unsetenv("OUTBOUND_GROUP_PREFIX");
-  set("OUTBOUND_GROUP_BATCH", "0");
-  EXPECT_EQ(env_failure(valid()), "group.batch");
-  ::unsetenv("OUTBOUND_GROUP_BATCH");
+TEST_F(GroupConfigEnv, OutOfRangeValuesNameTheVariableAndShowTheValue) {
+  // Every variable: an error on the field it set names the variable (not
+  // the JSON field), whichever check finds it.
+  const std::pair<const char*, const char*> cases[] = {
+    {"OUTBOUND_GROUP_NAME", ""},
+    {"OUTBOUND_GROUP_MEMBER_NAME", "a b"},
+    {"OUTBOUND_GROUP_LEASE_TTL", "1"},
+    {"OUTBOUND_GROUP_RENEW_INTERVAL", "2"},
+    {"OUTBOUND_GROUP_FENCE_MARGIN", "4"},
+    {"OUTBOUND_GROUP_POLL_INTERVAL", "0"},
+    {"OUTBOUND_GROUP_RECONCILE_INTERVAL", "-1"},
+    {"OUTBOUND_GROUP_CHECKPOINT_INTERVAL", "90000"},
+    {"OUTBOUND_GROUP_BATCH", "0"},
+    {"OUTBOUND_GROUP_BATCH", "129"},
+    {"OUTBOUND_GROUP_INITIAL_SETTLE", "-0.5"},
+    {"OUTBOUND_GROUP_MIN_MEMBERS", "0"},
+    {"OUTBOUND_GROUP_REBALANCE_DELAY", "1e6"},
+    {"OUTBOUND_GROUP_MAX_STARTS_PER_SECOND", "0"},
+    {"OUTBOUND_GROUP_MAX_FEEDS", "0"},
+    {"OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES", "0"},
+    {"OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES", "1025"},
+    {"OUTBOUND_GROUP_ENDPOINT", "http://127.0.0.1:2379/v3"},
+    {"OUTBOUND_GROUP_PREFIX", "outbound"},
+    {"OUTBOUND_GROUP_CA_FILE", "/nonexistent/ca.pem"},
+  };
+  for (const auto& [name, value] : cases) {
+    set(name, value);
+    auto base = valid();
+    if (std::string{name} == "OUTBOUND_GROUP_CA_FILE")
+      base.coordinator.endpoint = "https://127.0.0.1:2379";
+    auto text = env_failure_text(base);
+    EXPECT_EQ(text.rfind(std::string{name} + ": ", 0), 0u)
+      << name << "=" << value << ": " << text;
+    EXPECT_EQ(text.find("group."), std::string::npos) << text;
+    ::unsetenv(name);
+  }
   EXPECT_EQ(env_failure(valid()), "(valid)");
+}
+
+TEST_F(GroupConfigEnv, RangeErrorsStateTheRangeAndTheValueGiven) {
+  set("OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES", "0");
+  EXPECT_EQ(env_failure_text(valid()),
+            "OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES: must be an integer in "
+            "1..1024, got 0");
+  set("OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES", "4.5");
+  EXPECT_EQ(env_failure_text(valid()),
+            "OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES: must be an integer in "
+            "1..1024, got 4.5");
+  ::unsetenv("OUTBOUND_GROUP_MAX_INFLIGHT_BATCHES");
+  set("OUTBOUND_GROUP_BATCH", "x");
+  EXPECT_EQ(env_failure_text(valid()),
+            "OUTBOUND_GROUP_BATCH: must be an integer in 1..128, got \"x\"");
+  ::unsetenv("OUTBOUND_GROUP_BATCH");
+  set("OUTBOUND_GROUP_LEASE_TTL", "1");
+  EXPECT_EQ(env_failure_text(valid()),
+            "OUTBOUND_GROUP_LEASE_TTL: must be >= 2 seconds (etcd's minimum "
+            "TTL), got 1");
+  ::unsetenv("OUTBOUND_GROUP_LEASE_TTL");
+  // A bad value the variables did not set keeps its field's name.
+  auto base = valid();
+  base.timing.batch = 0;
+  set("OUTBOUND_GROUP_LEASE_TTL", "6");
+  EXPECT_EQ(env_failure(base), "group.batch");
+}
+
+TEST_F(GroupConfigEnv, ASourceOverTheVariablesIsValidatedAfterThem) {
+  // read_group_env, then a source that overrides (a flag), then validate.
+  set("OUTBOUND_GROUP_LEASE_TTL", "1");
+  auto e = read_group_env(valid());
+  EXPECT_DOUBLE_EQ(e.config.timing.lease_ttl, 1);
+  try {
+    e.validate(e.config);
+    ADD_FAILURE() << "no error";
+  } catch (const config_error& x) {
+    EXPECT_EQ(x.field(), "OUTBOUND_GROUP_LEASE_TTL");
+  }
+  auto c = e.config;
+  c.timing.lease_ttl = 6; // a flag's value replaces the variable's
+  EXPECT_NO_THROW(e.validate(c));
+  c.timing.lease_ttl = 1.5; // a bad flag: named by its field once erased
+  e.fields.erase("group.lease_ttl");
+  try {
+    e.validate(c);
+    ADD_FAILURE() << "no error";
+  } catch (const config_error& x) {
+    EXPECT_EQ(x.field(), "group.lease_ttl");
+  }
+  // A malformed variable fails as it is read.
+  set("OUTBOUND_GROUP_BATCH", "many");
+  EXPECT_THROW(read_group_env(valid()), config_error);
 }
 
 TEST(GroupConfig, TheStoreClientDefaultsToARenewIntervalDeadline) {
@@ -585,7 +729,7 @@ TEST_F(GroupConfigEnv, TlsVariablesSetTheStoreClientsFiles) {
   EXPECT_EQ(env_failure(base), "group.coordinator.client.tls.client_key_file");
   ::unsetenv("OUTBOUND_GROUP_CLIENT_CERT");
   set("OUTBOUND_GROUP_CA_FILE", "/nonexistent/ca.pem");
-  EXPECT_EQ(env_failure(base), "group.coordinator.client.tls.ca_file");
+  EXPECT_EQ(env_failure(base), "OUTBOUND_GROUP_CA_FILE");
   set("OUTBOUND_GROUP_CA_FILE", ca.path().c_str());
   base.coordinator.endpoint = "http://etcd-1:2379";
   EXPECT_EQ(env_failure(base), "group.coordinator.endpoint");
@@ -632,6 +776,20 @@ TEST(GroupConfigFile, AnUnreadableFileSaysWhy) {
               "/nonexistent/group.json: group: cannot read: No such file or "
               "directory");
   }
+}
+
+TEST(GroupConfigFile, ADirectoryIsNamedAsOne) {
+  char dir[] = "/tmp/outbound-group-config-dir-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  try {
+    load_group_config(dir);
+    ADD_FAILURE() << "no error";
+  } catch (const config_file_error& e) {
+    EXPECT_EQ(e.file(), dir);
+    EXPECT_EQ(std::string{e.what()},
+              std::string{dir} + ": group: is a directory");
+  }
+  ::rmdir(dir);
 }
 
 TEST(GroupConfigFile, ASharedFileMayLeaveTheNamesToAnotherSource) {

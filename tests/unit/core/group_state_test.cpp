@@ -928,6 +928,88 @@ TEST(GroupState, AFailedReleaseIsRetriedAfterCheckpointInterval) {
   EXPECT_EQ(again[0].items.at(0).cursor, std::optional<group_position>{pos(4)});
 }
 
+TEST(GroupState, ARetriedReleaseCountsOnce) {
+  // counters().dropped counts ownerships given up: a rebalance release
+  // that fails, is retried and succeeds is one release.
+  member m(defaults(), {"f"});
+  std::string other = "m2";
+  for (int i = 2; hrw_winner("f", {"m1", other}) != 1; ++i)
+    other = "m" + std::to_string(i);
+  auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
+  m.now = t0 + 3500ms;
+  m.see({"m1", other}, t0 + 3500ms);
+  ASSERT_TRUE(has<stop_watcher>(m.at(t0 + 8500ms)));
+  auto rel = all_of<release_feeds>(
+    m.st.on_watcher_stopped("f", sp.token, pos(4), t0 + 8600ms));
+  ASSERT_EQ(rel.size(), 1u);
+  const auto rebalance = static_cast<std::size_t>(stop_reason::rebalance);
+  EXPECT_EQ(m.st.counters().dropped[rebalance], 1u);
+  m.st.on_release_failed(rel[0].request, t0 + 8700ms);
+  auto again = all_of<release_feeds>(m.at(t0 + 9700ms));
+  ASSERT_EQ(again.size(), 1u);
+  m.st.on_release_failed(again[0].request, t0 + 9800ms);
+  again = all_of<release_feeds>(m.at(t0 + 10800ms));
+  ASSERT_EQ(again.size(), 1u);
+  m.st.on_released(again[0].request, {{"f", commit_outcome::ok}}, t0 + 10900ms);
+  EXPECT_EQ(m.st.counters().dropped[rebalance], 1u) << "three sends, one "
+                                                       "release";
+  for (auto why :
+       {stop_reason::leave, stop_reason::fenced, stop_reason::lease_lost})
+    EXPECT_EQ(m.st.counters().dropped[static_cast<std::size_t>(why)], 0u);
+}
+
+TEST(GroupState, ALeaveReleaseRetriedUntilTheLeaveGivesUpCountsOnce) {
+  member m(defaults(), {"f"});
+  auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
+  auto left_at = t0 + 3100ms;
+  m.st.leave(left_at);
+  std::size_t sends = 0;
+  auto fail_releases = [&](const group_actions& as) {
+    for (const auto& r : all_of<release_feeds>(as)) {
+      ++sends;
+      m.st.on_release_failed(r.request, m.now);
+    }
+  };
+  m.now = t0 + 3200ms;
+  fail_releases(m.st.on_watcher_stopped("f", sp.token, pos(1), m.now));
+  for (auto t = t0 + 3300ms; t <= left_at + 5s; t += 100ms)
+    fail_releases(m.at(t));
+  ASSERT_EQ(m.st.phase(), group_phase::left);
+  EXPECT_GE(sends, 3u);
+  const auto& d = m.st.counters().dropped;
+  EXPECT_EQ(d[static_cast<std::size_t>(stop_reason::leave)], 1u);
+  EXPECT_EQ(d[static_cast<std::size_t>(stop_reason::lease_lost)], 0u);
+}
+
+TEST(GroupState, ALeaseLostWhileAReleaseIsRetriedCountsTheReleaseOnly) {
+  // The release was sent (counted as a rebalance); the lease lost while
+  // it is retried ends the same ownership, which is not counted again.
+  member m(defaults(), {"f"});
+  std::string other = "m2";
+  for (int i = 2; hrw_winner("f", {"m1", other}) != 1; ++i)
+    other = "m" + std::to_string(i);
+  auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
+  m.now = t0 + 3500ms;
+  m.see({"m1", other}, t0 + 3500ms);
+  ASSERT_TRUE(has<stop_watcher>(m.at(t0 + 8500ms)));
+  auto rel = all_of<release_feeds>(
+    m.st.on_watcher_stopped("f", sp.token, pos(4), t0 + 8600ms));
+  ASSERT_EQ(rel.size(), 1u);
+  m.st.on_release_failed(rel[0].request, t0 + 8700ms);
+  m.answer_renewals = false;
+  bool lost = false;
+  for (auto t = t0 + 8800ms; t < t0 + 12s && !lost; t += 100ms)
+    for (const auto& r : all_of<renew_lease>(m.at(t))) {
+      m.st.on_keepalive(r.request, keepalive_outcome::lost, 0, t);
+      lost = true;
+    }
+  ASSERT_TRUE(lost);
+  ASSERT_EQ(m.st.phase(), group_phase::joining);
+  const auto& d = m.st.counters().dropped;
+  EXPECT_EQ(d[static_cast<std::size_t>(stop_reason::rebalance)], 1u);
+  EXPECT_EQ(d[static_cast<std::size_t>(stop_reason::lease_lost)], 0u);
+}
+
 TEST(GroupState, AHandoffHintClaimsADesiredFeedAtOnce) {
   member m(defaults(), {"f"});
   auto cl = all_of<claim_feeds>(m.activate()).at(0);

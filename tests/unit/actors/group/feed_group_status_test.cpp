@@ -45,6 +45,46 @@ watcher_spawner stopping_spawner() {
   };
 }
 
+/// A store in front of `inner` whose revokes go unanswered while `*drop`
+/// is set: the member's request fails at its store_timeout (5 s here), as
+/// one to an etcd that does not answer does, long after what came next.
+lease_store_actor unanswered_revokes(caf::actor_system& sys,
+                                     lease_store_actor inner,
+                                     std::shared_ptr<bool> drop) {
+  return sys.spawn([inner, drop](lease_store_actor::pointer self)
+                     -> lease_store_actor::behavior_type {
+    return {
+      [=](grp_join_atom a, member_record& r,
+          double ttl) -> caf::result<uint64_t, double> {
+        return self->delegate(inner, a, std::move(r), ttl);
+      },
+      [=](grp_renew_atom a, uint64_t lease) -> caf::result<double> {
+        return self->delegate(inner, a, lease);
+      },
+      [=](grp_revoke_atom a, uint64_t lease) -> caf::result<ack_atom> {
+        if (*drop)
+          return self->make_response_promise<ack_atom>();
+        return self->delegate(inner, a, lease);
+      },
+      [=](grp_members_atom a) -> caf::result<std::vector<member_record>> {
+        return self->delegate(inner, a);
+      },
+      [=](grp_claim_atom a, uint64_t lease, std::vector<std::string>& fs)
+        -> caf::result<std::vector<claim_reply>> {
+        return self->delegate(inner, a, lease, std::move(fs));
+      },
+      [=](grp_commit_atom a, std::vector<commit_item>& xs)
+        -> caf::result<std::vector<commit_reply>> {
+        return self->delegate(inner, a, std::move(xs));
+      },
+      [=](grp_release_atom a, std::vector<release_item>& xs)
+        -> caf::result<std::vector<commit_reply>> {
+        return self->delegate(inner, a, std::move(xs));
+      },
+    };
+  });
+}
+
 class FeedGroupStatus : public virtual_time_fixture {
 protected:
   FeedGroupStatus() {
@@ -198,4 +238,42 @@ TEST_F(FeedGroupStatus, ReleasesThatFailOnceAndThenSucceedLeaveNothing) {
   EXPECT_EQ((*leave)->last_store_error.rfind("release: ", 0), 0u)
     << (*leave)->last_store_error;
   EXPECT_TRUE(data->owners.empty());
+}
+
+TEST_F(FeedGroupStatus, AFailedRevokeOfALeaseARejoinReplacedDoesNotCount) {
+  // Lease A is given up after a hold of a whole TTL (G6); its revoke goes
+  // unanswered and fails at the store time-out, after the member joined
+  // again (lease B), left, and revoked B: A is gone (B's join needed its
+  // member key absent) and B's revoke succeeded, so the leave is clean.
+  auto drop = std::make_shared<bool>(false);
+  store = unanswered_revokes(sys(), store, drop);
+  auto g = spawn(2);
+  advance_by(3s);
+  ASSERT_EQ(ask(g, stats_atom_v)->owned, 2u);
+  faults->unreachable = true;
+  *drop = true;
+  std::optional<group_status> s;
+  for (int i = 0; i < 200; ++i) {
+    advance_by(100ms);
+    s = ask(g, stats_atom_v);
+    if (s && s->counters.hold_timeouts > 0)
+      break;
+  }
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->counters.hold_timeouts, 1u) << "A given up, its revoke sent";
+  faults->unreachable = false;
+  *drop = false;
+  // The next join attempt (every renew_interval) gets lease B.
+  for (int i = 0; i < 30 && !(s = ask(g, stats_atom_v))->leased; ++i)
+    advance_by(100ms);
+  ASSERT_TRUE(s->leased);
+  EXPECT_FALSE(s->revoke_failed);
+  s = ask(g, leave_atom_v, 10s);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->phase, group_phase::left);
+  EXPECT_GE(s->store_errors, 1u);
+  EXPECT_EQ(s->last_store_error.rfind("revoke: ", 0), 0u)
+    << "A's revoke failed last: " << s->last_store_error;
+  EXPECT_FALSE(s->revoke_failed) << "B's revoke succeeded; A is gone";
+  EXPECT_TRUE(data->members.empty());
 }
