@@ -262,14 +262,15 @@ std::string shown_env(std::string_view s) {
   return quote_for_error(s);
 }
 
-/// The count in variable `f.variable` (`text`): a decimal integer in
-/// [f.lo, f.hi], else a config_error naming the variable.
+/// The count in variable `f.variable` (`text`): a decimal integer, else a
+/// config_error naming the variable. Its range [f.lo, f.hi] is checked
+/// with the rest of the configuration (group_env::validate), once a flag
+/// had the chance to replace it.
 std::size_t env_count(const count_field& f, const char* text) {
   std::string_view s{text};
   std::size_t x = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
-  if (s.empty() || ec != std::errc{} || end != s.data() + s.size() || x < f.lo
-      || x > f.hi)
+  if (s.empty() || ec != std::errc{} || end != s.data() + s.size())
     throw config_error(f.variable, count_range(f) + ", got " + shown_env(s));
   return x;
 }
@@ -553,6 +554,10 @@ void group_env::validate(const group_config& c) const {
       throw;
     std::string why = e.what();
     why = why.substr(std::min(why.size(), e.field().size() + 2));
+    // A count states its range as the JSON reader does.
+    for (const auto& f : count_fields)
+      if (e.field() == f.field)
+        why = count_range(f);
     throw config_error(i->second.first,
                        why + ", got " + shown_env(i->second.second));
   }

@@ -659,6 +659,28 @@ TEST_F(GroupConfigEnv, ASourceOverTheVariablesIsValidatedAfterThem) {
   EXPECT_THROW(read_group_env(valid()), config_error);
 }
 
+TEST_F(GroupConfigEnv,
+       AnOutOfRangeCountVariableIsCheckedAfterTheSourcesOverIt) {
+  // OUTBOUND_GROUP_MIN_MEMBERS=0 is read; --min-members may replace it
+  // before validation, which then names the variable only if it stayed.
+  set("OUTBOUND_GROUP_MIN_MEMBERS", "0");
+  auto e = read_group_env(valid());
+  EXPECT_EQ(e.config.timing.min_members, 0u);
+  try {
+    e.validate(e.config);
+    ADD_FAILURE() << "no error";
+  } catch (const config_error& x) {
+    EXPECT_EQ(x.field(), "OUTBOUND_GROUP_MIN_MEMBERS");
+    EXPECT_NE(std::string{x.what()}.find(
+                "must be an integer >= 1 (at most 2^64 - 1), got 0"),
+              std::string::npos)
+      << x.what();
+  }
+  auto c = e.config;
+  c.timing.min_members = 2; // the flag's value
+  EXPECT_NO_THROW(e.validate(c));
+}
+
 TEST(GroupConfig, TheStoreClientDefaultsToARenewIntervalDeadline) {
   group_config g;
   g.name = "billing";
