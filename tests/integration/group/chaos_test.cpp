@@ -628,8 +628,18 @@ TEST_F(GroupChaos, S9FlappingMemberLosesAndReordersNothing) {
   start_publisher();
   ASSERT_TRUE(wait_until([&] { return balanced(); }, 30s)) << errs();
   steady();
+  // Rebalances per restart: with rendezvous hashing only m1's own feeds may
+  // move, each at most twice per restart (to a survivor, and back).
+  auto m1_owned = field(status("m1"), "owned");
+  auto moves = [&](const char* counter) {
+    return field(status("m2"), counter) + field(status("m3"), counter);
+  };
+  auto in_before = moves("moved_in");
+  auto out_before = moves("moved_out");
+  ASSERT_GT(m1_owned, 0) << errs();
+  const int restarts = 3;
   auto fault_t = mono_now_ns();
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < restarts; ++i) {
     for (auto& mm : members_)
       if (mm.name == "m1" && mm.alive) {
         mm.child->signal(SIGKILL);
@@ -642,6 +652,15 @@ TEST_F(GroupChaos, S9FlappingMemberLosesAndReordersNothing) {
   }
   EXPECT_TRUE(wait_until([&] { return balanced(); }, 25s)) << errs();
   ASSERT_TRUE(drain(20s)) << errs();
+  auto moved_in = moves("moved_in") - in_before;
+  auto moved_out = moves("moved_out") - out_before;
+  std::cout << "[S9] m1 owned " << m1_owned << "; survivors took " << moved_in
+            << " feeds and gave back " << moved_out << " over " << restarts
+            << " restarts" << std::endl;
+  // Each of m1's feeds went to a survivor at most once per restart, and a
+  // survivor gave back only feeds it took (its own never moved).
+  EXPECT_LE(moved_in, restarts * m1_owned);
+  EXPECT_LE(moved_out, moved_in);
 
   auto r = check_deliveries(deliveries(), published(), fault_t);
   std::cout << "[S9] " << r.summary() << std::endl;
