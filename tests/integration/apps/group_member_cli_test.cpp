@@ -741,31 +741,26 @@ struct child_guard {
   }
 };
 
-} // namespace
-
-TEST_F(GroupMemberCli, AStdoutNobodyReadsHoldsDeliveriesBackNotTheLease) {
-  // The member's stdout is a FIFO with a one-page buffer that the test
-  // does not read for 8 s while 600 events (~90 KB of lines) are due. The
-  // delivery lines wait in the member's stdout writer and its watchers wait
-  // for their acknowledgements; the lease renewals go on (a member whose
-  // CAF workers blocked in that write lost its lease: holds, a lost lease,
-  // a rejoin). Read again, stdout gets every event exactly once.
-  temp_dir dir;
+/// Starts a member of `group` over 6 feeds whose stdout is a FIFO in
+/// `dir` with a one-page buffer that nobody reads yet (`rfd`: its read
+/// end, non-blocking) and its stderr the file `err_path`; returns once
+/// the member owns all 6 feeds (a fatal failure otherwise).
+void start_on_unread_fifo(const std::string& group, const std::string& etcd_url,
+                          const std::string& hub_url, temp_dir& dir,
+                          const std::string& err_path, int& rfd,
+                          child_guard& child) {
   auto fifo = dir.file("out");
-  auto err_path = dir.file("err");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
-  int rfd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  rfd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
   ASSERT_GE(rfd, 0) << std::strerror(errno);
   ::fcntl(rfd, F_SETPIPE_SZ, 4096);
-  feeds_ = 6;
-  child_guard child;
   child.pid = spawn_child(outbound_argv({"group-member",
                                          "--group",
-                                         "stall",
+                                         group,
                                          "--member",
                                          "m1",
                                          "--etcd",
-                                         etcd_->base_url(),
+                                         etcd_url,
                                          "--feed-count",
                                          "6",
                                          "--subject-prefix",
@@ -784,7 +779,7 @@ TEST_F(GroupMemberCli, AStdoutNobodyReadsHoldsDeliveriesBackNotTheLease) {
                                          "0.25",
                                          "--status-interval",
                                          "0.5",
-                                         hub_->base_url()}),
+                                         hub_url}),
                           fifo, err_path);
   bool owned = false;
   for (int i = 0; i < 150 && !owned; ++i) {
@@ -794,6 +789,26 @@ TEST_F(GroupMemberCli, AStdoutNobodyReadsHoldsDeliveriesBackNotTheLease) {
       std::this_thread::sleep_for(100ms);
   }
   ASSERT_TRUE(owned) << file_text(err_path);
+}
+
+} // namespace
+
+TEST_F(GroupMemberCli, AStdoutNobodyReadsHoldsDeliveriesBackNotTheLease) {
+  // The member's stdout is a FIFO with a one-page buffer that the test
+  // does not read for 8 s while 600 events (~90 KB of lines) are due. The
+  // delivery lines wait in the member's stdout writer and its watchers wait
+  // for their acknowledgements; the lease renewals go on (a member whose
+  // CAF workers blocked in that write lost its lease: holds, a lost lease,
+  // a rejoin). Read again, stdout gets every event exactly once.
+  temp_dir dir;
+  auto err_path = dir.file("err");
+  int rfd = -1;
+  child_guard child;
+  feeds_ = 6;
+  start_on_unread_fifo("stall", etcd_->base_url(), hub_->base_url(), dir,
+                       err_path, rfd, child);
+  if (HasFatalFailure())
+    return;
   publish(100);
   std::this_thread::sleep_for(1s);
   auto before = last_line(file_text(err_path), "status");
@@ -877,49 +892,14 @@ TEST_F(GroupMemberCli, AStdoutNeverReadDoesNotKeepTheMemberFromLeaving) {
   // (stdout_complete false); those lines were not acknowledged, so the
   // feeds' next owner delivers them again.
   temp_dir dir;
-  auto fifo = dir.file("out");
   auto err_path = dir.file("err");
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
-  int rfd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
-  ASSERT_GE(rfd, 0) << std::strerror(errno);
-  ::fcntl(rfd, F_SETPIPE_SZ, 4096);
-  feeds_ = 6;
+  int rfd = -1;
   child_guard child;
-  child.pid = spawn_child(outbound_argv({"group-member",
-                                         "--group",
-                                         "neverread",
-                                         "--member",
-                                         "m1",
-                                         "--etcd",
-                                         etcd_->base_url(),
-                                         "--feed-count",
-                                         "6",
-                                         "--subject-prefix",
-                                         "feed-",
-                                         "--initial-settle",
-                                         "0.5",
-                                         "--lease-ttl",
-                                         "3",
-                                         "--renew-interval",
-                                         "1",
-                                         "--fence-margin",
-                                         "0.5",
-                                         "--checkpoint-interval",
-                                         "0.5",
-                                         "--poll-interval",
-                                         "0.25",
-                                         "--status-interval",
-                                         "0.5",
-                                         hub_->base_url()}),
-                          fifo, err_path);
-  bool owned = false;
-  for (int i = 0; i < 150 && !owned; ++i) {
-    auto st = last_line(file_text(err_path), "status");
-    owned = !st.empty() && st.at("owned").as_int64() == 6;
-    if (!owned)
-      std::this_thread::sleep_for(100ms);
-  }
-  ASSERT_TRUE(owned) << file_text(err_path);
+  feeds_ = 6;
+  start_on_unread_fifo("neverread", etcd_->base_url(), hub_->base_url(), dir,
+                       err_path, rfd, child);
+  if (HasFatalFailure())
+    return;
   publish(100);
   std::this_thread::sleep_for(1s);
   ::kill(child.pid, SIGTERM);
