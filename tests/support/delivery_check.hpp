@@ -192,7 +192,11 @@ check_deliveries(const std::vector<delivery_line>& ds,
     int64_t first_id = std::numeric_limits<int64_t>::max();
   };
   std::map<std::string, std::map<uint64_t, tenure>> tenures;
+  // Each feed's lines (in `ds` order): the checks below walk one feed's
+  // lines, not all of them per feed (900 feeds x 10^5 lines otherwise).
+  std::map<std::string, std::vector<const delivery_line*>> of_feed;
   for (const auto& d : ds) {
+    of_feed[d.feed].push_back(&d);
     auto& te = tenures[d.feed][d.token];
     if (d.t < te.first_t) {
       te.first_t = d.t;
@@ -208,8 +212,9 @@ check_deliveries(const std::vector<delivery_line>& ds,
       newer_first[it->first] = m;
       m = std::min(m, it->second.first_t);
     }
-    for (const auto& d : ds) {
-      if (d.feed != feed || d.t <= newer_first[d.token])
+    for (const auto* dp : of_feed[feed]) {
+      const auto& d = *dp;
+      if (d.t <= newer_first[d.token])
         continue;
       ++r.overlap;
       ++r.overlap_by_feed[feed];
@@ -238,9 +243,9 @@ check_deliveries(const std::vector<delivery_line>& ds,
   if (fault_t) {
     for (const auto& [feed, ts] : tenures) {
       uint64_t before = 0;
-      for (const auto& d : ds)
-        if (d.feed == feed && d.t <= *fault_t)
-          before = std::max(before, d.token);
+      for (const auto* d : of_feed[feed])
+        if (d->t <= *fault_t)
+          before = std::max(before, d->token);
       if (before == 0)
         continue;
       int64_t first = std::numeric_limits<int64_t>::max();

@@ -1,14 +1,22 @@
 // Fault tests of feed groups: three `outbound group-member` processes share
-// 30 ledger feeds of an in-process hub on a private etcd
+// 900 ledger feeds (3 x 300, the small size of the design's chaos suite;
+// OUTBOUND_CHAOS_FEEDS=N changes it) of an in-process hub on a private etcd
 // (tests/support/etcd_fixture.hpp); a publisher thread keeps every feed
-// busy while the test injects one fault of the fault model: a silent cut
-// between one member and the store (through tests/support/fault_proxy.hpp),
-// a paused member (SIGSTOP), a paused store (SIGSTOP of etcd), a member
-// that crashes and restarts. tests/support/delivery_check.hpp then counts
-// lost, reordered, duplicated and overlapping deliveries exactly (all
-// processes share CLOCK_MONOTONIC). Timing bounds are generous (a loaded
-// 2-core machine): every legal outcome passes (a hold that lifts, or a
-// lost lease and a re-join), a wrong one fails.
+// busy while the test injects one event of the fault model: none (S1), a
+// member killed (S2), a member leaving (S3), a member joining (S4), a
+// silent cut between one member and the store (S5, through
+// tests/support/fault_proxy.hpp), a paused member (SIGSTOP, S7), a paused
+// store (SIGSTOP of etcd, S8), a member that crashes and restarts (S9).
+// tests/support/delivery_check.hpp then counts lost, reordered, duplicated
+// and overlapping deliveries exactly (all processes share
+// CLOCK_MONOTONIC). Timing bounds are generous (a loaded 2-core machine):
+// every legal outcome passes (a hold that lifts, or a lost lease and a
+// re-join), a wrong one fails. The timing figures themselves (takeover
+// p99 against the design's goals) are bench/scaleout's.
+//
+// The design's S6 (a partition between two members only) has no subject
+// here: members never talk to each other, so there is no member-to-member
+// link to cut; ownership is decided by the store alone.
 //
 // Settings as the README's test example: lease TTL 3 s, renew 1 s, fence
 // margin 0.5 s (the fence deadline is at most 2.5 s after the last
@@ -19,6 +27,7 @@
 #include "tests/support/etcd_fixture.hpp"
 #include "tests/support/fault_proxy.hpp"
 
+#include "core/hrw.hpp"
 #include "hub/hub.hpp"
 
 #include <boost/json/object.hpp>
@@ -29,11 +38,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -89,6 +100,62 @@ bool wait_until(const std::function<bool()>& pred,
     std::this_thread::sleep_for(100ms);
   }
   return pred();
+}
+
+/// The feeds shared by the members: OUTBOUND_CHAOS_FEEDS, else 900.
+int chaos_feeds() {
+  const char* v = std::getenv("OUTBOUND_CHAOS_FEEDS");
+  int n = v ? std::atoi(v) : 0;
+  return n > 0 ? n : 900;
+}
+
+/// The rendezvous winner of every feed `feed-<i>` (i < feeds) among
+/// `names`, as every member computes it (core/hrw.hpp).
+std::map<std::string, std::string>
+hrw_owners(int feeds, const std::vector<std::string>& names) {
+  std::map<std::string, std::string> out;
+  for (int i = 0; i < feeds; ++i) {
+    auto feed = "feed-" + std::to_string(i);
+    out[feed] = names[hrw_winner(feed, names)];
+  }
+  return out;
+}
+
+/// How many feeds each name wins in `owners`.
+std::map<std::string, int64_t>
+owned_counts(const std::map<std::string, std::string>& owners) {
+  std::map<std::string, int64_t> n;
+  for (const auto& [feed, name] : owners)
+    ++n[name];
+  return n;
+}
+
+/// The process of each feed's latest delivery (by time: `ds` holds each
+/// process's lines together).
+std::map<std::string, std::string>
+last_deliverer(const std::vector<delivery_line>& ds) {
+  std::map<std::string, const delivery_line*> latest;
+  for (const auto& d : ds) {
+    auto& l = latest[d.feed];
+    if (!l || d.t > l->t)
+      l = &d;
+  }
+  std::map<std::string, std::string> out;
+  for (const auto& [feed, d] : latest)
+    out[feed] = d->process;
+  return out;
+}
+
+/// The nearest-rank p99 of the takeover times of `r`, in ms (0: none).
+int64_t takeover_p99_ms(const delivery_report& r) {
+  std::vector<int64_t> v;
+  for (const auto& kv : r.takeover_ns)
+    v.push_back(kv.second);
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  auto rank = (v.size() * 99 + 99) / 100; // ceil(0.99 n), 1-based
+  return v[rank - 1] / ms_ns;
 }
 
 struct member {
@@ -336,7 +403,7 @@ protected:
   std::unique_ptr<fault_proxy> proxy_;
   std::vector<member> members_;
   std::string group_ = "chaos";
-  int feeds_ = 30;
+  int feeds_ = chaos_feeds();
   bool etcd_stopped_ = false;
 
   std::thread publisher_;
@@ -443,6 +510,187 @@ TEST(FaultProxy, PassCutBlackholeDelayHeal) {
   EXPECT_NE(health(5s).find("true"), std::string::npos);
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 550ms); // both ways
   proxy.pass(link);
+}
+
+// --- S1: steady state --------------------------------------------------------
+
+TEST_F(GroupChaos, S1SteadyStateEveryFeedHasOneOwnerItsRendezvousWinner) {
+  group_ = "s1";
+  start_three(etcd_->base_url());
+  start_publisher();
+  ASSERT_TRUE(wait_until([&] { return balanced(); }, 30s)) << errs();
+  auto want = hrw_owners(feeds_, {"m1", "m2", "m3"});
+  auto counts = owned_counts(want);
+  auto steady_t = mono_now_ns();
+  // Ten samples, 0.5 s apart: each member owns exactly the feeds it wins
+  // (their sum is every feed), and nothing moves.
+  for (int i = 0; i < 10; ++i) {
+    std::this_thread::sleep_for(500ms);
+    int64_t sum = 0;
+    for (const auto& p : {"m1", "m2", "m3"}) {
+      auto owned = field(status(p), "owned");
+      EXPECT_EQ(owned, counts[p]) << p << " at sample " << i << "\n" << errs();
+      sum += owned;
+    }
+    EXPECT_EQ(sum, feeds_) << "at sample " << i;
+  }
+  auto [lo, hi] = std::minmax({counts["m1"], counts["m2"], counts["m3"]});
+  double balance = lo > 0 ? double(hi) / double(lo) : 0.0;
+  std::cout << "[S1] owned m1=" << counts["m1"] << " m2=" << counts["m2"]
+            << " m3=" << counts["m3"] << " max/min " << balance << std::endl;
+  // The design's bound (max/min <= 1.10) is a property of rendezvous
+  // hashing at this size: 900 feeds split 295/294/311 over m1..m3 (1.058);
+  // with a few dozen feeds the spread of the hash alone exceeds it.
+  if (feeds_ >= 900)
+    EXPECT_LE(balance, 1.10);
+  ASSERT_TRUE(drain(20s)) << errs();
+
+  auto ds = deliveries();
+  auto r = check_deliveries(ds, published());
+  std::cout << "[S1] " << r.summary() << std::endl;
+  dump("steady_t " + std::to_string(steady_t));
+  EXPECT_EQ(r.lost, 0u) << r.summary();
+  EXPECT_EQ(r.reordered, 0u) << r.summary();
+  EXPECT_EQ(r.duplicates, 0u) << r.summary();
+  EXPECT_EQ(r.overlap, 0u) << r.summary();
+  EXPECT_EQ(r.regressions, 0u) << r.summary();
+  // Once balanced, every delivery of a feed came from its winner.
+  std::size_t elsewhere = 0;
+  for (const auto& d : ds)
+    if (d.t >= steady_t && d.process != want[d.feed])
+      ++elsewhere;
+  EXPECT_EQ(elsewhere, 0u) << "deliveries by a member that is not the winner";
+}
+
+// --- S2: crash ---------------------------------------------------------------
+
+TEST_F(GroupChaos, S2CrashedMembersFeedsMoveToTheirNextWinnerAndLoseNothing) {
+  group_ = "s2";
+  start_three(etcd_->base_url());
+  start_publisher();
+  ASSERT_TRUE(wait_until([&] { return balanced(); }, 30s)) << errs();
+  steady();
+  auto m2_owned = field(status("m2"), "owned");
+  auto after = hrw_owners(feeds_, {"m1", "m3"});
+
+  auto fault_t = mono_now_ns();
+  auto& m2 = find("m2");
+  m2.child->signal(SIGKILL);
+  m2.child->wait_exit(5s);
+  m2.alive = false;
+  // Its lease expires (TTL 3 s after its last keepalive): m1 and m3 claim
+  // what each of them wins without m2.
+  ASSERT_TRUE(wait_until([&] { return balanced(); }, 30s)) << errs();
+  ASSERT_TRUE(drain(20s)) << errs();
+
+  auto ds = deliveries();
+  auto r = check_deliveries(ds, published(), fault_t);
+  auto p99 = takeover_p99_ms(r);
+  std::cout << "[S2] " << r.summary() << "\n[S2] m2 owned " << m2_owned
+            << "; takeover p99 " << p99 << " ms" << std::endl;
+  dump("fault_t " + std::to_string(fault_t));
+  EXPECT_EQ(r.lost, 0u) << r.summary();
+  EXPECT_EQ(r.reordered, 0u) << r.summary();
+  EXPECT_EQ(r.overlap, 0u) << r.summary();
+  EXPECT_EQ(r.regressions, 0u) << r.summary();
+  // Duplicates only of what m2 delivered after its last commit.
+  expect_duplicates_only_of(r, "m2");
+  EXPECT_GT(earliest_duplicate(ds, r, "m2", fault_t), -commit_lag_ns)
+    << "a commit was lost";
+  // Exactly m2's feeds moved, each to its winner among the survivors.
+  EXPECT_EQ(static_cast<int64_t>(r.takeover_ns.size()), m2_owned)
+    << r.summary();
+  auto last_by = last_deliverer(ds);
+  for (const auto& [feed, t] : r.takeover_ns)
+    EXPECT_EQ(last_by[feed], after[feed]) << feed;
+  // Liveness only (a loaded machine): the takeover figure against the
+  // design's goal (p99 <= 7 s) is bench/scaleout's.
+  EXPECT_LT(p99, 15000) << r.summary();
+}
+
+// --- S3: graceful leave ------------------------------------------------------
+
+TEST_F(GroupChaos, S3LeavingMemberHandsItsFeedsOverWithoutDuplicates) {
+  group_ = "s3";
+  start_three(etcd_->base_url());
+  start_publisher();
+  ASSERT_TRUE(wait_until([&] { return balanced(); }, 30s)) << errs();
+  steady();
+  auto m2_owned = field(status("m2"), "owned");
+  auto after = hrw_owners(feeds_, {"m1", "m3"});
+
+  auto fault_t = mono_now_ns();
+  auto& m2 = find("m2");
+  m2.child->signal(SIGTERM);
+  auto code = m2.child->wait_exit(20s);
+  m2.alive = false;
+  ASSERT_TRUE(code) << "m2 did not leave\n" << errs();
+  EXPECT_EQ(*code, 0) << errs();
+  auto exit_line = last_line(m2.child->err(), "exit");
+  ASSERT_FALSE(exit_line.empty()) << errs();
+  EXPECT_TRUE(exit_line.at("left").as_bool()) << errs();
+  EXPECT_EQ(field(exit_line, "owned"), 0) << errs();
+  ASSERT_TRUE(wait_until([&] { return balanced(); }, 30s)) << errs();
+  ASSERT_TRUE(drain(20s)) << errs();
+
+  auto ds = deliveries();
+  auto r = check_deliveries(ds, published(), fault_t);
+  auto p99 = takeover_p99_ms(r);
+  std::cout << "[S3] " << r.summary() << "\n[S3] m2 owned " << m2_owned
+            << "; takeover p99 " << p99 << " ms" << std::endl;
+  dump("fault_t " + std::to_string(fault_t));
+  EXPECT_EQ(r.lost, 0u) << r.summary();
+  EXPECT_EQ(r.reordered, 0u) << r.summary();
+  // A leave writes each final cursor after the last delivery: the next
+  // owner starts after it.
+  EXPECT_EQ(r.duplicates, 0u) << r.summary();
+  EXPECT_EQ(r.overlap, 0u) << r.summary();
+  EXPECT_EQ(r.regressions, 0u) << r.summary();
+  EXPECT_EQ(static_cast<int64_t>(r.takeover_ns.size()), m2_owned)
+    << r.summary();
+  auto last_by = last_deliverer(ds);
+  for (const auto& [feed, t] : r.takeover_ns)
+    EXPECT_EQ(last_by[feed], after[feed]) << feed;
+  // Liveness only; the figure (p99 <= 1.5 s) is bench/scaleout's.
+  EXPECT_LT(p99, 10000) << r.summary();
+}
+
+// --- S4: join ----------------------------------------------------------------
+
+TEST_F(GroupChaos, S4JoiningMemberTakesExactlyItsShareWithoutDuplicates) {
+  group_ = "s4";
+  start_three(etcd_->base_url());
+  start_publisher();
+  ASSERT_TRUE(wait_until([&] { return balanced(); }, 30s)) << errs();
+  steady();
+  auto before = hrw_owners(feeds_, {"m1", "m2", "m3"});
+  auto after = hrw_owners(feeds_, {"m1", "m2", "m3", "m4"});
+  auto m4_share = owned_counts(after)["m4"];
+
+  auto fault_t = mono_now_ns();
+  start_member("m4", etcd_->base_url());
+  ASSERT_TRUE(wait_until([&] { return balanced(); }, 30s)) << errs();
+  ASSERT_TRUE(drain(20s)) << errs();
+
+  auto ds = deliveries();
+  auto r = check_deliveries(ds, published(), fault_t);
+  auto p99 = takeover_p99_ms(r);
+  std::cout << "[S4] " << r.summary() << "\n[S4] m4's share " << m4_share
+            << " of " << feeds_ << "; takeover p99 (from m4's start) " << p99
+            << " ms" << std::endl;
+  dump("fault_t " + std::to_string(fault_t));
+  EXPECT_EQ(field(status("m4"), "owned"), m4_share) << errs();
+  EXPECT_EQ(r.lost, 0u) << r.summary();
+  EXPECT_EQ(r.reordered, 0u) << r.summary();
+  EXPECT_EQ(r.duplicates, 0u) << r.summary();
+  EXPECT_EQ(r.overlap, 0u) << r.summary();
+  EXPECT_EQ(r.regressions, 0u) << r.summary();
+  // Only the feeds m4 wins moved (rendezvous hashing: about a quarter),
+  // each from its old winner to m4.
+  EXPECT_EQ(static_cast<int64_t>(r.takeover_ns.size()), m4_share)
+    << r.summary();
+  for (const auto& [feed, t] : r.takeover_ns)
+    EXPECT_EQ(after[feed], "m4") << feed << " moved from " << before[feed];
 }
 
 // --- S5: member <-> store cut ------------------------------------------------
