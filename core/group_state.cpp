@@ -271,6 +271,9 @@ group_actions group_state::on_claimed(uint64_t request,
     e.progress.reset();
     e.commit_request = 0;
     e.spawn_pending = true;
+    spawn_candidates_.insert(f);
+    if (!e.desired && !e.winner.empty())
+      rebalance_candidates_[e.winner].insert(f);
     if (phase_ == group_phase::leaving)
       begin_release(f, e, stop_reason::leave, out);
   }
@@ -436,10 +439,13 @@ group_actions group_state::on_watcher_stopped(const std::string& feed,
         && (e.own == ownership::held || e.own == ownership::releasing)) {
       if (final && (!e.progress || *final > *e.progress))
         e.progress = final;
-      if (e.own == ownership::releasing)
+      if (e.own == ownership::releasing) {
         e.release_ready = true;
-      else
+        add_release_candidate(feed, e);
+      } else {
         e.spawn_pending = true; // stopped on its own: run it again
+        spawn_candidates_.insert(feed);
+      }
     }
   }
   step(now, out);
@@ -509,20 +515,25 @@ group_time group_state::next_wakeup() const {
     at(held_retry_at_);
     at(claim_retry_at_);
     at(next_checkpoint_);
-    for (const auto& kv : feeds_) {
-      const auto& e = kv.second;
-      if (e.own == ownership::held && !e.desired && !e.winner.empty()) {
-        auto s = first_seen_.find(e.winner);
-        if (s != first_seen_.end())
+    for (const auto& [winner, fs] : rebalance_candidates_) {
+      auto s = first_seen_.find(winner);
+      if (s == first_seen_.end())
+        continue;
+      // Due when one of them still qualifies (entries may be stale).
+      for (const auto& f : fs) {
+        const auto& e = feeds_.at(f);
+        if (e.own == ownership::held && !e.desired && e.winner == winner) {
           at(s->second + rebalance_);
+          break;
+        }
       }
     }
   }
   at(release_retry_);
   if (phase_ == group_phase::leaving)
     at(leave_by_);
-  for (const auto& kv : feeds_) {
-    const auto& e = kv.second;
+  for (const auto& f : spawn_candidates_) {
+    const auto& e = feeds_.at(f);
     if (e.spawn_pending && e.own == ownership::held && e.w == watcher::none
         && !holding_) {
       // The next whole token of the bucket.
@@ -681,10 +692,14 @@ std::optional<group_position> group_state::best_cursor(const feed_entry& e) cons
 }
 
 void group_state::refresh_desired() {
+  rebalance_candidates_.clear();
   for (auto& kv : feeds_) {
     auto w = hrw_winner(kv.first, view_);
     kv.second.winner = w == hrw_none ? std::string{} : view_[w];
     kv.second.desired = kv.second.winner == member_;
+    if (kv.second.own == ownership::held && !kv.second.desired
+        && !kv.second.winner.empty())
+      rebalance_candidates_[kv.second.winner].insert(kv.first);
   }
 }
 
@@ -781,8 +796,10 @@ void group_state::retry_releases(group_time now) {
   for (auto& kv : feeds_) {
     auto& e = kv.second;
     if (e.own == ownership::releasing && e.w == watcher::none
-        && e.release_request == 0)
+        && e.release_request == 0) {
       e.release_ready = true;
+      add_release_candidate(kv.first, e);
+    }
   }
 }
 
@@ -805,13 +822,21 @@ void group_state::issue_releases(group_actions& out) {
       batch = release_feeds{};
       batch.reason = why;
     };
-    for (auto& kv : feeds_) {
-      auto& e = kv.second;
-      if (!e.release_ready || e.release_reason != why
-          || e.own != ownership::releasing || e.w != watcher::none)
+    auto& cands = release_candidates_[reason_index(why)];
+    for (auto c = cands.begin(); c != cands.end();) {
+      auto& e = feeds_[*c];
+      if (!e.release_ready || e.release_reason != why) {
+        // Stale here (a ready feed of the other reason is in that set).
+        c = cands.erase(c);
         continue;
+      }
+      if (e.own != ownership::releasing || e.w != watcher::none) {
+        ++c;
+        continue;
+      }
       if (batch.items.empty() && releases_.size() >= cfg_.max_inflight_batches)
         break; // still ready: sent as answers free slots
+      const auto& feed = *c;
       e.release_ready = false;
       // Once per tenure: a retry after an error is the same release.
       if (!e.release_sent) {
@@ -819,8 +844,9 @@ void group_state::issue_releases(group_actions& out) {
         ++counters_.dropped[static_cast<std::size_t>(why)];
       }
       batch.items.push_back(
-        release_item{kv.first, e.token, best_cursor(e),
+        release_item{feed, e.token, best_cursor(e),
                      e.winner == member_ ? std::string{} : e.winner});
+      c = cands.erase(c);
       if (batch.items.size() == cfg_.batch)
         flush();
     }
@@ -837,10 +863,16 @@ void group_state::issue_spawns(group_time now, group_actions& out) {
     spawn_tokens_ = std::min(rate, spawn_tokens_ + dt * rate);
     spawn_refill_ = now;
   }
-  for (auto& kv : feeds_) {
-    auto& e = kv.second;
-    if (!e.spawn_pending || e.own != ownership::held || e.w != watcher::none)
+  for (auto c = spawn_candidates_.begin(); c != spawn_candidates_.end();) {
+    auto& e = feeds_[*c];
+    if (!e.spawn_pending) {
+      c = spawn_candidates_.erase(c);
       continue;
+    }
+    if (e.own != ownership::held || e.w != watcher::none) {
+      ++c;
+      continue;
+    }
     if (spawn_tokens_ < 1.0)
       return;
     spawn_tokens_ -= 1.0;
@@ -848,20 +880,29 @@ void group_state::issue_spawns(group_time now, group_actions& out) {
     e.w = watcher::running;
     e.watcher_token = e.token;
     ++counters_.spawns;
-    out.emplace_back(
-      spawn_watcher{kv.first, e.token, best_cursor(e), deadline_});
+    out.emplace_back(spawn_watcher{*c, e.token, best_cursor(e), deadline_});
+    c = spawn_candidates_.erase(c);
   }
 }
 
 void group_state::check_rebalance(group_time now, group_actions& out) {
-  for (auto& kv : feeds_) {
-    auto& e = kv.second;
-    if (e.own != ownership::held || e.desired || e.winner.empty())
+  // The feeds of every winner listed for rebalance_delay, in feed order.
+  std::vector<std::string> due;
+  for (auto g = rebalance_candidates_.begin();
+       g != rebalance_candidates_.end();) {
+    auto s = first_seen_.find(g->first);
+    if (s == first_seen_.end() || now < s->second + rebalance_) {
+      ++g;
       continue;
-    auto s = first_seen_.find(e.winner);
-    if (s == first_seen_.end() || now < s->second + rebalance_)
-      continue;
-    begin_release(kv.first, e, stop_reason::rebalance, out);
+    }
+    due.insert(due.end(), g->second.begin(), g->second.end());
+    g = rebalance_candidates_.erase(g);
+  }
+  std::sort(due.begin(), due.end());
+  for (const auto& f : due) {
+    auto& e = feeds_[f];
+    if (e.own == ownership::held && !e.desired && !e.winner.empty())
+      begin_release(f, e, stop_reason::rebalance, out);
   }
 }
 
@@ -877,6 +918,8 @@ void group_state::begin_release(const std::string& feed, feed_entry& e,
   }
   // Released once the watcher's final cursor is in (on_watcher_stopped).
   e.release_ready = e.w == watcher::none;
+  if (e.release_ready)
+    add_release_candidate(feed, e);
 }
 
 void group_state::drop_ownership(const std::string& feed, feed_entry& e,
@@ -909,6 +952,11 @@ void group_state::lose_lease(group_time now, group_actions& out) {
   claims_.clear();
   commits_.clear();
   releases_.clear();
+  // Nothing is held, ready or pending any more (drop_ownership).
+  for (auto& c : release_candidates_)
+    c.clear();
+  spawn_candidates_.clear();
+  rebalance_candidates_.clear();
   renew_sent_.clear();
   release_retry_ = never;
   claims_pending_ = commits_pending_ = false;

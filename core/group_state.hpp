@@ -150,6 +150,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -630,6 +631,27 @@ private:
     rebalance_;
   std::string member_;
   std::map<std::string, feed_entry> feeds_;
+  /// Feeds that may be ready to release, waiting for a watcher, or held
+  /// while another listed member wins them: supersets of what each scan
+  /// below needs (an entry is added when a feed may start to qualify and
+  /// dropped when a scan finds that it no longer does), in feed order like
+  /// feeds_. A step then costs what is pending, not a pass over every feed
+  /// of the group: with thousands of feeds a pass per input (every
+  /// progress report, every stopped watcher) kept the actor busy for
+  /// seconds in a mass rebalance, and its lease renewal waited
+  /// (bench/README.md, scaleout, "The full size").
+  /// Release candidates by reason (0: rebalance, 1: leave).
+  std::array<std::set<std::string>, 2> release_candidates_;
+  std::set<std::string> spawn_candidates_;
+  /// Rebalance candidates by their winner: a winner's feeds come due
+  /// together, rebalance_delay after it was first listed.
+  std::map<std::string, std::set<std::string>> rebalance_candidates_;
+  static std::size_t reason_index(stop_reason why) noexcept {
+    return why == stop_reason::leave ? 1 : 0;
+  }
+  void add_release_candidate(const std::string& feed, const feed_entry& e) {
+    release_candidates_[reason_index(e.release_reason)].insert(feed);
+  }
 
   group_phase phase_ = group_phase::idle;
   uint64_t generation_ = 0;

@@ -19,6 +19,8 @@
 #include <map>
 #include <random>
 #include <set>
+#include <string>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 
@@ -164,6 +166,10 @@ struct group_actor_state {
   /// appearance).
   std::map<std::string, vtime> seen;
   std::map<std::string, watcher_entry> watchers;
+  /// The feed of each watcher's address, for its down message (entries
+  /// may be stale: checked against `watchers`). A scan of `watchers` per
+  /// down message cost seconds when thousands stopped at once.
+  std::unordered_map<caf::actor_addr, std::string> feed_of;
   std::map<std::string, feed_marks> marks;
   uint64_t moved_in = 0, moved_out = 0;
   /// The pending tick: its due time (max: none) and generation.
@@ -300,9 +306,12 @@ void arm(self_ptr self) {
   if (t == vtime::max())
     return;
   auto now = now_of(self);
-  // A wake-up already due runs after a millisecond, never in a loop.
+  // A wake-up already due runs after a millisecond, never in a loop. The
+  // core's timer renews the lease and checks the fence deadline: it is
+  // urgent, not queued behind thousands of progress reports.
   caf::timespan delay = t > now ? t - now : std::chrono::milliseconds{1};
-  self->delayed_send(self, delay, timeout_atom_v, st.tick_gen);
+  self->delayed_send<caf::message_priority::high>(self, delay, timeout_atom_v,
+                                                  st.tick_gen);
 }
 
 void finish_leave(self_ptr self) {
@@ -363,6 +372,7 @@ void finish_watcher(self_ptr self, const std::string& feed, uint64_t token,
   if (!answered && i->second.handle)
     caf::anon_send_exit(i->second.handle, caf::exit_reason::kill);
   st.live->erase(i->second.addr);
+  st.feed_of.erase(i->second.addr);
   st.watchers.erase(i);
   input(self, [&](group_state& c, group_time now) {
     return c.on_watcher_stopped(feed, token, pos, now);
@@ -529,6 +539,7 @@ void do_action(self_ptr self, spawn_watcher& s) {
   }
   e.addr = e.handle.address();
   st.live->emplace(e.addr, caf::actor_cast<caf::actor>(e.handle));
+  st.feed_of[e.addr] = s.feed;
   self->monitor(e.handle);
   st.watchers[s.feed] = std::move(e);
   if (auto& m = st.marks[s.feed]; !m.committed && s.resume)
@@ -645,7 +656,11 @@ void do_action(self_ptr self, release_feeds& r) {
 void do_action(self_ptr self, renew_lease& r) {
   auto req = r.request;
   auto& st = self->state;
-  self->request(st.opts.store, st.renew_timeout, grp_renew_atom_v, st.lease)
+  // Urgent both ways (CAF answers an urgent request urgently): a
+  // keepalive's answer moves the fence deadline.
+  self
+    ->request<caf::message_priority::high>(st.opts.store, st.renew_timeout,
+                                           grp_renew_atom_v, st.lease)
     .then(
       [self, req](double ttl) {
         auto outcome
@@ -784,13 +799,14 @@ group_impl_actor::behavior_type group_impl(self_ptr self, group_config cfg,
   });
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
-    for (auto& kv : st.watchers)
-      if (kv.second.addr && kv.second.addr == dm.source) {
-        auto feed = kv.first;
-        auto token = kv.second.token;
-        finish_watcher(self, feed, token, false, dm.source);
-        return;
-      }
+    auto f = st.feed_of.find(dm.source);
+    if (f == st.feed_of.end())
+      return;
+    auto feed = std::move(f->second);
+    st.feed_of.erase(f);
+    auto w = st.watchers.find(feed);
+    if (w != st.watchers.end() && w->second.addr == dm.source)
+      finish_watcher(self, feed, w->second.token, false, dm.source);
   });
   input(self, [](group_state& c, group_time now) { return c.start(now); });
   return {
