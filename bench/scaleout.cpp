@@ -953,14 +953,20 @@ int main(int argc, char** argv) {
               "ex_p99", "ex_max", "never", "goal");
   auto row = [&](const char* name, const takeover_fig& f, double goal) {
     bool ok = f.never == 0 && quantile(f.exact, 0.99) <= goal;
-    std::printf(
-      "%-18s %6" PRIu64 " %7.2f %7.2f %7.2f %6zu %7.2f %7.2f "
-      "%7.2f %6" PRIu64 "   %s\n",
-      name, f.feeds, quantile(f.samples, 0.5), quantile(f.samples, 0.99),
-      vmax(f.samples), f.exact.size(), quantile(f.exact, 0.5),
-      quantile(f.exact, 0.99), vmax(f.exact), f.never,
-      goal > 0 ? ("exact p99 <= " + num(goal, 1) + " s " + verdict(ok)).c_str()
-               : "(settle + rebalance delay by design)");
+    // No exact sample: every event of a moved feed came after its new
+    // owner had started (each one is only an upper bound), so there is
+    // nothing to judge here; the window row below is the figure.
+    std::string judged
+      = goal <= 0 ? "(settle + rebalance delay by design)"
+        : f.exact.empty() && f.never == 0
+          ? "no exact sample: every event met its new owner (see the window)"
+          : "exact p99 <= " + num(goal, 1) + " s " + verdict(ok);
+    std::printf("%-18s %6" PRIu64 " %7.2f %7.2f %7.2f %6zu %7.2f %7.2f "
+                "%7.2f %6" PRIu64 "   %s\n",
+                name, f.feeds, quantile(f.samples, 0.5),
+                quantile(f.samples, 0.99), vmax(f.samples), f.exact.size(),
+                quantile(f.exact, 0.5), quantile(f.exact, 0.99), vmax(f.exact),
+                f.never, judged.c_str());
     return ok;
   };
   row("takeover crash", crash, 7.0);
