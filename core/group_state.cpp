@@ -446,6 +446,12 @@ group_actions group_state::on_watcher_stopped(const std::string& feed,
         e.spawn_pending = true; // stopped on its own: run it again
         spawn_candidates_.insert(feed);
       }
+    } else if (e.own == ownership::releasing && e.release_request == 0) {
+      // An older tenure's watcher (fenced or lost, then the feed was won
+      // again): the current tenure's release waited only for it to be
+      // gone (begin_release). Its position is not this tenure's.
+      e.release_ready = true;
+      add_release_candidate(feed, e);
     }
   }
   step(now, out);

@@ -503,6 +503,32 @@ TEST(GroupState, NoSecondWatcherUntilTheFirstHasStopped) {
             std::optional<group_position>{pos(3)}); // the store's cursor
 }
 
+TEST(GroupState, AReleaseWaitingForAnOlderTenuresWatcherGoesOutWhenItStops) {
+  member m(defaults(), {"f"});
+  auto b = m.win_all(m.activate());
+  auto sp = all_of<spawn_watcher>(b).at(0);
+  m.st.on_progress("f", sp.token, pos(5), m.now);
+  // Fenced: the ownership is dropped and the watcher is asked to stop.
+  auto c = all_of<commit_cursors>(m.at(t0 + 4s)).at(0);
+  m.st.on_committed(c.request, {{"f", commit_outcome::fenced}}, m.now);
+  // Claimed again; the member leaves before the answer; the claim is won
+  // while the old watcher is still stopping: its release must wait for it.
+  auto cl = all_of<claim_feeds>(m.at(t0 + 8s)).at(0);
+  m.st.leave(m.now);
+  auto d = m.st.on_claimed(cl.request, {{"f", claim_outcome::won, 200, pos(3)}},
+                           m.now);
+  EXPECT_FALSE(has<release_feeds>(d));
+  EXPECT_FALSE(has<spawn_watcher>(d));
+  // The old tenure's watcher stops: the new tenure's release goes out, at
+  // the store's cursor (the old watcher's position is not this tenure's).
+  auto e = m.st.on_watcher_stopped("f", sp.token, pos(5), m.now);
+  auto rel = all_of<release_feeds>(e);
+  ASSERT_EQ(rel.size(), 1u);
+  ASSERT_EQ(rel[0].items.size(), 1u);
+  EXPECT_EQ(rel[0].items[0].token, 200u);
+  EXPECT_EQ(rel[0].items[0].cursor, std::optional<group_position>{pos(3)});
+}
+
 TEST(GroupState, AWatcherThatStopsOnItsOwnIsRespawnedAtItsCursor) {
   member m(defaults(), {"f"});
   auto sp = all_of<spawn_watcher>(m.win_all(m.activate(), pos(2))).at(0);
