@@ -146,6 +146,18 @@ last_deliverer(const std::vector<delivery_line>& ds) {
   return out;
 }
 
+/// Exactly `moved` feeds moved (a takeover each), and each one's latest
+/// delivery came from its winner in `after`.
+void expect_moved_to_winners(const delivery_report& r,
+                             const std::vector<delivery_line>& ds,
+                             std::map<std::string, std::string>& after,
+                             int64_t moved) {
+  EXPECT_EQ(static_cast<int64_t>(r.takeover_ns.size()), moved) << r.summary();
+  auto last_by = last_deliverer(ds);
+  for (const auto& [feed, t] : r.takeover_ns)
+    EXPECT_EQ(last_by[feed], after[feed]) << feed;
+}
+
 /// The nearest-rank p99 of the takeover times of `r`, in ms (0: none).
 int64_t takeover_p99_ms(const delivery_report& r) {
   std::vector<int64_t> v;
@@ -630,11 +642,7 @@ TEST_F(GroupChaos, S2CrashedMembersFeedsMoveToTheirNextWinnerAndLoseNothing) {
   EXPECT_GT(earliest_duplicate(ds, r, "m2", fault_t), -commit_lag_ns)
     << "a commit was lost";
   // Exactly m2's feeds moved, each to its winner among the survivors.
-  EXPECT_EQ(static_cast<int64_t>(r.takeover_ns.size()), m2_owned)
-    << r.summary();
-  auto last_by = last_deliverer(ds);
-  for (const auto& [feed, t] : r.takeover_ns)
-    EXPECT_EQ(last_by[feed], after[feed]) << feed;
+  expect_moved_to_winners(r, ds, after, m2_owned);
   // Liveness only (a loaded machine): the takeover figure against the
   // design's goal (p99 <= 7 s) is bench/scaleout's.
   EXPECT_LT(p99, 15000) << r.summary();
@@ -679,11 +687,7 @@ TEST_F(GroupChaos, S3LeavingMemberHandsItsFeedsOverWithoutDuplicates) {
   EXPECT_EQ(r.duplicates, 0u) << r.summary();
   EXPECT_EQ(r.overlap, 0u) << r.summary();
   EXPECT_EQ(r.regressions, 0u) << r.summary();
-  EXPECT_EQ(static_cast<int64_t>(r.takeover_ns.size()), m2_owned)
-    << r.summary();
-  auto last_by = last_deliverer(ds);
-  for (const auto& [feed, t] : r.takeover_ns)
-    EXPECT_EQ(last_by[feed], after[feed]) << feed;
+  expect_moved_to_winners(r, ds, after, m2_owned);
   // Liveness only; the figure (p99 <= 1.5 s) is bench/scaleout's.
   EXPECT_LT(p99, 10000) << r.summary();
 }
