@@ -458,16 +458,13 @@ void hub::impl::on_subscribe(const std::shared_ptr<hub_ws_session>& s,
 
 void hub::impl::on_ws_close(const hub_ws_session* s) {
   std::lock_guard<std::mutex> lock{mu};
-  auto erase = [s](auto& set) {
-    for (auto i = set.begin(); i != set.end(); ++i)
-      if (i->get() == s) {
-        set.erase(i);
-        return;
-      }
-  };
   for (auto& set : subscribers)
-    erase(set);
-  erase(others);
+    set.erase(s);
+  for (auto i = others.begin(); i != others.end(); ++i)
+    if (i->get() == s) {
+      others.erase(i);
+      return;
+    }
 }
 
 void hub::impl::on_ws_detach(const std::shared_ptr<hub_ws_session>& s) {
@@ -519,16 +516,18 @@ void hub::impl::fan_out_locked(const publish_outcome& out) {
   if (!out.fired_script.empty()) {
     emit_wakes_locked(out.fired_script);
   } else if (!out.wake_held) {
-    for (auto& s : subscribers[static_cast<int>(hub_tier::ledger)])
-      if (hub_subject_matches(ev.subject, s->prefixes)
-          && !state.drop_wake(rng))
-        s->push_wake(ev.id);
+    subscribers[static_cast<int>(hub_tier::ledger)].for_each_match(
+      ev.subject, [&](hub_ws_session* s) {
+        if (!state.drop_wake(rng))
+          s->push_wake(ev.id);
+      });
   }
   for (auto t : {hub_tier::catchup, hub_tier::ephemeral})
-    for (auto& s : subscribers[static_cast<int>(t)])
-      if (out.seq > s->boundary
-          && hub_subject_matches(ev.subject, s->prefixes))
-        s->push_event(out.frame);
+    subscribers[static_cast<int>(t)].for_each_match(
+      ev.subject, [&](hub_ws_session* s) {
+        if (out.seq > s->boundary)
+          s->push_event(out.frame);
+      });
 }
 
 void hub::impl::emit_wakes_locked(const std::vector<int64_t>& cursors) {

@@ -14,8 +14,9 @@
 
 #include "hub/hub.hpp"
 #include "hub/hub_state.hpp"
-#include "hub/ledger_file.hpp"
 #include "hub/latency_profile.hpp"
+#include "hub/ledger_file.hpp"
+#include "hub/subject.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -31,6 +32,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_set>
 #include <utility>
@@ -72,6 +74,60 @@ public:
   hub_tier tier = hub_tier::ledger;
   std::vector<std::string> prefixes;
   int64_t boundary = 0;
+};
+
+/// The subscribed sessions of one tier: they own the sessions and index them
+/// by their prefixes for the fan-out (prefix_index, hub/subject.hpp).
+class tier_subscribers {
+public:
+  using set_type = std::unordered_set<std::shared_ptr<hub_ws_session>>;
+
+  /// Adds `s` under its current `prefixes` (re-indexes it when present).
+  void insert(const std::shared_ptr<hub_ws_session>& s) {
+    set_.insert(s);
+    index_.insert(s.get(), s->prefixes);
+  }
+
+  /// Removes `s`; 1 when it was there, else 0.
+  std::size_t erase(const std::shared_ptr<hub_ws_session>& s) {
+    index_.erase(s.get());
+    return set_.erase(s);
+  }
+
+  /// Removes the session at `s`; 1 when it was there, else 0.
+  std::size_t erase(const hub_ws_session* s) {
+    // A non-owning key (the aliasing constructor over an empty owner):
+    // the set hashes and compares shared_ptrs by get().
+    return erase(std::shared_ptr<hub_ws_session>{
+      std::shared_ptr<void>{}, const_cast<hub_ws_session*>(s)});
+  }
+
+  void clear() {
+    index_.clear();
+    set_.clear();
+  }
+
+  std::size_t size() const {
+    return set_.size();
+  }
+
+  set_type::const_iterator begin() const {
+    return set_.begin();
+  }
+
+  set_type::const_iterator end() const {
+    return set_.end();
+  }
+
+  /// Calls `f(hub_ws_session*)` for each session following `subject`.
+  template <class F>
+  void for_each_match(std::string_view subject, F&& f) const {
+    index_.for_each_match(subject, std::forward<F>(f));
+  }
+
+private:
+  set_type set_;
+  prefix_index<hub_ws_session> index_;
 };
 
 /// An HTTP connection, for closing at stop (hub_http.cpp).
@@ -225,7 +281,7 @@ struct hub::impl {
   std::unique_ptr<ledger_file> lfile;
   bool lfile_failed = false;
   std::mt19937_64 rng;
-  std::unordered_set<std::shared_ptr<hub_ws_session>> subscribers[3];
+  tier_subscribers subscribers[3];
   /// Upgraded, not subscribed yet; silent; or detached (oversized frame).
   std::unordered_set<std::shared_ptr<hub_ws_session>> others;
   std::vector<std::weak_ptr<hub_http_session>> http_sessions;

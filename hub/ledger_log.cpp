@@ -66,6 +66,7 @@ ledger_log::append(const std::string& subject, const std::string& kind,
   obj["ts"] = ts;
   ev->json = boost::json::serialize(obj);
   ledger_event_ptr stored = std::move(ev);
+  by_subject_[stored->subject].push_back(stored->id);
   entries_.push_back(
     {stored, polls_ + static_cast<uint64_t>(cfg_.visibility_lag_polls)});
   head_ = stored->id;
@@ -96,17 +97,62 @@ int ledger_log::effective_limit(int limit) const {
   return limit;
 }
 
+bool ledger_log::indexed_lists(const std::vector<std::string>& prefixes,
+                               std::vector<const id_list*>& out) const {
+  if (prefixes.empty())
+    return false;
+  for (const auto& p : prefixes) {
+    if (p.empty())
+      return false;
+    for (auto i = by_subject_.lower_bound(p);
+         i != by_subject_.end() && i->first.compare(0, p.size(), p) == 0; ++i) {
+      out.push_back(&i->second);
+      if (out.size() > max_indexed_subjects)
+        return false;
+    }
+  }
+  // Overlapping prefixes ("a/" and "a/b") name a subject twice.
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return true;
+}
+
 ledger_page ledger_log::page(int64_t after, int limit,
                              const std::vector<std::string>& prefixes) {
   advance_visible();
   auto lim = static_cast<std::size_t>(effective_limit(limit));
   ledger_page p;
   p.reset = after < floor_;
-  auto id = std::max(after, floor_) + 1;
-  for (; id <= visible_ && p.events.size() < lim; ++id) {
-    const auto& ev = entries_[static_cast<std::size_t>(id - floor_ - 1)].event;
-    if (hub_subject_matches(ev->subject, prefixes))
-      p.events.push_back(ev);
+  auto first = std::max(after, floor_) + 1;
+  std::vector<const id_list*> lists;
+  if (indexed_lists(prefixes, lists)) {
+    // Merge the subjects' id lists from `first` up to the visible ceiling.
+    std::vector<std::pair<id_list::const_iterator, id_list::const_iterator>>
+      heads;
+    for (const auto* l : lists) {
+      auto i = std::lower_bound(l->begin(), l->end(), first);
+      if (i != l->end() && *i <= visible_)
+        heads.emplace_back(i, l->end());
+    }
+    while (p.events.size() < lim && !heads.empty()) {
+      std::size_t min = 0;
+      for (std::size_t k = 1; k < heads.size(); ++k)
+        if (*heads[k].first < *heads[min].first)
+          min = k;
+      auto id = *heads[min].first;
+      p.events.push_back(
+        entries_[static_cast<std::size_t>(id - floor_ - 1)].event);
+      if (++heads[min].first == heads[min].second
+          || *heads[min].first > visible_)
+        heads.erase(heads.begin() + static_cast<std::ptrdiff_t>(min));
+    }
+  } else {
+    for (auto id = first; id <= visible_ && p.events.size() < lim; ++id) {
+      const auto& ev
+        = entries_[static_cast<std::size_t>(id - floor_ - 1)].event;
+      if (hub_subject_matches(ev->subject, prefixes))
+        p.events.push_back(ev);
+    }
   }
   p.cursor = p.events.size() == lim ? p.events.back()->id : visible_;
   // The poll is counted after the page: an event appended with lag K is
@@ -130,6 +176,13 @@ void ledger_log::set_retention(uint64_t retention) {
 void ledger_log::trim_through(int64_t id) {
   id = std::min(id, head_);
   while (floor_ < id) {
+    // The oldest retained id is the front of its subject's list.
+    auto i = by_subject_.find(entries_.front().event->subject);
+    if (i != by_subject_.end()) {
+      i->second.pop_front();
+      if (i->second.empty())
+        by_subject_.erase(i);
+    }
     entries_.pop_front();
     ++floor_;
   }

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <deque>
 #include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -101,7 +102,11 @@ public:
 
   /// One replay page after `after` (see the diagram): `limit <= 0` or above
   /// replay_limit means replay_limit; `prefixes` filter by subject (empty:
-  /// all). Counts one poll for the visibility lag.
+  /// all). Counts one poll for the visibility lag. When the prefixes match
+  /// at most `max_indexed_subjects` distinct subjects the page is read from
+  /// the per-subject index (O(page) for a feed following its own subtree,
+  /// however long the ledger behind its cursor), else by a scan from the
+  /// cursor; both give the same page.
   ledger_page page(int64_t after, int limit,
                    const std::vector<std::string>& prefixes);
 
@@ -151,6 +156,10 @@ public:
     return cfg_;
   }
 
+  /// Pages whose prefixes match more distinct subjects than this scan the
+  /// ledger instead of merging per-subject lists.
+  static constexpr std::size_t max_indexed_subjects = 64;
+
 private:
   struct entry {
     ledger_event_ptr event;
@@ -158,11 +167,20 @@ private:
     uint64_t visible_at = 0;
   };
 
+  using id_list = std::deque<int64_t>;
+
   void advance_visible();
   void remember_key(const ledger_event_ptr& ev);
+  /// The id lists of the subjects `prefixes` match, or false when the page
+  /// should scan (no prefix, an empty prefix, or more subjects than
+  /// max_indexed_subjects).
+  bool indexed_lists(const std::vector<std::string>& prefixes,
+                     std::vector<const id_list*>& out) const;
 
   ledger_config cfg_;
   std::deque<entry> entries_; // ids floor_+1 .. head_
+  /// Retained ids of each subject, ascending (trimmed with entries_).
+  std::map<std::string, id_list, std::less<>> by_subject_;
   int64_t head_ = 0;
   int64_t floor_ = 0;
   int64_t visible_ = 0;

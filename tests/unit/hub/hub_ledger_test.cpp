@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -301,4 +302,132 @@ TEST(HubSubject, PrefixMatchingIsAPlainStringPrefix) {
   EXPECT_TRUE(hub_subject_matches("a/bc", {"a/b"}));
   EXPECT_FALSE(hub_subject_matches("a/b/c", {"a/c"}));
   EXPECT_FALSE(hub_subject_matches("a", {"a/"}));
+}
+
+namespace {
+
+// A random subject from a small tree: prefixes of one another ("a", "a/",
+// "a/1") and siblings, so that prefixes overlap and match 0..many subjects.
+std::string random_subject(std::mt19937_64& rng, int spread) {
+  static const char* const roots[]
+    = {"a", "a/", "ab", "b/", "feed-1/", "feed-10/"};
+  std::uniform_int_distribution<int> root{0, 5};
+  std::uniform_int_distribution<int> leaf{0, spread};
+  auto s = std::string{roots[root(rng)]};
+  auto n = leaf(rng);
+  if (n > 0)
+    s += std::to_string(n);
+  return s;
+}
+
+std::vector<std::string> random_prefixes(std::mt19937_64& rng, int spread) {
+  std::uniform_int_distribution<int> count{0, 3};
+  std::uniform_int_distribution<int> cut{0, 3};
+  std::vector<std::string> out;
+  for (int i = count(rng); i > 0; --i) {
+    auto s = random_subject(rng, spread);
+    auto c = static_cast<std::size_t>(cut(rng));
+    out.push_back(s.substr(0, s.size() > c ? s.size() - c : 0));
+  }
+  return out;
+}
+
+} // namespace
+
+// The per-subject index (pages whose prefixes match a few subjects) and the
+// scan (everything else) give the page a scan of every retained visible
+// event gives: the same events, cursor and reset, under appends, trims and
+// the visibility lag. Spread 3 keeps most pages on the index, spread 200
+// pushes prefixes past max_indexed_subjects so both paths run.
+TEST(HubLedger, IndexedPagesEqualAScanOfTheLedger) {
+  for (int spread : {3, 200}) {
+    std::mt19937_64 rng{static_cast<uint64_t>(41 + spread)};
+    ledger_log log{ledger_config{0, 20, 4096, 0}};
+    std::uniform_int_distribution<int> op{0, 99};
+    std::uniform_int_distribution<int> lag{0, 2};
+    std::uniform_int_distribution<int> lim{-1, 25};
+    int pages = 0;
+    for (int step = 0; step < 20000; ++step) {
+      auto o = op(rng);
+      if (o < 55) {
+        log.append(random_subject(rng, spread), "k", "{}", "", 0, 0.0);
+      } else if (o < 58) {
+        log.set_visibility_lag(lag(rng));
+      } else if (o < 60) {
+        std::uniform_int_distribution<int64_t> to{log.floor(), log.head()};
+        log.trim_through(to(rng));
+      } else if (o < 61) {
+        log.set_retention(static_cast<uint64_t>(lim(rng) + 40));
+      } else {
+        std::uniform_int_distribution<int64_t> at{0, log.head() + 2};
+        auto after = at(rng);
+        auto limit = lim(rng);
+        auto prefixes = random_prefixes(rng, spread);
+        auto p = log.page(after, limit, prefixes);
+        ++pages;
+        // The model: page() advanced the visible ceiling before reading,
+        // and nothing moves it after, so visible() is the page's ceiling.
+        auto want_lim = static_cast<std::size_t>(log.effective_limit(limit));
+        std::vector<int64_t> want;
+        for (auto id = std::max(after, log.floor()) + 1;
+             id <= log.visible() && want.size() < want_lim; ++id)
+          if (hub_subject_matches(log.get(id)->subject, prefixes))
+            want.push_back(id);
+        ASSERT_EQ(ids(p), want) << "step " << step << " after " << after;
+        ASSERT_EQ(p.reset, after < log.floor());
+        ASSERT_EQ(p.cursor,
+                  want.size() == want_lim ? want.back() : log.visible())
+          << "step " << step;
+      }
+    }
+    EXPECT_GT(pages, 7000);
+  }
+}
+
+// The fan-out index finds exactly the members whose prefixes match a
+// subject, each once, through inserts, re-inserts with other prefixes and
+// erases.
+TEST(HubSubject, PrefixIndexFindsExactlyTheMatchingMembers) {
+  std::mt19937_64 rng{7};
+  struct member {
+    int id;
+    std::vector<std::string> prefixes;
+    bool in = false;
+  };
+  std::vector<member> members;
+  for (int i = 0; i < 60; ++i)
+    members.push_back({i, {}});
+  prefix_index<member> index;
+  std::uniform_int_distribution<std::size_t> pick{0, members.size() - 1};
+  std::uniform_int_distribution<int> op{0, 9};
+  for (int step = 0; step < 20000; ++step) {
+    auto& m = members[pick(rng)];
+    auto o = op(rng);
+    if (o < 3) {
+      m.prefixes = random_prefixes(rng, 4);
+      m.in = true;
+      index.insert(&m, m.prefixes);
+    } else if (o < 4) {
+      EXPECT_EQ(index.erase(&m), m.in);
+      m.in = false;
+    } else {
+      auto subject = random_subject(rng, 4);
+      std::vector<int> got;
+      index.for_each_match(subject, [&](member* x) { got.push_back(x->id); });
+      std::sort(got.begin(), got.end());
+      std::vector<int> want;
+      for (const auto& x : members)
+        if (x.in && hub_subject_matches(subject, x.prefixes))
+          want.push_back(x.id);
+      ASSERT_EQ(got, want) << "step " << step << " subject " << subject;
+    }
+  }
+  std::size_t in = 0;
+  for (const auto& x : members)
+    in += x.in ? 1 : 0;
+  EXPECT_EQ(index.size(), in);
+  index.clear();
+  std::vector<member*> none;
+  index.for_each_match("a/1", [&](member* x) { none.push_back(x); });
+  EXPECT_TRUE(none.empty());
 }
