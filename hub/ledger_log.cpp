@@ -7,6 +7,7 @@
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
+#include <cassert>
 
 namespace outbound {
 
@@ -66,7 +67,7 @@ ledger_log::append(const std::string& subject, const std::string& kind,
   obj["ts"] = ts;
   ev->json = boost::json::serialize(obj);
   ledger_event_ptr stored = std::move(ev);
-  by_subject_[stored->subject].push_back(stored->id);
+  by_subject_[stored->subject].ids.push_back(stored->id);
   entries_.push_back(
     {stored, polls_ + static_cast<uint64_t>(cfg_.visibility_lag_polls)});
   head_ = stored->id;
@@ -127,7 +128,8 @@ ledger_page ledger_log::page(int64_t after, int limit,
   std::vector<const id_list*> lists;
   if (indexed_lists(prefixes, lists)) {
     // Merge the subjects' id lists from `first` up to the visible ceiling.
-    std::vector<std::pair<id_list::const_iterator, id_list::const_iterator>>
+    std::vector<std::pair<std::vector<int64_t>::const_iterator,
+                          std::vector<int64_t>::const_iterator>>
       heads;
     for (const auto* l : lists) {
       auto i = std::lower_bound(l->begin(), l->end(), first);
@@ -161,6 +163,13 @@ ledger_page ledger_log::page(int64_t after, int limit,
   return p;
 }
 
+std::size_t ledger_log::indexed_ids() const {
+  std::size_t n = 0;
+  for (const auto& kv : by_subject_)
+    n += kv.second.size();
+  return n;
+}
+
 ledger_event_ptr ledger_log::get(int64_t id) const {
   if (id <= floor_ || id > head_)
     return nullptr;
@@ -178,6 +187,7 @@ void ledger_log::trim_through(int64_t id) {
   while (floor_ < id) {
     // The oldest retained id is the front of its subject's list.
     auto i = by_subject_.find(entries_.front().event->subject);
+    assert(i != by_subject_.end() && *i->second.begin() == floor_ + 1);
     if (i != by_subject_.end()) {
       i->second.pop_front();
       if (i->second.empty())

@@ -103,7 +103,7 @@ public:
   /// One replay page after `after` (see the diagram): `limit <= 0` or above
   /// replay_limit means replay_limit; `prefixes` filter by subject (empty:
   /// all). Counts one poll for the visibility lag. When the prefixes match
-  /// at most `max_indexed_subjects` distinct subjects the page is read from
+  /// at most `max_indexed_subjects` subjects the page is read from
   /// the per-subject index (O(page) for a feed following its own subtree,
   /// however long the ledger behind its cursor), else by a scan from the
   /// cursor; both give the same page.
@@ -156,9 +156,14 @@ public:
     return cfg_;
   }
 
-  /// Pages whose prefixes match more distinct subjects than this scan the
+  /// Pages whose prefixes match more subjects than this (counted over the
+  /// prefixes, so a subject two prefixes match counts twice) scan the
   /// ledger instead of merging per-subject lists.
   static constexpr std::size_t max_indexed_subjects = 64;
+
+  /// Ids held by the per-subject index (diagnostics and tests: it equals
+  /// size(), every retained event indexed once).
+  std::size_t indexed_ids() const;
 
 private:
   struct entry {
@@ -167,7 +172,36 @@ private:
     uint64_t visible_at = 0;
   };
 
-  using id_list = std::deque<int64_t>;
+  /// One subject's retained ids, ascending: a vector read from `first`
+  /// (trimming moves `first`; the dead front is dropped once it is half the
+  /// vector), so a subject with one event costs one small allocation.
+  struct id_list {
+    std::vector<int64_t> ids;
+    std::size_t first = 0;
+
+    bool empty() const {
+      return first == ids.size();
+    }
+    std::size_t size() const {
+      return ids.size() - first;
+    }
+    std::vector<int64_t>::const_iterator begin() const {
+      return ids.begin() + static_cast<std::ptrdiff_t>(first);
+    }
+    std::vector<int64_t>::const_iterator end() const {
+      return ids.end();
+    }
+    void pop_front() {
+      if (++first == ids.size()) {
+        ids.clear();
+        first = 0;
+      } else if (first >= 16 && 2 * first >= ids.size()) {
+        ids.erase(ids.begin(),
+                  ids.begin() + static_cast<std::ptrdiff_t>(first));
+        first = 0;
+      }
+    }
+  };
 
   void advance_visible();
   void remember_key(const ledger_event_ptr& ev);
