@@ -154,3 +154,37 @@ caf::resumable* io_loop_policy::dequeue_impl(coordinator_data& cd,
 }
 
 } // namespace outbound::detail
+
+namespace caf::scheduler {
+
+template <>
+void worker<outbound::detail::io_loop_policy>::run() {
+  CAF_SET_LOGGER_SYS(&system());
+  for (;;) {
+    auto job = policy_.dequeue(this);
+    CAF_ASSERT(job != nullptr);
+    policy_.before_resume(this, job);
+    auto res = job->resume(this, max_throughput_);
+    policy_.after_resume(this, job);
+    switch (res) {
+      case resumable::resume_later:
+        // Stays in the loop: the policy keeps the reference.
+        policy_.resume_job_later(this, job);
+        break;
+      case resumable::done:
+        policy_.after_completion(this, job);
+        intrusive_ptr_release(job);
+        break;
+      case resumable::awaiting_message:
+        // Enqueued again with its next message; drop this reference.
+        intrusive_ptr_release(job);
+        break;
+      case resumable::shutdown_execution_unit:
+        policy_.after_completion(this, job);
+        policy_.before_shutdown(this);
+        return;
+    }
+  }
+}
+
+} // namespace caf::scheduler
