@@ -163,6 +163,7 @@ void worker<outbound::detail::io_loop_policy>::run() {
   for (;;) {
     auto job = policy_.dequeue(this);
     CAF_ASSERT(job != nullptr);
+    CAF_ASSERT(job->subtype() != resumable::io_actor);
     policy_.before_resume(this, job);
     auto res = job->resume(this, max_throughput_);
     policy_.after_resume(this, job);
