@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace outbound;
@@ -122,6 +123,18 @@ struct member {
 
 group_state_config defaults() {
   return group_state_config{};
+}
+
+/// `m` (member of one feed "f") wins it, its watcher reports position 5,
+/// and the commit at t0 + 4 s is fenced: the ownership is dropped and the
+/// watcher asked to stop. Returns that watcher's spawn and the fenced
+/// commit's actions.
+std::pair<spawn_watcher, group_actions> fence_first_watcher(member& m) {
+  auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
+  m.st.on_progress("f", sp.token, pos(5), m.now);
+  auto c = all_of<commit_cursors>(m.at(t0 + 4s)).at(0);
+  return {sp,
+          m.st.on_committed(c.request, {{"f", commit_outcome::fenced}}, m.now)};
 }
 
 } // namespace
@@ -481,12 +494,8 @@ TEST(GroupState, SpawnsAreRateLimited) {
 
 TEST(GroupState, NoSecondWatcherUntilTheFirstHasStopped) {
   member m(defaults(), {"f"});
-  auto b = m.win_all(m.activate());
-  auto sp = all_of<spawn_watcher>(b).at(0);
-  m.st.on_progress("f", sp.token, pos(5), m.now);
   // A fenced commit drops the ownership and stops the watcher.
-  auto c = all_of<commit_cursors>(m.at(t0 + 4s)).at(0);
-  auto d = m.st.on_committed(c.request, {{"f", commit_outcome::fenced}}, m.now);
+  auto [sp, d] = fence_first_watcher(m);
   ASSERT_EQ(all_of<stop_watcher>(d).size(), 1u);
   EXPECT_EQ(all_of<stop_watcher>(d)[0].reason, stop_reason::fenced);
   // Reclaimed and won again before the old watcher answered.
@@ -505,12 +514,8 @@ TEST(GroupState, NoSecondWatcherUntilTheFirstHasStopped) {
 
 TEST(GroupState, AReleaseWaitingForAnOlderTenuresWatcherGoesOutWhenItStops) {
   member m(defaults(), {"f"});
-  auto b = m.win_all(m.activate());
-  auto sp = all_of<spawn_watcher>(b).at(0);
-  m.st.on_progress("f", sp.token, pos(5), m.now);
   // Fenced: the ownership is dropped and the watcher is asked to stop.
-  auto c = all_of<commit_cursors>(m.at(t0 + 4s)).at(0);
-  m.st.on_committed(c.request, {{"f", commit_outcome::fenced}}, m.now);
+  auto sp = fence_first_watcher(m).first;
   // Claimed again; the member leaves before the answer; the claim is won
   // while the old watcher is still stopping: its release must wait for it.
   auto cl = all_of<claim_feeds>(m.at(t0 + 8s)).at(0);
