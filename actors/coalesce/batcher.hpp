@@ -56,7 +56,7 @@
 //
 // Use from the actor:
 //   get_ts / get_seq  → join(w, now); rejected_* → answer the caller at
-//                       once; queued → keep its promise under w.id
+//                       once; queued → keep its promise in payload(id)
 //   after any event   → for each plan in take_ready(now): run one
 //                       discovery_call (actors/coalesce/leader_state.hpp)
 //                       for it; arm a timer at next_wakeup() (tag it; a
@@ -64,14 +64,16 @@
 //   discovery done    → succeeded: on_ts_response / on_seq_response with the
 //                       parsed body; failed: on_rpc_failed(id, uncertain iff
 //                       discovery_error::uncertain_outcome); deliver each
-//                       delivery to its waiter's promise
-//   caller leaves     → cancel(id); rpc_cancelled → cancel that RPC's
+//                       delivery to the promise in its payload
+//   caller leaves     → take its promise from payload(id), cancel(id);
+//                       rpc_cancelled → cancel that RPC's
 //                       exchange (transport cancel_atom) and drop its
 //                       discovery_call
 
 #include "actors/coalesce/coalesce_types.hpp"
 #include "config/coalesce_config.hpp"
 #include "core/coalesce_stats.hpp"
+#include "core/slab.hpp"
 
 #include <cstdint>
 #include <deque>
@@ -86,9 +88,6 @@ inline namespace coalesce {
 
 /// One caller's request as it enters the driver.
 struct waiter_request {
-  /// Caller-chosen id, unique among the waiters held (a response promise's
-  /// key in the actor).
-  uint64_t id = 0;
   waiter_kind kind = waiter_kind::ts;
   /// Sequence key (seq only): 1..max_seq_key_bytes bytes of valid UTF-8.
   std::string key;
@@ -109,8 +108,15 @@ enum class join_decision : uint8_t {
   rejected_invalid_count,
   /// seq key empty, too long or not UTF-8 (tsoracle InvalidSeqKey).
   rejected_invalid_key,
-  /// The id is already held.
-  rejected_duplicate_id,
+};
+
+/// The answer of basic_batcher::join.
+struct join_result {
+  join_decision decision = join_decision::queued;
+  /// queued: the waiter's id (never 0), which names it in rpc_plan parts,
+  /// deliveries, cancel and payload until it is answered or cancelled; a
+  /// stale id finds nothing. Rejected: 0.
+  uint64_t id = 0;
 };
 
 /// "queued", "rejected_backpressure", ...
@@ -138,9 +144,15 @@ enum class waiter_outcome : uint8_t {
 /// "served", "protocol_violation", ...
 const char* to_string(waiter_outcome o);
 
+/// What a waiter carries for the owner when the owner keeps nothing of its
+/// own (the tests): nothing.
+struct no_payload {};
+
 /// One waiter's result, produced by on_ts_response / on_seq_response /
-/// on_rpc_failed.
-struct delivery {
+/// on_rpc_failed. `payload` is the owner's data of the waiter, moved out of
+/// the batcher's table with it (the coalescing driver's response promise).
+template <class Payload>
+struct basic_delivery {
   uint64_t waiter_id = 0;
   waiter_outcome outcome = waiter_outcome::served;
   /// served ts: the waiter's timestamps.
@@ -150,7 +162,10 @@ struct delivery {
   /// Why it failed (never carries header values). The answering response's
   /// epoch is the owner's to pass on: it is the same for every waiter.
   std::string detail;
+  Payload payload;
 };
+
+using delivery = basic_delivery<no_payload>;
 
 /// One waiter's part of a chunk, in the order of the response's values.
 struct chunk_part {
@@ -251,19 +266,44 @@ std::string check_seq_response(const seq_response& r, uint32_t requested);
 bool valid_seq_key(const std::string& key, std::size_t max_bytes);
 
 /// The coalescing state of one driver. Not thread-safe (one owner actor).
-class batcher {
+///
+/// The batcher's waiter table is the owner's too: each waiter carries a
+/// `Payload` (the driver's response promise and deadline entry), set
+/// through payload() after join and handed back in its delivery, so a
+/// waiter lives in one table, a slab (core/slab.hpp) named by the ids join
+/// issues: no hashing and no allocation per waiter once the slab has grown.
+/// The member definitions are in batcher_impl.hpp; `batcher` (no payload)
+/// is instantiated once in batcher.cpp.
+template <class Payload>
+class basic_batcher {
 public:
+  using delivery_type = basic_delivery<Payload>;
+
   /// Takes batch_flush_interval, max_waiters, the per-RPC caps and the key
   /// limit from `cfg`; throws config_error when `cfg` is invalid.
-  explicit batcher(const coalesce_config& cfg);
+  explicit basic_batcher(const coalesce_config& cfg);
 
   /// A caller enters at `now` (w.entered is normally `now`). Invalid
-  /// requests are rejected before any RPC and touch no other waiter.
-  join_decision join(const waiter_request& w, coalesce_time now);
+  /// requests are rejected before any RPC and touch no other waiter. A
+  /// queued waiter gets a fresh id and a default Payload.
+  join_result join(const waiter_request& w, coalesce_time now);
+
+  /// The owner's data of waiter `waiter_id`, or nullptr when it is not
+  /// held (answered, cancelled, never issued).
+  Payload* payload(uint64_t waiter_id);
+
+  /// Calls `f(waiter_id, Payload&)` for every waiter held (the owner
+  /// answers them all when it stops or starts over).
+  template <class F>
+  void for_each_payload(F&& f) {
+    waiters_.for_each(
+      [&](uint64_t id, waiter_rec& rec) { f(id, rec.payload); });
+  }
 
   /// The caller of `waiter_id` left (it cancelled, or its own deadline
   /// passed). Never disturbs the other waiters; the RPC in flight is
-  /// cancelled only when every waiter of it has gone.
+  /// cancelled only when every waiter of it has gone. Its payload is
+  /// dropped: take what the owner needs from payload() first.
   cancel_outcome cancel(uint64_t waiter_id, coalesce_time now);
 
   /// The RPCs to send now, per group below max_rpcs_in_flight: the next
@@ -285,23 +325,22 @@ public:
   /// waiter of the chunk: served (in order, the response's range cut into
   /// the waiters' counts) or, if check_ts_response fails, protocol_violation
   /// for the chunk's waiters only. Unknown or cancelled ids: nothing.
-  std::vector<delivery> on_ts_response(uint64_t rpc_id, const ts_response& r,
-                                       coalesce_time now);
+  std::vector<delivery_type>
+  on_ts_response(uint64_t rpc_id, const ts_response& r, coalesce_time now);
 
   /// The GetSeq RPC `rpc_id` answered 2xx (a body that does not parse is
   /// passed as a default seq_response: uncertain): the block is cut into the
   /// waiters' blocks in order; a wrong count or shape makes the chunk's
   /// waiters uncertain (the server did advance something).
-  std::vector<delivery> on_seq_response(uint64_t rpc_id,
-                                        const seq_response& r,
-                                        coalesce_time now);
+  std::vector<delivery_type>
+  on_seq_response(uint64_t rpc_id, const seq_response& r, coalesce_time now);
 
   /// The RPC `rpc_id` failed for good (discovery gave up). Its live waiters
   /// get rpc_failed / uncertain; the batch's chunks not yet sent fail as
   /// not_attempted; the group's queued waiters form the next batch.
-  std::vector<delivery> on_rpc_failed(uint64_t rpc_id, rpc_failure f,
-                                      const std::string& detail,
-                                      coalesce_time now);
+  std::vector<delivery_type> on_rpc_failed(uint64_t rpc_id, rpc_failure f,
+                                           const std::string& detail,
+                                           coalesce_time now);
 
   /// Waiters held now (queued or in flight, all groups).
   std::size_t held() const {
@@ -345,16 +384,10 @@ private:
 
   struct waiter_rec {
     waiter_request req;
-    uint64_t serial = 0;
     where at = where::queued;
-    /// The chunk it is in (pending or in flight), 0 while queued: an id
-    /// reused after a cancel never receives the old waiter's share.
+    /// The chunk it is in (pending or in flight), 0 while queued.
     uint64_t chunk_uid = 0;
-  };
-
-  struct queued_ref {
-    uint64_t id;
-    uint64_t serial;
+    Payload payload;
   };
 
   struct chunk {
@@ -372,7 +405,9 @@ private:
   };
 
   struct group {
-    std::deque<queued_ref> queue;
+    /// Waiter ids in arrival order; a cancelled one is skipped lazily (its
+    /// id no longer finds a waiter).
+    std::deque<uint64_t> queue;
     std::size_t queued_live = 0;
     /// Chunks of the current batch not yet sent, in order.
     std::deque<chunk> pending;
@@ -387,7 +422,7 @@ private:
 
   /// After a chunk of `it` left flights (answered, failed or cancelled):
   /// arms the next step of the group and drops it when idle.
-  void finish_flight(group_map::iterator it, coalesce_time now);
+  void finish_flight(typename group_map::iterator it, coalesce_time now);
   /// Takes the chunk of RPC `rpc_id` out of the group's flights.
   static chunk take_flight(group& g, uint64_t rpc_id);
   /// True if `g` may send a further RPC while its flights are in the air:
@@ -400,11 +435,21 @@ private:
   }
   /// Forms a batch from the group's due queue (waiters entered <= now).
   void form_batch(group& g, waiter_kind kind, coalesce_time now);
-  std::vector<delivery> fail_chunk(const chunk& c, waiter_outcome o,
-                                   const std::string& detail);
-  /// The live waiter of part `p` of chunk `c`, or waiters_.end().
-  std::unordered_map<uint64_t, waiter_rec>::iterator
-  live_waiter(const chunk& c, const chunk_part& p);
+  /// Takes the chunk's live waiters out of the table, each as a delivery
+  /// with `o` (and `detail` when not served), in the chunk's order;
+  /// `fill(delivery&, offset, part)` completes a served one (`offset`: the
+  /// values of the parts before it, gone waiters' included).
+  template <class Fill>
+  void take_chunk(const chunk& c, waiter_outcome o, const std::string& detail,
+                  std::vector<delivery_type>& out, Fill&& fill);
+  std::vector<delivery_type> fail_chunk(const chunk& c, waiter_outcome o,
+                                        const std::string& detail);
+  /// The live waiter of part `p` of chunk `c`, or nullptr.
+  waiter_rec* live_waiter(const chunk& c, const chunk_part& p);
+  /// Looks up the group of RPC `rpc_id` and takes its chunk out of the
+  /// flights; false (a stale answer, counted) when it is not in flight.
+  bool take_answered(uint64_t rpc_id, typename group_map::iterator& git,
+                     chunk& c);
 
   /// True if a cold start of group `gk` at `now` is sent at once
   /// (adaptive_cold_start; always with a zero window).
@@ -427,15 +472,19 @@ private:
   uint32_t max_seq_;
   std::size_t max_key_bytes_;
 
-  std::unordered_map<uint64_t, waiter_rec> waiters_;
+  core::slab<waiter_rec> waiters_;
   group_map groups_;
   std::unordered_map<uint64_t, group_key> rpc_group_;
-  uint64_t next_serial_ = 1;
   uint64_t next_rpc_ = 1;
   uint64_t next_chunk_ = 1;
   uint64_t next_batch_ = 1;
   batcher_stats stats_;
 };
+
+/// The batcher without owner data (tests, tools).
+using batcher = basic_batcher<no_payload>;
+
+extern template class basic_batcher<no_payload>;
 
 } // namespace coalesce
 } // namespace outbound

@@ -1,5 +1,6 @@
 #include "actors/coalesce/coalescing_driver.hpp"
 
+#include "actors/coalesce/batcher_impl.hpp"
 #include "actors/coalesce/oracle_body.hpp"
 #include "actors/coalesce/oracle_request.hpp"
 #include "actors/handler_guard.hpp"
@@ -44,100 +45,16 @@ struct due_entry {
 /// backstop).
 using deadline_table = std::multimap<coalesce_time, due_entry>;
 
+/// What the driver keeps of a caller, in the batcher's waiter table (its
+/// payload): one table per caller, a slab named by the batcher's ids.
 struct waiter_slot {
   caf::typed_response_promise<coalesce_reply> rp;
-  waiter_kind kind = waiter_kind::ts;
   /// Its entry in driver_state::deadlines, if it has a timeout.
   std::optional<deadline_table::iterator> due;
 };
 
-/// The callers held, by waiter id: a slab (a vector of slots and a free
-/// list) whose ids are `generation << 32 | slot`, so a lookup is an index
-/// and a generation check, with no hashing and no allocation per caller
-/// once the slab has grown. A stale id (its caller answered, the slot
-/// reused) finds nothing.
-class waiter_table {
-public:
-  /// A fresh id for a caller about to be added (the batcher is told it
-  /// first; add() takes the same id).
-  uint64_t next_id() {
-    uint32_t slot;
-    if (!free_.empty()) {
-      slot = free_.back();
-    } else {
-      slot = static_cast<uint32_t>(slots_.size());
-    }
-    uint32_t gen = slot < slots_.size() ? slots_[slot].gen + 1 : 1;
-    return uint64_t{gen} << 32 | slot;
-  }
-
-  /// Adds `w` under `id`, which next_id() just returned.
-  waiter_slot& add(uint64_t id, waiter_slot w) {
-    auto slot = static_cast<uint32_t>(id);
-    if (slot == slots_.size())
-      slots_.emplace_back();
-    else
-      free_.pop_back();
-    auto& e = slots_[slot];
-    e.gen = static_cast<uint32_t>(id >> 32);
-    e.used = true;
-    e.w = std::move(w);
-    ++size_;
-    return e.w;
-  }
-
-  /// The caller under `id`, or nullptr.
-  waiter_slot* find(uint64_t id) {
-    auto slot = static_cast<uint32_t>(id);
-    if (slot >= slots_.size())
-      return nullptr;
-    auto& e = slots_[slot];
-    if (!e.used || e.gen != static_cast<uint32_t>(id >> 32))
-      return nullptr;
-    return &e.w;
-  }
-
-  /// Removes the caller under `id` (found by find()).
-  void erase(uint64_t id) {
-    auto slot = static_cast<uint32_t>(id);
-    auto& e = slots_[slot];
-    e.used = false;
-    e.w = waiter_slot{};
-    free_.push_back(slot);
-    --size_;
-  }
-
-  /// Calls `f(waiter_slot&)` for every caller held.
-  template <class F>
-  void for_each(F&& f) {
-    for (auto& e : slots_)
-      if (e.used)
-        f(e.w);
-  }
-
-  /// Takes every caller out (the table is empty after it).
-  std::vector<waiter_slot> take_all() {
-    std::vector<waiter_slot> out;
-    out.reserve(size_);
-    // Generations are kept: an id handed out before never matches again.
-    for (uint32_t i = 0; i < slots_.size(); ++i)
-      if (slots_[i].used) {
-        out.push_back(std::move(slots_[i].w));
-        erase(uint64_t{slots_[i].gen} << 32 | i);
-      }
-    return out;
-  }
-
-private:
-  struct entry {
-    uint32_t gen = 0;
-    bool used = false;
-    waiter_slot w;
-  };
-  std::vector<entry> slots_;
-  std::vector<uint32_t> free_;
-  std::size_t size_ = 0;
-};
+using driver_batcher = basic_batcher<waiter_slot>;
+using driver_delivery = driver_batcher::delivery_type;
 
 /// One batched RPC on its way through leader discovery.
 struct rpc_run {
@@ -165,7 +82,7 @@ struct rpc_run {
 };
 
 struct driver_state {
-  std::optional<batcher> batches;
+  std::optional<driver_batcher> batches;
   std::optional<leader_state> leaders;
   coalesce_rng rng;
   /// Request ids only (its own generator: the worklist offsets and the
@@ -176,7 +93,6 @@ struct driver_state {
   /// them (oracle_request_config).
   client_config request_cfg;
   coalesce_options opts;
-  waiter_table waiters;
   deadline_table deadlines;
   /// Due time of the deadline timer pending, if any (a later one is not
   /// armed while an earlier one is pending).
@@ -202,7 +118,9 @@ struct driver_state {
     if (!opts.transports)
       for (auto& [key, t] : transports)
         caf::anon_send_exit(t, caf::exit_reason::user_shutdown);
-    waiters.for_each([](waiter_slot& w) {
+    if (!batches)
+      return;
+    batches->for_each_payload([](uint64_t, waiter_slot& w) {
       if (!w.rp.pending())
         return;
       coalesce_reply r;
@@ -253,22 +171,19 @@ void drop_limit(driver_state& st, rpc_run& run) {
   }
 }
 
-void answer(self_ptr self, uint64_t waiter_id, coalesce_reply r) {
+/// Answers the caller of `w`, a waiter the batcher has just let go
+/// (delivered or cancelled), and drops its deadline.
+void answer(self_ptr self, waiter_slot& w, coalesce_reply r) {
   auto& st = self->state;
-  auto* w = st.waiters.find(waiter_id);
-  if (!w)
-    return;
   ++st.stats.calls;
   if (r.error)
     ++st.stats.calls_failed;
-  auto rp = std::move(w->rp);
-  if (w->due)
-    st.deadlines.erase(*w->due);
-  st.waiters.erase(waiter_id);
-  rp.deliver(std::move(r));
+  if (w.due)
+    st.deadlines.erase(*w.due);
+  w.rp.deliver(std::move(r));
 }
 
-coalesce_reply reply_of(const delivery& d,
+coalesce_reply reply_of(const driver_delivery& d,
                         const std::shared_ptr<const coalesce_rpc_info>& info,
                         uint32_t batch_waiters, int attempts) {
   coalesce_reply r;
@@ -395,7 +310,7 @@ std::string leader_key(self_ptr self, coalesce_time now) {
 
 /// Hands each delivery of one RPC to its waiter. The epoch goes to the
 /// served callers only (an unusable 2xx is an error without one).
-void deliver_all(self_ptr self, const std::vector<delivery>& ds,
+void deliver_all(self_ptr self, std::vector<driver_delivery>& ds,
                  const std::string& endpoint, int attempts,
                  const std::string& request_id, const std::string& epoch = {},
                  std::optional<error_kind> failed_kind = std::nullopt,
@@ -408,7 +323,7 @@ void deliver_all(self_ptr self, const std::vector<delivery>& ds,
   auto info = std::make_shared<coalesce_rpc_info>();
   info->endpoint = endpoint;
   info->request_id = request_id;
-  if (std::any_of(ds.begin(), ds.end(), [](const delivery& d) {
+  if (std::any_of(ds.begin(), ds.end(), [](const driver_delivery& d) {
         return d.outcome == waiter_outcome::served;
       }))
     info->epoch = epoch;
@@ -424,7 +339,7 @@ void deliver_all(self_ptr self, const std::vector<delivery>& ds,
     // error carries the status that was seen, as `outbound request` does.
     if (r.error && status != 0)
       r.error->status = status;
-    answer(self, d.waiter_id, std::move(r));
+    answer(self, d.payload, std::move(r));
   }
 }
 
@@ -455,7 +370,7 @@ void on_success(self_ptr self, uint64_t rpc_id, rpc_run& run,
   auto& st = self->state;
   auto now = now_of(self);
   auto attempts = run.dc->attempts();
-  std::vector<delivery> ds;
+  std::vector<driver_delivery> ds;
   std::string epoch;
   if (auto* ts = std::get_if<read_ts_result>(&body)) {
     ds = st.batches->on_ts_response(rpc_id, ts->response, now);
@@ -714,7 +629,10 @@ void on_transport_down(self_ptr self, const caf::down_msg& dm) {
 /// driver stays alive for the next call.
 void fail_everything(self_ptr self, const call_error& e) {
   auto& st = self->state;
-  auto waiters = st.waiters.take_all();
+  std::vector<waiter_slot> waiters;
+  waiters.reserve(st.batches->held());
+  st.batches->for_each_payload(
+    [&](uint64_t, waiter_slot& w) { waiters.push_back(std::move(w)); });
   st.deadlines.clear(); // a pending timer finds nothing due and re-arms none
   for (auto& w : waiters) {
     coalesce_reply r;
@@ -787,7 +705,7 @@ void on_deadline_timer(self_ptr self, uint64_t due) {
       on_attempt_limit(self, e.id, e.token);
       continue;
     }
-    if (auto* w = st.waiters.find(e.id))
+    if (auto* w = st.batches->payload(e.id))
       w->due.reset();
     on_waiter_timeout(self, e.id);
   }
@@ -798,11 +716,10 @@ caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
                                       double timeout) {
   auto& st = self->state;
   auto now = now_of(self);
-  w.id = st.waiters.next_id();
   w.entered = now;
-  auto d = st.batches->join(w, now);
+  auto joined = st.batches->join(w, now);
   coalesce_reply r;
-  switch (d) {
+  switch (joined.decision) {
     case join_decision::queued: break;
     case join_decision::rejected_backpressure:
       ++st.stats.calls;
@@ -831,18 +748,17 @@ caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
                              + " bytes of UTF-8)",
                            true);
       return r;
-    case join_decision::rejected_duplicate_id:
-      r.error = make_error(error_kind::request_error, "duplicate waiter id",
-                           true);
-      return r;
   }
+  // The promise is returned from a copy: pump below may already answer
+  // the caller (and free its slot).
   auto rp = self->make_response_promise<coalesce_reply>();
-  auto& slot = st.waiters.add(w.id, waiter_slot{rp, w.kind, std::nullopt});
+  auto& slot = *st.batches->payload(joined.id);
+  slot.rp = rp;
   // NaN, +-inf and <= 0: no timeout of its own (coalesce_seconds would turn
   // +inf into 0, an immediate deadline_exceeded).
   if (std::isfinite(timeout) && timeout > 0) {
     slot.due = st.deadlines.emplace(now + coalesce_seconds(timeout),
-                                    due_entry{w.id, 0});
+                                    due_entry{joined.id, 0});
     arm_deadlines(self, now);
   }
   // A caller of an idle group is sent at once (a lone caller pays no extra
@@ -875,8 +791,10 @@ coalesce_stats driver_stats(self_ptr self) {
 /// A caller's own timeout passed.
 void on_waiter_timeout(self_ptr self, uint64_t waiter_id) {
   auto& st = self->state;
-  if (!st.waiters.find(waiter_id))
+  auto* held = st.batches->payload(waiter_id);
+  if (!held)
     return;
+  auto slot = std::move(*held);
   auto c = st.batches->cancel(waiter_id, now_of(self));
   // Nothing sent for it only if it never rode an RPC, or the RPC it
   // rode (cancelled now) never reached a server and is not on the wire.
@@ -888,7 +806,7 @@ void on_waiter_timeout(self_ptr self, uint64_t waiter_id) {
   coalesce_reply r;
   r.error = make_error(error_kind::deadline_exceeded,
                        "the call's timeout passed", nothing_sent);
-  answer(self, waiter_id, std::move(r));
+  answer(self, slot, std::move(r));
   if (c.result == cancel_result::rpc_cancelled) {
     auto it = st.rpcs.find(c.rpc_to_cancel);
     if (it != st.rpcs.end()) {
