@@ -354,8 +354,14 @@ public:
   }
   /// RPCs in flight of one group (ts: `key` ignored; seq: that key).
   std::size_t in_flight(waiter_kind kind, const std::string& key) const;
-  /// Groups currently tracked (idle groups are dropped).
-  std::size_t groups() const {
+  /// Groups with waiters queued, pending or in flight (idle ones are not
+  /// counted; up to kept_idle_groups of them are kept for reuse).
+  std::size_t groups() const;
+  /// Idle groups are dropped only while more groups than this exist.
+  static constexpr std::size_t kept_idle_groups = 64;
+  /// Groups held, idle ones kept for reuse included (a diagnostic: at most
+  /// kept_idle_groups once every group is idle).
+  std::size_t tracked_groups() const {
     return groups_.size();
   }
   const batcher_stats& stats() const {
@@ -433,6 +439,8 @@ private:
   static bool idle(const group& g) {
     return g.flights.empty() && g.pending.empty() && g.queued_live == 0;
   }
+  /// Drops group `it` if it is idle and more than kept_idle_groups exist.
+  void drop_if_idle(typename group_map::iterator it);
   /// Forms a batch from the group's due queue (waiters entered <= now).
   void form_batch(group& g, waiter_kind kind, coalesce_time now);
   /// Takes the chunk's live waiters out of the table, each as a delivery
@@ -474,6 +482,8 @@ private:
 
   core::slab<waiter_rec> waiters_;
   group_map groups_;
+  /// form_batch's waiters not yet due, reused (no allocation per batch).
+  std::vector<uint64_t> later_scratch_;
   std::unordered_map<uint64_t, group_key> rpc_group_;
   uint64_t next_rpc_ = 1;
   uint64_t next_chunk_ = 1;

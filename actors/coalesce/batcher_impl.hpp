@@ -150,8 +150,8 @@ cancel_outcome basic_batcher<Payload>::cancel(uint64_t waiter_id,
       break;
     }
   }
-  if (out.result == cancel_result::removed && idle(g))
-    groups_.erase(git);
+  if (out.result == cancel_result::removed)
+    drop_if_idle(git);
   return out;
 }
 
@@ -159,10 +159,13 @@ template <class Payload>
 void basic_batcher<Payload>::form_batch(group& g, waiter_kind kind,
                                         coalesce_time now) {
   const uint32_t kind_cap = cap(kind);
-  std::deque<uint64_t> later; // entered after `now`: not due yet
+  auto& later = later_scratch_; // entered after `now`: not due yet
+  later.clear();
   std::optional<coalesce_time> later_at;
   chunk cur;
-  std::vector<chunk> chunks;
+  // take_ready forms a batch only when none is pending: its chunks go
+  // straight into g.pending.
+  const auto first = g.pending.size();
   while (!g.queue.empty()) {
     auto id = g.queue.front();
     g.queue.pop_front();
@@ -176,7 +179,7 @@ void basic_batcher<Payload>::form_batch(group& g, waiter_kind kind,
       continue;
     }
     if (!cur.parts.empty() && uint64_t{cur.count} + rec->req.count > kind_cap) {
-      chunks.push_back(std::move(cur));
+      g.pending.push_back(std::move(cur));
       cur = chunk{};
     }
     if (cur.parts.empty())
@@ -189,17 +192,18 @@ void basic_batcher<Payload>::form_batch(group& g, waiter_kind kind,
     --g.queued_live;
   }
   if (!cur.parts.empty())
-    chunks.push_back(std::move(cur));
-  g.queue = std::move(later);
+    g.pending.push_back(std::move(cur));
+  g.queue.insert(g.queue.end(), later.begin(), later.end());
   g.flush_at = later_at;
   auto batch = next_batch_++;
-  for (std::size_t i = 0; i < chunks.size(); ++i) {
-    chunks[i].batch = batch;
-    chunks[i].index = i;
-    chunks[i].total = chunks.size();
-    g.pending.push_back(std::move(chunks[i]));
+  const auto total = g.pending.size() - first;
+  for (std::size_t i = 0; i < total; ++i) {
+    auto& c = g.pending[first + i];
+    c.batch = batch;
+    c.index = i;
+    c.total = total;
   }
-  if (!chunks.empty())
+  if (total > 0)
     ++stats_.batches;
 }
 
@@ -334,8 +338,29 @@ void basic_batcher<Payload>::finish_flight(typename group_map::iterator it,
     g.flush_at = now;
     return;
   }
-  if (g.flights.empty())
+  drop_if_idle(it);
+}
+
+template <class Payload>
+void basic_batcher<Payload>::drop_if_idle(typename group_map::iterator it) {
+  // An idle group is kept while few groups exist, so a group that goes
+  // cold and warm again (a lone caller's every call) reuses its queues
+  // instead of allocating them anew; beyond kept_idle_groups (many seq
+  // keys) it is dropped.
+  auto& g = it->second;
+  if (!idle(g))
+    return;
+  if (groups_.size() > kept_idle_groups)
     groups_.erase(it);
+  else
+    g.queue.clear(); // only cancelled waiters' ids are left in it
+}
+
+template <class Payload>
+std::size_t basic_batcher<Payload>::groups() const {
+  return static_cast<std::size_t>(
+    std::count_if(groups_.begin(), groups_.end(),
+                  [](const auto& kv) { return !idle(kv.second); }));
 }
 
 template <class Payload>

@@ -56,6 +56,12 @@ struct waiter_slot {
 using driver_batcher = basic_batcher<waiter_slot>;
 using driver_delivery = driver_batcher::delivery_type;
 
+/// An endpoint's transport and the endpoint itself, parsed once.
+struct endpoint_link {
+  transport_actor transport;
+  oracle_endpoint ep;
+};
+
 /// One batched RPC on its way through leader discovery.
 struct rpc_run {
   rpc_plan plan;
@@ -98,7 +104,9 @@ struct driver_state {
   /// armed while an earlier one is pending).
   std::optional<coalesce_time> deadline_armed;
   std::unordered_map<uint64_t, rpc_run> rpcs;
-  std::unordered_map<std::string, transport_actor> transports;
+  /// The transport of each endpoint in use, with the endpoint parsed once
+  /// (an attempt builds its request from it).
+  std::unordered_map<std::string, endpoint_link> transports;
   uint64_t next_token = 1;
   uint64_t next_exchange = 1;
   /// The cold-start flush armed, if any (a later one is not re-armed).
@@ -116,8 +124,8 @@ struct driver_state {
   /// user's).
   ~driver_state() {
     if (!opts.transports)
-      for (auto& [key, t] : transports)
-        caf::anon_send_exit(t, caf::exit_reason::user_shutdown);
+      for (auto& [key, link] : transports)
+        caf::anon_send_exit(link.transport, caf::exit_reason::user_shutdown);
     if (!batches)
       return;
     batches->for_each_payload([](uint64_t, waiter_slot& w) {
@@ -252,19 +260,20 @@ void sweep_transports(self_ptr self) {
       continue;
     }
     if (!st.opts.transports) // ours: stop the pool
-      self->send_exit(it->second, caf::exit_reason::user_shutdown);
+      self->send_exit(it->second.transport, caf::exit_reason::user_shutdown);
     it = st.transports.erase(it);
   }
 }
 
-/// The transport of endpoint `key`, made on first use; empty with `error`
-/// set when it cannot be made (the key does not parse, the factory or the
-/// pool's own checks threw).
-transport_actor transport_for(self_ptr self, const std::string& key,
-                              call_error& error) {
+/// The transport of endpoint `key` and the endpoint parsed, made on first
+/// use; nullptr with `error` set when it cannot be made (the key does not
+/// parse, the factory or the pool's own checks threw). Valid until the
+/// next change of driver_state::transports.
+const endpoint_link* transport_for(self_ptr self, const std::string& key,
+                                   call_error& error) {
   auto& st = self->state;
   if (auto it = st.transports.find(key); it != st.transports.end())
-    return it->second;
+    return &it->second;
   // Drop the transports of endpoints the hint LRU evicted before adding
   // one: a chain of redirects within one RPC never holds more than the
   // configured + max_hinted_endpoints (+ those in use) transports.
@@ -274,7 +283,7 @@ transport_actor transport_for(self_ptr self, const std::string& key,
   if (!ep) {
     error.kind = error_kind::config_error;
     error.detail = "endpoint does not parse: " + key;
-    return {};
+    return nullptr;
   }
   // Both can throw (a user factory; a TLS file removed since construction):
   // the attempt fails with the cause, the driver lives on.
@@ -295,12 +304,12 @@ transport_actor transport_for(self_ptr self, const std::string& key,
   if (!t) {
     if (error.detail.empty())
       error.detail = "no transport for " + key;
-    return {};
+    return nullptr;
   }
   // A transport that dies fails its attempt at once (on_transport_down).
   self->monitor(t);
-  st.transports.emplace(key, t);
-  return t;
+  return &st.transports.emplace(key, endpoint_link{t, std::move(*ep)})
+            .first->second;
 }
 
 std::string leader_key(self_ptr self, coalesce_time now) {
@@ -498,23 +507,18 @@ void act(self_ptr self, uint64_t rpc_id, discovery_action a) {
       };
       // The request of this attempt, for its endpoint, through the shared
       // builder; the RPC's request id on every attempt (start_rpc).
-      auto ep = parse_oracle_endpoint(a.endpoint, st.cfg.tls,
-                                      endpoint_origin::configured);
-      if (!ep)
-        return cannot_send(
-          make_error(error_kind::config_error,
-                     "endpoint does not parse: " + a.endpoint, true));
+      call_error why;
+      auto* link = transport_for(self, a.endpoint, why);
+      if (!link)
+        return cannot_send(why);
+      auto t = link->transport;
       // a.attempts counts this attempt: the ones before it are retries
       // (x-retry-count, as the service client sends it).
-      auto built = build_oracle_request(st.request_cfg, *ep, run.plan,
-                                        run.request_id, st.id_rng,
-                                        a.attempts - 1);
+      auto built
+        = build_oracle_request(st.request_cfg, link->ep, run.plan,
+                               run.request_id, st.id_rng, a.attempts - 1);
       if (built.error)
         return cannot_send(*built.error);
-      call_error why;
-      auto t = transport_for(self, a.endpoint, why);
-      if (!t)
-        return cannot_send(why);
       auto req = std::move(built.request);
       req.exchange_id = st.next_exchange++;
       req.timeout_ns = a.budget.count();
@@ -601,7 +605,7 @@ void on_transport_down(self_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
   std::string key;
   for (auto it = st.transports.begin(); it != st.transports.end();) {
-    if (it->second.address() == dm.source) {
+    if (it->second.transport.address() == dm.source) {
       key = it->first;
       it = st.transports.erase(it);
     } else {

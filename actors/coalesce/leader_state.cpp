@@ -407,15 +407,18 @@ discovery_call::discovery_call(const leader_state& ls, bool non_idempotent,
 }
 
 void discovery_call::begin_pass(leader_state& ls, coalesce_time now) {
-  auto w = ls.begin_pass(now);
-  worklist_.assign(w.begin(), w.end());
+  // Kept in reverse: the next endpoint is the back (pop_back, and a hint
+  // pushed back goes first), no allocation beyond begin_pass's vector.
+  worklist_ = ls.begin_pass(now);
+  std::reverse(worklist_.begin(), worklist_.end());
   visited_.clear();
   failed_in_pass_ = 0;
   redirects_pass_ = 0;
   election_in_pass_ = false;
   // max_attempts is floored at the initial worklist: a cold sweep dials
   // every endpoint once (tsoracle retry.rs).
-  pass_limit_ = std::max<int>(max_attempts_, static_cast<int>(w.size()));
+  pass_limit_
+    = std::max<int>(max_attempts_, static_cast<int>(worklist_.size()));
 }
 
 discovery_action discovery_call::start(leader_state& ls, coalesce_time now,
@@ -441,9 +444,7 @@ bool discovery_call::can_send_more() const {
   if (failed_in_pass_ >= pass_limit_)
     return false;
   return std::any_of(worklist_.begin(), worklist_.end(),
-                     [this](const std::string& e) {
-                       return visited_.count(e) == 0;
-                     });
+                     [this](const std::string& e) { return !visited(e); });
 }
 
 discovery_action discovery_call::next(leader_state& ls, coalesce_time now,
@@ -456,13 +457,13 @@ discovery_action discovery_call::next(leader_state& ls, coalesce_time now,
   // (tsoracle retry.rs issue_seq_rpc).
   if (non_idempotent_ && attempts_ > 0 && deadline_ - now < per_attempt_)
     return surfaced(true);
-  while (!worklist_.empty() && visited_.count(worklist_.front()) != 0)
-    worklist_.pop_front();
+  while (!worklist_.empty() && visited(worklist_.back()))
+    worklist_.pop_back();
   if (worklist_.empty() || failed_in_pass_ >= pass_limit_)
     return end_pass(ls, now, rng);
-  current_ = worklist_.front();
-  worklist_.pop_front();
-  visited_.insert(current_);
+  current_ = std::move(worklist_.back());
+  worklist_.pop_back();
+  visited_.push_back(current_);
   ++attempts_;
   discovery_action a;
   a.step = discovery_step::send;
@@ -567,7 +568,7 @@ discovery_action discovery_call::on_not_leader(leader_state& ls,
                                                coalesce_time now,
                                                coalesce_rng& rng) {
   auto hc = ls.check_hint(r.hint ? &*r.hint : nullptr, from, now);
-  if (hc.verdict == hint_verdict::usable && visited_.count(hc.endpoint) != 0) {
+  if (hc.verdict == hint_verdict::usable && visited(hc.endpoint)) {
     // Points back at a node this pass already tried: leadership is
     // moving. Not followed in this pass.
     election_in_pass_ = election_sticky_ = true;
@@ -595,7 +596,7 @@ discovery_action discovery_call::on_not_leader(leader_state& ls,
     worklist_.erase(
       std::remove(worklist_.begin(), worklist_.end(), hc.endpoint),
       worklist_.end());
-    worklist_.push_front(hc.endpoint);
+    worklist_.push_back(hc.endpoint); // the back goes next
     return next(ls, now, rng); // a redirect: no backoff, not charged
   }
   // Unactionable NOT_LEADER: move on, leave the cache alone.

@@ -54,11 +54,10 @@
 #include "core/coalesce_stats.hpp"
 #include "protocol/http_types.hpp"
 
+#include <algorithm>
 #include <cstdint>
-#include <deque>
 #include <list>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -472,6 +471,10 @@ private:
                             coalesce_rng& rng);
   void begin_pass(leader_state& ls, coalesce_time now);
   bool can_send_more() const;
+  bool visited(const std::string& endpoint) const {
+    return std::find(visited_.begin(), visited_.end(), endpoint)
+           != visited_.end();
+  }
   discovery_action fail(discovery_error e, std::string detail,
                         transport_error_kind cause
                         = transport_error_kind::none);
@@ -488,8 +491,10 @@ private:
   int max_redirects_pass_;
   int max_redirects_call_;
 
-  std::deque<std::string> worklist_;
-  std::set<std::string> visited_;
+  /// The pass's endpoints still to try, the next one last.
+  std::vector<std::string> worklist_;
+  /// The endpoints tried in this pass (a handful: a linear search).
+  std::vector<std::string> visited_;
   std::string current_;
   int attempts_ = 0;
   int failed_in_pass_ = 0;

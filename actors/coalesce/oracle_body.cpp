@@ -4,8 +4,10 @@
 
 #include "actors/coalesce/leader_state.hpp"
 
+#include <boost/json/monotonic_resource.hpp>
 #include <boost/json/value.hpp>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace outbound {
@@ -172,14 +174,34 @@ std::optional<uint64_t> parse_body_epoch(const std::string& body,
   return epoch_of(parse_json(body, depth_limit(max_depth)));
 }
 
+namespace {
+
+/// The parse of one oracle answer, in an arena on the stack: an answer is
+/// a few dozen bytes, so its parsed form takes no heap allocation (a
+/// larger one takes heap blocks from the arena; max_bytes bounds both).
+/// Nothing read from it outlives the call: ts_of / seq_of copy what they
+/// keep.
+template <class F>
+auto with_parsed(const std::string& body, std::size_t max_depth, F&& f) {
+  alignas(std::max_align_t) unsigned char buf[1024];
+  json::monotonic_resource arena{buf, sizeof buf};
+  auto parsed
+    = parse_json(body, depth_limit(max_depth), json::storage_ptr{&arena});
+  return f(parsed);
+}
+
+} // namespace
+
 read_ts_result read_ts_body(const std::string& body, std::size_t max_depth) {
-  auto parsed = parse_json(body, depth_limit(max_depth));
-  return {ts_of(parsed, body), epoch_of(parsed)};
+  return with_parsed(body, max_depth, [&](const json_parse_result& parsed) {
+    return read_ts_result{ts_of(parsed, body), epoch_of(parsed)};
+  });
 }
 
 read_seq_result read_seq_body(const std::string& body, std::size_t max_depth) {
-  auto parsed = parse_json(body, depth_limit(max_depth));
-  return {seq_of(parsed, body), epoch_of(parsed)};
+  return with_parsed(body, max_depth, [&](const json_parse_result& parsed) {
+    return read_seq_result{seq_of(parsed, body), epoch_of(parsed)};
+  });
 }
 
 } // namespace coalesce

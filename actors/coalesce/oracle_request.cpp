@@ -2,7 +2,6 @@
 
 #include "config/config_error.hpp"
 
-#include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 
 namespace outbound {
@@ -31,15 +30,18 @@ url_parts oracle_base_url(const oracle_endpoint& ep) {
 call_request oracle_call(const rpc_plan& plan, std::string request_id) {
   call_request c;
   c.method = "POST";
-  json::object body;
-  body["count"] = plan.count;
+  // {"count":N} or {"count":N,"key":"..."}: written directly (no JSON tree
+  // per RPC); the key is escaped by Boost.JSON's serializer.
+  c.body = "{\"count\":";
+  c.body += std::to_string(plan.count);
   if (plan.kind == waiter_kind::ts) {
     c.path = "/v1/ts";
   } else {
     c.path = "/v1/seq";
-    body["key"] = plan.key;
+    c.body += ",\"key\":";
+    c.body += json::serialize(json::string_view{plan.key});
   }
-  c.body = json::serialize(body);
+  c.body += '}';
   c.has_body = true;
   c.idempotent = plan.kind == waiter_kind::ts;
   c.request_id = std::move(request_id);

@@ -127,6 +127,9 @@ public:
   std::size_t groups() const {
     return b_.groups();
   }
+  std::size_t tracked_groups() const {
+    return b_.tracked_groups();
+  }
   const batcher_stats& stats() const {
     return b_.stats();
   }
@@ -1213,4 +1216,41 @@ TEST(CoalesceBatcher, PayloadTravelsWithItsWaiter) {
   EXPECT_EQ(ds[0].outcome, waiter_outcome::rpc_failed);
   ASSERT_TRUE(ds[0].payload);
   EXPECT_EQ(*ds[0].payload, 7);
+}
+
+// A group that goes idle is kept for reuse (a lone caller's group goes cold
+// and warm on every call) while few groups exist; beyond kept_idle_groups
+// (many seq keys) idle groups are dropped, so memory stays bounded, and a
+// dropped key served again behaves as new.
+TEST(CoalesceBatcher, IdleGroupsAreKeptUpToABoundAndDroppedBeyond) {
+  test_batcher b{cfg_with(0)};
+  auto now = t0;
+  uint64_t name = 1, phys = 1, next_seq = 1;
+  auto serve = [&](named_waiter w) {
+    ASSERT_EQ(b.join(w, now), join_decision::queued);
+    auto p = b.take_ready(now);
+    ASSERT_EQ(p.size(), 1u);
+    auto ds = p[0].kind == waiter_kind::ts
+                ? b.on_ts_response(p[0].rpc_id, ts_answer(phys++, 0, 1), now)
+                : b.on_seq_response(p[0].rpc_id,
+                                    seq_response{next_seq++, 1, "3", {}}, now);
+    ASSERT_EQ(ds.size(), 1u);
+    EXPECT_EQ(ds[0].waiter_id, w.name);
+    EXPECT_EQ(ds[0].outcome, waiter_outcome::served);
+    now += microseconds(10);
+  };
+  for (int i = 0; i < 10; ++i)
+    serve(ts_waiter(name++, 1, now));
+  EXPECT_EQ(b.groups(), 0u);
+  EXPECT_EQ(b.tracked_groups(), 1u) << "the ts group, kept and reused";
+  for (int k = 0; k < 200; ++k)
+    serve(seq_waiter(name++, "key" + std::to_string(k), 1, now));
+  EXPECT_EQ(b.groups(), 0u);
+  EXPECT_LE(b.tracked_groups(), batcher::kept_idle_groups);
+  // Keys kept and keys dropped both serve as before.
+  serve(seq_waiter(name++, "key0", 1, now));
+  serve(seq_waiter(name++, "key199", 1, now));
+  serve(ts_waiter(name++, 1, now));
+  EXPECT_EQ(b.held(), 0u);
+  EXPECT_LE(b.tracked_groups(), batcher::kept_idle_groups);
 }

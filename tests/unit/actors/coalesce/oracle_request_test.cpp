@@ -9,6 +9,7 @@
 #include "actors/coalesce/oracle_request.hpp"
 #include "config/config_error.hpp"
 
+#include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <gtest/gtest.h>
@@ -242,5 +243,37 @@ TEST(OracleRequest, ClientConfigKeepsItsOwnFieldNames) {
     FAIL() << "no config_error";
   } catch (const config_error& e) {
     EXPECT_EQ(e.field(), "default_headers");
+  }
+}
+
+// The body is written without a JSON tree: it must stay what Boost.JSON
+// writes for the same object (key order, number form, escapes), for keys
+// that need escaping too.
+TEST(OracleRequest, BodyEqualsBoostJsonOfTheSameObject) {
+  const std::string keys[] = {"k",
+                              "a\"b\\c",
+                              "z\xc3\xbcrich",
+                              "tab\there",
+                              std::string("nul\0x", 5),
+                              "\x01\x1f"};
+  for (uint32_t count : {1u, 7u, 65536u, 262144u}) {
+    rpc_plan ts;
+    ts.kind = waiter_kind::ts;
+    ts.count = count;
+    boost::json::object want_ts;
+    want_ts["count"] = count;
+    EXPECT_EQ(oracle_call(ts, "id").body, boost::json::serialize(want_ts));
+    for (auto& key : keys) {
+      rpc_plan seq;
+      seq.kind = waiter_kind::seq;
+      seq.key = key;
+      seq.count = count;
+      boost::json::object want;
+      want["count"] = count;
+      want["key"] = key;
+      auto body = oracle_call(seq, "id").body;
+      EXPECT_EQ(body, boost::json::serialize(want));
+      EXPECT_EQ(boost::json::parse(body).at("key").as_string(), key);
+    }
   }
 }
