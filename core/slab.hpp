@@ -21,7 +21,8 @@ template <class T>
 class slab {
 public:
   /// Adds `v`; returns its id, never 0 and never one handed out before
-  /// (per index, until 2^32 reuses of that index).
+  /// (per index, until 2^32 - 1 reuses of that index, when the generation
+  /// wraps).
   uint64_t insert(T v) {
     uint32_t index;
     if (!free_.empty()) {
@@ -30,9 +31,13 @@ public:
     } else {
       index = static_cast<uint32_t>(entries_.size());
       entries_.emplace_back();
+      // Room for every index on the free list: erase never allocates (it
+      // may run where nothing may throw).
+      free_.reserve(entries_.capacity());
     }
     auto& e = entries_[index];
-    ++e.gen; // 1 for a new entry: id 0 is never issued
+    if (++e.gen == 0) // 1 for a new entry; 0 is skipped on wrap-around
+      e.gen = 1;
     e.value.emplace(std::move(v));
     ++size_;
     return uint64_t{e.gen} << 32 | index;
@@ -54,6 +59,7 @@ public:
   }
 
   /// Removes the value under `id`, which must be held (find() != nullptr).
+  /// Never allocates; throws only if T's destructor does.
   void erase(uint64_t id) {
     auto index = static_cast<uint32_t>(id);
     entries_[index].value.reset();

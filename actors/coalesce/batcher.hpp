@@ -80,6 +80,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -276,6 +277,9 @@ bool valid_seq_key(const std::string& key, std::size_t max_bytes);
 /// is instantiated once in batcher.cpp.
 template <class Payload>
 class basic_batcher {
+  static_assert(std::is_nothrow_move_assignable_v<Payload>,
+                "release() moves payloads out where nothing may throw");
+
 public:
   using delivery_type = basic_delivery<Payload>;
 
@@ -355,10 +359,11 @@ public:
   /// RPCs in flight of one group (ts: `key` ignored; seq: that key).
   std::size_t in_flight(waiter_kind kind, const std::string& key) const;
   /// Groups with waiters queued, pending or in flight (idle ones are not
-  /// counted; up to kept_idle_groups of them are kept for reuse).
+  /// counted: they are kept for reuse, the ts group always, seq keys' up
+  /// to kept_idle_groups groups in all).
   std::size_t groups() const;
-  /// Idle groups are dropped only while more groups than this exist.
-  static constexpr std::size_t kept_idle_groups = 64;
+  /// An idle seq key's group is dropped while more groups than this exist.
+  static constexpr std::size_t kept_idle_groups = 16;
   /// Groups held, idle ones kept for reuse included (a diagnostic: at most
   /// kept_idle_groups once every group is idle).
   std::size_t tracked_groups() const {
@@ -443,13 +448,20 @@ private:
   void drop_if_idle(typename group_map::iterator it);
   /// Forms a batch from the group's due queue (waiters entered <= now).
   void form_batch(group& g, waiter_kind kind, coalesce_time now);
-  /// Takes the chunk's live waiters out of the table, each as a delivery
-  /// with `o` (and `detail` when not served), in the chunk's order;
-  /// `fill(delivery&, offset, part)` completes a served one (`offset`: the
-  /// values of the parts before it, gone waiters' included).
+  /// Appends a delivery with `o` (and `detail` when not served) for each
+  /// live waiter of the chunk, in the chunk's order; `fill(delivery&,
+  /// offset, part)` completes a served one (`offset`: the values of the
+  /// parts before it, gone waiters' included). The waiters stay in the
+  /// table: release() takes them out once nothing can throw any more.
   template <class Fill>
-  void take_chunk(const chunk& c, waiter_outcome o, const std::string& detail,
-                  std::vector<delivery_type>& out, Fill&& fill);
+  void collect_chunk(const chunk& c, waiter_outcome o,
+                     const std::string& detail, std::vector<delivery_type>& out,
+                     Fill&& fill);
+  /// Moves each delivery's payload out of the table and drops its waiter.
+  /// Runs after everything that may throw: a throw before it leaves every
+  /// payload in the table, where the owner's fault path finds it.
+  void release(std::vector<delivery_type>& out) noexcept;
+  /// collect_chunk + release.
   std::vector<delivery_type> fail_chunk(const chunk& c, waiter_outcome o,
                                         const std::string& detail);
   /// The live waiter of part `p` of chunk `c`, or nullptr.

@@ -343,14 +343,14 @@ void basic_batcher<Payload>::finish_flight(typename group_map::iterator it,
 
 template <class Payload>
 void basic_batcher<Payload>::drop_if_idle(typename group_map::iterator it) {
-  // An idle group is kept while few groups exist, so a group that goes
-  // cold and warm again (a lone caller's every call) reuses its queues
-  // instead of allocating them anew; beyond kept_idle_groups (many seq
-  // keys) it is dropped.
+  // An idle group is kept, so a group that goes cold and warm again (a
+  // lone caller's every call) reuses its queues instead of allocating them
+  // anew: the ts group always, a seq key's group while at most
+  // kept_idle_groups groups exist (many seq keys: dropped, as before).
   auto& g = it->second;
   if (!idle(g))
     return;
-  if (groups_.size() > kept_idle_groups)
+  if (it->first.kind == waiter_kind::seq && groups_.size() > kept_idle_groups)
     groups_.erase(it);
   else
     g.queue.clear(); // only cancelled waiters' ids are left in it
@@ -374,15 +374,15 @@ basic_batcher<Payload>::live_waiter(const chunk& c, const chunk_part& p) {
 
 template <class Payload>
 template <class Fill>
-void basic_batcher<Payload>::take_chunk(const chunk& c, waiter_outcome o,
-                                        const std::string& detail,
-                                        std::vector<delivery_type>& out,
-                                        Fill&& fill) {
+void basic_batcher<Payload>::collect_chunk(const chunk& c, waiter_outcome o,
+                                           const std::string& detail,
+                                           std::vector<delivery_type>& out,
+                                           Fill&& fill) {
   out.reserve(out.size() + c.live);
   uint64_t offset = 0;
   for (auto& p : c.parts) {
     // A gone waiter's share is skipped, not handed to anyone else.
-    if (auto* rec = live_waiter(c, p)) {
+    if (live_waiter(c, p)) {
       delivery_type d;
       d.waiter_id = p.waiter_id;
       d.outcome = o;
@@ -393,11 +393,18 @@ void basic_batcher<Payload>::take_chunk(const chunk& c, waiter_outcome o,
         d.detail = detail;
         ++stats_.failed;
       }
-      d.payload = std::move(rec->payload);
-      waiters_.erase(p.waiter_id);
       out.push_back(std::move(d));
     }
     offset += p.count;
+  }
+}
+
+template <class Payload>
+void basic_batcher<Payload>::release(std::vector<delivery_type>& out) noexcept {
+  for (auto& d : out) {
+    auto* rec = waiters_.find(d.waiter_id);
+    d.payload = std::move(rec->payload);
+    waiters_.erase(d.waiter_id);
   }
 }
 
@@ -406,7 +413,8 @@ std::vector<typename basic_batcher<Payload>::delivery_type>
 basic_batcher<Payload>::fail_chunk(const chunk& c, waiter_outcome o,
                                    const std::string& detail) {
   std::vector<delivery_type> out;
-  take_chunk(c, o, detail, out, [](delivery_type&, uint64_t, auto&) {});
+  collect_chunk(c, o, detail, out, [](delivery_type&, uint64_t, auto&) {});
+  release(out);
   return out;
 }
 
@@ -441,12 +449,13 @@ basic_batcher<Payload>::on_ts_response(uint64_t rpc_id, const ts_response& r,
   } else {
     // check_ts_response bounds logical_start + count by 2^18: the offsets
     // fit in 32 bits.
-    take_chunk(c, waiter_outcome::served, {}, out,
-               [&](delivery_type& d, uint64_t offset, const chunk_part& p) {
-                 d.ts = ts_range{
-                   r.physical_ms,
-                   r.logical_start + static_cast<uint32_t>(offset), p.count};
-               });
+    collect_chunk(c, waiter_outcome::served, {}, out,
+                  [&](delivery_type& d, uint64_t offset, const chunk_part& p) {
+                    d.ts = ts_range{
+                      r.physical_ms,
+                      r.logical_start + static_cast<uint32_t>(offset), p.count};
+                  });
+    release(out);
   }
   finish_flight(git, now);
   return out;
@@ -469,10 +478,11 @@ basic_batcher<Payload>::on_seq_response(uint64_t rpc_id, const seq_response& r,
     out = fail_chunk(c, waiter_outcome::uncertain,
                      "uncertain outcome: bad seq response: " + why);
   } else {
-    take_chunk(c, waiter_outcome::served, {}, out,
-               [&](delivery_type& d, uint64_t offset, const chunk_part& p) {
-                 d.seq = seq_block{r.start + offset, p.count};
-               });
+    collect_chunk(c, waiter_outcome::served, {}, out,
+                  [&](delivery_type& d, uint64_t offset, const chunk_part& p) {
+                    d.seq = seq_block{r.start + offset, p.count};
+                  });
+    release(out);
   }
   finish_flight(git, now);
   return out;
@@ -489,20 +499,26 @@ basic_batcher<Payload>::on_rpc_failed(uint64_t rpc_id, rpc_failure f,
   if (!take_answered(rpc_id, git, c))
     return out;
   auto& g = git->second;
-  out = fail_chunk(c,
-                   f == rpc_failure::uncertain ? waiter_outcome::uncertain
-                                               : waiter_outcome::rpc_failed,
-                   detail);
+  auto noop = [](delivery_type&, uint64_t, auto&) {
+  };
+  collect_chunk(c,
+                f == rpc_failure::uncertain ? waiter_outcome::uncertain
+                                            : waiter_outcome::rpc_failed,
+                detail, out, noop);
   // Fail fast: the rest of the batch would meet the same cluster within
   // the same deadline. Nothing was sent for it.
-  if (!g.pending.empty() && g.pending.front().batch == c.batch) {
+  std::size_t rest = 0;
+  while (rest < g.pending.size() && g.pending[rest].batch == c.batch)
+    ++rest;
+  if (rest > 0) {
     auto why = "not attempted: an earlier chunk failed: " + detail;
-    while (!g.pending.empty() && g.pending.front().batch == c.batch) {
-      take_chunk(g.pending.front(), waiter_outcome::not_attempted, why, out,
-                 [](delivery_type&, uint64_t, auto&) {});
-      g.pending.pop_front();
-    }
+    for (std::size_t i = 0; i < rest; ++i)
+      collect_chunk(g.pending[i], waiter_outcome::not_attempted, why, out,
+                    noop);
   }
+  release(out);
+  g.pending.erase(g.pending.begin(),
+                  g.pending.begin() + static_cast<std::ptrdiff_t>(rest));
   finish_flight(git, now);
   return out;
 }

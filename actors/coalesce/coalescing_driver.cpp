@@ -179,6 +179,47 @@ void drop_limit(driver_state& st, rpc_run& run) {
   }
 }
 
+/// Answers `w`'s caller with service_unavailable if nothing answered it
+/// yet. Never throws: it runs while a throw unwinds (see unanswered_guard).
+void answer_if_pending(waiter_slot& w) noexcept {
+  try {
+    if (!w.rp.pending())
+      return;
+    coalesce_reply r;
+    r.error.emplace();
+    r.error->kind = error_kind::service_unavailable;
+    r.error->detail = "coalescing driver failed while answering";
+    w.rp.deliver(std::move(r));
+  } catch (...) {
+    // Out of memory while answering: nothing more can be done for it.
+  }
+}
+
+/// A waiter's promise leaves the batcher's table with its delivery (or,
+/// on a timeout, just before the cancel), so fail_everything no longer
+/// sees it: if a throw unwinds before it is answered, this guard answers
+/// it (every caller is answered exactly once, throw or not).
+class unanswered_guard {
+public:
+  explicit unanswered_guard(std::vector<driver_delivery>& ds) : ds_(&ds) {
+  }
+  explicit unanswered_guard(waiter_slot& w) : one_(&w) {
+  }
+  unanswered_guard(const unanswered_guard&) = delete;
+  unanswered_guard& operator=(const unanswered_guard&) = delete;
+  ~unanswered_guard() {
+    if (one_)
+      answer_if_pending(*one_);
+    if (ds_)
+      for (auto& d : *ds_)
+        answer_if_pending(d.payload);
+  }
+
+private:
+  std::vector<driver_delivery>* ds_ = nullptr;
+  waiter_slot* one_ = nullptr;
+};
+
 /// Answers the caller of `w`, a waiter the batcher has just let go
 /// (delivered or cancelled), and drops its deadline.
 void answer(self_ptr self, waiter_slot& w, coalesce_reply r) {
@@ -380,6 +421,7 @@ void on_success(self_ptr self, uint64_t rpc_id, rpc_run& run,
   auto now = now_of(self);
   auto attempts = run.dc->attempts();
   std::vector<driver_delivery> ds;
+  unanswered_guard guard{ds};
   std::string epoch;
   if (auto* ts = std::get_if<read_ts_result>(&body)) {
     ds = st.batches->on_ts_response(rpc_id, ts->response, now);
@@ -405,6 +447,7 @@ void fail_rpc(self_ptr self, uint64_t rpc_id, const discovery_action& a) {
   auto ds = st.batches->on_rpc_failed(
     rpc_id, uncertain ? rpc_failure::uncertain : rpc_failure::failed,
     a.detail, now);
+  unanswered_guard guard{ds};
   auto kind = coalesce_error_kind(a.error);
   // A TLS failure is a transport failure, not retried: service_unavailable
   // as in `outbound request` (README "Errors"), not config_error.
@@ -507,6 +550,9 @@ void act(self_ptr self, uint64_t rpc_id, discovery_action a) {
       };
       // The request of this attempt, for its endpoint, through the shared
       // builder; the RPC's request id on every attempt (start_rpc).
+      // The transport first: it holds the endpoint parsed once. (A request
+      // the builder refuses is caught at construction, check_oracle_requests;
+      // a transport is then made, harmlessly, before the refusal.)
       call_error why;
       auto* link = transport_for(self, a.endpoint, why);
       if (!link)
@@ -799,6 +845,7 @@ void on_waiter_timeout(self_ptr self, uint64_t waiter_id) {
   if (!held)
     return;
   auto slot = std::move(*held);
+  unanswered_guard guard{slot};
   auto c = st.batches->cancel(waiter_id, now_of(self));
   // Nothing sent for it only if it never rode an RPC, or the RPC it
   // rode (cancelled now) never reached a server and is not on the wire.

@@ -177,10 +177,11 @@ std::optional<uint64_t> parse_body_epoch(const std::string& body,
 namespace {
 
 /// The parse of one oracle answer, in an arena on the stack: an answer is
-/// a few dozen bytes, so its parsed form takes no heap allocation (a
-/// larger one takes heap blocks from the arena; max_bytes bounds both).
-/// Nothing read from it outlives the call: ts_of / seq_of copy what they
-/// keep.
+/// a few dozen bytes, so its parsed form takes no heap allocation. A larger
+/// one takes heap blocks from the arena, which frees nothing before the
+/// parse ends (so a body at the response cap, max_oracle_body, may peak at
+/// about twice what the default allocator would hold). Nothing read from
+/// it outlives the call: ts_of / seq_of copy what they keep.
 template <class F>
 auto with_parsed(const std::string& body, std::size_t max_depth, F&& f) {
   alignas(std::max_align_t) unsigned char buf[1024];

@@ -854,13 +854,28 @@ TEST(CoalesceBatcher, CancellingAQueuedWaiterLeavesTheOthers) {
             join_decision::queued);
 }
 
-TEST(CoalesceBatcher, CancellingTheOnlyQueuedWaiterDropsTheGroup) {
-  test_batcher b{cfg_with(0.001)};
+// The group is kept for reuse (tracked) but idle: nothing is due, and the
+// next caller is a cold start again, waiting the window, without the
+// cancelled waiter.
+TEST(CoalesceBatcher, CancellingTheOnlyQueuedWaiterLeavesTheGroupIdle) {
+  auto cfg = cfg_with(0.001);
+  cfg.adaptive_cold_start = false; // the window always applies
+  test_batcher b{cfg};
   ASSERT_EQ(b.join(ts_waiter(1, 2, t0), t0), join_decision::queued);
   EXPECT_EQ(b.cancel(1, t0).result, cancel_result::removed);
   EXPECT_EQ(b.groups(), 0u);
+  EXPECT_EQ(b.tracked_groups(), 1u);
   EXPECT_FALSE(b.next_wakeup().has_value());
   EXPECT_TRUE(b.take_ready(t0 + milliseconds(5)).empty());
+  auto t1 = t0 + milliseconds(5);
+  ASSERT_EQ(b.join(ts_waiter(2, 3, t1), t1), join_decision::queued);
+  EXPECT_TRUE(b.take_ready(t1).empty()) << "a cold start waits the window";
+  EXPECT_EQ(b.next_wakeup(), t1 + milliseconds(1));
+  auto p = b.take_ready(t1 + milliseconds(1));
+  ASSERT_EQ(p.size(), 1u);
+  ASSERT_EQ(p[0].parts.size(), 1u);
+  EXPECT_EQ(p[0].parts[0].waiter_id, 2u);
+  EXPECT_EQ(p[0].count, 3u);
 }
 
 TEST(CoalesceBatcher, OneCancelledWaiterDoesNotCancelTheRpc) {
@@ -1246,7 +1261,13 @@ TEST(CoalesceBatcher, IdleGroupsAreKeptUpToABoundAndDroppedBeyond) {
   for (int k = 0; k < 200; ++k)
     serve(seq_waiter(name++, "key" + std::to_string(k), 1, now));
   EXPECT_EQ(b.groups(), 0u);
-  EXPECT_LE(b.tracked_groups(), batcher::kept_idle_groups);
+  EXPECT_EQ(b.tracked_groups(), batcher::kept_idle_groups)
+    << "the ts group and the first seq keys' groups";
+  // The ts group stays however many seq keys came and went: a lone ts
+  // caller does not rebuild it.
+  for (int i = 0; i < 5; ++i)
+    serve(ts_waiter(name++, 1, now));
+  EXPECT_EQ(b.tracked_groups(), batcher::kept_idle_groups);
   // Keys kept and keys dropped both serve as before.
   serve(seq_waiter(name++, "key0", 1, now));
   serve(seq_waiter(name++, "key199", 1, now));
