@@ -353,11 +353,6 @@ const endpoint_link* transport_for(self_ptr self, const std::string& key,
             .first->second;
 }
 
-std::string leader_key(self_ptr self, coalesce_time now) {
-  auto l = self->state.leaders->leader(now);
-  return l ? l->endpoint : std::string{};
-}
-
 /// Hands each delivery of one RPC to its waiter. The epoch goes to the
 /// served callers only (an unusable 2xx is an error without one).
 void deliver_all(self_ptr self, std::vector<driver_delivery>& ds,
@@ -510,7 +505,9 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
   else if (rep.cls != attempt_class::success)
     rep.detail = "status " + std::to_string(r.response.status);
   auto now = now_of(self);
-  auto before = leader_key(self, now);
+  // The leader changed iff this answer seated a new entry (a different
+  // endpoint, or one where none was fresh): leader_state counts seats.
+  auto seats = st.leaders->stats().seats;
   auto endpoint = run.dc->current();
   auto redirects = run.dc->redirects();
   auto a = run.dc->on_result(*st.leaders, rep, now, st.rng);
@@ -518,8 +515,7 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
   // one over the cap is counted by discovery but never followed).
   if (run.dc->redirects() > redirects && a.step == discovery_step::send)
     ++st.stats.redirects;
-  auto after = leader_key(self, now);
-  if (!after.empty() && after != before)
+  if (st.leaders->stats().seats != seats && st.leaders->leader(now))
     ++st.stats.leader_changes;
   if (a.step == discovery_step::succeeded) {
     if (!body) // not reached: only a success class succeeds

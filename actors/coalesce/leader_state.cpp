@@ -223,10 +223,10 @@ leader_state::leader_state(const coalesce_config& cfg, coalesce_rng& rng)
   offset_ = 0;
 }
 
-std::optional<cached_leader> leader_state::leader(coalesce_time now) const {
+const cached_leader* leader_state::leader(coalesce_time now) const {
   if (cache_ && now - cache_->refreshed < ttl_)
-    return cache_;
-  return std::nullopt;
+    return &*cache_;
+  return nullptr;
 }
 
 bool leader_state::forget(const std::string& endpoint) {
@@ -244,7 +244,7 @@ bool leader_state::configured(const std::string& endpoint) const {
 seat_decision leader_state::seat(const std::string& endpoint,
                                  std::optional<uint64_t> epoch,
                                  seat_source src, coalesce_time now) {
-  auto cur = leader(now);
+  const auto* cur = leader(now); // read before any replace below
   auto replace = [&](seat_decision d) {
     cache_ = cached_leader{endpoint, epoch, now};
     ++stats_.seats;

@@ -254,8 +254,9 @@ public:
   leader_state(const coalesce_config& cfg, coalesce_rng& rng);
 
   /// The cached leader if fresh at `now` (the TTL is lazy: an expired entry
-  /// reads as none).
-  std::optional<cached_leader> leader(coalesce_time now) const;
+  /// reads as none), else nullptr. Valid until the cache next changes
+  /// (seat, forget); copy what must outlive that.
+  const cached_leader* leader(coalesce_time now) const;
 
   /// The single writer of the cache (tsoracle channel_pool.rs seat_leader):
   /// empty/expired ⇒ seat; same endpoint ⇒ refresh TTL, epoch := max;
