@@ -1,5 +1,5 @@
 #include "actors/coalesce/batcher.hpp"
-#include "actors/coalesce/batcher_impl.hpp"
+#include "actors/coalesce/detail/batcher_impl.hpp"
 
 #include "core/time.hpp"
 

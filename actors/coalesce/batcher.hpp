@@ -273,8 +273,8 @@ bool valid_seq_key(const std::string& key, std::size_t max_bytes);
 /// through payload() after join and handed back in its delivery, so a
 /// waiter lives in one table, a slab (core/slab.hpp) named by the ids join
 /// issues: no hashing and no allocation per waiter once the slab has grown.
-/// The member definitions are in batcher_impl.hpp; `batcher` (no payload)
-/// is instantiated once in batcher.cpp.
+/// The member definitions are in detail/batcher_impl.hpp (not installed);
+/// `batcher` (no payload) is instantiated once in batcher.cpp.
 template <class Payload>
 class basic_batcher {
   static_assert(std::is_nothrow_move_assignable_v<Payload>,

@@ -1,6 +1,6 @@
 #include "actors/coalesce/coalescing_driver.hpp"
 
-#include "actors/coalesce/batcher_impl.hpp"
+#include "actors/coalesce/detail/batcher_impl.hpp"
 #include "actors/coalesce/oracle_body.hpp"
 #include "actors/coalesce/oracle_request.hpp"
 #include "actors/handler_guard.hpp"

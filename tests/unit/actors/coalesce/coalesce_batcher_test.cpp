@@ -2,7 +2,7 @@
 // chunking, backpressure, cancellation, freshness. Pure, explicit time.
 
 #include "actors/coalesce/batcher.hpp"
-#include "actors/coalesce/batcher_impl.hpp"
+#include "actors/coalesce/detail/batcher_impl.hpp"
 #include "config/config_error.hpp"
 
 #include <gtest/gtest.h>
