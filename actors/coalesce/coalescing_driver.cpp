@@ -53,6 +53,23 @@ struct waiter_slot {
   std::optional<deadline_table::iterator> due;
 };
 
+/// Answers `w`'s caller with service_unavailable and `detail` if nothing
+/// answered it yet. Never throws: it runs while a throw unwinds (see
+/// unanswered_guard) and when the driver terminates.
+void answer_if_pending(waiter_slot& w, const char* detail) noexcept {
+  try {
+    if (!w.rp.pending())
+      return;
+    coalesce_reply r;
+    r.error.emplace();
+    r.error->kind = error_kind::service_unavailable;
+    r.error->detail = detail;
+    w.rp.deliver(std::move(r));
+  } catch (...) {
+    // Out of memory while answering: nothing more can be done for it.
+  }
+}
+
 using driver_batcher = basic_batcher<waiter_slot>;
 using driver_delivery = driver_batcher::delivery_type;
 
@@ -129,13 +146,7 @@ struct driver_state {
     if (!batches)
       return;
     batches->for_each_payload([](uint64_t, waiter_slot& w) {
-      if (!w.rp.pending())
-        return;
-      coalesce_reply r;
-      r.error.emplace();
-      r.error->kind = error_kind::service_unavailable;
-      r.error->detail = "coalescing driver stopped";
-      w.rp.deliver(std::move(r));
+      answer_if_pending(w, "coalescing driver stopped");
     });
   }
 
@@ -179,22 +190,6 @@ void drop_limit(driver_state& st, rpc_run& run) {
   }
 }
 
-/// Answers `w`'s caller with service_unavailable if nothing answered it
-/// yet. Never throws: it runs while a throw unwinds (see unanswered_guard).
-void answer_if_pending(waiter_slot& w) noexcept {
-  try {
-    if (!w.rp.pending())
-      return;
-    coalesce_reply r;
-    r.error.emplace();
-    r.error->kind = error_kind::service_unavailable;
-    r.error->detail = "coalescing driver failed while answering";
-    w.rp.deliver(std::move(r));
-  } catch (...) {
-    // Out of memory while answering: nothing more can be done for it.
-  }
-}
-
 /// A waiter's promise leaves the batcher's table with its delivery (or,
 /// on a timeout, just before the cancel), so fail_everything no longer
 /// sees it: if a throw unwinds before it is answered, this guard answers
@@ -208,11 +203,12 @@ public:
   unanswered_guard(const unanswered_guard&) = delete;
   unanswered_guard& operator=(const unanswered_guard&) = delete;
   ~unanswered_guard() {
+    const char* why = "coalescing driver failed while answering";
     if (one_)
-      answer_if_pending(*one_);
+      answer_if_pending(*one_, why);
     if (ds_)
       for (auto& d : *ds_)
-        answer_if_pending(d.payload);
+        answer_if_pending(d.payload, why);
   }
 
 private:
