@@ -461,9 +461,14 @@ private:
   /// Runs after everything that may throw: a throw before it leaves every
   /// payload in the table, where the owner's fault path finds it.
   void release(std::vector<delivery_type>& out) noexcept;
-  /// collect_chunk + release.
-  std::vector<delivery_type> fail_chunk(const chunk& c, waiter_outcome o,
-                                        const std::string& detail);
+  /// The answer of RPC `rpc_id`: `check(requested)` says why its values
+  /// are unusable (empty when they are not); then every live waiter of its
+  /// chunk fails with `bad`, else is served through `fill` (as
+  /// collect_chunk's). Stale ids: nothing.
+  template <class Check, class Fill>
+  std::vector<delivery_type> on_answer(uint64_t rpc_id, coalesce_time now,
+                                       waiter_outcome bad, Check&& check,
+                                       Fill&& fill);
   /// The live waiter of part `p` of chunk `c`, or nullptr.
   waiter_rec* live_waiter(const chunk& c, const chunk_part& p);
   /// Looks up the group of RPC `rpc_id` and takes its chunk out of the

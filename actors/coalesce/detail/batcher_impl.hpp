@@ -409,16 +409,6 @@ void basic_batcher<Payload>::release(std::vector<delivery_type>& out) noexcept {
 }
 
 template <class Payload>
-std::vector<typename basic_batcher<Payload>::delivery_type>
-basic_batcher<Payload>::fail_chunk(const chunk& c, waiter_outcome o,
-                                   const std::string& detail) {
-  std::vector<delivery_type> out;
-  collect_chunk(c, o, detail, out, [](delivery_type&, uint64_t, auto&) {});
-  release(out);
-  return out;
-}
-
-template <class Payload>
 bool basic_batcher<Payload>::take_answered(uint64_t rpc_id,
                                            typename group_map::iterator& git,
                                            chunk& c) {
@@ -434,58 +424,58 @@ bool basic_batcher<Payload>::take_answered(uint64_t rpc_id,
 }
 
 template <class Payload>
+template <class Check, class Fill>
 std::vector<typename basic_batcher<Payload>::delivery_type>
-basic_batcher<Payload>::on_ts_response(uint64_t rpc_id, const ts_response& r,
-                                       coalesce_time now) {
+basic_batcher<Payload>::on_answer(uint64_t rpc_id, coalesce_time now,
+                                  waiter_outcome bad, Check&& check,
+                                  Fill&& fill) {
   std::vector<delivery_type> out;
   typename group_map::iterator git;
   chunk c;
   if (!take_answered(rpc_id, git, c))
     return out;
-  auto why = check_ts_response(r, c.count);
+  auto why = check(c.count);
   if (!why.empty()) {
     ++stats_.protocol_violations;
-    out = fail_chunk(c, waiter_outcome::protocol_violation, why);
+    collect_chunk(c, bad, why, out, [](delivery_type&, uint64_t, auto&) {});
   } else {
-    // check_ts_response bounds logical_start + count by 2^18: the offsets
-    // fit in 32 bits.
-    collect_chunk(c, waiter_outcome::served, {}, out,
-                  [&](delivery_type& d, uint64_t offset, const chunk_part& p) {
-                    d.ts = ts_range{
-                      r.physical_ms,
-                      r.logical_start + static_cast<uint32_t>(offset), p.count};
-                  });
-    release(out);
+    collect_chunk(c, waiter_outcome::served, {}, out, fill);
   }
+  release(out);
   finish_flight(git, now);
   return out;
 }
 
 template <class Payload>
 std::vector<typename basic_batcher<Payload>::delivery_type>
+basic_batcher<Payload>::on_ts_response(uint64_t rpc_id, const ts_response& r,
+                                       coalesce_time now) {
+  return on_answer(
+    rpc_id, now, waiter_outcome::protocol_violation,
+    [&](uint32_t requested) { return check_ts_response(r, requested); },
+    [&](delivery_type& d, uint64_t offset, const chunk_part& p) {
+      // check_ts_response bounds logical_start + count by 2^18: the
+      // offsets fit in 32 bits.
+      d.ts = ts_range{r.physical_ms,
+                      r.logical_start + static_cast<uint32_t>(offset), p.count};
+    });
+}
+
+template <class Payload>
+std::vector<typename basic_batcher<Payload>::delivery_type>
 basic_batcher<Payload>::on_seq_response(uint64_t rpc_id, const seq_response& r,
                                         coalesce_time now) {
-  std::vector<delivery_type> out;
-  typename group_map::iterator git;
-  chunk c;
-  if (!take_answered(rpc_id, git, c))
-    return out;
-  auto why = check_seq_response(r, c.count);
-  if (!why.empty()) {
-    // A 2xx means the server advanced something; the block's shape is
-    // unusable, so the advance is uncertain (tsoracle seq_attempt.rs).
-    ++stats_.protocol_violations;
-    out = fail_chunk(c, waiter_outcome::uncertain,
-                     "uncertain outcome: bad seq response: " + why);
-  } else {
-    collect_chunk(c, waiter_outcome::served, {}, out,
-                  [&](delivery_type& d, uint64_t offset, const chunk_part& p) {
-                    d.seq = seq_block{r.start + offset, p.count};
-                  });
-    release(out);
-  }
-  finish_flight(git, now);
-  return out;
+  return on_answer(
+    rpc_id, now, waiter_outcome::uncertain,
+    [&](uint32_t requested) {
+      // A 2xx means the server advanced something; the block's shape is
+      // unusable, so the advance is uncertain (tsoracle seq_attempt.rs).
+      auto why = check_seq_response(r, requested);
+      return why.empty() ? why : "uncertain outcome: bad seq response: " + why;
+    },
+    [&](delivery_type& d, uint64_t offset, const chunk_part& p) {
+      d.seq = seq_block{r.start + offset, p.count};
+    });
 }
 
 template <class Payload>
