@@ -428,11 +428,12 @@ private:
     req.target = "/";
     req.timeout_ns = 10'000'000'000;
     t0_ = bench_clock::now();
-    conn_->async_exchange(std::move(req),
-                          [self = shared_from_this()](
-                            outbound::exchange_result r, bool reusable) {
-                            self->on_done(r, reusable);
-                          });
+    conn_->async_exchange(
+      std::move(req),
+      outbound::make_completion([self = shared_from_this()](
+                                  outbound::exchange_result r, bool reusable) {
+        self->on_done(r, reusable);
+      }));
   }
 
   void on_done(const outbound::exchange_result& r, bool reusable) {

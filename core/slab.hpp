@@ -24,6 +24,12 @@ public:
   /// (per index, until 2^32 - 1 reuses of that index, when the generation
   /// wraps).
   uint64_t insert(T v) {
+    return emplace(std::move(v));
+  }
+
+  /// Adds a value constructed in place from `args` (as insert).
+  template <class... Args>
+  uint64_t emplace(Args&&... args) {
     uint32_t index;
     if (!free_.empty()) {
       index = free_.back();
@@ -38,7 +44,7 @@ public:
     auto& e = entries_[index];
     if (++e.gen == 0) // 1 for a new entry; 0 is skipped on wrap-around
       e.gen = 1;
-    e.value.emplace(std::move(v));
+    e.value.emplace(std::forward<Args>(args)...);
     ++size_;
     return uint64_t{e.gen} << 32 | index;
   }
@@ -73,6 +79,14 @@ public:
     T v = std::move(*e.value);
     erase(id);
     return v;
+  }
+
+  /// The id of the held value with the lowest index, or 0 when empty.
+  uint64_t first_id() const {
+    for (uint32_t i = 0; i < entries_.size(); ++i)
+      if (entries_[i].value)
+        return uint64_t{entries_[i].gen} << 32 | i;
+    return 0;
   }
 
   /// Calls `f(id, T&)` for every value held, in index order.

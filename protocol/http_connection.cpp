@@ -226,6 +226,8 @@ std::string millis_text(std::chrono::steady_clock::duration d) {
 
 inline namespace protocol {
 
+exchange_handler::~exchange_handler() = default;
+
 http_connection::~http_connection() = default;
 
 std::shared_ptr<http_connection>

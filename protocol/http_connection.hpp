@@ -16,7 +16,6 @@
 #include "config/client_config.hpp"
 #include "protocol/http_types.hpp"
 
-#include <functional>
 #include <memory>
 
 namespace outbound {
@@ -24,6 +23,35 @@ inline namespace protocol {
 
 class io_runner;
 class tls_context;
+
+/// What receives an exchange's one report (http_connection::async_exchange).
+/// An interface rather than a std::function so that an owner that keeps a
+/// shared object per exchange anyway (the connection pool's reply slot) is
+/// the completion itself: one allocation per exchange instead of two.
+class exchange_handler {
+public:
+  virtual ~exchange_handler();
+
+  /// Called exactly once per exchange, on an io thread. `reusable` is true
+  /// only after a complete response on a connection that may carry another
+  /// request (HTTP/1.1 keep-alive, no `Connection: close`, no unread bytes,
+  /// no error, body not over the cap). Must not block.
+  virtual void on_exchange_done(exchange_result result, bool reusable) = 0;
+};
+
+/// A completion that calls `f(exchange_result, bool reusable)`.
+template <class F>
+std::shared_ptr<exchange_handler> make_completion(F f) {
+  struct fn final : exchange_handler {
+    explicit fn(F&& g) : f(std::move(g)) {
+    }
+    void on_exchange_done(exchange_result result, bool reusable) override {
+      f(std::move(result), reusable);
+    }
+    F f;
+  };
+  return std::make_shared<fn>(std::move(f));
+}
 
 /// One HTTP/1.1 connection to one origin, dialled lazily by the first
 /// exchange and reused by later ones while it stays reusable.
@@ -33,11 +61,8 @@ class tls_context;
 /// Everything else runs on the connection's strand on an io thread.
 class http_connection {
 public:
-  /// Called exactly once per exchange, on an io thread. `reusable` is true
-  /// only after a complete response on a connection that may carry another
-  /// request (HTTP/1.1 keep-alive, no `Connection: close`, no unread bytes,
-  /// no error, body not over the cap).
-  using completion = std::function<void(exchange_result result, bool reusable)>;
+  /// The exchange's completion (see exchange_handler, make_completion).
+  using completion = std::shared_ptr<exchange_handler>;
 
   /// A new, not yet connected connection to `origin` (scheme, host, port;
   /// the path is ignored). `tls` must be set for an https origin; if it is

@@ -10,6 +10,8 @@
 
 #include "core/classify.hpp"
 #include "core/hedge_race.hpp"
+#include "core/node_cache.hpp"
+#include "core/slab.hpp"
 #include "core/text.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -24,7 +26,7 @@
 #include <map>
 #include <optional>
 #include <random>
-#include <unordered_map>
+#include <stdexcept>
 #include <vector>
 
 namespace outbound {
@@ -151,8 +153,10 @@ struct service_client_state {
 
   // -- unhedged calls, run inside the client -------------------------------
   /// The calls in progress, by call number.
-  std::unordered_map<uint64_t, fast_call> fast;
-  uint64_t next_call = 0;
+  /// The call number is the slab's id (core/slab.hpp): a lookup is an
+  /// index, and a client whose calls turn over allocates no entry per call.
+  /// A stale number (a late timer or answer) finds nothing.
+  slab<fast_call> fast;
   /// Deadlines of the sends in flight (call number by deadline). One timer
   /// serves them all: the earliest deadline is armed; a send that ends
   /// erases its entry, and a timer that finds nothing due re-arms for the
@@ -162,6 +166,8 @@ struct service_client_state {
   /// transport timer (started a little later, on the io thread) has not
   /// fired yet — exactly as a per-attempt CAF request timeout did.
   std::multimap<retry_time, uint64_t> deadlines;
+  /// Spare nodes of `deadlines`.
+  node_cache<std::multimap<retry_time, uint64_t>> deadline_nodes;
   /// Due time of the earliest watchdog timer still pending, if any.
   std::optional<retry_time> armed;
   /// Passes the watchdog's timers on (client_timer).
@@ -170,9 +176,9 @@ struct service_client_state {
   /// Runs when the client terminates: every caller still waiting is
   /// answered at once, never left to its own timeout.
   ~service_client_state() {
-    for (auto& [id, c] : fast) {
+    fast.for_each([this](uint64_t, fast_call& c) {
       if (!c.rp.pending())
-        continue;
+        return;
       try {
         call_error e;
         e.kind = error_kind::service_unavailable;
@@ -190,7 +196,7 @@ struct service_client_state {
       } catch (...) {
         // Out of memory while dying: nothing more can be sent.
       }
-    }
+    });
   }
 
   static inline const char* name = "outbound.service_client";
@@ -212,6 +218,16 @@ using self_ptr = client_impl_actor::stateful_pointer<service_client_state>;
 // spawn and teardown, the delegation hop and the two clock-thread events
 // of a per-attempt request timeout (the study behind it: CAF 0.17 sends
 // every delayed message and request timeout through one clock thread).
+
+// Call `id`, which the caller knows is in progress (a broken invariant
+// throws, and the handler's guard ends the call with a typed error).
+fast_call& live_call(service_client_state& st, uint64_t id) {
+  auto* c = st.fast.find(id);
+  if (!c)
+    throw std::logic_error("service client: call " + std::to_string(id)
+                           + " is not in progress");
+  return *c;
+}
 
 int64_t elapsed_ns(self_ptr self, const fast_call& c) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -239,7 +255,8 @@ void emit(self_ptr self, client_event ev) {
 void disarm(self_ptr self, fast_call& c) {
   if (!c.in_flight)
     return;
-  self->state.deadlines.erase(c.due);
+  auto& st = self->state;
+  st.deadline_nodes.erase(st.deadlines, c.due);
   c.in_flight = false;
 }
 
@@ -265,18 +282,18 @@ void arm_watchdog(self_ptr self) {
 // finds the call and its promise.
 void deliver(self_ptr self, uint64_t id, call_outcome o) {
   auto& st = self->state;
-  auto i = st.fast.find(id);
-  if (i == st.fast.end())
+  auto* c = st.fast.find(id);
+  if (!c)
     return;
-  disarm(self, i->second);
+  disarm(self, *c);
   finalize_outcome(st.ctx->cfg, o);
-  i->second.rp.deliver(std::move(o));
-  st.fast.erase(i);
+  c->rp.deliver(std::move(o));
+  st.fast.erase(id);
 }
 
 void finish_error(self_ptr self, uint64_t id, call_error e) {
   auto& st = self->state;
-  auto& c = st.fast.at(id);
+  auto& c = live_call(st, id);
   int attempts = c.retry ? c.retry->attempts() : e.attempts;
   auto o = error_outcome(std::move(e), c.request_id, attempts);
   if (observed(self)) {
@@ -290,7 +307,7 @@ void finish_error(self_ptr self, uint64_t id, call_error e) {
 void finish_response(self_ptr self, uint64_t id, http_response& resp,
                      give_up_reason reason = give_up_reason::none) {
   auto& st = self->state;
-  auto& c = st.fast.at(id);
+  auto& c = live_call(st, id);
   std::optional<client_event> ev;
   if (observed(self))
     ev = event_of(c, event_kind::answered);
@@ -311,11 +328,11 @@ void finish_response(self_ptr self, uint64_t id, http_response& resp,
 // forgets it: the last resort when building the full answer threw.
 void answer_bare(self_ptr self, uint64_t id) noexcept {
   auto& st = self->state;
-  auto i = st.fast.find(id);
-  if (i == st.fast.end())
+  auto* found = st.fast.find(id);
+  if (!found)
     return;
   try {
-    auto& c = i->second;
+    auto& c = *found;
     disarm(self, c);
     if (c.rp.pending()) {
       call_outcome o;
@@ -326,7 +343,7 @@ void answer_bare(self_ptr self, uint64_t id) noexcept {
   } catch (...) {
     // Out of memory: nothing more can be sent.
   }
-  st.fast.erase(i);
+  st.fast.erase(id);
 }
 
 // A throw while call `id` was handled ends that call with a typed error;
@@ -334,10 +351,10 @@ void answer_bare(self_ptr self, uint64_t id) noexcept {
 auto fault_of(self_ptr self, uint64_t id) {
   return [self, id](call_error e) {
     auto& st = self->state;
-    auto i = st.fast.find(id);
-    if (i == st.fast.end())
+    auto* c = st.fast.find(id);
+    if (!c)
       return;
-    e.nothing_sent = i->second.send_id == 0;
+    e.nothing_sent = c->send_id == 0;
     try {
       finish_error(self, id, std::move(e));
     } catch (...) {
@@ -353,7 +370,7 @@ void on_fast_failure(self_ptr self, uint64_t id, uint64_t send_id,
 
 void send_attempt(self_ptr self, uint64_t id) {
   auto& st = self->state;
-  auto& c = st.fast.at(id);
+  auto& c = live_call(st, id);
   auto now = self->clock().now();
   auto plan = c.retry->begin_attempt(now);
   if (!plan.send) {
@@ -385,7 +402,7 @@ void send_attempt(self_ptr self, uint64_t id) {
   if (observed(self))
     emit(self, event_of(c, event_kind::sending));
   auto send_id = ++c.send_id;
-  c.due = st.deadlines.emplace(now + plan.budget, id);
+  c.due = st.deadline_nodes.emplace(st.deadlines, now + plan.budget, id).first;
   c.in_flight = true;
   arm_watchdog(self);
   // No request timeout (two clock-thread events per send): the transport
@@ -411,7 +428,7 @@ void send_attempt(self_ptr self, uint64_t id) {
 void act(self_ptr self, uint64_t id, const retry_step& step,
          http_response* resp) {
   auto& st = self->state;
-  auto& c = st.fast.at(id);
+  auto& c = live_call(st, id);
   switch (step.decision) {
     case retry_decision::answer:
       finish_response(self, id, *resp);
@@ -464,11 +481,10 @@ void act(self_ptr self, uint64_t id, const retry_step& step,
 // watchdog took it, or the call ended).
 fast_call* current(self_ptr self, uint64_t id, uint64_t send_id) {
   auto& st = self->state;
-  auto i = st.fast.find(id);
-  if (i == st.fast.end() || i->second.send_id != send_id
-      || !i->second.in_flight)
+  auto* c = st.fast.find(id);
+  if (!c || c->send_id != send_id || !c->in_flight)
     return nullptr;
-  return &i->second;
+  return c;
 }
 
 // Tells the breakers how an attempt of a hedging client's unhedged call
@@ -530,12 +546,12 @@ void on_watchdog(self_ptr self, retry_time due) {
   auto now = self->clock().now();
   while (!st.deadlines.empty() && st.deadlines.begin()->first <= now) {
     auto id = st.deadlines.begin()->second;
-    auto i = st.fast.find(id);
-    if (i == st.fast.end()) {
+    auto* found = st.fast.find(id);
+    if (!found) {
       st.deadlines.erase(st.deadlines.begin()); // cannot happen; never loop
       continue;
     }
-    auto& c = i->second;
+    auto& c = *found;
     disarm(self, c);
     guarded(
       "service client",
@@ -557,19 +573,21 @@ void on_watchdog(self_ptr self, retry_time due) {
 
 caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
   auto& st = self->state;
-  auto id = ++st.next_call;
+  uint64_t id = 0;
   caf::typed_response_promise<call_outcome> rp;
   try {
     rp = self->make_response_promise<call_outcome>();
-    st.fast[id].rp = rp;
+    id = st.fast.emplace();
+    st.fast.find(id)->rp = rp;
   } catch (...) {
-    st.fast.erase(id);
+    if (id != 0)
+      st.fast.erase(id);
     call_outcome o;
     o.error = error_of_exception(std::current_exception(), "service client");
     o.error->nothing_sent = true;
     return o;
   }
-  auto& c = st.fast.at(id);
+  auto& c = live_call(st, id);
   guarded(
     "service client",
     [&] {
@@ -626,20 +644,19 @@ void fail_fast_calls(self_ptr self, const std::string& reason) {
   } catch (...) {
     // Out of memory: answer them bare, oldest table order.
     while (!st.fast.empty())
-      answer_bare(self, st.fast.begin()->first);
+      answer_bare(self, st.fast.first_id());
     return;
   }
-  for (auto& [id, c] : st.fast)
-    ids.push_back(id);
+  st.fast.for_each([&ids](uint64_t id, fast_call&) { ids.push_back(id); });
   for (auto id : ids) {
-    auto i = st.fast.find(id);
-    if (i == st.fast.end())
+    auto* c = st.fast.find(id);
+    if (!c)
       continue;
     call_error e;
     e.kind = error_kind::service_unavailable;
     e.cause = transport_error_kind::interrupted;
     e.detail = "connection pool terminated: " + reason;
-    e.nothing_sent = i->second.send_id == 0;
+    e.nothing_sent = c->send_id == 0;
     guarded("service client", [&] { finish_error(self, id, std::move(e)); },
             fault_of(self, id));
   }
@@ -729,9 +746,8 @@ service_client_impl(self_ptr self, std::shared_ptr<const call_context> ctx,
     [self](call_watchdog& w) { on_watchdog(self, w.due); },
     [self](call_backoff_over& b) {
       auto& st = self->state;
-      auto i = st.fast.find(b.call);
-      if (i == st.fast.end() || i->second.in_flight
-          || i->second.send_id != b.send_id)
+      auto* c = st.fast.find(b.call);
+      if (!c || c->in_flight || c->send_id != b.send_id)
         return;
       guarded("service client", [&] { send_attempt(self, b.call); },
               fault_of(self, b.call));

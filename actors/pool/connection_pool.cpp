@@ -75,12 +75,27 @@ using connection_ptr = std::shared_ptr<http_connection>;
 /// answer is dropped (an atomic flag). It sends as CAF's
 /// response_promise::deliver does (libcaf_core/src/response_promise.cpp),
 /// but with no execution context, so that any thread may call it.
-class reply_slot {
+///
+/// The slot is also the exchange's completion (exchange_handler): one
+/// object per exchange. Its completion side, wired by `run`, records the
+/// finished exchange in the pool's inbox (waking the pool when it asks)
+/// and answers the requester.
+class reply_slot final : public exchange_handler {
 public:
   explicit reply_slot(const caf::response_promise& rp)
     : source_(rp.source()), stages_(rp.stages()), id_(rp.id()) {
     // nop
   }
+
+  /// Makes this slot the completion of exchange `id` run by `pool`.
+  void wire(caf::weak_actor_ptr pool, std::shared_ptr<completion_inbox> inbox,
+            uint64_t id) {
+    pool_ = std::move(pool);
+    inbox_ = std::move(inbox);
+    exchange_id_ = id;
+  }
+
+  void on_exchange_done(exchange_result res, bool reusable) override;
 
   /// Answers with `res` unless answered already; safe from any thread.
   void deliver(exchange_result res) {
@@ -108,6 +123,10 @@ private:
   caf::strong_actor_ptr source_;
   caf::response_promise::forwarding_stack stages_;
   caf::message_id id_;
+  // The completion side (wire).
+  caf::weak_actor_ptr pool_;
+  std::shared_ptr<completion_inbox> inbox_;
+  uint64_t exchange_id_ = 0;
 };
 
 /// What answers the requester (the pool state's `Pending`).
@@ -182,20 +201,19 @@ void run(self_ptr self, uint64_t id, http_request&& req, connection_ptr conn,
          promise_type rp, bool reused) {
   auto& st = self->state;
   auto slot = rp.slot;
+  slot->wire(caf::weak_actor_ptr{self->ctrl()}, st.inbox, id);
   st.pool.start(id, st.key, conn, std::move(rp), reused);
-  caf::weak_actor_ptr weak{self->ctrl()};
-  conn->async_exchange(
-    std::move(req), [weak, inbox = st.inbox, slot = std::move(slot),
-                     id](exchange_result res, bool reusable) {
-      bool stale = !reusable && res.error == transport_error_kind::not_sent;
-      bool wake = inbox->push(finished_exchange{id, reusable, stale});
-      res.exchange_id = id;
-      slot->deliver(std::move(res));
-      if (wake)
-        if (auto strong = weak.lock())
-          caf::anon_send(caf::actor_cast<pool_actor>(strong),
-                         drain_completions{});
-    });
+  conn->async_exchange(std::move(req), std::move(slot));
+}
+
+void reply_slot::on_exchange_done(exchange_result res, bool reusable) {
+  bool stale = !reusable && res.error == transport_error_kind::not_sent;
+  bool wake = inbox_->push(finished_exchange{exchange_id_, reusable, stale});
+  res.exchange_id = exchange_id_;
+  deliver(std::move(res));
+  if (wake)
+    if (auto strong = pool_.lock())
+      caf::anon_send(caf::actor_cast<pool_actor>(strong), drain_completions{});
 }
 
 /// Makes the requester's answer slot for the message being handled.

@@ -28,6 +28,8 @@
 // the requester (a response promise); `Request` is what a queued exchange
 // runs later (the request).
 
+#include "core/node_cache.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -343,9 +345,9 @@ public:
   /// registers nothing) if `id` is already in flight.
   bool start(uint64_t id, pool_key key, Conn conn, Pending pending,
              bool reused) {
-    auto [i, added] = flights_.try_emplace(
-      id, in_flight{std::move(key), std::move(conn), std::move(pending),
-                    reused});
+    auto [i, added]
+      = flight_nodes_.emplace(flights_, id, std::move(key), std::move(conn),
+                              std::move(pending), reused);
     if (!added)
       return false;
     if (reused)
@@ -535,7 +537,7 @@ private:
     if (i == flights_.end())
       return std::nullopt;
     auto f = std::move(i->second);
-    flights_.erase(i);
+    flight_nodes_.erase(flights_, i);
     return f;
   }
 
@@ -579,6 +581,9 @@ private:
   pool_limits limits_;
   std::map<pool_key, std::vector<Conn>> idle_;
   std::unordered_map<uint64_t, in_flight> flights_;
+  /// Spare nodes of flights_: no table node allocated per exchange in
+  /// steady state (core/node_cache.hpp).
+  node_cache<std::unordered_map<uint64_t, in_flight>> flight_nodes_;
   /// Connections open per key (see the class comment).
   std::map<pool_key, std::size_t> open_;
   std::map<pool_key, queue> queues_;

@@ -23,11 +23,13 @@
 // them.
 
 #include "protocol/detail/dial.hpp"
+#include "protocol/detail/handler_memory.hpp"
 #include "protocol/detail/io_runner_impl.hpp"
 #include "protocol/detail/tls_context_impl.hpp"
 #include "protocol/http_connection.hpp"
 #include "protocol/http_wire.hpp"
 
+#include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -433,6 +435,14 @@ private:
     return false;
   }
 
+  /// `h` allocating its operation from chain_memory_ (the write, header
+  /// read and body read of an exchange: one pending at a time).
+  template <class Handler>
+  auto chained(Handler h) {
+    return asio::bind_allocator(handler_allocator<char>{chain_memory_},
+                                std::move(h));
+  }
+
   /// Common prologue of every handler: true if the exchange already ended
   /// (deadline, close()) and this completion is to be ignored.
   bool ended() const {
@@ -442,10 +452,10 @@ private:
   void do_write() {
     phase_ = phase::writing;
     asio::async_write(stream_, asio::buffer(wire_),
-                      [self = this->shared_from_this()](const error_code& ec,
-                                                        std::size_t n) {
+                      chained([self = this->shared_from_this()](
+                                const error_code& ec, std::size_t n) {
                         self->on_write(ec, n);
-                      });
+                      }));
   }
 
   void on_write(const error_code& ec, std::size_t n) {
@@ -487,11 +497,10 @@ private:
     parser_->body_limit(boost::none);
     if (req_.method == "HEAD")
       parser_->skip(true);
-    http::async_read_header(stream_, buf_, *parser_,
-                            [self = this->shared_from_this()](const error_code& ec,
-                                                              std::size_t) {
-                              self->on_header(ec);
-                            });
+    http::async_read_header(
+      stream_, buf_, *parser_,
+      chained([self = this->shared_from_this()](
+                const error_code& ec, std::size_t) { self->on_header(ec); }));
   }
 
   void on_header(const error_code& ec) {
@@ -562,11 +571,10 @@ private:
     if (want > buf_.capacity() - buf_.size())
       buf_.reserve(std::min(buf_.max_size(),
                             buf_.size() + static_cast<std::size_t>(want)));
-    http::async_read(stream_, buf_, *parser_,
-                     [self = this->shared_from_this()](const error_code& ec,
-                                                       std::size_t) {
-                       self->on_body(ec);
-                     });
+    http::async_read(
+      stream_, buf_, *parser_,
+      chained([self = this->shared_from_this()](
+                const error_code& ec, std::size_t) { self->on_body(ec); }));
   }
 
   void on_body(const error_code& ec) {
@@ -642,7 +650,7 @@ private:
       return;
     auto done = std::move(done_);
     done_ = nullptr;
-    done(std::move(res_), reusable);
+    done->on_exchange_done(std::move(res_), reusable);
   }
 
   /// A parser for the next response header, its fields in `arena_`.
@@ -685,6 +693,8 @@ private:
   http_request req_;
   std::string wire_;
   completion done_;
+  /// The exchange chain's operation memory (chained).
+  handler_memory chain_memory_;
   exchange_result res_;
   clock::time_point started_;
   /// The current exchange's deadline; the pending wait's expiry.

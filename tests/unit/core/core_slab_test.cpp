@@ -61,3 +61,20 @@ TEST(CoreSlab, AgreesWithAMapUnderRandomUse) {
   s.for_each([&](uint64_t id, int& v) { seen[id] = v; });
   EXPECT_EQ(seen, model);
 }
+
+TEST(CoreSlab, EmplaceConstructsInPlaceAndFirstIdNamesTheLowestIndex) {
+  slab<std::string> s;
+  EXPECT_EQ(s.first_id(), 0u) << "empty";
+  auto a = s.emplace(3, 'x');
+  auto b = s.emplace();
+  EXPECT_EQ(*s.find(a), "xxx");
+  EXPECT_EQ(*s.find(b), "");
+  EXPECT_EQ(s.first_id(), a);
+  s.erase(a);
+  EXPECT_EQ(s.first_id(), b);
+  auto c = s.emplace("c"); // a's index again
+  EXPECT_EQ(s.first_id(), c);
+  s.erase(c);
+  s.erase(b);
+  EXPECT_EQ(s.first_id(), 0u);
+}
