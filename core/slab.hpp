@@ -6,11 +6,20 @@
 // grown. An id whose value was erased never finds anything again, even when
 // its index is reused (the generation differs). The layout is the one of
 // Rust's `slab` crate plus the generation of `slotmap`/`generational-arena`.
+//
+// Memory follows the load back down: free indices are reused lowest first
+// (the free list is a min-heap), so the values in use gather at the front,
+// and when at most a quarter of a large slab is in use, the free entries at
+// its end are released. An index created again after such a release starts
+// above every generation it could have had, so no released id comes back.
 // Not thread-safe.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -32,19 +41,29 @@ public:
   uint64_t emplace(Args&&... args) {
     uint32_t index;
     if (!free_.empty()) {
+      std::pop_heap(free_.begin(), free_.end(), std::greater<>{});
       index = free_.back();
       free_.pop_back();
     } else {
       index = static_cast<uint32_t>(entries_.size());
       entries_.emplace_back();
+      entries_.back().gen = gen_floor_;
       // Room for every index on the free list: erase never allocates (it
       // may run where nothing may throw).
       free_.reserve(entries_.capacity());
     }
     auto& e = entries_[index];
-    if (++e.gen == 0) // 1 for a new entry; 0 is skipped on wrap-around
-      e.gen = 1;
-    e.value.emplace(std::forward<Args>(args)...);
+    auto gen = e.gen + 1;
+    if (gen == 0) // 0 is skipped on wrap-around
+      gen = 1;
+    try {
+      e.value.emplace(std::forward<Args>(args)...);
+    } catch (...) {
+      free_.push_back(index);
+      std::push_heap(free_.begin(), free_.end(), std::greater<>{});
+      throw;
+    }
+    e.gen = gen;
     ++size_;
     return uint64_t{e.gen} << 32 | index;
   }
@@ -70,7 +89,11 @@ public:
     auto index = static_cast<uint32_t>(id);
     entries_[index].value.reset();
     free_.push_back(index);
+    std::push_heap(free_.begin(), free_.end(), std::greater<>{});
     --size_;
+    if (size_ * 4 < entries_.size() && entries_.size() > trim_above
+        && --trim_credit_ <= 0)
+      trim();
   }
 
   /// Moves the value under `id` out and removes it; `id` must be held.
@@ -80,6 +103,14 @@ public:
     erase(id);
     return v;
   }
+
+  /// Entries allocated (held or free): what the slab's memory follows.
+  std::size_t capacity() const {
+    return entries_.size();
+  }
+
+  /// Slabs of at most this many entries are never trimmed.
+  static constexpr std::size_t trim_above = 1024;
 
   /// The id of the held value with the lowest index, or 0 when empty.
   uint64_t first_id() const {
@@ -110,9 +141,57 @@ private:
     uint32_t gen = 0;
     std::optional<T> value;
   };
+
+  // Releases the free entries at the end, down to twice the values held
+  // (at least trim_above). Runs from erase, so it must not throw: if the
+  // smaller vectors cannot be had, the slab stays as it is. A trim that
+  // finds a value held near the end releases what it can and waits for as
+  // many erases as the slab has entries before it looks again (amortised
+  // O(1) per erase).
+  void trim() noexcept {
+    trim_credit_ = static_cast<std::ptrdiff_t>(entries_.size());
+    if constexpr (!std::is_nothrow_move_constructible_v<T>)
+      return; // a move that throws halfway would lose values
+    auto keep = std::max(trim_above, 2 * size_);
+    auto end = entries_.size();
+    while (end > keep && !entries_[end - 1].value)
+      --end;
+    if (end == entries_.size())
+      return;
+    try {
+      std::vector<entry> kept;
+      kept.reserve(end);
+      std::vector<uint32_t> free;
+      free.reserve(end);
+      uint32_t floor = gen_floor_;
+      for (std::size_t i = end; i < entries_.size(); ++i)
+        floor = std::max(floor, entries_[i].gen);
+      for (std::size_t i = 0; i < end; ++i) {
+        kept.emplace_back();
+        kept.back().gen = entries_[i].gen;
+        if (entries_[i].value)
+          kept.back().value.emplace(std::move(*entries_[i].value));
+        else
+          free.push_back(static_cast<uint32_t>(i));
+      }
+      std::make_heap(free.begin(), free.end(), std::greater<>{});
+      entries_.swap(kept);
+      free_.swap(free);
+      gen_floor_ = floor;
+    } catch (...) {
+      // No memory for the smaller copy: keep the larger one.
+    }
+  }
+
   std::vector<entry> entries_;
+  /// Free indices, a min-heap (std::greater): the lowest is reused first.
   std::vector<uint32_t> free_;
   std::size_t size_ = 0;
+  /// Every generation an index released by trim() ever had is at most this;
+  /// an index created again starts above it.
+  uint32_t gen_floor_ = 0;
+  /// Erases left before trim() looks again.
+  std::ptrdiff_t trim_credit_ = 0;
 };
 
 } // namespace core

@@ -642,7 +642,7 @@ void fail_fast_calls(self_ptr self, const std::string& reason) {
   try {
     ids.reserve(st.fast.size());
   } catch (...) {
-    // Out of memory: answer them bare, oldest table order.
+    // Out of memory: answer them bare, lowest slab index first.
     while (!st.fast.empty())
       answer_bare(self, st.fast.first_id());
     return;

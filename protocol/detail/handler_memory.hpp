@@ -13,9 +13,16 @@
 // allocation per write. A request larger than the block, or one made
 // while the block is taken, goes to the heap.
 //
-// Not thread-safe: every operation of the chain is started and completed
-// on the one thread (or strand) that runs the session.
+// At most one operation of the chain is pending at a time, and an exchange
+// that ends inside the chain (deadline, close(), error) closes the
+// connection, which never starts another: so the block is never asked for
+// twice at once. It may change threads, though: on a strand, Asio frees a
+// finished operation on the io thread that ran the reactor and then queues
+// the handler on the strand with the same allocator, so `in_use_` is an
+// atomic (a second, concurrent request would take the heap, never the
+// block).
 
+#include <atomic>
 #include <cstddef>
 #include <new>
 
@@ -29,16 +36,15 @@ public:
   handler_memory& operator=(const handler_memory&) = delete;
 
   void* allocate(std::size_t size) {
-    if (!in_use_ && size <= sizeof(storage_)) {
-      in_use_ = true;
+    if (size <= sizeof(storage_)
+        && !in_use_.exchange(true, std::memory_order_acquire))
       return &storage_;
-    }
     return ::operator new(size);
   }
 
   void deallocate(void* p) noexcept {
     if (p == &storage_) {
-      in_use_ = false;
+      in_use_.store(false, std::memory_order_release);
       return;
     }
     ::operator delete(p);
@@ -49,7 +55,7 @@ private:
   /// GCC 12, the largest is 272 bytes over plain TCP and 424 over TLS
   /// (a Beast header or body read through the SSL stream).
   alignas(std::max_align_t) unsigned char storage_[512];
-  bool in_use_ = false;
+  std::atomic<bool> in_use_{false};
 };
 
 /// The allocator Asio takes from a handler bound with

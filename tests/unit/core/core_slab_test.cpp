@@ -6,6 +6,7 @@
 
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 
 using namespace outbound;
@@ -77,4 +78,116 @@ TEST(CoreSlab, EmplaceConstructsInPlaceAndFirstIdNamesTheLowestIndex) {
   s.erase(c);
   s.erase(b);
   EXPECT_EQ(s.first_id(), 0u);
+}
+
+TEST(CoreSlab, FreeIndicesAreReusedLowestFirst) {
+  slab<int> s;
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 8; ++i)
+    ids.push_back(s.insert(i));
+  s.erase(ids[5]);
+  s.erase(ids[2]);
+  s.erase(ids[6]);
+  EXPECT_EQ(static_cast<uint32_t>(s.insert(10)), 2u);
+  EXPECT_EQ(static_cast<uint32_t>(s.insert(11)), 5u);
+  EXPECT_EQ(static_cast<uint32_t>(s.insert(12)), 6u);
+  EXPECT_EQ(static_cast<uint32_t>(s.insert(13)), 8u) << "none free: appended";
+}
+
+// After a burst the slab gives its memory back, keeps every value held
+// under its id, and never issues an id of the burst again.
+TEST(CoreSlab, AfterABurstTheFreeEndIsReleasedAndNoOldIdComesBack) {
+  slab<std::string> s;
+  std::vector<uint64_t> burst;
+  for (int i = 0; i < 20000; ++i)
+    burst.push_back(s.insert("v" + std::to_string(i)));
+  EXPECT_EQ(s.capacity(), 20000u);
+  // A few stay (at low indices, and one near the end for a while).
+  std::map<uint64_t, std::string> kept;
+  for (int i : {3, 100, 900, 19990})
+    kept[burst[static_cast<std::size_t>(i)]] = "v" + std::to_string(i);
+  for (auto id : burst)
+    if (!kept.count(id))
+      s.erase(id);
+  EXPECT_EQ(s.size(), 4u);
+  // The value near the end holds the tail: trimmed down to it at most.
+  EXPECT_LE(s.capacity(), 20000u);
+  s.erase(burst[19990]);
+  kept.erase(burst[19990]);
+  // Turnover after the burst: a steady load of 4 more values in and out.
+  std::set<uint64_t> issued(burst.begin(), burst.end());
+  for (int round = 0; round < 50000; ++round) {
+    auto id = s.insert("steady");
+    EXPECT_TRUE(issued.insert(id).second) << "id issued twice: " << id;
+    s.erase(id);
+  }
+  EXPECT_LE(s.capacity(), slab<std::string>::trim_above)
+    << "the free end was released";
+  for (auto& [id, v] : kept) {
+    ASSERT_NE(s.find(id), nullptr);
+    EXPECT_EQ(*s.find(id), v);
+  }
+  for (auto id : burst)
+    if (!kept.count(id))
+      EXPECT_EQ(s.find(id), nullptr);
+  // Ids issued after the release never repeat one of the burst, also at
+  // indices the release dropped and the slab grows into again.
+  std::vector<uint64_t> again;
+  for (int i = 0; i < 5000; ++i) {
+    auto id = s.insert("again");
+    EXPECT_TRUE(issued.insert(id).second) << "id issued twice: " << id;
+    again.push_back(id);
+  }
+  for (auto id : burst)
+    if (!kept.count(id))
+      EXPECT_EQ(s.find(id), nullptr);
+}
+
+// Bursts and drains, so that trims run between ordinary steps: the same
+// values under the same ids as a map, every id issued once, every erased
+// id finds nothing, and memory follows the load.
+TEST(CoreSlab, AgreesWithAMapThroughBurstsAndTrims) {
+  std::mt19937_64 rng{9};
+  slab<std::string> s;
+  std::map<uint64_t, std::string> model;
+  std::set<uint64_t> issued;
+  std::vector<uint64_t> gone;
+  std::size_t max_capacity = 0;
+  for (int phase = 0; phase < 12; ++phase) {
+    bool burst = phase % 2 == 0;
+    auto target = burst ? 2000 + rng() % 6000 : rng() % 40;
+    while (burst ? model.size() < target : model.size() > target) {
+      bool add = burst ? rng() % 4 != 0 : rng() % 4 == 0;
+      if (add || model.empty()) {
+        auto v = std::to_string(rng());
+        auto id = s.insert(v);
+        ASSERT_TRUE(issued.insert(id).second) << "id issued twice: " << id;
+        model[id] = v;
+      } else {
+        auto it = model.begin();
+        std::advance(it, static_cast<std::ptrdiff_t>(rng() % model.size()));
+        ASSERT_EQ(s.take(it->first), it->second);
+        gone.push_back(it->first);
+        model.erase(it);
+      }
+      ASSERT_EQ(s.size(), model.size());
+      max_capacity = std::max(max_capacity, s.capacity());
+    }
+    for (auto& [id, v] : model) {
+      ASSERT_NE(s.find(id), nullptr);
+      ASSERT_EQ(*s.find(id), v);
+    }
+    for (auto id : gone)
+      ASSERT_EQ(s.find(id), nullptr);
+  }
+  EXPECT_GT(max_capacity, slab<std::string>::trim_above);
+  // Once everything left is gone, turnover brings the slab to its floor.
+  for (auto& [id, v] : model)
+    s.erase(id);
+  for (std::size_t i = 0; i < 2 * max_capacity; ++i) {
+    auto id = s.insert("x");
+    ASSERT_TRUE(issued.insert(id).second) << "id issued twice: " << id;
+    s.erase(id);
+  }
+  EXPECT_LE(s.capacity(), slab<std::string>::trim_above);
 }
