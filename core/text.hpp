@@ -103,12 +103,33 @@ constexpr bool starts_with_ci(std::string_view s,
          && iequals(s.substr(0, prefix.size()), prefix);
 }
 
+namespace text_detail {
+
+/// One flag per byte: RFC 9110 §5.6.2 tchar. A table, because every header
+/// name of every request is checked byte by byte (the builder, then the
+/// serializer).
+struct tchar_table {
+  bool flag[256] = {};
+
+  constexpr tchar_table() {
+    for (int c = '0'; c <= '9'; ++c)
+      flag[c] = true;
+    for (int c = 'a'; c <= 'z'; ++c)
+      flag[c] = true;
+    for (int c = 'A'; c <= 'Z'; ++c)
+      flag[c] = true;
+    for (char c : std::string_view{"!#$%&'*+-.^_`|~"})
+      flag[static_cast<unsigned char>(c)] = true;
+  }
+};
+
+inline constexpr tchar_table tchars{};
+
+} // namespace text_detail
+
 /// RFC 9110 §5.6.2 tchar: ALPHA / DIGIT / one of ``!#$%&'*+-.^_`|~``.
 constexpr bool is_tchar(char c) noexcept {
-  if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')
-      || (c >= 'A' && c <= 'Z'))
-    return true;
-  return std::string_view{"!#$%&'*+-.^_`|~"}.find(c) != std::string_view::npos;
+  return text_detail::tchars.flag[static_cast<unsigned char>(c)];
 }
 
 /// RFC 9110 §5.6.2 token (a method, a field name): one or more tchar.

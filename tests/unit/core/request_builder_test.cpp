@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 using namespace outbound;
@@ -260,6 +261,22 @@ TEST(RequestBuilder, TransportOwnedHeadersAreRejected) {
     auto c = get("/x");
     c.headers = {{name, "1"}};
     EXPECT_FALSE(build(cfg_with(), c).ok()) << name;
+  }
+}
+
+// The id is the generator's next two outputs in lower-case hex, the first
+// one first, each 16 digits with leading zeros.
+TEST(RequestBuilder, RequestIdIsTwoGeneratorOutputsInHex) {
+  for (uint64_t seed : {0ull, 1ull, 42ull, 0xFFFFFFFFFFFFFFFFull}) {
+    core::rng a{seed};
+    core::rng b{seed};
+    for (int i = 0; i < 100; ++i) {
+      auto hi = static_cast<unsigned long long>(b());
+      auto lo = static_cast<unsigned long long>(b());
+      char expected[33];
+      std::snprintf(expected, sizeof expected, "%016llx%016llx", hi, lo);
+      EXPECT_EQ(generate_request_id(a), expected) << seed << " " << i;
+    }
   }
 }
 
