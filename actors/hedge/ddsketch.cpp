@@ -139,6 +139,68 @@ std::optional<double> ddsketch::quantile(double q) const {
   return std::clamp(estimate, min_, max_);
 }
 
+std::optional<double> ddsketch::union_quantile(const ddsketch& a,
+                                               const ddsketch& b, double q) {
+  if (a.alpha_ != b.alpha_ || a.min_indexable_ != b.min_indexable_)
+    return std::nullopt;
+  if (b.count_ == 0)
+    return a.quantile(q);
+  if (a.count_ == 0)
+    return b.quantile(q);
+  if (!(q >= 0.0 && q <= 1.0))
+    return std::nullopt;
+  const double lo_x = std::min(a.min_, b.min_);
+  const double hi_x = std::max(a.max_, b.max_);
+  if (q == 0.0)
+    return lo_x;
+  if (q == 1.0)
+    return hi_x;
+  const uint64_t count = a.count_ + b.count_;
+  const uint64_t zeros = a.zero_count_ + b.zero_count_;
+  // The rank as quantile() takes it.
+  const double n = static_cast<double>(count);
+  const double r = q * n;
+  auto rank = static_cast<uint64_t>(std::ceil(r - r * 1e-12));
+  rank = std::clamp<uint64_t>(rank, 1, count);
+  if (rank <= zeros)
+    return std::clamp(0.0, lo_x, hi_x);
+  // The merge's bins: the union of both ranges, with everything below
+  // `floor` collapsed into it when the union is wider than a's bin limit
+  // (merge() adds b's highest bin first, so the range's top is fixed
+  // before any lower bin arrives and the collapse floor is hi - limit + 1).
+  auto range = [](const ddsketch& s, long& lo, long& hi) {
+    if (s.bins_.empty())
+      return false;
+    lo = s.offset_;
+    hi = s.offset_ + static_cast<long>(s.bins_.size()) - 1;
+    return true;
+  };
+  long alo = 0, ahi = -1, blo = 0, bhi = -1;
+  bool has_a = range(a, alo, ahi);
+  bool has_b = range(b, blo, bhi);
+  if (!has_a && !has_b)
+    return std::clamp(a.max_ > b.max_ ? a.max_ : b.max_, lo_x, hi_x);
+  long lo = has_a && has_b ? std::min(alo, blo) : has_a ? alo : blo;
+  long hi = has_a && has_b ? std::max(ahi, bhi) : has_a ? ahi : bhi;
+  const long limit = static_cast<long>(a.bin_limit_);
+  long floor = hi - lo + 1 > limit ? hi - limit + 1 : lo;
+  auto at = [](const ddsketch& s, bool has, long slo, long shi, long i) {
+    return has && i >= slo && i <= shi
+             ? s.bins_[static_cast<std::size_t>(i - slo)]
+             : uint64_t{0};
+  };
+  uint64_t seen = zeros;
+  double estimate = hi_x;
+  for (long i = lo; i <= hi; ++i) {
+    seen += at(a, has_a, alo, ahi, i) + at(b, has_b, blo, bhi, i);
+    if (seen >= rank) {
+      estimate = a.value_of(static_cast<int>(std::max(i, floor)));
+      break;
+    }
+  }
+  return std::clamp(estimate, lo_x, hi_x);
+}
+
 void ddsketch::clear() {
   bins_.clear();
   offset_ = 0;
@@ -208,13 +270,9 @@ bool windowed_sketch::insert(double x, hedge_time now) {
 
 std::optional<double> windowed_sketch::quantile(double q, hedge_time now) {
   rotate(now);
-  if (previous_.count() == 0)
-    return current_.quantile(q);
-  if (current_.count() == 0)
-    return previous_.quantile(q);
-  ddsketch both = previous_;
-  both.merge(current_);
-  return both.quantile(q);
+  // Read over both windows in place: a merged copy cost an allocation and
+  // a pass per hedged call.
+  return ddsketch::union_quantile(previous_, current_, q);
 }
 
 ddsketch windowed_sketch::merged(hedge_time now) {

@@ -63,6 +63,15 @@ public:
   /// q is outside [0, 1] (or NaN).
   std::optional<double> quantile(double q) const;
 
+  /// quantile(q) of the merge of `a` and `b`, without building the merge:
+  /// the same value as `ddsketch m = a; m.merge(b); m.quantile(q)`
+  /// (including the collapse of the lowest bins when the union spans more
+  /// than bin_limit), read in one pass over both bin arrays with no
+  /// allocation. nullopt when both are empty, q is outside [0, 1], or the
+  /// two map values differently (as merge refuses).
+  static std::optional<double> union_quantile(const ddsketch& a,
+                                              const ddsketch& b, double q);
+
   /// Samples inserted (zero bucket included).
   uint64_t count() const {
     return count_;

@@ -119,6 +119,43 @@ TEST(DDSketch, RelativeErrorHoldsOnRandomData) {
   }
 }
 
+// union_quantile reads the merge without building it: exactly the merged
+// sketch's quantile, also when the union is wider than the bin limit and
+// the lowest bins collapse, with zero-bucket samples, and when either side
+// is empty.
+TEST(DDSketch, UnionQuantileEqualsTheQuantileOfTheMerge) {
+  std::mt19937_64 rng{5};
+  std::uniform_real_distribution<double> decades{-10.0, 2.0};
+  std::uniform_real_distribution<double> unit{0.0, 1.0};
+  for (int round = 0; round < 300; ++round) {
+    std::size_t limit = round % 3 == 0 ? 8 + rng() % 40 : 2048;
+    ddsketch a{0.01, limit};
+    ddsketch b{0.01, limit};
+    // Each side draws from its own band, so the union may be much wider
+    // than either.
+    double a_lo = decades(rng), b_lo = decades(rng);
+    int na = static_cast<int>(rng() % 200), nb = static_cast<int>(rng() % 200);
+    for (int i = 0; i < na; ++i)
+      a.insert(std::pow(10.0, a_lo + 2.0 * unit(rng)));
+    for (int i = 0; i < nb; ++i)
+      b.insert(std::pow(10.0, b_lo + 2.0 * unit(rng)));
+    if (round % 7 == 0)
+      a.insert(0.0);
+    ddsketch merged = a;
+    merged.merge(b);
+    std::vector<double> qs{0.0, 0.01, 0.25, 0.5, 0.9, 0.95, 0.99, 1.0};
+    for (int i = 0; i < 20; ++i)
+      qs.push_back(unit(rng));
+    for (double q : qs)
+      ASSERT_EQ(ddsketch::union_quantile(a, b, q), merged.quantile(q))
+        << "round " << round << " q " << q << " limit " << limit << " na " << na
+        << " nb " << nb;
+    EXPECT_FALSE(ddsketch::union_quantile(a, b, 1.5));
+  }
+  ddsketch empty;
+  EXPECT_FALSE(ddsketch::union_quantile(empty, empty, 0.5));
+}
+
 TEST(DDSketch, MergeEqualsInsertingAll) {
   std::mt19937_64 rng{11};
   std::lognormal_distribution<double> d{std::log(0.01), 2.0};
