@@ -329,18 +329,41 @@ hint_check leader_state::check_hint(const std::string* header,
 }
 
 std::vector<std::string> leader_state::begin_pass(coalesce_time now) {
+  auto p = start_pass(now);
   std::vector<std::string> w;
-  auto l = leader(now);
-  if (l)
-    w.push_back(l->endpoint);
+  w.reserve(p.size);
+  if (p.leader)
+    w.push_back(p.leader->endpoint);
+  rest_of_pass(p, w);
+  return w;
+}
+
+leader_state::pass_start leader_state::start_pass(coalesce_time now) {
+  pass_start p;
+  p.leader = leader(now);
+  p.offset = offset_;
   const auto n = endpoints_.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto& e = endpoints_[(offset_ + i) % n];
-    if (!l || e != l->endpoint)
-      w.push_back(e);
+  p.size = n;
+  if (p.leader) {
+    auto i
+      = std::find(endpoints_.begin(), endpoints_.end(), p.leader->endpoint);
+    if (i != endpoints_.end())
+      p.leader_index = static_cast<std::size_t>(i - endpoints_.begin());
+    else
+      ++p.size; // a hinted leader comes on top of the configured ones
   }
   offset_ = (offset_ + 1) % n;
-  return w;
+  return p;
+}
+
+void leader_state::rest_of_pass(const pass_start& p,
+                                std::vector<std::string>& out) const {
+  const auto n = endpoints_.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    auto k = (p.offset + i) % n;
+    if (k != p.leader_index)
+      out.push_back(endpoints_[k]);
+  }
 }
 
 std::optional<std::string>
@@ -408,17 +431,41 @@ discovery_call::discovery_call(const leader_state& ls, bool non_idempotent,
 
 void discovery_call::begin_pass(leader_state& ls, coalesce_time now) {
   // Kept in reverse: the next endpoint is the back (pop_back, and a hint
-  // pushed back goes first), no allocation beyond begin_pass's vector.
-  worklist_ = ls.begin_pass(now);
-  std::reverse(worklist_.begin(), worklist_.end());
+  // pushed back goes first). With a fresh leader only the leader is listed
+  // now; the rest goes under it when the worklist is needed beyond the
+  // leader's success (materialize), so the common pass copies one
+  // endpoint, not every configured one.
+  rest_ = ls.start_pass(now);
+  worklist_.clear();
+  if (rest_.leader) {
+    worklist_.push_back(rest_.leader->endpoint);
+    rest_.leader = nullptr; // not kept: the cache may change meanwhile
+    rest_pending_ = true;
+  } else {
+    rest_pending_ = true;
+    materialize(ls);
+  }
   visited_.clear();
   failed_in_pass_ = 0;
   redirects_pass_ = 0;
   election_in_pass_ = false;
   // max_attempts is floored at the initial worklist: a cold sweep dials
   // every endpoint once (tsoracle retry.rs).
-  pass_limit_
-    = std::max<int>(max_attempts_, static_cast<int>(worklist_.size()));
+  pass_limit_ = std::max<int>(max_attempts_, static_cast<int>(rest_.size));
+}
+
+void discovery_call::materialize(const leader_state& ls) {
+  if (!rest_pending_)
+    return;
+  rest_pending_ = false;
+  std::vector<std::string> rest;
+  rest.reserve(rest_.size + worklist_.size());
+  ls.rest_of_pass(rest_, rest);
+  // Under what is listed already (the back goes next).
+  std::reverse(rest.begin(), rest.end());
+  for (auto& e : worklist_)
+    rest.push_back(std::move(e));
+  worklist_ = std::move(rest);
 }
 
 discovery_action discovery_call::start(leader_state& ls, coalesce_time now,
@@ -441,6 +488,7 @@ discovery_action discovery_call::resume(leader_state& ls, coalesce_time now,
 }
 
 bool discovery_call::can_send_more() const {
+  // (Called on a failure path, after on_result materialized the pass.)
   if (failed_in_pass_ >= pass_limit_)
     return false;
   return std::any_of(worklist_.begin(), worklist_.end(),
@@ -457,8 +505,13 @@ discovery_action discovery_call::next(leader_state& ls, coalesce_time now,
   // (tsoracle retry.rs issue_seq_rpc).
   if (non_idempotent_ && attempts_ > 0 && deadline_ - now < per_attempt_)
     return surfaced(true);
-  while (!worklist_.empty() && visited(worklist_.back()))
-    worklist_.pop_back();
+  for (;;) {
+    while (!worklist_.empty() && visited(worklist_.back()))
+      worklist_.pop_back();
+    if (!worklist_.empty() || !rest_pending_)
+      break;
+    materialize(ls);
+  }
   if (worklist_.empty() || failed_in_pass_ >= pass_limit_)
     return end_pass(ls, now, rng);
   current_ = std::move(worklist_.back());
@@ -613,30 +666,33 @@ discovery_action discovery_call::on_result(leader_state& ls,
                                            const attempt_report& r,
                                            coalesce_time now,
                                            coalesce_rng& rng) {
-  const std::string from = current_;
+  std::string from = std::move(current_);
   current_.clear();
+  if (r.cls == attempt_class::success) {
+    ls.seat(from, r.epoch, seat_source::success, now);
+    ls.note_hinted(from);
+    discovery_action a;
+    a.step = discovery_step::succeeded;
+    a.endpoint = std::move(from);
+    a.attempts = attempts_;
+    return a;
+  }
+  // Anything but the leader's success may need the rest of the pass.
+  materialize(ls);
   const std::string detail
     = from + ": "
       + (r.detail.empty() ? std::string(to_string(r.cls)) : r.detail);
-  if (r.cls != attempt_class::success && !proves_nothing_committed(r.cls))
+  if (!proves_nothing_committed(r.cls))
     nothing_committed_ = false;
   // seq: a failure after the request may have committed, and not marked
   // pre-commit by the oracle, is uncertain: exactly one server call, never
   // retried (tsoracle client docs, "Non-idempotency and SeqUncertain").
-  if (non_idempotent_ && r.cls != attempt_class::success
-      && !proves_nothing_committed(r.cls))
+  if (non_idempotent_ && !proves_nothing_committed(r.cls))
     return fail(discovery_error::uncertain_outcome,
                 "uncertain outcome: " + detail, r.cause);
   switch (r.cls) {
-    case attempt_class::success: {
-      ls.seat(from, r.epoch, seat_source::success, now);
-      ls.note_hinted(from);
-      discovery_action a;
-      a.step = discovery_step::succeeded;
-      a.endpoint = from;
-      a.attempts = attempts_;
-      return a;
-    }
+    case attempt_class::success: // answered above
+      break;
     case attempt_class::not_leader: return on_not_leader(ls, r, from, now, rng);
     case attempt_class::refused:
     case attempt_class::busy:

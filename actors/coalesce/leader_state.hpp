@@ -282,6 +282,25 @@ public:
   /// known).
   std::vector<std::string> begin_pass(coalesce_time now);
 
+  /// begin_pass in two halves, so that a pass whose first attempt (the
+  /// leader) succeeds never builds the rest: `start_pass` reads the fresh
+  /// leader and advances the offset as begin_pass does; `rest_of_pass`
+  /// appends what begin_pass would have listed after the leader. The
+  /// configured endpoints never change, so the rest is the same whenever
+  /// it is asked for.
+  struct pass_start {
+    /// The fresh leader, if any (valid until the cache changes).
+    const cached_leader* leader = nullptr;
+    /// The rotation offset of this pass.
+    std::size_t offset = 0;
+    /// The leader's index among the configured endpoints, or npos.
+    std::size_t leader_index = static_cast<std::size_t>(-1);
+    /// The number of endpoints begin_pass would list.
+    std::size_t size = 0;
+  };
+  pass_start start_pass(coalesce_time now);
+  void rest_of_pass(const pass_start& p, std::vector<std::string>& out) const;
+
   /// Drops the cached leader if it is `endpoint` (it proved unreachable).
   /// Returns true if it was dropped.
   bool forget(const std::string& endpoint);
@@ -494,6 +513,12 @@ private:
 
   /// The pass's endpoints still to try, the next one last.
   std::vector<std::string> worklist_;
+  /// The pass began with the leader alone on the worklist: the rest
+  /// (leader_state::rest_of_pass of `rest_`) goes under it once anything
+  /// but the leader's success needs the worklist (materialize).
+  bool rest_pending_ = false;
+  leader_state::pass_start rest_;
+  void materialize(const leader_state& ls);
   /// The endpoints tried in this pass (a handful: a linear search).
   std::vector<std::string> visited_;
   std::string current_;

@@ -123,6 +123,70 @@ TEST(LeaderWorklist, CachedLeaderFirstThenConfiguredRotatedEachOnce) {
   }
 }
 
+// A pass that starts with a cached leader lists only the leader until
+// something other than its success needs the rest: the endpoints tried
+// after a failing leader are still exactly begin_pass's order, for a
+// configured and for a hinted leader, from every rotation offset, and a
+// hint that arrives from the leader still goes first.
+TEST(LeaderWorklist, AfterAFailingLeaderTheRestFollowsTheWorklistOrder) {
+  const std::string H = "http://127.0.0.1:7009"; // known from a hint only
+  for (const auto& leader : {A, B, C, H}) {
+    for (std::size_t offset = 0; offset < 3; ++offset) {
+      for (auto cls : {attempt_class::unexpected_status, attempt_class::busy,
+                       attempt_class::not_leader}) {
+        coalesce_rng rng{7};
+        leader_state ls{three(), rng};
+        align(ls, offset);
+        if (leader == H)
+          ls.note_hinted(H);
+        ASSERT_EQ(ls.seat(leader, 2, seat_source::success, t0),
+                  seat_decision::seated);
+        // The order begin_pass gives, on a copy at the same state.
+        leader_state twin = ls;
+        auto expected = twin.begin_pass(t0);
+        ASSERT_EQ(expected.front(), leader);
+        discovery_call call{ls, false, t0};
+        auto r
+          = drive(ls, call, t0, rng, [&](const std::string& ep, coalesce_time) {
+              if (ep == expected.back())
+                return ok(2);
+              return cls == attempt_class::not_leader ? not_leader(std::nullopt)
+                                                      : of(cls);
+            });
+        EXPECT_EQ(r.last.step, discovery_step::succeeded);
+        EXPECT_EQ(r.sends, expected) << "leader " << leader << " offset "
+                                     << offset << " " << to_string(cls);
+        EXPECT_EQ(ls.offset(), twin.offset());
+      }
+      // The failing leader hints at the last endpoint of the pass: it goes
+      // next, before the rest.
+      coalesce_rng rng{7};
+      leader_state ls{three(), rng};
+      align(ls, offset);
+      if (leader == H)
+        ls.note_hinted(H);
+      ls.seat(leader, 2, seat_source::success, t0);
+      leader_state twin = ls;
+      auto order = twin.begin_pass(t0);
+      const auto target = order.back();
+      discovery_call call{ls, false, t0};
+      auto r
+        = drive(ls, call, t0, rng, [&](const std::string& ep, coalesce_time) {
+            if (ep == target)
+              return ok(3);
+            return not_leader(hint_to(target, 3));
+          });
+      EXPECT_EQ(r.last.step, discovery_step::succeeded);
+      if (leader == target) {
+        EXPECT_EQ(r.sends, (std::vector<std::string>{leader}));
+      } else {
+        EXPECT_EQ(r.sends, (std::vector<std::string>{leader, target}))
+          << "leader " << leader << " offset " << offset;
+      }
+    }
+  }
+}
+
 TEST(LeaderCache, TtlExpiresWithoutSuccessAndEverySuccessRefreshesIt) {
   coalesce_rng rng{1};
   leader_state ls{three(), rng};
