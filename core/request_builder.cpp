@@ -223,11 +223,18 @@ bool call_is_idempotent(const client_config& cfg, const call_request& call,
          || carries_idempotency_key(cfg, call);
 }
 
-built_request build_request(const client_config& cfg, const url_parts& base,
-                            const call_request& call, core::rng& rng) {
+namespace {
+
+// Both build_request overloads: `Call` is const call_request& (copies) or
+// call_request (moves the id, the headers and the body out of it; nothing
+// reads them from `call` afterwards).
+template <class Call>
+built_request build_request_impl(const client_config& cfg,
+                                 const url_parts& base, Call&& call,
+                                 core::rng& rng) {
   // The request id first, so that even a refused request names it.
-  std::string request_id = call.request_id;
-  header_list call_headers = call.headers;
+  std::string request_id = std::forward<Call>(call).request_id;
+  header_list call_headers = std::forward<Call>(call).headers;
   if (request_id.empty()) {
     auto i = std::find_if(
       call_headers.begin(), call_headers.end(),
@@ -293,10 +300,22 @@ built_request build_request(const client_config& cfg, const url_parts& base,
   set_header(hs, "x-request-id", request_id);
 
   if (call.has_body)
-    req.body = call.body;
+    req.body = std::forward<Call>(call).body;
   req.max_body_bytes = call.max_response_bytes.value_or(cfg.max_response_bytes);
   r.request_id = std::move(request_id);
   return r;
+}
+
+} // namespace
+
+built_request build_request(const client_config& cfg, const url_parts& base,
+                            const call_request& call, core::rng& rng) {
+  return build_request_impl(cfg, base, call, rng);
+}
+
+built_request build_request(const client_config& cfg, const url_parts& base,
+                            call_request&& call, core::rng& rng) {
+  return build_request_impl(cfg, base, std::move(call), rng);
 }
 
 built_request rebuild_request(const client_config& cfg, const url_parts& base,

@@ -124,6 +124,12 @@ identity_problem append_identity_headers(const client_config& cfg,
 built_request build_request(const client_config& cfg, const url_parts& base,
                             const call_request& call, core::rng& rng);
 
+/// The same, taking the call's request id, headers and body instead of
+/// copying them (a call built for one request, as the coalescing driver's
+/// oracle calls are).
+built_request build_request(const client_config& cfg, const url_parts& base,
+                            call_request&& call, core::rng& rng);
+
 /// The request of `call` once more, the same bytes as its first build
 /// (whose id was `request_id`), for a retry or a hedge whose first request
 /// was moved into its send: build_request is a pure function of the

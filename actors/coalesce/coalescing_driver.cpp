@@ -352,8 +352,8 @@ const endpoint_link* transport_for(self_ptr self, const std::string& key,
 /// Hands each delivery of one RPC to its waiter. The epoch goes to the
 /// served callers only (an unusable 2xx is an error without one).
 void deliver_all(self_ptr self, std::vector<driver_delivery>& ds,
-                 const std::string& endpoint, int attempts,
-                 const std::string& request_id, const std::string& epoch = {},
+                 std::string endpoint, int attempts, std::string request_id,
+                 std::string epoch = {},
                  std::optional<error_kind> failed_kind = std::nullopt,
                  bool nothing_sent = false, bool nothing_billed = false,
                  int status = 0) {
@@ -362,12 +362,12 @@ void deliver_all(self_ptr self, std::vector<driver_delivery>& ds,
   auto n = static_cast<uint32_t>(ds.size());
   // One info per RPC, shared by every reply (no strings per caller).
   auto info = std::make_shared<coalesce_rpc_info>();
-  info->endpoint = endpoint;
-  info->request_id = request_id;
+  info->endpoint = std::move(endpoint);
+  info->request_id = std::move(request_id);
   if (std::any_of(ds.begin(), ds.end(), [](const driver_delivery& d) {
         return d.outcome == waiter_outcome::served;
       }))
-    info->epoch = epoch;
+    info->epoch = std::move(epoch);
   std::shared_ptr<const coalesce_rpc_info> shared = std::move(info);
   for (auto& d : ds) {
     auto r = reply_of(d, shared, n, attempts);
@@ -407,7 +407,7 @@ success_body read_success_body(const rpc_run& run, const exchange_result& r,
 
 void on_success(self_ptr self, uint64_t rpc_id, rpc_run& run,
                 success_body& body, const exchange_result& r,
-                const std::string& endpoint) {
+                std::string endpoint) {
   auto& st = self->state;
   auto now = now_of(self);
   auto attempts = run.dc->attempts();
@@ -422,8 +422,10 @@ void on_success(self_ptr self, uint64_t rpc_id, rpc_run& run,
     ds = st.batches->on_seq_response(rpc_id, seq, now);
     epoch = std::move(seq.epoch);
   }
-  deliver_all(self, ds, endpoint, attempts, run.request_id, epoch, std::nullopt,
-              false, false, r.response.status);
+  // The RPC ends here (finish_rpc): its strings move into the answers.
+  deliver_all(self, ds, std::move(endpoint), attempts,
+              std::move(run.request_id), std::move(epoch), std::nullopt, false,
+              false, r.response.status);
   finish_rpc(self, rpc_id);
 }
 
@@ -457,11 +459,11 @@ void fail_rpc(self_ptr self, uint64_t rpc_id, const discovery_action& a) {
   bool nothing_sent = it != st.rpcs.end() && !it->second.maybe_sent;
   std::string request_id;
   if (it != st.rpcs.end())
-    request_id = it->second.request_id;
+    request_id = std::move(it->second.request_id); // the RPC ends here
   // Nothing billed: every attempt provably committed nothing (the oracle's
   // pre-commit marker, or nothing left the client).
-  deliver_all(self, ds, {}, a.attempts, request_id, {}, kind, nothing_sent,
-              a.nothing_committed);
+  deliver_all(self, ds, {}, a.attempts, std::move(request_id), {}, kind,
+              nothing_sent, a.nothing_committed);
   finish_rpc(self, rpc_id);
 }
 
@@ -504,7 +506,6 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
   // The leader changed iff this answer seated a new entry (a different
   // endpoint, or one where none was fresh): leader_state counts seats.
   auto seats = st.leaders->stats().seats;
-  auto endpoint = run.dc->current();
   auto redirects = run.dc->redirects();
   auto a = run.dc->on_result(*st.leaders, rep, now, st.rng);
   // A followed hint: the discovery counted a redirect and sends next (the
@@ -516,7 +517,8 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
   if (a.step == discovery_step::succeeded) {
     if (!body) // not reached: only a success class succeeds
       body = read_success_body(run, r, st.cfg.json_max_depth);
-    return on_success(self, rpc_id, run, *body, r, endpoint);
+    // a.endpoint: the endpoint that answered (discovery's current).
+    return on_success(self, rpc_id, run, *body, r, std::move(a.endpoint));
   }
   act(self, rpc_id, std::move(a));
 }
