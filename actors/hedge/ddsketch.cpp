@@ -145,12 +145,12 @@ std::optional<double> ddsketch::union_quantile(const ddsketch& a,
     return std::nullopt;
   if (b.count_ == 0)
     return a.quantile(q);
-  if (a.count_ == 0)
-    return b.quantile(q);
   if (!(q >= 0.0 && q <= 1.0))
     return std::nullopt;
-  const double lo_x = std::min(a.min_, b.min_);
-  const double hi_x = std::max(a.max_, b.max_);
+  // An empty `a` still lends the merge its bin limit (b's bins go in
+  // through a's add_to_bin), so it takes the general path below.
+  const double lo_x = a.count_ > 0 ? std::min(a.min_, b.min_) : b.min_;
+  const double hi_x = a.count_ > 0 ? std::max(a.max_, b.max_) : b.max_;
   if (q == 0.0)
     return lo_x;
   if (q == 1.0)

@@ -42,7 +42,7 @@ public:
     return ::operator new(size);
   }
 
-  void deallocate(void* p) noexcept {
+  void deallocate(void* p, std::size_t) noexcept {
     if (p == &storage_) {
       in_use_.store(false, std::memory_order_release);
       return;
@@ -58,46 +58,54 @@ private:
   std::atomic<bool> in_use_{false};
 };
 
+/// The standard allocator interface over a memory source of the session
+/// (handler_memory, or the response parser's fields_arena): `Source` has
+/// `void* allocate(std::size_t bytes)` and
+/// `void deallocate(void*, std::size_t bytes) noexcept`. Copies and
+/// rebinds share the source; two allocators are equal when they share it.
+template <class T, class Source>
+class source_allocator {
+public:
+  using value_type = T;
+
+  explicit source_allocator(Source& src) noexcept : src_(&src) {
+  }
+
+  template <class U>
+  source_allocator(const source_allocator<U, Source>& other) noexcept
+    : src_(other.src_) {
+  }
+
+  T* allocate(std::size_t n) {
+    return static_cast<T*>(src_->allocate(sizeof(T) * n));
+  }
+
+  void deallocate(T* p, std::size_t n) noexcept {
+    src_->deallocate(p, sizeof(T) * n);
+  }
+
+  template <class U>
+  bool operator==(const source_allocator<U, Source>& other) const noexcept {
+    return src_ == other.src_;
+  }
+
+  template <class U>
+  bool operator!=(const source_allocator<U, Source>& other) const noexcept {
+    return src_ != other.src_;
+  }
+
+private:
+  template <class, class>
+  friend class source_allocator;
+
+  Source* src_;
+};
+
 /// The allocator Asio takes from a handler bound with
 /// boost::asio::bind_allocator: every operation of the chain allocates
 /// through the session's handler_memory.
 template <class T>
-class handler_allocator {
-public:
-  using value_type = T;
-
-  explicit handler_allocator(handler_memory& mem) noexcept : mem_(&mem) {
-  }
-
-  template <class U>
-  handler_allocator(const handler_allocator<U>& other) noexcept
-    : mem_(other.mem_) {
-  }
-
-  T* allocate(std::size_t n) {
-    return static_cast<T*>(mem_->allocate(sizeof(T) * n));
-  }
-
-  void deallocate(T* p, std::size_t) noexcept {
-    mem_->deallocate(p);
-  }
-
-  template <class U>
-  bool operator==(const handler_allocator<U>& other) const noexcept {
-    return mem_ == other.mem_;
-  }
-
-  template <class U>
-  bool operator!=(const handler_allocator<U>& other) const noexcept {
-    return mem_ != other.mem_;
-  }
-
-private:
-  template <class>
-  friend class handler_allocator;
-
-  handler_memory* mem_;
-};
+using handler_allocator = source_allocator<T, handler_memory>;
 
 } // namespace detail
 } // namespace outbound

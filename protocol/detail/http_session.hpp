@@ -180,36 +180,7 @@ private:
 
 /// The standard allocator interface over a fields_arena.
 template <class T>
-struct fields_allocator {
-  using value_type = T;
-
-  explicit fields_allocator(fields_arena& a) noexcept : arena(&a) {
-  }
-  template <class U>
-  fields_allocator(const fields_allocator<U>& other) noexcept
-    : arena(other.arena) {
-  }
-
-  T* allocate(std::size_t n) {
-    return static_cast<T*>(arena->allocate(n * sizeof(T)));
-  }
-  void deallocate(T* p, std::size_t n) noexcept {
-    arena->deallocate(p, n * sizeof(T));
-  }
-
-  template <class U>
-  friend bool operator==(const fields_allocator& a,
-                         const fields_allocator<U>& b) noexcept {
-    return a.arena == b.arena;
-  }
-  template <class U>
-  friend bool operator!=(const fields_allocator& a,
-                         const fields_allocator<U>& b) noexcept {
-    return a.arena != b.arena;
-  }
-
-  fields_arena* arena;
-};
+using fields_allocator = source_allocator<T, fields_arena>;
 
 // -- the session --------------------------------------------------------------
 

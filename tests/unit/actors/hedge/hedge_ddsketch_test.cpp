@@ -154,6 +154,23 @@ TEST(DDSketch, UnionQuantileEqualsTheQuantileOfTheMerge) {
   }
   ddsketch empty;
   EXPECT_FALSE(ddsketch::union_quantile(empty, empty, 0.5));
+  // The merge takes a's bin limit also when a is empty or the two limits
+  // differ (b's bins go in through a's add_to_bin).
+  for (int round = 0; round < 200; ++round) {
+    ddsketch a{0.01, 8 + rng() % 64};
+    ddsketch b{0.01, 2048};
+    double lo = decades(rng);
+    int na = round % 2 == 0 ? 0 : static_cast<int>(rng() % 50);
+    for (int i = 0; i < na; ++i)
+      a.insert(std::pow(10.0, lo + 3.0 * unit(rng)));
+    for (int i = 0; i < 300; ++i)
+      b.insert(std::pow(10.0, lo + 3.0 * unit(rng)));
+    ddsketch merged = a;
+    merged.merge(b);
+    for (double q : {0.0, 0.01, 0.3, 0.5, 0.95, 1.0})
+      ASSERT_EQ(ddsketch::union_quantile(a, b, q), merged.quantile(q))
+        << "round " << round << " q " << q << " na " << na;
+  }
 }
 
 TEST(DDSketch, MergeEqualsInsertingAll) {
