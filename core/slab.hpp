@@ -8,7 +8,8 @@
 // Rust's `slab` crate plus the generation of `slotmap`/`generational-arena`.
 //
 // Memory follows the load back down: free indices are reused lowest first
-// (the free list is a min-heap), so the values in use gather at the front,
+// (the free list is a two-level bitmap, so the lowest free index is two
+// count-trailing-zeros away), so the values in use gather at the front,
 // and when at most a quarter of a large slab is in use, the free entries at
 // its end are released. An index created again after such a release starts
 // above every generation it could have had, so no released id comes back.
@@ -17,7 +18,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -40,17 +40,15 @@ public:
   template <class... Args>
   uint64_t emplace(Args&&... args) {
     uint32_t index;
-    if (!free_.empty()) {
-      std::pop_heap(free_.begin(), free_.end(), std::greater<>{});
-      index = free_.back();
-      free_.pop_back();
+    if (size_ < entries_.size()) {
+      index = take_lowest_free();
     } else {
       index = static_cast<uint32_t>(entries_.size());
+      // Bits for every index first: erase never allocates (it may run where
+      // nothing may throw).
+      cover(entries_.size() + 1);
       entries_.emplace_back();
       entries_.back().gen = gen_floor_;
-      // Room for every index on the free list: erase never allocates (it
-      // may run where nothing may throw).
-      free_.reserve(entries_.capacity());
     }
     auto& e = entries_[index];
     auto gen = e.gen + 1;
@@ -59,8 +57,7 @@ public:
     try {
       e.value.emplace(std::forward<Args>(args)...);
     } catch (...) {
-      free_.push_back(index);
-      std::push_heap(free_.begin(), free_.end(), std::greater<>{});
+      mark_free(index);
       throw;
     }
     e.gen = gen;
@@ -88,8 +85,7 @@ public:
   void erase(uint64_t id) {
     auto index = static_cast<uint32_t>(id);
     entries_[index].value.reset();
-    free_.push_back(index);
-    std::push_heap(free_.begin(), free_.end(), std::greater<>{});
+    mark_free(index);
     --size_;
     if (size_ * 4 < entries_.size() && entries_.size() > trim_above
         && --trim_credit_ <= 0)
@@ -142,6 +138,37 @@ private:
     std::optional<T> value;
   };
 
+  // Bit i of free_bits_[i / 64] is set when entry i is free; bit j of
+  // free_words_[j / 64] when free_bits_[j] has a bit set.
+  void mark_free(uint32_t i) noexcept {
+    free_bits_[i >> 6] |= uint64_t{1} << (i & 63);
+    free_words_[i >> 12] |= uint64_t{1} << ((i >> 6) & 63);
+  }
+
+  // The lowest free index, marked used; there must be one. One word of
+  // free_words_ per 4096 entries is scanned.
+  uint32_t take_lowest_free() noexcept {
+    std::size_t s = 0;
+    while (free_words_[s] == 0)
+      ++s;
+    auto w = s * 64 + static_cast<std::size_t>(__builtin_ctzll(free_words_[s]));
+    auto b = static_cast<unsigned>(__builtin_ctzll(free_bits_[w]));
+    free_bits_[w] &= ~(uint64_t{1} << b);
+    if (free_bits_[w] == 0)
+      free_words_[s] &= ~(uint64_t{1} << (w & 63));
+    return static_cast<uint32_t>(w * 64 + b);
+  }
+
+  // Makes the bitmaps hold `n` indices (none of the new ones free).
+  void cover(std::size_t n) {
+    auto words = (n + 63) / 64;
+    if (free_bits_.size() < words)
+      free_bits_.resize(std::max(words, 2 * free_bits_.size()), 0);
+    auto summary = (free_bits_.size() + 63) / 64;
+    if (free_words_.size() < summary)
+      free_words_.resize(summary, 0);
+  }
+
   // Releases the free entries at the end, down to twice the values held
   // (at least trim_above). Runs from erase, so it must not throw: if the
   // smaller vectors cannot be had, the slab stays as it is. A trim that
@@ -161,22 +188,24 @@ private:
     try {
       std::vector<entry> kept;
       kept.reserve(end);
-      std::vector<uint32_t> free;
-      free.reserve(end);
+      std::vector<uint64_t> bits((end + 63) / 64, 0);
+      std::vector<uint64_t> words((bits.size() + 63) / 64, 0);
       uint32_t floor = gen_floor_;
       for (std::size_t i = end; i < entries_.size(); ++i)
         floor = std::max(floor, entries_[i].gen);
       for (std::size_t i = 0; i < end; ++i) {
         kept.emplace_back();
         kept.back().gen = entries_[i].gen;
-        if (entries_[i].value)
+        if (entries_[i].value) {
           kept.back().value.emplace(std::move(*entries_[i].value));
-        else
-          free.push_back(static_cast<uint32_t>(i));
+        } else {
+          bits[i >> 6] |= uint64_t{1} << (i & 63);
+          words[i >> 12] |= uint64_t{1} << ((i >> 6) & 63);
+        }
       }
-      std::make_heap(free.begin(), free.end(), std::greater<>{});
       entries_.swap(kept);
-      free_.swap(free);
+      free_bits_.swap(bits);
+      free_words_.swap(words);
       gen_floor_ = floor;
     } catch (...) {
       // No memory for the smaller copy: keep the larger one.
@@ -184,8 +213,9 @@ private:
   }
 
   std::vector<entry> entries_;
-  /// Free indices, a min-heap (std::greater): the lowest is reused first.
-  std::vector<uint32_t> free_;
+  /// Free indices (see mark_free): the lowest is reused first.
+  std::vector<uint64_t> free_bits_;
+  std::vector<uint64_t> free_words_;
   std::size_t size_ = 0;
   /// Every generation an index released by trim() ever had is at most this;
   /// an index created again starts above it.

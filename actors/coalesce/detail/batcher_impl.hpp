@@ -182,8 +182,12 @@ void basic_batcher<Payload>::form_batch(group& g, waiter_kind kind,
       g.pending.push_back(std::move(cur));
       cur = chunk{};
     }
-    if (cur.parts.empty())
+    if (cur.parts.empty()) {
       cur.uid = next_chunk_++;
+      // Every part asks for at least one value: at most the queue's live
+      // waiters (this one included) and at most the cap, in one allocation.
+      cur.parts.reserve(std::min<std::size_t>(g.queued_live, kind_cap));
+    }
     rec->chunk_uid = cur.uid;
     cur.parts.push_back(chunk_part{id, rec->req.count});
     cur.count += rec->req.count;

@@ -94,6 +94,34 @@ TEST(CoreSlab, FreeIndicesAreReusedLowestFirst) {
   EXPECT_EQ(static_cast<uint32_t>(s.insert(13)), 8u) << "none free: appended";
 }
 
+// The same across many words of the free bitmap (64 indices a word, 4096
+// a summary word): each insert takes the lowest free index a set of free
+// indices names.
+TEST(CoreSlab, TheLowestFreeIndexIsReusedAcrossManyBitmapWords) {
+  std::mt19937_64 rng{4};
+  slab<int> s;
+  std::vector<uint64_t> id_of; // by index
+  for (int i = 0; i < 9000; ++i)
+    id_of.push_back(s.insert(i));
+  std::set<uint32_t> free;
+  for (int round = 0; round < 20000; ++round) {
+    if (free.empty() || (rng() % 2 == 0 && free.size() < 8000)) {
+      auto i = static_cast<uint32_t>(rng() % id_of.size());
+      if (free.count(i))
+        continue;
+      s.erase(id_of[i]);
+      free.insert(i);
+    } else {
+      auto id = s.insert(round);
+      auto i = static_cast<uint32_t>(id);
+      ASSERT_EQ(i, *free.begin()) << "round " << round;
+      free.erase(free.begin());
+      id_of[i] = id;
+    }
+  }
+  EXPECT_EQ(s.size(), id_of.size() - free.size());
+}
+
 // After a burst the slab gives its memory back, keeps every value held
 // under its id, and never issues an id of the burst again.
 TEST(CoreSlab, AfterABurstTheFreeEndIsReleasedAndNoOldIdComesBack) {
