@@ -75,6 +75,7 @@
 #include "core/coalesce_stats.hpp"
 #include "core/slab.hpp"
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -346,6 +347,21 @@ public:
                                            const std::string& detail,
                                            coalesce_time now);
 
+  /// Hands back the parts of a plan this batcher made, once the owner is
+  /// done with the RPC, and the vector of deliveries it returned, once
+  /// they are answered: the next batches reuse their memory instead of
+  /// allocating it (a batch of 512 waiters carries 8 KiB of parts twice,
+  /// in its chunk and in its plan, and a delivery per waiter). Optional;
+  /// the deliveries left in `ds` are destroyed. Never throws.
+  void recycle(rpc_plan&& plan) noexcept {
+    keep_parts(std::move(plan.parts));
+  }
+  void recycle(std::vector<delivery_type>&& ds) noexcept {
+    ds.clear();
+    if (ds.capacity() > spare_deliveries_.capacity())
+      spare_deliveries_ = std::move(ds);
+  }
+
   /// Waiters held now (queued or in flight, all groups).
   std::size_t held() const {
     return waiters_.size();
@@ -501,6 +517,26 @@ private:
   group_map groups_;
   /// form_batch's waiters not yet due, reused (no allocation per batch).
   std::vector<uint64_t> later_scratch_;
+  /// Emptied parts vectors with their memory (recycle, answered chunks),
+  /// taken by the next chunks and plans.
+  std::array<std::vector<chunk_part>, 4> spare_parts_;
+  std::size_t spare_parts_count_ = 0;
+  /// An emptied deliveries vector with its memory (recycle).
+  std::vector<delivery_type> spare_deliveries_;
+  /// Keeps `v`'s memory for a later chunk or plan (or frees it when four
+  /// are kept already).
+  void keep_parts(std::vector<chunk_part>&& v) noexcept {
+    if (v.capacity() == 0 || spare_parts_count_ == spare_parts_.size())
+      return;
+    v.clear();
+    spare_parts_[spare_parts_count_++] = std::move(v);
+  }
+  /// An empty parts vector, with the memory of a kept one if any.
+  std::vector<chunk_part> take_parts() noexcept {
+    if (spare_parts_count_ == 0)
+      return {};
+    return std::move(spare_parts_[--spare_parts_count_]);
+  }
   std::unordered_map<uint64_t, group_key> rpc_group_;
   uint64_t next_rpc_ = 1;
   uint64_t next_chunk_ = 1;

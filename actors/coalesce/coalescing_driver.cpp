@@ -388,6 +388,7 @@ void finish_rpc(self_ptr self, uint64_t rpc_id) {
   auto& st = self->state;
   if (auto it = st.rpcs.find(rpc_id); it != st.rpcs.end()) {
     drop_limit(st, it->second);
+    st.batches->recycle(std::move(it->second.plan));
     st.rpcs.erase(it);
   }
   sweep_transports(self);
@@ -426,6 +427,7 @@ void on_success(self_ptr self, uint64_t rpc_id, rpc_run& run,
   deliver_all(self, ds, std::move(endpoint), attempts,
               std::move(run.request_id), std::move(epoch), std::nullopt, false,
               false, r.response.status);
+  st.batches->recycle(std::move(ds)); // every one answered
   finish_rpc(self, rpc_id);
 }
 

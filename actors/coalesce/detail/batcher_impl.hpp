@@ -184,6 +184,8 @@ void basic_batcher<Payload>::form_batch(group& g, waiter_kind kind,
     }
     if (cur.parts.empty()) {
       cur.uid = next_chunk_++;
+      if (cur.parts.capacity() == 0)
+        cur.parts = take_parts();
       // Every part asks for at least one value: at most the queue's live
       // waiters (this one included) and at most the cap, in one allocation.
       cur.parts.reserve(std::min<std::size_t>(g.queued_live, kind_cap));
@@ -249,7 +251,8 @@ std::vector<rpc_plan> basic_batcher<Payload>::take_ready(coalesce_time now) {
       plan.kind = kv.first.kind;
       plan.key = kv.first.key;
       plan.count = c.count;
-      plan.parts = c.parts;
+      plan.parts = take_parts();
+      plan.parts.assign(c.parts.begin(), c.parts.end());
       plan.chunk_index = c.index;
       plan.chunk_total = c.total;
       plan.dispatched_at = now;
@@ -433,7 +436,8 @@ std::vector<typename basic_batcher<Payload>::delivery_type>
 basic_batcher<Payload>::on_answer(uint64_t rpc_id, coalesce_time now,
                                   waiter_outcome bad, Check&& check,
                                   Fill&& fill) {
-  std::vector<delivery_type> out;
+  std::vector<delivery_type> out = std::move(spare_deliveries_);
+  out.clear();
   typename group_map::iterator git;
   chunk c;
   if (!take_answered(rpc_id, git, c))
@@ -447,6 +451,7 @@ basic_batcher<Payload>::on_answer(uint64_t rpc_id, coalesce_time now,
   }
   release(out);
   finish_flight(git, now);
+  keep_parts(std::move(c.parts));
   return out;
 }
 

@@ -1275,3 +1275,76 @@ TEST(CoalesceBatcher, IdleGroupsAreKeptUpToABoundAndDroppedBeyond) {
   EXPECT_EQ(b.held(), 0u);
   EXPECT_LE(b.tracked_groups(), batcher::kept_idle_groups);
 }
+
+// recycle() only lends memory: a batcher whose owner hands back every plan
+// and every deliveries vector makes the same plans and the same deliveries
+// as one whose owner does not, through random joins, cancels and answers,
+// and its plans do reuse the memory handed back.
+TEST(CoalesceBatcher, RecycledBuffersChangeNoPlanAndNoDelivery) {
+  std::mt19937_64 rng{12};
+  auto cfg = cfg_with(0.0005);
+  batcher a{cfg}, b{cfg};
+  std::vector<uint64_t> held; // waiter ids (the same in both)
+  std::map<uint64_t, rpc_plan> flights_a, flights_b;
+  std::set<const chunk_part*> lent; // the memory of plans handed back
+  std::size_t reused = 0;
+  auto now = t0;
+  for (int step = 0; step < 4000; ++step) {
+    now += microseconds(rng() % 300);
+    auto r = rng() % 10;
+    if (r < 6) {
+      waiter_request w;
+      w.kind = waiter_kind::ts;
+      w.count = 1 + static_cast<uint32_t>(rng() % 3);
+      w.entered = now;
+      auto ja = a.join(w, now);
+      auto jb = b.join(w, now);
+      ASSERT_EQ(ja.decision, jb.decision);
+      ASSERT_EQ(ja.id, jb.id);
+      if (ja.decision == join_decision::queued)
+        held.push_back(ja.id);
+    } else if (r < 7 && !held.empty()) {
+      auto id = held[rng() % held.size()];
+      ASSERT_EQ(a.cancel(id, now).result, b.cancel(id, now).result);
+    } else if (r < 9) {
+      auto pa = a.take_ready(now);
+      auto pb = b.take_ready(now);
+      ASSERT_EQ(pa.size(), pb.size());
+      for (std::size_t i = 0; i < pa.size(); ++i) {
+        ASSERT_EQ(pa[i].rpc_id, pb[i].rpc_id);
+        ASSERT_EQ(pa[i].count, pb[i].count);
+        ASSERT_EQ(pa[i].parts.size(), pb[i].parts.size());
+        for (std::size_t k = 0; k < pa[i].parts.size(); ++k) {
+          ASSERT_EQ(pa[i].parts[k].waiter_id, pb[i].parts[k].waiter_id);
+          ASSERT_EQ(pa[i].parts[k].count, pb[i].parts[k].count);
+        }
+        if (lent.count(pa[i].parts.data()))
+          ++reused;
+        flights_a.emplace(pa[i].rpc_id, std::move(pa[i]));
+        flights_b.emplace(pb[i].rpc_id, std::move(pb[i]));
+      }
+    } else if (!flights_a.empty()) {
+      auto it = flights_a.begin();
+      std::advance(it, static_cast<std::ptrdiff_t>(rng() % flights_a.size()));
+      auto rpc = it->first;
+      auto answer
+        = ts_answer(1000 + static_cast<uint64_t>(step), 0, it->second.count);
+      auto da = a.on_ts_response(rpc, answer, now);
+      auto db = b.on_ts_response(rpc, answer, now);
+      ASSERT_EQ(da.size(), db.size());
+      for (std::size_t k = 0; k < da.size(); ++k) {
+        ASSERT_EQ(da[k].waiter_id, db[k].waiter_id);
+        ASSERT_EQ(da[k].outcome, db[k].outcome);
+        ASSERT_EQ(da[k].ts.logical_start, db[k].ts.logical_start);
+        ASSERT_EQ(da[k].ts.count, db[k].ts.count);
+      }
+      lent.insert(it->second.parts.data());
+      a.recycle(std::move(it->second));
+      a.recycle(std::move(da));
+      flights_a.erase(it);
+      flights_b.erase(rpc);
+    }
+    ASSERT_EQ(a.held(), b.held());
+  }
+  EXPECT_GT(reused, 0u) << "no plan took memory handed back";
+}
