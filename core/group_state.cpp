@@ -535,6 +535,13 @@ group_time group_state::next_wakeup() const {
       }
     }
   }
+  if (phase_ == group_phase::active && !handoff_due_.empty()) {
+    // The next whole token of the handoff bucket (a stale entry costs one
+    // early step, which drops it).
+    auto rate = static_cast<double>(cfg_.max_starts_per_second);
+    auto wait = std::max(0.0, (1.0 - handoff_tokens_) / rate);
+    at(handoff_refill_ + from_seconds(wait) + duration{1});
+  }
   at(release_retry_);
   if (phase_ == group_phase::leaving)
     at(leave_by_);
@@ -699,6 +706,9 @@ std::optional<group_position> group_state::best_cursor(const feed_entry& e) cons
 
 void group_state::refresh_desired() {
   rebalance_candidates_.clear();
+  // Due again once their (perhaps new) winner has been listed for
+  // rebalance_delay (check_rebalance).
+  handoff_due_.clear();
   for (auto& kv : feeds_) {
     auto w = hrw_winner(kv.first, view_);
     kv.second.winner = w == hrw_none ? std::string{} : view_[w];
@@ -904,11 +914,28 @@ void group_state::check_rebalance(group_time now, group_actions& out) {
     due.insert(due.end(), g->second.begin(), g->second.end());
     g = rebalance_candidates_.erase(g);
   }
-  std::sort(due.begin(), due.end());
-  for (const auto& f : due) {
-    auto& e = feeds_[f];
-    if (e.own == ownership::held && !e.desired && !e.winner.empty())
-      begin_release(f, e, stop_reason::rebalance, out);
+  handoff_due_.insert(due.begin(), due.end());
+  if (handoff_due_.empty())
+    return;
+  // G8's pace: G4's bucket, so that the winner can start each feed as it
+  // comes (the rest are delivered here meanwhile).
+  auto rate = static_cast<double>(cfg_.max_starts_per_second);
+  if (now > handoff_refill_) {
+    auto dt = std::chrono::duration<double>(now - handoff_refill_).count();
+    handoff_tokens_ = std::min(rate, handoff_tokens_ + dt * rate);
+    handoff_refill_ = now;
+  }
+  for (auto f = handoff_due_.begin(); f != handoff_due_.end();) {
+    auto& e = feeds_[*f];
+    if (e.own != ownership::held || e.desired || e.winner.empty()) {
+      f = handoff_due_.erase(f); // no longer to hand over
+      continue;
+    }
+    if (handoff_tokens_ < 1.0)
+      return;
+    handoff_tokens_ -= 1.0;
+    begin_release(*f, e, stop_reason::rebalance, out);
+    f = handoff_due_.erase(f);
   }
 }
 
@@ -963,6 +990,7 @@ void group_state::lose_lease(group_time now, group_actions& out) {
     c.clear();
   spawn_candidates_.clear();
   rebalance_candidates_.clear();
+  handoff_due_.clear();
   renew_sent_.clear();
   release_retry_ = never;
   claims_pending_ = commits_pending_ = false;

@@ -97,6 +97,12 @@
 //      is answered first, so the final cursor includes it.) A release that
 //      fails keeps the feed claimed and is retried after
 //      checkpoint_interval: the cursor is never given up unwritten.
+//      Releases begin at most max_starts_per_second a second (a token
+//      bucket of one second's burst, as G4's): the pace at which the
+//      winner may start the feeds, so a feed handed over does not wait
+//      unowned for the winner's bucket; the feeds not yet released are
+//      delivered here until their turn (Kafka's KIP-429 moves partitions
+//      in rounds for the same reason).
 //  G9  Leave: release every held feed at once (G8 without the delay,
 //      max_inflight_batches requests at a time; a claim that is still in
 //      flight is released when it is won), then
@@ -646,6 +652,8 @@ private:
   /// Rebalance candidates by their winner: a winner's feeds come due
   /// together, rebalance_delay after it was first listed.
   std::map<std::string, std::set<std::string>> rebalance_candidates_;
+  /// Feeds whose rebalance is due, waiting for a handoff token (G8).
+  std::set<std::string> handoff_due_;
   static std::size_t reason_index(stop_reason why) noexcept {
     return why == stop_reason::leave ? 1 : 0;
   }
@@ -698,6 +706,9 @@ private:
 
   double spawn_tokens_ = 0;
   group_time spawn_refill_{};
+  /// G8's bucket (rebalance releases), at G4's rate and burst.
+  double handoff_tokens_ = 0;
+  group_time handoff_refill_{};
 
   group_counters counters_;
 };

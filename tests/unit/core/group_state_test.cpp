@@ -751,6 +751,63 @@ TEST(GroupState, MovesAFeedOnlyAfterTheWinnerWasListedForRebalanceDelay) {
   EXPECT_TRUE(m.st.owned().empty());
 }
 
+TEST(GroupState, RebalanceReleasesBeginAtTheWinnersStartRate) {
+  // 12 feeds held, 2 starts a second: when the new member has been listed
+  // for rebalance_delay, the feeds it wins stop two at once (one second's
+  // burst) and then one every half second; the others keep their
+  // watchers until their turn. A view change in between starts over from
+  // the rebalance delay of each feed's winner (unchanged here: at once).
+  auto c = defaults();
+  c.max_starts_per_second = 2;
+  auto feeds = feed_names(12);
+  member m(c, feeds);
+  auto a = m.activate();
+  auto sps = all_of<spawn_watcher>(m.win_all(a));
+  for (auto t = m.now + 500ms; sps.size() < feeds.size(); t += 500ms)
+    for (auto& sp : all_of<spawn_watcher>(m.at(t)))
+      sps.push_back(sp);
+  std::string other = "m2";
+  std::size_t moving = 0;
+  for (int i = 2;; ++i) {
+    other = "m" + std::to_string(i);
+    moving = 0;
+    for (const auto& f : feeds)
+      moving += hrw_winner(f, {"m1", other}) == 1;
+    if (moving >= 5)
+      break;
+  }
+  auto seen = m.now + 1s;
+  m.now = seen;
+  EXPECT_FALSE(has<stop_watcher>(m.see({"m1", other}, seen)));
+  auto due = seen + 5s; // rebalance_delay
+  EXPECT_FALSE(has<stop_watcher>(m.at(due - 1ms)));
+  std::vector<std::string> stopped;
+  auto take = [&](const group_actions& as) {
+    auto st = all_of<stop_watcher>(as);
+    for (auto& x : st) {
+      EXPECT_EQ(x.reason, stop_reason::rebalance);
+      EXPECT_EQ(hrw_winner(x.feed, {"m1", other}), 1u) << x.feed;
+      stopped.push_back(x.feed);
+    }
+    return st.size();
+  };
+  EXPECT_EQ(take(m.at(due)), 2u) << "one second's burst";
+  EXPECT_EQ(take(m.at(due + 499ms)), 0u);
+  EXPECT_EQ(take(m.at(due + 500ms)), 1u);
+  // The wake-up asked for is the next token, not later.
+  EXPECT_LE(m.st.next_wakeup(), due + 1000ms + 1ms);
+  // The view is polled again, unchanged: the rest stay due.
+  m.see({"m1", other}, seen);
+  EXPECT_EQ(take(m.at(due + 1000ms)), 1u);
+  for (auto t = due + 1500ms; stopped.size() < moving; t += 500ms)
+    ASSERT_LE(take(m.at(t)), 1u);
+  std::sort(stopped.begin(), stopped.end());
+  EXPECT_EQ(std::adjacent_find(stopped.begin(), stopped.end()), stopped.end())
+    << "a feed stopped twice";
+  EXPECT_EQ(stopped.size(), moving);
+  EXPECT_EQ(take(m.at(m.now + 5s)), 0u) << "the feeds m1 still wins stay";
+}
+
 // -- G9 leave ---------------------------------------------------------------
 
 TEST(GroupState, LeaveReleasesEverythingThenRevokes) {
