@@ -931,6 +931,14 @@ void group_state::check_rebalance(group_time now, group_actions& out) {
       f = handoff_due_.erase(f); // no longer to hand over
       continue;
     }
+    // The winner registered again since (same name, a new listing): it
+    // waits for its rebalance_delay anew.
+    auto s = first_seen_.find(e.winner);
+    if (s == first_seen_.end() || now < s->second + rebalance_) {
+      rebalance_candidates_[e.winner].insert(*f);
+      f = handoff_due_.erase(f);
+      continue;
+    }
     if (handoff_tokens_ < 1.0)
       return;
     handoff_tokens_ -= 1.0;

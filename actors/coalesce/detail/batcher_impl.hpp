@@ -184,11 +184,12 @@ void basic_batcher<Payload>::form_batch(group& g, waiter_kind kind,
     }
     if (cur.parts.empty()) {
       cur.uid = next_chunk_++;
+      // The memory of an earlier chunk or plan (recycle), which in a
+      // steady state already holds a batch; no reserve beyond it: a chunk's
+      // parts are bounded by the values it carries, not by the waiters
+      // queued (a batch of large counts is many one-part chunks).
       if (cur.parts.capacity() == 0)
         cur.parts = take_parts();
-      // Every part asks for at least one value: at most the queue's live
-      // waiters (this one included) and at most the cap, in one allocation.
-      cur.parts.reserve(std::min<std::size_t>(g.queued_live, kind_cap));
     }
     rec->chunk_uid = cur.uid;
     cur.parts.push_back(chunk_part{id, rec->req.count});

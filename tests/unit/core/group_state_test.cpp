@@ -808,6 +808,42 @@ TEST(GroupState, RebalanceReleasesBeginAtTheWinnersStartRate) {
   EXPECT_EQ(take(m.at(m.now + 5s)), 0u) << "the feeds m1 still wins stay";
 }
 
+TEST(GroupState, APacedReleaseWaitsAgainForAWinnerListedAnew) {
+  // Two of the moving feeds stop at the delay (2 starts a second); then
+  // the winner registers again under the same name (a restart between two
+  // polls): the rest wait for its new rebalance_delay, then go on at the
+  // pace. (Found by review: the paced queue did not look at the listing.)
+  auto c = defaults();
+  c.max_starts_per_second = 2;
+  auto feeds = feed_names(12);
+  member m(c, feeds);
+  auto sps = all_of<spawn_watcher>(m.win_all(m.activate()));
+  for (auto t = m.now + 500ms; sps.size() < feeds.size(); t += 500ms)
+    for (auto& sp : all_of<spawn_watcher>(m.at(t)))
+      sps.push_back(sp);
+  std::string other;
+  std::size_t moving = 0;
+  for (int i = 2; moving < 5; ++i) {
+    other = "m" + std::to_string(i);
+    moving = 0;
+    for (const auto& f : feeds)
+      moving += hrw_winner(f, {"m1", other}) == 1;
+  }
+  auto seen = m.now + 1s;
+  m.now = seen;
+  m.see({"m1", other}, seen);
+  auto due = seen + 5s;
+  EXPECT_EQ(all_of<stop_watcher>(m.at(due)).size(), 2u);
+  m.see({"m1", other}, due); // listed anew at `due`
+  std::size_t early = 0;
+  for (auto t = due + 500ms; t < due + 5s; t += 500ms)
+    early += all_of<stop_watcher>(m.at(t)).size();
+  EXPECT_EQ(early, 0u) << "released to a winner listed for < rebalance_delay";
+  std::size_t later = all_of<stop_watcher>(m.at(due + 5s)).size();
+  EXPECT_GE(later, 1u);
+  EXPECT_LE(later, 2u) << "still at the pace";
+}
+
 // -- G9 leave ---------------------------------------------------------------
 
 TEST(GroupState, LeaveReleasesEverythingThenRevokes) {
