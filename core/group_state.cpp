@@ -538,9 +538,7 @@ group_time group_state::next_wakeup() const {
   if (phase_ == group_phase::active && !handoff_due_.empty()) {
     // The next whole token of the handoff bucket (a stale entry costs one
     // early step, which drops it).
-    auto rate = static_cast<double>(cfg_.max_starts_per_second);
-    auto wait = std::max(0.0, (1.0 - handoff_tokens_) / rate);
-    at(handoff_refill_ + from_seconds(wait) + duration{1});
+    at(handoff_bucket_.next_token(starts_rate()));
   }
   at(release_retry_);
   if (phase_ == group_phase::leaving)
@@ -550,9 +548,7 @@ group_time group_state::next_wakeup() const {
     if (e.spawn_pending && e.own == ownership::held && e.w == watcher::none
         && !holding_) {
       // The next whole token of the bucket.
-      auto rate = static_cast<double>(cfg_.max_starts_per_second);
-      auto wait = std::max(0.0, (1.0 - spawn_tokens_) / rate);
-      at(spawn_refill_ + from_seconds(wait) + duration{1});
+      at(spawn_bucket_.next_token(starts_rate()));
       break;
     }
   }
@@ -873,12 +869,7 @@ void group_state::issue_releases(group_actions& out) {
 void group_state::issue_spawns(group_time now, group_actions& out) {
   if (holding_ || now >= deadline_)
     return;
-  auto rate = static_cast<double>(cfg_.max_starts_per_second);
-  if (now > spawn_refill_) {
-    auto dt = std::chrono::duration<double>(now - spawn_refill_).count();
-    spawn_tokens_ = std::min(rate, spawn_tokens_ + dt * rate);
-    spawn_refill_ = now;
-  }
+  spawn_bucket_.refill(now, starts_rate());
   for (auto c = spawn_candidates_.begin(); c != spawn_candidates_.end();) {
     auto& e = feeds_[*c];
     if (!e.spawn_pending) {
@@ -889,9 +880,8 @@ void group_state::issue_spawns(group_time now, group_actions& out) {
       ++c;
       continue;
     }
-    if (spawn_tokens_ < 1.0)
+    if (!spawn_bucket_.take())
       return;
-    spawn_tokens_ -= 1.0;
     e.spawn_pending = false;
     e.w = watcher::running;
     e.watcher_token = e.token;
@@ -919,12 +909,7 @@ void group_state::check_rebalance(group_time now, group_actions& out) {
     return;
   // G8's pace: G4's bucket, so that the winner can start each feed as it
   // comes (the rest are delivered here meanwhile).
-  auto rate = static_cast<double>(cfg_.max_starts_per_second);
-  if (now > handoff_refill_) {
-    auto dt = std::chrono::duration<double>(now - handoff_refill_).count();
-    handoff_tokens_ = std::min(rate, handoff_tokens_ + dt * rate);
-    handoff_refill_ = now;
-  }
+  handoff_bucket_.refill(now, starts_rate());
   for (auto f = handoff_due_.begin(); f != handoff_due_.end();) {
     auto& e = feeds_[*f];
     if (e.own != ownership::held || e.desired || e.winner.empty()) {
@@ -939,9 +924,8 @@ void group_state::check_rebalance(group_time now, group_actions& out) {
       f = handoff_due_.erase(f);
       continue;
     }
-    if (handoff_tokens_ < 1.0)
+    if (!handoff_bucket_.take())
       return;
-    handoff_tokens_ -= 1.0;
     begin_release(*f, e, stop_reason::rebalance, out);
     f = handoff_due_.erase(f);
   }

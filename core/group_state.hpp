@@ -150,6 +150,7 @@
 #include "config/config_error.hpp"
 #include "core/time.hpp"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -704,11 +705,34 @@ private:
   group_time held_retry_at_ = group_time::max();
   duration held_retry_{};
 
-  double spawn_tokens_ = 0;
-  group_time spawn_refill_{};
-  /// G8's bucket (rebalance releases), at G4's rate and burst.
-  double handoff_tokens_ = 0;
-  group_time handoff_refill_{};
+  /// A token bucket of one second's burst, starting full (G4, G8).
+  struct rate_bucket {
+    double tokens = 0;
+    group_time refilled{};
+    void refill(group_time now, double rate) {
+      if (now <= refilled)
+        return;
+      auto dt = std::chrono::duration<double>(now - refilled).count();
+      tokens = std::min(rate, tokens + dt * rate);
+      refilled = now;
+    }
+    bool take() {
+      if (tokens < 1.0)
+        return false;
+      tokens -= 1.0;
+      return true;
+    }
+    /// When the next whole token is there (a nanosecond late, never early).
+    group_time next_token(double rate) const {
+      return refilled + from_seconds(std::max(0.0, (1.0 - tokens) / rate))
+             + duration{1};
+    }
+  };
+  double starts_rate() const {
+    return static_cast<double>(cfg_.max_starts_per_second);
+  }
+  /// G4's watcher starts; G8's rebalance releases, at the same rate.
+  rate_bucket spawn_bucket_, handoff_bucket_;
 
   group_counters counters_;
 };
