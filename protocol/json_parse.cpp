@@ -86,6 +86,8 @@ public:
   std::string failed_field;
   // Number of digits of the inexact integer literal (for the detail).
   std::size_t failed_digits = 0;
+  // Members of the top-level object as written (json_parse_result).
+  std::size_t top_members = 0;
   // The number_out_of_range was a nonzero literal rounding to zero.
   bool underflow = false;
 
@@ -103,6 +105,8 @@ public:
     return true;
   }
   bool on_object_end(std::size_t n, json::error_code&) {
+    if (path_.size() == 1)
+      top_members = n; // as written: a repeated key counts each time
     path_.pop_back();
     st.push_object(n);
     return true;
@@ -356,8 +360,9 @@ json_parse_result parse_json(std::string_view text, const json_limits& limits,
     // Move-constructed, the value keeps `sp` (a move assignment would copy
     // it into the default resource).
     auto used = p.handler().used();
-    return json_parse_result{p.handler().st.release(), json_parse_error::none,
-                             {}, {}, used};
+    return json_parse_result{
+      p.handler().st.release(), json_parse_error::none, {}, {}, used,
+      p.handler().top_members};
   }
   auto& h = p.handler();
   if (h.failure != json_parse_error::none) {

@@ -154,6 +154,12 @@ struct json_parse_result {
   /// (values, keys, strings; 0 when the parse failed): what holding
   /// `value` costs, for callers that bound memory across many documents.
   std::size_t bytes = 0;
+  /// Members of the top-level object as written, a repeated key counted
+  /// each time (the value keeps the last of them, as boost::json does); 0
+  /// when the document is not an object or did not parse. A reader that
+  /// must not guess between two values of one key compares it with
+  /// `value.as_object().size()`.
+  std::size_t top_level_members = 0;
 
   explicit operator bool() const {
     return error == json_parse_error::none;

@@ -28,38 +28,12 @@ std::optional<uint64_t> u64_field(const json::object& o, const char* name) {
   return std::nullopt;
 }
 
-/// Number of keys of the top-level object of `body`, which parse_json
-/// accepted (so strings and nesting are well formed): a key is a string at
-/// depth 1 followed by ':'.
-std::size_t top_level_keys(const std::string& body) {
-  std::size_t n = 0;
-  int depth = 0;
-  for (std::size_t i = 0; i < body.size(); ++i) {
-    char c = body[i];
-    if (c == '{' || c == '[') {
-      ++depth;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    } else if (c == '"') {
-      for (++i; i < body.size() && body[i] != '"'; ++i)
-        if (body[i] == '\\')
-          ++i;
-      if (depth != 1)
-        continue;
-      auto j = body.find_first_not_of(" \t\r\n", i + 1);
-      if (j != std::string::npos && body[j] == ':')
-        ++n;
-    }
-  }
-  return n;
-}
-
 /// The top-level object of a 2xx body, or nullptr when the body is not a
 /// JSON object or repeats a key (ambiguous: parse_json keeps the last
 /// one, another reader the first; never served).
-const json::object* unambiguous_object(const json::value& v,
-                                       const std::string& body) {
-  if (!v.is_object() || top_level_keys(body) != v.as_object().size())
+const json::object* unambiguous_object(const json_parse_result& parsed) {
+  const auto& v = parsed.value;
+  if (!v.is_object() || parsed.top_level_members != v.as_object().size())
     return nullptr;
   return &v.as_object();
 }
@@ -114,10 +88,9 @@ std::optional<uint64_t> epoch_of(const json_parse_result& parsed) {
   return parse_leader_epoch(e->as_string());
 }
 
-ts_response ts_of(const json_parse_result& parsed, const std::string& body) {
+ts_response ts_of(const json_parse_result& parsed) {
   ts_response r;
-  auto& v = parsed.value;
-  auto* obj = parsed ? unambiguous_object(v, body) : nullptr;
+  auto* obj = parsed ? unambiguous_object(parsed) : nullptr;
   r.unreadable = unreadable_cause(parsed, obj);
   if (!obj)
     return r;
@@ -138,10 +111,9 @@ ts_response ts_of(const json_parse_result& parsed, const std::string& body) {
   return r;
 }
 
-seq_response seq_of(const json_parse_result& parsed, const std::string& body) {
+seq_response seq_of(const json_parse_result& parsed) {
   seq_response r;
-  auto& v = parsed.value;
-  auto* obj = parsed ? unambiguous_object(v, body) : nullptr;
+  auto* obj = parsed ? unambiguous_object(parsed) : nullptr;
   r.unreadable = unreadable_cause(parsed, obj);
   if (!obj)
     return r;
@@ -162,11 +134,11 @@ seq_response seq_of(const json_parse_result& parsed, const std::string& body) {
 } // namespace
 
 ts_response parse_ts_body(const std::string& body, std::size_t max_depth) {
-  return ts_of(parse_json(body, depth_limit(max_depth)), body);
+  return ts_of(parse_json(body, depth_limit(max_depth)));
 }
 
 seq_response parse_seq_body(const std::string& body, std::size_t max_depth) {
-  return seq_of(parse_json(body, depth_limit(max_depth)), body);
+  return seq_of(parse_json(body, depth_limit(max_depth)));
 }
 
 std::optional<uint64_t> parse_body_epoch(const std::string& body,
@@ -195,13 +167,13 @@ auto with_parsed(const std::string& body, std::size_t max_depth, F&& f) {
 
 read_ts_result read_ts_body(const std::string& body, std::size_t max_depth) {
   return with_parsed(body, max_depth, [&](const json_parse_result& parsed) {
-    return read_ts_result{ts_of(parsed, body), epoch_of(parsed)};
+    return read_ts_result{ts_of(parsed), epoch_of(parsed)};
   });
 }
 
 read_seq_result read_seq_body(const std::string& body, std::size_t max_depth) {
   return with_parsed(body, max_depth, [&](const json_parse_result& parsed) {
-    return read_seq_result{seq_of(parsed, body), epoch_of(parsed)};
+    return read_seq_result{seq_of(parsed), epoch_of(parsed)};
   });
 }
 

@@ -425,3 +425,19 @@ TEST(JsonParse, ThirtyMiBOfTinyArraysStillStopsAtTheDefaultBound) {
   EXPECT_EQ(r.detail,
             "parsed form over " + std::to_string(192u << 20) + " bytes");
 }
+
+TEST(JsonParse, TopLevelMembersCountARepeatedKeyEachTime) {
+  // What a reader that must not guess between two values of one key
+  // compares with the object's size (the oracle answer readers do).
+  auto r = parse_json(R"({"a":1,"b":{"c":1,"c":2},"a":3})");
+  ASSERT_TRUE(r) << r.detail;
+  EXPECT_EQ(r.top_level_members, 3u) << "the nested repeat is not counted";
+  EXPECT_EQ(r.value.as_object().size(), 2u);
+  EXPECT_EQ(r.value.at("a"), 3) << "the last one kept";
+  EXPECT_EQ(parse_json(R"({"a":1,"b":2})").top_level_members, 2u);
+  EXPECT_EQ(parse_json("{}").top_level_members, 0u);
+  EXPECT_EQ(parse_json(R"([{"a":1,"a":2}])").top_level_members, 0u)
+    << "not an object at the top";
+  EXPECT_EQ(parse_json(R"({"a":1,"a":)").top_level_members, 0u)
+    << "did not parse";
+}
