@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <iterator>
 #include <random>
 
 namespace outbound {
@@ -465,7 +466,8 @@ void discovery_call::materialize(const leader_state& ls) {
   std::reverse(rest.begin(), rest.end());
   for (auto& e : worklist_)
     rest.push_back(std::move(e));
-  worklist_ = std::move(rest);
+  worklist_.assign(std::make_move_iterator(rest.begin()),
+                   std::make_move_iterator(rest.end()));
 }
 
 discovery_action discovery_call::start(leader_state& ls, coalesce_time now,

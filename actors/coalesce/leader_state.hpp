@@ -54,6 +54,8 @@
 #include "core/coalesce_stats.hpp"
 #include "protocol/http_types.hpp"
 
+#include <boost/container/small_vector.hpp>
+
 #include <algorithm>
 #include <cstdint>
 #include <list>
@@ -511,8 +513,11 @@ private:
   int max_redirects_pass_;
   int max_redirects_call_;
 
+  /// A pass's endpoints: a cluster's handful, in place (a pass with a
+  /// fresh leader lists one endpoint and must not allocate for it).
+  using endpoint_list = boost::container::small_vector<std::string, 3>;
   /// The pass's endpoints still to try, the next one last.
-  std::vector<std::string> worklist_;
+  endpoint_list worklist_;
   /// The pass began with the leader alone on the worklist: the rest
   /// (leader_state::rest_of_pass of `rest_`) goes under it once anything
   /// but the leader's success needs the worklist (materialize).
@@ -520,7 +525,7 @@ private:
   leader_state::pass_start rest_;
   void materialize(const leader_state& ls);
   /// The endpoints tried in this pass (a handful: a linear search).
-  std::vector<std::string> visited_;
+  endpoint_list visited_;
   std::string current_;
   int attempts_ = 0;
   int failed_in_pass_ = 0;
