@@ -556,9 +556,11 @@ void act(self_ptr self, uint64_t rpc_id, discovery_action a) {
       auto t = link->transport;
       // a.attempts counts this attempt: the ones before it are retries
       // (x-retry-count, as the service client sends it).
-      auto built
-        = build_oracle_request(st.request_cfg, link->ep, run.plan,
-                               run.request_id, st.id_rng, a.attempts - 1);
+      // The RPC's id goes in and comes back (one copy: the header's).
+      auto built = build_oracle_request(st.request_cfg, link->ep, run.plan,
+                                        std::move(run.request_id), st.id_rng,
+                                        a.attempts - 1);
+      run.request_id = std::move(built.request_id);
       if (built.error)
         return cannot_send(*built.error);
       auto req = std::move(built.request);

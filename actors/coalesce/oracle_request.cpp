@@ -51,11 +51,10 @@ call_request oracle_call(const rpc_plan& plan, std::string request_id) {
 
 built_request build_oracle_request(const client_config& rc,
                                    const oracle_endpoint& ep,
-                                   const rpc_plan& plan,
-                                   const std::string& request_id,
+                                   const rpc_plan& plan, std::string request_id,
                                    core::rng& rng, int retry_count) {
-  auto b = build_request(rc, oracle_base_url(ep), oracle_call(plan, request_id),
-                         rng);
+  auto b = build_request(rc, oracle_base_url(ep),
+                         oracle_call(plan, std::move(request_id)), rng);
   if (b.ok()) {
     b.request.max_body_bytes = max_oracle_body;
     set_retry_count(b.request.headers, retry_count);

@@ -49,11 +49,11 @@ call_request oracle_call(const rpc_plan& plan, std::string request_id);
 /// before this one (every earlier attempt, on any endpoint, counts); > 0
 /// adds `x-retry-count: N` as the service client's retries carry it.
 /// !ok: a config_error (nothing may be sent), e.g. a default header the
-/// builder refuses.
+/// builder refuses. The id is taken by value and comes back in the
+/// result's request_id (an owner that keeps it moves it in and back).
 built_request build_oracle_request(const client_config& rc,
                                    const oracle_endpoint& ep,
-                                   const rpc_plan& plan,
-                                   const std::string& request_id,
+                                   const rpc_plan& plan, std::string request_id,
                                    core::rng& rng, int retry_count = 0);
 
 /// Builds a ts and a seq request for the first configured endpoint of
