@@ -556,7 +556,9 @@ void act(self_ptr self, uint64_t rpc_id, discovery_action a) {
       auto t = link->transport;
       // a.attempts counts this attempt: the ones before it are retries
       // (x-retry-count, as the service client sends it).
-      // The RPC's id goes in and comes back (one copy: the header's).
+      // The RPC's id goes in and comes back (one copy: the header's). The
+      // builder answers without the id only when it has control
+      // characters, which generate_request_id's hex never has (start_rpc).
       auto built = build_oracle_request(st.request_cfg, link->ep, run.plan,
                                         std::move(run.request_id), st.id_rng,
                                         a.attempts - 1);

@@ -50,7 +50,9 @@ call_request oracle_call(const rpc_plan& plan, std::string request_id);
 /// adds `x-retry-count: N` as the service client's retries carry it.
 /// !ok: a config_error (nothing may be sent), e.g. a default header the
 /// builder refuses. The id is taken by value and comes back in the
-/// result's request_id (an owner that keeps it moves it in and back).
+/// result's request_id (an owner that keeps it moves it in and back),
+/// except an id with control characters, which the builder refuses and
+/// leaves out of its answer.
 built_request build_oracle_request(const client_config& rc,
                                    const oracle_endpoint& ep,
                                    const rpc_plan& plan, std::string request_id,
