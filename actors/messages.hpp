@@ -52,6 +52,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(outbound, caf::first_custom_type_id)
   CAF_ADD_ATOM(outbound, outbound, grp_claim_atom, "grp_claim")
   CAF_ADD_ATOM(outbound, outbound, grp_commit_atom, "grp_commit")
   CAF_ADD_ATOM(outbound, outbound, grp_release_atom, "grp_rel")
+  CAF_ADD_ATOM(outbound, outbound, grp_withdraw_atom, "grp_wdraw")
   CAF_ADD_ATOM(outbound, outbound, leave_atom, "leave")
   CAF_END_TYPE_ID_BLOCK(outbound)
 

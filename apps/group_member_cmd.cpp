@@ -776,6 +776,10 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
     // Kept to end them at the exit (the member holds them too).
     auto feed_client = fo.feed_client;
     auto store = fo.store;
+    // A graceful leave hands the feeds over at the start rate (rule G9 of
+    // core/group_state.hpp): lease_ttl plus held / rate at most.
+    auto leave_pacing = static_cast<double>(feeds.size())
+                        / static_cast<double>(g.timing.max_starts_per_second);
     auto member = spawn_feed_group(sys, g, std::move(feeds), std::move(fo));
     auto t0 = std::chrono::steady_clock::now();
     auto after = [](std::chrono::steady_clock::time_point t, double s) {
@@ -810,10 +814,12 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    // Graceful leave: final checkpoints, releases, the lease revoked. It
-    // finishes within the fence deadline (at most the lease TTL). The
-    // handlers stay: a second SIGTERM during the leave changes nothing.
-    auto final = ask(sys, member, g.timing.lease_ttl + 10.0, true);
+    // Graceful leave: the feeds handed over at the start rate, the lease
+    // revoked. It ends by lease_ttl + held / rate, or at the fence
+    // deadline. The handlers stay: a second SIGTERM during the leave
+    // changes nothing.
+    auto final
+      = ask(sys, member, g.timing.lease_ttl + leave_pacing + 10.0, true);
     std::signal(SIGINT, old_int);
     std::signal(SIGTERM, old_term);
     if (final)

@@ -472,10 +472,58 @@ group_actions group_state::leave(group_time now) {
     case group_phase::active: break;
   }
   phase_ = group_phase::leaving;
-  leave_by_ = now + ttl_;
-  for (auto& kv : feeds_)
-    if (kv.second.own == ownership::held)
-      begin_release(kv.first, kv.second, stop_reason::leave, out);
+  // G9: the winners among the others, as they will see it once this
+  // member is withdrawn.
+  rebalance_candidates_.clear();
+  handoff_due_.clear();
+  std::vector<std::string> others;
+  for (const auto& n : view_)
+    if (n != member_)
+      others.push_back(n);
+  std::size_t held = 0;
+  for (auto& kv : feeds_) {
+    auto& e = kv.second;
+    auto w = hrw_winner(kv.first, others);
+    e.winner = w == hrw_none ? std::string{} : others[w];
+    e.desired = false;
+    if (e.own != ownership::held)
+      continue;
+    ++held;
+    if (e.w == watcher::running)
+      handoff_due_.insert(kv.first); // delivered here until its turn
+    else
+      begin_release(kv.first, e, stop_reason::leave, out); // not delivered
+  }
+  leave_by_
+    = now + ttl_ + from_seconds(static_cast<double>(held) / starts_rate());
+  if (others.empty()) {
+    release_all_due(out); // nobody to pace for
+  } else {
+    withdraw_request_ = next_id();
+    out.emplace_back(withdraw_member{withdraw_request_});
+  }
+  step(now, out);
+  return out;
+}
+
+group_actions group_state::on_withdrawn(uint64_t request, group_time now) {
+  group_actions out;
+  if (request != 0 && request == withdraw_request_)
+    withdraw_request_ = 0;
+  step(now, out);
+  return out;
+}
+
+group_actions group_state::on_withdraw_failed(uint64_t request,
+                                              group_time now) {
+  group_actions out;
+  if (request != 0 && request == withdraw_request_) {
+    withdraw_request_ = 0;
+    // Still listed: the others do not want these feeds before the lease
+    // goes, so pacing would only keep them here longer.
+    if (phase_ == group_phase::leaving)
+      release_all_due(out);
+  }
   step(now, out);
   return out;
 }
@@ -535,14 +583,17 @@ group_time group_state::next_wakeup() const {
       }
     }
   }
-  if (phase_ == group_phase::active && !handoff_due_.empty()) {
+  if ((phase_ == group_phase::active || phase_ == group_phase::leaving)
+      && !handoff_due_.empty()) {
     // The next whole token of the handoff bucket (a stale entry costs one
     // early step, which drops it).
     at(handoff_bucket_.next_token(starts_rate()));
   }
   at(release_retry_);
-  if (phase_ == group_phase::leaving)
+  if (phase_ == group_phase::leaving) {
     at(leave_by_);
+    at(next_checkpoint_);
+  }
   for (const auto& f : spawn_candidates_) {
     const auto& e = feeds_.at(f);
     if (e.spawn_pending && e.own == ownership::held && e.w == watcher::none
@@ -620,7 +671,17 @@ void group_state::step(group_time now, group_actions& out) {
       }
       claims_.clear();
       releases_.clear();
+      handoff_due_.clear();
     } else {
+      pace_leave(now, out);
+      // The feeds still delivered here keep their checkpoints (G5).
+      if (now >= next_checkpoint_) {
+        next_checkpoint_ = now + checkpoint_;
+        issue_commits(true, out);
+      } else if (commits_pending_
+                 && commits_.size() < cfg_.max_inflight_batches) {
+        issue_commits(false, out);
+      }
       retry_releases(now);
       issue_releases(out);
     }
@@ -931,6 +992,33 @@ void group_state::check_rebalance(group_time now, group_actions& out) {
   }
 }
 
+void group_state::pace_leave(group_time now, group_actions& out) {
+  if (handoff_due_.empty())
+    return;
+  // G9's pace is G8's: the winner's start rate.
+  handoff_bucket_.refill(now, starts_rate());
+  for (auto f = handoff_due_.begin(); f != handoff_due_.end();) {
+    auto& e = feeds_[*f];
+    if (e.own != ownership::held) {
+      f = handoff_due_.erase(f); // released or dropped meanwhile
+      continue;
+    }
+    if (!handoff_bucket_.take())
+      return;
+    begin_release(*f, e, stop_reason::leave, out);
+    f = handoff_due_.erase(f);
+  }
+}
+
+void group_state::release_all_due(group_actions& out) {
+  for (const auto& f : handoff_due_) {
+    auto& e = feeds_[f];
+    if (e.own == ownership::held)
+      begin_release(f, e, stop_reason::leave, out);
+  }
+  handoff_due_.clear();
+}
+
 void group_state::begin_release(const std::string& feed, feed_entry& e,
                                 stop_reason why, group_actions& out) {
   e.own = ownership::releasing;
@@ -983,6 +1071,7 @@ void group_state::lose_lease(group_time now, group_actions& out) {
   spawn_candidates_.clear();
   rebalance_candidates_.clear();
   handoff_due_.clear();
+  withdraw_request_ = 0;
   renew_sent_.clear();
   release_retry_ = never;
   claims_pending_ = commits_pending_ = false;

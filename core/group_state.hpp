@@ -103,13 +103,24 @@
 //      unowned for the winner's bucket; the feeds not yet released are
 //      delivered here until their turn (Kafka's KIP-429 moves partitions
 //      in rounds for the same reason).
-//  G9  Leave: release every held feed at once (G8 without the delay,
-//      max_inflight_batches requests at a time; a claim that is still in
-//      flight is released when it is won), then
-//      revoke the lease. If the fence deadline passes first, the member
-//      revokes anyway and stops: the lease is no longer trustworthy. So
-//      it does when releases keep failing for lease_ttl after the leave
-//      while renewals succeed (a leave always ends).
+//  G9  Leave (paced, like G8): withdraw members/<name> from the list while
+//      keeping the lease (withdraw_member), so that the others win this
+//      member's feeds at their next poll and claim them as they come;
+//      then release every held feed to its winner among the other listed
+//      members on G8's bucket (no rebalance_delay: they are listed
+//      already), delivering and checkpointing the feeds not yet released
+//      until their turn. A feed changes hands when its new owner can start
+//      it, so it is never unowned for long; the leave takes about held ÷
+//      max_starts_per_second. When no other member is listed, or the
+//      withdrawal fails (the others would not want the feeds before the
+//      lease goes), every remaining feed is released at once. A claim
+//      that is still in flight is released when it is won. Releases go
+//      out max_inflight_batches requests at a time; once all are answered
+//      the lease is revoked. If the fence deadline passes first, the
+//      member revokes anyway and stops: the lease is no longer
+//      trustworthy. So it does when releases keep failing for lease_ttl
+//      plus the pacing's time (held ÷ max_starts_per_second) after the
+//      leave while renewals succeed (a leave always ends).
 //  G10 Every reply carries its request id; a reply whose request is not
 //      pending (answered, or of an older lease) is dropped.
 //  G11 A claim whose outcome is unknown (an error, a time-out) may have
@@ -410,6 +421,14 @@ struct unhold_deliveries {
   group_time deadline;
 };
 
+/// Delete members/<name> if this member's lease still binds it, keeping
+/// the lease and the owner keys (G9: the others stop listing this member
+/// and claim its feeds as they are released). Answer: on_withdrawn or
+/// on_withdraw_failed with `request`.
+struct withdraw_member {
+  uint64_t request = 0;
+};
+
 /// Revoke the lease (best effort; no answer is needed).
 struct revoke_lease {
   uint64_t request = 0;
@@ -420,7 +439,7 @@ using group_action
   = std::variant<join_lease, poll_members, claim_feeds, spawn_watcher,
                  stop_watcher, commit_cursors, release_feeds, renew_lease,
                  fence_watchers, hold_deliveries, unhold_deliveries,
-                 revoke_lease>;
+                 withdraw_member, revoke_lease>;
 
 /// The actions of one input, in order.
 using group_actions = std::vector<group_action>;
@@ -531,6 +550,14 @@ public:
   /// Leave gracefully (G9).
   group_actions leave(group_time now);
 
+  /// The withdrawal of `request` (G9) succeeded: the others no longer
+  /// list this member.
+  group_actions on_withdrawn(uint64_t request, group_time now);
+
+  /// The withdrawal of `request` failed or timed out: every remaining
+  /// feed is released at once (G9).
+  group_actions on_withdraw_failed(uint64_t request, group_time now);
+
   /// The timers: call at next_wakeup() (calling earlier is harmless).
   group_actions tick(group_time now);
 
@@ -619,6 +646,8 @@ private:
   void issue_releases(group_actions& out);
   void issue_spawns(group_time now, group_actions& out);
   void check_rebalance(group_time now, group_actions& out);
+  void pace_leave(group_time now, group_actions& out);
+  void release_all_due(group_actions& out);
   void begin_release(const std::string& feed, feed_entry& e, stop_reason why,
                      group_actions& out);
   void drop_ownership(const std::string& feed, feed_entry& e, stop_reason why,
@@ -653,8 +682,11 @@ private:
   /// Rebalance candidates by their winner: a winner's feeds come due
   /// together, rebalance_delay after it was first listed.
   std::map<std::string, std::set<std::string>> rebalance_candidates_;
-  /// Feeds whose rebalance is due, waiting for a handoff token (G8).
+  /// Feeds whose rebalance is due, waiting for a handoff token (G8); when
+  /// leaving, the held feeds not yet released (G9).
   std::set<std::string> handoff_due_;
+  /// The withdrawal in flight (G9; 0: none).
+  uint64_t withdraw_request_ = 0;
   static std::size_t reason_index(stop_reason why) noexcept {
     return why == stop_reason::leave ? 1 : 0;
   }
@@ -669,7 +701,8 @@ private:
   uint64_t join_request_ = 0;
   group_time join_sent_{};
   group_time join_retry_at_{};
-  /// Leaving: releases are given up at this time (leave + lease_ttl).
+  /// Leaving: releases are given up at this time (leave + lease_ttl +
+  /// held ÷ max_starts_per_second).
   group_time leave_by_ = group_time::max();
 
   group_time deadline_{};

@@ -361,6 +361,13 @@ json::object compare_mod(const std::string& key, int64_t revision) {
                       {"result", "EQUAL"}};
 }
 
+json::object compare_lease(const std::string& key, uint64_t lease) {
+  return json::object{{"target", "LEASE"},
+                      {"key", b64(key)},
+                      {"lease", std::to_string(lease)},
+                      {"result", "EQUAL"}};
+}
+
 json::object op_put(const std::string& key, const std::string& value,
                     uint64_t lease = 0) {
   json::object put{{"key", b64(key)}, {"value", b64(value)}};
@@ -735,6 +742,28 @@ void revoke(self_ptr self, caf::typed_response_promise<ack_atom> rp,
     5); // NotFound: unknown or already revoked
 }
 
+void withdraw(self_ptr self, caf::typed_response_promise<ack_atom> rp,
+              uint64_t lease) {
+  auto j = self->state.joined.find(lease);
+  if (j == self->state.joined.end()) {
+    rp.deliver(runtime("withdraw", "lease " + std::to_string(lease)
+                                     + " was not joined through this store"));
+    return;
+  }
+  // Deleted only while this lease binds it: a later registration of the
+  // same name (a restart) is not touched. Either way the answer is ack.
+  auto key = self->state.member_key(j->second.name);
+  json::object txn{{"compare", json::array{compare_lease(key, lease)}},
+                   {"success", json::array{op_delete(key)}}};
+  post(self, "withdraw", "/v3/kv/txn", txn, true, [rp](gw_reply& r) mutable {
+    if (r.error) {
+      rp.deliver(std::move(r.error));
+      return;
+    }
+    rp.deliver(ack_atom_v);
+  });
+}
+
 void members(self_ptr self,
              caf::typed_response_promise<std::vector<member_record>> rp) {
   auto prefix = self->state.base + "members/";
@@ -1058,6 +1087,13 @@ etcd_store_impl(self_ptr self, service_client_actor client, std::string base) {
       auto rp = self->make_response_promise<ack_atom>();
       guard(
         "revoke", [&] { revoke(self, rp, lease); }, fail(rp));
+      return rp;
+    },
+    [self, fail](grp_withdraw_atom,
+                 uint64_t lease) -> caf::typed_response_promise<ack_atom> {
+      auto rp = self->make_response_promise<ack_atom>();
+      guard(
+        "withdraw", [&] { withdraw(self, rp, lease); }, fail(rp));
       return rp;
     },
     [self, fail](grp_members_atom)

@@ -697,6 +697,24 @@ void do_action(self_ptr self, unhold_deliveries& u) {
   send_fence(self, u.deadline);
 }
 
+void do_action(self_ptr self, withdraw_member& w) {
+  auto req = w.request;
+  auto& st = self->state;
+  self->request(st.opts.store, st.store_timeout, grp_withdraw_atom_v, st.lease)
+    .then(
+      [self, req](ack_atom) {
+        input(self, [&](group_state& c, group_time now) {
+          return c.on_withdrawn(req, now);
+        });
+      },
+      [self, req](caf::error& e) {
+        note_store_error(self, "withdraw", e);
+        input(self, [&](group_state& c, group_time now) {
+          return c.on_withdraw_failed(req, now);
+        });
+      });
+}
+
 void do_action(self_ptr self, revoke_lease&) {
   auto& st = self->state;
   ++st.revokes_inflight;

@@ -14,6 +14,7 @@
 //   commit_cursors           (grp_commit_atom, items)
 //   release_feeds            (grp_release_atom, items)
 //   renew_lease              (grp_renew_atom, lease), time-out renew_interval
+//   withdraw_member          (grp_withdraw_atom, lease)
 //   revoke_lease             (grp_revoke_atom, lease)
 //   spawn_watcher            a feed watcher resuming at the position, then
 //                            (fence_atom, deadline) to it
@@ -115,12 +116,15 @@ struct feed_group_options {
 ///
 /// - `stats_atom -> group_status`: the member's phase, lease, fence,
 ///   counts and counters.
-/// - `leave_atom -> group_status`: graceful leave (G9): every held feed is
-///   released with its final position (the watchers drain first: each
-///   waits for the answer to its delivery in flight, at most 2 ×
-///   renew_interval, then is killed),
-///   then the lease is revoked; answers once the member has left (or the
-///   fence deadline passed first), then the actor quits.
+/// - `leave_atom -> group_status`: graceful leave (G9): the member's key is
+///   withdrawn from the list (the lease kept), then every held feed is
+///   released with its final position to its next winner at
+///   max_starts_per_second, the others delivered and checkpointed until
+///   their turn (each watcher drains first: it waits for the answer to its
+///   delivery in flight, at most 2 × renew_interval, then is killed); then
+///   the lease is revoked. Answers once the member has left (at most
+///   lease_ttl + held ÷ max_starts_per_second, or when the fence deadline
+///   passed first), then the actor quits.
 /// - `stop_atom -> group_status`: stops every watcher and quits, releasing
 ///   nothing: the lease expires on its own and the feeds move as after a
 ///   crash. Answers once the watchers answered (or their stop timed out).

@@ -62,6 +62,11 @@ struct member_record {
 /// - `(grp_revoke_atom, lease)`: revoke the lease, which deletes every key
 ///   bound to it (members/<name>, the owner keys). Answers ack; an unknown
 ///   lease is not an error.
+/// - `(grp_withdraw_atom, lease)`: delete members/<name> if `lease` binds
+///   it, keeping the lease and every other key bound to it (a graceful
+///   leave: the others stop listing the member while it hands its feeds
+///   over). Answers ack, also when the key is absent or bound to another
+///   lease (nothing is deleted then).
 /// - `(grp_members_atom)`: the member records, in any order.
 /// - `(grp_claim_atom, lease, feeds)`: per feed, create owners/<feed>
 ///   bound to `lease` if absent and read cursors/<feed>. A key the same
@@ -78,17 +83,17 @@ struct member_record {
 ///   owners/<feed> in one step (else `fenced`). Hints are not the store's
 ///   business. <= 128 items.
 using lease_store_actor = caf::typed_actor<
-  caf::replies_to<grp_join_atom, member_record, double>::with<uint64_t,
-                                                               double>,
+  caf::replies_to<grp_join_atom, member_record, double>::with<uint64_t, double>,
   caf::replies_to<grp_renew_atom, uint64_t>::with<double>,
   caf::replies_to<grp_revoke_atom, uint64_t>::with<ack_atom>,
+  caf::replies_to<grp_withdraw_atom, uint64_t>::with<ack_atom>,
   caf::replies_to<grp_members_atom>::with<std::vector<member_record>>,
-  caf::replies_to<grp_claim_atom, uint64_t, std::vector<std::string>>::with<
-    std::vector<claim_reply>>,
-  caf::replies_to<grp_commit_atom, std::vector<commit_item>>::with<
-    std::vector<commit_reply>>,
-  caf::replies_to<grp_release_atom, std::vector<release_item>>::with<
-    std::vector<commit_reply>>>;
+  caf::replies_to<grp_claim_atom, uint64_t,
+                  std::vector<std::string>>::with<std::vector<claim_reply>>,
+  caf::replies_to<grp_commit_atom,
+                  std::vector<commit_item>>::with<std::vector<commit_reply>>,
+  caf::replies_to<grp_release_atom,
+                  std::vector<release_item>>::with<std::vector<commit_reply>>>;
 
 } // namespace group
 } // namespace outbound

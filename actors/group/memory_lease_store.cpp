@@ -202,6 +202,24 @@ caf::result<ack_atom> on_revoke(self_ptr self, uint64_t lease) {
   return ack_atom_v;
 }
 
+caf::result<ack_atom> on_withdraw(self_ptr self, uint64_t lease) {
+  auto fault = begin(self, store_op::withdraw);
+  if (fault == store_fault::fail)
+    return unreachable_or_failed(self);
+  auto& d = *self->state.data;
+  // etcd: a txn comparing the key's lease, deleting it on success.
+  for (auto i = d.members.begin(); i != d.members.end(); ++i)
+    if (i->second.lease == lease) {
+      d.members.erase(i);
+      ++d.revision;
+      break;
+    }
+  arm(self);
+  if (fault == store_fault::lose)
+    return lost();
+  return ack_atom_v;
+}
+
 caf::result<std::vector<member_record>> on_members(self_ptr self) {
   auto fault = begin(self, store_op::members);
   if (fault == store_fault::fail)
@@ -340,6 +358,10 @@ store_impl_actor::behavior_type store_impl(self_ptr self,
     [self](grp_revoke_atom, uint64_t lease) -> caf::result<ack_atom> {
       return safe<caf::result<ack_atom>>(
         [&] { return on_revoke(self, lease); });
+    },
+    [self](grp_withdraw_atom, uint64_t lease) -> caf::result<ack_atom> {
+      return safe<caf::result<ack_atom>>(
+        [&] { return on_withdraw(self, lease); });
     },
     [self](grp_members_atom) -> caf::result<std::vector<member_record>> {
       return safe<caf::result<std::vector<member_record>>>(

@@ -47,11 +47,12 @@ enum class store_op : uint8_t {
   members,
   claim,
   commit,
-  release
+  release,
+  withdraw
 };
 
 /// Number of store_op values.
-inline constexpr std::size_t store_op_count = 7;
+inline constexpr std::size_t store_op_count = 8;
 
 /// How the store treats one operation.
 enum class store_fault : uint8_t {

@@ -236,7 +236,7 @@ private:
   };
 
   struct request {
-    enum kind_t { join, poll, claim, commit, release, renew } kind;
+    enum kind_t { join, poll, claim, commit, release, renew, withdraw } kind;
     uint64_t id = 0;
     std::vector<std::string> feeds;
     std::vector<release_item> items;
@@ -532,6 +532,20 @@ private:
           }
         };
       }
+      case request::withdraw: {
+        // Deleted only while this lease binds the name (etcd: a txn
+        // comparing the key's lease).
+        auto w = store_.members.find(m.name);
+        if (w != store_.members.end() && w->second == lease_id) {
+          store_.members.erase(w);
+          ++store_.revision;
+          note("store: ", m.name, " withdrawn");
+        }
+        return [this, i](const request& q) {
+          auto& mm = members_[static_cast<std::size_t>(i)];
+          apply(i, mm.st->on_withdrawn(q.id, local(mm)));
+        };
+      }
       case request::renew: {
         double ttl = 0;
         auto l = store_.leases.find(lease_id);
@@ -561,6 +575,9 @@ private:
       case request::release: apply(i, m.st->on_release_failed(r.id, l)); break;
       case request::renew:
         apply(i, m.st->on_keepalive(r.id, keepalive_outcome::error, 0, l));
+        break;
+      case request::withdraw:
+        apply(i, m.st->on_withdraw_failed(r.id, l));
         break;
     }
     schedule_tick(i);
@@ -630,6 +647,9 @@ private:
             try_deliver(i, static_cast<int>(f));
           }
         }
+      } else if (auto wd = std::get_if<withdraw_member>(&a)) {
+        note(m.name, " withdraws");
+        send(i, request{request::withdraw, wd->request, {}, {}});
       } else if (std::get_if<revoke_lease>(&a)) {
         auto lease_id = m.lease;
         auto mi = &m;

@@ -147,6 +147,10 @@ public:
     return ask<ack_atom>(s, grp_revoke_atom_v, lease);
   }
 
+  answer<ack_atom> withdraw(const lease_store_actor& s, uint64_t lease) {
+    return ask<ack_atom>(s, grp_withdraw_atom_v, lease);
+  }
+
   answer<std::vector<member_record>> members(const lease_store_actor& s) {
     return ask<std::vector<member_record>>(s, grp_members_atom_v);
   }
@@ -676,6 +680,43 @@ TEST_F(EtcdLeaseStore, ReleaseWritesTheCursorAndDeletesTheOwner) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again.value->at(0).outcome, commit_outcome::fenced);
   EXPECT_EQ(cursor("f1")->at("offset"), json::value(30));
+}
+
+// A graceful leave's first step: the member key goes (compared on its
+// lease), the lease and the owner keys stay until the releases.
+TEST_F(EtcdLeaseStore, WithdrawDeletesTheMemberKeyOnlyWhileItsLeaseBindsIt) {
+  auto sb = h_->store(raw_->actor(), group_);
+  auto la = join_ok(store_, record("m1"));
+  auto lb = join_ok(sb, record("m2"));
+  auto c = h_->claim(store_, la, {"f1"});
+  ASSERT_TRUE(c.ok()) << describe(c.error);
+  auto w = h_->withdraw(store_, la);
+  ASSERT_TRUE(w.ok()) << describe(w.error);
+  EXPECT_FALSE(get(base_ + "members/m1").has_value());
+  EXPECT_TRUE(get(base_ + "members/m2").has_value());
+  EXPECT_TRUE(get(base_ + "owners/f1").has_value());
+  auto ms = h_->members(sb);
+  ASSERT_TRUE(ms.ok()) << describe(ms.error);
+  ASSERT_EQ(ms.value->size(), 1u);
+  EXPECT_EQ(ms.value->at(0).name, "m2");
+  auto r = h_->renew(store_, la);
+  ASSERT_TRUE(r.ok()) << describe(r.error);
+  EXPECT_GT(*r.value, 0.0) << "the lease is kept";
+  auto held = h_->claim(sb, lb, {"f1"});
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held.value->at(0).outcome, claim_outcome::held);
+  // The name is free: a restart joins under it; withdrawing the old lease
+  // again must not delete the new registration.
+  auto lc = join_ok(sb, record("m1"));
+  auto again = h_->withdraw(store_, la);
+  ASSERT_TRUE(again.ok()) << describe(again.error);
+  auto kv = get(base_ + "members/m1");
+  ASSERT_TRUE(kv.has_value());
+  EXPECT_EQ(std::string{kv->at("lease").as_string()}, std::to_string(lc));
+  // A lease this store never joined: an error, nothing deleted.
+  auto unknown = h_->withdraw(store_, lb);
+  EXPECT_FALSE(unknown.ok());
+  EXPECT_TRUE(get(base_ + "members/m2").has_value());
 }
 
 // 128 feeds exceed one txn (126 nested claims of 2 ops each): the store

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -873,6 +874,128 @@ TEST(GroupState, LeaveReleasesEverythingThenRevokes) {
   EXPECT_EQ(m.st.phase(), group_phase::left);
 }
 
+namespace {
+
+/// Member m1 of {m1, m2}, holding and running every feed it wins; returns
+/// their spawns.
+std::vector<spawn_watcher> running_share(member& m) {
+  auto sps = all_of<spawn_watcher>(m.win_all(m.activate({"m1", "m2"})));
+  auto want = m.st.desired().size();
+  for (auto t = m.now + 500ms; sps.size() < want; t += 500ms)
+    for (auto& sp : all_of<spawn_watcher>(m.at(t)))
+      sps.push_back(sp);
+  return sps;
+}
+
+} // namespace
+
+TEST(GroupState, ALeaveWithdrawsThenHandsEachFeedToItsWinnerAtTheStartRate) {
+  // G9 paced: the withdrawal goes out first; the feeds stop two at once
+  // (one second's burst at 2 starts a second) and then one every half
+  // second, each released to m2 (the winner once m1 is gone); the others
+  // keep delivering and checkpointing until their turn; the lease is
+  // revoked when the last release is answered.
+  auto c = defaults();
+  c.max_starts_per_second = 2;
+  member m(c, feed_names(16));
+  auto sps = running_share(m);
+  ASSERT_GE(sps.size(), 4u);
+  std::map<std::string, uint64_t> token;
+  for (const auto& sp : sps)
+    token[sp.feed] = sp.token;
+  auto left_at = m.now + 100ms;
+  m.now = left_at;
+  auto a = m.st.leave(left_at);
+  auto w = all_of<withdraw_member>(a);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].request, 0u);
+  EXPECT_TRUE(std::holds_alternative<withdraw_member>(a.front()))
+    << "withdrawn before any feed stops";
+  m.st.on_withdrawn(w[0].request, left_at + 10ms);
+  std::vector<std::string> stopped;
+  std::size_t released = 0;
+  bool revoked = false;
+  std::string waiting; // a feed delivered here until its turn
+  bool committed = false;
+  auto commits = [&](const group_actions& as) {
+    for (const auto& cc : all_of<commit_cursors>(as))
+      for (const auto& it : cc.items)
+        committed = committed || (it.feed == waiting && it.cursor == pos(3));
+  };
+  auto handle = [&](const group_actions& as) {
+    commits(as);
+    for (const auto& x : all_of<stop_watcher>(as)) {
+      EXPECT_EQ(x.reason, stop_reason::leave);
+      stopped.push_back(x.feed);
+      // Drained at once: the release follows.
+      auto r = m.st.on_watcher_stopped(x.feed, x.token, pos(7), m.now);
+      commits(r);
+      for (const auto& rel : all_of<release_feeds>(r)) {
+        std::vector<commit_reply> ok;
+        for (const auto& it : rel.items) {
+          EXPECT_EQ(it.hint_to, "m2");
+          EXPECT_EQ(it.cursor, std::optional<group_position>(pos(7)));
+          ok.push_back({it.feed, commit_outcome::ok});
+        }
+        released += ok.size();
+        auto done = m.st.on_released(rel.request, ok, m.now);
+        commits(done);
+        revoked = has<revoke_lease>(done) || revoked;
+      }
+    }
+    return all_of<stop_watcher>(as).size();
+  };
+  EXPECT_EQ(handle(a), 2u) << "one second's burst";
+  EXPECT_EQ(m.st.phase(), group_phase::leaving);
+  // A feed still here reports progress: it is checkpointed meanwhile.
+  for (const auto& sp : sps)
+    if (std::find(stopped.begin(), stopped.end(), sp.feed) == stopped.end())
+      waiting = sp.feed;
+  ASSERT_FALSE(waiting.empty());
+  commits(m.st.on_progress(waiting, token[waiting], pos(3), m.now));
+  EXPECT_EQ(handle(m.at(left_at + 499ms)), 0u);
+  for (auto t = left_at + 500ms; !revoked && t < left_at + 20s; t += 250ms) {
+    ASSERT_LE(handle(m.at(t)), 1u) << "at the pace";
+  }
+  EXPECT_TRUE(committed) << "a feed waiting for its turn is checkpointed";
+  EXPECT_TRUE(revoked);
+  EXPECT_EQ(released, sps.size());
+  EXPECT_EQ(m.st.phase(), group_phase::left);
+  std::sort(stopped.begin(), stopped.end());
+  EXPECT_EQ(std::adjacent_find(stopped.begin(), stopped.end()), stopped.end());
+}
+
+TEST(GroupState, AFailedWithdrawalReleasesEveryRemainingFeedAtOnce) {
+  // Still listed, m1 would keep the feeds no other member wants yet: the
+  // rest go at once (the pre-pacing rule), and the leave ends as before.
+  auto c = defaults();
+  c.max_starts_per_second = 2;
+  member m(c, feed_names(16));
+  auto sps = running_share(m);
+  ASSERT_GE(sps.size(), 4u);
+  auto a = m.st.leave(m.now);
+  auto w = all_of<withdraw_member>(a);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(all_of<stop_watcher>(a).size(), 2u);
+  auto f = m.st.on_withdraw_failed(w[0].request, m.now + 5s);
+  EXPECT_EQ(all_of<stop_watcher>(f).size(), sps.size() - 2);
+  // A stale answer changes nothing.
+  EXPECT_TRUE(m.st.on_withdraw_failed(w[0].request, m.now + 5s).empty());
+}
+
+TEST(GroupState, ALeaveAloneReleasesEverythingAtOnceWithoutWithdrawing) {
+  auto c = defaults();
+  c.max_starts_per_second = 2;
+  member m(c, feed_names(4));
+  auto sps = all_of<spawn_watcher>(m.win_all(m.activate()));
+  for (auto t = m.now + 500ms; sps.size() < 4; t += 500ms)
+    for (auto& sp : all_of<spawn_watcher>(m.at(t)))
+      sps.push_back(sp);
+  auto a = m.st.leave(m.now);
+  EXPECT_FALSE(has<withdraw_member>(a)) << "nobody to hand over to";
+  EXPECT_EQ(all_of<stop_watcher>(a).size(), 4u);
+}
+
 TEST(GroupState, LeaveReleasesAtMostTheWindowAtOnce) {
   auto c = defaults();
   c.batch = 3;
@@ -954,10 +1077,12 @@ TEST(GroupState, LeaveGivesUpAtTheFenceDeadline) {
 
 TEST(GroupState, LeaveGivesUpAfterATtlOfFailingReleasesWhileRenewalsSucceed) {
   // Renewals keep moving the fence deadline forward; releases keep
-  // failing. The leave still ends, one lease_ttl after it began.
+  // failing. The leave still ends, lease_ttl plus the pacing's time (held
+  // feeds / max_starts_per_second: 1 ms for one feed) after it began.
   member m(defaults(), {"f"});
   auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
   auto left_at = t0 + 3100ms;
+  auto ends_at = left_at + 5s + 1ms;
   m.st.leave(left_at);
   auto fail_releases = [&](const group_actions& as) {
     for (const auto& r : all_of<release_feeds>(as))
@@ -966,15 +1091,15 @@ TEST(GroupState, LeaveGivesUpAfterATtlOfFailingReleasesWhileRenewalsSucceed) {
   m.now = t0 + 3200ms;
   fail_releases(m.st.on_watcher_stopped("f", sp.token, pos(1), m.now));
   bool revoked = false;
-  for (auto t = t0 + 3300ms; t < left_at + 5s && !revoked; t += 100ms) {
+  for (auto t = t0 + 3300ms; t < ends_at && !revoked; t += 100ms) {
     auto a = m.at(t);
     revoked = has<revoke_lease>(a);
     fail_releases(a);
   }
   EXPECT_FALSE(revoked) << "not before lease_ttl";
   EXPECT_EQ(m.st.phase(), group_phase::leaving);
-  EXPECT_LE(m.st.next_wakeup(), left_at + 5s);
-  auto a = m.at(left_at + 5s);
+  EXPECT_LE(m.st.next_wakeup(), ends_at);
+  auto a = m.at(ends_at);
   EXPECT_TRUE(has<revoke_lease>(a));
   EXPECT_EQ(m.st.phase(), group_phase::left);
 }
@@ -1096,7 +1221,7 @@ TEST(GroupState, ALeaveReleaseRetriedUntilTheLeaveGivesUpCountsOnce) {
   };
   m.now = t0 + 3200ms;
   fail_releases(m.st.on_watcher_stopped("f", sp.token, pos(1), m.now));
-  for (auto t = t0 + 3300ms; t <= left_at + 5s; t += 100ms)
+  for (auto t = t0 + 3300ms; t <= left_at + 5s + 100ms; t += 100ms)
     fail_releases(m.at(t));
   ASSERT_EQ(m.st.phase(), group_phase::left);
   EXPECT_GE(sends, 3u);

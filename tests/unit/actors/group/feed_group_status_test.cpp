@@ -66,6 +66,9 @@ lease_store_actor unanswered_revokes(caf::actor_system& sys,
           return self->make_response_promise<ack_atom>();
         return self->delegate(inner, a, lease);
       },
+      [=](grp_withdraw_atom a, uint64_t lease) -> caf::result<ack_atom> {
+        return self->delegate(inner, a, lease);
+      },
       [=](grp_members_atom a) -> caf::result<std::vector<member_record>> {
         return self->delegate(inner, a);
       },

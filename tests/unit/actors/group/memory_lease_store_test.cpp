@@ -251,6 +251,31 @@ TEST_F(MemoryLeaseStore, ARevokeDeletesEveryKeyOfTheLease) {
   EXPECT_TRUE(ask<ack_atom>(grp_revoke_atom_v, *l)) << "unknown: not an error";
 }
 
+TEST_F(MemoryLeaseStore, AWithdrawalDeletesOnlyTheMemberKeyOfItsLease) {
+  // A graceful leave: the name leaves the list, the lease and the owner
+  // keys stay (renewals go on, the others get "held" until a release).
+  start();
+  auto l1 = join("m1");
+  auto l2 = join("m2");
+  ASSERT_TRUE(l1 && l2);
+  claim(*l1, {"a"});
+  EXPECT_TRUE(ask<ack_atom>(grp_withdraw_atom_v, *l1));
+  EXPECT_EQ(data->members.count("m1"), 0u);
+  EXPECT_EQ(data->members.count("m2"), 1u);
+  EXPECT_EQ(data->owners.count("a"), 1u);
+  EXPECT_EQ(renew(*l1).value_or(0), 5.0);
+  EXPECT_EQ(claim(*l2, {"a"}).at(0).outcome, claim_outcome::held);
+  // Again, or for a lease that binds no name: ack, nothing deleted.
+  EXPECT_TRUE(ask<ack_atom>(grp_withdraw_atom_v, *l1));
+  EXPECT_TRUE(ask<ack_atom>(grp_withdraw_atom_v, uint64_t{999}));
+  EXPECT_EQ(data->members.count("m2"), 1u);
+  // A restart under the name may join while the old lease hands over.
+  EXPECT_TRUE(join("m1"));
+  (*faults)[store_op::withdraw] = store_fault::fail;
+  EXPECT_FALSE(ask<ack_atom>(grp_withdraw_atom_v, *l2));
+  EXPECT_EQ(data->members.count("m2"), 1u);
+}
+
 TEST_F(MemoryLeaseStore, MoreThan128FeedsInOneRequestFail) {
   start();
   auto l = join("m1");
