@@ -144,6 +144,9 @@ struct child {
   std::vector<stamped> lines;
   std::optional<int> code;
   double signalled_at = NAN;
+  /// When its stdout closed (it exited), by the reader thread (NaN: not
+  /// yet).
+  std::atomic<double> eof_at{NAN};
 
   ~child() {
     if (pid > 0 && !code) {
@@ -192,8 +195,10 @@ struct child {
       auto n = ::read(fd, chunk, sizeof chunk);
       if (n < 0 && errno == EINTR)
         continue;
-      if (n <= 0)
+      if (n <= 0) {
+        eof_at = now_s();
         break;
+      }
       auto t = now_s();
       buf.append(chunk, static_cast<std::size_t>(n));
       std::size_t start = 0;
@@ -972,6 +977,13 @@ int main(int argc, char** argv) {
   row("takeover crash", crash, 7.0);
   row("takeover graceful", graceful, 1.5);
   row("takeover join", join, 0);
+  // The leave's length: the member closes its stdout when it exits, after
+  // its last release and the revoke.
+  double leave_s = group[left]->eof_at.load() - group[left]->signalled_at;
+  std::printf("graceful: member %zu exited %.2f s after its SIGTERM (its "
+              "leave hands the feeds over at the start rate, delivering the "
+              "rest until their turn)\n",
+              left + 1, leave_s);
   auto lat_row = [&](const char* name, const std::vector<double>& v,
                      double goal) {
     std::printf(
@@ -1029,6 +1041,10 @@ int main(int argc, char** argv) {
       + std::to_string(f.censored) + "," + quantiles_json("exact", f.exact)
       + ",\"never\":" + std::to_string(f.never) + ",\"no_owner_seen\":"
       + std::to_string(f.unknown) + "," + quantiles_json("latency", f.latency)
+      + (std::string{kind} == "graceful"
+           ? ",\"leave_s\":"
+               + (std::isnan(leave_s) ? std::string{"null"} : num(leave_s, 3))
+           : std::string{})
       + ",\"goal_p99_s\":" + (goal > 0 ? num(goal, 1) : "null"));
   };
   tk_json("crash", crash, 7.0);

@@ -692,6 +692,64 @@ TEST_F(GroupChaos, S3LeavingMemberHandsItsFeedsOverWithoutDuplicates) {
   EXPECT_LT(p99, 10000) << r.summary();
 }
 
+// S3 with the leave paced (rule G9): at 50 starts a second m2's ~300
+// feeds go over in about five seconds, 50 at once and one every 20 ms,
+// while m2 delivers the rest until their turn. The environment reaches
+// every member (OUTBOUND_GROUP_MAX_STARTS_PER_SECOND); each ctest case
+// runs in its own process.
+TEST_F(GroupChaos, S3PacedLeaveHandsOverAtTheStartRateWithoutDuplicates) {
+  group_ = "s3p";
+  ::setenv("OUTBOUND_GROUP_MAX_STARTS_PER_SECOND", "50", 1);
+  start_three(etcd_->base_url());
+  ::unsetenv("OUTBOUND_GROUP_MAX_STARTS_PER_SECOND");
+  start_publisher();
+  ASSERT_TRUE(wait_until([&] { return balanced(); }, 60s)) << errs();
+  steady();
+  auto m2_owned = field(status("m2"), "owned");
+  ASSERT_GE(m2_owned, 150) << errs();
+  auto after = hrw_owners(feeds_, {"m1", "m3"});
+
+  auto fault_t = mono_now_ns();
+  auto& m2 = find("m2");
+  m2.child->signal(SIGTERM);
+  auto code = m2.child->wait_exit(30s);
+  auto left_ns = mono_now_ns() - fault_t;
+  m2.alive = false;
+  ASSERT_TRUE(code) << "m2 did not leave\n" << errs();
+  EXPECT_EQ(*code, 0) << errs();
+  auto exit_line = last_line(m2.child->err(), "exit");
+  ASSERT_FALSE(exit_line.empty()) << errs();
+  EXPECT_TRUE(exit_line.at("left").as_bool()) << errs();
+  EXPECT_EQ(field(exit_line, "owned"), 0) << errs();
+  ASSERT_TRUE(wait_until([&] { return balanced(); }, 30s)) << errs();
+  after_move();
+  ASSERT_TRUE(drain(20s)) << errs();
+
+  auto ds = deliveries();
+  auto r = check_deliveries(ds, published(), fault_t);
+  // m2 kept delivering the feeds waiting for their turn.
+  int64_t m2_last = 0;
+  for (const auto& d : ds)
+    if (d.process == "m2")
+      m2_last = std::max(m2_last, d.t - fault_t);
+  std::cout << "[S3p] " << r.summary() << "\n[S3p] m2 owned " << m2_owned
+            << "; left after " << left_ns / ms_ns << " ms; last m2 delivery at "
+            << m2_last / ms_ns << " ms" << std::endl;
+  dump("fault_t " + std::to_string(fault_t));
+  EXPECT_EQ(r.lost, 0u) << r.summary();
+  EXPECT_EQ(r.reordered, 0u) << r.summary();
+  EXPECT_EQ(r.duplicates, 0u) << r.summary();
+  EXPECT_EQ(r.overlap, 0u) << r.summary();
+  EXPECT_EQ(r.regressions, 0u) << r.summary();
+  expect_moved_to_winners(r, ds, after, m2_owned);
+  // Paced: the hand-over took about (owned - 50) / 50 s (at least half of
+  // it here; a leave that releases everything at once ends in well under
+  // a second), and m2 delivered after the first second of it.
+  auto paced_ns = (m2_owned - 50) * 1'000'000'000LL / 50;
+  EXPECT_GE(left_ns, paced_ns / 2) << r.summary();
+  EXPECT_GT(m2_last, 1'000'000'000LL) << r.summary();
+}
+
 // --- S4: join ----------------------------------------------------------------
 
 TEST_F(GroupChaos, S4JoiningMemberTakesExactlyItsShareWithoutDuplicates) {

@@ -193,8 +193,13 @@ protected:
 
   feed_group_actor spawn(const std::string& member, std::vector<group_feed> fs,
                          feed_group_options o) {
+    return spawn(make_cfg(member), std::move(fs), std::move(o));
+  }
+
+  feed_group_actor spawn(group_config cfg, std::vector<group_feed> fs,
+                         feed_group_options o) {
     auto g
-      = spawn_feed_group(sys(), make_cfg(member), std::move(fs), std::move(o));
+      = spawn_feed_group(sys(), std::move(cfg), std::move(fs), std::move(o));
     groups.push_back(g);
     run();
     return g;
@@ -522,6 +527,66 @@ TEST_F(FeedGroup, ALeaveReleasesEveryFeedWithItsFinalPositionAndRevokes) {
   EXPECT_EQ(data->requests[static_cast<std::size_t>(store_op::revoke)], 1u);
   // The member is gone.
   EXPECT_FALSE(ask(g, stats_atom_v));
+}
+
+TEST_F(FeedGroup, AGracefulLeaveHandsEachFeedToTheOtherMemberAtTheStartRate) {
+  // 4 starts a second: m1 withdraws, then hands its feeds to m2 four at
+  // once and one every 250 ms, delivering the rest until their turn; m2
+  // takes each within about a poll and a claim retry. Nothing is unowned
+  // for long, and the leave ends after the last release.
+  auto cfg = [](const std::string& m) {
+    auto c = make_cfg(m);
+    c.timing.max_starts_per_second = 4;
+    return c;
+  };
+  auto g1 = spawn(cfg("m1"), ledger_feeds(40), fake_opts());
+  spawn(cfg("m2"), ledger_feeds(40), fake_opts());
+  advance_by(20s);
+  auto owned_by = [&](const std::string& m) {
+    std::size_t n = 0;
+    for (const auto& kv : data->owners)
+      n += kv.second.member == m;
+    return n;
+  };
+  auto held = owned_by("m1");
+  ASSERT_GE(held, 12u);
+  ASSERT_EQ(held + owned_by("m2"), 40u);
+  auto left = std::make_shared<std::optional<group_status>>();
+  auto target = caf::actor_cast<caf::actor>(g1);
+  sys().spawn([=](caf::event_based_actor* self) {
+    self->request(target, caf::infinite, leave_atom_v)
+      .then([left](group_status& s) { *left = s; }, [](caf::error&) {});
+  });
+  run();
+  EXPECT_EQ(data->members.count("m1"), 0u) << "withdrawn at once";
+  EXPECT_GE(owned_by("m1"), held - 4) << "at most one second's burst at once";
+  std::map<std::string, feed_time> unowned_since;
+  feed_time::duration longest{};
+  auto start = now();
+  auto last = owned_by("m1");
+  while (!*left && now() < start + 30s) {
+    advance_by(250ms);
+    auto n = owned_by("m1");
+    EXPECT_LE(last - std::min(last, n), 2u) << "faster than the start rate";
+    last = n;
+    for (int i = 0; i < 40; ++i) {
+      auto f = "feed-" + std::to_string(i);
+      if (data->owners.count(f) == 0)
+        unowned_since.emplace(f, now());
+      else if (auto u = unowned_since.find(f); u != unowned_since.end()) {
+        longest = std::max(longest, now() - u->second);
+        unowned_since.erase(u);
+      }
+    }
+  }
+  ASSERT_TRUE(*left);
+  EXPECT_EQ((*left)->phase, group_phase::left);
+  EXPECT_EQ((*left)->moved_out, held);
+  EXPECT_GE(now() - start, from_seconds(static_cast<double>(held - 4) / 4 - 1))
+    << "the leave took the pace's time";
+  advance_by(3s);
+  EXPECT_EQ(owned_by("m2"), 40u);
+  EXPECT_LE(longest, 2s) << "a released feed waits about a poll and a claim";
 }
 
 TEST_F(FeedGroup, TheNextOwnerResumesAtTheCommittedPositionAcrossARewind) {
