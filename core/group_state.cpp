@@ -442,6 +442,11 @@ group_actions group_state::on_watcher_stopped(const std::string& feed,
       if (e.own == ownership::releasing) {
         e.release_ready = true;
         add_release_candidate(feed, e);
+      } else if (phase_ == group_phase::leaving) {
+        // Stopped on its own while waiting for its turn (G9): nothing is
+        // delivered here any more, so it goes now (no spawn while leaving).
+        handoff_due_.erase(feed);
+        begin_release(feed, e, stop_reason::leave, out);
       } else {
         e.spawn_pending = true; // stopped on its own: run it again
         spawn_candidates_.insert(feed);

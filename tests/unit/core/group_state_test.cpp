@@ -965,6 +965,38 @@ TEST(GroupState, ALeaveWithdrawsThenHandsEachFeedToItsWinnerAtTheStartRate) {
   EXPECT_EQ(std::adjacent_find(stopped.begin(), stopped.end()), stopped.end());
 }
 
+TEST(GroupState,
+     AWatcherThatStopsOnItsOwnWhileWaitingForItsTurnIsReleasedAtOnce) {
+  // Leaving, nothing is spawned: a feed whose watcher ends by itself would
+  // sit undelivered until its turn, and its pending spawn would ask for a
+  // wake-up at every spawn token (a 1 ms loop in the shell). It goes now.
+  auto c = defaults();
+  c.max_starts_per_second = 2;
+  member m(c, feed_names(16));
+  auto sps = running_share(m);
+  ASSERT_GE(sps.size(), 4u);
+  auto a = m.st.leave(m.now);
+  std::vector<std::string> stopping;
+  for (const auto& x : all_of<stop_watcher>(a))
+    stopping.push_back(x.feed);
+  ASSERT_EQ(stopping.size(), 2u);
+  const spawn_watcher* waiting = nullptr;
+  for (const auto& sp : sps)
+    if (std::find(stopping.begin(), stopping.end(), sp.feed) == stopping.end())
+      waiting = &sp;
+  ASSERT_NE(waiting, nullptr);
+  auto x = m.st.on_watcher_stopped(waiting->feed, waiting->token, pos(9),
+                                   m.now + 10ms);
+  EXPECT_FALSE(has<spawn_watcher>(x));
+  auto r = all_of<release_feeds>(x);
+  ASSERT_EQ(r.size(), 1u);
+  ASSERT_EQ(r[0].items.size(), 1u);
+  EXPECT_EQ(r[0].items[0].feed, waiting->feed);
+  EXPECT_EQ(r[0].items[0].cursor, std::optional<group_position>(pos(9)));
+  EXPECT_EQ(r[0].reason, stop_reason::leave);
+  EXPECT_GT(m.st.next_wakeup(), m.now + 10ms) << "no wake-up already due";
+}
+
 TEST(GroupState, AFailedWithdrawalReleasesEveryRemainingFeedAtOnce) {
   // Still listed, m1 would keep the feeds no other member wants yet: the
   // rest go at once (the pre-pacing rule), and the leave ends as before.
