@@ -253,6 +253,11 @@ void apply_flags(const group_member_options& o, group_config& g) {
     throw usage_error("--min-members must be >= 1");
   if (o.min_members > 0)
     g.timing.min_members = static_cast<std::size_t>(o.min_members);
+  if (o.max_starts_per_second == 0 || o.max_starts_per_second < -1)
+    throw usage_error("--max-starts-per-second must be >= 1");
+  if (o.max_starts_per_second > 0)
+    g.timing.max_starts_per_second
+      = static_cast<std::size_t>(o.max_starts_per_second);
 }
 
 /// The fields (validate()'s names) the flags of `o` set.
@@ -281,6 +286,7 @@ std::vector<std::string> flag_fields(const group_member_options& o) {
   add(o.initial_settle != unset, "group.initial_settle");
   add(o.rebalance_delay != unset, "group.rebalance_delay");
   add(o.min_members > 0, "group.min_members");
+  add(o.max_starts_per_second > 0, "group.max_starts_per_second");
   return out;
 }
 
@@ -626,6 +632,10 @@ CLI::App* add_group_member_command(CLI::App& app, group_member_options& o) {
                   "Seconds a new member must be listed before feeds move");
   cmd->add_option("--min-members", o.min_members,
                   "Members listed before the first claims");
+  cmd->add_option("--max-starts-per-second", o.max_starts_per_second,
+                  "Watcher starts a second (one second's burst); also the "
+                  "pace of a rebalance's and a graceful leave's hand-over "
+                  "[1000]");
   cmd->add_option("--replay-path", o.replay_path, "Replay endpoint")
     ->capture_default_str();
   cmd->add_option("--ws-path", o.ws_path, "Feed WebSocket path ('': none)")
@@ -777,9 +787,11 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
     auto feed_client = fo.feed_client;
     auto store = fo.store;
     // A graceful leave hands the feeds over at the start rate (rule G9 of
-    // core/group_state.hpp): lease_ttl plus held / rate at most.
-    auto leave_pacing = static_cast<double>(feeds.size())
-                        / static_cast<double>(g.timing.max_starts_per_second);
+    // core/group_state.hpp) and gives up at lease_ttl + held / rate; the
+    // feed set (at most max_feeds of it) bounds what it can hold.
+    auto leave_pacing
+      = static_cast<double>(std::min(feeds.size(), g.timing.max_feeds))
+        / static_cast<double>(g.timing.max_starts_per_second);
     auto member = spawn_feed_group(sys, g, std::move(feeds), std::move(fo));
     auto t0 = std::chrono::steady_clock::now();
     auto after = [](std::chrono::steady_clock::time_point t, double s) {

@@ -77,6 +77,9 @@ struct group_member_options {
          initial_settle = unset, rebalance_delay = unset;
   /// `--min-members N` (-1: not given).
   int64_t min_members = -1;
+  /// `--max-starts-per-second N` (-1: not given): the watcher start rate,
+  /// which also paces the hand-over of a rebalance and a graceful leave.
+  int64_t max_starts_per_second = -1;
   /// `--replay-path` / `--ws-path` of every feed. ["/v1/events",
   /// "/ws/feed"]
   std::string replay_path = "/v1/events";

@@ -501,6 +501,10 @@ group_actions group_state::leave(group_time now) {
   }
   leave_by_
     = now + ttl_ + from_seconds(static_cast<double>(held) / starts_rate());
+  // A claim whose outcome is unknown may hold an owner key with this
+  // lease (G11): ask once more, so that a win is released now (on_claimed)
+  // instead of the key staying unserved until the revoke.
+  issue_claims(now, true, out);
   if (others.empty()) {
     release_all_due(out); // nobody to pace for
   } else {
@@ -600,6 +604,8 @@ group_time group_state::next_wakeup() const {
     at(next_checkpoint_);
   }
   for (const auto& f : spawn_candidates_) {
+    if (phase_ == group_phase::leaving)
+      break; // nothing is spawned while leaving
     const auto& e = feeds_.at(f);
     if (e.spawn_pending && e.own == ownership::held && e.w == watcher::none
         && !holding_) {
@@ -655,10 +661,10 @@ void group_state::step(group_time now, group_actions& out) {
     return;
   }
   if (phase_ == group_phase::leaving) {
-    if (now >= deadline_ || now >= leave_by_) {
-      // G9: the lease may be gone, or releases kept failing for a whole
-      // TTL while renewals went on; stop trying (the lease is revoked, and
-      // the feeds move as after a crash).
+    if (now >= leave_by_) {
+      // G9: releases kept failing (the store unreachable, or renewals
+      // going on while releases fail); stop trying (the lease is revoked,
+      // and the feeds move as after a crash).
       for (auto& kv : feeds_) {
         auto& e = kv.second;
         if (e.own != ownership::none) {
@@ -678,7 +684,13 @@ void group_state::step(group_time now, group_actions& out) {
       releases_.clear();
       handoff_due_.clear();
     } else {
-      pace_leave(now, out);
+      if (holding_)
+        // Past the fence deadline nothing is delivered here: hand every
+        // remaining feed over now (a release compares the token, so it is
+        // safe even if the lease is gone).
+        release_all_due(out);
+      else
+        pace_leave(now, out);
       // The feeds still delivered here keep their checkpoints (G5).
       if (now >= next_checkpoint_) {
         next_checkpoint_ = now + checkpoint_;
@@ -691,8 +703,8 @@ void group_state::step(group_time now, group_actions& out) {
       issue_releases(out);
     }
     bool busy = !claims_.empty() || !releases_.empty();
-    for (const auto& kv : feeds_)
-      busy = busy || kv.second.own != ownership::none;
+    for (auto kv = feeds_.begin(); !busy && kv != feeds_.end(); ++kv)
+      busy = kv->second.own != ownership::none;
     if (!busy) {
       phase_ = group_phase::left;
       out.emplace_back(revoke_lease{next_id()});

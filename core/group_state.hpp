@@ -92,7 +92,9 @@
 //      listed member now wins is released only once that member has been
 //      listed for rebalance_delay: stop the watcher, then one request
 //      writes the final cursor and deletes the owner key (CAS on the token)
-//      and names the winner for a handoff hint. (The shell drains a
+//      and names the winner for a handoff hint (the feed_group shell has
+//      no peer plane yet and sends none: the winner claims at its next
+//      claim retry, G3). (The shell drains a
 //      watcher stopped for a rebalance or a leave: its delivery in flight
 //      is answered first, so the final cursor includes it.) A release that
 //      fails keeps the feed claimed and is retried after
@@ -105,22 +107,30 @@
 //      in rounds for the same reason).
 //  G9  Leave (paced, like G8): withdraw members/<name> from the list while
 //      keeping the lease (withdraw_member), so that the others win this
-//      member's feeds at their next poll and claim them as they come;
-//      then release every held feed to its winner among the other listed
-//      members on G8's bucket (no rebalance_delay: they are listed
-//      already), delivering and checkpointing the feeds not yet released
-//      until their turn. A feed changes hands when its new owner can start
-//      it, so it is never unowned for long; the leave takes about held ÷
-//      max_starts_per_second. When no other member is listed, or the
-//      withdrawal fails (the others would not want the feeds before the
-//      lease goes), every remaining feed is released at once. A claim
-//      that is still in flight is released when it is won. Releases go
-//      out max_inflight_batches requests at a time; once all are answered
-//      the lease is revoked. If the fence deadline passes first, the
-//      member revokes anyway and stops: the lease is no longer
-//      trustworthy. So it does when releases keep failing for lease_ttl
-//      plus the pacing's time (held ÷ max_starts_per_second) after the
-//      leave while renewals succeed (a leave always ends).
+//      member's feeds at their next poll and claim them as they come, and
+//      in the same step begin releasing every held feed to its winner
+//      among the other listed members on G8's bucket (no rebalance_delay:
+//      they are listed already; the withdrawal's answer is not awaited, a
+//      release being safe either way): one second's burst at once, the
+//      rest at max_starts_per_second, delivering and checkpointing the
+//      feeds not yet released until their turn. A feed changes hands when
+//      its new owner can start it, so it is never unowned for long; the
+//      releases take about (held - rate) ÷ rate after the burst. When no
+//      other member is listed, or the withdrawal fails (the others would
+//      not want the feeds before the lease goes), every remaining feed is
+//      released at once. A claim that is still in flight is released when
+//      it is won; a watcher that ends by itself is released at once (no
+//      spawns while leaving). Releases go out max_inflight_batches
+//      requests at a time; once all are answered the lease is revoked. A
+//      claim whose outcome is unknown (G11) is asked once more at the
+//      leave, so that a key it may have created is released, not left
+//      unserved until the revoke. Past the fence deadline (a hold, G6)
+//      nothing is delivered here: every remaining feed is released at
+//      once (a release compares the token, so it is safe even if the lease
+//      is gone). If releases keep failing for lease_ttl plus held ÷
+//      max_starts_per_second after the leave, the member revokes anyway
+//      and stops; the feeds then move as after a crash (a leave always
+//      ends).
 //  G10 Every reply carries its request id; a reply whose request is not
 //      pending (answered, or of an older lease) is dropped.
 //  G11 A claim whose outcome is unknown (an error, a time-out) may have
@@ -154,9 +164,9 @@
 //  - A join whose answer was lost may leave a lease holding this member's
 //    name; the retry then waits for that lease to expire (at most one
 //    lease_ttl), like a restart within the TTL.
-//  - When leaving, releases that keep failing are given up at the fence
-//    deadline: the lease then expires on its own and takeover is as after
-//    a crash.
+//  - When leaving, releases that keep failing are given up at lease_ttl
+//    plus the pacing's time after the leave: the lease is revoked (or
+//    expires on its own) and takeover is as after a crash.
 
 #include "config/config_error.hpp"
 #include "core/time.hpp"

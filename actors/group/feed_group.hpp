@@ -117,14 +117,14 @@ struct feed_group_options {
 /// - `stats_atom -> group_status`: the member's phase, lease, fence,
 ///   counts and counters.
 /// - `leave_atom -> group_status`: graceful leave (G9): the member's key is
-///   withdrawn from the list (the lease kept), then every held feed is
-///   released with its final position to its next winner at
-///   max_starts_per_second, the others delivered and checkpointed until
-///   their turn (each watcher drains first: it waits for the answer to its
-///   delivery in flight, at most 2 × renew_interval, then is killed); then
-///   the lease is revoked. Answers once the member has left (at most
-///   lease_ttl + held ÷ max_starts_per_second, or when the fence deadline
-///   passed first), then the actor quits.
+///   withdrawn from the list (the lease kept) and every held feed is
+///   released with its final position to its next winner, one second's
+///   burst at once and the rest at max_starts_per_second, the others
+///   delivered and checkpointed until their turn (each watcher drains first: it
+///   waits for the answer to its delivery in flight, at most 2 ×
+///   renew_interval, then is killed); then the lease is revoked. Answers once
+///   the member has left (at most lease_ttl + held ÷ max_starts_per_second, or
+///   when the fence deadline passed first), then the actor quits.
 /// - `stop_atom -> group_status`: stops every watcher and quits, releasing
 ///   nothing: the lease expires on its own and the feeds move as after a
 ///   crash. Answers once the watchers answered (or their stop timed out).

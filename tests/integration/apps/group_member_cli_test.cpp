@@ -342,6 +342,9 @@ TEST_F(GroupMemberCli, OutOfRangeFlagsAreUsageOrConfigErrorsNotDefaults) {
   r = run({"--min-members", "0"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--min-members"), std::string::npos) << r.err;
+  r = run({"--max-starts-per-second", "0"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--max-starts-per-second"), std::string::npos) << r.err;
   r = run({"--metrics-port", "-7"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--metrics-port"), std::string::npos) << r.err;

@@ -997,6 +997,109 @@ TEST(GroupState,
   EXPECT_GT(m.st.next_wakeup(), m.now + 10ms) << "no wake-up already due";
 }
 
+namespace {
+
+/// Drains every stop of `as` at once and answers its releases ok; returns
+/// the feeds released and sets `revoked` when the lease was revoked.
+std::size_t drain_and_release(member& m, const group_actions& as,
+                              bool& revoked) {
+  std::size_t n = 0;
+  revoked = revoked || has<revoke_lease>(as);
+  for (const auto& x : all_of<stop_watcher>(as)) {
+    auto r = m.st.on_watcher_stopped(x.feed, x.token, pos(7), m.now);
+    revoked = revoked || has<revoke_lease>(r);
+    for (const auto& rel : all_of<release_feeds>(r)) {
+      std::vector<commit_reply> ok;
+      for (const auto& it : rel.items)
+        ok.push_back({it.feed, commit_outcome::ok});
+      n += ok.size();
+      revoked = has<revoke_lease>(m.st.on_released(rel.request, ok, m.now))
+                || revoked;
+    }
+  }
+  return n;
+}
+
+} // namespace
+
+TEST(GroupState, ARenewalGapDuringAPacedLeaveHandsTheRestOverAtOnce) {
+  // 1 start a second, 20-odd feeds: the leave would take 20 s. Keepalives
+  // go unanswered for four seconds: past the fence deadline the member
+  // holds, and releases every remaining feed with its final position
+  // instead of giving the leave up (which would leave them to move as
+  // after a crash, their progress since the last checkpoint delivered
+  // again). Found by review.
+  auto c = defaults();
+  c.max_starts_per_second = 1;
+  member m(c, feed_names(40));
+  auto sps = running_share(m);
+  ASSERT_GE(sps.size(), 10u);
+  auto a = m.st.leave(m.now);
+  m.st.on_withdrawn(all_of<withdraw_member>(a).at(0).request, m.now);
+  bool revoked = false;
+  auto released = drain_and_release(m, a, revoked);
+  auto start = m.now;
+  bool held = false;
+  for (auto t = start + 100ms; !revoked && t < start + 60s; t += 100ms) {
+    m.answer_renewals = !(t > start + 1s && t < start + 5s);
+    auto x = m.at(t);
+    held = held || has<hold_deliveries>(x);
+    released += drain_and_release(m, x, revoked);
+  }
+  EXPECT_TRUE(held);
+  EXPECT_TRUE(revoked);
+  EXPECT_EQ(released, sps.size()) << "every feed handed over";
+  EXPECT_EQ(m.st.phase(), group_phase::left);
+}
+
+TEST(GroupState, ALeavingMemberWakesForItsNextHandoffAndItsCheckpoint) {
+  // The shell ticks only at next_wakeup(): while leaving it must ask for
+  // the handoff bucket's next token and for the next checkpoint.
+  auto c = defaults();
+  c.max_starts_per_second = 1;
+  c.checkpoint_interval = 0.3;
+  member m(c, feed_names(16));
+  auto sps = running_share(m);
+  ASSERT_GE(sps.size(), 3u);
+  auto left_at = m.now + 50ms;
+  m.now = left_at;
+  auto a = m.st.leave(left_at);
+  EXPECT_EQ(all_of<stop_watcher>(a).size(), 1u) << "one second's burst: 1";
+  EXPECT_LE(m.st.next_wakeup(), left_at + 300ms + 1ms) << "the checkpoint";
+  // Past the checkpoint (nothing to commit), the next token.
+  m.at(left_at + 300ms);
+  m.at(left_at + 600ms);
+  m.at(left_at + 900ms);
+  EXPECT_LE(m.st.next_wakeup(), left_at + 1s + 1ms) << "the next handoff";
+  EXPECT_GT(m.st.next_wakeup(), left_at + 900ms);
+}
+
+TEST(GroupState, AnUncertainClaimIsAskedOnceMoreAtTheLeaveAndReleasedIfWon) {
+  // G11: a claim that failed may have created the owner key with this
+  // lease. Leaving, it is asked again so that the key is released now,
+  // not left unserved until the revoke.
+  auto c = defaults();
+  c.batch = 1;
+  member m(c, feed_names(2));
+  auto cl = all_of<claim_feeds>(m.activate());
+  ASSERT_EQ(cl.size(), 2u);
+  m.st.on_claim_failed(cl[0].request, m.now);
+  auto uncertain = cl[0].feeds.at(0);
+  m.win_all({claim_feeds{cl[1]}});
+  auto a = m.st.leave(m.now + 2s);
+  auto again = all_of<claim_feeds>(a);
+  ASSERT_EQ(again.size(), 1u);
+  ASSERT_EQ(again[0].feeds, std::vector<std::string>{uncertain});
+  auto won = m.st.on_claimed(
+    again[0].request,
+    {claim_reply{uncertain, claim_outcome::won, 300, std::nullopt}},
+    m.now + 2100ms);
+  auto r = all_of<release_feeds>(won);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].items.at(0).feed, uncertain);
+  EXPECT_EQ(r[0].items.at(0).token, 300u);
+}
+
 TEST(GroupState, AFailedWithdrawalReleasesEveryRemainingFeedAtOnce) {
   // Still listed, m1 would keep the feeds no other member wants yet: the
   // rest go at once (the pre-pacing rule), and the leave ends as before.
@@ -1093,17 +1196,28 @@ TEST(GroupState, ALeaveWithClaimsStillQueuedForTheWindowClaimsNoMore) {
   EXPECT_EQ(m.st.phase(), group_phase::left);
 }
 
-TEST(GroupState, LeaveGivesUpAtTheFenceDeadline) {
+TEST(GroupState, ALeavePastTheFenceDeadlineHoldsRetriesAndGivesUpAtItsBound) {
+  // No renewal answered: at the fence deadline the deliveries are held,
+  // but the leave goes on retrying its release (safe: it compares the
+  // token) until lease_ttl + held / rate after it began, then revokes.
   member m(defaults(), {"f"});
   m.answer_renewals = false;
   auto sp = all_of<spawn_watcher>(m.win_all(m.activate())).at(0);
-  m.st.leave(t0 + 3100ms);
+  auto left_at = t0 + 3100ms;
+  m.st.leave(left_at);
   auto r = all_of<release_feeds>(
     m.st.on_watcher_stopped("f", sp.token, pos(1), t0 + 3200ms));
   ASSERT_EQ(r.size(), 1u);
   m.st.on_release_failed(r[0].request, t0 + 3300ms);
-  auto a = m.at(t0 + 4s); // deadline, no renewal answered
-  EXPECT_TRUE(has<revoke_lease>(a));
+  auto a = m.at(t0 + 4s); // the deadline, no renewal answered
+  EXPECT_TRUE(has<hold_deliveries>(a));
+  EXPECT_FALSE(has<revoke_lease>(a));
+  EXPECT_EQ(m.st.phase(), group_phase::leaving);
+  auto again = all_of<release_feeds>(m.at(t0 + 4300ms));
+  ASSERT_EQ(again.size(), 1u) << "retried after checkpoint_interval";
+  m.st.on_release_failed(again[0].request, t0 + 4400ms);
+  auto end = m.at(left_at + 5s + 1ms);
+  EXPECT_TRUE(has<revoke_lease>(end));
   EXPECT_EQ(m.st.phase(), group_phase::left);
 }
 
