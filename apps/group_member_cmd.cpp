@@ -827,11 +827,11 @@ int run_group_member(caf::actor_system& sys, const group_member_options& opts,
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     // Graceful leave: the feeds handed over at the start rate, the lease
-    // revoked. It ends by lease_ttl + held / rate, or at the fence
-    // deadline. The handlers stay: a second SIGTERM during the leave
-    // changes nothing.
+    // revoked. The leave ends by lease_ttl + held / rate (G9), and its
+    // revoke answers within the store time-out (lease_ttl). The handlers
+    // stay: a second SIGTERM during the leave changes nothing.
     auto final
-      = ask(sys, member, g.timing.lease_ttl + leave_pacing + 10.0, true);
+      = ask(sys, member, 2 * g.timing.lease_ttl + leave_pacing + 10.0, true);
     std::signal(SIGINT, old_int);
     std::signal(SIGTERM, old_term);
     if (final)

@@ -502,8 +502,11 @@ group_actions group_state::leave(group_time now) {
   leave_by_
     = now + ttl_ + from_seconds(static_cast<double>(held) / starts_rate());
   // A claim whose outcome is unknown may hold an owner key with this
-  // lease (G11): ask once more, so that a win is released now (on_claimed)
-  // instead of the key staying unserved until the revoke.
+  // lease (G11): ask once more, back-off waived, so that a win is released
+  // now (on_claimed) instead of the key staying unserved until the revoke.
+  for (auto& kv : feeds_)
+    if (kv.second.uncertain)
+      kv.second.claim_retry_at = group_time{};
   issue_claims(now, true, out);
   if (others.empty()) {
     release_all_due(out); // nobody to pace for
@@ -691,6 +694,10 @@ void group_state::step(group_time now, group_actions& out) {
         release_all_due(out);
       else
         pace_leave(now, out);
+      // The uncertain claims of the leave's wave that did not fit the
+      // window (only those qualify: nothing is desired while leaving).
+      if (claims_pending_ && claims_.size() < cfg_.max_inflight_batches)
+        issue_claims(now, false, out);
       // The feeds still delivered here keep their checkpoints (G5).
       if (now >= next_checkpoint_) {
         next_checkpoint_ = now + checkpoint_;

@@ -25,8 +25,9 @@
 //                   (stop all; rejoin as       │       checkpoints, renewals,
 //                    a new generation)         │       rebalance (ticks)
 //                                        leave ▼
-//                                         [leaving] ─ all released, or the
-//                                              │      fence deadline passed
+//                                         [leaving] ─ all released, or
+//                                              │      leave_by_ passed, or
+//                                              │      the lease was lost
 //                                              ▼
 //                                           [left] (revoke_lease)
 // clang-format on
@@ -80,7 +81,8 @@
 //      a keepalive that succeeds with TTL > 0 and whose deadline lies
 //      ahead lifts the hold (unhold_deliveries): the lease never expired,
 //      so nobody else can own these feeds. A hold that lasts lease_ttl
-//      gives the lease up (revoke_lease, then G7): keepalives this member
+//      (not while leaving: G9 bounds a leave itself) gives the lease up
+//      (revoke_lease, then G7): keepalives this member
 //      counts as timed out may still reach the store late over a slow link
 //      and keep the lease alive, which would leave its feeds owned and
 //      undelivered for as long as the link stays slow.
@@ -115,7 +117,7 @@
 //      rest at max_starts_per_second, delivering and checkpointing the
 //      feeds not yet released until their turn. A feed changes hands when
 //      its new owner can start it, so it is never unowned for long; the
-//      releases take about (held - rate) ÷ rate after the burst. When no
+//      releases take about max(0, held - rate) ÷ rate after the burst. When no
 //      other member is listed, or the withdrawal fails (the others would
 //      not want the feeds before the lease goes), every remaining feed is
 //      released at once. A claim that is still in flight is released when
@@ -123,7 +125,8 @@
 //      spawns while leaving). Releases go out max_inflight_batches
 //      requests at a time; once all are answered the lease is revoked. A
 //      claim whose outcome is unknown (G11) is asked once more at the
-//      leave, so that a key it may have created is released, not left
+//      leave (its back-off waived, the window's rest sent as answers free
+//      slots), so that a key it may have created is released, not left
 //      unserved until the revoke. Past the fence deadline (a hold, G6)
 //      nothing is delivered here: every remaining feed is released at
 //      once (a release compares the token, so it is safe even if the lease

@@ -123,8 +123,9 @@ struct feed_group_options {
 ///   delivered and checkpointed until their turn (each watcher drains first: it
 ///   waits for the answer to its delivery in flight, at most 2 ×
 ///   renew_interval, then is killed); then the lease is revoked. Answers once
-///   the member has left (at most lease_ttl + held ÷ max_starts_per_second, or
-///   when the fence deadline passed first), then the actor quits.
+///   the member has left and its revoke answered: at most lease_ttl + held ÷
+///   max_starts_per_second for the leave (G9) plus the store time-out
+///   (lease_ttl) for the revoke; then the actor quits.
 /// - `stop_atom -> group_status`: stops every watcher and quits, releasing
 ///   nothing: the lease expires on its own and the feeds move as after a
 ///   crash. Answers once the watchers answered (or their stop timed out).

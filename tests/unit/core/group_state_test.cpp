@@ -1100,6 +1100,44 @@ TEST(GroupState, AnUncertainClaimIsAskedOnceMoreAtTheLeaveAndReleasedIfWon) {
   EXPECT_EQ(r[0].items.at(0).token, 300u);
 }
 
+TEST(GroupState, AnUncertainClaimStillBackingOffIsAskedAtTheLeave) {
+  // Its back-off (1 s after the failure) is waived: nothing would ask it
+  // later while leaving. (Found by review.)
+  auto c = defaults();
+  c.batch = 1;
+  member m(c, feed_names(2));
+  auto cl = all_of<claim_feeds>(m.activate());
+  ASSERT_EQ(cl.size(), 2u);
+  m.st.on_claim_failed(cl[0].request, m.now);
+  m.win_all({claim_feeds{cl[1]}});
+  auto again = all_of<claim_feeds>(m.st.leave(m.now + 500ms));
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].feeds.at(0), cl[0].feeds.at(0));
+}
+
+TEST(GroupState, AnUncertainClaimBeyondAFullWindowIsAskedWhileLeaving) {
+  // Window 1, still taken by a claim of the active phase when the leave
+  // begins: the uncertain feed goes out when that claim answers.
+  // (Found by review.)
+  auto c = defaults();
+  c.batch = 1;
+  c.max_inflight_batches = 1;
+  member m(c, feed_names(3));
+  auto cl = all_of<claim_feeds>(m.activate());
+  ASSERT_EQ(cl.size(), 1u);
+  auto next = all_of<claim_feeds>(m.st.on_claim_failed(cl[0].request, m.now));
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_FALSE(has<claim_feeds>(m.st.leave(m.now + 2s)));
+  auto b = m.st.on_claimed(
+    next[0].request,
+    {claim_reply{next[0].feeds.at(0), claim_outcome::held, 0, std::nullopt}},
+    m.now + 2100ms);
+  auto asked = all_of<claim_feeds>(b);
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0].feeds, std::vector<std::string>{cl[0].feeds.at(0)});
+  EXPECT_EQ(m.st.phase(), group_phase::leaving);
+}
+
 TEST(GroupState, AFailedWithdrawalReleasesEveryRemainingFeedAtOnce) {
   // Still listed, m1 would keep the feeds no other member wants yet: the
   // rest go at once (the pre-pacing rule), and the leave ends as before.
