@@ -249,15 +249,17 @@ void apply_flags(const group_member_options& o, group_config& g) {
   set(o.checkpoint_interval, g.timing.checkpoint_interval);
   set(o.initial_settle, g.timing.initial_settle);
   set(o.rebalance_delay, g.timing.rebalance_delay);
-  if (o.min_members == 0 || o.min_members < -1)
-    throw usage_error("--min-members must be >= 1");
-  if (o.min_members > 0)
-    g.timing.min_members = static_cast<std::size_t>(o.min_members);
-  if (o.max_starts_per_second == 0 || o.max_starts_per_second < -1)
-    throw usage_error("--max-starts-per-second must be >= 1");
-  if (o.max_starts_per_second > 0)
+  if (o.min_members) {
+    if (*o.min_members < 1)
+      throw usage_error("--min-members must be >= 1");
+    g.timing.min_members = static_cast<std::size_t>(*o.min_members);
+  }
+  if (o.max_starts_per_second) {
+    if (*o.max_starts_per_second < 1)
+      throw usage_error("--max-starts-per-second must be >= 1");
     g.timing.max_starts_per_second
-      = static_cast<std::size_t>(o.max_starts_per_second);
+      = static_cast<std::size_t>(*o.max_starts_per_second);
+  }
 }
 
 /// The fields (validate()'s names) the flags of `o` set.
@@ -285,8 +287,8 @@ std::vector<std::string> flag_fields(const group_member_options& o) {
   add(o.checkpoint_interval != unset, "group.checkpoint_interval");
   add(o.initial_settle != unset, "group.initial_settle");
   add(o.rebalance_delay != unset, "group.rebalance_delay");
-  add(o.min_members > 0, "group.min_members");
-  add(o.max_starts_per_second > 0, "group.max_starts_per_second");
+  add(o.min_members.has_value(), "group.min_members");
+  add(o.max_starts_per_second.has_value(), "group.max_starts_per_second");
   return out;
 }
 

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,11 +76,12 @@ struct group_member_options {
   double lease_ttl = unset, renew_interval = unset, fence_margin = unset,
          poll_interval = unset, checkpoint_interval = unset,
          initial_settle = unset, rebalance_delay = unset;
-  /// `--min-members N` (-1: not given).
-  int64_t min_members = -1;
-  /// `--max-starts-per-second N` (-1: not given): the watcher start rate,
-  /// which also paces the hand-over of a rebalance and a graceful leave.
-  int64_t max_starts_per_second = -1;
+  /// `--min-members N` (nullopt: not given; < 1 is a usage error).
+  std::optional<int64_t> min_members;
+  /// `--max-starts-per-second N` (nullopt: not given; < 1 is a usage
+  /// error): the watcher start rate, which also paces the hand-over of a
+  /// rebalance and a graceful leave.
+  std::optional<int64_t> max_starts_per_second;
   /// `--replay-path` / `--ws-path` of every feed. ["/v1/events",
   /// "/ws/feed"]
   std::string replay_path = "/v1/events";

@@ -345,6 +345,12 @@ TEST_F(GroupMemberCli, OutOfRangeFlagsAreUsageOrConfigErrorsNotDefaults) {
   r = run({"--max-starts-per-second", "0"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--max-starts-per-second"), std::string::npos) << r.err;
+  // -1 is not "not given" (it once was the flags' sentinel).
+  for (const char* flag : {"--max-starts-per-second", "--min-members"}) {
+    r = run({flag, "-1"});
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.err;
+    EXPECT_NE(r.err.find(flag), std::string::npos) << r.err;
+  }
   r = run({"--metrics-port", "-7"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--metrics-port"), std::string::npos) << r.err;
