@@ -20,8 +20,15 @@ namespace outbound {
 ///   timed out, or a hedge lost): close its connection at once, never reuse
 ///   it. An answer may still arrive and is dropped by the caller. A
 ///   cancelled exchange is still answered (the pool answers it at once with
-///   a `timeout`): the service client sends without a CAF request timeout
-///   and keeps its reply handler until the answer comes.
+///   a `timeout`): callers send without a CAF request timeout and wait for
+///   that answer.
+///
+/// The service client sends its own attempts with a plain `send`, not a CAF
+/// `request`: a handler's returned `exchange_result` (or a response promise
+/// delivered later) then reaches it as an ordinary message, found by its
+/// exchange id. A transport must therefore answer with the value, never with
+/// a `caf::error`: an error names no exchange, and the send it was meant for
+/// ends at its attempt timeout.
 using transport_actor = caf::typed_actor<
   caf::replies_to<http_request>::with<exchange_result>,
   caf::reacts_to<cancel_atom, uint64_t>>;

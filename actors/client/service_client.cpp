@@ -14,6 +14,8 @@
 #include "core/slab.hpp"
 #include "core/text.hpp"
 
+#include <boost/unordered/unordered_flat_map.hpp>
+
 #include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
@@ -62,9 +64,14 @@ namespace {
 
 /// The client's own interface: the public one plus its timer messages
 /// (spawned with this one, handed out as service_client_actor).
+/// The transport's answers to the client's own sends arrive as ordinary
+/// messages: the client sends each attempt with `send`, not `request`, so
+/// that no CAF response handler (a behavior and a map node) is made per
+/// send; the answer's exchange id finds its call (`sends`).
 using client_impl_actor
   = service_client_actor::extend<caf::reacts_to<call_watchdog>,
-                                 caf::reacts_to<call_backoff_over>>;
+                                 caf::reacts_to<call_backoff_over>,
+                                 caf::reacts_to<exchange_result>>;
 
 /// The client's timer actor: takes the watchdog's delayed messages and
 /// passes them on to the client while it lives. CAF 0.17's clock holds the
@@ -168,6 +175,10 @@ struct service_client_state {
   std::multimap<retry_time, uint64_t> deadlines;
   /// Spare nodes of `deadlines`.
   node_cache<std::multimap<retry_time, uint64_t>> deadline_nodes;
+  /// The call number of each send in flight, by its exchange id (fresh per
+  /// send, so a late answer to an earlier send finds nothing). A flat
+  /// table: no allocation per send once it has grown.
+  boost::unordered_flat_map<uint64_t, uint64_t> sends;
   /// Due time of the earliest watchdog timer still pending, if any.
   std::optional<retry_time> armed;
   /// Passes the watchdog's timers on (client_timer).
@@ -257,6 +268,7 @@ void disarm(self_ptr self, fast_call& c) {
     return;
   auto& st = self->state;
   st.deadline_nodes.erase(st.deadlines, c.due);
+  st.sends.erase(c.exchange_id);
   c.in_flight = false;
 }
 
@@ -363,11 +375,6 @@ auto fault_of(self_ptr self, uint64_t id) {
   };
 }
 
-void on_fast_answer(self_ptr self, uint64_t id, uint64_t send_id,
-                    exchange_result& r);
-void on_fast_failure(self_ptr self, uint64_t id, uint64_t send_id,
-                     const caf::error& err);
-
 void send_attempt(self_ptr self, uint64_t id) {
   auto& st = self->state;
   auto& c = live_call(st, id);
@@ -401,27 +408,18 @@ void send_attempt(self_ptr self, uint64_t id) {
   req.timeout_ns = plan.budget.count();
   if (observed(self))
     emit(self, event_of(c, event_kind::sending));
-  auto send_id = ++c.send_id;
+  st.sends.emplace(c.exchange_id, id);
+  ++c.send_id;
   c.due = st.deadline_nodes.emplace(st.deadlines, now + plan.budget, id).first;
   c.in_flight = true;
   arm_watchdog(self);
-  // No request timeout (two clock-thread events per send): the transport
-  // answers within the budget, and the watchdog times the send out at the
-  // budget if it has not. The transport must answer every request, also
-  // a cancelled one (actors/transport.hpp): until it does, the reply
-  // handler stays with the client.
-  self->request(st.ctx->transport, caf::infinite, std::move(req))
-    .then(
-      [self, id, send_id](exchange_result& r) {
-        guarded("service client",
-                [&] { on_fast_answer(self, id, send_id, r); },
-                fault_of(self, id));
-      },
-      [self, id, send_id](caf::error& err) {
-        guarded("service client",
-                [&] { on_fast_failure(self, id, send_id, err); },
-                fault_of(self, id));
-      });
+  // A plain send, not a CAF request: no request timeout (two clock-thread
+  // events per send) and no response handler. The transport answers every
+  // exchange within its budget, also a cancelled one (actors/transport.hpp),
+  // and its answer comes back as an ordinary exchange_result message; the
+  // watchdog times the send out at the budget if it has not. A transport
+  // that is gone answers nothing: the client's down handler fails the call.
+  self->send(st.ctx->transport, std::move(req));
 }
 
 // Acts on the retry loop's decision after call `id`'s send ended.
@@ -477,16 +475,6 @@ void act(self_ptr self, uint64_t id, const retry_step& step,
   }
 }
 
-// The current send of call `id`, or null when `send_id` is stale (the
-// watchdog took it, or the call ended).
-fast_call* current(self_ptr self, uint64_t id, uint64_t send_id) {
-  auto& st = self->state;
-  auto* c = st.fast.find(id);
-  if (!c || c->send_id != send_id || !c->in_flight)
-    return nullptr;
-  return c;
-}
-
 // Tells the breakers how an attempt of a hedging client's unhedged call
 // went (as the call actor records a lone primary: its health, never its
 // latency — the sketch learns only from hedgeable calls). Every attempt
@@ -500,40 +488,19 @@ void record_health(self_ptr self, const fast_call& c, const retry_step& step,
              breaker_record{c.host_key, c.key, c.hcfg->breaker, health});
 }
 
-void on_fast_answer(self_ptr self, uint64_t id, uint64_t send_id,
-                    exchange_result& r) {
-  auto* c = current(self, id, send_id);
-  if (!c)
-    return; // late: the watchdog gave up on it and cancelled it
-  disarm(self, *c);
-  auto step = c->retry->on_result(r, self->clock().now(),
-                                  self->state.ctx->wall_clock(), c->rng);
-  if (!c->key.empty()) {
+// The transport answered send `r.exchange_id` of call `id`, in flight.
+void on_fast_answer(self_ptr self, uint64_t id, exchange_result& r) {
+  auto& c = live_call(self->state, id);
+  disarm(self, c);
+  auto step = c.retry->on_result(r, self->clock().now(),
+                                 self->state.ctx->wall_clock(), c.rng);
+  if (!c.key.empty()) {
     auto verdict = classify_exchange(
-      exchange_view::of(r, c->retry->idempotent()), c->retry->retry_statuses());
-    record_health(self, *c, step,
+      exchange_view::of(r, c.retry->idempotent()), c.retry->retry_statuses());
+    record_health(self, c, step,
                   core::leg_answer::of(verdict, r.request_sent).health());
   }
   act(self, id, step, &r.response);
-}
-
-// The transport actor is gone or refused the message: a broken exchange
-// whose request may have left.
-void on_fast_failure(self_ptr self, uint64_t id, uint64_t send_id,
-                     const caf::error& err) {
-  auto* c = current(self, id, send_id);
-  if (!c)
-    return;
-  disarm(self, *c);
-  exchange_result r;
-  r.exchange_id = c->exchange_id;
-  r.error = transport_error_kind::interrupted;
-  r.request_sent = true;
-  r.detail = "transport unavailable: " + self->system().render(err);
-  auto step = c->retry->on_result(r, self->clock().now(),
-                                  self->state.ctx->wall_clock(), c->rng);
-  record_health(self, *c, step, core::leg_answer::undelivered().health());
-  act(self, id, step, nullptr);
 }
 
 // The watchdog ran out: every send past its deadline is cancelled at the
@@ -675,6 +642,11 @@ service_client_impl(self_ptr self, std::shared_ptr<const call_context> ctx,
   // succeed, so calls fail at once (the call actors in flight see the same
   // down message and fail theirs) instead of each waiting its budget.
   self->monitor(self->state.ctx->transport);
+  // An error that arrives as an ordinary message (a transport that answers
+  // a send with a caf::error instead of an exchange_result breaks the
+  // port's contract; it names no exchange) is dropped: CAF 0.17's default
+  // would terminate the client. The send it was meant for times out.
+  self->set_error_handler([](caf::error&) {});
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     if (dm.source != st.ctx->transport.address())
@@ -742,6 +714,16 @@ service_client_impl(self_ptr self, std::shared_ptr<const call_context> ctx,
     [self](retry_budget_request) -> retry_budget_stats {
       const auto& b = self->state.ctx->budget;
       return b ? b->stats(self->clock().now()) : retry_budget_stats{};
+    },
+    [self](exchange_result& r) {
+      auto& st = self->state;
+      auto i = st.sends.find(r.exchange_id);
+      if (i == st.sends.end())
+        return; // late: the watchdog gave up on the send and cancelled it
+      auto id = i->second;
+      guarded(
+        "service client", [&] { on_fast_answer(self, id, r); },
+        fault_of(self, id));
     },
     [self](call_watchdog& w) { on_watchdog(self, w.due); },
     [self](call_backoff_over& b) {

@@ -410,6 +410,31 @@ TEST_F(ClientFailure, AfterThePoolDiedEveryCallFailsAtOnceWithNothingSent) {
   EXPECT_TRUE(log->requests.empty());
 }
 
+// The client sends its attempts with a plain send, so a transport that
+// breaks the port's contract and answers with a caf::error (the fake does
+// when its script is empty) sends the client an error message naming no
+// exchange. CAF 0.17's default error handler would terminate the client;
+// it must drop the error, end that send at its attempt timeout, and serve
+// the next call.
+TEST_F(ClientFailure, AnErrorInsteadOfAnAnswerEndsTheSendAtItsTimeout) {
+  cfg.timeout = 2.0;
+  cfg.retry.max_attempts = 1;
+  log->script.clear();
+  auto start = now();
+  auto r = call();
+  ASSERT_EQ(log->requests.size(), 1u);
+  ASSERT_FALSE(r->outcome) << "answered before its attempt timeout";
+  advance(2s);
+  ASSERT_TRUE(r->outcome) << "the send outlived its attempt timeout";
+  EXPECT_EQ(r->at - start, 2s);
+  EXPECT_EQ(failure_of(*r->outcome).kind, error_kind::service_unavailable);
+  EXPECT_EQ(failure_of(*r->outcome).cause, transport_error_kind::timeout);
+  log->script = {fake_step::status(200, "{}")};
+  auto next = call();
+  ASSERT_TRUE(next->outcome) << "the client no longer answers";
+  EXPECT_TRUE(next->outcome->ok()) << failure_of(*next->outcome).detail;
+}
+
 TEST(HandlerGuard, TurnsAnExceptionIntoATypedErrorNamingItsPlace) {
   auto v = guarded(
     "unit", []() -> int { throw std::out_of_range("map::at"); },
