@@ -21,6 +21,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -33,7 +34,7 @@ namespace outbound {
 /// the exception's what(). nothing_sent is false (unknown); callers that know
 /// better set it. Never throws.
 inline call_error error_of_exception(const std::exception_ptr& e,
-                                     const std::string& where) noexcept {
+                                     std::string_view where) noexcept {
   call_error err;
   try {
     err.kind = error_kind::service_unavailable;
@@ -41,11 +42,17 @@ inline call_error error_of_exception(const std::exception_ptr& e,
       std::rethrow_exception(e);
     } catch (const config_error& x) {
       err.kind = error_kind::config_error;
-      err.detail = x.what() + (" (in " + where + ")");
+      err.detail = x.what();
+      err.detail.append(" (in ").append(where).append(")");
     } catch (const std::exception& x) {
-      err.detail = "internal error in " + where + ": " + x.what();
+      err.detail.append("internal error in ")
+        .append(where)
+        .append(": ")
+        .append(x.what());
     } catch (...) {
-      err.detail = "internal error in " + where + ": unknown exception";
+      err.detail.append("internal error in ")
+        .append(where)
+        .append(": unknown exception");
     }
   } catch (...) {
     // Building the detail ran out of memory: the kind alone is the answer.
@@ -59,7 +66,7 @@ inline call_error error_of_exception(const std::exception_ptr& e,
 /// return the same type as `body` (or something convertible) and should not
 /// throw itself.
 template <class Body, class OnError>
-auto guarded(const std::string& where, Body&& body, OnError&& on_error)
+auto guarded(std::string_view where, Body&& body, OnError&& on_error)
   -> decltype(body()) {
   try {
     return std::forward<Body>(body)();
@@ -74,7 +81,7 @@ auto guarded(const std::string& where, Body&& body, OnError&& on_error)
 /// (sec::runtime_error whose context is error_of_exception's detail), which
 /// reaches the requester's error handler. The actor stays alive.
 template <class Body>
-auto guarded_result(const std::string& where, Body&& body)
+auto guarded_result(std::string_view where, Body&& body)
   -> caf::result<std::decay_t<decltype(body())>> {
   try {
     return std::forward<Body>(body)();
