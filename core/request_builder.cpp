@@ -22,10 +22,23 @@ bool unreserved(char c) {
 }
 
 // RFC 3986 pchar minus pct-encoded, plus '/' and '?' (the path may carry its
-// own query). '%' is kept as the caller's escape.
+// own query). '%' is kept as the caller's escape. A table: every byte of
+// every call's path is looked up.
+struct path_char_table {
+  bool flag[256] = {};
+  constexpr path_char_table() {
+    for (int c = 0; c < 256; ++c)
+      flag[c] = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')
+                || (c >= 'A' && c <= 'Z') || c == '-' || c == '.' || c == '_'
+                || c == '~';
+    for (char c : std::string_view{"!$&'()*+,;=:@/?%"})
+      flag[static_cast<unsigned char>(c)] = true;
+  }
+};
+constexpr path_char_table path_chars{};
+
 bool path_char(unsigned char c) {
-  return unreserved(c)
-         || (c != 0 && std::strchr("!$&'()*+,;=:@/?%", c) != nullptr);
+  return path_chars.flag[c];
 }
 
 built_request fail(std::string detail, std::string request_id = {}) {
@@ -121,7 +134,8 @@ std::string credential_value(const client_config& cfg) {
 }
 
 std::string user_agent() {
-  return std::string{"outbound/"} + outbound_version;
+  static const std::string value = std::string{"outbound/"} + outbound_version;
+  return value;
 }
 
 void set_retry_count(header_list& headers, int n) {
@@ -245,8 +259,8 @@ built_request build_request_impl(const client_config& cfg,
     }
   }
   if (request_id.empty())
-    request_id = generate_request_id(rng);
-  if (core::has_ctl(request_id))
+    request_id = generate_request_id(rng); // hex digits: nothing to check
+  else if (core::has_ctl(request_id))
     return fail("request id contains control characters");
 
   std::string method = core::ascii_upper(call.method);
@@ -263,15 +277,21 @@ built_request build_request_impl(const client_config& cfg,
   built_request r;
   auto& req = r.request;
   req.method = method;
+  req.target.reserve(base.path.size() + call.path.size());
   req.target = base.path;
-  for (unsigned char c : call.path) {
-    if (path_char(c)) {
-      req.target += static_cast<char>(c);
-    } else {
-      req.target += '%';
-      req.target += hex_digits[c >> 4];
-      req.target += hex_digits[c & 0xF];
-    }
+  // Runs of bytes that need no escape are copied at once.
+  std::string_view path = call.path;
+  while (!path.empty()) {
+    std::size_t n = 0;
+    while (n < path.size() && path_char(static_cast<unsigned char>(path[n])))
+      ++n;
+    req.target.append(path.data(), n);
+    if (n == path.size())
+      break;
+    auto c = static_cast<unsigned char>(path[n]);
+    char escaped[3] = {'%', hex_digits[c >> 4], hex_digits[c & 0xF]};
+    req.target.append(escaped, 3);
+    path.remove_prefix(n + 1);
   }
   if (!call.params.empty()) {
     req.target += call.path.find('?') == std::string::npos ? '?' : '&';

@@ -76,6 +76,33 @@ TEST(RequestBuilder, TargetIsBasePathPlusCallPathPlusEncodedQuery) {
   EXPECT_EQ(build(cfg, get("/v1/a%2Fb")).request.target, "/api/v1/a%2Fb");
 }
 
+TEST(RequestBuilder, EveryPathByteIsKeptOrEscapedByRfc3986Pchar) {
+  // RFC 3986 §3.3 pchar (unreserved, sub-delims, ':' and '@') plus '/' and
+  // '?' (the path may carry its own query) and '%' (the caller's escape)
+  // pass as they are; every other byte is %XX with upper-case hex.
+  auto kept = [](unsigned char c) {
+    return core::is_alnum(static_cast<char>(c))
+           || std::string_view{"-._~!$&'()*+,;=:@/?%"}.find(
+                static_cast<char>(c))
+                != std::string_view::npos;
+  };
+  auto cfg = cfg_with("", "http://127.0.0.1:8080");
+  for (int b = 0x20; b < 0x100; ++b) {
+    if (b == 0x7f)
+      continue; // DEL is a control character: the path is refused
+    auto c = static_cast<unsigned char>(b);
+    char hex[4];
+    std::snprintf(hex, sizeof hex, "%%%02X", b);
+    std::string one = kept(c) ? std::string(1, static_cast<char>(c)) : hex;
+    // At the start of a run, inside one, at the end, and twice in a row.
+    auto path = std::string{"/"} + static_cast<char>(c) + "ab"
+                + static_cast<char>(c) + static_cast<char>(c);
+    auto r = build(cfg, get(path));
+    ASSERT_TRUE(r.ok()) << b;
+    EXPECT_EQ(r.request.target, "/" + one + "ab" + one + one) << b;
+  }
+}
+
 TEST(RequestBuilder, MethodIsUpperCased) {
   auto c = get("/x");
   c.method = "post";
