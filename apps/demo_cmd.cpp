@@ -751,6 +751,11 @@ public:
   std::atomic<uint64_t> burst_calls{0};
   std::atomic<uint64_t> burst_failed{0};
   std::atomic<uint64_t> bursts{0};
+  /// The driver's RPCs and calls from just before each burst to just after
+  /// its last answer (its own calls and the steady calls in those windows):
+  /// the report splits the driver's totals into burst windows and the rest.
+  std::atomic<uint64_t> burst_window_rpcs{0};
+  std::atomic<uint64_t> burst_window_calls{0};
   std::atomic<bool> restarted{false};
 
 private:
@@ -876,7 +881,17 @@ private:
     auto deadline = std::chrono::duration_cast<caf::timespan>(
       std::chrono::duration<double>(cfg_.oracle.timeout + 5.0));
     pacer p{1.0 / cfg_.bursts.interval, t0 + 1s};
+    // The driver's counters now (nullopt if it did not answer in time).
+    auto counters = [&]() -> std::optional<std::pair<uint64_t, uint64_t>> {
+      std::optional<std::pair<uint64_t, uint64_t>> out;
+      self->request(stack_.driver(), std::chrono::seconds{5}, stats_atom_v)
+        .receive(
+          [&](coalesce_stats& st) { out.emplace(st.batches.rpcs, st.calls); },
+          [](caf::error&) {});
+      return out;
+    };
     while (p.wait_turn(stopping_)) {
+      auto before = counters();
       ts_call call;
       call.count = cfg_.oracle.count;
       call.timeout = cfg_.oracle.timeout;
@@ -893,6 +908,11 @@ private:
           burst_failed.fetch_add(1);
       }
       bursts.fetch_add(1);
+      auto after = counters();
+      if (before && after) {
+        burst_window_rpcs.fetch_add(after->first - before->first);
+        burst_window_calls.fetch_add(after->second - before->second);
+      }
     }
   }
 
@@ -1272,6 +1292,7 @@ struct demo_outcome {
   bool unhedged_ran = false;
   call_summary hedged, unhedged, ts;
   uint64_t burst_calls = 0, burst_failed = 0, bursts = 0;
+  uint64_t burst_window_rpcs = 0, burst_window_calls = 0;
   outage_result outage;
   std::array<uint64_t, 3> outage_breakers{};
   uint64_t published = 0, publish_failed = 0, events = 0, resets = 0;
@@ -1300,6 +1321,8 @@ void take_books(demo_traffic& traffic, hub* embedded, demo_outcome& r) {
   r.burst_calls = traffic.burst_calls.load();
   r.burst_failed = traffic.burst_failed.load();
   r.bursts = traffic.bursts.load();
+  r.burst_window_rpcs = traffic.burst_window_rpcs.load();
+  r.burst_window_calls = traffic.burst_window_calls.load();
   r.published = traffic.published.load();
   r.publish_failed = traffic.publish_failed.load();
   r.outage = traffic.outage();
@@ -1472,6 +1495,23 @@ void report_call_rows(std::ostream& out, const demo_config& cfg,
                       ? double(c->batches.joined) / double(c->batches.rpcs)
                       : 0.0)
           + ", leader changes " + std::to_string(c->leader_changes) + ")");
+  if (const auto& c = r.stack.oracle; c && r.bursts > 0) {
+    // The driver's totals split by time: from just before each burst to
+    // its last answer (the steady calls of those moments included), and
+    // the rest of the run.
+    auto in_rpcs = std::min(r.burst_window_rpcs, c->batches.rpcs);
+    auto in_calls = std::min(r.burst_window_calls, c->calls);
+    auto batch = [](uint64_t calls, uint64_t rpcs) {
+      return fmt_num(rpcs ? double(calls) / double(rpcs) : 0.0);
+    };
+    row(out, "ts_rpcs_split",
+        "bursts: " + std::to_string(in_rpcs) + " for "
+          + std::to_string(in_calls) + " calls (mean batch "
+          + batch(in_calls, in_rpcs) + "); between bursts: "
+          + std::to_string(c->batches.rpcs - in_rpcs) + " for "
+          + std::to_string(c->calls - in_calls) + " calls (mean batch "
+          + batch(c->calls - in_calls, c->batches.rpcs - in_rpcs) + ")");
+  }
 }
 
 void print_report(std::ostream& out, const demo_config& cfg,
@@ -1627,6 +1667,13 @@ boost::json::object report_json(const demo_config& cfg, const hub_site& site,
       c["rpcs"] = s->batches.rpcs;
       c["http_exchanges"] = s->attempts;
       c["per_call_rpcs"] = s->calls;
+      // The same totals split by time (ts_rpcs_split in the text report).
+      auto in_rpcs = std::min(r.burst_window_rpcs, s->batches.rpcs);
+      auto in_calls = std::min(r.burst_window_calls, s->calls);
+      c["burst_window_rpcs"] = in_rpcs;
+      c["burst_window_calls"] = in_calls;
+      c["between_bursts_rpcs"] = s->batches.rpcs - in_rpcs;
+      c["between_bursts_calls"] = s->calls - in_calls;
     } else {
       c["calls"] = r.ts.calls() + r.burst_calls;
       c["rpcs"] = nullptr;
