@@ -20,15 +20,17 @@ namespace outbound {
 ///   timed out, or a hedge lost): close its connection at once, never reuse
 ///   it. An answer may still arrive and is dropped by the caller. A
 ///   cancelled exchange is still answered (the pool answers it at once with
-///   a `timeout`): callers send without a CAF request timeout and wait for
-///   that answer.
+///   a `timeout`): the service client sends without a CAF request timeout
+///   and waits for that answer.
 ///
 /// The service client sends its own attempts with a plain `send`, not a CAF
 /// `request`: a handler's returned `exchange_result` (or a response promise
 /// delivered later) then reaches it as an ordinary message, found by its
-/// exchange id. A transport must therefore answer with the value, never with
-/// a `caf::error`: an error names no exchange, and the send it was meant for
-/// ends at its attempt timeout.
+/// exchange id. A transport must therefore answer every exchange with an
+/// `exchange_result` whose `exchange_id` echoes the request's, never with a
+/// `caf::error` (also not one passed on from an actor it forwards to): an
+/// error names no exchange, and the send it was meant for ends only at its
+/// attempt timeout.
 using transport_actor = caf::typed_actor<
   caf::replies_to<http_request>::with<exchange_result>,
   caf::reacts_to<cancel_atom, uint64_t>>;

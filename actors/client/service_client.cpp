@@ -408,10 +408,10 @@ void send_attempt(self_ptr self, uint64_t id) {
   req.timeout_ns = plan.budget.count();
   if (observed(self))
     emit(self, event_of(c, event_kind::sending));
-  st.sends.emplace(c.exchange_id, id);
   ++c.send_id;
   c.due = st.deadline_nodes.emplace(st.deadlines, now + plan.budget, id).first;
   c.in_flight = true;
+  st.sends.emplace(c.exchange_id, id); // from here on disarm() erases it
   arm_watchdog(self);
   // A plain send, not a CAF request: no request timeout (two clock-thread
   // events per send) and no response handler. The transport answers every

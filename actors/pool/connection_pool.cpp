@@ -101,6 +101,11 @@ public:
   void deliver(exchange_result res) {
     if (answered_.exchange(true, std::memory_order_acq_rel))
       return;
+    // Every answer names its exchange, also one made without it (the
+    // pool's stop): a requester that sent with a plain send finds its
+    // call by this id (actors/transport.hpp).
+    if (exchange_id_ != 0)
+      res.exchange_id = exchange_id_;
     auto msg = caf::make_message(std::move(res));
     if (!stages_.empty()) {
       auto next = std::move(stages_.back());

@@ -830,6 +830,32 @@ TEST_F(TransportTest, TerminatingThePoolClosesEveryConnection) {
   EXPECT_TRUE(answered);
 }
 
+// A requester that sends with a plain send (the service client does) finds
+// its call by the answer's exchange id: the answers the pool makes when it
+// stops name their exchange too.
+TEST_F(TransportTest, TerminatingThePoolAnswersAPlainSendWithItsExchangeId) {
+  scripted_server srv{{{step::read_request(), step::hold()}}};
+  auto pool = make_pool(srv.base_url());
+  caf::scoped_actor self{sys_};
+  auto req = request();
+  req.timeout_ns = 10'000'000'000;
+  auto id = req.exchange_id;
+  self->send(pool, std::move(req));
+  ASSERT_TRUE(srv.wait_for_requests(1, 2s)); // in flight
+  caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+  bool answered = false;
+  self->receive(
+    [&](exchange_result& r) {
+      answered = true;
+      EXPECT_EQ(r.exchange_id, id);
+      EXPECT_EQ(r.error, transport_error_kind::interrupted) << describe(r);
+      EXPECT_NE(r.detail.find("connection pool stopped"), std::string::npos)
+        << describe(r);
+    },
+    caf::after(std::chrono::seconds{5}) >> [] {});
+  EXPECT_TRUE(answered) << "no answer to the plain send";
+}
+
 // -- the per-endpoint connection limit and its queue
 // ---------------------------
 
