@@ -756,6 +756,8 @@ public:
   /// the report splits the driver's totals into burst windows and the rest.
   std::atomic<uint64_t> burst_window_rpcs{0};
   std::atomic<uint64_t> burst_window_calls{0};
+  /// Bursts whose window was not counted (a counters sample failed).
+  std::atomic<uint64_t> burst_window_misses{0};
   std::atomic<bool> restarted{false};
 
 private:
@@ -909,9 +911,14 @@ private:
       }
       bursts.fetch_add(1);
       auto after = counters();
-      if (before && after) {
+      // The driver answers an all-zero record if its stats handler throws:
+      // such a sample counts as missed, never as a wrapped difference.
+      if (before && after && after->first >= before->first
+          && after->second >= before->second) {
         burst_window_rpcs.fetch_add(after->first - before->first);
         burst_window_calls.fetch_add(after->second - before->second);
+      } else {
+        burst_window_misses.fetch_add(1);
       }
     }
   }
@@ -1293,6 +1300,7 @@ struct demo_outcome {
   call_summary hedged, unhedged, ts;
   uint64_t burst_calls = 0, burst_failed = 0, bursts = 0;
   uint64_t burst_window_rpcs = 0, burst_window_calls = 0;
+  uint64_t burst_window_misses = 0;
   outage_result outage;
   std::array<uint64_t, 3> outage_breakers{};
   uint64_t published = 0, publish_failed = 0, events = 0, resets = 0;
@@ -1323,6 +1331,7 @@ void take_books(demo_traffic& traffic, hub* embedded, demo_outcome& r) {
   r.bursts = traffic.bursts.load();
   r.burst_window_rpcs = traffic.burst_window_rpcs.load();
   r.burst_window_calls = traffic.burst_window_calls.load();
+  r.burst_window_misses = traffic.burst_window_misses.load();
   r.published = traffic.published.load();
   r.publish_failed = traffic.publish_failed.load();
   r.outage = traffic.outage();
@@ -1674,6 +1683,7 @@ boost::json::object report_json(const demo_config& cfg, const hub_site& site,
       c["burst_window_calls"] = in_calls;
       c["between_bursts_rpcs"] = s->batches.rpcs - in_rpcs;
       c["between_bursts_calls"] = s->calls - in_calls;
+      c["burst_window_misses"] = r.burst_window_misses;
     } else {
       c["calls"] = r.ts.calls() + r.burst_calls;
       c["rpcs"] = nullptr;
