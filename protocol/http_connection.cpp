@@ -85,13 +85,13 @@ bool serialize_request(const http_request& req, const url_parts& origin,
       - length);
   constexpr std::string_view version = " HTTP/1.1\r\nHost: ";
   constexpr std::string_view content_length = "Content-Length: ";
-  std::size_t size = method.size() + 1 + req.target.size() + version.size()
-                     + origin.host.size() + (v6 ? 2 : 0) + port_len + 2
-                     + header_bytes
-                     + (length_len ? content_length.size() + length_len + 2 : 0)
-                     + 2 + req.body.size();
+  std::size_t head
+    = method.size() + 1 + req.target.size() + version.size()
+      + origin.host.size() + (v6 ? 2 : 0) + port_len + 2 + header_bytes
+      + (length_len ? content_length.size() + length_len + 2 : 0) + 2;
   auto at = out.size();
-  out.resize(at + size);
+  out.reserve(at + head + req.body.size());
+  out.resize(at + head); // the body is appended: copied once, not zeroed
   char* p = out.data() + at;
   auto put = [&p](std::string_view s) {
     std::memcpy(p, s.data(), s.size());
@@ -122,7 +122,7 @@ bool serialize_request(const http_request& req, const url_parts& origin,
     put("\r\n");
   }
   put("\r\n");
-  put(req.body);
+  out.append(req.body);
   return true;
 }
 
