@@ -256,6 +256,30 @@ protected:
     start_member("m3", etcd_->base_url());
   }
 
+  /// Sends member `process` SIGTERM and checks that it leaves as a leave
+  /// should: exit 0 within `wait`, its exit line saying it left owning
+  /// nothing; then waits for the survivors to balance and the deliveries
+  /// to drain. `left_ns`: from the signal to the exit. Fatal failures end
+  /// only this function: call it in ASSERT_NO_FATAL_FAILURE.
+  void leave_and_settle(const std::string& process, std::chrono::seconds wait,
+                        int64_t& left_ns) {
+    auto& m = find(process);
+    auto signalled = mono_now_ns();
+    m.child->signal(SIGTERM);
+    auto code = m.child->wait_exit(wait);
+    left_ns = mono_now_ns() - signalled;
+    m.alive = false;
+    ASSERT_TRUE(code) << process << " did not leave\n" << errs();
+    EXPECT_EQ(*code, 0) << errs();
+    auto exit_line = last_line(m.child->err(), "exit");
+    ASSERT_FALSE(exit_line.empty()) << errs();
+    EXPECT_TRUE(exit_line.at("left").as_bool()) << errs();
+    EXPECT_EQ(field(exit_line, "owned"), 0) << errs();
+    ASSERT_TRUE(wait_until([&] { return balanced(); }, 30s)) << errs();
+    after_move();
+    ASSERT_TRUE(drain(20s)) << errs();
+  }
+
   member& find(const std::string& process) {
     for (auto& m : members_)
       if (m.process == process)
@@ -660,19 +684,8 @@ TEST_F(GroupChaos, S3LeavingMemberHandsItsFeedsOverWithoutDuplicates) {
   auto after = hrw_owners(feeds_, {"m1", "m3"});
 
   auto fault_t = mono_now_ns();
-  auto& m2 = find("m2");
-  m2.child->signal(SIGTERM);
-  auto code = m2.child->wait_exit(20s);
-  m2.alive = false;
-  ASSERT_TRUE(code) << "m2 did not leave\n" << errs();
-  EXPECT_EQ(*code, 0) << errs();
-  auto exit_line = last_line(m2.child->err(), "exit");
-  ASSERT_FALSE(exit_line.empty()) << errs();
-  EXPECT_TRUE(exit_line.at("left").as_bool()) << errs();
-  EXPECT_EQ(field(exit_line, "owned"), 0) << errs();
-  ASSERT_TRUE(wait_until([&] { return balanced(); }, 30s)) << errs();
-  after_move();
-  ASSERT_TRUE(drain(20s)) << errs();
+  int64_t left_ns = 0;
+  ASSERT_NO_FATAL_FAILURE(leave_and_settle("m2", 20s, left_ns));
 
   auto ds = deliveries();
   auto r = check_deliveries(ds, published(), fault_t);
@@ -710,20 +723,8 @@ TEST_F(GroupChaos, S3PacedLeaveHandsOverAtTheStartRateWithoutDuplicates) {
   auto after = hrw_owners(feeds_, {"m1", "m3"});
 
   auto fault_t = mono_now_ns();
-  auto& m2 = find("m2");
-  m2.child->signal(SIGTERM);
-  auto code = m2.child->wait_exit(30s);
-  auto left_ns = mono_now_ns() - fault_t;
-  m2.alive = false;
-  ASSERT_TRUE(code) << "m2 did not leave\n" << errs();
-  EXPECT_EQ(*code, 0) << errs();
-  auto exit_line = last_line(m2.child->err(), "exit");
-  ASSERT_FALSE(exit_line.empty()) << errs();
-  EXPECT_TRUE(exit_line.at("left").as_bool()) << errs();
-  EXPECT_EQ(field(exit_line, "owned"), 0) << errs();
-  ASSERT_TRUE(wait_until([&] { return balanced(); }, 30s)) << errs();
-  after_move();
-  ASSERT_TRUE(drain(20s)) << errs();
+  int64_t left_ns = 0;
+  ASSERT_NO_FATAL_FAILURE(leave_and_settle("m2", 30s, left_ns));
 
   auto ds = deliveries();
   auto r = check_deliveries(ds, published(), fault_t);
