@@ -55,10 +55,9 @@ struct pool_key {
   /// tls_context::identity(), empty for plain http.
   std::string tls_identity;
 
-  /// A strict weak order for the pool's maps, cheapest fields first (the
-  /// order itself means nothing). Every exchange looks its key up several
-  /// times, nearly always finding it equal to the one key there is: one
-  /// compare() per string, where std::tie's lexicographic < costs two.
+  /// A strict weak order for the queues' map, cheapest fields first (the
+  /// order itself means nothing): one compare() per string, where
+  /// std::tie's lexicographic < costs two.
   friend bool operator<(const pool_key& a, const pool_key& b) {
     if (a.port != b.port)
       return a.port < b.port;
@@ -261,15 +260,16 @@ public:
   /// `busy` where it would wait or overflow.
   acquisition acquire(const pool_key& key, bool fresh, bool may_queue = true) {
     acquisition a;
-    auto i = idle_.find(key);
-    bool has_idle = i != idle_.end() && !i->second.empty();
+    auto* found = find_endpoint(key);
+    bool has_idle = found && !found->idle.empty();
     if (!fresh && has_idle) {
       a.kind = acquire_kind::reuse;
-      a.conn = std::move(i->second.back());
-      i->second.pop_back();
+      a.conn = std::move(found->idle.back());
+      found->idle.pop_back();
       return a;
     }
-    auto& open = open_[key];
+    auto& ep = found ? *found : add_endpoint(key);
+    auto& open = ep.open;
     auto q = queues_.find(key);
     bool queued = q != queues_.end() && !q->second.empty();
     if (!queued && open < limits_.max_connections) {
@@ -281,8 +281,8 @@ public:
       // fresh at the limit: the least recently used idle connection yields
       // its slot (an idle connection must not make a fresh exchange wait).
       a.kind = acquire_kind::dial;
-      a.evicted = std::move(i->second.front());
-      i->second.erase(i->second.begin());
+      a.evicted = std::move(ep.idle.front());
+      ep.idle.erase(ep.idle.begin());
       return a;
     }
     std::size_t waiting = queued ? q->second.size() : 0;
@@ -450,7 +450,8 @@ public:
       r.next = pop_head(q);
       return r;
     }
-    auto& list = idle_[key];
+    auto* found = find_endpoint(key);
+    auto& list = (found ? *found : add_endpoint(key)).idle;
     if (list.size() >= limits_.max_idle) {
       r.decision = release_decision::close_pool_full;
       free_slot(key);
@@ -470,10 +471,9 @@ public:
   };
   drained drain() {
     drained d;
-    for (auto& [key, list] : idle_)
-      for (auto& c : list)
+    for (auto& e : endpoints_)
+      for (auto& c : e.idle)
         d.idle.push_back(std::move(c));
-    idle_.clear();
     for (auto& [id, f] : flights_)
       d.flights.push_back(std::move(f));
     flights_.clear();
@@ -483,22 +483,22 @@ public:
     queues_.clear();
     waiting_.clear();
     pending_ = 0;
-    open_.clear();
+    endpoints_.clear();
     return d;
   }
 
   /// Idle connections over all keys.
   std::size_t idle_count() const {
     std::size_t n = 0;
-    for (const auto& [key, list] : idle_)
-      n += list.size();
+    for (const auto& e : endpoints_)
+      n += e.idle.size();
     return n;
   }
 
   /// Connections open on `key` (in flight, dialling or idle).
   std::size_t open_count(const pool_key& key) const {
-    auto i = open_.find(key);
-    return i == open_.end() ? 0 : i->second;
+    const auto* e = find_endpoint(key);
+    return e ? e->open : 0;
   }
 
   /// True if exchange `id` is in flight.
@@ -557,9 +557,12 @@ private:
     auto q = queues_.find(key);
     if (q != queues_.end() && !q->second.empty())
       return pop_head(q);
-    auto o = open_.find(key);
-    if (o != open_.end() && o->second > 0 && --o->second == 0)
-      open_.erase(o);
+    auto* e = find_endpoint(key);
+    if (e && e->open > 0 && --e->open == 0 && e->idle.empty()) {
+      // Idle connections count as open, so none can be left here.
+      *e = std::move(endpoints_.back());
+      endpoints_.pop_back();
+    }
     return std::nullopt;
   }
 
@@ -578,14 +581,43 @@ private:
     return w;
   }
 
+  /// One key's connections: the idle ones (most recently used last) and
+  /// how many are open (see the class comment).
+  struct endpoint {
+    pool_key key;
+    std::vector<Conn> idle;
+    std::size_t open = 0;
+  };
+
+  /// The entry of `key`, or null. A linear scan by equality: a pool nearly
+  /// always serves one key (the service client's origin), and a std::map
+  /// keyed by three strings and a port paid two full comparisons per
+  /// lookup, three lookups per exchange.
+  endpoint* find_endpoint(const pool_key& key) {
+    for (auto& e : endpoints_)
+      if (e.key == key)
+        return &e;
+    return nullptr;
+  }
+  const endpoint* find_endpoint(const pool_key& key) const {
+    for (const auto& e : endpoints_)
+      if (e.key == key)
+        return &e;
+    return nullptr;
+  }
+  /// Adds the entry of `key` (not present); references to other entries
+  /// may move.
+  endpoint& add_endpoint(const pool_key& key) {
+    return endpoints_.emplace_back(endpoint{key, {}, 0});
+  }
+
   pool_limits limits_;
-  std::map<pool_key, std::vector<Conn>> idle_;
+  /// Keys with an open connection (entries leave when none is).
+  std::vector<endpoint> endpoints_;
   std::unordered_map<uint64_t, in_flight> flights_;
   /// Spare nodes of flights_: no table node allocated per exchange in
   /// steady state (core/node_cache.hpp).
   node_cache<std::unordered_map<uint64_t, in_flight>> flight_nodes_;
-  /// Connections open per key (see the class comment).
-  std::map<pool_key, std::size_t> open_;
   std::map<pool_key, queue> queues_;
   std::unordered_map<uint64_t, typename queue::iterator> waiting_;
   std::size_t pending_ = 0;

@@ -465,3 +465,40 @@ TEST(PoolState, ALateWaiterPassesAFreedSlotOrAConnectionToAFreshWaiter) {
   EXPECT_EQ(s.open_count(key), 0u);
   EXPECT_EQ(s.counters().too_late, 2u);
 }
+
+// Keys are kept apart; the first key's entry leaving (its last connection
+// closed) leaves the other keys' idle connections and counts as they were.
+TEST(PoolState, EachKeyKeepsItsOwnConnectionsWhenAnotherKeyEmpties) {
+  const pool_key third{"https", "127.0.0.1", 8080, "id"};
+  auto s = limited(4, 8);
+  uint64_t id = 1;
+  for (const auto* k : {&key, &other, &third}) {
+    ASSERT_EQ(s.acquire(*k, false).kind, acquire_kind::dial);
+    ASSERT_TRUE(s.start(id, *k, static_cast<int>(id * 10), "p", false));
+    ++id;
+  }
+  // `other` parks its connection idle; `third` too; `key` closes its own.
+  for (uint64_t done : {2, 3}) {
+    auto f = s.complete(done);
+    ASSERT_TRUE(f);
+    EXPECT_EQ(s.release(f->key, f->conn, true).decision,
+              release_decision::keep_idle);
+  }
+  auto f1 = s.complete(1);
+  ASSERT_TRUE(f1);
+  auto r1 = s.release(key, f1->conn, false);
+  EXPECT_EQ(r1.decision, release_decision::close_not_reusable);
+  EXPECT_EQ(s.open_count(key), 0u);
+  EXPECT_EQ(s.open_count(other), 1u);
+  EXPECT_EQ(s.open_count(third), 1u);
+  EXPECT_EQ(s.idle_count(), 2u);
+  // Each key reuses its own idle connection, never another key's.
+  auto a3 = s.acquire(third, false);
+  ASSERT_EQ(a3.kind, acquire_kind::reuse);
+  EXPECT_EQ(*a3.conn, 30);
+  auto a2 = s.acquire(other, false);
+  ASSERT_EQ(a2.kind, acquire_kind::reuse);
+  EXPECT_EQ(*a2.conn, 20);
+  EXPECT_EQ(s.acquire(key, false).kind, acquire_kind::dial);
+  EXPECT_EQ(s.open_count(key), 1u);
+}
