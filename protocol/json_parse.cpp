@@ -57,8 +57,19 @@ bool integer_is_exact(std::string_view text, double d) {
 
 // A basic_parser handler that builds the value like boost::json::parser's
 // own (boost/json/detail/impl/handler.ipp: a value_stack fed event by
-// event), and in addition counts the memory of the parsed form, converts
-// doubles exactly and tracks the path of the current value for errors.
+// event), and in addition counts the memory of the parsed form and converts
+// doubles exactly.
+//
+// Two modes. Traced, it tracks the path of the current value (each key
+// copied, each array index counted) and, when duplicates are refused, the
+// keys seen in each object (a std::set): what an error's `field` needs.
+// Untraced it does neither and records, when duplicates are refused, each
+// object's member count as written (in the order objects end); a repeated
+// key shows afterwards as an object smaller than written, since the built
+// object keeps only the last of equal keys (boost/json/impl/object.ipp,
+// object(detail::unchecked_object&&)). parse_json parses untraced, and
+// parses again traced whenever the first pass failed or found a repeated
+// key, so every error is the traced pass's, as if it had run alone.
 class handler {
 public:
   static constexpr std::size_t max_object_size = json::object::max_size();
@@ -67,10 +78,11 @@ public:
   static constexpr std::size_t max_string_size = json::string::max_size();
 
   handler(const json::storage_ptr& sp, std::size_t max_bytes,
-          bool reject_duplicates, bool allow_inexact, bool bad_numbers_as_null)
+          bool reject_duplicates, bool allow_inexact, bool bad_numbers_as_null,
+          bool traced)
     : st(sp, temp_, sizeof temp_), max_bytes_(max_bytes),
       reject_duplicates_(reject_duplicates), allow_inexact_(allow_inexact),
-      bad_as_null_(bad_numbers_as_null) {
+      bad_as_null_(bad_numbers_as_null), traced_(traced) {
   }
 
 private:
@@ -101,26 +113,46 @@ public:
   bool on_object_begin(json::error_code& ec) {
     if (!begin_value(ec))
       return false;
-    path_.push_back(frame{false, 0, {}, {}});
+    ++depth_;
+    if (traced_)
+      path_.push_back(frame{false, 0, {}, {}});
     return true;
   }
   bool on_object_end(std::size_t n, json::error_code&) {
-    if (path_.size() == 1)
+    if (depth_ == 1)
       top_members = n; // as written: a repeated key counts each time
-    path_.pop_back();
+    --depth_;
+    if (traced_)
+      path_.pop_back();
+    else if (reject_duplicates_)
+      written_.push_back(n);
     st.push_object(n);
     return true;
   }
   bool on_array_begin(json::error_code& ec) {
     if (!begin_value(ec))
       return false;
-    path_.push_back(frame{true, 0, {}, {}});
+    ++depth_;
+    if (traced_)
+      path_.push_back(frame{true, 0, {}, {}});
     return true;
   }
   bool on_array_end(std::size_t n, json::error_code&) {
-    path_.pop_back();
+    --depth_;
+    if (traced_)
+      path_.pop_back();
     st.push_array(n);
     return true;
+  }
+
+  /// Untraced, with duplicates refused: true if every object of `v` (the
+  /// parsed document) has as many members as were written, i.e. no key was
+  /// repeated. Objects are visited in the order they ended (post-order, in
+  /// document order); a dropped member holding objects shifts that order,
+  /// which the count of objects catches.
+  bool members_as_written(const json::value& v) const {
+    std::size_t next = 0;
+    return members_as_written(v, next) && next == written_.size();
   }
 
   bool on_key_part(json::string_view s, std::size_t n, json::error_code& ec) {
@@ -128,11 +160,13 @@ public:
       return false;
     // The first part of a key (n is the length so far) replaces the previous
     // key; Boost.JSON sends a part before each escape sequence.
-    auto& key = path_.back().key;
-    if (n == s.size())
-      key.assign(s.data(), s.size());
-    else
-      key.append(s.data(), s.size());
+    if (traced_) {
+      auto& key = path_.back().key;
+      if (n == s.size())
+        key.assign(s.data(), s.size());
+      else
+        key.append(s.data(), s.size());
+    }
     st.push_chars(s);
     return true;
   }
@@ -140,14 +174,16 @@ public:
     // A key is a string on the value stack plus a key_value_pair slot.
     if (!charge(2 * sizeof(json::value) + s.size(), ec))
       return false;
-    auto& f = path_.back();
-    if (n == s.size())
-      f.key.assign(s.data(), s.size());
-    else
-      f.key.append(s.data(), s.size());
-    if (reject_duplicates_ && !f.seen.insert(f.key).second) {
-      fail(json_parse_error::duplicate_key, ec);
-      return false;
+    if (traced_) {
+      auto& f = path_.back();
+      if (n == s.size())
+        f.key.assign(s.data(), s.size());
+      else
+        f.key.append(s.data(), s.size());
+      if (reject_duplicates_ && !f.seen.insert(f.key).second) {
+        fail(json_parse_error::duplicate_key, ec);
+        return false;
+      }
     }
     st.push_key(s);
     return true;
@@ -255,7 +291,7 @@ private:
 
   // Every value costs a value_stack slot and a slot in its container.
   bool begin_value(json::error_code& ec) {
-    if (!path_.empty() && path_.back().array)
+    if (traced_ && !path_.empty() && path_.back().array)
       ++path_.back().next_index;
     return charge(2 * sizeof(json::value), ec);
   }
@@ -310,11 +346,29 @@ private:
     return out;
   }
 
+  bool members_as_written(const json::value& v, std::size_t& next) const {
+    if (const auto* a = v.if_array()) {
+      for (const auto& e : *a)
+        if (!members_as_written(e, next))
+          return false;
+      return true;
+    }
+    const auto* o = v.if_object();
+    if (!o)
+      return true;
+    for (const auto& kv : *o)
+      if (!members_as_written(kv.value(), next))
+        return false;
+    return next < written_.size() && written_[next++] == o->size();
+  }
+
   std::size_t max_bytes_;
   bool reject_duplicates_;
   bool allow_inexact_;
   bool bad_as_null_;
+  bool traced_;
   std::size_t used_ = 0;
+  std::size_t depth_ = 0;
 
 public:
   std::size_t used() const {
@@ -324,6 +378,8 @@ public:
 private:
   // Inline for the usual depth: no allocation for a shallow document.
   boost::container::small_vector<frame, 4> path_;
+  // Untraced: members written per object, in the order objects ended.
+  boost::container::small_vector<std::size_t, 8> written_;
   std::string number_;
 };
 
@@ -342,15 +398,21 @@ json_parse_result parse_json(std::string_view text,
   return parse_json(text, limits, {});
 }
 
-json_parse_result parse_json(std::string_view text, const json_limits& limits,
-                             json::storage_ptr sp) {
+namespace {
+
+// One pass of the handler over `text` (see the handler's comment).
+json_parse_result parse_pass(std::string_view text, const json_limits& limits,
+                             json::storage_ptr sp, bool traced) {
   json_parse_result r;
   json::parse_options opt;
   opt.max_depth = limits.max_depth;
-  json::basic_parser<handler> p{opt, sp, limits.max_bytes,
+  json::basic_parser<handler> p{opt,
+                                sp,
+                                limits.max_bytes,
                                 limits.reject_duplicate_keys,
                                 limits.allow_inexact_integers,
-                                limits.bad_numbers_as_null};
+                                limits.bad_numbers_as_null,
+                                traced};
   p.handler().st.reset(std::move(sp));
   json::error_code ec;
   auto n = p.write_some(false, text.data(), text.size(), ec);
@@ -360,9 +422,17 @@ json_parse_result parse_json(std::string_view text, const json_limits& limits,
     // Move-constructed, the value keeps `sp` (a move assignment would copy
     // it into the default resource).
     auto used = p.handler().used();
-    return json_parse_result{
+    json_parse_result ok{
       p.handler().st.release(), json_parse_error::none, {}, {}, used,
       p.handler().top_members};
+    if (traced || !limits.reject_duplicate_keys
+        || p.handler().members_as_written(ok.value))
+      return ok;
+    // A repeated key: the traced pass names it. (It cannot succeed; if it
+    // did, this error would stand without a field.)
+    r.error = json_parse_error::duplicate_key;
+    r.detail = "duplicate key";
+    return r;
   }
   auto& h = p.handler();
   if (h.failure != json_parse_error::none) {
@@ -406,6 +476,22 @@ json_parse_result parse_json(std::string_view text, const json_limits& limits,
       break;
   }
   return r;
+}
+
+} // namespace
+
+json_parse_result parse_json(std::string_view text, const json_limits& limits,
+                             json::storage_ptr sp) {
+  auto r = parse_pass(text, limits, sp, false);
+  if (r.error == json_parse_error::none)
+    return r;
+  // Rare (a hostile or broken document): the traced pass gives the error
+  // with its field, and the first error in document order — a repeated key
+  // before a syntax error is the repeated key.
+  auto traced = parse_pass(text, limits, std::move(sp), true);
+  if (traced.error == json_parse_error::none)
+    return r;
+  return traced;
 }
 
 std::size_t json_depth(const json::value& v) {
