@@ -75,21 +75,39 @@ nanoseconds backoff_delay(const retry_policy& policy, int n, call_rng& rng) {
 
 // -- retry_state ---------------------------------------------------------------
 
+retry_setup::retry_setup(const client_config& cfg)
+  : policy(cfg.retry), timeout(seconds_to_ns(cfg.timeout)),
+    deadline(seconds_to_ns(cfg.deadline)),
+    local_budget(seconds_to_ns(cfg.local_retry_deadline)),
+    max_redials(cfg.max_redials) {
+}
+
 retry_state::retry_state(const client_config& cfg, bool idempotent,
                          retry_time start)
-  : policy_(cfg.retry),
-    timeout_(seconds_to_ns(cfg.timeout)),
-    deadline_(seconds_to_ns(cfg.deadline)),
-    local_budget_(seconds_to_ns(cfg.local_retry_deadline)),
-    max_redials_(cfg.max_redials),
-    idempotent_(idempotent),
-    start_(start),
-    deadline_at_(start + seconds_to_ns(cfg.deadline)) {
+  : setup_(nullptr), owned_(std::make_shared<const retry_setup>(cfg)),
+    idempotent_(idempotent), start_(start) {
+  setup_ = owned_.get();
+  deadline_at_ = start + setup_->deadline;
+}
+
+retry_state::retry_state(const retry_setup& setup, bool idempotent,
+                         retry_time start)
+  : setup_(&setup), idempotent_(idempotent), start_(start),
+    deadline_at_(start + setup.deadline) {
+}
+
+void retry_state::retry_conflicts() {
+  if (setup_->policy.retryable_status(409))
+    return;
+  auto mine = std::make_shared<retry_setup>(*setup_);
+  mine->policy.retry_statuses.push_back(409);
+  owned_ = std::move(mine);
+  setup_ = owned_.get();
 }
 
 std::string retry_state::deadline_text() const {
-  auto s = "deadline of " + seconds_text(deadline_) + " s exceeded after "
-           + std::to_string(attempts_)
+  auto s = "deadline of " + seconds_text(setup_->deadline)
+           + " s exceeded after " + std::to_string(attempts_)
            + (attempts_ == 1 ? " attempt" : " attempts");
   if (!last_failure_.empty())
     s += " (last: " + last_failure_ + ")";
@@ -111,7 +129,8 @@ attempt_plan retry_state::begin_attempt(retry_time now) {
     return p;
   }
   p.send = true;
-  p.budget = std::min(timeout_, std::chrono::duration_cast<nanoseconds>(left));
+  p.budget
+    = std::min(setup_->timeout, std::chrono::duration_cast<nanoseconds>(left));
   switch (next_) {
     case next_send::new_attempt:
       ++attempts_;
@@ -213,7 +232,7 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
   if (r.request_sent || r.ok() || r.response.status != 0)
     any_sent_ = true;
   auto verdict = classify_exchange(exchange_view::of(r, idempotent_),
-                                   policy_.retry_statuses);
+                                   setup_->policy.retry_statuses);
   if (verdict.answered()) {
     auto status = r.response.status;
     retry_step s;
@@ -224,14 +243,14 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
     }
     s.cause = "status " + std::to_string(status);
     last_failure_ = s.cause;
-    if (attempts_ >= policy_.max_attempts) {
+    if (attempts_ >= setup_->policy.max_attempts) {
       s.decision = retry_decision::give_up_attempts;
       s.reason = give_up_reason::attempts_exhausted;
       return s;
     }
     auto delay = server_retry_delay(r.response.headers, wall_now);
     if (!delay)
-      delay = backoff_delay(policy_, attempts_ - 1, rng);
+      delay = backoff_delay(setup_->policy, attempts_ - 1, rng);
     if (auto why = deadline_check(now, *delay); why != give_up_reason::none) {
       // The server asks for more time than the call has (or the retry
       // could not finish in it): its answer stands.
@@ -254,7 +273,7 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
   switch (kind) {
     case transport_error_kind::none: // handled above
     case transport_error_kind::not_sent:
-      if (redials_ < max_redials_) {
+      if (redials_ < setup_->max_redials) {
         ++redials_;
         retry_step s;
         s.decision = retry_decision::redial;
@@ -269,7 +288,7 @@ retry_step retry_state::on_result(const exchange_result& r, retry_time now,
       if (!first_local_failure_)
         first_local_failure_ = now;
       auto delay = local_retry_backoff.delay(0, rng);
-      auto local_end = *first_local_failure_ + local_budget_;
+      auto local_end = *first_local_failure_ + setup_->local_budget;
       if (now + delay <= local_end && now + delay <= deadline_at_) {
         retry_step s;
         s.decision = retry_decision::retry_local;
@@ -333,21 +352,21 @@ retry_step retry_state::transport_failure(const exchange_result& r,
       e.detail += " (not retried: the request is not idempotent)";
     return end_with(retry_decision::not_retryable, std::move(e), cause, kind);
   }
-  if (attempts_ >= policy_.max_attempts) {
+  if (attempts_ >= setup_->policy.max_attempts) {
     e.detail = last_failure_ + " (gave up after "
                + std::to_string(attempts_)
                + (attempts_ == 1 ? " attempt)" : " attempts)");
     return end_with(retry_decision::give_up_attempts, std::move(e), cause, kind,
                     give_up_reason::attempts_exhausted);
   }
-  auto delay = backoff_delay(policy_, attempts_ - 1, rng);
+  auto delay = backoff_delay(setup_->policy, attempts_ - 1, rng);
   if (auto why = deadline_check(now, delay); why != give_up_reason::none) {
     e.kind = error_kind::deadline_exceeded;
     if (why == give_up_reason::deadline_exceeded)
       e.detail = deadline_text() + "; the next backoff of " + ms_text(delay)
                  + " ms would pass it";
     else
-      e.detail = "deadline of " + seconds_text(deadline_)
+      e.detail = "deadline of " + seconds_text(setup_->deadline)
                  + " s cannot be met: the next attempt would start in "
                  + ms_text(delay) + " ms and, at the endpoint's learned "
                  + "latency of " + ms_text(expected_latency_)

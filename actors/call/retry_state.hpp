@@ -33,6 +33,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -153,6 +154,19 @@ struct retry_step {
 /// breakers.
 bool reached_backend(const retry_step& step);
 
+/// What every call of one client shares in its retry loop: the policy and
+/// the durations of the client_config (validated before), converted once
+/// instead of per call.
+struct retry_setup {
+  explicit retry_setup(const client_config& cfg);
+
+  retry_policy policy;
+  std::chrono::nanoseconds timeout;
+  std::chrono::nanoseconds deadline;
+  std::chrono::nanoseconds local_budget;
+  int max_redials;
+};
+
 /// The retry loop of one call. Use: begin_attempt(now) → send with the plan
 /// → on_result(...) or on_attempt_timeout(...) → act on the step; when the
 /// step waits, call begin_attempt again after the delay.
@@ -163,6 +177,10 @@ public:
   /// there). Takes the policy, timeout, deadline, max_redials and
   /// local_retry_deadline from `cfg` (validated before).
   retry_state(const client_config& cfg, bool idempotent, retry_time start);
+
+  /// The same with the setup of `cfg` made once (retry_setup), which must
+  /// outlive this state: the service client's calls share their client's.
+  retry_state(const retry_setup& setup, bool idempotent, retry_time start);
 
   /// Plans the next send at `now`. `send == false` when the overall deadline
   /// is spent (the call ends with deadline_exceeded).
@@ -199,15 +217,12 @@ public:
   /// whose key is still being processed — a retry after a lost answer, or
   /// a hedge racing its primary — and the first request's result to a
   /// later one.
-  void retry_conflicts() {
-    if (!policy_.retryable_status(409))
-      policy_.retry_statuses.push_back(409);
-  }
+  void retry_conflicts();
 
   /// The statuses this call retries (the policy's, plus 409 after
   /// retry_conflicts): what classifies its answers.
   const std::vector<int>& retry_statuses() const {
-    return policy_.retry_statuses;
+    return setup_->policy.retry_statuses;
   }
 
   /// Real attempts started so far.
@@ -247,11 +262,12 @@ private:
                                 std::chrono::nanoseconds delay) const;
   std::string deadline_text() const;
 
-  retry_policy policy_;
-  std::chrono::nanoseconds timeout_;
-  std::chrono::nanoseconds deadline_;
-  std::chrono::nanoseconds local_budget_;
-  int max_redials_;
+  /// The setup in force: `owned_`'s, or a shared one that outlives this
+  /// state. Never points into this object, so the state moves freely.
+  const retry_setup* setup_;
+  /// Set when this state made its own setup (from a client_config, or a
+  /// copy with 409 added by retry_conflicts).
+  std::shared_ptr<const retry_setup> owned_;
   std::chrono::nanoseconds expected_latency_{0};
   bool idempotent_;
   retry_time start_;

@@ -140,6 +140,9 @@ struct fast_call {
 
 struct service_client_state {
   std::shared_ptr<const call_context> ctx;
+  /// ctx->cfg's retry policy and durations, converted once for every
+  /// unhedged call (declared before `fast`: it outlives the calls).
+  std::optional<retry_setup> retry;
   /// Seeds each call's own generator.
   call_rng rng;
   /// Set once the transport (the connection pool) terminated: its exit
@@ -571,7 +574,7 @@ caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
       c.method = built.request.method;
       c.base = std::move(built.request);
       bool idempotent = call_is_idempotent(st.ctx->cfg, c.call, c.method);
-      c.retry.emplace(st.ctx->cfg, idempotent, c.start);
+      c.retry.emplace(*st.retry, idempotent, c.start);
       if (!c.call.idempotency_key.empty() && idempotent)
         c.retry->retry_conflicts();
       if (const auto& h = st.ctx->hedging) {
@@ -635,6 +638,7 @@ client_impl_actor::behavior_type
 service_client_impl(self_ptr self, std::shared_ptr<const call_context> ctx,
                     uint64_t seed) {
   self->state.ctx = std::move(ctx);
+  self->state.retry.emplace(self->state.ctx->cfg);
   self->state.rng.seed(seed);
   self->state.timer = self->spawn<caf::hidden>(
     client_timer, caf::actor_cast<caf::weak_actor_ptr>(self));

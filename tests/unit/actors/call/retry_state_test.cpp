@@ -316,6 +316,37 @@ TEST(RetryState, StatusesAreDefinitiveUnlessListedAndIdempotent) {
   EXPECT_EQ(s.decision, retry_decision::answer);
 }
 
+// Calls that share their client's setup behave as with their own copy of
+// the config; a call that retries 409 (an idempotency key) adds it to its
+// own statuses only, and a moved state keeps its setup.
+TEST(RetryState, CallsSharingOneSetupKeepTheirOwnConflictRetries) {
+  call_rng rng{3};
+  auto cfg = base_cfg();
+  cfg.retry.retry_statuses = {503};
+  const retry_setup shared{cfg};
+  EXPECT_EQ(shared.timeout, 5s);
+  EXPECT_EQ(shared.deadline, 30s);
+  retry_state keyed{shared, true, t0};
+  keyed.retry_conflicts();
+  retry_state plain{shared, true, t0};
+  EXPECT_EQ(keyed.retry_statuses(), (std::vector<int>{503, 409}));
+  EXPECT_EQ(plain.retry_statuses(), (std::vector<int>{503}));
+  EXPECT_EQ(shared.policy.retry_statuses, (std::vector<int>{503}));
+  EXPECT_EQ(plain.deadline_at(), t0 + 30s);
+  auto moved = std::move(keyed);
+  moved.begin_attempt(t0);
+  auto s = moved.on_result(response(409), t0, {}, rng);
+  EXPECT_EQ(s.decision, retry_decision::retry_after);
+  plain.begin_attempt(t0);
+  s = plain.on_result(response(409), t0, {}, rng);
+  EXPECT_EQ(s.decision, retry_decision::answer);
+  s = plain.on_result(response(503), t0, {}, rng);
+  EXPECT_EQ(s.decision, retry_decision::retry_after);
+  // A budget comes from the shared timeout.
+  retry_state next{shared, true, t0};
+  EXPECT_EQ(next.begin_attempt(t0).budget, 5s);
+}
+
 TEST(RetryState, RetryAfterHeadersSetTheDelayToTheNanosecond) {
   call_rng rng{3};
   auto cfg = base_cfg();
