@@ -60,16 +60,19 @@ bool integer_is_exact(std::string_view text, double d) {
 // event), and in addition counts the memory of the parsed form and converts
 // doubles exactly.
 //
-// Two modes. Traced, it tracks the path of the current value (each key
-// copied, each array index counted) and, when duplicates are refused, the
-// keys seen in each object (a std::set): what an error's `field` needs.
-// Untraced it does neither and records, when duplicates are refused, each
-// object's member count as written (in the order objects end); a repeated
-// key shows afterwards as an object smaller than written, since the built
-// object keeps only the last of equal keys (boost/json/impl/object.ipp,
-// object(detail::unchecked_object&&)). parse_json parses untraced, and
-// parses again traced whenever the first pass failed or found a repeated
-// key, so every error is the traced pass's, as if it had run alone.
+// Two modes. Untraced, it builds the value and, when duplicates are
+// refused, records each object's member count as written (in the order
+// objects end); a repeated key shows afterwards as an object smaller than
+// written, since the built object keeps only the last of equal keys
+// (boost/json/impl/object.ipp, object(detail::unchecked_object&&)).
+// Traced, it builds nothing and tracks the path of the current value (each
+// key copied, each array index counted) and, when duplicates are refused,
+// the keys seen in each object (a std::set): what an error's `field`
+// needs. parse_json parses untraced, and parses again traced when the first
+// pass failed or found a repeated key, so every error is the one a single
+// traced pass finds first, with its field. The traced pass charges the same
+// memory bound but allocates no value, so a failing document costs at most
+// the first pass's memory (and two passes of time).
 class handler {
 public:
   static constexpr std::size_t max_object_size = json::object::max_size();
@@ -126,7 +129,8 @@ public:
       path_.pop_back();
     else if (reject_duplicates_)
       written_.push_back(n);
-    st.push_object(n);
+    if (!traced_)
+      st.push_object(n);
     return true;
   }
   bool on_array_begin(json::error_code& ec) {
@@ -141,7 +145,8 @@ public:
     --depth_;
     if (traced_)
       path_.pop_back();
-    st.push_array(n);
+    if (!traced_)
+      st.push_array(n);
     return true;
   }
 
@@ -167,7 +172,8 @@ public:
       else
         key.append(s.data(), s.size());
     }
-    st.push_chars(s);
+    if (!traced_)
+      st.push_chars(s);
     return true;
   }
   bool on_key(json::string_view s, std::size_t n, json::error_code& ec) {
@@ -185,20 +191,23 @@ public:
         return false;
       }
     }
-    st.push_key(s);
+    if (!traced_)
+      st.push_key(s);
     return true;
   }
   bool on_string_part(json::string_view s, std::size_t, json::error_code& ec) {
     if (!charge(s.size(), ec))
       return false;
-    st.push_chars(s);
+    if (!traced_)
+      st.push_chars(s);
     return true;
   }
   bool on_string(json::string_view s, std::size_t n, json::error_code& ec) {
     if (!begin_value(ec) || !charge(s.size() + 1, ec))
       return false;
     (void)n;
-    st.push_string(s);
+    if (!traced_)
+      st.push_string(s);
     return true;
   }
 
@@ -210,14 +219,16 @@ public:
     number_.clear();
     if (!begin_value(ec))
       return false;
-    st.push_int64(i);
+    if (!traced_)
+      st.push_int64(i);
     return true;
   }
   bool on_uint64(std::uint64_t u, json::string_view, json::error_code& ec) {
     number_.clear();
     if (!begin_value(ec))
       return false;
-    st.push_uint64(u);
+    if (!traced_)
+      st.push_uint64(u);
     return true;
   }
   bool on_double(double d, json::string_view s, json::error_code& ec) {
@@ -259,19 +270,22 @@ public:
       return bad_number(json_parse_error::inexact_integer, ec);
     }
     number_.clear();
-    st.push_double(exact);
+    if (!traced_)
+      st.push_double(exact);
     return true;
   }
   bool on_bool(bool b, json::error_code& ec) {
     if (!begin_value(ec))
       return false;
-    st.push_bool(b);
+    if (!traced_)
+      st.push_bool(b);
     return true;
   }
   bool on_null(json::error_code& ec) {
     if (!begin_value(ec))
       return false;
-    st.push_null();
+    if (!traced_)
+      st.push_null();
     return true;
   }
   bool on_comment_part(json::string_view, json::error_code&) {
@@ -312,7 +326,8 @@ private:
     if (bad_as_null_) {
       underflow = false;
       failed_digits = 0;
-      st.push_null();
+      if (!traced_)
+        st.push_null();
       return true;
     }
     fail(e, ec);
@@ -418,6 +433,8 @@ json_parse_result parse_pass(std::string_view text, const json_limits& limits,
   auto n = p.write_some(false, text.data(), text.size(), ec);
   if (!ec && n < text.size())
     ec = json::error::extra_data;
+  if (!ec && traced)
+    return r; // nothing built: the caller keeps the first pass's result
   if (!ec) {
     // Move-constructed, the value keeps `sp` (a move assignment would copy
     // it into the default resource).
@@ -425,7 +442,7 @@ json_parse_result parse_pass(std::string_view text, const json_limits& limits,
     json_parse_result ok{
       p.handler().st.release(), json_parse_error::none, {}, {}, used,
       p.handler().top_members};
-    if (traced || !limits.reject_duplicate_keys
+    if (!limits.reject_duplicate_keys
         || p.handler().members_as_written(ok.value))
       return ok;
     // A repeated key: the traced pass names it. (It cannot succeed; if it
@@ -484,6 +501,12 @@ json_parse_result parse_json(std::string_view text, const json_limits& limits,
                              json::storage_ptr sp) {
   auto r = parse_pass(text, limits, sp, false);
   if (r.error == json_parse_error::none)
+    return r;
+  // Without repeated keys to refuse, only a number's error has a field:
+  // any other error is the traced pass's already.
+  bool has_field = r.error == json_parse_error::number_out_of_range
+                   || r.error == json_parse_error::inexact_integer;
+  if (!limits.reject_duplicate_keys && !has_field)
     return r;
   // Rare (a hostile or broken document): the traced pass gives the error
   // with its field, and the first error in document order — a repeated key

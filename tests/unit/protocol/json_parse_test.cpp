@@ -92,10 +92,13 @@ class counting_resource : public boost::json::memory_resource {
 public:
   std::size_t current = 0;
   std::size_t peak = 0;
+  /// Every byte ever allocated: what an arena that frees nothing holds.
+  std::size_t total = 0;
 
 private:
   void* do_allocate(std::size_t n, std::size_t align) override {
     current += n;
+    total += n;
     peak = std::max(peak, current);
     // malloc's alignment (alignof(max_align_t)) covers what Boost.JSON
     // asks; the deallocation may name another alignment than the
@@ -515,6 +518,36 @@ TEST(JsonParse, TheFirstErrorInTheDocumentIsTheOneReported) {
   auto far = parse_json(R"({"x":[{"a":1},{"b":1e999}],"x":1})", strict);
   EXPECT_EQ(far.error, json_parse_error::number_out_of_range);
   EXPECT_EQ(far.field, "x[1].b");
+}
+
+// A document that fails after most of it was built (a number out of
+// range at its end; a repeated top-level key at its end, when refused)
+// costs an arena that frees nothing about what the same document costs
+// when it parses: the second pass that names the error builds no value.
+TEST(JsonParse, AFailingDocumentCostsAnArenaNoMoreThanOnePass) {
+  std::string body = "[";
+  for (int i = 0; i < 20000; ++i)
+    body += (i == 0 ? "" : ",") + std::string{R"({"k":[1,2,3]})"};
+  body += "]";
+  json_limits l;
+  l.reject_duplicate_keys = true;
+  auto total_of = [&](const std::string& text, json_parse_error expected) {
+    counting_resource counted;
+    {
+      auto r = parse_json(text, l, boost::json::storage_ptr{&counted});
+      EXPECT_EQ(r.error, expected) << r.detail;
+    }
+    return counted.total;
+  };
+  auto fine
+    = total_of(R"({"a":)" + body + R"(,"b":1})", json_parse_error::none);
+  auto late_number = total_of(R"({"a":)" + body + R"(,"b":1e999})",
+                              json_parse_error::number_out_of_range);
+  auto late_repeat = total_of(R"({"a":)" + body + R"(,"a":1})",
+                              json_parse_error::duplicate_key);
+  EXPECT_GT(fine, 1000000u);
+  EXPECT_LE(late_number, fine + fine / 10);
+  EXPECT_LE(late_repeat, fine + fine / 10);
 }
 
 TEST(JsonParse, ATwelveMiBPageOfTinyEventsParsesUnderTheDefaultBound) {
