@@ -60,19 +60,12 @@ bool integer_is_exact(std::string_view text, double d) {
 // event), and in addition counts the memory of the parsed form and converts
 // doubles exactly.
 //
-// Two modes. Untraced, it builds the value and, when duplicates are
-// refused, records each object's member count as written (in the order
-// objects end); a repeated key shows afterwards as an object smaller than
-// written, since the built object keeps only the last of equal keys
-// (boost/json/impl/object.ipp, object(detail::unchecked_object&&)).
-// Traced, it builds nothing and tracks the path of the current value (each
-// key copied, each array index counted) and, when duplicates are refused,
-// the keys seen in each object (a std::set): what an error's `field`
-// needs. parse_json parses untraced, and parses again traced when the first
-// pass failed or found a repeated key, so every error is the one a single
-// traced pass finds first, with its field. The traced pass charges the same
-// memory bound but allocates no value, so a failing document costs at most
-// the first pass's memory (and two passes of time).
+// Traced, it also tracks the path of the current value (each key copied,
+// each array index counted) and, when duplicates are refused, the keys seen
+// in each object (a std::set): what an error's `field` needs. Untraced it
+// does neither. It may build the value or only check the text (`build`
+// false: the same events, charges and errors, no allocation for values).
+// parse_json (below) picks the passes.
 class handler {
 public:
   static constexpr std::size_t max_object_size = json::object::max_size();
@@ -82,10 +75,10 @@ public:
 
   handler(const json::storage_ptr& sp, std::size_t max_bytes,
           bool reject_duplicates, bool allow_inexact, bool bad_numbers_as_null,
-          bool traced)
+          bool traced, bool build)
     : st(sp, temp_, sizeof temp_), max_bytes_(max_bytes),
       reject_duplicates_(reject_duplicates), allow_inexact_(allow_inexact),
-      bad_as_null_(bad_numbers_as_null), traced_(traced) {
+      bad_as_null_(bad_numbers_as_null), traced_(traced), build_(build) {
   }
 
 private:
@@ -127,9 +120,7 @@ public:
     --depth_;
     if (traced_)
       path_.pop_back();
-    else if (reject_duplicates_)
-      written_.push_back(n);
-    if (!traced_)
+    if (build_)
       st.push_object(n);
     return true;
   }
@@ -145,19 +136,9 @@ public:
     --depth_;
     if (traced_)
       path_.pop_back();
-    if (!traced_)
+    if (build_)
       st.push_array(n);
     return true;
-  }
-
-  /// Untraced, with duplicates refused: true if every object of `v` (the
-  /// parsed document) has as many members as were written, i.e. no key was
-  /// repeated. Objects are visited in the order they ended (post-order, in
-  /// document order); a dropped member holding objects shifts that order,
-  /// which the count of objects catches.
-  bool members_as_written(const json::value& v) const {
-    std::size_t next = 0;
-    return members_as_written(v, next) && next == written_.size();
   }
 
   bool on_key_part(json::string_view s, std::size_t n, json::error_code& ec) {
@@ -172,7 +153,7 @@ public:
       else
         key.append(s.data(), s.size());
     }
-    if (!traced_)
+    if (build_)
       st.push_chars(s);
     return true;
   }
@@ -191,14 +172,14 @@ public:
         return false;
       }
     }
-    if (!traced_)
+    if (build_)
       st.push_key(s);
     return true;
   }
   bool on_string_part(json::string_view s, std::size_t, json::error_code& ec) {
     if (!charge(s.size(), ec))
       return false;
-    if (!traced_)
+    if (build_)
       st.push_chars(s);
     return true;
   }
@@ -206,7 +187,7 @@ public:
     if (!begin_value(ec) || !charge(s.size() + 1, ec))
       return false;
     (void)n;
-    if (!traced_)
+    if (build_)
       st.push_string(s);
     return true;
   }
@@ -219,7 +200,7 @@ public:
     number_.clear();
     if (!begin_value(ec))
       return false;
-    if (!traced_)
+    if (build_)
       st.push_int64(i);
     return true;
   }
@@ -227,7 +208,7 @@ public:
     number_.clear();
     if (!begin_value(ec))
       return false;
-    if (!traced_)
+    if (build_)
       st.push_uint64(u);
     return true;
   }
@@ -270,21 +251,21 @@ public:
       return bad_number(json_parse_error::inexact_integer, ec);
     }
     number_.clear();
-    if (!traced_)
+    if (build_)
       st.push_double(exact);
     return true;
   }
   bool on_bool(bool b, json::error_code& ec) {
     if (!begin_value(ec))
       return false;
-    if (!traced_)
+    if (build_)
       st.push_bool(b);
     return true;
   }
   bool on_null(json::error_code& ec) {
     if (!begin_value(ec))
       return false;
-    if (!traced_)
+    if (build_)
       st.push_null();
     return true;
   }
@@ -326,7 +307,7 @@ private:
     if (bad_as_null_) {
       underflow = false;
       failed_digits = 0;
-      if (!traced_)
+      if (build_)
         st.push_null();
       return true;
     }
@@ -361,27 +342,12 @@ private:
     return out;
   }
 
-  bool members_as_written(const json::value& v, std::size_t& next) const {
-    if (const auto* a = v.if_array()) {
-      for (const auto& e : *a)
-        if (!members_as_written(e, next))
-          return false;
-      return true;
-    }
-    const auto* o = v.if_object();
-    if (!o)
-      return true;
-    for (const auto& kv : *o)
-      if (!members_as_written(kv.value(), next))
-        return false;
-    return next < written_.size() && written_[next++] == o->size();
-  }
-
   std::size_t max_bytes_;
   bool reject_duplicates_;
   bool allow_inexact_;
   bool bad_as_null_;
   bool traced_;
+  bool build_;
   std::size_t used_ = 0;
   std::size_t depth_ = 0;
 
@@ -393,8 +359,6 @@ public:
 private:
   // Inline for the usual depth: no allocation for a shallow document.
   boost::container::small_vector<frame, 4> path_;
-  // Untraced: members written per object, in the order objects ended.
-  boost::container::small_vector<std::size_t, 8> written_;
   std::string number_;
 };
 
@@ -415,9 +379,10 @@ json_parse_result parse_json(std::string_view text,
 
 namespace {
 
-// One pass of the handler over `text` (see the handler's comment).
+// One pass of the handler over `text` (see the handler's comment). A pass
+// that does not build returns no value on success.
 json_parse_result parse_pass(std::string_view text, const json_limits& limits,
-                             json::storage_ptr sp, bool traced) {
+                             json::storage_ptr sp, bool traced, bool build) {
   json_parse_result r;
   json::parse_options opt;
   opt.max_depth = limits.max_depth;
@@ -427,29 +392,22 @@ json_parse_result parse_pass(std::string_view text, const json_limits& limits,
                                 limits.reject_duplicate_keys,
                                 limits.allow_inexact_integers,
                                 limits.bad_numbers_as_null,
-                                traced};
+                                traced,
+                                build};
   p.handler().st.reset(std::move(sp));
   json::error_code ec;
   auto n = p.write_some(false, text.data(), text.size(), ec);
   if (!ec && n < text.size())
     ec = json::error::extra_data;
-  if (!ec && traced)
-    return r; // nothing built: the caller keeps the first pass's result
+  if (!ec && !build)
+    return r;
   if (!ec) {
     // Move-constructed, the value keeps `sp` (a move assignment would copy
     // it into the default resource).
     auto used = p.handler().used();
-    json_parse_result ok{
+    return json_parse_result{
       p.handler().st.release(), json_parse_error::none, {}, {}, used,
       p.handler().top_members};
-    if (!limits.reject_duplicate_keys
-        || p.handler().members_as_written(ok.value))
-      return ok;
-    // A repeated key: the traced pass names it. (It cannot succeed; if it
-    // did, this error would stand without a field.)
-    r.error = json_parse_error::duplicate_key;
-    r.detail = "duplicate key";
-    return r;
   }
   auto& h = p.handler();
   if (h.failure != json_parse_error::none) {
@@ -499,22 +457,22 @@ json_parse_result parse_pass(std::string_view text, const json_limits& limits,
 
 json_parse_result parse_json(std::string_view text, const json_limits& limits,
                              json::storage_ptr sp) {
-  auto r = parse_pass(text, limits, sp, false);
-  if (r.error == json_parse_error::none)
+  // Refusing repeated keys needs the keys of each object as it is read
+  // (and an error then stops there): one traced pass. Only configuration
+  // files ask for it.
+  if (limits.reject_duplicate_keys)
+    return parse_pass(text, limits, std::move(sp), true, true);
+  // Everything else is read untraced (no key copied, no path kept). Only a
+  // number's error names a field: then a second, traced pass that builds
+  // nothing finds the same first error (it sees the same events and
+  // charges) and its path. A failing document so costs the caller's
+  // resource no more than one pass.
+  auto r = parse_pass(text, limits, sp, false, true);
+  if (r.error != json_parse_error::number_out_of_range
+      && r.error != json_parse_error::inexact_integer)
     return r;
-  // Without repeated keys to refuse, only a number's error has a field:
-  // any other error is the traced pass's already.
-  bool has_field = r.error == json_parse_error::number_out_of_range
-                   || r.error == json_parse_error::inexact_integer;
-  if (!limits.reject_duplicate_keys && !has_field)
-    return r;
-  // Rare (a hostile or broken document): the traced pass gives the error
-  // with its field, and the first error in document order — a repeated key
-  // before a syntax error is the repeated key.
-  auto traced = parse_pass(text, limits, std::move(sp), true);
-  if (traced.error == json_parse_error::none)
-    return r;
-  return traced;
+  auto traced = parse_pass(text, limits, std::move(sp), true, false);
+  return traced.error == r.error ? traced : r;
 }
 
 std::size_t json_depth(const json::value& v) {

@@ -857,9 +857,15 @@ void start(self_ptr self, call_request call) {
   st.base = std::move(built.request);
   st.method = st.base->method;
   bool idempotent = call_is_idempotent(st.ctx->cfg, st.call, st.method);
-  st.retry.emplace(st.ctx->cfg, idempotent, st.start);
-  if (!st.call.idempotency_key.empty() && idempotent)
-    st.retry->retry_conflicts();
+  bool keyed = !st.call.idempotency_key.empty() && idempotent;
+  if (const auto& setups = st.ctx->retry) {
+    st.retry.emplace(keyed ? setups->keyed : setups->plain, idempotent,
+                     st.start);
+  } else {
+    st.retry.emplace(st.ctx->cfg, idempotent, st.start);
+    if (keyed)
+      st.retry->retry_conflicts();
+  }
   if (const auto& h = st.ctx->hedging) {
     const auto& url = st.ctx->url;
     auto route

@@ -8,6 +8,7 @@
 // retry_state decides; this actor sends, waits on the actor clock, reports.
 
 #include "actors/call/hedging.hpp"
+#include "actors/call/retry_state.hpp"
 #include "actors/messages.hpp"
 #include "actors/observer.hpp"
 #include "actors/transport.hpp"
@@ -45,6 +46,9 @@ struct call_context {
   /// deposits, every retry and hedge withdraws; null: no budget (a call
   /// actor spawned without a client, as in tests).
   std::shared_ptr<shared_retry_budget> budget;
+  /// cfg's retry setups, made once (the service client sets them); null:
+  /// each call makes its own from cfg.
+  std::shared_ptr<const retry_setups> retry;
 };
 
 /// Typed interface of a call actor.

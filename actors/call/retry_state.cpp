@@ -82,6 +82,13 @@ retry_setup::retry_setup(const client_config& cfg)
     max_redials(cfg.max_redials) {
 }
 
+retry_setup retry_setup::with_conflicts() const {
+  auto s = *this;
+  if (!s.policy.retryable_status(409))
+    s.policy.retry_statuses.push_back(409);
+  return s;
+}
+
 retry_state::retry_state(const client_config& cfg, bool idempotent,
                          retry_time start)
   : setup_(nullptr), owned_(std::make_shared<const retry_setup>(cfg)),
@@ -99,9 +106,7 @@ retry_state::retry_state(const retry_setup& setup, bool idempotent,
 void retry_state::retry_conflicts() {
   if (setup_->policy.retryable_status(409))
     return;
-  auto mine = std::make_shared<retry_setup>(*setup_);
-  mine->policy.retry_statuses.push_back(409);
-  owned_ = std::move(mine);
+  owned_ = std::make_shared<const retry_setup>(setup_->with_conflicts());
   setup_ = owned_.get();
 }
 

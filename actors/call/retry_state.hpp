@@ -160,11 +160,26 @@ bool reached_backend(const retry_step& step);
 struct retry_setup {
   explicit retry_setup(const client_config& cfg);
 
+  /// The setup for a call that carries an idempotency key: 409 Conflict
+  /// retried too (see retry_state::retry_conflicts).
+  retry_setup with_conflicts() const;
+
   retry_policy policy;
   std::chrono::nanoseconds timeout;
   std::chrono::nanoseconds deadline;
   std::chrono::nanoseconds local_budget;
   int max_redials;
+};
+
+/// A client's two setups, made once: for calls without and with an
+/// idempotency key.
+struct retry_setups {
+  explicit retry_setups(const client_config& cfg)
+    : plain(cfg), keyed(plain.with_conflicts()) {
+  }
+
+  retry_setup plain;
+  retry_setup keyed;
 };
 
 /// The retry loop of one call. Use: begin_attempt(now) → send with the plan
@@ -181,6 +196,8 @@ public:
   /// The same with the setup of `cfg` made once (retry_setup), which must
   /// outlive this state: the service client's calls share their client's.
   retry_state(const retry_setup& setup, bool idempotent, retry_time start);
+  /// A temporary setup would not outlive the state.
+  retry_state(retry_setup&&, bool, retry_time) = delete;
 
   /// Plans the next send at `now`. `send == false` when the overall deadline
   /// is spent (the call ends with deadline_exceeded).

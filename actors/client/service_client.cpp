@@ -140,9 +140,6 @@ struct fast_call {
 
 struct service_client_state {
   std::shared_ptr<const call_context> ctx;
-  /// ctx->cfg's retry policy and durations, converted once for every
-  /// unhedged call (declared before `fast`: it outlives the calls).
-  std::optional<retry_setup> retry;
   /// Seeds each call's own generator.
   call_rng rng;
   /// Set once the transport (the connection pool) terminated: its exit
@@ -574,9 +571,10 @@ caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
       c.method = built.request.method;
       c.base = std::move(built.request);
       bool idempotent = call_is_idempotent(st.ctx->cfg, c.call, c.method);
-      c.retry.emplace(*st.retry, idempotent, c.start);
-      if (!c.call.idempotency_key.empty() && idempotent)
-        c.retry->retry_conflicts();
+      // The client's setups (ctx->retry) outlive every call: ctx does.
+      bool keyed = !c.call.idempotency_key.empty() && idempotent;
+      const auto& setups = *st.ctx->retry;
+      c.retry.emplace(keyed ? setups.keyed : setups.plain, idempotent, c.start);
       if (const auto& h = st.ctx->hedging) {
         const auto& url = st.ctx->url;
         auto route = h->routes.route(c.call.hedge_endpoint, c.method,
@@ -638,7 +636,6 @@ client_impl_actor::behavior_type
 service_client_impl(self_ptr self, std::shared_ptr<const call_context> ctx,
                     uint64_t seed) {
   self->state.ctx = std::move(ctx);
-  self->state.retry.emplace(self->state.ctx->cfg);
   self->state.rng.seed(seed);
   self->state.timer = self->spawn<caf::hidden>(
     client_timer, caf::actor_cast<caf::weak_actor_ptr>(self));
@@ -769,6 +766,7 @@ service_client_actor make_service_client(caf::actor_system& sys,
   ctx->budget = std::make_shared<shared_retry_budget>(cfg.retry_budget,
                                                       sys.clock().now());
   ctx->cfg = std::move(cfg);
+  ctx->retry = std::make_shared<const retry_setups>(ctx->cfg);
   uint64_t seed = opts.seed != 0 ? opts.seed : core::entropy_seed();
   auto client = sys.spawn(service_client_impl,
                           std::shared_ptr<const call_context>{std::move(ctx)},

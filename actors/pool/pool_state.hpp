@@ -451,13 +451,12 @@ public:
       return r;
     }
     auto* found = find_endpoint(key);
-    auto& list = (found ? *found : add_endpoint(key)).idle;
-    if (list.size() >= limits_.max_idle) {
+    if ((found ? found->idle.size() : 0) >= limits_.max_idle) {
       r.decision = release_decision::close_pool_full;
-      free_slot(key);
+      free_slot(key); // may remove the entry
       return r;
     }
-    list.push_back(std::move(conn));
+    (found ? *found : add_endpoint(key)).idle.push_back(std::move(conn));
     r.decision = release_decision::keep_idle;
     return r;
   }
@@ -560,7 +559,8 @@ private:
     auto* e = find_endpoint(key);
     if (e && e->open > 0 && --e->open == 0 && e->idle.empty()) {
       // Idle connections count as open, so none can be left here.
-      *e = std::move(endpoints_.back());
+      if (e != &endpoints_.back())
+        *e = std::move(endpoints_.back());
       endpoints_.pop_back();
     }
     return std::nullopt;
@@ -612,7 +612,8 @@ private:
   }
 
   pool_limits limits_;
-  /// Keys with an open connection (entries leave when none is).
+  /// One entry per key seen (an entry leaves when its last open connection
+  /// closes).
   std::vector<endpoint> endpoints_;
   std::unordered_map<uint64_t, in_flight> flights_;
   /// Spare nodes of flights_: no table node allocated per exchange in

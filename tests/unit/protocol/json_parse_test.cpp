@@ -476,10 +476,9 @@ private:
 
 } // namespace
 
-// The parser finds a repeated key after the fact (an object smaller than
-// written) and names it by parsing again with keys tracked: over random
-// documents, it is refused exactly when a key repeats, at the first repeat
-// in document order; without the check the same documents parse.
+// Over random documents, a repeated key is refused exactly when one
+// repeats, named at the first repeat in document order; without the check
+// the same documents parse.
 TEST(JsonParse, EveryRepeatedKeyIsFoundAndNamedAtItsFirstOccurrence) {
   json_limits strict;
   strict.reject_duplicate_keys = true;

@@ -345,6 +345,11 @@ TEST(RetryState, CallsSharingOneSetupKeepTheirOwnConflictRetries) {
   // A budget comes from the shared timeout.
   retry_state next{shared, true, t0};
   EXPECT_EQ(next.begin_attempt(t0).budget, 5s);
+  // A client's two setups: the keyed one retries 409, the plain one not.
+  const retry_setups both{cfg};
+  EXPECT_EQ(both.plain.policy.retry_statuses, (std::vector<int>{503}));
+  EXPECT_EQ(both.keyed.policy.retry_statuses, (std::vector<int>{503, 409}));
+  EXPECT_EQ(both.keyed.deadline, 30s);
 }
 
 TEST(RetryState, RetryAfterHeadersSetTheDelayToTheNanosecond) {
