@@ -216,6 +216,10 @@ leader_state::leader_state(const coalesce_config& cfg, coalesce_rng& rng)
   : cfg_(cfg) {
   cfg_.validate();
   ttl_ = coalesce_seconds(cfg_.leader_ttl);
+  durations_ = {coalesce_seconds(cfg_.retry.overall),
+                coalesce_seconds(cfg_.retry.per_attempt),
+                coalesce_seconds(cfg_.retry.base_backoff),
+                coalesce_seconds(cfg_.retry.max_backoff)};
   for (auto& ep : cfg_.parsed_endpoints())
     endpoints_.push_back(ep.key());
   // The first worklist is the configured order: an operator puts the
@@ -421,10 +425,11 @@ discovery_call::discovery_call(const leader_state& ls, bool non_idempotent,
                                coalesce_time start)
   : non_idempotent_(non_idempotent) {
   const auto& cfg = ls.config();
-  deadline_ = start + coalesce_seconds(cfg.retry.overall);
-  per_attempt_ = coalesce_seconds(cfg.retry.per_attempt);
-  base_backoff_ = coalesce_seconds(cfg.retry.base_backoff);
-  max_backoff_ = coalesce_seconds(cfg.retry.max_backoff);
+  const auto& d = ls.durations();
+  deadline_ = start + d.overall;
+  per_attempt_ = d.per_attempt;
+  base_backoff_ = d.base_backoff;
+  max_backoff_ = d.max_backoff;
   max_attempts_ = cfg.retry.max_attempts;
   max_redirects_pass_ = cfg.max_redirects_per_pass;
   max_redirects_call_ = cfg.max_redirects_per_call;

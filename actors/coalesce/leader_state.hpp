@@ -336,9 +336,21 @@ public:
     return offset_;
   }
 
+  /// cfg.retry's durations, converted once for every discovery_call.
+  struct retry_durations {
+    coalesce_duration overall;
+    coalesce_duration per_attempt;
+    coalesce_duration base_backoff;
+    coalesce_duration max_backoff;
+  };
+  const retry_durations& durations() const {
+    return durations_;
+  }
+
 private:
   coalesce_config cfg_;
   coalesce_duration ttl_;
+  retry_durations durations_;
   std::vector<std::string> endpoints_;
   std::size_t offset_ = 0;
   std::optional<cached_leader> cache_;
