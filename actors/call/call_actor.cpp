@@ -859,8 +859,7 @@ void start(self_ptr self, call_request call) {
   bool idempotent = call_is_idempotent(st.ctx->cfg, st.call, st.method);
   bool keyed = !st.call.idempotency_key.empty() && idempotent;
   if (const auto& setups = st.ctx->retry) {
-    st.retry.emplace(keyed ? setups->keyed : setups->plain, idempotent,
-                     st.start);
+    st.retry.emplace(setups->for_call(keyed), idempotent, st.start);
   } else {
     st.retry.emplace(st.ctx->cfg, idempotent, st.start);
     if (keyed)

@@ -178,6 +178,12 @@ struct retry_setups {
     : plain(cfg), keyed(plain.with_conflicts()) {
   }
 
+  /// The setup of a call that is `keyed` (carries an idempotency key and
+  /// is retried: see retry_state::retry_conflicts) or not.
+  const retry_setup& for_call(bool keyed) const {
+    return keyed ? this->keyed : plain;
+  }
+
   retry_setup plain;
   retry_setup keyed;
 };

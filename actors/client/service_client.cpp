@@ -573,8 +573,7 @@ caf::result<call_outcome> start_fast(self_ptr self, call_request& req) {
       bool idempotent = call_is_idempotent(st.ctx->cfg, c.call, c.method);
       // The client's setups (ctx->retry) outlive every call: ctx does.
       bool keyed = !c.call.idempotency_key.empty() && idempotent;
-      const auto& setups = *st.ctx->retry;
-      c.retry.emplace(keyed ? setups.keyed : setups.plain, idempotent, c.start);
+      c.retry.emplace(st.ctx->retry->for_call(keyed), idempotent, c.start);
       if (const auto& h = st.ctx->hedging) {
         const auto& url = st.ctx->url;
         auto route = h->routes.route(c.call.hedge_endpoint, c.method,

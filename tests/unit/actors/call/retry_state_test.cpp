@@ -350,6 +350,8 @@ TEST(RetryState, CallsSharingOneSetupKeepTheirOwnConflictRetries) {
   EXPECT_EQ(both.plain.policy.retry_statuses, (std::vector<int>{503}));
   EXPECT_EQ(both.keyed.policy.retry_statuses, (std::vector<int>{503, 409}));
   EXPECT_EQ(both.keyed.deadline, 30s);
+  EXPECT_EQ(&both.for_call(true), &both.keyed);
+  EXPECT_EQ(&both.for_call(false), &both.plain);
 }
 
 TEST(RetryState, RetryAfterHeadersSetTheDelayToTheNanosecond) {
