@@ -320,6 +320,11 @@ public:
   /// later than `now` stay queued.
   std::vector<rpc_plan> take_ready(coalesce_time now);
 
+  /// take_ready into `out` (cleared first), so that an owner calling it
+  /// after every event can keep one vector's memory instead of allocating
+  /// one per call.
+  void take_ready(coalesce_time now, std::vector<rpc_plan>& out);
+
   /// When the owner must call take_ready next although nothing else
   /// happens (the earliest cold-start flush), or nullopt.
   std::optional<coalesce_time> next_wakeup() const;

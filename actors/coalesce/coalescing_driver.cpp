@@ -18,6 +18,7 @@
 #include <random>
 #include <unordered_map>
 #include <variant>
+#include <vector>
 
 namespace outbound {
 inline namespace coalesce {
@@ -121,6 +122,9 @@ struct driver_state {
   /// armed while an earlier one is pending).
   std::optional<coalesce_time> deadline_armed;
   std::unordered_map<uint64_t, rpc_run> rpcs;
+  /// pump's list of RPCs to start, kept for its memory (pump lends it out
+  /// while it runs: starting an RPC may pump again).
+  std::vector<rpc_plan> ready;
   /// The transport of each endpoint in use, with the endpoint parsed once
   /// (an attempt builds its request from it).
   std::unordered_map<std::string, endpoint_link> transports;
@@ -631,8 +635,15 @@ void start_rpc(self_ptr self, rpc_plan plan) {
 void pump(self_ptr self, std::optional<coalesce_time> at) {
   auto& st = self->state;
   auto now = at ? *at : now_of(self);
-  for (auto& p : st.batches->take_ready(now))
+  // Lent out while the RPCs start: one that fails at once finishes and
+  // pumps again, which then takes a list of its own.
+  auto ready = std::move(st.ready);
+  st.batches->take_ready(now, ready);
+  for (auto& p : ready)
     start_rpc(self, std::move(p));
+  ready.clear();
+  if (ready.capacity() > st.ready.capacity())
+    st.ready = std::move(ready);
   auto due = st.batches->next_wakeup();
   if (!due || (st.flush_armed && *st.flush_armed <= *due))
     return;

@@ -17,8 +17,37 @@ namespace json = boost::json;
 
 namespace {
 
-std::optional<uint64_t> u64_field(const json::object& o, const char* name) {
-  auto* v = o.if_contains(name);
+/// The members the readers look for, found in one pass over an object
+/// (a parsed object holds each key once: Boost.JSON keeps the last of a
+/// repeated key, and unambiguous_object refuses a body that repeats one).
+struct oracle_fields {
+  const json::value* physical_ms = nullptr;
+  const json::value* logical_start = nullptr;
+  const json::value* start = nullptr;
+  const json::value* count = nullptr;
+  const json::value* epoch = nullptr;
+};
+
+oracle_fields fields_of(const json::object& o) {
+  oracle_fields f;
+  for (const auto& kv : o) {
+    auto k = kv.key();
+    const auto* v = &kv.value();
+    if (k == "count")
+      f.count = v;
+    else if (k == "epoch")
+      f.epoch = v;
+    else if (k == "physical_ms")
+      f.physical_ms = v;
+    else if (k == "logical_start")
+      f.logical_start = v;
+    else if (k == "start")
+      f.start = v;
+  }
+  return f;
+}
+
+std::optional<uint64_t> u64_of(const json::value* v) {
   if (!v)
     return std::nullopt;
   if (v->is_uint64())
@@ -26,6 +55,14 @@ std::optional<uint64_t> u64_field(const json::object& o, const char* name) {
   if (v->is_int64() && v->as_int64() >= 0)
     return static_cast<uint64_t>(v->as_int64());
   return std::nullopt;
+}
+
+/// The `"epoch"` member as a leader epoch: a decimal string of 1..20
+/// digits, at most 2^64-1, as hints carry it (parse_leader_epoch).
+std::optional<uint64_t> leader_epoch_of(const oracle_fields& f) {
+  if (!f.epoch || !f.epoch->is_string())
+    return std::nullopt;
+  return parse_leader_epoch(f.epoch->as_string());
 }
 
 /// The top-level object of a 2xx body, or nullptr when the body is not a
@@ -36,17 +73,6 @@ const json::object* unambiguous_object(const json_parse_result& parsed) {
   if (!v.is_object() || parsed.top_level_members != v.as_object().size())
     return nullptr;
   return &v.as_object();
-}
-
-/// The body's "epoch" if it is a decimal leader epoch (1..20 digits, at
-/// most 2^64-1, as hints carry it), else "": a hostile 60 KB epoch is never
-/// copied to every waiter of a batch (ts is served without it, seq becomes
-/// uncertain: check_seq_response wants an epoch).
-std::string decimal_epoch(const json::object& o) {
-  auto* e = o.if_contains("epoch");
-  if (!e || !e->is_string() || !parse_leader_epoch(e->as_string()))
-    return {};
-  return std::string{e->as_string()};
 }
 
 /// Why a 2xx body gives no object to read fields from: empty when `obj`
@@ -64,40 +90,42 @@ std::string unreadable_cause(const json_parse_result& parsed,
   return "response body repeats a top-level key";
 }
 
-} // namespace
-
-// A body that does not parse, or fields out of range, give default values
-// (count 0): the batcher reports the violation (ts) or the uncertainty (seq).
-
-namespace {
-
 json_limits depth_limit(std::size_t max_depth) {
   json_limits l;
   l.max_depth = max_depth;
   return l;
 }
 
-/// The `"epoch"` of a parsed body as parse_body_epoch reads it.
-std::optional<uint64_t> epoch_of(const json_parse_result& parsed) {
-  auto& v = parsed.value;
-  if (!parsed || !v.is_object())
-    return std::nullopt;
-  auto* e = v.as_object().if_contains("epoch");
-  if (!e || !e->is_string())
-    return std::nullopt;
-  return parse_leader_epoch(e->as_string());
-}
+/// A parsed body as the readers see it: its members when it is an object
+/// (also an ambiguous one: a refusal's epoch is read from it), and whether
+/// its fields may be served.
+struct read_body {
+  const json::object* served = nullptr; // unambiguous_object
+  oracle_fields fields;                 // of any parsed object
+  std::string unreadable;               // unreadable_cause
 
-ts_response ts_of(const json_parse_result& parsed) {
+  explicit read_body(const json_parse_result& parsed) {
+    if (parsed && parsed.value.is_object())
+      fields = fields_of(parsed.value.as_object());
+    served = parsed ? unambiguous_object(parsed) : nullptr;
+    unreadable = unreadable_cause(parsed, served);
+  }
+};
+
+// A body that does not parse, or fields out of range, give default values
+// (count 0): the batcher reports the violation (ts) or the uncertainty (seq).
+// `epoch` is kept only when it is a decimal leader epoch: a hostile 60 KB
+// epoch is never copied to every waiter of a batch (ts is served without
+// it, seq becomes uncertain: check_seq_response wants an epoch).
+
+ts_response ts_of(const read_body& b, std::optional<uint64_t> epoch) {
   ts_response r;
-  auto* obj = parsed ? unambiguous_object(parsed) : nullptr;
-  r.unreadable = unreadable_cause(parsed, obj);
-  if (!obj)
+  r.unreadable = b.unreadable;
+  if (!b.served)
     return r;
-  auto& o = *obj;
-  auto phys = u64_field(o, "physical_ms");
-  auto logical = u64_field(o, "logical_start");
-  auto count = u64_field(o, "count");
+  auto phys = u64_of(b.fields.physical_ms);
+  auto logical = u64_of(b.fields.logical_start);
+  auto count = u64_of(b.fields.count);
   if (!phys || !logical || !count || *logical > UINT32_MAX
       || *count > UINT32_MAX) {
     r.unreadable = "physical_ms, logical_start or count missing or not an "
@@ -107,19 +135,18 @@ ts_response ts_of(const json_parse_result& parsed) {
   r.physical_ms = *phys;
   r.logical_start = static_cast<uint32_t>(*logical);
   r.count = static_cast<uint32_t>(*count);
-  r.epoch = decimal_epoch(o);
+  if (epoch)
+    r.epoch = std::string{b.fields.epoch->as_string()};
   return r;
 }
 
-seq_response seq_of(const json_parse_result& parsed) {
+seq_response seq_of(const read_body& b, std::optional<uint64_t> epoch) {
   seq_response r;
-  auto* obj = parsed ? unambiguous_object(parsed) : nullptr;
-  r.unreadable = unreadable_cause(parsed, obj);
-  if (!obj)
+  r.unreadable = b.unreadable;
+  if (!b.served)
     return r;
-  auto& o = *obj;
-  auto start = u64_field(o, "start");
-  auto count = u64_field(o, "count");
+  auto start = u64_of(b.fields.start);
+  auto count = u64_of(b.fields.count);
   if (!start || !count || *count > UINT32_MAX) {
     r.unreadable = "start or count missing or not an unsigned integer in "
                    "range";
@@ -127,26 +154,10 @@ seq_response seq_of(const json_parse_result& parsed) {
   }
   r.start = *start;
   r.count = static_cast<uint32_t>(*count);
-  r.epoch = decimal_epoch(o);
+  if (epoch)
+    r.epoch = std::string{b.fields.epoch->as_string()};
   return r;
 }
-
-} // namespace
-
-ts_response parse_ts_body(const std::string& body, std::size_t max_depth) {
-  return ts_of(parse_json(body, depth_limit(max_depth)));
-}
-
-seq_response parse_seq_body(const std::string& body, std::size_t max_depth) {
-  return seq_of(parse_json(body, depth_limit(max_depth)));
-}
-
-std::optional<uint64_t> parse_body_epoch(const std::string& body,
-                                         std::size_t max_depth) {
-  return epoch_of(parse_json(body, depth_limit(max_depth)));
-}
-
-namespace {
 
 /// The parse of one oracle answer, in an arena on the stack: an answer is
 /// a few dozen bytes, so its parsed form takes no heap allocation. A larger
@@ -160,20 +171,41 @@ auto with_parsed(const std::string& body, std::size_t max_depth, F&& f) {
   json::monotonic_resource arena{buf, sizeof buf};
   auto parsed
     = parse_json(body, depth_limit(max_depth), json::storage_ptr{&arena});
-  return f(parsed);
+  return f(read_body{parsed});
 }
 
 } // namespace
 
+ts_response parse_ts_body(const std::string& body, std::size_t max_depth) {
+  return with_parsed(body, max_depth, [](const read_body& b) {
+    return ts_of(b, leader_epoch_of(b.fields));
+  });
+}
+
+seq_response parse_seq_body(const std::string& body, std::size_t max_depth) {
+  return with_parsed(body, max_depth, [](const read_body& b) {
+    return seq_of(b, leader_epoch_of(b.fields));
+  });
+}
+
+std::optional<uint64_t> parse_body_epoch(const std::string& body,
+                                         std::size_t max_depth) {
+  return with_parsed(body, max_depth, [](const read_body& b) {
+    return leader_epoch_of(b.fields);
+  });
+}
+
 read_ts_result read_ts_body(const std::string& body, std::size_t max_depth) {
-  return with_parsed(body, max_depth, [&](const json_parse_result& parsed) {
-    return read_ts_result{ts_of(parsed), epoch_of(parsed)};
+  return with_parsed(body, max_depth, [](const read_body& b) {
+    auto epoch = leader_epoch_of(b.fields);
+    return read_ts_result{ts_of(b, epoch), epoch};
   });
 }
 
 read_seq_result read_seq_body(const std::string& body, std::size_t max_depth) {
-  return with_parsed(body, max_depth, [&](const json_parse_result& parsed) {
-    return read_seq_result{seq_of(parsed), epoch_of(parsed)};
+  return with_parsed(body, max_depth, [](const read_body& b) {
+    auto epoch = leader_epoch_of(b.fields);
+    return read_seq_result{seq_of(b, epoch), epoch};
   });
 }
 

@@ -217,6 +217,14 @@ void basic_batcher<Payload>::form_batch(group& g, waiter_kind kind,
 template <class Payload>
 std::vector<rpc_plan> basic_batcher<Payload>::take_ready(coalesce_time now) {
   std::vector<rpc_plan> out;
+  take_ready(now, out);
+  return out;
+}
+
+template <class Payload>
+void basic_batcher<Payload>::take_ready(coalesce_time now,
+                                        std::vector<rpc_plan>& out) {
+  out.clear();
   for (auto& kv : groups_) {
     auto& g = kv.second;
     for (;;) {
@@ -260,7 +268,6 @@ std::vector<rpc_plan> basic_batcher<Payload>::take_ready(coalesce_time now) {
       out.push_back(std::move(plan));
     }
   }
-  return out;
 }
 
 template <class Payload>
