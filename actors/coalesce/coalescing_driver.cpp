@@ -632,6 +632,9 @@ void start_rpc(self_ptr self, rpc_plan plan) {
   act(self, id, run.dc->start(*st.leaders, now, st.rng));
 }
 
+/// The most RPCs whose list pump keeps for the next call.
+constexpr std::size_t max_kept_ready = 64;
+
 void pump(self_ptr self, std::optional<coalesce_time> at) {
   auto& st = self->state;
   auto now = at ? *at : now_of(self);
@@ -642,7 +645,9 @@ void pump(self_ptr self, std::optional<coalesce_time> at) {
   for (auto& p : ready)
     start_rpc(self, std::move(p));
   ready.clear();
-  if (ready.capacity() > st.ready.capacity())
+  // Kept up to a steady state's few RPCs: a burst's long list is freed.
+  if (ready.capacity() <= max_kept_ready
+      && ready.capacity() > st.ready.capacity())
     st.ready = std::move(ready);
   auto due = st.batches->next_wakeup();
   if (!due || (st.flush_armed && *st.flush_armed <= *due))

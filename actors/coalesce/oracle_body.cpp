@@ -97,16 +97,18 @@ json_limits depth_limit(std::size_t max_depth) {
 }
 
 /// A parsed body as the readers see it: its members when it is an object
-/// (also an ambiguous one: a refusal's epoch is read from it), and whether
-/// its fields may be served.
+/// (also an ambiguous one: the epoch leader discovery takes is read even
+/// from that), its leader epoch, and whether its fields may be served.
 struct read_body {
   const json::object* served = nullptr; // unambiguous_object
   oracle_fields fields;                 // of any parsed object
+  std::optional<uint64_t> epoch;        // leader_epoch_of(fields)
   std::string unreadable;               // unreadable_cause
 
   explicit read_body(const json_parse_result& parsed) {
     if (parsed && parsed.value.is_object())
       fields = fields_of(parsed.value.as_object());
+    epoch = leader_epoch_of(fields);
     served = parsed ? unambiguous_object(parsed) : nullptr;
     unreadable = unreadable_cause(parsed, served);
   }
@@ -118,7 +120,7 @@ struct read_body {
 // epoch is never copied to every waiter of a batch (ts is served without
 // it, seq becomes uncertain: check_seq_response wants an epoch).
 
-ts_response ts_of(const read_body& b, std::optional<uint64_t> epoch) {
+ts_response ts_of(const read_body& b) {
   ts_response r;
   r.unreadable = b.unreadable;
   if (!b.served)
@@ -135,12 +137,12 @@ ts_response ts_of(const read_body& b, std::optional<uint64_t> epoch) {
   r.physical_ms = *phys;
   r.logical_start = static_cast<uint32_t>(*logical);
   r.count = static_cast<uint32_t>(*count);
-  if (epoch)
+  if (b.epoch)
     r.epoch = std::string{b.fields.epoch->as_string()};
   return r;
 }
 
-seq_response seq_of(const read_body& b, std::optional<uint64_t> epoch) {
+seq_response seq_of(const read_body& b) {
   seq_response r;
   r.unreadable = b.unreadable;
   if (!b.served)
@@ -154,7 +156,7 @@ seq_response seq_of(const read_body& b, std::optional<uint64_t> epoch) {
   }
   r.start = *start;
   r.count = static_cast<uint32_t>(*count);
-  if (epoch)
+  if (b.epoch)
     r.epoch = std::string{b.fields.epoch->as_string()};
   return r;
 }
@@ -177,35 +179,30 @@ auto with_parsed(const std::string& body, std::size_t max_depth, F&& f) {
 } // namespace
 
 ts_response parse_ts_body(const std::string& body, std::size_t max_depth) {
-  return with_parsed(body, max_depth, [](const read_body& b) {
-    return ts_of(b, leader_epoch_of(b.fields));
-  });
+  return with_parsed(body, max_depth,
+                     [](const read_body& b) { return ts_of(b); });
 }
 
 seq_response parse_seq_body(const std::string& body, std::size_t max_depth) {
-  return with_parsed(body, max_depth, [](const read_body& b) {
-    return seq_of(b, leader_epoch_of(b.fields));
-  });
+  return with_parsed(body, max_depth,
+                     [](const read_body& b) { return seq_of(b); });
 }
 
 std::optional<uint64_t> parse_body_epoch(const std::string& body,
                                          std::size_t max_depth) {
-  return with_parsed(body, max_depth, [](const read_body& b) {
-    return leader_epoch_of(b.fields);
-  });
+  return with_parsed(body, max_depth,
+                     [](const read_body& b) { return b.epoch; });
 }
 
 read_ts_result read_ts_body(const std::string& body, std::size_t max_depth) {
   return with_parsed(body, max_depth, [](const read_body& b) {
-    auto epoch = leader_epoch_of(b.fields);
-    return read_ts_result{ts_of(b, epoch), epoch};
+    return read_ts_result{ts_of(b), b.epoch};
   });
 }
 
 read_seq_result read_seq_body(const std::string& body, std::size_t max_depth) {
   return with_parsed(body, max_depth, [](const read_body& b) {
-    auto epoch = leader_epoch_of(b.fields);
-    return read_seq_result{seq_of(b, epoch), epoch};
+    return read_seq_result{seq_of(b), b.epoch};
   });
 }
 

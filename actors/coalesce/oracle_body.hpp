@@ -3,7 +3,9 @@
 // Readers of the oracle's 2xx response bodies (`POST /v1/ts`, `POST
 // /v1/seq`): pure functions over the body text, no CAF, no Asio, so the
 // fuzz harnesses (fuzz/) can call them directly. The coalescing driver
-// (coalescing_driver.cpp) hands their results to the batcher.
+// (coalescing_driver.cpp) hands their results to the batcher. Each reader
+// parses into a 1 KiB arena on its stack (heap blocks beyond it, freed when
+// it returns) and finds the fields in one pass over the object's members.
 
 #include "actors/coalesce/batcher.hpp"
 
