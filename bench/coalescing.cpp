@@ -607,6 +607,15 @@ int main(int argc, char** argv) {
                 "window (always wait --flush-interval, tsoracle's rule)")
     ->check(CLI::IsMember({"adaptive", "window"}))
     ->capture_default_str();
+  std::string slots = "fill";
+  app
+    .add_option("--slots", slots,
+                "fill (coalesce.fill_free_slots, the default: the callers "
+                "queued beside RPCs in flight are spread over the free "
+                "slots) or singles (a further RPC only while each in "
+                "flight carries one caller, the earlier rule)")
+    ->check(CLI::IsMember({"fill", "singles"}))
+    ->capture_default_str();
   app
     .add_option("--max-rpcs-in-flight", max_rpcs_in_flight,
                 "coalesce.max_rpcs_in_flight (1: tsoracle's one batch in "
@@ -673,10 +682,11 @@ int main(int argc, char** argv) {
               "(steady_clock, every call, nearest rank)\n",
               co.warmup, co.duration);
   std::printf("coalesced: caller actors -> one coalescing_driver (flush "
-              "interval %.3f s, cold start %s, max_rpcs_in_flight %zu) -> "
-              "POST /v1/ts batches; direct: caller actors -> service_client "
-              "(leader) -> one POST /v1/ts per call\n\n",
-              flush_interval, cold_start.c_str(), max_rpcs_in_flight);
+              "interval %.3f s, cold start %s, max_rpcs_in_flight %zu, "
+              "slots %s) -> POST /v1/ts batches; direct: caller actors -> "
+              "service_client (leader) -> one POST /v1/ts per call\n\n",
+              flush_interval, cold_start.c_str(), max_rpcs_in_flight,
+              slots.c_str());
 
   struct spec {
     int callers;
@@ -729,6 +739,7 @@ int main(int argc, char** argv) {
       cc.batch_flush_interval = flush_interval;
       cc.adaptive_cold_start = cold_start == "adaptive";
       cc.max_rpcs_in_flight = max_rpcs_in_flight;
+      cc.fill_free_slots = slots == "fill";
       outbound::coalesce_options opts;
       opts.io = io;
       opts.seed = 42;

@@ -137,16 +137,29 @@ struct coalesce_config {
   /// false: always wait the window (tsoracle's rule). [true]
   bool adaptive_cold_start = true;
   /// RPCs of one group (ts, or one seq key) in flight at once (beyond
-  /// tsoracle, whose driver keeps one batch in flight). A further RPC
-  /// starts while others are in flight only when each of those carries a
-  /// single waiter: the callers are too sparse to share an RPC, so making
-  /// a newcomer wait for the RPC in flight would only add that RPC's
-  /// latency to its own (a closed loop of 2 callers would run at the rate
-  /// of one). While an RPC in flight carries two or more waiters the
-  /// group coalesces as before: newcomers wait for the next batch, sent
-  /// when that RPC is back. The chunks of one batch still go one at a
-  /// time. 1 is tsoracle's rule (1..64). [4]
+  /// tsoracle, whose driver keeps one batch in flight). While fewer are in
+  /// flight a newcomer does not wait for them (see `fill_free_slots` for
+  /// how many share its RPC): making it wait would only add the RPC in
+  /// flight's latency to its own. The chunks of one batch still go one at
+  /// a time, and while a chunk of a multi-chunk batch (heavy counts) is in
+  /// flight the group sends nothing else. 1 is tsoracle's rule (1..64). [4]
   std::size_t max_rpcs_in_flight = 4;
+  /// How a group with RPCs in flight uses its free slots (below
+  /// `max_rpcs_in_flight`). true: a batch starts at once whenever a slot
+  /// is free, and the callers queued at that moment are spread evenly over
+  /// the free slots (each batch takes at most ceil(queued / free slots)
+  /// of them, in arrival order). A group keeps its slots busy, so a few
+  /// callers in a closed loop never pair up behind one RPC while slots
+  /// stay idle (4 callers otherwise settle into 2 RPCs of 2 and run at
+  /// about half the rate of 4 direct calls: bench/README.md); under load
+  /// every slot is busy and batches grow by themselves. An idle group's
+  /// batch (the cold start, with or without its window) still takes its
+  /// whole queue, so a burst rides one RPC. false: a further RPC starts
+  /// only while each RPC in flight carries a single waiter; callers that
+  /// arrive together share one RPC, and once an RPC in flight carries two
+  /// or more the newcomers wait for the next batch (the rule of earlier
+  /// versions, fewer RPCs at a few callers). [true]
+  bool fill_free_slots = true;
   /// Waiters held at most (queued or in flight, all groups together);
   /// beyond: rejected_backpressure (>= 1). [4096, tsoracle QUEUE_CAPACITY]
   std::size_t max_waiters = 4096;

@@ -36,8 +36,8 @@ struct batcher_stats {
   /// waited the flush window.
   uint64_t cold_starts_at_once = 0;
   uint64_t cold_starts_window = 0;
-  /// Batches sent while other RPCs of their group were in flight (each
-  /// carrying one waiter: coalesce_config::max_rpcs_in_flight).
+  /// Batches sent while other RPCs of their group were in flight
+  /// (coalesce_config::max_rpcs_in_flight, fill_free_slots).
   uint64_t pipelined = 0;
 };
 

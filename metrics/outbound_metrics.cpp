@@ -506,8 +506,8 @@ const family_row<coalesce_stats> coalescer_rows[] = {
    },
    "decision", "window"},
   {counter, "outbound_coalesce_pipelined_batches_total",
-   "Batches sent while other RPCs of their group were in flight, each "
-   "carrying a single waiter (coalesce.max_rpcs_in_flight)",
+   "Batches sent while other RPCs of their group were in flight "
+   "(coalesce.max_rpcs_in_flight, coalesce.fill_free_slots)",
    [](const coalesce_stats& s) {
      return as_double(s.batches.pipelined);
    }},

@@ -121,7 +121,7 @@ inline constexpr const char* other_feeds_label = "_other";
 /// | outbound_coalesce_attempts_total | counter | service | exchanges sent (each discovery attempt) |
 /// | outbound_coalesce_rejected_total | counter | service, reason="backpressure"\|"invalid" | callers refused at entry |
 /// | outbound_coalesce_cold_starts_total | counter | service, decision="at_once"\|"window" | waiters that found their group idle: sent at once by the adaptive cold start, or after the flush window |
-/// | outbound_coalesce_pipelined_batches_total | counter | service | batches sent while other RPCs of their group were in flight, each with one waiter (coalesce.max_rpcs_in_flight) |
+/// | outbound_coalesce_pipelined_batches_total | counter | service | batches sent while other RPCs of their group were in flight (coalesce.max_rpcs_in_flight, coalesce.fill_free_slots) |
 /// | outbound_coalesce_cancelled_total | counter | service | waiters that left (their own timeout) |
 /// | outbound_coalesce_redirects_total | counter | service | 421 answers followed to a hinted leader |
 /// | outbound_coalesce_leader_changes_total | counter | service | times the cached leader changed endpoint |

@@ -36,18 +36,20 @@
 // the cap: bigger counts are rejected at join). The chunks of a batch are
 // sent one at a time.
 //
-// Pipelining (beyond tsoracle, coalesce_config::max_rpcs_in_flight): while
-// every RPC of a group in flight carries a single waiter, a newcomer does
-// not wait in the queue: it forms a batch of its own at once, up to
-// max_rpcs_in_flight RPCs in flight. Coalescing gives nothing at that rate
-// (each batch would carry one waiter anyway) and waiting would add the
-// RPC in flight's latency to the newcomer's. Once an RPC in flight carries
-// two or more waiters, or is a chunk of a multi-chunk batch, the diagram
-// above holds as it is: newcomers queue for the next batch. With
-// max_rpcs_in_flight 1 a group has at most one RPC in flight (tsoracle's
-// driver). The owner decides when to call take_ready: the driver calls it
-// after the callers already in its mailbox joined, so callers that arrive
-// together share one such batch.
+// Pipelining (beyond tsoracle, coalesce_config::max_rpcs_in_flight and
+// fill_free_slots): while fewer than max_rpcs_in_flight RPCs of a group are
+// in flight, none a chunk of a multi-chunk batch, a newcomer does not wait
+// in the queue: a batch forms at once, and the waiters queued then are
+// spread over the free slots (at most ceil(queued / free) per batch), so
+// the slots stay busy and waiting never adds an RPC in flight's latency
+// to a newcomer's. An idle group's batch takes the whole queue. With
+// fill_free_slots off, a further RPC starts only while every RPC in flight
+// carries a single waiter and takes the whole queue; once one carries two
+// or more, the diagram above holds as it is: newcomers queue for the next
+// batch. With max_rpcs_in_flight 1 a group has at most one RPC in flight
+// (tsoracle's driver). The owner decides when to call take_ready: the driver
+// calls it after the callers already in its mailbox joined, so callers that
+// arrive together share one such batch.
 //
 // The owner (the coalescing_driver actor) calls join / cancel / on_* and,
 // after each of them, take_ready(now) for the RPCs to send, and arms one
@@ -444,7 +446,7 @@ private:
     /// Chunks of the current batch not yet sent, in order.
     std::deque<chunk> pending;
     /// Chunks in flight (at most max_rpcs_in_flight; more than one only
-    /// while each carries a single waiter, see may_pipeline).
+    /// while none is a chunk of a multi-chunk batch, see may_pipeline).
     std::vector<chunk> flights;
     /// Cold start: when the queue is due; unset while warm (due at once).
     std::optional<coalesce_time> flush_at;
@@ -458,8 +460,8 @@ private:
   /// Takes the chunk of RPC `rpc_id` out of the group's flights.
   static chunk take_flight(group& g, uint64_t rpc_id);
   /// True if `g` may send a further RPC while its flights are in the air:
-  /// fewer than max_rpcs_in_flight, each a one-chunk batch of a single
-  /// waiter.
+  /// fewer than max_rpcs_in_flight, each a one-chunk batch (of a single
+  /// waiter, with fill_free_slots off).
   bool may_pipeline(const group& g) const;
   /// True if `g` has nothing queued, pending or in flight.
   static bool idle(const group& g) {
@@ -468,7 +470,9 @@ private:
   /// Drops group `it` if it is idle and more than kept_idle_groups exist.
   void drop_if_idle(typename group_map::iterator it);
   /// Forms a batch from the group's due queue (waiters entered <= now).
-  void form_batch(group& g, waiter_kind kind, coalesce_time now);
+  /// At most `limit` waiters join it; the rest stay queued in order.
+  void form_batch(group& g, waiter_kind kind, coalesce_time now,
+                  std::size_t limit);
   /// Appends a delivery with `o` (and `detail` when not served) for each
   /// live waiter of the chunk, in the chunk's order; `fill(delivery&,
   /// offset, part)` completes a served one (`offset`: the values of the
@@ -514,6 +518,7 @@ private:
   std::optional<coalesce_duration> join_gap_;
   std::size_t max_waiters_;
   std::size_t max_in_flight_ = 1;
+  bool fill_free_slots_ = true;
   uint32_t max_ts_;
   uint32_t max_seq_;
   std::size_t max_key_bytes_;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
 
 namespace outbound {
 inline namespace coalesce {
@@ -19,6 +20,7 @@ basic_batcher<Payload>::basic_batcher(const coalesce_config& cfg) {
   adaptive_ = cfg.adaptive_cold_start;
   max_waiters_ = cfg.max_waiters;
   max_in_flight_ = cfg.max_rpcs_in_flight;
+  fill_free_slots_ = cfg.fill_free_slots;
   max_ts_ = cfg.max_ts_per_rpc;
   max_seq_ = cfg.max_seq_per_rpc;
   max_key_bytes_ = cfg.max_seq_key_bytes;
@@ -157,7 +159,7 @@ cancel_outcome basic_batcher<Payload>::cancel(uint64_t waiter_id,
 
 template <class Payload>
 void basic_batcher<Payload>::form_batch(group& g, waiter_kind kind,
-                                        coalesce_time now) {
+                                        coalesce_time now, std::size_t limit) {
   const uint32_t kind_cap = cap(kind);
   auto& later = later_scratch_; // entered after `now`: not due yet
   later.clear();
@@ -166,7 +168,8 @@ void basic_batcher<Payload>::form_batch(group& g, waiter_kind kind,
   // take_ready forms a batch only when none is pending: its chunks go
   // straight into g.pending.
   const auto first = g.pending.size();
-  while (!g.queue.empty()) {
+  std::size_t taken = 0;
+  while (!g.queue.empty() && taken < limit) {
     auto id = g.queue.front();
     g.queue.pop_front();
     auto* rec = waiters_.find(id);
@@ -197,6 +200,7 @@ void basic_batcher<Payload>::form_batch(group& g, waiter_kind kind,
     ++cur.live;
     rec->at = where::pending_chunk;
     --g.queued_live;
+    ++taken;
   }
   if (!cur.parts.empty())
     g.pending.push_back(std::move(cur));
@@ -241,7 +245,14 @@ void basic_batcher<Payload>::take_ready(coalesce_time now,
         if (g.flights.empty() ? g.flush_at && *g.flush_at > now
                               : !may_pipeline(g))
           break;
-        form_batch(g, kv.first.kind, now);
+        // Beside RPCs in flight, the queue is spread over the free slots
+        // (fill_free_slots); an idle group's batch takes all of it.
+        auto limit = std::numeric_limits<std::size_t>::max();
+        if (fill_free_slots_ && !g.flights.empty()) {
+          auto free = max_in_flight_ - g.flights.size();
+          limit = (g.queued_live + free - 1) / free;
+        }
+        form_batch(g, kv.first.kind, now, limit);
         if (g.pending.empty())
           break; // every queued waiter entered after `now`
         if (!g.flights.empty())
@@ -282,10 +293,11 @@ template <class Payload>
 bool basic_batcher<Payload>::may_pipeline(const group& g) const {
   if (g.flights.size() >= max_in_flight_)
     return false;
-  // A single waiter each, and no chunk of a multi-chunk batch (those are
-  // the heavy counts; their batch keeps the group to itself).
-  return std::all_of(g.flights.begin(), g.flights.end(), [](const chunk& c) {
-    return c.parts.size() == 1 && c.total == 1;
+  // No chunk of a multi-chunk batch (those are the heavy counts; their
+  // batch keeps the group to itself); with fill_free_slots off, also a
+  // single waiter each.
+  return std::all_of(g.flights.begin(), g.flights.end(), [&](const chunk& c) {
+    return c.total == 1 && (fill_free_slots_ || c.parts.size() == 1);
   });
 }
 

@@ -29,6 +29,14 @@ coalesce_config cfg_with(double flush = 0.001) {
   return c;
 }
 
+/// cfg_with under the earlier pipelining rule (fill_free_slots off): an
+/// RPC goes beside others only while each carries a single waiter.
+coalesce_config cfg_singles(double flush = 0.001) {
+  auto c = cfg_with(flush);
+  c.fill_free_slots = false;
+  return c;
+}
+
 /// A waiter as a test names it: `name` is the test's own label, which
 /// test_batcher translates to and from the id the batcher issues.
 struct named_waiter {
@@ -382,7 +390,7 @@ TEST(CoalesceBatcher, PipeliningSendsANewcomerAtOnceWhileSingleWaiterRpcsFly) {
 // Callers that join together share one pipelined batch; once an RPC in
 // flight carries two waiters, newcomers queue for the next batch.
 TEST(CoalesceBatcher, PipeliningStopsOnceAnRpcInFlightCarriesTwoWaiters) {
-  auto cfg = cfg_with(0);
+  auto cfg = cfg_singles(0);
   test_batcher b{cfg};
   ASSERT_EQ(cfg.max_rpcs_in_flight, 4u);
   auto p1 = join_and_take(b, 1, t0);
@@ -403,10 +411,58 @@ TEST(CoalesceBatcher, PipeliningStopsOnceAnRpcInFlightCarriesTwoWaiters) {
   EXPECT_EQ(b.stats().pipelined, 1u);
 }
 
+// fill_free_slots (the default): beside an RPC in flight, the callers
+// queued are spread over the free slots in arrival order, at most
+// ceil(queued / free) each; with every slot busy a newcomer waits for one.
+TEST(CoalesceBatcher, FreeSlotsTakeTheQueueInEvenShares) {
+  auto cfg = cfg_with(0);
+  test_batcher b{cfg};
+  ASSERT_EQ(cfg.max_rpcs_in_flight, 4u);
+  auto p1 = join_and_take(b, 1, t0);
+  ASSERT_EQ(p1.size(), 1u);
+  for (uint64_t id = 2; id <= 8; ++id)
+    ASSERT_EQ(b.join(ts_waiter(id, 1, t0), t0), join_decision::queued);
+  auto p = b.take_ready(t0);
+  ASSERT_EQ(p.size(), 3u) << "seven callers over three free slots";
+  std::vector<std::vector<uint64_t>> got;
+  for (auto& plan : p) {
+    got.emplace_back();
+    for (auto& part : plan.parts)
+      got.back().push_back(part.waiter_id);
+  }
+  EXPECT_EQ(got,
+            (std::vector<std::vector<uint64_t>>{{2, 3, 4}, {5, 6}, {7, 8}}));
+  EXPECT_EQ(b.in_flight(), 4u);
+  EXPECT_EQ(b.stats().pipelined, 3u);
+  ASSERT_EQ(b.join(ts_waiter(9, 1, t0), t0), join_decision::queued);
+  ASSERT_EQ(b.join(ts_waiter(10, 1, t0), t0), join_decision::queued);
+  EXPECT_TRUE(b.take_ready(t0).empty()) << "every slot busy";
+  b.on_ts_response(p1[0].rpc_id, ts_answer(1, 0, 1), t0);
+  auto next = b.take_ready(t0);
+  ASSERT_EQ(next.size(), 1u) << "one free slot: one batch of the queue";
+  EXPECT_EQ(next[0].parts.size(), 2u);
+  EXPECT_EQ(next[0].parts[0].waiter_id, 9u);
+}
+
+// An idle group's batch takes its whole queue, free slots or not: a burst
+// gathered by the cold-start window rides one RPC.
+TEST(CoalesceBatcher, AnIdleGroupsBatchTakesItsWholeQueue) {
+  auto cfg = cfg_with(0.001);
+  cfg.adaptive_cold_start = false;
+  test_batcher b{cfg};
+  for (uint64_t id = 1; id <= 10; ++id)
+    ASSERT_EQ(b.join(ts_waiter(id, 1, t0), t0), join_decision::queued);
+  EXPECT_TRUE(b.take_ready(t0).empty()) << "the window";
+  auto p = b.take_ready(t0 + milliseconds(1));
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].parts.size(), 10u);
+  EXPECT_EQ(b.stats().pipelined, 0u);
+}
+
 // A pipelined RPC that fails fails its own waiters only: the chunks not
 // yet sent of another batch still go out.
 TEST(CoalesceBatcher, AFailedPipelinedRpcFailsOnlyItsOwnBatch) {
-  auto cfg = cfg_with(0);
+  auto cfg = cfg_singles(0);
   cfg.max_ts_per_rpc = 10;
   test_batcher b{cfg};
   auto p1 = join_and_take(b, 1, t0);
@@ -476,14 +532,17 @@ TEST(CoalesceBatcher, CancellingThePipelinedWaiterCancelsOnlyItsRpc) {
 }
 
 // Pipelining under random joins, cancels, answers in any order and
-// failures (ts and two seq keys): every waiter ends exactly once (served,
-// failed or cancelled), a group never has more than max_rpcs_in_flight
-// RPCs in the air, an RPC sent beside others only when each of those is a
-// one-chunk batch of a single waiter, a batch's chunks in order and one at
-// a time, and everything drains to an empty batcher.
+// failures (ts and two seq keys), under both rules (fill_free_slots on for
+// seeds 21-40): every waiter ends exactly once (served, failed or
+// cancelled), a group never has more than max_rpcs_in_flight RPCs in the
+// air, an RPC sent beside others only when none of those is a chunk of a
+// multi-chunk batch (and, with fill_free_slots off, each carries a single
+// waiter), a batch's chunks in order and one at a time, and everything
+// drains to an empty batcher.
 TEST(CoalesceBatcher, PipeliningKeepsItsInvariantsUnderRandomSchedules) {
-  for (uint64_t seed = 1; seed <= 20; ++seed) {
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
     auto cfg = cfg_with(seed % 2 == 0 ? 0.0 : 0.001);
+    cfg.fill_free_slots = seed > 20;
     cfg.max_ts_per_rpc = 40;
     cfg.max_seq_per_rpc = 40;
     cfg.max_rpcs_in_flight = 1 + seed % 4;
@@ -505,17 +564,39 @@ TEST(CoalesceBatcher, PipeliningKeepsItsInvariantsUnderRandomSchedules) {
       ASSERT_TRUE(ended.insert(id).second) << "answered twice: " << id;
       live.erase(id);
     };
+    // Waiters of group `g` held and not on an RPC in the air (queued, or
+    // in a chunk not sent yet): at least what the batcher has queued.
+    auto waiting = [&](const std::string& g) {
+      std::set<uint64_t> riding;
+      for (auto& f : flying)
+        for (auto& part : f.plan.parts)
+          riding.insert(part.waiter_id);
+      std::size_t n = 0;
+      for (auto& [id, grp] : live)
+        n += grp == g && !riding.count(id);
+      return n;
+    };
     auto take = [&](coalesce_time now) {
       for (auto& p : b.take_ready(now)) {
         auto g = p.kind == waiter_kind::ts ? std::string{"ts"} : "seq/" + p.key;
+        auto before = waiting(g);
         std::size_t same = 0;
         for (auto& f : flying)
           if (f.group == g) {
             ++same;
-            ASSERT_TRUE(f.plan.parts.size() == 1 && f.plan.chunk_total == 1)
-              << "seed " << seed << ": sent beside a batch that coalesces";
+            ASSERT_EQ(f.plan.chunk_total, 1u)
+              << "seed " << seed << ": sent beside a multi-chunk batch";
+            if (!cfg.fill_free_slots)
+              ASSERT_EQ(f.plan.parts.size(), 1u)
+                << "seed " << seed << ": sent beside a batch that coalesces";
           }
         ASSERT_LT(same, cfg.max_rpcs_in_flight) << "seed " << seed;
+        // Beside other RPCs, a batch takes its share of the free slots.
+        if (cfg.fill_free_slots && same > 0 && p.chunk_total == 1) {
+          auto free = cfg.max_rpcs_in_flight - same;
+          ASSERT_LE(p.parts.size(), (before + free - 1) / free)
+            << "seed " << seed << ": more than its share of the free slots";
+        }
         ASSERT_LE(p.count, 40u);
         flying.push_back(fly{p, g});
       }
@@ -595,7 +676,7 @@ TEST(CoalesceBatcher, PipeliningKeepsItsInvariantsUnderRandomSchedules) {
 // tsoracle's rule (adaptive_cold_start off): every cold start waits the
 // window, also one right after a batch returned.
 TEST(CoalesceBatcher, FlushIntervalAppliesOnlyToAColdStart) {
-  auto cfg = cfg_with(0.001);
+  auto cfg = cfg_singles(0.001);
   cfg.adaptive_cold_start = false;
   test_batcher b{cfg};
   ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
@@ -946,7 +1027,7 @@ TEST(CoalesceBatcher, CancellingAWaiterOfAChunkNotYetSentShrinksIt) {
 // returns (the case's "exactly 1 RPC" holds for the RPC that carries A and
 // B, which is neither cancelled nor repeated).
 TEST(CoalesceBatcher, CaseThirteenOneCallersCancellationDoesNotPoisonTheBatch) {
-  test_batcher b{cfg_with(0.020)};
+  test_batcher b{cfg_singles(0.020)};
   auto ms = [](int n) {
     return t0 + milliseconds(n);
   };
@@ -982,6 +1063,36 @@ TEST(CoalesceBatcher, CaseThirteenOneCallersCancellationDoesNotPoisonTheBatch) {
   auto sd = s.on_seq_response(sp2[0].rpc_id, seq_response{40, 1, "3"}, ms(220));
   ASSERT_EQ(sd.size(), 1u);
   EXPECT_EQ(sd[0].seq.start, 40u);
+}
+
+// The same case under the default rule (fill_free_slots): C rides an RPC
+// of its own at once, beside the batch A left; B is still served by it.
+TEST(CoalesceBatcher, CaseThirteenWithFreeSlotsTheNewcomerGoesBeside) {
+  test_batcher b{cfg_with(0.020)};
+  auto ms = [](int n) {
+    return t0 + milliseconds(n);
+  };
+  ASSERT_EQ(b.join(ts_waiter(0xA, 1, ms(0)), ms(0)), join_decision::queued);
+  ASSERT_EQ(b.join(ts_waiter(0xB, 1, ms(10)), ms(10)), join_decision::queued);
+  auto p = b.take_ready(ms(20));
+  ASSERT_EQ(p.size(), 1u);
+  ASSERT_EQ(p[0].parts.size(), 2u);
+  auto ca = b.cancel(0xA, ms(50));
+  EXPECT_EQ(ca.result, cancel_result::abandoned_in_flight);
+  EXPECT_EQ(ca.rpc_to_cancel, 0u);
+  ASSERT_EQ(b.join(ts_waiter(0xC, 1, ms(100)), ms(100)), join_decision::queued);
+  auto pc = b.take_ready(ms(100));
+  ASSERT_EQ(pc.size(), 1u) << "a free slot: C does not wait";
+  EXPECT_EQ(pc[0].parts[0].waiter_id, 0xCu);
+  auto dc = b.on_ts_response(pc[0].rpc_id, ts_answer(2000, 0, 1), ms(110));
+  ASSERT_EQ(dc.size(), 1u);
+  EXPECT_EQ(dc[0].waiter_id, 0xCu);
+  auto d = b.on_ts_response(p[0].rpc_id, ts_answer(1000, 0, 2), ms(220));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].waiter_id, 0xBu);
+  EXPECT_EQ(d[0].ts.logical_start, 1u);
+  EXPECT_EQ(b.stats().rpcs_cancelled, 0u);
+  EXPECT_EQ(b.held(), 0u);
 }
 
 TEST(CoalesceBatcher, CaseThirteenVariantEveryWaiterCancelsTheRpc) {

@@ -301,11 +301,12 @@ TEST_F(CoalescingDriver, WaitersArrivingDuringAnRpcGoInTheNextBatchAtOnce) {
   }
 }
 
-// Pipelining (the default, max_rpcs_in_flight 4): the first RPC carries
-// one waiter, so callers that arrive during it do not wait for it; those
-// that arrive together share one RPC, sent at once.
+// Pipelining with fill_free_slots off (max_rpcs_in_flight 4): the first
+// RPC carries one waiter, so callers that arrive during it do not wait for
+// it; those that arrive together share one RPC, sent at once.
 TEST_F(CoalescingDriver,
        WaitersArrivingTogetherDuringASingleWaiterRpcShareOneAtOnce) {
+  cfg.fill_free_slots = false; // the earlier rule
   elect(A, 1);
   node(A).delay = 10ms;
   auto first = ts();
@@ -332,6 +333,40 @@ TEST_F(CoalescingDriver,
   // Both RPCs are back.
   auto st = stats();
   EXPECT_EQ(st.in_flight, 0u);
+}
+
+// The default (fill_free_slots): callers that arrive together while one
+// RPC is in flight are spread over the three free slots at once, so a few
+// callers in a closed loop never queue behind one another's RPC.
+TEST_F(CoalescingDriver, CallersArrivingBesideAnRpcSpreadOverTheFreeSlots) {
+  ASSERT_TRUE(cfg.fill_free_slots);
+  elect(A, 1);
+  node(A).delay = 10ms;
+  auto first = ts();
+  advance_stepwise(5ms); // the first RPC left at 1 ms, answers at 11 ms
+  ASSERT_EQ(node(A).seen.size(), 1u);
+  std::vector<std::shared_ptr<reply_box>> late;
+  for (int i = 0; i < 3; ++i)
+    late.push_back(ts());
+  run();
+  ASSERT_EQ(node(A).seen.size(), 4u) << "one RPC each, at once";
+  for (std::size_t i = 1; i < 4; ++i) {
+    EXPECT_EQ(node(A).seen[i].first.at("count").as_int64(), 1);
+    EXPECT_EQ(ms(node(A).seen[i].second - t0_), 5);
+  }
+  auto extra = ts(); // every slot busy: it waits for a free one
+  run();
+  EXPECT_EQ(node(A).seen.size(), 4u);
+  ASSERT_TRUE(run_to_quiescence());
+  std::set<uint64_t> seen{ok(first).ts.first(), ok(extra).ts.first()};
+  for (auto& b : late) {
+    EXPECT_EQ(ok(b).batch_waiters, 1u);
+    seen.insert(ok(b).ts.first());
+  }
+  EXPECT_EQ(seen.size(), 5u) << "every caller gets its own timestamp";
+  EXPECT_EQ(ms(node(A).seen[4].second - t0_), 11)
+    << "the fifth leaves when the first RPC returns";
+  EXPECT_EQ(stats().in_flight, 0u);
 }
 
 TEST_F(CoalescingDriver, FourWaitersOf100kAreServedInRpcsUnderTheCap) {
@@ -392,6 +427,7 @@ TEST_F(CoalescingDriver, BackpressureBeyondMaxWaitersAnswersAtOnce) {
 // deliberate: a timestamp handed to C must not predate C's entry into the
 // driver, so C cannot take a share of an RPC sent before it arrived).
 TEST_F(CoalescingDriver, CaseThirteenOneCallersTimeoutDoesNotPoisonTheBatch) {
+  cfg.fill_free_slots = false; // c waits for the next batch (the earlier rule)
   cfg.batch_flush_interval = 0.020;
   elect(A, 1);
   node(A).delay = 200ms;
