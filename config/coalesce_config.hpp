@@ -123,10 +123,10 @@ struct coalesce_config {
   /// window, when
   ///  - an RPC of the same group (ts, or the same seq key) completed less
   ///    than `batch_flush_interval` ago: the callers it answered are coming
-  ///    back, and whoever follows
-  ///    the first rides the next batch, sent as soon as this one returns
-  ///    (a closed loop of a few callers would otherwise pay the whole
-  ///    window on every batch); or
+  ///    back, and those who follow the first ride the group's free slots
+  ///    (`fill_free_slots`) or, with every slot busy or that rule off, the
+  ///    next batch, sent as soon as an RPC returns (a closed loop of a few
+  ///    callers would otherwise pay the whole window on every batch); or
   ///  - the recent arrivals predict no second caller within the window: the
   ///    smoothed gap between joins of any group (an EWMA with weight 1/8,
   ///    as TCP's smoothed RTT in RFC 6298; each gap counted at most two

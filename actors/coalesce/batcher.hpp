@@ -49,7 +49,8 @@
 // batch. With max_rpcs_in_flight 1 a group has at most one RPC in flight
 // (tsoracle's driver). The owner decides when to call take_ready: the driver
 // calls it after the callers already in its mailbox joined, so callers that
-// arrive together share one such batch.
+// arrive together are one queue: spread over the free slots (or, with
+// fill_free_slots off, one batch).
 //
 // The owner (the coalescing_driver actor) calls join / cancel / on_* and,
 // after each of them, take_ready(now) for the RPCs to send, and arms one
@@ -315,11 +316,14 @@ public:
 
   /// The RPCs to send now, per group below max_rpcs_in_flight: the next
   /// chunk of its current batch once the previous chunk is done; else,
-  /// without RPCs in flight, a new batch when its queue is due (cold
-  /// start: flush_at <= now; warm: at once); else, while each RPC in
-  /// flight is a one-chunk batch of one waiter, a new batch of its queue
-  /// at once (see the file comment). Waiters with `entered`
-  /// later than `now` stay queued.
+  /// without RPCs in flight, a new batch of its whole queue when the
+  /// queue is due (cold start: flush_at <= now; warm: at once); else,
+  /// while no RPC in flight is a chunk of a multi-chunk batch, new batches
+  /// at once, each of one chunk and at most ceil(queued / free slots)
+  /// waiters, until the slots are full or the queue is empty (with
+  /// fill_free_slots off: only while each RPC in flight carries a single
+  /// waiter, one batch of the whole queue; see the file comment). Waiters
+  /// with `entered` later than `now` stay queued, in order.
   std::vector<rpc_plan> take_ready(coalesce_time now);
 
   /// take_ready into `out` (cleared first), so that an owner calling it
@@ -470,7 +474,8 @@ private:
   /// Drops group `it` if it is idle and more than kept_idle_groups exist.
   void drop_if_idle(typename group_map::iterator it);
   /// Forms a batch from the group's due queue (waiters entered <= now).
-  /// At most `limit` waiters join it; the rest stay queued in order.
+  /// At most `limit` waiters join it, and with a limit at most one chunk's
+  /// worth; the rest stay queued in order.
   void form_batch(group& g, waiter_kind kind, coalesce_time now,
                   std::size_t limit);
   /// Appends a delivery with `o` (and `detail` when not served) for each

@@ -830,8 +830,8 @@ caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
   // A caller of an idle group is sent at once (a lone caller pays no extra
   // hop), and so is one with nothing else in the mailbox; with RPCs of its
   // group in flight and messages waiting, the callers among them join
-  // first, so those that arrived together share a pipelined batch
-  // (batcher.hpp).
+  // first, so those that arrived together form one queue, spread over the
+  // free slots (batcher.hpp).
   if (st.batches->in_flight(w.kind, w.key) == 0 || self->mailbox().empty())
     pump(self, now);
   else

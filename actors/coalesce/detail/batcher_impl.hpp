@@ -168,20 +168,34 @@ void basic_batcher<Payload>::form_batch(group& g, waiter_kind kind,
   // take_ready forms a batch only when none is pending: its chunks go
   // straight into g.pending.
   const auto first = g.pending.size();
+  // A batch beside RPCs in flight (a limit) is one chunk at most: a share
+  // of heavy waiters does not become a multi-chunk batch that would keep
+  // the group's free slots idle until all its chunks are back.
+  const bool one_chunk = limit != std::numeric_limits<std::size_t>::max();
   std::size_t taken = 0;
+  bool full = false;
   while (!g.queue.empty() && taken < limit) {
     auto id = g.queue.front();
-    g.queue.pop_front();
     auto* rec = waiters_.find(id);
-    if (!rec)
+    if (!rec) {
+      g.queue.pop_front();
       continue; // cancelled while queued
+    }
     if (rec->req.entered > now) {
+      g.queue.pop_front();
       later.push_back(id);
       if (!later_at || rec->req.entered < *later_at)
         later_at = rec->req.entered;
       continue;
     }
-    if (!cur.parts.empty() && uint64_t{cur.count} + rec->req.count > kind_cap) {
+    bool overflows
+      = !cur.parts.empty() && uint64_t{cur.count} + rec->req.count > kind_cap;
+    if (overflows && one_chunk) {
+      full = true;
+      break; // it stays first in the queue
+    }
+    g.queue.pop_front();
+    if (overflows) {
       g.pending.push_back(std::move(cur));
       cur = chunk{};
     }
@@ -204,8 +218,11 @@ void basic_batcher<Payload>::form_batch(group& g, waiter_kind kind,
   }
   if (!cur.parts.empty())
     g.pending.push_back(std::move(cur));
-  g.queue.insert(g.queue.end(), later.begin(), later.end());
-  g.flush_at = later_at;
+  // The waiters not due yet go back where they were: ahead of those a
+  // limit left queued, which joined after them. When some of those are
+  // due, the queue is due at once.
+  g.queue.insert(g.queue.begin(), later.begin(), later.end());
+  g.flush_at = taken < limit && !full ? later_at : std::nullopt;
   auto batch = next_batch_++;
   const auto total = g.pending.size() - first;
   for (std::size_t i = 0; i < total; ++i) {

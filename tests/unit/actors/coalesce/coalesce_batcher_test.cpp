@@ -444,6 +444,36 @@ TEST(CoalesceBatcher, FreeSlotsTakeTheQueueInEvenShares) {
   EXPECT_EQ(next[0].parts[0].waiter_id, 9u);
 }
 
+// A batch beside RPCs in flight is one chunk at most: a share of heavy
+// waiters does not become a multi-chunk batch (which would keep the other
+// free slots idle until its chunks are back); the waiter that does not fit
+// keeps its place, and a waiter not due yet keeps its place ahead of those
+// who joined after it.
+TEST(CoalesceBatcher, ABatchBesideOthersIsOneChunkAndTheQueueKeepsItsOrder) {
+  auto cfg = cfg_with(0);
+  cfg.max_ts_per_rpc = 10;
+  cfg.max_rpcs_in_flight = 2;
+  test_batcher b{cfg};
+  auto p0 = join_and_take(b, 1, t0);
+  ASSERT_EQ(p0.size(), 1u);
+  auto t1 = t0 + microseconds(50);
+  ASSERT_EQ(b.join(ts_waiter(2, 1, t1), t1),
+            join_decision::queued); // not due at t0
+  ASSERT_EQ(b.join(ts_waiter(3, 6, t0), t0), join_decision::queued);
+  ASSERT_EQ(b.join(ts_waiter(4, 6, t0), t0), join_decision::queued);
+  auto p = b.take_ready(t0);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].chunk_total, 1u) << "one chunk beside the RPC in flight";
+  ASSERT_EQ(p[0].parts.size(), 1u);
+  EXPECT_EQ(p[0].parts[0].waiter_id, 3u);
+  b.on_ts_response(p0[0].rpc_id, ts_answer(1, 0, 1), t1);
+  auto p2 = b.take_ready(t1);
+  ASSERT_EQ(p2.size(), 1u);
+  ASSERT_EQ(p2[0].parts.size(), 2u);
+  EXPECT_EQ(p2[0].parts[0].waiter_id, 2u) << "joined first, due now";
+  EXPECT_EQ(p2[0].parts[1].waiter_id, 4u);
+}
+
 // An idle group's batch takes its whole queue, free slots or not: a burst
 // gathered by the cold-start window rides one RPC.
 TEST(CoalesceBatcher, AnIdleGroupsBatchTakesItsWholeQueue) {
@@ -710,7 +740,9 @@ TEST(CoalesceBatcher, FlushIntervalAppliesOnlyToAColdStart) {
 // first of them goes at once and the rest ride the next batch, instead of
 // all waiting the window (a closed loop of a few callers).
 TEST(CoalesceBatcher, AdaptiveColdStartRightAfterABatchReturnsSendsAtOnce) {
-  test_batcher b{cfg_with(0.001)};
+  // The earlier pipelining rule: waiters 3 and 4 queue behind waiter 2's
+  // RPC (with free slots they would go beside it: FreeSlots... tests).
+  test_batcher b{cfg_singles(0.001)};
   ASSERT_EQ(b.join(ts_waiter(1, 1, t0), t0), join_decision::queued);
   // Nothing known yet: the window, as tsoracle.
   EXPECT_TRUE(b.take_ready(t0).empty());
