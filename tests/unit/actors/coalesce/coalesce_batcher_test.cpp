@@ -1058,19 +1058,32 @@ TEST(CoalesceBatcher, CancellingAWaiterOfAChunkNotYetSentShrinksIt) {
 // arrived, so C is served by the next RPC, sent the moment the first one
 // returns (the case's "exactly 1 RPC" holds for the RPC that carries A and
 // B, which is neither cancelled nor repeated).
+/// Case 13's start: A (0 ms) and B (10 ms) ride one RPC sent when the
+/// 20 ms window closes; A leaves at 50 ms (its deadline) without
+/// cancelling it. Returns that RPC's plans.
+std::vector<rpc_plan> case_thirteen_a_leaves(test_batcher& b) {
+  auto ms = [](int n) {
+    return t0 + milliseconds(n);
+  };
+  EXPECT_EQ(b.join(ts_waiter(0xA, 1, ms(0)), ms(0)), join_decision::queued);
+  EXPECT_EQ(b.join(ts_waiter(0xB, 1, ms(10)), ms(10)), join_decision::queued);
+  auto p = b.take_ready(ms(20));
+  EXPECT_EQ(p.size(), 1u);
+  if (p.size() == 1)
+    EXPECT_EQ(p[0].parts.size(), 2u);
+  auto ca = b.cancel(0xA, ms(50)); // A's 50 ms deadline
+  EXPECT_EQ(ca.result, cancel_result::abandoned_in_flight);
+  EXPECT_EQ(ca.rpc_to_cancel, 0u);
+  return p;
+}
+
 TEST(CoalesceBatcher, CaseThirteenOneCallersCancellationDoesNotPoisonTheBatch) {
   test_batcher b{cfg_singles(0.020)};
   auto ms = [](int n) {
     return t0 + milliseconds(n);
   };
-  ASSERT_EQ(b.join(ts_waiter(0xA, 1, ms(0)), ms(0)), join_decision::queued);
-  ASSERT_EQ(b.join(ts_waiter(0xB, 1, ms(10)), ms(10)), join_decision::queued);
-  auto p = b.take_ready(ms(20));
+  auto p = case_thirteen_a_leaves(b);
   ASSERT_EQ(p.size(), 1u);
-  ASSERT_EQ(p[0].parts.size(), 2u);
-  auto ca = b.cancel(0xA, ms(50)); // A's 50 ms deadline
-  EXPECT_EQ(ca.result, cancel_result::abandoned_in_flight);
-  EXPECT_EQ(ca.rpc_to_cancel, 0u);
   ASSERT_EQ(b.join(ts_waiter(0xC, 1, ms(100)), ms(100)), join_decision::queued);
   EXPECT_TRUE(b.take_ready(ms(100)).empty());
   auto d = b.on_ts_response(p[0].rpc_id, ts_answer(1000, 0, 2), ms(220));
@@ -1104,14 +1117,8 @@ TEST(CoalesceBatcher, CaseThirteenWithFreeSlotsTheNewcomerGoesBeside) {
   auto ms = [](int n) {
     return t0 + milliseconds(n);
   };
-  ASSERT_EQ(b.join(ts_waiter(0xA, 1, ms(0)), ms(0)), join_decision::queued);
-  ASSERT_EQ(b.join(ts_waiter(0xB, 1, ms(10)), ms(10)), join_decision::queued);
-  auto p = b.take_ready(ms(20));
+  auto p = case_thirteen_a_leaves(b);
   ASSERT_EQ(p.size(), 1u);
-  ASSERT_EQ(p[0].parts.size(), 2u);
-  auto ca = b.cancel(0xA, ms(50));
-  EXPECT_EQ(ca.result, cancel_result::abandoned_in_flight);
-  EXPECT_EQ(ca.rpc_to_cancel, 0u);
   ASSERT_EQ(b.join(ts_waiter(0xC, 1, ms(100)), ms(100)), join_decision::queued);
   auto pc = b.take_ready(ms(100));
   ASSERT_EQ(pc.size(), 1u) << "a free slot: C does not wait";

@@ -208,6 +208,21 @@ protected:
     return *oracle_->nodes.at(key);
   }
 
+  /// A's one caller's RPC leaves at 1 ms and answers at 11 ms; at 5 ms
+  /// three callers arrive together. Returns the first caller's box (front)
+  /// and the three others'.
+  std::vector<std::shared_ptr<reply_box>> three_callers_beside_one_rpc() {
+    elect(A, 1);
+    node(A).delay = 10ms;
+    std::vector<std::shared_ptr<reply_box>> boxes{ts()};
+    advance_stepwise(5ms);
+    EXPECT_EQ(node(A).seen.size(), 1u);
+    for (int i = 0; i < 3; ++i)
+      boxes.push_back(ts());
+    run();
+    return boxes;
+  }
+
   /// Makes `key` the leader at `epoch`; the others hint at it.
   void elect(const std::string& key, uint64_t epoch) {
     oracle_->epoch = epoch;
@@ -307,15 +322,9 @@ TEST_F(CoalescingDriver, WaitersArrivingDuringAnRpcGoInTheNextBatchAtOnce) {
 TEST_F(CoalescingDriver,
        WaitersArrivingTogetherDuringASingleWaiterRpcShareOneAtOnce) {
   cfg.fill_free_slots = false; // the earlier rule
-  elect(A, 1);
-  node(A).delay = 10ms;
-  auto first = ts();
-  advance_stepwise(5ms); // the first RPC left at 1 ms, answers at 11 ms
-  ASSERT_EQ(node(A).seen.size(), 1u);
-  std::vector<std::shared_ptr<reply_box>> late;
-  for (int i = 0; i < 3; ++i)
-    late.push_back(ts());
-  run();
+  auto late = three_callers_beside_one_rpc();
+  auto first = late.front();
+  late.erase(late.begin());
   ASSERT_EQ(node(A).seen.size(), 2u) << "sent at once, beside the first";
   EXPECT_EQ(node(A).seen[1].first.at("count").as_int64(), 3);
   EXPECT_EQ(ms(node(A).seen[1].second - t0_), 5);
@@ -340,15 +349,9 @@ TEST_F(CoalescingDriver,
 // callers in a closed loop never queue behind one another's RPC.
 TEST_F(CoalescingDriver, CallersArrivingBesideAnRpcSpreadOverTheFreeSlots) {
   ASSERT_TRUE(cfg.fill_free_slots);
-  elect(A, 1);
-  node(A).delay = 10ms;
-  auto first = ts();
-  advance_stepwise(5ms); // the first RPC left at 1 ms, answers at 11 ms
-  ASSERT_EQ(node(A).seen.size(), 1u);
-  std::vector<std::shared_ptr<reply_box>> late;
-  for (int i = 0; i < 3; ++i)
-    late.push_back(ts());
-  run();
+  auto late = three_callers_beside_one_rpc();
+  auto first = late.front();
+  late.erase(late.begin());
   ASSERT_EQ(node(A).seen.size(), 4u) << "one RPC each, at once";
   for (std::size_t i = 1; i < 4; ++i) {
     EXPECT_EQ(node(A).seen[i].first.at("count").as_int64(), 1);
