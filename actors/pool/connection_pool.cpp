@@ -181,12 +181,15 @@ struct pool_actor_state {
     for (auto& c : d.idle)
       c->close();
     for (auto& f : d.flights) {
-      f.conn->close();
+      // Answered before the close: closing completes the exchange on the
+      // io thread, whose own answer ("cancelled") would otherwise race
+      // this one to the requester (the first answer wins, reply_slot).
       exchange_result res;
       res.error = transport_error_kind::interrupted;
       res.detail = "connection pool stopped";
       res.request_sent = true; // unknown: assume it may have left
       f.pending.deliver(std::move(res));
+      f.conn->close();
     }
     for (auto& w : d.waiters)
       w.pending.deliver(error_result(w.id, transport_error_kind::interrupted,
