@@ -178,12 +178,14 @@ struct client_side {
   feed_ws_endpoint ws;
 
   client_side(caf::actor_system& sys, const std::string& base_url,
-              std::size_t io_threads) {
+              std::size_t io_threads,
+              double surplus_idle_time = client_config{}.surplus_idle_time) {
     io = outbound::bench::client_io(sys, io_threads);
     client_config cc;
     cc.base_url = base_url;
     cc.timeout = 10.0;
     cc.deadline = 20.0;
+    cc.surplus_idle_time = surplus_idle_time;
     client_options co;
     co.io = io;
     client = make_service_client(sys, cc, co);
@@ -238,13 +240,15 @@ feed_config ledger_feed(int limit) {
 
 void phase_memory(caf::actor_system& sys, child_hub& ch,
                   const std::vector<std::size_t>& ns, double max_seconds,
-                  uint64_t nofile, int limit) {
+                  uint64_t nofile, int limit, double surplus_idle_time) {
   std::printf("\n== 1. client memory per idle watcher (ledger tier, hub in a "
-              "child process, RLIMIT_NOFILE=%" PRIu64 ") ==\n",
-              nofile);
+              "child process, RLIMIT_NOFILE=%" PRIu64
+              ", the replay client's surplus_idle_time %.1f s) ==\n",
+              nofile, surplus_idle_time);
   std::printf("%10s %10s %14s %14s %12s %8s\n", "watchers", "connected",
               "rss_before_KiB", "rss_after_KiB", "per_watcher", "goal");
-  client_side cs{sys, "http://127.0.0.1:" + std::to_string(ch.port), 1};
+  client_side cs{sys, "http://127.0.0.1:" + std::to_string(ch.port), 1,
+                 surplus_idle_time};
   for (auto n : ns) {
     // One fd per watcher here and one in the hub child, plus slack.
     if (n + 64 > nofile) {
@@ -294,10 +298,11 @@ void phase_memory(caf::actor_system& sys, child_hub& ch,
                               : (per <= 32768 ? "met" : "MISSED"));
     std::ostringstream js;
     js << "\"figure\":\"client_memory_per_watcher\",\"watchers\":" << n
-       << ",\"connected\":" << connected << ",\"connect_seconds\":"
-       << connect_s << ",\"rss_before\":" << before
-       << ",\"rss_after\":" << after << ",\"bytes_per_watcher\":"
-       << static_cast<int64_t>(per) << ",\"goal_bytes\":32768,\"met\":"
+       << ",\"connected\":" << connected << ",\"connect_seconds\":" << connect_s
+       << ",\"rss_before\":" << before << ",\"rss_after\":" << after
+       << ",\"bytes_per_watcher\":" << static_cast<int64_t>(per)
+       << ",\"surplus_idle_time\":" << surplus_idle_time
+       << ",\"goal_bytes\":32768,\"met\":"
        << ((connected == n && per <= 32768) ? "true" : "false");
     json_line(js.str());
     stop_all(sys, ws);
@@ -618,6 +623,7 @@ int main(int argc, char** argv) {
   std::string catchup_clients = "both";
   double max_seconds = 120;
   std::string phases = "123";
+  double surplus_idle_time = client_config{}.surplus_idle_time;
   app.add_option("--watchers", watchers_list,
                  "watcher counts for the memory phase (space separated)");
   app.add_option("--rate", rate, "total publish rate, events/s")
@@ -644,6 +650,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-seconds", max_seconds, "bound of each wait / phase")
     ->check(CLI::Range(1.0, 3600.0));
   app.add_option("--phases", phases, "which phases to run, e.g. 13");
+  app
+    .add_option("--surplus-idle-time", surplus_idle_time,
+                "client_config::surplus_idle_time of the memory phase's "
+                "replay client, seconds (0: the earlier rule, a connection "
+                "beyond max_idle_per_endpoint closed at once)")
+    ->check(CLI::Range(0.0, 3600.0));
   // The client side's io_runner (1 thread) and, in phases 2 and 3, the
   // in-process hub's io thread.
   outbound::bench::caf_flags caf_opts;
@@ -683,7 +695,7 @@ int main(int argc, char** argv) {
               outbound::bench::load_average().c_str());
   if (want_mem) {
     if (child_ok)
-      phase_memory(sys, ch, ns, max_seconds, nofile, limit);
+      phase_memory(sys, ch, ns, max_seconds, nofile, limit, surplus_idle_time);
     else
       std::printf("\n== 1. NOT RUN: the child hub did not start ==\n");
     ch.stop();

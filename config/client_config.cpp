@@ -233,6 +233,8 @@ void client_config::validate() const {
     throw config_error("max_connections_per_endpoint", "must be >= 1");
   if (max_pending_requests < 1)
     throw config_error("max_pending_requests", "must be >= 1");
+  if (!finite_non_negative(surplus_idle_time) || surplus_idle_time > 3600)
+    throw config_error("surplus_idle_time", "must be >= 0 and <= 3600 seconds");
   if (!(min_dispatch_budget > 0) || !(min_dispatch_budget <= 60))
     throw config_error("min_dispatch_budget", "must be > 0 and <= 60 seconds");
   // The pool truncates it to whole nanoseconds: under 1 ns it would be 0.

@@ -189,6 +189,9 @@ struct pool_stats {
   /// Waiters answered "never sent" because a connection freed up for them
   /// with less than the pool's dispatch floor of their timeout left, total.
   uint64_t too_late = 0;
+  /// Idle connections beyond `client_config::max_idle_per_endpoint` closed
+  /// after `client_config::surplus_idle_time` unused, total.
+  uint64_t idle_expired = 0;
 };
 
 /// The `outcome` label of an answered or failed event: "ok", or the name of

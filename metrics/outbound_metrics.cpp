@@ -580,6 +580,12 @@ const family_row<pool_stats> pool_rows[] = {
    [](const pool_stats& s) {
      return as_double(s.cancelled);
    }},
+  {counter, "outbound_pool_idle_expired_total",
+   "Idle connections beyond max_idle_per_endpoint closed after "
+   "surplus_idle_time unused",
+   [](const pool_stats& s) {
+     return as_double(s.idle_expired);
+   }},
   {gauge, "outbound_pool_idle_connections", "Idle connections now",
    [](const pool_stats& s) {
      return as_double(s.idle);

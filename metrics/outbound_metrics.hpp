@@ -163,6 +163,7 @@ inline constexpr const char* other_feeds_label = "_other";
 /// | outbound_pool_reused_total | counter | service | exchanges on a pooled idle connection |
 /// | outbound_pool_stale_discarded_total | counter | service | idle connections found stale |
 /// | outbound_pool_cancelled_total | counter | service | exchanges cancelled by their caller |
+/// | outbound_pool_idle_expired_total | counter | service | idle connections beyond max_idle_per_endpoint closed after surplus_idle_time |
 /// | outbound_pool_idle_connections | gauge | service | idle connections now |
 /// | outbound_pool_in_flight | gauge | service | exchanges in flight now |
 /// | outbound_pool_pending | gauge | service | exchanges queued for a connection now |

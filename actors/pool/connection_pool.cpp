@@ -44,6 +44,12 @@ struct queue_expired {
   uint64_t exchange_id = 0;
 };
 
+/// Idle connections beyond the idle limit may have outstayed
+/// pool_limits::idle_time: the timer armed for `due`.
+struct idle_sweep {
+  std::chrono::steady_clock::time_point due;
+};
+
 } // namespace
 
 } // namespace pool
@@ -51,6 +57,7 @@ struct queue_expired {
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::drain_completions)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::queue_expired)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(outbound::idle_sweep)
 
 namespace outbound {
 inline namespace pool {
@@ -60,10 +67,9 @@ namespace {
 /// The pool's own interface: the transport port plus the completion wake-up,
 /// the queue timer and a stats query (reachable through an untyped handle in
 /// tests).
-using pool_actor
-  = transport_actor::extend<caf::reacts_to<drain_completions>,
-                            caf::reacts_to<queue_expired>,
-                            caf::replies_to<stats_atom>::with<pool_stats>>;
+using pool_actor = transport_actor::extend<
+  caf::reacts_to<drain_completions>, caf::reacts_to<queue_expired>,
+  caf::reacts_to<idle_sweep>, caf::replies_to<stats_atom>::with<pool_stats>>;
 
 using connection_ptr = std::shared_ptr<http_connection>;
 
@@ -173,6 +179,8 @@ struct pool_actor_state {
     = std::make_shared<completion_inbox>();
   /// Reused by drain() (keeps its capacity).
   std::vector<finished_exchange> batch;
+  /// Due time of the earliest idle_sweep timer still pending, if any.
+  std::optional<std::chrono::steady_clock::time_point> sweep_armed;
 
   /// Runs when the actor terminates: every connection is closed, every
   /// exchange still in flight or queued is answered.
@@ -224,6 +232,21 @@ void reply_slot::on_exchange_done(exchange_result res, bool reusable) {
       caf::anon_send(caf::actor_cast<pool_actor>(strong), drain_completions{});
 }
 
+/// Arms the idle sweep for `at` unless a sweep at or before it is pending
+/// already (one timer for the pool, as the service client's watchdog).
+void arm_sweep(self_ptr self,
+               std::optional<std::chrono::steady_clock::time_point> at) {
+  auto& st = self->state;
+  if (!at || (st.sweep_armed && *st.sweep_armed <= *at))
+    return;
+  st.sweep_armed = at;
+  auto now = self->clock().now();
+  if (*at <= now)
+    self->send(self, idle_sweep{*at});
+  else
+    self->delayed_send(self, *at - now, idle_sweep{*at});
+}
+
 /// Makes the requester's answer slot for the message being handled.
 promise_type make_promise(self_ptr self) {
   auto rp = self->make_response_promise<exchange_result>();
@@ -256,6 +279,7 @@ void run_waiter(self_ptr self, std::optional<state_type::waiter> w,
     // Consumed: a moved-from optional still holds a (null) connection, and a
     // later round (after a failed dial) must not hand that on.
     handed.reset();
+    arm_sweep(self, d.sweep_at);
     for (auto& c : d.to_close)
       c->close();
     for (auto& late : d.late)
@@ -301,16 +325,21 @@ void drain(self_ptr self) {
   // queued request must not wait for a connection already free.
   do {
     st.inbox->take(st.batch);
+    if (st.batch.empty())
+      continue;
+    // When these connections go idle (pool_limits::idle_time).
+    auto now = self->clock().now();
     for (auto& done : st.batch) {
       auto flight = st.pool.complete(done.exchange_id);
       if (!flight)
         continue; // cancelled earlier: already answered
       if (done.stale)
         st.pool.stale_found(*flight); // nothing of it left; it redials
-      auto r = st.pool.release(flight->key, flight->conn, done.reusable);
+      auto r = st.pool.release(flight->key, flight->conn, done.reusable, now);
       bool handed = r.decision == release_decision::handed_to_waiter;
       if (!handed && r.decision != release_decision::keep_idle)
         flight->conn->close();
+      arm_sweep(self, r.sweep_at);
       // A freed connection (or slot) goes to the head waiter at once.
       run_waiter(self, std::move(r.next), handed ? flight->conn : nullptr);
     }
@@ -420,6 +449,16 @@ pool_actor::behavior_type pool_impl(self_ptr self,
                                              "connection"));
       }
     },
+    [self](idle_sweep& s) {
+      drain(self);
+      auto& st = self->state;
+      if (st.sweep_armed && *st.sweep_armed == s.due)
+        st.sweep_armed.reset();
+      auto r = st.pool.sweep(self->clock().now());
+      for (auto& c : r.to_close)
+        c->close();
+      arm_sweep(self, r.next);
+    },
     [self](queue_expired& q) {
       drain(self);
       auto& st = self->state;
@@ -446,6 +485,7 @@ pool_actor::behavior_type pool_impl(self_ptr self,
       out.overflowed = c.overflowed;
       out.busy_refused = c.busy_refused;
       out.too_late = c.too_late;
+      out.idle_expired = c.idle_expired;
       return out;
     },
   };
@@ -470,6 +510,7 @@ transport_actor spawn_connection_pool(caf::actor_system& sys,
   limits.max_connections = cfg.max_connections_per_endpoint;
   limits.max_pending = cfg.max_pending_requests;
   limits.min_dispatch_budget = core::from_seconds(cfg.min_dispatch_budget);
+  limits.idle_time = core::from_seconds(cfg.surplus_idle_time);
   return sys.spawn(pool_impl, std::move(io), std::move(tls), std::move(origin),
                    limits);
 }

@@ -6,6 +6,7 @@
 //
 // One exchange:
 //
+// clang-format off
 //   http_request ──► acquire(key, fresh) ─┬─ reuse: idle connection (MRU) ──► start(reused); found stale on its io thread
 //                                         │                                   before the write: ends not_sent ─► stale_found
 //                                         ├─ dial (below the limit) ─────────────────────────► start(dialled)
@@ -20,8 +21,13 @@
 //   on to the next waiter; its queue timer fires at deadline - that floor.
 //   start ──► in flight ──┬── complete(id) ──► release(key, conn, reusable) ─┬─ a waiter: hand over (or close, it dials)
 //                         │                                                  ├─ keep (idle, MRU)
+//                         │                                                  ├─ keep beyond max_idle, for idle_time (sweep)
 //                         │                                                  └─ close (its slot to the head waiter)
 //                         └── cancel(id) ────► close (never reused; its slot to the head waiter); a later complete(id) finds nothing
+// clang-format on
+//
+//   sweep(now): the least recently used idle connections beyond max_idle
+//   that have been idle for idle_time are closed.
 //
 // `Conn` is the connection handle (a shared_ptr<http_connection> in the
 // actor, a plain int in tests); `Pending` is what the actor needs to answer
@@ -97,11 +103,15 @@ struct pool_counters {
   /// them with less than `pool_limits::min_dispatch_budget` of their time
   /// left (`hand_on`).
   uint64_t too_late = 0;
+  /// Idle connections beyond `pool_limits::max_idle` closed by `sweep`
+  /// after `pool_limits::idle_time` unused.
+  uint64_t idle_expired = 0;
 };
 
 /// Limits of a pool, per endpoint (pool_key).
 struct pool_limits {
-  /// Idle connections kept (0 keeps none).
+  /// Idle connections kept with no time limit (0 keeps none beyond
+  /// `idle_time`).
   std::size_t max_idle = 64;
   /// Connections open at once: in flight (dialling included) plus idle.
   std::size_t max_connections = 1024;
@@ -116,6 +126,13 @@ struct pool_limits {
   /// 5 ms: above the scheduling jitter between two timers of one actor
   /// system, well below any useful exchange timeout. Must be > 0.
   std::chrono::nanoseconds min_dispatch_budget = std::chrono::milliseconds{5};
+  /// How long an idle connection beyond `max_idle` is kept before `sweep`
+  /// closes it (the least recently used first), where it would otherwise
+  /// have been closed at once on release: a burst's connections serve the
+  /// next burst instead of being closed and dialled again. Finagle's
+  /// DefaultPool `idleTime`, applied above its low watermark. 0 closes a
+  /// connection released into a full idle set at once. [0]
+  std::chrono::nanoseconds idle_time{0};
 };
 
 /// What `acquire` decided for a new exchange.
@@ -142,7 +159,8 @@ enum class release_decision {
   keep_idle,
   /// Close: the exchange said the connection is not reusable.
   close_not_reusable,
-  /// Close: the key already holds `max_idle` idle connections.
+  /// Close: the key already holds `max_idle` idle connections (and
+  /// `idle_time` is 0).
   close_pool_full,
   /// Not closed: handed to the head waiter, which runs on it at once.
   handed_to_waiter,
@@ -217,6 +235,18 @@ public:
     /// The waiter to run next: on the released connection
     /// (`handed_to_waiter`) or on a new dial in its slot (any close).
     std::optional<waiter> next;
+    /// keep_idle with the key now above `max_idle`: when `sweep` has
+    /// something to close (the least recently used idle connection's
+    /// `idle_time` runs out; at or before `now` when it has).
+    std::optional<time_point> sweep_at;
+  };
+
+  /// `sweep`'s answer.
+  struct sweep_result {
+    /// Idle connections the caller closes.
+    std::vector<Conn> to_close;
+    /// When to sweep next, if any key is still above `max_idle`.
+    std::optional<time_point> next;
   };
 
   /// `hand_on`'s answer.
@@ -232,6 +262,9 @@ public:
     /// Connections the caller closes (passed on as a slot to a fresh
     /// waiter, or not kept idle).
     std::vector<Conn> to_close;
+    /// The connection went idle beyond `max_idle`: when to `sweep`
+    /// (release_result::sweep_at).
+    std::optional<time_point> sweep_at;
   };
 
   /// `cancel`'s answer: at most one of `flight` and `queued` is set.
@@ -264,7 +297,7 @@ public:
     bool has_idle = found && !found->idle.empty();
     if (!fresh && has_idle) {
       a.kind = acquire_kind::reuse;
-      a.conn = std::move(found->idle.back());
+      a.conn = std::move(found->idle.back().conn);
       found->idle.pop_back();
       return a;
     }
@@ -281,7 +314,7 @@ public:
       // fresh at the limit: the least recently used idle connection yields
       // its slot (an idle connection must not make a fresh exchange wait).
       a.kind = acquire_kind::dial;
-      a.evicted = std::move(ep.idle.front());
+      a.evicted = std::move(ep.idle.front().conn);
       ep.idle.erase(ep.idle.begin());
       return a;
     }
@@ -409,11 +442,13 @@ public:
       if (conn) {
         Conn c = std::move(*conn);
         conn.reset();
-        auto r = release(key, c, true);
+        auto r = release(key, c, true, now);
         if (r.decision == release_decision::handed_to_waiter)
           conn = std::move(c);
         else if (r.decision != release_decision::keep_idle)
           d.to_close.push_back(std::move(c));
+        if (r.sweep_at)
+          d.sweep_at = r.sweep_at;
         w = std::move(r.next);
       } else {
         w = free_slot(key);
@@ -431,10 +466,12 @@ public:
     return leave_queue(id);
   }
 
-  /// The exchange on `conn` completed: hands `conn` to the head waiter if
-  /// `reusable` and one waits, else keeps it idle if `reusable` and there is
-  /// room, else closes it (and its slot goes to the head waiter).
-  release_result release(const pool_key& key, Conn conn, bool reusable) {
+  /// The exchange on `conn` completed at `now`: hands `conn` to the head
+  /// waiter if `reusable` and one waits, else keeps it idle if `reusable`
+  /// and there is room (below `max_idle`, or for `idle_time` beyond it),
+  /// else closes it (and its slot goes to the head waiter).
+  release_result release(const pool_key& key, Conn conn, bool reusable,
+                         time_point now = time_point{}) {
     release_result r;
     auto q = queues_.find(key);
     bool queued = q != queues_.end() && !q->second.empty();
@@ -451,13 +488,46 @@ public:
       return r;
     }
     auto* found = find_endpoint(key);
-    if ((found ? found->idle.size() : 0) >= limits_.max_idle) {
+    if ((found ? found->idle.size() : 0) >= limits_.max_idle
+        && limits_.idle_time.count() <= 0) {
       r.decision = release_decision::close_pool_full;
       free_slot(key); // may remove the entry
       return r;
     }
-    (found ? *found : add_endpoint(key)).idle.push_back(std::move(conn));
+    auto& ep = found ? *found : add_endpoint(key);
+    ep.idle.push_back(idle_entry{std::move(conn), now});
     r.decision = release_decision::keep_idle;
+    r.sweep_at = sweep_time(ep);
+    return r;
+  }
+
+  /// Closes, on every key, the least recently used idle connections beyond
+  /// `max_idle` that have been idle for `idle_time` at `now`. Their slots
+  /// free up (no waiter is queued while a connection of its key is idle).
+  sweep_result sweep(time_point now) {
+    sweep_result r;
+    for (std::size_t i = 0; i < endpoints_.size();) {
+      auto& ep = endpoints_[i];
+      std::size_t n = 0;
+      while (ep.idle.size() - n > limits_.max_idle
+             && ep.idle[n].since + limits_.idle_time <= now)
+        ++n;
+      for (std::size_t k = 0; k < n; ++k)
+        r.to_close.push_back(std::move(ep.idle[k].conn));
+      ep.idle.erase(ep.idle.begin(), ep.idle.begin() + n);
+      counters_.idle_expired += n;
+      ep.open -= n;
+      if (auto at = sweep_time(ep))
+        r.next = r.next ? std::min(*r.next, *at) : *at;
+      if (ep.open == 0) {
+        // No idle connection is left on an entry that opens nothing.
+        if (i + 1 != endpoints_.size())
+          ep = std::move(endpoints_.back());
+        endpoints_.pop_back();
+        continue;
+      }
+      ++i;
+    }
     return r;
   }
 
@@ -472,7 +542,7 @@ public:
     drained d;
     for (auto& e : endpoints_)
       for (auto& c : e.idle)
-        d.idle.push_back(std::move(c));
+        d.idle.push_back(std::move(c.conn));
     for (auto& [id, f] : flights_)
       d.flights.push_back(std::move(f));
     flights_.clear();
@@ -581,13 +651,29 @@ private:
     return w;
   }
 
-  /// One key's connections: the idle ones (most recently used last) and
-  /// how many are open (see the class comment).
+  /// An idle connection and when it went idle.
+  struct idle_entry {
+    Conn conn;
+    time_point since;
+  };
+
+  /// One key's connections: the idle ones (most recently used last, so
+  /// `since` never decreases along the vector) and how many are open (see
+  /// the class comment).
   struct endpoint {
     pool_key key;
-    std::vector<Conn> idle;
+    std::vector<idle_entry> idle;
     std::size_t open = 0;
   };
+
+  /// When `sweep` has something to close on `ep`: the least recently used
+  /// idle connection's `idle_time` ends then. Nothing while `ep` holds at
+  /// most `max_idle` idle connections.
+  std::optional<time_point> sweep_time(const endpoint& ep) const {
+    if (ep.idle.size() <= limits_.max_idle)
+      return std::nullopt;
+    return ep.idle.front().since + limits_.idle_time;
+  }
 
   /// The entry of `key`, or null. A linear scan by equality: a pool nearly
   /// always serves one key (the service client's origin), and a std::map

@@ -405,6 +405,7 @@ TEST(SnapshotCollector, PoolAndPollerFamilies) {
   p.pending = 4;
   p.waited = 7;
   p.overflowed = 1;
+  p.idle_expired = 5;
   c.set_pool("users", p);
   c.set_sources("pool", 1);
   c.count_poll_error("feed");
@@ -416,6 +417,7 @@ TEST(SnapshotCollector, PoolAndPollerFamilies) {
               "outbound_pool_cancelled_total{service=\"users\"} 0",
               "outbound_pool_dialled_total{service=\"users\"} 3",
               "outbound_pool_idle_connections{service=\"users\"} 2",
+              "outbound_pool_idle_expired_total{service=\"users\"} 5",
               "outbound_pool_in_flight{service=\"users\"} 0",
               "outbound_pool_overflowed_total{service=\"users\"} 1",
               "outbound_pool_pending{service=\"users\"} 4",

@@ -765,27 +765,74 @@ TEST_F(TransportTest, HeaderWithLineBreakIsRejectedBeforeSending) {
   EXPECT_EQ(srv.requests().size(), 0u);
 }
 
-TEST_F(TransportTest,
-       ConcurrentExchangesDialSeparateConnectionsAndIdleIsCapped) {
-  auto resp = scripted_server::json_response(200, "{}");
-  scripted_server srv{
-    {{step::read_request(), step::sleep(200ms), step::send(resp), step::hold()},
-     {step::read_request(), step::sleep(200ms), step::send(resp),
-      step::hold()}}};
-  auto pool = make_pool(srv.base_url(), 1);
-  caf::scoped_actor self{sys_};
-  auto h1 = self->request(pool, std::chrono::seconds{15}, request());
-  auto h2 = self->request(pool, std::chrono::seconds{15}, request());
+namespace {
+
+/// Two exchanges at once on a pool that keeps one idle connection
+/// (`surplus_idle_time` for the second): both dial, both succeed.
+void two_concurrent_exchanges(caf::actor_system& sys, transport_actor pool,
+                              scripted_server& srv, http_request r1,
+                              http_request r2) {
+  caf::scoped_actor self{sys};
+  auto h1 = self->request(pool, std::chrono::seconds{15}, std::move(r1));
+  auto h2 = self->request(pool, std::chrono::seconds{15}, std::move(r2));
   int ok = 0;
   for (auto* h : {&h1, &h2})
     h->receive([&](exchange_result& r) { ok += r.ok() ? 1 : 0; },
-               [&](caf::error& err) { ADD_FAILURE() << sys_.render(err); });
+               [&](caf::error& err) { ADD_FAILURE() << sys.render(err); });
   EXPECT_EQ(ok, 2);
   EXPECT_EQ(srv.connections(), 2u);
+}
+
+std::vector<script> two_slow_answers() {
+  auto resp = scripted_server::json_response(200, "{}");
+  return {
+    {step::read_request(), step::sleep(200ms), step::send(resp), step::hold()},
+    {step::read_request(), step::sleep(200ms), step::send(resp), step::hold()}};
+}
+
+} // namespace
+
+TEST_F(TransportTest,
+       ConcurrentExchangesDialSeparateConnectionsAndIdleIsCapped) {
+  scripted_server srv{two_slow_answers()};
+  client_config cfg;
+  cfg.base_url = srv.base_url();
+  cfg.max_idle_per_endpoint = 1;
+  cfg.surplus_idle_time = 0; // beyond the idle limit: closed at once
+  auto pool = make_pool(cfg);
+  two_concurrent_exchanges(sys_, pool, srv, request(), request());
   auto s = stats(pool);
   EXPECT_EQ(s.dialled, 2u);
   EXPECT_EQ(s.idle, 1u); // max_idle_per_endpoint = 1: the second was closed
   EXPECT_TRUE(srv.wait_for_peer_close(0, 2s) || srv.wait_for_peer_close(1, 2s));
+}
+
+// Beyond the idle limit a connection stays open for surplus_idle_time
+// (reusable meanwhile), then the pool closes it: the least recently used.
+TEST_F(TransportTest,
+       AConnectionBeyondTheIdleLimitClosesAfterTheSurplusIdleTime) {
+  scripted_server srv{two_slow_answers()};
+  client_config cfg;
+  cfg.base_url = srv.base_url();
+  cfg.max_idle_per_endpoint = 1;
+  cfg.surplus_idle_time = 0.3;
+  auto pool = make_pool(cfg);
+  auto start = std::chrono::steady_clock::now();
+  two_concurrent_exchanges(sys_, pool, srv, request(), request());
+  auto s = stats(pool);
+  EXPECT_EQ(s.dialled, 2u);
+  EXPECT_EQ(s.idle_expired, 0u);
+  // Both idle, unless this thread was descheduled past the idle time.
+  if (std::chrono::steady_clock::now() - start < 250ms)
+    EXPECT_EQ(s.idle, 2u);
+  EXPECT_TRUE(srv.wait_for_peer_close(0, 5s) || srv.wait_for_peer_close(1, 5s));
+  // Closed by the sweep (the timer has run once the server saw the close).
+  for (int i = 0; i < 100 && stats(pool).idle_expired == 0; ++i)
+    std::this_thread::sleep_for(10ms);
+  s = stats(pool);
+  EXPECT_EQ(s.idle_expired, 1u);
+  EXPECT_EQ(s.idle, 1u);
+  EXPECT_EQ(s.dialled, 2u);
 }
 
 TEST_F(TransportTest, DuplicateExchangeIdIsRejected) {

@@ -502,3 +502,139 @@ TEST(PoolState, EachKeyKeepsItsOwnConnectionsWhenAnotherKeyEmpties) {
   EXPECT_EQ(s.acquire(key, false).kind, acquire_kind::dial);
   EXPECT_EQ(s.open_count(key), 1u);
 }
+
+// -- idle connections beyond the idle limit (pool_limits::idle_time) --------
+
+namespace {
+
+state lingering(std::size_t max_idle, std::chrono::nanoseconds idle_time,
+                std::size_t max_conns = 8) {
+  pool_limits l;
+  l.max_idle = max_idle;
+  l.max_connections = max_conns;
+  l.max_pending = 8;
+  l.idle_time = idle_time;
+  return state{l};
+}
+
+/// Completes exchange `id` and releases its connection, reusable, at `at`.
+state::release_result finish(state& s, uint64_t id, tp at) {
+  auto f = s.complete(id);
+  EXPECT_TRUE(f) << id;
+  return s.release(f->key, f->conn, true, at);
+}
+
+} // namespace
+
+// Released into a full idle set, a connection is kept, not closed; the
+// sweep closes the least recently used ones beyond the limit once they have
+// been idle for idle_time, oldest first, and never one within the limit.
+TEST(PoolState, BeyondTheIdleLimitConnectionsLingerForTheIdleTime) {
+  using namespace std::chrono_literals;
+  auto s = lingering(1, 2s);
+  dial(s, 1, 10);
+  dial(s, 2, 20);
+  dial(s, 3, 30);
+  auto r1 = finish(s, 1, t0);
+  EXPECT_EQ(r1.decision, release_decision::keep_idle);
+  EXPECT_FALSE(r1.sweep_at); // within the limit
+  auto r2 = finish(s, 2, t0 + 1ms);
+  EXPECT_EQ(r2.decision, release_decision::keep_idle);
+  ASSERT_TRUE(r2.sweep_at);
+  EXPECT_EQ(*r2.sweep_at, t0 + 2s); // the oldest idle one's time runs out
+  auto r3 = finish(s, 3, t0 + 2ms);
+  ASSERT_TRUE(r3.sweep_at);
+  EXPECT_EQ(*r3.sweep_at, t0 + 2s);
+  EXPECT_EQ(s.idle_count(), 3u);
+  EXPECT_EQ(s.open_count(key), 3u);
+
+  auto early = s.sweep(t0 + 1s);
+  EXPECT_TRUE(early.to_close.empty());
+  ASSERT_TRUE(early.next);
+  EXPECT_EQ(*early.next, t0 + 2s);
+
+  auto first = s.sweep(t0 + 2s);
+  EXPECT_EQ(first.to_close, std::vector<int>{10});
+  ASSERT_TRUE(first.next);
+  EXPECT_EQ(*first.next, t0 + 1ms + 2s);
+  EXPECT_EQ(s.open_count(key), 2u);
+
+  auto rest = s.sweep(t0 + 1h);
+  EXPECT_EQ(rest.to_close, std::vector<int>{20});
+  EXPECT_FALSE(rest.next); // one idle connection: within the limit
+  EXPECT_EQ(s.idle_count(), 1u);
+  EXPECT_EQ(s.open_count(key), 1u);
+  EXPECT_EQ(s.counters().idle_expired, 2u);
+  auto a = s.acquire(key, false);
+  ASSERT_EQ(a.kind, acquire_kind::reuse);
+  EXPECT_EQ(*a.conn, 30); // the most recently used one stayed
+}
+
+// A lingering connection serves the next exchange (most recently used
+// first): a burst after a burst reuses instead of dialling again.
+TEST(PoolState, ALingeringConnectionIsReusedBeforeItExpires) {
+  using namespace std::chrono_literals;
+  auto s = lingering(1, 2s);
+  dial(s, 1, 10);
+  dial(s, 2, 20);
+  finish(s, 1, t0);
+  finish(s, 2, t0 + 1ms);
+  for (int want : {20, 10}) {
+    auto a = s.acquire(key, false);
+    ASSERT_EQ(a.kind, acquire_kind::reuse);
+    EXPECT_EQ(*a.conn, want);
+  }
+  EXPECT_EQ(s.acquire(key, false).kind, acquire_kind::dial);
+  EXPECT_EQ(s.counters().dialled, 2u);
+  EXPECT_TRUE(s.sweep(t0 + 1h).to_close.empty()); // nothing idle
+  EXPECT_EQ(s.counters().idle_expired, 0u);
+}
+
+// With no idle limit (0) every released connection lingers; the last one
+// of a key expiring removes its entry and leaves other keys as they were.
+TEST(PoolState, ExpiringAKeysLastConnectionLeavesOtherKeysIntact) {
+  using namespace std::chrono_literals;
+  auto s = lingering(0, 1s);
+  ASSERT_EQ(s.acquire(key, false).kind, acquire_kind::dial);
+  ASSERT_TRUE(s.start(1, key, 10, "p1", false));
+  ASSERT_EQ(s.acquire(other, false).kind, acquire_kind::dial);
+  ASSERT_TRUE(s.start(2, other, 20, "p2", false));
+  auto r1 = finish(s, 1, t0);
+  ASSERT_TRUE(r1.sweep_at);
+  EXPECT_EQ(*r1.sweep_at, t0 + 1s);
+  finish(s, 2, t0 + 500ms);
+  auto sw = s.sweep(t0 + 1s);
+  EXPECT_EQ(sw.to_close, std::vector<int>{10});
+  ASSERT_TRUE(sw.next);
+  EXPECT_EQ(*sw.next, t0 + 1500ms);
+  EXPECT_EQ(s.open_count(key), 0u);
+  EXPECT_EQ(s.open_count(other), 1u);
+  auto a = s.acquire(other, false);
+  ASSERT_EQ(a.kind, acquire_kind::reuse);
+  EXPECT_EQ(*a.conn, 20);
+  EXPECT_EQ(s.acquire(key, false).kind, acquire_kind::dial);
+  EXPECT_EQ(s.open_count(key), 1u);
+}
+
+// A connection that goes idle when every waiter turned out late reports
+// when to sweep, as a release does.
+TEST(PoolState, AConnectionLeftIdleByLateWaitersReportsItsSweep) {
+  using namespace std::chrono_literals;
+  pool_limits l;
+  l.max_connections = 1;
+  l.max_pending = 8;
+  l.max_idle = 0;
+  l.idle_time = 3s;
+  state s{l};
+  dial(s, 1, 10);
+  wait_until(s, 2, t0 + 10ms);
+  auto f = s.complete(1);
+  auto r = s.release(key, f->conn, true, t0);
+  ASSERT_EQ(r.decision, release_decision::handed_to_waiter);
+  auto d = s.hand_on(key, std::move(r.next), f->conn, t0 + 6ms);
+  ASSERT_EQ(d.late.size(), 1u);
+  EXPECT_TRUE(d.to_close.empty());
+  ASSERT_TRUE(d.sweep_at);
+  EXPECT_EQ(*d.sweep_at, t0 + 6ms + 3s);
+  EXPECT_EQ(s.idle_count(), 1u);
+}
