@@ -230,15 +230,17 @@ struct client_config {
   /// Keep-alive connections kept idle per endpoint by the pool with no time
   /// limit. [64]
   std::size_t max_idle_per_endpoint = 64;
-  /// Seconds an idle connection beyond `max_idle_per_endpoint` stays open
-  /// (and reusable) before the pool closes it, the least recently used
-  /// first (Finagle's DefaultPool `idleTime`, which applies above its low
-  /// watermark). With 0 a connection released into a full idle set is
-  /// closed at once, and every burst beyond the idle limit dials again
-  /// (bench/feeds: 10,000 watchers starting together made ~7,000 extra
-  /// connects). Below the 5 s keep-alive timeout of Apache httpd and
-  /// Node.js, so that a surplus connection is rarely found closed by the
-  /// server. [0, 3600]. [2.0]
+  /// Seconds: beyond `max_idle_per_endpoint`, idle connections are kept
+  /// (and reused, most recently used first) until they have been idle this
+  /// long; then the pool closes them, the least recently used first
+  /// (Finagle's DefaultPool `idleTime`, which applies above its low
+  /// watermark). A connection's idle time starts when its exchange ends
+  /// (within a wake-up of the pool actor). With 0 a connection released
+  /// into a full idle set is closed at once, and every burst beyond the
+  /// idle limit dials again (bench/feeds: 10,000 watchers starting together
+  /// made ~7,000 extra connects). Below the 5 s keep-alive timeout of
+  /// Apache httpd and Node.js, so that a surplus connection is rarely found
+  /// closed by the server. [0, 3600]. [2.0]
   double surplus_idle_time = 2.0;
   /// Connections the pool opens at once to the endpoint: in flight (a dial
   /// in progress included) plus idle. An exchange that finds none idle and

@@ -232,6 +232,16 @@ void reply_slot::on_exchange_done(exchange_result res, bool reusable) {
       caf::anon_send(caf::actor_cast<pool_actor>(strong), drain_completions{});
 }
 
+/// True when every completion must wake the pool at once: requests wait
+/// for a connection, or more connections are open than the idle limit keeps
+/// with no time limit (one going idle starts its surplus idle time).
+bool wake_on_completion(const pool_actor_state& st) {
+  const auto& l = st.pool.limits();
+  return st.pool.pending_count() > 0
+         || (l.idle_time.count() > 0
+             && st.pool.open_count(st.key) > l.max_idle);
+}
+
 /// Arms the idle sweep for `at` unless a sweep at or before it is pending
 /// already (one timer for the pool, as the service client's watchdog).
 void arm_sweep(self_ptr self,
@@ -343,7 +353,7 @@ void drain(self_ptr self) {
       // A freed connection (or slot) goes to the head waiter at once.
       run_waiter(self, std::move(r.next), handed ? flight->conn : nullptr);
     }
-  } while (st.inbox->set_waiting(st.pool.pending_count() > 0));
+  } while (st.inbox->set_waiting(wake_on_completion(st)));
 }
 
 // Over 80 lines on purpose: the actor's behavior, one handler per message
@@ -389,6 +399,9 @@ pool_actor::behavior_type pool_impl(self_ptr self,
             run_waiter(self, st.pool.dial_failed(st.key));
             return error_result(id, transport_error_kind::config, e.what());
           }
+          // Past the idle limit, completions wake the pool from now on.
+          if (st.inbox->set_waiting(wake_on_completion(st)))
+            drain(self);
           break;
         case acquire_kind::wait: {
           auto rp = make_promise(self);

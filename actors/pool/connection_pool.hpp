@@ -22,7 +22,12 @@ inline namespace pool {
 /// identity, its idle limit). Builds the TLS context eagerly: throws
 /// config_error (`tls.ca_file`, `tls.client_cert_file`,
 /// `tls.client_key_file`) when a file cannot be loaded by OpenSSL.
-/// `io` defaults to io_runner::shared().
+/// `io` defaults to io_runner::shared(). End the pool with an exit message
+/// (every connection closes, every exchange is answered): a pool whose
+/// handles are all dropped lives on until its pending timers (a queued
+/// exchange's expiry, the sweep of surplus idle connections,
+/// `client_config::surplus_idle_time`) have fired, because CAF 0.17's
+/// delayed messages hold their receiver.
 transport_actor spawn_connection_pool(caf::actor_system& sys,
                                       const client_config& cfg,
                                       std::shared_ptr<io_runner> io = nullptr);

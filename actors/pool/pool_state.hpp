@@ -469,7 +469,10 @@ public:
   /// The exchange on `conn` completed at `now`: hands `conn` to the head
   /// waiter if `reusable` and one waits, else keeps it idle if `reusable`
   /// and there is room (below `max_idle`, or for `idle_time` beyond it),
-  /// else closes it (and its slot goes to the head waiter).
+  /// else closes it (and its slot goes to the head waiter). `now` only
+  /// matters with `idle_time` > 0: it starts the connection's idle time
+  /// (never before the previous connection's, so that the idle set stays
+  /// ordered).
   release_result release(const pool_key& key, Conn conn, bool reusable,
                          time_point now = time_point{}) {
     release_result r;
@@ -495,7 +498,8 @@ public:
       return r;
     }
     auto& ep = found ? *found : add_endpoint(key);
-    ep.idle.push_back(idle_entry{std::move(conn), now});
+    auto since = ep.idle.empty() ? now : std::max(now, ep.idle.back().since);
+    ep.idle.push_back(idle_entry{std::move(conn), since});
     r.decision = release_decision::keep_idle;
     r.sweep_at = sweep_time(ep);
     return r;

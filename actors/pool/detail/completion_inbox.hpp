@@ -27,7 +27,10 @@ struct finished_exchange {
 /// pool drains the inbox before every message it handles). The pool is woken
 /// by a drain_completions message only when a completion cannot wait for its
 /// next message: the connection is not reusable (it is closed and its slot
-/// freed) or requests are queued for a connection. A reusable connection
+/// freed), requests are queued for a connection, or the pool holds more
+/// connections than it keeps idle without a time limit (a reusable one going
+/// idle then starts its surplus idle time, pool_limits::idle_time, which
+/// must count from then and be swept on time). A reusable connection
 /// otherwise goes back idle when the pool next handles a message (a request,
 /// a cancel, a timer, a stats query); under load that is the next request,
 /// which would have found it anyway, and it saves one actor message per
@@ -53,10 +56,11 @@ public:
     wake_pending_ = false;
   }
 
-  /// Tells later completions whether requests are queued for a connection.
-  /// True when `waiting` and completions arrived that no wake-up was sent
-  /// for: the pool must drain again, or a queued request could wait for a
-  /// connection that is already free.
+  /// Tells later completions whether every one must wake the pool (requests
+  /// are queued for a connection, or connections beyond the idle limit are
+  /// open). True when `waiting` and completions arrived that no wake-up was
+  /// sent for: the pool must drain again, or a queued request could wait
+  /// for a connection that is already free.
   bool set_waiting(bool waiting) {
     std::lock_guard<std::mutex> guard{mtx_};
     waiting_ = waiting;
@@ -67,7 +71,7 @@ private:
   std::mutex mtx_;
   std::vector<finished_exchange> items_;
   bool wake_pending_ = false;
-  /// Requests are queued for a connection (set by the pool).
+  /// Every completion wakes the pool (set by the pool: see set_waiting).
   bool waiting_ = false;
 };
 

@@ -114,6 +114,21 @@ TEST(Config, TheDispatchFloorIsAFewMillisecondsAndMustBePositive) {
   EXPECT_EQ(field_of(c), "<valid>");
 }
 
+TEST(Config, TheSurplusIdleTimeIsAFewSecondsAndZeroClosesAtOnce) {
+  client_config cfg;
+  EXPECT_EQ(cfg.surplus_idle_time, 2.0);
+  for (double bad : {-0.001, 3600.5, std::nan(""), HUGE_VAL}) {
+    auto c = valid();
+    c.surplus_idle_time = bad;
+    EXPECT_EQ(field_of(c), "surplus_idle_time") << bad;
+  }
+  for (double good : {0.0, 0.25, 3600.0}) {
+    auto c = valid();
+    c.surplus_idle_time = good;
+    EXPECT_EQ(field_of(c), "<valid>") << good;
+  }
+}
+
 TEST(Config, ZeroBackoffIsAllowed) {
   auto c = valid();
   c.retry.base_backoff = 0;

@@ -638,3 +638,24 @@ TEST(PoolState, AConnectionLeftIdleByLateWaitersReportsItsSweep) {
   EXPECT_EQ(*d.sweep_at, t0 + 6ms + 3s);
   EXPECT_EQ(s.idle_count(), 1u);
 }
+
+// Idle times stay ordered along the idle set even when a release reports an
+// earlier time than the one before it (the actor reads its clock once per
+// batch of completions, a waiter's hand-on later): the sweep never closes
+// a connection before its predecessor's time is out.
+TEST(PoolState, AReleaseReportedEarlierStartsNoEarlierThanThePreviousOne) {
+  using namespace std::chrono_literals;
+  auto s = lingering(0, 1s);
+  dial(s, 1, 10);
+  dial(s, 2, 20);
+  finish(s, 1, t0 + 5ms);
+  auto r = finish(s, 2, t0);
+  ASSERT_TRUE(r.sweep_at);
+  EXPECT_EQ(*r.sweep_at, t0 + 5ms + 1s);
+  auto early = s.sweep(t0 + 1s);
+  EXPECT_TRUE(early.to_close.empty());
+  ASSERT_TRUE(early.next);
+  EXPECT_EQ(*early.next, t0 + 5ms + 1s);
+  EXPECT_EQ(s.sweep(t0 + 5ms + 1s).to_close, (std::vector<int>{10, 20}));
+  EXPECT_EQ(s.open_count(key), 0u);
+}
