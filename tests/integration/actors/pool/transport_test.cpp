@@ -790,16 +790,24 @@ std::vector<script> two_slow_answers() {
     {step::read_request(), step::sleep(200ms), step::send(resp), step::hold()}};
 }
 
+/// A pool of `srv` that keeps one connection idle with no time limit and
+/// more for `surplus_idle_time` seconds.
+client_config keeping_one_idle(const scripted_server& srv,
+                               double surplus_idle_time) {
+  client_config cfg;
+  cfg.base_url = srv.base_url();
+  cfg.max_idle_per_endpoint = 1;
+  cfg.surplus_idle_time = surplus_idle_time;
+  return cfg;
+}
+
 } // namespace
 
 TEST_F(TransportTest,
        ConcurrentExchangesDialSeparateConnectionsAndIdleIsCapped) {
   scripted_server srv{two_slow_answers()};
-  client_config cfg;
-  cfg.base_url = srv.base_url();
-  cfg.max_idle_per_endpoint = 1;
-  cfg.surplus_idle_time = 0; // beyond the idle limit: closed at once
-  auto pool = make_pool(cfg);
+  // Beyond the idle limit: closed at once.
+  auto pool = make_pool(keeping_one_idle(srv, 0));
   two_concurrent_exchanges(sys_, pool, srv, request(), request());
   auto s = stats(pool);
   EXPECT_EQ(s.dialled, 2u);
@@ -814,11 +822,7 @@ TEST_F(TransportTest,
 TEST_F(TransportTest,
        AConnectionBeyondTheIdleLimitClosesAfterTheSurplusIdleTime) {
   scripted_server srv{two_slow_answers()};
-  client_config cfg;
-  cfg.base_url = srv.base_url();
-  cfg.max_idle_per_endpoint = 1;
-  cfg.surplus_idle_time = 0.3;
-  auto pool = make_pool(cfg);
+  auto pool = make_pool(keeping_one_idle(srv, 0.3));
   two_concurrent_exchanges(sys_, pool, srv, request(), request());
   auto answered = clock_type::now();
   // Nothing is sent to the pool until the server sees a close.
