@@ -1,6 +1,7 @@
 #include "apps/demo_cmd.hpp"
 
 #include "apps/delivery_audit.hpp"
+#include "apps/latency_book.hpp"
 #include "apps/request_cmd.hpp"
 
 #include "actors/call/hedging.hpp"
@@ -97,41 +98,17 @@ void split_route(const std::string& route, std::string& path,
   }
 }
 
-/// Latencies of one kind of call: the current status interval and the
-/// whole run, in bounded sketches (DDSketch, <= 16 KiB each).
-struct latency_book {
-  std::mutex mu;
-  ddsketch interval;
-  ddsketch total;
-  uint64_t interval_ok = 0;
-  uint64_t interval_failed = 0;
-  uint64_t ok = 0;
-  uint64_t failed = 0;
+/// The status line's p99 spans the last 10 s (at least one interval): at
+/// ~50 calls a second per client, one second's p99 is its slowest call
+/// (apps/latency_book.hpp).
+constexpr double status_window_seconds = 10.0;
 
-  void record(double seconds, bool success) {
-    std::lock_guard<std::mutex> lock{mu};
-    if (success) {
-      interval.insert(seconds);
-      total.insert(seconds);
-      ++interval_ok;
-      ++ok;
-    } else {
-      ++interval_failed;
-      ++failed;
-    }
-  }
-
-  /// The interval's calls (ok + failed) and p99 (seconds), then a new
-  /// interval.
-  std::pair<uint64_t, std::optional<double>> take_interval() {
-    std::lock_guard<std::mutex> lock{mu};
-    auto n = interval_ok + interval_failed;
-    auto p99 = interval.quantile(0.99);
-    interval.clear();
-    interval_ok = interval_failed = 0;
-    return {n, p99};
-  }
-};
+std::size_t status_window_intervals(double status_interval) {
+  if (!(status_interval > 0))
+    return 1;
+  auto n = std::ceil(status_window_seconds / status_interval - 1e-9);
+  return n < 1 ? 1 : static_cast<std::size_t>(n);
+}
 
 /// A run's nonce: 64 random bits in hex.
 std::string run_nonce() {
@@ -666,8 +643,11 @@ public:
   demo_traffic(const demo_config& cfg, caf::actor_system& sys,
                service_stack& stack, side_clients& side, hub* embedded,
                demo_families& families, publish_log& log, std::string run)
-    : cfg_(cfg), sys_(sys), stack_(stack), side_(side), embedded_(embedded),
-      families_(families), log_(log), run_(std::move(run)) {
+    : requests(status_window_intervals(cfg.status_interval)),
+      unhedged(status_window_intervals(cfg.status_interval)),
+      ts(status_window_intervals(cfg.status_interval)), cfg_(cfg), sys_(sys),
+      stack_(stack), side_(side), embedded_(embedded), families_(families),
+      log_(log), run_(std::move(run)) {
   }
 
   ~demo_traffic() {
@@ -1207,9 +1187,13 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
       return fmt_num(double(n) / dt, 0);
     };
     auto events = counters.events.load();
-    auto [reqs, p99] = traffic.requests.take_interval();
-    auto [twin_reqs, twin_p99] = traffic.unhedged.take_interval();
-    auto [ts_calls, ts_p99] = traffic.ts.take_interval();
+    auto hedged_view = traffic.requests.take_interval();
+    auto twin_view = traffic.unhedged.take_interval();
+    auto ts_view = traffic.ts.take_interval();
+    // The p99s span the last status_window_seconds (less at the start).
+    auto span = double(hedged_view.intervals) * cfg.status_interval;
+    int digits = span < 10 && span != std::floor(span) ? 1 : 0;
+    auto window = "(" + fmt_num(span, digits) + " s)";
     auto hs = stack.hedge_stats();
     auto planned = hs.total_requests - last_hedge.total_requests;
     auto hedged = hs.hedged_requests - last_hedge.hedged_requests;
@@ -1219,11 +1203,11 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
          << " (+" << rate(events - last_events) << "/s) resets "
          << counters.resets.load() << " connected " << probe.connected_feeds()
          << "/" << stack.watchers().size() << " | requests "
-         << rate(reqs + twin_reqs) << "/s hedged "
+         << rate(hedged_view.calls + twin_view.calls) << "/s hedged "
          << fmt_num(planned ? 100.0 * double(hedged) / double(planned) : 0.0)
-         << "% p99 " << fmt_ms(p99);
+         << "% p99 " << window << " " << fmt_ms(hedged_view.p99);
     if (side.unhedged)
-      line << " (unhedged " << fmt_ms(twin_p99) << ")";
+      line << " (unhedged " << fmt_ms(twin_view.p99) << ")";
     line << " | breakers " << probe.breakers().str();
     if (side.drill && embedded) {
       auto o = embedded->profile_requests("outage-outbound");
@@ -1241,7 +1225,8 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
     } else if (traffic.phase() == "restarted") {
       line << " | hub restarted";
     }
-    line << " | ts " << rate(ts_calls) << "/s p99 " << fmt_ms(ts_p99);
+    line << " | ts " << rate(ts_view.calls) << "/s p99 " << window << " "
+         << fmt_ms(ts_view.p99);
     if (auto ds = probe.driver_stats()) {
       line << " rpcs " << rate(ds->batches.rpcs - last_rpcs) << "/s for "
            << rate(ds->calls - last_calls) << " calls/s";
@@ -1275,15 +1260,15 @@ struct call_summary {
   }
 };
 
-call_summary summarize(latency_book& b) {
-  std::lock_guard<std::mutex> lock{b.mu};
+call_summary summarize(const latency_book& b) {
+  auto r = b.run();
   call_summary s;
-  s.ok = b.ok;
-  s.failed = b.failed;
-  s.p50 = b.total.quantile(0.5);
-  s.p99 = b.total.quantile(0.99);
-  s.p999 = b.total.quantile(0.999);
-  s.max = b.total.max();
+  s.ok = r.ok;
+  s.failed = r.failed;
+  s.p50 = r.p50;
+  s.p99 = r.p99;
+  s.p999 = r.p999;
+  s.max = r.max;
   return s;
 }
 
