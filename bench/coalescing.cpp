@@ -556,6 +556,7 @@ int main(int argc, char** argv) {
   std::string cold_start = "adaptive";
   std::string modes = "both";
   std::string ceiling = "goal";
+  int rounds = 1;
   outbound::bench::caf_flags caf_opts;
   app.add_option("--callers", callers,
                  "concurrent callers of the count-1 cells (list)")
@@ -622,8 +623,17 @@ int main(int argc, char** argv) {
                 "flight)")
     ->check(CLI::Range(1, 64))
     ->capture_default_str();
-  app.add_option("--modes", modes,
-                 "both (direct baseline, then coalesced), coalesced, direct")
+  app
+    .add_option("--rounds", rounds,
+                "rounds of every cell; direct and coalesced alternate "
+                "which runs first, and the goals give the range and median "
+                "over the rounds")
+    ->check(CLI::Range(1, 50))
+    ->capture_default_str();
+  app
+    .add_option("--modes", modes,
+                "both (the direct baseline, then coalesced; later rounds "
+                "alternate the order), coalesced, direct")
     ->check(CLI::IsMember({"both", "coalesced", "direct"}))
     ->capture_default_str();
   app.add_option("--ceiling", ceiling,
@@ -701,13 +711,15 @@ int main(int argc, char** argv) {
   print_header();
   std::vector<row> rows;
   bool ok = true;
-  std::optional<row> goal_row;
-  std::optional<row> ceiling_row;
-  // Coalesced / direct calls/s of each count-1 cell.
-  std::vector<std::pair<int, double>> vs_direct;
-  for (const auto& s : specs) {
-    std::optional<row> direct_row;
-    if (run_direct) {
+  // Per round: the coalesced 1024 x 1 row, and its ceiling row.
+  std::vector<row> goal_rows;
+  std::vector<double> vs_ceiling;
+  // Coalesced / direct calls/s of each count-1 cell, one per round.
+  std::vector<std::pair<int, std::vector<double>>> vs_direct;
+  // One cell of one mode; exits 2 when its callers do not finish.
+  auto run_mode = [&](const std::string& mode, const spec& s) {
+    row r;
+    if (mode == "direct") {
       outbound::client_config cc;
       cc.base_url = "http://" + endpoints[leader];
       cc.timeout = 5.0;
@@ -719,21 +731,10 @@ int main(int argc, char** argv) {
       opts.io = io;
       opts.seed = 42;
       auto client = outbound::make_service_client(sys, cc, opts);
-      auto r = run_cell(sys, h, client, std::nullopt, "direct", s.callers,
-                        s.count, co);
+      r = run_cell(sys, h, client, std::nullopt, "direct", s.callers, s.count,
+                   co);
       caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
-      if (!r.finished) {
-        std::printf("direct %d x %u: callers still waiting %.0f s after the "
-                    "cell's end; giving up\n",
-                    s.callers, s.count, co.grace);
-        std::fflush(stdout);
-        std::_Exit(2);
-      }
-      print_row(r);
-      direct_row = r;
-      rows.push_back(r);
-    }
-    if (run_coalesced) {
+    } else if (mode == "coalesced") {
       outbound::coalesce_config cc;
       cc.endpoints = endpoints;
       cc.batch_flush_interval = flush_interval;
@@ -744,92 +745,145 @@ int main(int argc, char** argv) {
       opts.io = io;
       opts.seed = 42;
       auto driver = outbound::make_coalescing_driver(sys, cc, opts);
-      auto r = run_cell(sys, h, driver, driver, "coalesced", s.callers,
-                        s.count, co);
+      r = run_cell(sys, h, driver, driver, "coalesced", s.callers, s.count, co);
       caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
-      if (!r.finished) {
-        std::printf("coalesced %d x %u: callers still waiting %.0f s after "
-                    "the cell's end; giving up\n",
-                    s.callers, s.count, co.grace);
-        std::fflush(stdout);
-        std::_Exit(2);
-      }
-      print_row(r);
-      if (direct_row && direct_row->calls_per_s > 0)
-        std::printf("%-10s %7d %5u   coalesced/direct: calls/s x%.2f, p99 "
-                    "x%.2f, RPCs/s x%.3f\n",
-                    "ratio", s.callers, s.count,
-                    r.calls_per_s / direct_row->calls_per_s,
-                    direct_row->p99_us > 0 ? r.p99_us / direct_row->p99_us : 0,
-                    direct_row->rpcs_per_s > 0
-                      ? r.rpcs_per_s / direct_row->rpcs_per_s
-                      : 0);
-      if (s.callers == 1024 && s.count == 1)
-        goal_row = r;
-      if (direct_row && direct_row->calls_per_s > 0 && s.count == 1)
-        vs_direct.emplace_back(s.callers,
-                               r.calls_per_s / direct_row->calls_per_s);
-      rows.push_back(r);
-    }
-    bool is_goal_cell = s.callers == 1024 && s.count == 1;
-    if (ceiling == "all" || (ceiling == "goal" && is_goal_cell)) {
+    } else {
       auto echo = sys.spawn(echo_impl, "http://" + endpoints[leader]);
-      auto r = run_cell(sys, h, echo, std::nullopt, "ceiling", s.callers,
-                        s.count, co);
+      r = run_cell(sys, h, echo, std::nullopt, "ceiling", s.callers, s.count,
+                   co);
       caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
-      if (!r.finished) {
-        std::printf("ceiling %d x %u: callers still waiting %.0f s after "
-                    "the cell's end; giving up\n",
-                    s.callers, s.count, co.grace);
-        std::fflush(stdout);
-        std::_Exit(2);
-      }
       r.rpcs = 0;
       r.rpcs_per_s = 0;
       r.waiters_per_rpc = 0;
-      print_row(r);
-      if (is_goal_cell)
-        ceiling_row = r;
-      rows.push_back(r);
     }
-    for (auto& r : rows)
-      ok = ok && r.errors == 0 && r.order_violations == 0;
+    if (!r.finished) {
+      std::printf("%s %d x %u: callers still waiting %.0f s after the "
+                  "cell's end; giving up\n",
+                  mode.c_str(), s.callers, s.count, co.grace);
+      std::fflush(stdout);
+      std::_Exit(2);
+    }
+    print_row(r);
+    rows.push_back(r);
+    ok = ok && r.errors == 0 && r.order_violations == 0;
+    return r;
+  };
+  for (const auto& s : specs) {
+    bool is_goal_cell = s.callers == 1024 && s.count == 1;
+    bool with_ceiling = ceiling == "all" || (ceiling == "goal" && is_goal_cell);
+    std::vector<double> ratios;
+    for (int round = 0; round < rounds; ++round) {
+      // Alternating order, so that a drift of the machine during a cell
+      // does not favour one mode in every round.
+      std::vector<std::string> order;
+      if (run_direct)
+        order.push_back("direct");
+      if (run_coalesced)
+        order.push_back("coalesced");
+      if (round % 2 == 1)
+        std::reverse(order.begin(), order.end());
+      if (with_ceiling)
+        order.push_back("ceiling");
+      std::optional<row> direct_row, coalesced_row;
+      for (const auto& mode : order) {
+        auto r = run_mode(mode, s);
+        if (mode == "direct")
+          direct_row = r;
+        else if (mode == "coalesced")
+          coalesced_row = r;
+        else if (is_goal_cell && coalesced_row && r.calls_per_s > 0)
+          vs_ceiling.push_back(coalesced_row->calls_per_s / r.calls_per_s);
+      }
+      if (coalesced_row && is_goal_cell)
+        goal_rows.push_back(*coalesced_row);
+      if (direct_row && coalesced_row && direct_row->calls_per_s > 0) {
+        const auto& r = *coalesced_row;
+        std::printf(
+          "%-10s %7d %5u   coalesced/direct: calls/s x%.2f, p99 "
+          "x%.2f, RPCs/s x%.3f%s\n",
+          "ratio", s.callers, s.count, r.calls_per_s / direct_row->calls_per_s,
+          direct_row->p99_us > 0 ? r.p99_us / direct_row->p99_us : 0,
+          direct_row->rpcs_per_s > 0 ? r.rpcs_per_s / direct_row->rpcs_per_s
+                                     : 0,
+          rounds > 1 ? (" (round " + std::to_string(round + 1) + ")").c_str()
+                     : "");
+        if (s.count == 1)
+          ratios.push_back(r.calls_per_s / direct_row->calls_per_s);
+      }
+    }
+    if (!ratios.empty())
+      vs_direct.emplace_back(s.callers, std::move(ratios));
   }
 
   std::printf("\nload average at the end: %s (other processes share the "
               "2 cores with the hub and the client)\n",
               outbound::bench::load_average().c_str());
-  if (goal_row) {
-    bool met = goal_row->calls_per_s >= 500000 && goal_row->p99_us <= 3000;
+  // "lo..hi (median m)" of one value per round; the value alone for one.
+  auto spread = [](std::vector<double> v, const char* fmt) {
+    std::sort(v.begin(), v.end());
+    auto f = [fmt](double x) {
+      char b[32];
+      std::snprintf(b, sizeof b, fmt, x);
+      return std::string{b};
+    };
+    if (v.size() == 1)
+      return f(v.front());
+    auto n = v.size();
+    double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    return f(v.front()) + ".." + f(v.back()) + " (median " + f(med) + ")";
+  };
+  // MET when every round meets the bar, "median only" when the median
+  // does and some round does not.
+  auto verdict = [](std::vector<double> v, double bar) {
+    std::sort(v.begin(), v.end());
+    auto n = v.size();
+    double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    if (v.front() >= bar)
+      return "MET";
+    return med >= bar ? "MET at the median only" : "NOT MET";
+  };
+  if (!goal_rows.empty()) {
+    std::vector<double> cps, p99_ms, met_rounds;
+    for (const auto& g : goal_rows) {
+      cps.push_back(g.calls_per_s);
+      p99_ms.push_back(g.p99_us / 1e3);
+      met_rounds.push_back(g.calls_per_s >= 500000 && g.p99_us <= 3000);
+    }
     std::printf("goal: >= 500000 calls/s at 1024 callers with p99 "
                 "<= 3 ms, coalesced, on this machine (hub sharing the "
-                "cores): measured %.0f calls/s, p99 %.2f ms -> %s\n",
-                goal_row->calls_per_s, goal_row->p99_us / 1e3,
-                met ? "MET" : "NOT MET");
+                "cores): measured %s calls/s, p99 %s ms -> %s\n",
+                spread(cps, "%.0f").c_str(), spread(p99_ms, "%.2f").c_str(),
+                verdict(met_rounds, 1.0));
     std::printf("reference (another client, much larger machine, in-memory "
                 "backend): 437000 calls/s, p99 3.4 ms\n");
-    if (ceiling_row && ceiling_row->calls_per_s > 0) {
-      auto x = goal_row->calls_per_s / ceiling_row->calls_per_s;
+    if (!vs_ceiling.empty())
       std::printf("goal: >= 0.9x the ceiling row at 1024 callers (CAF "
-                  "request/response alone, same run): measured x%.2f (%.0f "
-                  "of %.0f calls/s) -> %s\n",
-                  x, goal_row->calls_per_s, ceiling_row->calls_per_s,
-                  x >= 0.9 ? "MET" : "NOT MET");
-    }
+                  "request/response alone, same run): measured x%s -> %s\n",
+                  spread(vs_ceiling, "%.2f").c_str(), verdict(vs_ceiling, 0.9));
     std::printf("\n");
   } else {
     std::printf("goal: not evaluated (no coalesced 1024 x 1 "
                 "cell in this run)\n\n");
   }
   if (!vs_direct.empty()) {
-    bool met = true;
+    std::vector<double> worst;
+    std::vector<double> medians;
     std::printf("goal: coalesced >= 1.0x direct calls/s at every caller "
                 "count:");
     for (auto& [n, x] : vs_direct) {
-      std::printf(" %d: x%.2f", n, x);
-      met = met && x >= 1.0;
+      std::printf(" %d: x%s", n, spread(x, "%.2f").c_str());
+      auto v = x;
+      std::sort(v.begin(), v.end());
+      worst.push_back(v.front());
+      auto k = v.size();
+      medians.push_back(k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2);
     }
-    std::printf(" -> %s\n\n", met ? "MET" : "NOT MET");
+    const char* v = "NOT MET";
+    if (*std::min_element(worst.begin(), worst.end()) >= 1.0)
+      v = "MET";
+    else if (*std::min_element(medians.begin(), medians.end()) >= 1.0)
+      v = "MET at the medians only";
+    std::printf(" -> %s\n\n", v);
   }
   for (auto& r : rows)
     std::printf("json: %s\n", json_line(r).c_str());
