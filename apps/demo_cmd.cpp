@@ -98,16 +98,13 @@ void split_route(const std::string& route, std::string& path,
   }
 }
 
-/// The status line's p99 spans the last 10 s (at least one interval): at
-/// ~50 calls a second per client, one second's p99 is its slowest call
-/// (apps/latency_book.hpp).
+/// The status line's p99 spans at least the last 10 s (a whole number of
+/// status intervals): at ~50 calls a second per client, one second's p99
+/// is its slowest call (apps/latency_book.hpp).
 constexpr double status_window_seconds = 10.0;
 
 std::size_t status_window_intervals(double status_interval) {
-  if (!(status_interval > 0))
-    return 1;
-  auto n = std::ceil(status_window_seconds / status_interval - 1e-9);
-  return n < 1 ? 1 : static_cast<std::size_t>(n);
+  return window_intervals_for(status_window_seconds, status_interval);
 }
 
 /// A run's nonce: 64 random bits in hex.
@@ -1191,9 +1188,9 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
     auto twin_view = traffic.unhedged.take_interval();
     auto ts_view = traffic.ts.take_interval();
     // The p99s span the last status_window_seconds (less at the start).
-    auto span = double(hedged_view.intervals) * cfg.status_interval;
-    int digits = span < 10 && span != std::floor(span) ? 1 : 0;
-    auto window = "(" + fmt_num(span, digits) + " s)";
+    auto window
+      = "(" + window_seconds_label(hedged_view.intervals, cfg.status_interval)
+        + " s)";
     auto hs = stack.hedge_stats();
     auto planned = hs.total_requests - last_hedge.total_requests;
     auto hedged = hs.hedged_requests - last_hedge.hedged_requests;

@@ -10,7 +10,8 @@
 // rare call whose hedge straggled too — reads as "p99 895.8 ms", the same
 // as the unhedged client's, and the line flips between the two readings
 // from second to second. Over ten seconds (~500 calls) the p99 is the
-// fifth slowest call, which is what the report's p99 means. Prometheus
+// sixth slowest call (rank 495 of 500), which is what the report's p99
+// means. Prometheus
 // reads a histogram's quantile the same way, over a range of samples
 // (histogram_quantile over rate(...[window])), not over the last scrape.
 //
@@ -20,22 +21,66 @@
 
 #include "actors/hedge/ddsketch.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <iomanip>
 #include <mutex>
 #include <optional>
+#include <sstream>
+#include <string>
 
 namespace outbound::apps {
+
+/// The most intervals a latency_book's window holds: each take_interval
+/// merges them under the lock every record() takes, so a status interval
+/// of milliseconds does not make that a thousand sketches.
+constexpr std::size_t max_window_intervals = 100;
+
+/// How many status intervals of `interval` seconds the window needs to
+/// span at least `span` seconds: ⌈span / interval⌉ (a whole number of
+/// intervals, one when an interval is longer than `span`), at most
+/// max_window_intervals; 1 for a non-positive or non-finite argument.
+inline std::size_t window_intervals_for(double span, double interval) {
+  if (!(interval > 0) || !(span > 0) || !std::isfinite(span / interval))
+    return 1;
+  // Without the tolerance, 10 / 0.1 = 100.00000000000001 would take 101.
+  auto n = std::ceil(span / interval - 1e-9);
+  if (n < 1)
+    return 1;
+  if (n > double(max_window_intervals))
+    return max_window_intervals;
+  return static_cast<std::size_t>(n);
+}
+
+/// The seconds `intervals` status intervals of `interval` seconds span,
+/// as a label: at most three decimals, trailing zeros dropped ("10",
+/// "10.2", "0.25", "12").
+inline std::string window_seconds_label(std::size_t intervals,
+                                        double interval) {
+  double span = std::round(double(intervals) * interval * 1000.0) / 1000.0;
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(3) << span;
+  auto s = os.str();
+  s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.')
+    s.pop_back();
+  return s;
+}
 
 /// Thread-safe: callers record from their threads, the status line and the
 /// report read from theirs.
 class latency_book {
 public:
   /// `window_intervals`: how many status intervals the status line's p99
-  /// spans, the current one included (>= 1; 0 is taken as 1).
+  /// spans, the current one included (1..max_window_intervals; 0 is taken
+  /// as 1, more as the maximum).
   explicit latency_book(std::size_t window_intervals = 10)
-    : window_intervals_(window_intervals < 1 ? 1 : window_intervals) {
+    : window_intervals_(window_intervals < 1
+                          ? 1
+                          : std::min(window_intervals, max_window_intervals)) {
   }
 
   /// A call ended after `seconds`; only successful calls have a latency in

@@ -9,6 +9,9 @@
 #include <cmath>
 
 using outbound::apps::latency_book;
+using outbound::apps::max_window_intervals;
+using outbound::apps::window_intervals_for;
+using outbound::apps::window_seconds_label;
 
 namespace {
 
@@ -115,6 +118,34 @@ TEST(LatencyBook, AZeroWindowIsOneInterval) {
   auto v = b.take_interval();
   EXPECT_EQ(v.intervals, 1u);
   expect_near_rel(v.p99, 0.010);
+}
+
+TEST(LatencyBook, TheWindowSpansAtLeastItsSecondsInWholeIntervals) {
+  EXPECT_EQ(window_intervals_for(10, 1), 10u);
+  EXPECT_EQ(window_intervals_for(10, 0.1), 100u); // not 101 (10 / 0.1)
+  EXPECT_EQ(window_intervals_for(10, 0.3), 34u);  // 10.2 s
+  EXPECT_EQ(window_intervals_for(10, 3), 4u);     // 12 s
+  EXPECT_EQ(window_intervals_for(10, 2.5), 4u);   // exactly 10 s
+  EXPECT_EQ(window_intervals_for(10, 15), 1u);    // one longer interval
+  EXPECT_EQ(window_intervals_for(10, 0.01), max_window_intervals);
+  EXPECT_EQ(window_intervals_for(10, 0), 1u);
+  EXPECT_EQ(window_intervals_for(10, -1), 1u);
+  EXPECT_EQ(window_intervals_for(10, std::nan("")), 1u);
+  EXPECT_EQ(window_intervals_for(10, 1e-320), 1u); // 10 / it is infinite
+  latency_book b{100000};
+  EXPECT_EQ(b.window_intervals(), max_window_intervals);
+}
+
+TEST(LatencyBook, TheWindowsLabelIsItsSpanInSeconds) {
+  EXPECT_EQ(window_seconds_label(10, 1), "10");
+  EXPECT_EQ(window_seconds_label(34, 0.3), "10.2");
+  EXPECT_EQ(window_seconds_label(7, 1.5), "10.5");
+  EXPECT_EQ(window_seconds_label(12, 0.9), "10.8");
+  EXPECT_EQ(window_seconds_label(1, 0.25), "0.25");
+  EXPECT_EQ(window_seconds_label(9, 2.25), "20.25");
+  EXPECT_EQ(window_seconds_label(4, 3), "12");
+  EXPECT_EQ(window_seconds_label(1, 15), "15");
+  EXPECT_EQ(window_seconds_label(100, 0.1), "10");
 }
 
 } // namespace
