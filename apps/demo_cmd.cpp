@@ -1237,9 +1237,7 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
 
 /// One client's calls over the run: counts and latency quantiles of the
 /// calls that succeeded, and the requests the hub counted for them.
-struct call_summary {
-  uint64_t ok = 0, failed = 0;
-  std::optional<double> p50, p99, p999, max;
+struct call_summary : latency_book::run_view {
   /// Requests the embedded hub counted under the client's tag (nullopt:
   /// an external hub).
   std::optional<uint64_t> hub_requests;
@@ -1258,14 +1256,8 @@ struct call_summary {
 };
 
 call_summary summarize(const latency_book& b) {
-  auto r = b.run();
   call_summary s;
-  s.ok = r.ok;
-  s.failed = r.failed;
-  s.p50 = r.p50;
-  s.p99 = r.p99;
-  s.p999 = r.p999;
-  s.max = r.max;
+  static_cast<latency_book::run_view&>(s) = b.run();
   return s;
 }
 
