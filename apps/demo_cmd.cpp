@@ -709,14 +709,21 @@ public:
     return outage_;
   }
 
-  /// "outage" while the drill's route is down, "restarted" in the status
-  /// interval after the hub's restart, "" otherwise.
-  std::string phase() {
+  /// What happened since the previous call (one status interval): the
+  /// counts a status line shows cover the whole interval, so it is marked
+  /// when the drill's route was down at any time in it, not only at its
+  /// end.
+  struct interval_events {
+    bool route_down = false;
+    bool restarted = false;
+  };
+
+  interval_events take_interval_events() {
     std::lock_guard<std::mutex> lock{outage_mu_};
-    auto p = phase_;
-    if (phase_ == "restarted")
-      phase_.clear();
-    return p;
+    interval_events e{route_down_in_interval_, restarted_in_interval_};
+    route_down_in_interval_ = route_down_;
+    restarted_in_interval_ = false;
+    return e;
   }
 
   demo_clock::time_point t0 = demo_clock::now();
@@ -970,10 +977,10 @@ private:
     auto o0 = embedded_->profile_requests("outage-outbound");
     auto n0 = embedded_->profile_requests("outage-naive");
     auto down_at = demo_clock::now();
-    if (!set_outage(u.route, "outage"))
+    if (!set_outage(u.route))
       return;
     auto ran = sleep_until(u.start + u.seconds);
-    set_outage("", "");
+    set_outage("");
     // The hub's counts first, the deposits after: a call that starts in
     // between is counted as a primary, never as an attempt alone.
     auto o1 = embedded_->profile_requests("outage-outbound");
@@ -1000,14 +1007,15 @@ private:
   }
 
   /// Sets the hub's outage route ("" : none); false when the hub refused.
-  bool set_outage(const std::string& route, const std::string& phase) {
+  bool set_outage(const std::string& route) {
     try {
       embedded_->set_faults("{\"outage_path\":\"" + route + "\"}");
     } catch (const std::exception&) {
       return false; // a route the config validated: not expected
     }
     std::lock_guard<std::mutex> lock{outage_mu_};
-    phase_ = phase;
+    route_down_ = !route.empty();
+    route_down_in_interval_ = route_down_in_interval_ || route_down_;
     return true;
   }
 
@@ -1020,7 +1028,7 @@ private:
     }
     restarted.store(true);
     std::lock_guard<std::mutex> lock{outage_mu_};
-    phase_ = "restarted";
+    restarted_in_interval_ = true;
   }
 
   const demo_config& cfg_;
@@ -1039,7 +1047,9 @@ private:
   std::vector<std::thread> threads_;
   std::mutex outage_mu_;
   outage_result outage_;
-  std::string phase_;
+  bool route_down_ = false;
+  bool route_down_in_interval_ = false;
+  bool restarted_in_interval_ = false;
 };
 
 /// Asks the running actors what the status lines and the report show.
@@ -1165,9 +1175,12 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
              std::chrono::duration<double>(seconds));
   };
   auto end = at(cfg.duration);
+  // Every count below starts with the traffic at t0, so the first line's
+  // rates are over the time since t0 (this function starts a little
+  // later).
   uint64_t last_events = 0;
-  auto last_hedge = stack.hedge_stats();
-  auto last_tick = demo_clock::now();
+  decltype(stack.hedge_stats()) last_hedge{};
+  auto last_tick = t0;
   uint64_t last_outbound = 0, last_naive = 0, last_calls = 0, last_rpcs = 0;
   for (int tick = 1;; ++tick) {
     auto until = std::min(at(tick * cfg.status_interval), end);
@@ -1206,22 +1219,22 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
     if (side.unhedged)
       line << " (unhedged " << fmt_ms(twin_view.p99) << ")";
     line << " | breakers " << probe.breakers().str();
+    auto happened = traffic.take_interval_events();
     if (side.drill && embedded) {
+      // The drill's two clients call its route for the whole run; the
+      // line is marked when the route was down during its interval.
       auto o = embedded->profile_requests("outage-outbound");
       auto n = embedded->profile_requests("outage-naive");
-      line << " | outage drill";
-      auto phase = traffic.phase();
-      if (phase == "outage")
+      line << " | drill";
+      if (happened.route_down)
         line << " [route down]";
       line << ": attempts outbound " << rate(o - last_outbound) << "/s naive "
            << rate(n - last_naive) << "/s";
       last_outbound = o;
       last_naive = n;
-      if (phase == "restarted")
-        line << " | hub restarted";
-    } else if (traffic.phase() == "restarted") {
-      line << " | hub restarted";
     }
+    if (happened.restarted)
+      line << " | hub restarted";
     line << " | ts " << rate(ts_view.calls) << "/s p99 " << window << " "
          << fmt_ms(ts_view.p99);
     if (auto ds = probe.driver_stats()) {
@@ -1616,7 +1629,7 @@ boost::json::object report_json(const demo_config& cfg, const hub_site& site,
     json::object out;
     out["route"] = cfg.outage.route;
     out["start_s"] = json_number(cfg.outage.start);
-    out["seconds"] = json_number(o.seconds);
+    out["seconds"] = json_number(std::round(o.seconds * 1000.0) / 1000.0);
     auto per_s = [&](double n) {
       return json_number(std::round(n / o.seconds * 10.0) / 10.0);
     };
