@@ -709,20 +709,29 @@ public:
     return outage_;
   }
 
-  /// What happened since the previous call (one status interval): the
-  /// counts a status line shows cover the whole interval, so it is marked
-  /// when the drill's route was down at any time in it, not only at its
-  /// end.
+  /// What happened in the status interval [from, to): its counts cover
+  /// the whole interval, so a line is marked by when the events were, not
+  /// by the state at its tick. The default outage starts and ends on a
+  /// tick: the drill's route counts as down in an interval when it was
+  /// down for at least a tenth of it (the line before the outage, whose
+  /// last milliseconds it overlaps, stays unmarked); the restart marks
+  /// the interval it fell in.
   struct interval_events {
     bool route_down = false;
     bool restarted = false;
   };
 
-  interval_events take_interval_events() {
+  interval_events interval_events_between(demo_clock::time_point from,
+                                          demo_clock::time_point to) {
     std::lock_guard<std::mutex> lock{outage_mu_};
-    interval_events e{route_down_in_interval_, restarted_in_interval_};
-    route_down_in_interval_ = route_down_;
-    restarted_in_interval_ = false;
+    interval_events e;
+    if (down_at_) {
+      auto up = up_at_.value_or(to);
+      auto overlap = std::min(up, to) - std::max(*down_at_, from);
+      e.route_down = overlap.count() > 0 && overlap * 10 >= to - from;
+    }
+    e.restarted
+      = restarted_at_ && *restarted_at_ >= from && *restarted_at_ < to;
     return e;
   }
 
@@ -1013,9 +1022,14 @@ private:
     } catch (const std::exception&) {
       return false; // a route the config validated: not expected
     }
+    auto now = demo_clock::now();
     std::lock_guard<std::mutex> lock{outage_mu_};
-    route_down_ = !route.empty();
-    route_down_in_interval_ = route_down_in_interval_ || route_down_;
+    if (!route.empty()) {
+      down_at_ = now;
+      up_at_.reset();
+    } else if (down_at_) {
+      up_at_ = now;
+    }
     return true;
   }
 
@@ -1027,8 +1041,9 @@ private:
       return; // the hub stopping
     }
     restarted.store(true);
+    auto now = demo_clock::now();
     std::lock_guard<std::mutex> lock{outage_mu_};
-    restarted_in_interval_ = true;
+    restarted_at_ = now;
   }
 
   const demo_config& cfg_;
@@ -1047,9 +1062,11 @@ private:
   std::vector<std::thread> threads_;
   std::mutex outage_mu_;
   outage_result outage_;
-  bool route_down_ = false;
-  bool route_down_in_interval_ = false;
-  bool restarted_in_interval_ = false;
+  /// The drill's outage (the route down at down_at_, up again at up_at_)
+  /// and the hub's restart, for interval_events_between.
+  std::optional<demo_clock::time_point> down_at_;
+  std::optional<demo_clock::time_point> up_at_;
+  std::optional<demo_clock::time_point> restarted_at_;
 };
 
 /// Asks the running actors what the status lines and the report show.
@@ -1175,9 +1192,10 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
              std::chrono::duration<double>(seconds));
   };
   auto end = at(cfg.duration);
-  // Every count below starts with the traffic at t0, so the first line's
-  // rates are over the time since t0 (this function starts a little
-  // later).
+  // The counts below start with the traffic at t0 (the delivered events
+  // too with the embedded hub; an external hub's ledger tier may first
+  // replay earlier runs' events), so the first line's rates are over the
+  // time since t0 (this function starts a little later).
   uint64_t last_events = 0;
   decltype(stack.hedge_stats()) last_hedge{};
   auto last_tick = t0;
@@ -1192,6 +1210,7 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
     if (now >= end)
       return false;
     auto dt = std::chrono::duration<double>(now - last_tick).count();
+    auto happened = traffic.interval_events_between(last_tick, now);
     last_tick = now;
     auto rate = [dt](uint64_t n) {
       return fmt_num(double(n) / dt, 0);
@@ -1219,7 +1238,6 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
     if (side.unhedged)
       line << " (unhedged " << fmt_ms(twin_view.p99) << ")";
     line << " | breakers " << probe.breakers().str();
-    auto happened = traffic.take_interval_events();
     if (side.drill && embedded) {
       // The drill's two clients call its route for the whole run; the
       // line is marked when the route was down during its interval.
