@@ -11,9 +11,9 @@
 // as the unhedged client's, and the line flips between the two readings
 // from second to second. Over ten seconds (~500 calls) the p99 is the
 // sixth slowest call (rank 495 of 500), which is what the report's p99
-// means. Prometheus
-// reads a histogram's quantile the same way, over a range of samples
-// (histogram_quantile over rate(...[window])), not over the last scrape.
+// means. Prometheus reads a histogram's quantile the same way, over a
+// range of samples (histogram_quantile over rate(...[window])), not over
+// the last scrape.
 //
 //   record ──► current interval ──take_interval──► window (last N intervals)
 //          └─► whole run                            │
@@ -31,6 +31,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 
 namespace outbound::apps {
 
@@ -117,8 +118,7 @@ public:
     interval_view v;
     v.calls = interval_ok_ + interval_failed_;
     interval_ok_ = interval_failed_ = 0;
-    window_.push_back(current_);
-    current_.clear();
+    window_.push_back(std::exchange(current_, ddsketch{}));
     while (window_.size() > window_intervals_)
       window_.pop_front();
     v.intervals = window_.size();
