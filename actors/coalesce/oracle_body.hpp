@@ -3,9 +3,11 @@
 // Readers of the oracle's 2xx response bodies (`POST /v1/ts`, `POST
 // /v1/seq`): pure functions over the body text, no CAF, no Asio, so the
 // fuzz harnesses (fuzz/) can call them directly. The coalescing driver
-// (coalescing_driver.cpp) hands their results to the batcher. Each reader
-// parses into a 1 KiB arena on its stack (heap blocks beyond it, freed when
-// it returns) and finds the fields in one pass over the object's members.
+// (coalescing_driver.cpp) hands their results to the batcher. The driver's
+// readers (read_ts_body, read_seq_body) first scan a plain answer straight
+// off the text (scan_ts_body); any other body, and every body the parse_*
+// readers get, parses into a 1 KiB arena on the stack (heap blocks beyond
+// it, freed when it returns), whose object's members are read in one pass.
 
 #include "actors/coalesce/batcher.hpp"
 
@@ -13,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace outbound {
 inline namespace coalesce {
@@ -49,7 +52,8 @@ struct read_ts_result {
   std::optional<uint64_t> epoch;
 };
 
-/// parse_ts_body and parse_body_epoch over one parse of `body`.
+/// parse_ts_body and parse_body_epoch over one parse of `body`: first
+/// scan_ts_body, then, when the scan does not take the body, one DOM parse.
 read_ts_result read_ts_body(const std::string& body,
                             std::size_t max_depth = 64);
 
@@ -59,9 +63,26 @@ struct read_seq_result {
   std::optional<uint64_t> epoch;
 };
 
-/// parse_seq_body and parse_body_epoch over one parse of `body`.
+/// parse_seq_body and parse_body_epoch over one parse of `body`, as
+/// read_ts_body (scan_seq_body first).
 read_seq_result read_seq_body(const std::string& body,
                               std::size_t max_depth = 64);
+
+/// The scan behind read_ts_body: reads a flat GetTs answer straight off the
+/// text, without a DOM, and gives exactly what parse_ts_body and
+/// parse_body_epoch give. It takes only a strict subset of JSON (one object
+/// of the fields parse_ts_body reads, each once, with plain keys, numbers
+/// of 1..19 digits without a leading zero, an epoch string of printable
+/// ASCII without escapes, every needed field in range; whitespace anywhere
+/// JSON allows it) and gives nullopt for any other body, which the DOM
+/// reader then reads. The reference hub's answers are in that subset.
+/// Never throws.
+std::optional<read_ts_result> scan_ts_body(std::string_view body,
+                                           std::size_t max_depth = 64);
+
+/// As scan_ts_body, for a GetSeq answer (`start`, `count`, `epoch`).
+std::optional<read_seq_result> scan_seq_body(std::string_view body,
+                                             std::size_t max_depth = 64);
 
 } // namespace coalesce
 } // namespace outbound

@@ -6,8 +6,13 @@
 
 #include "actors/coalesce/leader_state.hpp"
 
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -117,6 +122,195 @@ TEST(OracleBody, OneReadGivesWhatTheSeparateReadersGive) {
             std::optional<uint64_t>{4});
   EXPECT_EQ(
     read_seq_body(R"({"start":1,"start":5,"epoch":"4"})").response.count, 0u);
+}
+
+// -- the scan of a plain answer (scan_ts_body / scan_seq_body) ----------------
+
+// The hub's answers, serialised as hub/oracle_state.cpp does, are what the
+// scan exists for: it must take them, else the driver pays the DOM.
+TEST(OracleBodyScan, TakesTheHubsAnswers) {
+  boost::json::object ts;
+  ts["physical_ms"] = 1767225600123u;
+  ts["logical_start"] = 65535u;
+  ts["count"] = 1u;
+  ts["epoch"] = "42";
+  auto r = scan_ts_body(boost::json::serialize(ts));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->response.physical_ms, 1767225600123u);
+  EXPECT_EQ(r->response.logical_start, 65535u);
+  EXPECT_EQ(r->response.count, 1u);
+  EXPECT_EQ(r->response.epoch, "42");
+  EXPECT_EQ(r->response.unreadable, "");
+  EXPECT_EQ(r->epoch, std::optional<uint64_t>{42});
+
+  boost::json::object seq;
+  seq["start"] = 0u;
+  seq["count"] = 4294967295u;
+  seq["epoch"] = "18446744073709551615";
+  auto q = scan_seq_body(boost::json::serialize(seq));
+  ASSERT_TRUE(q.has_value());
+  EXPECT_EQ(q->response.start, 0u);
+  EXPECT_EQ(q->response.count, 4294967295u);
+  EXPECT_EQ(q->response.epoch, "18446744073709551615");
+  EXPECT_EQ(q->epoch, std::optional<uint64_t>{UINT64_MAX});
+}
+
+// What the scan leaves to the DOM reader: each of these is outside its
+// subset (and some are not JSON at all).
+TEST(OracleBodyScan, LeavesEverythingElseToTheDom) {
+  const char* ts_bodies[] = {
+    R"({"physical_ms":1,"logical_start":2,"count":3,"x":4})",     // other key
+    R"({"physical_ms":1,"logical_start":2,"count":3,"count":3})", // repeat
+    R"({"physical_ms":1,"logical_start":2})",                     // missing
+    R"({"physical_ms":-1,"logical_start":2,"count":3})",          // sign
+    R"({"physical_ms":1.0,"logical_start":2,"count":3})",         // fraction
+    R"({"physical_ms":1e3,"logical_start":2,"count":3})",         // exponent
+    R"({"physical_ms":01,"logical_start":2,"count":3})",          // leading 0
+    R"({"physical_ms":10000000000000000000,"logical_start":2,"count":3})",
+    R"({"physical_ms":1,"logical_start":4294967296,"count":3})", // range
+    R"({"physical_ms":1,"logical_start":2,"count":3,"epoch":7})",
+    R"({"physical_ms":1,"logical_start":2,"count":3,"epoch":"\u0037"})",
+    R"({"physical_ms":1,"logical_start":2,"count":3,"epoch":"é"})",
+    R"({"physical_ms":1,"logical_start":2,"count":3,"ep\\och":"7"})",
+    R"({"physical_ms":1,"logical_start":2,"count":3}x)",
+    R"({"physical_ms":1,"logical_start":2,"count":3,})",
+    R"({"physical_ms":1 "logical_start":2,"count":3})",
+    R"({"physical_ms":1,"logical_start":2,"count":3)",
+    R"([1,2,3])",
+    R"({})",
+    "",
+  };
+  for (const char* b : ts_bodies) {
+    SCOPED_TRACE(b);
+    EXPECT_FALSE(scan_ts_body(b).has_value());
+  }
+  EXPECT_FALSE(scan_seq_body(R"({"start":1,"count":2,"physical_ms":3})"));
+  EXPECT_FALSE(scan_seq_body(R"({"start":1})"));
+}
+
+/// Bodies around the hub's answer: every key order, whitespace at every
+/// token boundary, and each field's value replaced by a number or string
+/// form on either side of the scan's rules.
+std::vector<std::string> variant_bodies() {
+  std::vector<std::string> out;
+  const std::vector<std::string> ts_keys
+    = {"physical_ms", "logical_start", "count", "epoch"};
+  const std::vector<std::string> seq_keys = {"start", "count", "epoch"};
+  const std::vector<std::string> values
+    = {"0",
+       "7",
+       "00",
+       "07",
+       "-0",
+       "-1",
+       "1.5",
+       "1e2",
+       "4294967295",
+       "4294967296",
+       "9999999999999999999",
+       "10000000000000000000",
+       "18446744073709551615",
+       "18446744073709551616",
+       "true",
+       "null",
+       R"("7")",
+       R"("")",
+       R"("07")",
+       R"("x7")",
+       R"("\u0037")",
+       R"("18446744073709551615")",
+       R"("18446744073709551616")",
+       "[7]",
+       R"({"a":7})",
+       "\"\x01\"",
+       "\"\xc3\xa9\"",
+       "\"\xff\""}; // a control byte, UTF-8, a byte UTF-8 never has
+  auto objects = [&](std::vector<std::string> keys) {
+    std::sort(keys.begin(), keys.end());
+    do {
+      for (std::string sp : {"", " ", "\t\n", "\r "}) {
+        std::string b = sp + "{";
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          if (i)
+            b += sp + "," + sp;
+          b += sp + "\"" + keys[i] + "\"" + sp + ":" + sp
+               + (keys[i] == "epoch" ? std::string{R"("3")"}
+                                     : std::to_string(i + 1));
+        }
+        b += sp + "}" + sp;
+        out.push_back(b);
+      }
+    } while (std::next_permutation(keys.begin(), keys.end()));
+    // Each field's value swapped for each form, in the hub's order.
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      for (const auto& v : values) {
+        std::string b = "{";
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          if (i)
+            b += ",";
+          b += "\"" + keys[i] + "\":"
+               + (i == k               ? v
+                  : keys[i] == "epoch" ? std::string{R"("5")"}
+                                       : std::string{"1"});
+        }
+        out.push_back(b + "}");
+      }
+    }
+  };
+  objects(ts_keys);
+  objects(seq_keys);
+  return out;
+}
+
+// The scan's contract: wherever it takes a body it gives what the DOM
+// readers give, field by field; and read_ts_body / read_seq_body (scan
+// first) give what the DOM gives on every body, taken or not.
+TEST(OracleBodyScan, GivesWhatTheDomGivesOnEveryVariant) {
+  auto bodies = variant_bodies();
+  std::size_t ts_taken = 0, seq_taken = 0;
+  for (const auto& b : bodies) {
+    for (std::size_t depth :
+         {std::size_t{1}, std::size_t{2}, std::size_t{64}}) {
+      SCOPED_TRACE(b + " depth " + std::to_string(depth));
+      auto dom_ts = parse_ts_body(b, depth);
+      auto dom_seq = parse_seq_body(b, depth);
+      auto dom_epoch = parse_body_epoch(b, depth);
+      if (auto s = scan_ts_body(b, depth)) {
+        ++ts_taken;
+        EXPECT_EQ(s->response.physical_ms, dom_ts.physical_ms);
+        EXPECT_EQ(s->response.logical_start, dom_ts.logical_start);
+        EXPECT_EQ(s->response.count, dom_ts.count);
+        EXPECT_EQ(s->response.epoch, dom_ts.epoch);
+        EXPECT_EQ(s->response.unreadable, dom_ts.unreadable);
+        EXPECT_EQ(s->epoch, dom_epoch);
+      }
+      if (auto s = scan_seq_body(b, depth)) {
+        ++seq_taken;
+        EXPECT_EQ(s->response.start, dom_seq.start);
+        EXPECT_EQ(s->response.count, dom_seq.count);
+        EXPECT_EQ(s->response.epoch, dom_seq.epoch);
+        EXPECT_EQ(s->response.unreadable, dom_seq.unreadable);
+        EXPECT_EQ(s->epoch, dom_epoch);
+      }
+      auto ts = read_ts_body(b, depth);
+      EXPECT_EQ(ts.response.physical_ms, dom_ts.physical_ms);
+      EXPECT_EQ(ts.response.logical_start, dom_ts.logical_start);
+      EXPECT_EQ(ts.response.count, dom_ts.count);
+      EXPECT_EQ(ts.response.epoch, dom_ts.epoch);
+      EXPECT_EQ(ts.response.unreadable, dom_ts.unreadable);
+      EXPECT_EQ(ts.epoch, dom_epoch);
+      auto seq = read_seq_body(b, depth);
+      EXPECT_EQ(seq.response.start, dom_seq.start);
+      EXPECT_EQ(seq.response.count, dom_seq.count);
+      EXPECT_EQ(seq.response.epoch, dom_seq.epoch);
+      EXPECT_EQ(seq.response.unreadable, dom_seq.unreadable);
+      EXPECT_EQ(seq.epoch, dom_epoch);
+    }
+  }
+  // Both sides of the rules were exercised: many bodies taken, many not.
+  EXPECT_GT(ts_taken, 100u);
+  EXPECT_GT(seq_taken, 30u);
+  EXPECT_LT(ts_taken, bodies.size() * 3);
 }
 
 } // namespace
