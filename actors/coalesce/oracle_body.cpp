@@ -304,10 +304,9 @@ std::optional<scanned> scan_flat(std::string_view body, uint8_t wanted) {
         ++i;
       }
       auto digits = i - begin;
+      // A 20th digit, '.', 'e' or '-' after the digits is refused below:
+      // only whitespace, ',' or '}' may follow a value.
       if (slot || digits == 0 || (digits > 1 && body[begin] == '0'))
-        return std::nullopt;
-      // The next byte ends the number: not a 20th digit, '.', 'e' or '-'.
-      if (i < n && body[i] != ',' && body[i] != '}' && !json_ws(body[i]))
         return std::nullopt;
       slot = v;
     }
