@@ -11,9 +11,9 @@
 //   configs    none | static delays (--delays) | adaptive at each
 //              --percentiles value, at each --budgets value (percent)
 //   per seed   a fresh state, --warmup unmeasured calls, then --calls
-//              measured ones, one at a time (a sequential client): each
-//              call plans its delay, draws its primary's latency P; if
-//              P > delay and the budget grants a token, a hedge goes out
+//              (w1) or --calls-w2 measured ones, one at a time (a sequential
+//              client): each call plans its delay, draws its primary's latency
+//              P; if P > delay and the budget grants a token, a hedge goes out
 //              with its own draw H and the call ends at min(P, delay + H);
 //              the winner's latency is what the state observes (as the
 //              client records it), or the primary's with --record primary
@@ -54,6 +54,7 @@ struct workload {
   double straggler = 0;   // share of calls that straggle
   double multiplier = 0;  // straggler latency = body × multiplier, or
   double straggler_s = 0; // ... this many seconds when > 0
+  int calls = 0;          // measured calls per run
 };
 
 struct configuration {
@@ -89,10 +90,14 @@ figures run(const workload& w, const configuration& c, int seeds, int warmup,
   std::vector<double> p99s, p999s;
   double hedges_all = 0;
   for (int seed = 1; seed <= seeds; ++seed) {
-    std::mt19937_64 rng(static_cast<uint64_t>(seed));
+    // Two streams per seed, as bench/hedging's key=i: call i's primary
+    // draws the same latency in every configuration, its hedge its own.
+    std::mt19937_64 primaries(static_cast<uint64_t>(seed));
+    std::mt19937_64 hedges_rng(static_cast<uint64_t>(seed) ^ 0x68656467ULL);
     std::lognormal_distribution<double> body(mu, std::sqrt(sigma2));
     std::uniform_real_distribution<double> unit(0, 1);
-    auto draw = [&] {
+    auto draw = [&](std::mt19937_64& rng) {
+      body.reset();
       double x = body(rng);
       if (unit(rng) < w.straggler)
         x = w.straggler_s > 0 ? w.straggler_s : x * w.multiplier;
@@ -111,7 +116,7 @@ figures run(const workload& w, const configuration& c, int seeds, int warmup,
     latencies.reserve(static_cast<std::size_t>(calls));
     double hedges = 0;
     for (int i = 0; i < warmup + calls; ++i) {
-      double primary = draw();
+      double primary = draw(primaries);
       double latency = primary;
       bool hedged = false;
       bool hedge_won = false;
@@ -121,7 +126,7 @@ figures run(const workload& w, const configuration& c, int seeds, int warmup,
             && state.try_take_token("k", now + span(plan.delay))) {
           state.hedge_sent("k");
           hedged = true;
-          double hedge = draw();
+          double hedge = draw(hedges_rng);
           if (plan.delay + hedge < primary) {
             latency = plan.delay + hedge;
             hedge_won = true;
@@ -165,7 +170,7 @@ int main(int argc, char** argv) {
   std::vector<double> delays_ms{8, 10, 12, 13, 14, 15, 17, 20, 30};
   std::vector<double> percentiles{0.95, 0.955, 0.96, 0.92, 0.91};
   std::vector<double> budgets{10};
-  int seeds = 100, warmup = 300, calls = 2000;
+  int seeds = 100, warmup = 300, calls = 2000, calls_w2 = 4000;
   double overhead_ms = 0;
   std::string record = "winner";
   app.add_option("--workloads", workload_names, "w1 and/or w2");
@@ -179,7 +184,12 @@ int main(int argc, char** argv) {
     ->check(CLI::Range(1, 100000));
   app.add_option("--warmup", warmup, "Unmeasured calls per run")
     ->check(CLI::Range(0, 10000000));
-  app.add_option("--calls", calls, "Measured calls per run")
+  app.add_option("--calls", calls, "Measured calls per run, w1")
+    ->check(CLI::Range(1000, 10000000));
+  app
+    .add_option("--calls-w2", calls_w2,
+                "Measured calls per run, w2 (as bench/hedging's "
+                "--requests-w2: its p99.9 needs >= 1000)")
     ->check(CLI::Range(1000, 10000000));
   app
     .add_option("--overhead-ms", overhead_ms,
@@ -205,9 +215,9 @@ int main(int argc, char** argv) {
   std::vector<workload> workloads;
   for (const auto& n : workload_names) {
     if (n == "w1")
-      workloads.push_back({"w1", 0.05, 10, 0});
+      workloads.push_back({"w1", 0.05, 10, 0, calls});
     else if (n == "w2")
-      workloads.push_back({"w2", 0.01, 0, 1.0});
+      workloads.push_back({"w2", 0.01, 0, 1.0, calls_w2});
     else {
       std::fprintf(stderr, "--workloads: '%s' is not w1 or w2\n", n.c_str());
       return 2;
@@ -223,10 +233,10 @@ int main(int argc, char** argv) {
         {"adaptive p" + number(p * 100) + " budget " + number(b) + " %", true,
          -1, p, b});
 
-  std::printf("hedge_model: %d seeds x (%d warm-up + %d measured calls), "
-              "sequential, virtual time; overhead %g ms per leg; the state "
-              "observes the %s's latency\n",
-              seeds, warmup, calls, overhead_ms, record.c_str());
+  std::printf("hedge_model: %d seeds x (%d warm-up + %d measured calls on "
+              "w1, %d on w2), sequential, virtual time; overhead %g ms per "
+              "leg; the state observes the %s's latency\n",
+              seeds, warmup, calls, calls_w2, overhead_ms, record.c_str());
   for (const auto& w : workloads) {
     std::printf("\n%-4s %-28s %9s %15s %10s %10s %11s %13s\n", "wl", "config",
                 "extra %", "(seed range)", "p99 ms", "p99.9 ms", "none / this",
@@ -234,7 +244,7 @@ int main(int argc, char** argv) {
     double none_p99 = 0;
     std::vector<figures> statics;
     for (const auto& c : configs) {
-      auto f = run(w, c, seeds, warmup, calls, overhead_ms / 1000.0,
+      auto f = run(w, c, seeds, warmup, w.calls, overhead_ms / 1000.0,
                    record == "primary");
       if (!c.hedge)
         none_p99 = f.p99;
@@ -259,8 +269,8 @@ int main(int argc, char** argv) {
                   "\"config\":\"%s\",\"record\":\"%s\",\"seeds\":%d,"
                   "\"calls\":%d,\"extra_mean\":%.5f,\"extra_lo\":%.5f,"
                   "\"extra_hi\":%.5f,\"p99_ms\":%.3f,\"p999_ms\":%.3f}\n",
-                  w.name.c_str(), c.label.c_str(), record.c_str(), seeds, calls,
-                  f.extra_mean, f.extra_lo, f.extra_hi, 1000 * f.p99,
+                  w.name.c_str(), c.label.c_str(), record.c_str(), seeds,
+                  w.calls, f.extra_mean, f.extra_lo, f.extra_hi, 1000 * f.p99,
                   1000 * f.p999);
     }
   }
