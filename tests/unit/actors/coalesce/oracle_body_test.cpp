@@ -188,6 +188,27 @@ TEST(OracleBodyScan, LeavesEverythingElseToTheDom) {
   EXPECT_FALSE(scan_seq_body(R"({"start":1})"));
 }
 
+/// `r` (a scan's or a read's) holds what the DOM readers gave: `dom` and,
+/// from parse_body_epoch, `epoch`.
+void expect_same(const read_ts_result& r, const ts_response& dom,
+                 const std::optional<uint64_t>& epoch) {
+  EXPECT_EQ(r.response.physical_ms, dom.physical_ms);
+  EXPECT_EQ(r.response.logical_start, dom.logical_start);
+  EXPECT_EQ(r.response.count, dom.count);
+  EXPECT_EQ(r.response.epoch, dom.epoch);
+  EXPECT_EQ(r.response.unreadable, dom.unreadable);
+  EXPECT_EQ(r.epoch, epoch);
+}
+
+void expect_same(const read_seq_result& r, const seq_response& dom,
+                 const std::optional<uint64_t>& epoch) {
+  EXPECT_EQ(r.response.start, dom.start);
+  EXPECT_EQ(r.response.count, dom.count);
+  EXPECT_EQ(r.response.epoch, dom.epoch);
+  EXPECT_EQ(r.response.unreadable, dom.unreadable);
+  EXPECT_EQ(r.epoch, epoch);
+}
+
 /// Bodies around the hub's answer: every key order, whitespace at every
 /// token boundary, and each field's value replaced by a number or string
 /// form on either side of the scan's rules.
@@ -306,34 +327,14 @@ TEST(OracleBodyScan, GivesWhatTheDomGivesOnEveryVariant) {
       auto dom_epoch = parse_body_epoch(b, depth);
       if (auto s = scan_ts_body(b, depth)) {
         ++ts_taken;
-        EXPECT_EQ(s->response.physical_ms, dom_ts.physical_ms);
-        EXPECT_EQ(s->response.logical_start, dom_ts.logical_start);
-        EXPECT_EQ(s->response.count, dom_ts.count);
-        EXPECT_EQ(s->response.epoch, dom_ts.epoch);
-        EXPECT_EQ(s->response.unreadable, dom_ts.unreadable);
-        EXPECT_EQ(s->epoch, dom_epoch);
+        expect_same(*s, dom_ts, dom_epoch);
       }
       if (auto s = scan_seq_body(b, depth)) {
         ++seq_taken;
-        EXPECT_EQ(s->response.start, dom_seq.start);
-        EXPECT_EQ(s->response.count, dom_seq.count);
-        EXPECT_EQ(s->response.epoch, dom_seq.epoch);
-        EXPECT_EQ(s->response.unreadable, dom_seq.unreadable);
-        EXPECT_EQ(s->epoch, dom_epoch);
+        expect_same(*s, dom_seq, dom_epoch);
       }
-      auto ts = read_ts_body(b, depth);
-      EXPECT_EQ(ts.response.physical_ms, dom_ts.physical_ms);
-      EXPECT_EQ(ts.response.logical_start, dom_ts.logical_start);
-      EXPECT_EQ(ts.response.count, dom_ts.count);
-      EXPECT_EQ(ts.response.epoch, dom_ts.epoch);
-      EXPECT_EQ(ts.response.unreadable, dom_ts.unreadable);
-      EXPECT_EQ(ts.epoch, dom_epoch);
-      auto seq = read_seq_body(b, depth);
-      EXPECT_EQ(seq.response.start, dom_seq.start);
-      EXPECT_EQ(seq.response.count, dom_seq.count);
-      EXPECT_EQ(seq.response.epoch, dom_seq.epoch);
-      EXPECT_EQ(seq.response.unreadable, dom_seq.unreadable);
-      EXPECT_EQ(seq.epoch, dom_epoch);
+      expect_same(read_ts_body(b, depth), dom_ts, dom_epoch);
+      expect_same(read_seq_body(b, depth), dom_seq, dom_epoch);
     }
   }
   // Both sides of the rules were exercised: many bodies taken, many not.
