@@ -166,9 +166,13 @@ std::string number(double v) {
 
 int main(int argc, char** argv) {
   CLI::App app{"hedge_model: outbound's hedging state in virtual time"};
+  app.option_defaults()->always_capture_default(); // --help shows them
   std::vector<std::string> workload_names{"w1", "w2"};
-  std::vector<double> delays_ms{8, 10, 12, 13, 14, 15, 17, 20, 30};
-  std::vector<double> percentiles{0.95, 0.955, 0.96, 0.92, 0.91};
+  // A grid fine enough that every adaptive row has a static neighbour at
+  // about its spend (the ratio to the best static delay moves with it).
+  std::vector<double> delays_ms{8,  8.5,  9,  9.5, 10, 10.5, 11, 11.5, 12, 12.5,
+                                13, 13.5, 14, 15,  16, 17,   18, 20,   25, 30};
+  std::vector<double> percentiles{0.95, 0.955, 0.96, 0.965, 0.92, 0.91};
   std::vector<double> budgets{10};
   int seeds = 100, warmup = 300, calls = 2000, calls_w2 = 4000;
   double overhead_ms = 0;
@@ -235,14 +239,20 @@ int main(int argc, char** argv) {
 
   std::printf("hedge_model: %d seeds x (%d warm-up + %d measured calls on "
               "w1, %d on w2), sequential, virtual time; overhead %g ms per "
-              "leg; the state observes the %s's latency\n",
+              "leg; the state observes the %s's latency\n"
+              "extra %%: hedges per call, mean over seeds (single seeds' "
+              "range); p99, p99.9: median over seeds; none / this: the "
+              "unhedged p99 over this row's (higher is better); last "
+              "column, adaptive rows: this p99 over that of the best static "
+              "delay whose extra is no higher (lower is better; the practical "
+              "floor is 1); a json: line follows each row\n",
               seeds, warmup, calls, calls_w2, overhead_ms, record.c_str());
   for (const auto& w : workloads) {
-    std::printf("\n%-4s %-28s %9s %15s %10s %10s %11s %13s\n", "wl", "config",
+    std::printf("\n%-4s %-28s %9s %15s %10s %10s %11s  %s\n", "wl", "config",
                 "extra %", "(seed range)", "p99 ms", "p99.9 ms", "none / this",
-                "÷ best static");
+                "p99 / best static at no more extra (which)");
     double none_p99 = 0;
-    std::vector<figures> statics;
+    std::vector<std::pair<double, figures>> statics; // (delay ms, figures)
     for (const auto& c : configs) {
       auto f = run(w, c, seeds, warmup, w.calls, overhead_ms / 1000.0,
                    record == "primary");
@@ -252,15 +262,20 @@ int main(int argc, char** argv) {
       // fact, that spent no more extra load (bench/hedging's floor).
       std::string versus = "-";
       if (c.hedge && c.static_delay >= 0) {
-        statics.push_back(f);
+        statics.emplace_back(1000 * c.static_delay, f);
       } else if (c.hedge) {
-        double best = 0;
+        const std::pair<double, figures>* best = nullptr;
         for (const auto& st : statics)
-          if (st.extra_mean <= f.extra_mean && (best == 0 || st.p99 < best))
-            best = st.p99;
-        versus = best > 0 ? number(f.p99 / best) : "(none spent less)";
+          if (st.second.extra_mean <= f.extra_mean
+              && (!best || st.second.p99 < best->second.p99))
+            best = &st;
+        char buf[64];
+        if (best)
+          std::snprintf(buf, sizeof buf, "%.2f (%g ms)",
+                        f.p99 / best->second.p99, best->first);
+        versus = best ? buf : "(none spent less)";
       }
-      std::printf("%-4s %-28s %9.3f %6.2f..%-6.2f %10.2f %10.2f %11.2f %13s\n",
+      std::printf("%-4s %-28s %9.3f %6.2f..%-6.2f %10.2f %10.2f %11.2f  %s\n",
                   w.name.c_str(), c.label.c_str(), 100 * f.extra_mean,
                   100 * f.extra_lo, 100 * f.extra_hi, 1000 * f.p99,
                   1000 * f.p999, f.p99 > 0 ? none_p99 / f.p99 : 0.0,
