@@ -217,6 +217,9 @@ struct breaker_counts {
   int closed = 0;
   int open = 0;
   int half_open = 0;
+  /// Breakers whose registry did not answer in time (a loaded machine):
+  /// shown as unknown, never counted as closed.
+  int unknown = 0;
   std::vector<std::string> open_keys;
 
   std::string str() const {
@@ -229,6 +232,8 @@ struct breaker_counts {
     }
     if (half_open > 0)
       s += " half_open " + std::to_string(half_open);
+    if (unknown > 0)
+      s += " unknown " + std::to_string(unknown);
     return s;
   }
 };
@@ -1078,23 +1083,39 @@ public:
       endpoint_keys_(std::move(endpoint_keys)) {
   }
 
-  /// The phases of the host breaker and of every endpoint breaker.
-  breaker_counts breakers() {
+  /// How long a probe waits for an answer: until `deadline`, at least
+  /// 50 ms and at most 2 s (the status loop passes the run's end, so its
+  /// last line cannot hold the run past it on a loaded machine).
+  static caf::timespan wait_until(demo_clock::time_point deadline) {
+    auto left
+      = std::chrono::duration_cast<caf::timespan>(deadline - demo_clock::now());
+    return std::clamp<caf::timespan>(left, 50ms, 2s);
+  }
+
+  /// The phases of the host breaker and of every endpoint breaker; one
+  /// that does not answer by `deadline` counts as unknown.
+  breaker_counts breakers(demo_clock::time_point deadline
+                          = demo_clock::now() + 2s) {
     breaker_counts c;
     const auto& handles = stack_.hedging();
     if (!handles.breakers || !self_)
       return c;
     auto one = [&](breaker_scope scope, const std::string& key) {
       auto phase = breaker_phase::closed;
+      bool answered = false;
       (*self_)
-        ->request(handles.breakers, 2s, breaker_snapshot_request{scope, key})
+        ->request(handles.breakers, wait_until(deadline),
+                  breaker_snapshot_request{scope, key})
         .receive(
           [&](breaker_snapshot_reply& r) {
+            answered = true;
             if (r.snapshot)
               phase = r.snapshot->phase;
           },
           [](caf::error&) {});
-      if (phase == breaker_phase::open) {
+      if (!answered) {
+        ++c.unknown;
+      } else if (phase == breaker_phase::open) {
         ++c.open;
         c.open_keys.push_back(key);
       } else if (phase == breaker_phase::half_open) {
@@ -1109,34 +1130,46 @@ public:
     return c;
   }
 
-  /// Watchers connected now (all asked at once).
-  std::size_t connected_feeds() {
-    std::size_t n = 0;
+  /// Watchers connected now (all asked at once), and those that did not
+  /// answer by `deadline` (neither connected nor not).
+  struct feed_census {
+    std::size_t connected = 0;
+    std::size_t unanswered = 0;
+  };
+  feed_census connected_feeds(demo_clock::time_point deadline) {
+    feed_census n;
     const auto& watchers = stack_.watchers();
     if (watchers.empty() || !self_)
       return n;
     auto& self = *self_;
-    std::vector<decltype(self->request(watchers[0], 2s, stats_atom_v))> hs;
+    auto wait = wait_until(deadline);
+    std::vector<decltype(self->request(watchers[0], wait, stats_atom_v))> hs;
     hs.reserve(watchers.size());
     for (auto& w : watchers)
-      hs.push_back(self->request(w, 2s, stats_atom_v));
-    for (auto& h : hs)
+      hs.push_back(self->request(w, wait, stats_atom_v));
+    for (auto& h : hs) {
+      bool answered = false;
       h.receive(
         [&](feed_stats& s) {
+          answered = true;
           if (s.connected)
-            ++n;
+            ++n.connected;
         },
         [](caf::error&) {});
+      if (!answered)
+        ++n.unanswered;
+    }
     return n;
   }
 
-  /// The driver's counters now (nullopt without a driver or an answer).
-  std::optional<coalesce_stats> driver_stats() {
+  /// The driver's counters now (nullopt without a driver or an answer by
+  /// `deadline`).
+  std::optional<coalesce_stats> driver_stats(demo_clock::time_point deadline) {
     std::optional<coalesce_stats> r;
     if (!stack_.driver() || !self_)
       return r;
     (*self_)
-      ->request(stack_.driver(), 2s, stats_atom_v)
+      ->request(stack_.driver(), wait_until(deadline), stats_atom_v)
       .receive([&](coalesce_stats& s) { r = std::move(s); },
                [](caf::error&) {});
     return r;
@@ -1227,17 +1260,26 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
     auto planned = hs.total_requests - last_hedge.total_requests;
     auto hedged = hs.hedged_requests - last_hedge.hedged_requests;
     last_hedge = hs;
+    // The probes answer by the run's end at the latest (a loaded machine
+    // would otherwise hold the last line, and the run, past it).
+    auto census = probe.connected_feeds(end);
     std::ostringstream line;
-    line << "demo " << fmt_num(seconds_since(t0), 0) << "s: events " << events
-         << " (+" << rate(events - last_events) << "/s) resets "
-         << counters.resets.load() << " connected " << probe.connected_feeds()
-         << "/" << stack.watchers().size() << " | requests "
-         << rate(hedged_view.calls + twin_view.calls) << "/s hedged "
+    // Labelled with its tick (the second it covers ends there), not the
+    // time it is printed, which a loaded machine delays.
+    auto label = double(tick) * cfg.status_interval;
+    line << "demo " << fmt_num(label, label == std::floor(label) ? 0 : 1)
+         << "s: events " << events << " (+" << rate(events - last_events)
+         << "/s) resets " << counters.resets.load() << " connected "
+         << census.connected << "/" << stack.watchers().size();
+    if (census.unanswered > 0)
+      line << " (" << census.unanswered << " not answering)";
+    line << " | requests " << rate(hedged_view.calls + twin_view.calls)
+         << "/s hedged "
          << fmt_num(planned ? 100.0 * double(hedged) / double(planned) : 0.0)
          << "% p99 " << window << " " << fmt_ms(hedged_view.p99);
     if (side.unhedged)
       line << " (unhedged " << fmt_ms(twin_view.p99) << ")";
-    line << " | breakers " << probe.breakers().str();
+    line << " | breakers " << probe.breakers(end).str();
     if (side.drill && embedded) {
       // The drill's two clients call its route for the whole run; the
       // line is marked when the route was down during its interval.
@@ -1255,7 +1297,7 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
       line << " | hub restarted";
     line << " | ts " << rate(ts_view.calls) << "/s p99 " << window << " "
          << fmt_ms(ts_view.p99);
-    if (auto ds = probe.driver_stats()) {
+    if (auto ds = probe.driver_stats(end)) {
       line << " rpcs " << rate(ds->batches.rpcs - last_rpcs) << "/s for "
            << rate(ds->calls - last_calls) << " calls/s";
       last_rpcs = ds->batches.rpcs;
