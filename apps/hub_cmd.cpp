@@ -33,7 +33,7 @@ CLI::App* add_hub_command(CLI::App& app, hub_options& opts) {
     "/ws/ephemeral\n"
     "  GET  /fast /slow /flaky /steady /lognormal  latency profiles (key=, "
     "seed=, tag=, "
-    "...)\n"
+    "scope=, ...)\n"
     "  POST /v1/ts /v1/seq                   oracle (leader only; followers "
     "answer 421 + leader-hint)\n"
     "  POST /admin/faults /admin/restart /admin/wakes /admin/drop "

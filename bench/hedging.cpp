@@ -15,8 +15,12 @@
 //   clients    a sequential client, and 64 concurrent clients
 //
 // The backend is the reference hub's /lognormal route on 127.0.0.1 (see
-// hub/latency_profile.hpp). Call i sends key=i: its primary sees the same
-// latency in every configuration, its hedge an independent draw. Latency is
+// hub/latency_profile.hpp). Call i sends key=i and its configuration's
+// scope: its primary sees the same latency in every configuration, its
+// hedge an independent draw, the same in every configuration: the
+// configurations are paired (without the scope a key's arrivals would carry
+// over from one configuration to the next, and each configuration would
+// draw anew). Latency is
 // measured by the caller around each blocking call (wall clock); "extra" is
 // the backend's own count of requests beyond one per call.
 //
@@ -108,7 +112,7 @@ int64_t profile_requests(const outbound::hub& h) {
 // The client's global hedging counters (zero when it does not hedge).
 result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
            const configuration& c, int concurrency, uint64_t seed,
-           const std::string& tag, int warmup) {
+           const std::string& tag, const std::string& scope, int warmup) {
   outbound::client_config cfg;
   cfg.base_url = h.base_url();
   cfg.timeout = 5.0;
@@ -159,9 +163,12 @@ result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
         return;
       outbound::call_request req;
       req.method = "GET";
-      req.path = std::string{"/lognormal?"} + w.query + "&seed="
-                 + std::to_string(seed) + "&key=" + tag + "-"
-                 + std::to_string(i);
+      // One scope per configuration: call i's primary is arrival 0 of its
+      // key and its hedge arrival 1 in every configuration, so every
+      // configuration sees the same draws (hub/latency_profile.hpp).
+      req.path = std::string{"/lognormal?"} + w.query
+                 + "&seed=" + std::to_string(seed) + "&key=" + tag + "-"
+                 + std::to_string(i) + "&scope=" + scope;
       auto t0 = bench_clock::now();
       auto o = client.call(std::move(req));
       auto t1 = bench_clock::now();
@@ -464,10 +471,12 @@ int main(int argc, char** argv) {
                     "refused");
         double none_p99 = 0, none_p999 = 0;
         std::vector<row> rows;
-        for (const auto& c : configs) {
+        for (std::size_t ci = 0; ci < configs.size(); ++ci) {
+          const auto& c = configs[ci];
           auto tag = "w" + std::to_string(wi) + "-c" + std::to_string(conc)
                      + "-r" + std::to_string(round);
           auto r = run(sys, h, wc, c, conc, rseed, tag,
+                       tag + "-k" + std::to_string(ci),
                        conc > 1 ? warmup_concurrent : warmup_sequential);
           auto p99 = quantile(r.latencies_ms, 0.99);
           auto p999 = quantile(r.latencies_ms, 0.999);

@@ -929,7 +929,7 @@ http_answer hub::impl::http_latency_profile(latency_profile_kind kind,
     if (!f.outage_path.empty() && c.target.path == f.outage_path)
       outage = f.outage_status;
     else
-      n = profile_arrivals.next(p.profile->key);
+      n = profile_arrivals.next(p.profile->key, p.profile->scope);
   }
   if (outage)
     return error_answer(*outage, "outage (hub fault outage_path)");

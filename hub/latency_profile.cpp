@@ -109,7 +109,7 @@ latency_profile_parse parse_latency_profile(
       if (!v)
         return fail(name, "an unsigned 64-bit integer");
       p.seed = *v;
-    } else if (name == "tag") {
+    } else if (name == "tag" || name == "scope") {
       auto ok = !value.empty() && value.size() <= 64
                 && std::all_of(value.begin(), value.end(), [](char ch) {
                      return std::isalnum(static_cast<unsigned char>(ch))
@@ -117,7 +117,7 @@ latency_profile_parse parse_latency_profile(
                    });
       if (!ok)
         return fail(name, "1 to 64 bytes of [A-Za-z0-9._-]");
-      p.tag = value;
+      (name == "tag" ? p.tag : p.scope) = value;
     } else if (name == "status") {
       auto v = parse_u64(value);
       if (!v || *v < 200 || *v > 599)
@@ -192,10 +192,17 @@ arrival_counter::arrival_counter(std::size_t max_keys)
   : max_keys_(max_keys < 1 ? 1 : max_keys) {
 }
 
-uint64_t arrival_counter::next(const std::string& key) {
-  if (key.empty())
+uint64_t arrival_counter::next(const std::string& key,
+                               const std::string& scope) {
+  if (key.empty() && scope.empty())
     return keyless_++;
-  auto i = map_.find(key);
+  // One name per (scope, key): the scope's length, ':', the scope, the key
+  // (unambiguous for any bytes). A scope's keyless count is its pair with
+  // the empty key, evicted like any other.
+  auto name = std::to_string(scope.size());
+  name.reserve(name.size() + 1 + scope.size() + key.size());
+  name.append(1, ':').append(scope).append(key);
+  auto i = map_.find(name);
   if (i != map_.end()) {
     lru_.splice(lru_.begin(), lru_, i->second);
     return i->second->second++;
@@ -204,8 +211,8 @@ uint64_t arrival_counter::next(const std::string& key) {
     map_.erase(lru_.back().first);
     lru_.pop_back();
   }
-  lru_.emplace_front(key, 1);
-  map_.emplace(key, lru_.begin());
+  lru_.emplace_front(name, 1);
+  map_.emplace(std::move(name), lru_.begin());
   return 0;
 }
 

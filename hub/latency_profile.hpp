@@ -19,6 +19,11 @@
 //                (GET /admin/state "profile_tags"; 1–64 bytes of
 //                [A-Za-z0-9._-]): a benchmark's or demo's backend-side
 //                count of what each client sent
+//   scope=S      where arrivals of `key` are counted  [none: one count
+//                (1–64 bytes of [A-Za-z0-9._-]): the    per key]
+//                same key under another scope starts
+//                again at arrival 0 and sees the same
+//                draws (see below)
 //   status=N     the answer's HTTP status, 200..599    [200]
 //                (a 503 after the drawn delay: a backend that fails
 //                slowly, for the deadline and retry benchmarks)
@@ -34,8 +39,13 @@
 // independent draw (otherwise hedging could never help). So a draw is a
 // pure function of (seed, key, n) where n counts the arrivals of `key`
 // (0 for the first request with that key, 1 for its hedge, ...). With
-// key = the call's index, call i's primary sees the same latency in every
-// configuration, and its hedge sees the next draw of the same stream.
+// key = the call's index and one scope per configuration, call i's
+// primary sees the same latency in every configuration, and its hedge the
+// next draw of the same stream, the same in every configuration too (the
+// configurations are paired; without a scope the arrivals of one
+// configuration's calls would carry over into the next one's, and no two
+// configurations would see the same draws). The scope only names the
+// count: it is not part of the draw.
 // Requests without a key draw from (seed, "", global arrival number).
 // The per-key arrival counts are LRU-bounded, so hostile keys cannot grow
 // the hub's memory.
@@ -76,6 +86,8 @@ struct latency_profile {
   std::optional<uint64_t> seed;
   /// The `tag` parameter; empty: none.
   std::string tag;
+  /// The `scope` parameter; empty: none.
+  std::string scope;
   /// The answer's status (the `status` parameter, 200..599). [200]
   int status = 200;
 };
@@ -100,16 +112,18 @@ parse_latency_profile(latency_profile_kind kind,
 double latency_profile_delay(const latency_profile& p, uint64_t seed,
                              std::string_view key, uint64_t n);
 
-/// Counts arrivals per key; keeps at most `max_keys` keys (least recently
-/// used evicted: a key seen again after eviction starts over at 0).
+/// Counts arrivals per (scope, key); keeps at most `max_keys` such pairs
+/// (least recently used evicted: a pair seen again after eviction starts
+/// over at 0).
 class arrival_counter {
 public:
   /// `max_keys` >= 1. [65536]
   explicit arrival_counter(std::size_t max_keys = 65536);
 
-  /// The arrival number of this request of `key` (0, 1, 2, ...); for the
-  /// empty key, the global count of keyless arrivals.
-  uint64_t next(const std::string& key);
+  /// The arrival number of this request of `key` in `scope` (0, 1, 2,
+  /// ...); for the empty key, the count of keyless arrivals in `scope`
+  /// (without a scope: the global count, never evicted).
+  uint64_t next(const std::string& key, const std::string& scope = {});
 
   /// Keys remembered now.
   std::size_t size() const {

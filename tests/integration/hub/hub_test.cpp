@@ -550,6 +550,40 @@ TEST_F(HubTest, AnOutageAnswersItsRouteWithItsStatusAndTagsAreCounted) {
   EXPECT_EQ(tags.at("b").to_number<int64_t>(), 1);
 }
 
+// The draws of bench/hedging's configurations are paired: the same key in
+// another scope starts again at arrival 0 and draws the same latency.
+TEST_F(HubTest, AScopeCountsArrivalsOfItsOwnAndKeepsTheDraws) {
+  start();
+  auto get = [&](const std::string& scope) {
+    call_request c;
+    c.path = "/lognormal";
+    c.params = {{"seed", "7"}, {"key", "call-1"}};
+    if (!scope.empty())
+      c.params.emplace_back("scope", scope);
+    auto o = http().call(c);
+    EXPECT_TRUE(o.ok()) << (o.error ? o.error->detail : "");
+    return o.ok() ? o.body : boost::json::value{};
+  };
+  auto a0 = get("cfg-a"), a1 = get("cfg-a");
+  auto b0 = get("cfg-b"), b1 = get("cfg-b");
+  auto n0 = get(""), n1 = get("");
+  for (auto* v : {&a0, &b0, &n0})
+    EXPECT_EQ(v->at("arrival").as_int64(), 0) << *v;
+  for (auto* v : {&a1, &b1, &n1})
+    EXPECT_EQ(v->at("arrival").as_int64(), 1) << *v;
+  for (auto* v : {&b0, &n0})
+    EXPECT_EQ(v->at("delay_ms"), a0.at("delay_ms")) << *v;
+  for (auto* v : {&b1, &n1})
+    EXPECT_EQ(v->at("delay_ms"), a1.at("delay_ms")) << *v;
+  EXPECT_NE(a0.at("delay_ms"), a1.at("delay_ms"));
+  call_request bad;
+  bad.path = "/lognormal";
+  bad.params = {{"scope", "a b"}};
+  auto o = http().call(bad);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.error->status, 400);
+}
+
 TEST_F(HubTest, ABadOutageKnobIsNamedAndChangesNothing) {
   start();
   call_request c;

@@ -126,6 +126,22 @@ TEST(HubLatencyProfile, ATagIsReadOnEveryRouteAndABadOneIsNamed) {
                 .profile);
 }
 
+TEST(HubLatencyProfile, AScopeIsReadOnEveryRouteAndABadOneIsNamed) {
+  for (auto k : {latency_profile_kind::fast, latency_profile_kind::flaky,
+                 latency_profile_kind::lognormal}) {
+    EXPECT_EQ(parse_ok(k, {{"scope", "w0-c1-r0-k3"}}).scope, "w0-c1-r0-k3");
+    EXPECT_EQ(parse_ok(k, {}).scope, "");
+  }
+  for (const std::string& bad :
+       {std::string{}, std::string{"a b"}, std::string{"a\nb"},
+        std::string{"a/b"}, std::string(65, 'a')}) {
+    auto r = parse_latency_profile(latency_profile_kind::lognormal,
+                                   {{"scope", bad}});
+    EXPECT_FALSE(r.profile) << bad;
+    EXPECT_NE(r.error.find("'scope'"), std::string::npos) << r.error;
+  }
+}
+
 TEST(HubLatencyProfile, SlowIsEightHundredMs) {
   auto p = parse_ok(latency_profile_kind::slow, {});
   for (auto d : draws(p, 3, 100))
@@ -219,4 +235,35 @@ TEST(HubLatencyProfile, ArrivalCounterCountsPerKeyAndIsBounded) {
   for (int i = 0; i < 100000; ++i)
     c.next("k" + std::to_string(i));
   EXPECT_EQ(c.size(), 3u);
+}
+
+// A benchmark pairs its configurations by giving each its own scope: the
+// same key starts at arrival 0 in every scope, so call i's primary and
+// hedge draw the same latencies in every configuration.
+TEST(HubLatencyProfile, ArrivalsAreCountedPerScope) {
+  arrival_counter c;
+  EXPECT_EQ(c.next("7", "cfg-a"), 0u);
+  EXPECT_EQ(c.next("7", "cfg-a"), 1u); // the hedge
+  EXPECT_EQ(c.next("7", "cfg-b"), 0u);
+  EXPECT_EQ(c.next("7", "cfg-b"), 1u);
+  EXPECT_EQ(c.next("7"), 0u); // no scope is a count of its own
+  EXPECT_EQ(c.next("7", "cfg-a"), 2u);
+  // A scope's keyless count is its own; without a scope, the global one.
+  EXPECT_EQ(c.next("", "cfg-a"), 0u);
+  EXPECT_EQ(c.next("", "cfg-a"), 1u);
+  EXPECT_EQ(c.next(""), 0u);
+  EXPECT_EQ(c.next("", "cfg-b"), 0u);
+  EXPECT_EQ(c.next(""), 1u);
+  // No (scope, key) pair is mistaken for another, whatever their bytes.
+  EXPECT_EQ(c.next("b\nc", "a"), 0u);
+  EXPECT_EQ(c.next("c", "a\nb"), 0u);
+  EXPECT_EQ(c.next("b\nc", "a"), 1u);
+  // Pairs are bounded like keys.
+  arrival_counter bounded{2};
+  EXPECT_EQ(bounded.next("k", "s1"), 0u);
+  EXPECT_EQ(bounded.next("k", "s2"), 0u);
+  EXPECT_EQ(bounded.next("k", "s3"), 0u); // evicts (s1, k)
+  EXPECT_EQ(bounded.size(), 2u);
+  EXPECT_EQ(bounded.next("k", "s1"), 0u); // starts over
+  EXPECT_EQ(bounded.next("k", "s3"), 1u);
 }
