@@ -89,6 +89,13 @@ struct configuration {
 
 struct result {
   std::vector<double> latencies_ms;
+  // Per call: which leg answered (the hub's arrival: 0 primary, 1 hedge;
+  // -1 unknown) and the latency the hub drew for it, ms. The caller's
+  // latency minus the drawn one (minus the static delay for a hedge) is
+  // the time the call spent outside the backend's drawn sleep: the
+  // client, the network, the hub, a late hedge.
+  std::vector<int> answered_by;
+  std::vector<double> drawn_ms;
   int64_t backend_requests = 0;
   int failures = 0;
   uint64_t hedged = 0;
@@ -153,6 +160,8 @@ result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
     = client.hedge_stats().value_or(outbound::hedge_stats_snapshot{});
   result r;
   r.latencies_ms.resize(static_cast<std::size_t>(w.requests));
+  r.answered_by.assign(static_cast<std::size_t>(w.requests), -1);
+  r.drawn_ms.assign(static_cast<std::size_t>(w.requests), 0.0);
   auto before = profile_requests(h);
   std::atomic<int> next{0};
   std::atomic<int> failures{0};
@@ -172,9 +181,18 @@ result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
       auto t0 = bench_clock::now();
       auto o = client.call(std::move(req));
       auto t1 = bench_clock::now();
+      auto at = static_cast<std::size_t>(i);
       if (!o.ok())
         failures.fetch_add(1);
-      r.latencies_ms[static_cast<std::size_t>(i)]
+      else if (const auto* body = o.body.if_object()) {
+        const auto* a = body->if_contains("arrival");
+        const auto* d = body->if_contains("delay_ms");
+        if (a && d && a->is_int64() && d->is_number()) {
+          r.answered_by[at] = static_cast<int>(a->as_int64());
+          r.drawn_ms[at] = d->to_number<double>();
+        }
+      }
+      r.latencies_ms[at]
         = std::chrono::duration<double, std::milli>(t1 - t0).count();
     }
   };
@@ -195,6 +213,25 @@ result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
     r.refused = after.budget_exhausted - before_stats.budget_exhausted;
   }
   return r;
+}
+
+/// The time calls spent beyond the latency the hub drew for the request
+/// that answered them, ms: for `leg` 0 the calls the primary answered
+/// (latency - drawn), for `leg` 1 those a hedge answered (latency - delay -
+/// drawn; static delays only). {p50, p99, count}.
+struct outside_time {
+  double p50 = NAN;
+  double p99 = NAN;
+  std::size_t n = 0;
+};
+
+outside_time time_outside(const result& r, int leg, double static_delay_ms) {
+  std::vector<double> v;
+  for (std::size_t i = 0; i < r.latencies_ms.size(); ++i)
+    if (r.answered_by[i] == leg)
+      v.push_back(r.latencies_ms[i] - r.drawn_ms[i]
+                  - (leg == 1 ? static_delay_ms : 0.0));
+  return {quantile(v, 0.5), quantile(v, 0.99), v.size()};
 }
 
 struct row {
@@ -341,6 +378,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 42;
   std::vector<std::string> workload_names{"w1", "w2"};
   std::vector<double> percentiles{0.92};
+  bool show_outside = false;
   app.add_option("--requests", requests, "Calls per configuration, w1")
     ->capture_default_str();
   app.add_option("--requests-w2", requests_w2,
@@ -386,6 +424,10 @@ int main(int argc, char** argv) {
                 "Extra adaptive rows at these percentiles, besides the "
                 "default p95 and the p95 with the delay search")
     ->capture_default_str();
+  app.add_flag("--time-outside", show_outside,
+               "After each row, the calls' time beyond the latency the hub "
+               "drew for the request that answered (the primary's; a "
+               "hedge's, beyond its static delay): p50 and p99, ms");
   // The in-process hub's 2 io threads and the clients' io_runner (1).
   outbound::bench::caf_flags caf_opts;
   caf_opts.io_threads = 3;
@@ -500,6 +542,19 @@ int main(int argc, char** argv) {
           if (r.failures > 0)
             std::printf("   FAILURES %d", r.failures);
           std::printf("\n");
+          if (show_outside) {
+            auto p = time_outside(r, 0, 0);
+            std::printf("  outside the drawn latency, ms: primary answered "
+                        "p50 %.2f p99 %.2f (%zu calls)",
+                        p.p50, p.p99, p.n);
+            if (c.hedge && c.static_delay >= 0) {
+              auto q = time_outside(r, 1, c.static_delay * 1000.0);
+              std::printf("; hedge answered, beyond the delay p50 %.2f p99 "
+                          "%.2f (%zu calls)",
+                          q.p50, q.p99, q.n);
+            }
+            std::printf("\n");
+          }
           std::fflush(stdout);
         }
         std::size_t ai = 0;
