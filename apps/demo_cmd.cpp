@@ -307,11 +307,14 @@ CLI::App* add_demo_command(CLI::App& app, demo_options& opts) {
   opts.hub_opt = cmd->add_option(
     "--hub", opts.hub,
     "Use the hub at this base URL instead of the embedded one");
-  opts.oracle_opt = cmd->add_option(
-    "--oracle-endpoints", opts.oracle_endpoints,
-    "Only with --hub (the embedded hub runs its own cluster): the "
-    "external oracle cluster's host:port list (none: no oracle traffic)")
-                      ->delimiter(',');
+  opts.oracle_opt
+    = cmd
+        ->add_option(
+          "--oracle-endpoints", opts.oracle_endpoints,
+          "Only with --hub (the embedded hub runs its own cluster): the "
+          "external oracle cluster's host:port list, comma-separated (none: no "
+          "oracle traffic)")
+        ->delimiter(',');
   cmd
     ->add_option("--report", opts.report,
                  "The report: a table, or one JSON document on stdout (the "
