@@ -139,17 +139,18 @@ result run(caf::actor_system& sys, outbound::hub& h, const workload& w,
   outbound::blocking_client client{sys, cfg, std::move(opts)};
   // Steady state: an unmeasured warm-up (other keys, same distribution) so
   // the sketch, the RPS estimate and the budget reflect ongoing traffic,
-  // not a client's first second.
+  // not a client's first second. In the configuration's scope too, so
+  // every configuration warms up on the same draws.
   {
     std::atomic<int> next{0};
     std::vector<std::thread> threads;
     for (int t = 0; t < concurrency; ++t)
       threads.emplace_back([&] {
-        while (next.fetch_add(1) < warmup) {
+        for (int i = next.fetch_add(1); i < warmup; i = next.fetch_add(1)) {
           outbound::call_request req;
-          req.path = std::string{"/lognormal?"} + w.query + "&seed="
-                     + std::to_string(seed) + "&key=warm-" + tag + "-"
-                     + std::to_string(next.load());
+          req.path = std::string{"/lognormal?"} + w.query
+                     + "&seed=" + std::to_string(seed) + "&key=warm-" + tag
+                     + "-" + std::to_string(i) + "&scope=" + scope;
           client.call(std::move(req));
         }
       });

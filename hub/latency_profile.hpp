@@ -46,7 +46,8 @@
 // configuration's calls would carry over into the next one's, and no two
 // configurations would see the same draws). The scope only names the
 // count: it is not part of the draw.
-// Requests without a key draw from (seed, "", global arrival number).
+// Requests without a key draw from (seed, "", n) where n counts the keyless
+// arrivals of their scope, or all keyless arrivals without a scope.
 // The per-key arrival counts are LRU-bounded, so hostile keys cannot grow
 // the hub's memory.
 

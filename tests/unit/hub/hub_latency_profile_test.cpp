@@ -254,10 +254,20 @@ TEST(HubLatencyProfile, ArrivalsAreCountedPerScope) {
   EXPECT_EQ(c.next(""), 0u);
   EXPECT_EQ(c.next("", "cfg-b"), 0u);
   EXPECT_EQ(c.next(""), 1u);
-  // No (scope, key) pair is mistaken for another, whatever their bytes.
+  // No (scope, key) pair is mistaken for another, whatever their bytes:
+  // not when the scope's end moves into the key, not for a separator in
+  // either, not for a scope that reads as a key without one.
+  EXPECT_EQ(c.next("c", "ab"), 0u);
+  EXPECT_EQ(c.next("bc", "a"), 0u);
+  EXPECT_EQ(c.next("c", "ab"), 1u);
   EXPECT_EQ(c.next("b\nc", "a"), 0u);
   EXPECT_EQ(c.next("c", "a\nb"), 0u);
   EXPECT_EQ(c.next("b\nc", "a"), 1u);
+  EXPECT_EQ(c.next("", "x"), 0u);
+  EXPECT_EQ(c.next("x"), 0u);
+  EXPECT_EQ(c.next("", "x"), 1u);
+  EXPECT_EQ(c.next("1:x"), 0u); // a key that spells another pair's name
+  EXPECT_EQ(c.next("", "x"), 2u);
   // Pairs are bounded like keys.
   arrival_counter bounded{2};
   EXPECT_EQ(bounded.next("k", "s1"), 0u);
