@@ -23,21 +23,6 @@
 
 namespace {
 
-/// Subcommands planned but not implemented yet. They are listed by
-/// `outbound --help` and fail with a usage error until then.
-struct planned_command {
-  const char* name;
-  const char* what;
-};
-
-constexpr planned_command planned_commands[] = {
-  {"bench", "Run the benchmarks (not implemented yet)"},
-};
-
-} // namespace
-
-namespace {
-
 /// The top level takes no positional argument: a first word that is not an
 /// option names a subcommand. CLI11 would call an unknown one an unexpected
 /// extra argument; this says what it is and what there is instead (false
@@ -54,13 +39,20 @@ bool known_subcommand(CLI::App& app, int argc, char** argv,
     known = known || sub->check_name(name);
     list += (list.empty() ? "" : ", ") + sub->get_name();
   }
-  if (!known)
-    std::cerr << redact(
-      usage_error_json("usage_error", "unknown subcommand '" + name
-                                        + "' (subcommands: " + list
-                                        + "; run 'outbound --help')"),
-      secrets) << '\n';
-  return known;
+  if (known)
+    return true;
+  // The benchmarks are programs of their own (bench/README.md), not a
+  // subcommand: say where they are instead of only that it is unknown.
+  std::string where = name == "bench"
+                        ? "; the benchmarks are programs of their own, "
+                          "built in build/bench/ (bench/README.md)"
+                        : "";
+  std::cerr << redact(
+    usage_error_json("usage_error",
+                     "unknown subcommand '" + name + "' (subcommands: " + list
+                       + "; run 'outbound --help'" + where + ")"),
+    secrets) << '\n';
+  return false;
 }
 
 /// The commands that run on one actor system, with their parsed options.
@@ -142,9 +134,6 @@ int main(int argc, char** argv) {
     = add_group_member_command(app, commands.group_member_opts);
   demo_options demo_opts;
   auto* demo_cmd = add_demo_command(app, demo_opts);
-  std::vector<CLI::App*> planned;
-  for (auto& p : planned_commands)
-    planned.push_back(app.add_subcommand(p.name, p.what));
   // The version CMake's project() declares (CMakeLists.txt).
   app.set_version_flag("--version", std::string{"outbound "} + OUTBOUND_VERSION,
                        "Print the version and exit");
@@ -162,13 +151,6 @@ int main(int argc, char** argv) {
               << '\n';
     return usage_exit_code;
   }
-  for (auto* p : planned)
-    if (p->parsed()) {
-      std::cerr << usage_error_json(
-        "usage_error", "'" + p->get_name() + "' is not implemented yet")
-                << '\n';
-      return usage_exit_code;
-    }
   // The hub runs before any other thread exists (it owns SIGINT/SIGTERM).
   if (hub_cmd->parsed())
     return run_hub(hub_opts, std::cout, std::cerr);
