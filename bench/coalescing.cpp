@@ -635,8 +635,10 @@ int main(int argc, char** argv) {
   app
     .add_option("--modes", modes,
                 "both (the direct baseline, then coalesced; later rounds "
-                "alternate the order), coalesced, direct")
-    ->check(CLI::IsMember({"both", "coalesced", "direct"}))
+                "alternate the order), coalesced, direct, or ceiling (the "
+                "ceiling row alone, e.g. to profile it; with --ceiling goal "
+                "or all)")
+    ->check(CLI::IsMember({"both", "coalesced", "direct", "ceiling"}))
     ->capture_default_str();
   app.add_option("--ceiling", ceiling,
                  "diagnostic row 'ceiling': the same callers against an actor "
@@ -647,8 +649,8 @@ int main(int argc, char** argv) {
     ->capture_default_str();
   caf_opts.add_to(app);
   CLI11_PARSE(app, argc, argv);
-  bool run_direct = modes != "coalesced";
-  bool run_coalesced = modes != "direct";
+  bool run_direct = modes == "both" || modes == "direct";
+  bool run_coalesced = modes == "both" || modes == "coalesced";
 
   // Up to 1024 baseline connections, each with a client and a hub socket.
   {
