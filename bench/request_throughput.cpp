@@ -748,29 +748,50 @@ int main(int argc, char** argv) {
         run_callers(sys, "outbound", client, c, first, max_time);
     }
     for (int round = 1; round <= rounds; ++round) {
-      // Each row runs its warm-up right before it is measured.
+      // Each row runs its warm-up right before it is measured. The order
+      // alternates: raw Beast first in odd rounds, outbound first in even
+      // ones (the diagnostic rows between them), so that a drift of the
+      // machine within a round does not favour the same side every round.
+      // The table keeps raw in the first row and outbound in the last.
       std::vector<result> rows;
-      if (run_raw) {
+      std::optional<result> raw_row, ob_row;
+      auto run_raw_row = [&] {
+        if (!run_raw)
+          return;
         if (warmup > 0)
           raw->run(warmup, max_time);
-        rows.push_back(raw->run(requests, max_time));
-      }
+        raw_row = raw->run(requests, max_time);
+      };
+      auto run_ob_row = [&] {
+        if (!run_ob)
+          return;
+        if (warmup > 0)
+          run_callers(sys, "outbound", client, c, warmup, max_time);
+        ob_row = run_callers(sys, "outbound", client, c, requests, max_time);
+      };
+      bool raw_first = round % 2 == 1;
+      if (raw_first)
+        run_raw_row();
+      else
+        run_ob_row();
+      std::optional<result> pool_row, io_row;
       if (run_pool) {
         if (warmup > 0)
           run_callers(sys, "pool", pool, c, warmup, max_time);
-        rows.push_back(run_callers(sys, "pool", pool, c, requests, max_time));
+        pool_row = run_callers(sys, "pool", pool, c, requests, max_time);
       }
       if (run_io) {
         if (warmup > 0)
           run_io_callers(*io, io_callers, warmup, max_time);
-        rows.push_back(run_io_callers(*io, io_callers, requests, max_time));
+        io_row = run_io_callers(*io, io_callers, requests, max_time);
       }
-      if (run_ob) {
-        if (warmup > 0)
-          run_callers(sys, "outbound", client, c, warmup, max_time);
-        rows.push_back(
-          run_callers(sys, "outbound", client, c, requests, max_time));
-      }
+      if (raw_first)
+        run_ob_row();
+      else
+        run_raw_row();
+      for (auto* r : {&raw_row, &pool_row, &io_row, &ob_row})
+        if (*r)
+          rows.push_back(**r);
       for (auto* x = rows.data(); x != rows.data() + rows.size(); ++x) {
         std::printf("%-10s %5d %6d %9lld %7lld %11.0f %9.1f %9.1f %9.1f%s\n",
                     x->client.c_str(), x->concurrency, round,
