@@ -651,6 +651,21 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   bool run_direct = modes == "both" || modes == "direct";
   bool run_coalesced = modes == "both" || modes == "coalesced";
+  // --modes ceiling runs the ceiling rows alone: refuse a selection in
+  // which no cell has one instead of running nothing.
+  if (modes == "ceiling") {
+    bool any = ceiling == "all" && (!callers.empty() || batch_callers > 0);
+    for (int n : callers)
+      any = any || (ceiling == "goal" && n == 1024);
+    if (!any) {
+      std::fprintf(stderr,
+                   "--modes ceiling runs only ceiling rows, and --ceiling "
+                   "%s with these --callers selects none (use --ceiling "
+                   "all, or --ceiling goal with 1024 among --callers)\n",
+                   ceiling.c_str());
+      return 2;
+    }
+  }
 
   // Up to 1024 baseline connections, each with a client and a hub socket.
   {
