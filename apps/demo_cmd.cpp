@@ -165,11 +165,13 @@ struct publish_log {
 };
 
 /// Open-loop pacing shared by a pool of worker threads: call n is due at
-/// start + n / rate. Returns false when `stop` was set while waiting.
+/// start + n / rate, and no call is due at or after `end` (the run's end:
+/// a loop never starts a call the run does not cover, however late the
+/// run is stopped). Returns false when `stop` was set while waiting.
 class pacer {
 public:
-  pacer(double rate, demo_clock::time_point start)
-    : rate_(rate), start_(start) {
+  pacer(double rate, demo_clock::time_point start, demo_clock::time_point end)
+    : rate_(rate), start_(start), end_(end) {
   }
 
   bool wait_turn(const std::atomic<bool>& stop) {
@@ -177,12 +179,15 @@ public:
   }
 
   /// Waits for the next call's turn; returns its number (0, 1, ...), or
-  /// nullopt when `stop` was set while waiting.
+  /// nullopt when `stop` was set while waiting or the turn falls at or
+  /// after the end.
   std::optional<uint64_t> next_turn(const std::atomic<bool>& stop) {
     auto n = next_.fetch_add(1);
     auto due = start_
                + std::chrono::duration_cast<demo_clock::duration>(
                  std::chrono::duration<double>(static_cast<double>(n) / rate_));
+    if (due >= end_)
+      return std::nullopt;
     while (!stop.load()) {
       auto now = demo_clock::now();
       if (now >= due)
@@ -195,6 +200,7 @@ public:
 private:
   double rate_;
   demo_clock::time_point start_;
+  demo_clock::time_point end_;
   std::atomic<uint64_t> next_{0};
 };
 
@@ -275,7 +281,7 @@ bool wait_for_stop_signal(const sigset_t& set, double seconds) {
 
 CLI::App* add_demo_command(CLI::App& app, demo_options& opts) {
   auto* cmd = app.add_subcommand(
-    "demo", "Run the main job on an embedded hub: hedged service calls, a "
+    "demo", "Run the demonstration on an embedded hub: hedged service calls, a "
             "coalescing driver and N feed watchers, with /metrics");
   cmd->footer(
     "Output: the first stdout line is {\"metrics\":URL,\"hub\":URL,...}; a "
@@ -674,20 +680,23 @@ public:
       threads_.emplace_back([this] { publish_loop(); });
     if (cfg_.traffic.requests_per_second > 0) {
       request_pacer_
-        = std::make_unique<pacer>(cfg_.traffic.requests_per_second, t0);
+        = std::make_unique<pacer>(cfg_.traffic.requests_per_second, t0, end());
       for (std::size_t w = 0; w < cfg_.traffic.concurrency; ++w)
         threads_.emplace_back([this] { request_loop(); });
     }
     if (stack_.driver() && cfg_.oracle.calls_per_second > 0) {
-      ts_pacer_ = std::make_unique<pacer>(cfg_.oracle.calls_per_second, t0);
+      ts_pacer_
+        = std::make_unique<pacer>(cfg_.oracle.calls_per_second, t0, end());
       for (std::size_t w = 0; w < cfg_.oracle.callers; ++w)
         threads_.emplace_back([this] { ts_loop(); });
     }
     if (stack_.driver() && cfg_.bursts.size > 0)
       threads_.emplace_back([this] { burst_loop(); });
     if (side_.drill) {
-      outage_pacer_ = std::make_unique<pacer>(cfg_.outage.calls_per_second, t0);
-      naive_pacer_ = std::make_unique<pacer>(cfg_.outage.calls_per_second, t0);
+      outage_pacer_
+        = std::make_unique<pacer>(cfg_.outage.calls_per_second, t0, end());
+      naive_pacer_
+        = std::make_unique<pacer>(cfg_.outage.calls_per_second, t0, end());
       for (std::size_t w = 0; w < outage_workers; ++w) {
         threads_.emplace_back([this] {
           drill_loop(*outage_pacer_, side_.outage->client(), "outbound");
@@ -763,7 +772,7 @@ public:
 
 private:
   void publish_loop() {
-    pacer p{cfg_.rate, t0};
+    pacer p{cfg_.rate, t0, end()};
     caf::scoped_actor self{sys_};
     int64_t n = 0;
     while (p.wait_turn(stopping_)) {
@@ -883,7 +892,7 @@ private:
     caf::scoped_actor self{sys_};
     auto deadline = std::chrono::duration_cast<caf::timespan>(
       std::chrono::duration<double>(cfg_.oracle.timeout + 5.0));
-    pacer p{1.0 / cfg_.bursts.interval, t0 + 1s};
+    pacer p{1.0 / cfg_.bursts.interval, t0 + 1s, end()};
     // The driver's counters now (nullopt if it did not answer in time).
     auto counters = [&]() -> std::optional<std::pair<uint64_t, uint64_t>> {
       std::optional<std::pair<uint64_t, uint64_t>> out;
@@ -935,6 +944,13 @@ private:
       self->request(client, 10s, std::move(req))
         .receive([](call_outcome&) {}, [](caf::error&) {});
     }
+  }
+
+  /// The run's end (t0 + duration): no paced call is due at or after it.
+  demo_clock::time_point end() const {
+    return t0
+           + std::chrono::duration_cast<demo_clock::duration>(
+             std::chrono::duration<double>(cfg_.duration));
   }
 
   /// Sleeps until `seconds` after the start; false when stopping first.
@@ -1235,6 +1251,7 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
   uint64_t last_events = 0;
   decltype(stack.hedge_stats()) last_hedge{};
   auto last_tick = t0;
+  auto last_driver_read = t0;
   uint64_t last_outbound = 0, last_naive = 0, last_calls = 0, last_rpcs = 0;
   for (int tick = 1;; ++tick) {
     auto until = std::min(at(tick * cfg.status_interval), end);
@@ -1251,7 +1268,16 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
     auto rate = [dt](uint64_t n) {
       return fmt_num(double(n) / dt, 0);
     };
+    // Every count of the line is read here, with `now`, before the probes
+    // below (which may wait): a count read after them would cover more
+    // time than dt. The driver's counters can only be asked for, so its
+    // rates use the time between its own answers instead.
     auto events = counters.events.load();
+    uint64_t outage_o = 0, outage_n = 0;
+    if (side.drill && embedded) {
+      outage_o = embedded->profile_requests("outage-outbound");
+      outage_n = embedded->profile_requests("outage-naive");
+    }
     auto hedged_view = traffic.requests.take_interval();
     auto twin_view = traffic.unhedged.take_interval();
     auto ts_view = traffic.ts.take_interval();
@@ -1286,25 +1312,30 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
     if (side.drill && embedded) {
       // The drill's two clients call its route for the whole run; the
       // line is marked when the route was down during its interval.
-      auto o = embedded->profile_requests("outage-outbound");
-      auto n = embedded->profile_requests("outage-naive");
       line << " | drill";
       if (happened.route_down)
         line << " [route down]";
-      line << ": attempts outbound " << rate(o - last_outbound) << "/s naive "
-           << rate(n - last_naive) << "/s";
-      last_outbound = o;
-      last_naive = n;
+      line << ": attempts outbound " << rate(outage_o - last_outbound)
+           << "/s naive " << rate(outage_n - last_naive) << "/s";
+      last_outbound = outage_o;
+      last_naive = outage_n;
     }
     if (happened.restarted)
       line << " | hub restarted";
     line << " | ts " << rate(ts_view.calls) << "/s p99 " << window << " "
          << fmt_ms(ts_view.p99);
     if (auto ds = probe.driver_stats(end)) {
-      line << " rpcs " << rate(ds->batches.rpcs - last_rpcs) << "/s for "
-           << rate(ds->calls - last_calls) << " calls/s";
+      auto answered = demo_clock::now();
+      auto ds_dt
+        = std::chrono::duration<double>(answered - last_driver_read).count();
+      auto ds_rate = [ds_dt](uint64_t n) {
+        return fmt_num(ds_dt > 0 ? double(n) / ds_dt : 0.0, 0);
+      };
+      line << " rpcs " << ds_rate(ds->batches.rpcs - last_rpcs) << "/s for "
+           << ds_rate(ds->calls - last_calls) << " calls/s";
       last_rpcs = ds->batches.rpcs;
       last_calls = ds->calls;
+      last_driver_read = answered;
     }
     err << line.str() << std::endl;
     last_events = events;

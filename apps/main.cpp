@@ -43,10 +43,11 @@ bool known_subcommand(CLI::App& app, int argc, char** argv,
     return true;
   // The benchmarks are programs of their own (bench/README.md), not a
   // subcommand: say where they are instead of only that it is unknown.
-  std::string where = name == "bench"
-                        ? "; the benchmarks are programs of their own, "
-                          "built in build/bench/ (bench/README.md)"
-                        : "";
+  std::string where
+    = name == "bench"
+        ? "; the benchmarks are programs of their own, "
+          "built into build/bench/ by scripts/build.sh (bench/README.md)"
+        : "";
   std::cerr << redact(
     usage_error_json("usage_error",
                      "unknown subcommand '" + name + "' (subcommands: " + list

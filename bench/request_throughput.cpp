@@ -651,9 +651,11 @@ int main(int argc, char** argv) {
                  "it measured and timed_out=true")
     ->check(CLI::PositiveNumber)
     ->capture_default_str();
-  app.add_option("--rounds", rounds,
-                 "measure raw and outbound alternately this many times per "
-                 "concurrency; the table shows each round")
+  app
+    .add_option("--rounds", rounds,
+                "measure raw and outbound alternately this many times per "
+                "concurrency (odd rounds raw first, even rounds outbound "
+                "first); the table shows each round, raw in its first row")
     ->check(CLI::PositiveNumber)
     ->capture_default_str();
   app.add_option("--client", only,
@@ -816,7 +818,8 @@ int main(int argc, char** argv) {
                   ratio >= 0.8 ? "met" : "NOT met");
       std::ostringstream j;
       j << "{\"bench\":\"request_throughput\",\"ratio\":\"outbound/raw\","
-        << "\"concurrency\":" << c << ",\"round\":" << round
+        << "\"concurrency\":" << c << ",\"round\":" << round << ",\"first\":\""
+        << (round % 2 == 1 ? "raw" : "outbound") << "\""
         << ",\"rps_ratio\":" << fmt(ratio, 3)
         << ",\"p50_ratio\":" << fmt(r.p50_us > 0 ? o.p50_us / r.p50_us : 0, 3)
         << ",\"p99_ratio\":" << fmt(r.p99_us > 0 ? o.p99_us / r.p99_us : 0, 3)

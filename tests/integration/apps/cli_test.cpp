@@ -129,9 +129,12 @@ TEST(CliArgs, NoSubcommandIsAUsageErrorWithExitCode2) {
 TEST(CliArgs, HelpListsEverySubcommandAndExits0) {
   auto r = run_cli({"--help"});
   EXPECT_EQ(r.exit_code, 0);
-  for (auto* cmd :
+  // Each name as an entry of CLI11's subcommand list ("\n  NAME  ..."),
+  // not as a substring of another word ("ts" of "requests").
+  for (std::string cmd :
        {"request", "watch", "hub", "ts", "seq", "group-member", "demo"})
-    EXPECT_NE(r.out.find(cmd), std::string::npos) << cmd << "\n" << r.out;
+    EXPECT_NE(r.out.find("\n  " + cmd + " "), std::string::npos) << cmd << "\n"
+                                                                 << r.out;
 }
 
 TEST(CliArgs, RequestHelpListsTheOptionsAndExits0) {
@@ -192,7 +195,9 @@ TEST(CliArgs, BenchIsNoSubcommandAndTheErrorSaysWhereTheBenchmarksAre) {
   expect_failure(r, "usage_error", 2);
   auto d = detail_of(r);
   EXPECT_EQ(d.rfind("unknown subcommand 'bench'", 0), 0u) << d;
-  EXPECT_NE(d.find("build/bench/ (bench/README.md)"), std::string::npos) << d;
+  EXPECT_NE(d.find("build/bench/ by scripts/build.sh (bench/README.md)"),
+            std::string::npos)
+    << d;
   auto help = run_cli({"--help"});
   EXPECT_EQ(help.exit_code, 0) << help.err;
   EXPECT_EQ(help.out.find("bench"), std::string::npos) << help.out;
@@ -412,6 +417,13 @@ TEST(CliSecrets, TokenNeverAppearsInAUsageError) {
   auto r
     = run_cli({"request", "--token", token, "--bogus", token, refused_url()});
   expect_failure(r, "usage_error", 2);
+  EXPECT_EQ(r.err.find(token), std::string::npos) << r.err;
+}
+
+TEST(CliSecrets, TokenNeverAppearsInAnUnknownSubcommandError) {
+  auto r = run_cli({token, "--token", token});
+  expect_failure(r, "usage_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("unknown subcommand '***'", 0), 0u) << r.err;
   EXPECT_EQ(r.err.find(token), std::string::npos) << r.err;
 }
 
