@@ -1765,6 +1765,7 @@ boost::json::object report_json(const demo_config& cfg, const hub_site& site,
       c["between_bursts_rpcs"] = s->batches.rpcs - in_rpcs;
       c["between_bursts_calls"] = s->calls - in_calls;
       c["burst_window_misses"] = r.burst_window_misses;
+      c["leader_changes"] = s->leader_changes;
     } else {
       c["calls"] = r.ts.calls() + r.burst_calls;
       c["rpcs"] = nullptr;
@@ -1790,7 +1791,27 @@ boost::json::object report_json(const demo_config& cfg, const hub_site& site,
   f["resets_by_cause"] = std::move(causes);
   f["hub_restarted"] = r.restarted;
   f["connected_at_end"] = r.stack.feeds.connected;
+  // The text report's feed_* rows, so that a JSON reader can check them
+  // too (0 in a healthy run, README).
+  const auto& fs = r.stack.feeds;
+  f["reconnects"] = fs.reconnects;
+  f["peer_timeouts"] = fs.peer_timeouts;
+  f["overflows"] = fs.overflows;
+  f["drain_errors"] = fs.drain_errors;
+  f["replay_errors"] = fs.replay_errors;
+  f["publish_failed"] = r.publish_failed;
   doc["feeds"] = std::move(f);
+  // The breakers at the end, as the text report's breakers row.
+  json::object br;
+  br["closed"] = r.breakers.closed;
+  br["open"] = r.breakers.open;
+  br["half_open"] = r.breakers.half_open;
+  br["unknown"] = r.breakers.unknown;
+  json::array open_keys;
+  for (const auto& k : r.breakers.open_keys)
+    open_keys.emplace_back(k);
+  br["open_keys"] = std::move(open_keys);
+  doc["breakers"] = std::move(br);
   return doc;
 }
 

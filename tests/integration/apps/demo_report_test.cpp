@@ -122,6 +122,21 @@ TEST(DemoReport, TheJsonReportShowsEveryComparisonHolding) {
   const auto& causes = f.at("resets_by_cause").as_object();
   EXPECT_TRUE(causes.contains("epoch_changed")) << out[0]; // the restart
   EXPECT_GT(num(f.at("resets")), 0) << out[0];
+  // The text report's other rows are in the JSON too (their values depend
+  // on the machine's load: only their presence and shape are asserted).
+  for (auto* key : {"reconnects", "peer_timeouts", "overflows", "drain_errors",
+                    "replay_errors", "publish_failed"})
+    EXPECT_TRUE(f.contains(key) && f.at(key).is_number()) << key << out[0];
+  EXPECT_TRUE(k.contains("leader_changes")
+              && k.at("leader_changes").is_number())
+    << out[0];
+  const auto& br = doc.at("breakers").as_object();
+  EXPECT_GT(num(br.at("closed")) + num(br.at("open")) + num(br.at("half_open"))
+              + num(br.at("unknown")),
+            0)
+    << out[0];
+  EXPECT_EQ(double(br.at("open_keys").as_array().size()), num(br.at("open")))
+    << out[0];
 }
 
 TEST(DemoReport, ABadReportFormatIsAUsageError) {
