@@ -2,6 +2,7 @@
 
 #include "config/client_config.hpp"
 #include "config/config_error.hpp"
+#include "config/group_config.hpp"
 #include "core/validate.hpp"
 #include "protocol/json_parse.hpp"
 
@@ -32,35 +33,36 @@ double as_double(const boost::json::value& v, const std::string& field) {
     return static_cast<double>(v.get_int64());
   if (v.is_uint64())
     return static_cast<double>(v.get_uint64());
-  throw config_error(field, "must be a number");
+  throw config_error(field, "must be a number, got " + json_value_for_error(v));
 }
 
 /// An integer in [lo, hi] (a double with an integral value is accepted).
 int64_t as_int(const boost::json::value& v, int64_t lo, int64_t hi,
                const std::string& field) {
-  double d = 0;
+  auto bad = [&] {
+    return config_error(
+      field, "must be an integer between " + std::to_string(lo) + " and "
+               + std::to_string(hi) + ", got " + json_value_for_error(v));
+  };
   if (v.is_int64()) {
     auto i = v.get_int64();
     if (i < lo || i > hi)
-      throw config_error(field, "must be an integer between "
-                                  + std::to_string(lo) + " and "
-                                  + std::to_string(hi));
+      throw bad();
     return i;
   }
   if (v.is_uint64())
-    throw config_error(field, "must be an integer between " + std::to_string(lo)
-                                + " and " + std::to_string(hi));
-  d = as_double(v, field);
+    throw bad();
+  double d = as_double(v, field);
   if (!(std::isfinite(d) && d == std::floor(d) && d >= static_cast<double>(lo)
         && d <= static_cast<double>(hi)))
-    throw config_error(field, "must be an integer between " + std::to_string(lo)
-                                + " and " + std::to_string(hi));
+    throw bad();
   return static_cast<int64_t>(d);
 }
 
 std::string as_string(const boost::json::value& v, const std::string& field) {
   if (!v.is_string())
-    throw config_error(field, "must be a string");
+    throw config_error(field,
+                       "must be a string, got " + json_value_for_error(v));
   return std::string{v.get_string()};
 }
 
@@ -428,7 +430,11 @@ demo_config load_demo_config(const std::string& path) {
   os << in.rdbuf();
   if (in.bad())
     throw config_error("demo", "cannot read " + path);
-  return parse_demo_config(os.str());
+  try {
+    return parse_demo_config(os.str());
+  } catch (const config_error& e) {
+    throw config_file_error(path, e); // "<path>: demo.<field>: <why>"
+  }
 }
 
 } // namespace config

@@ -137,22 +137,6 @@ std::string count_range(const count_field& f) {
 
 /// A JSON value as an error text shows it: numbers as written in short
 /// form (4.5, 1e+30), strings quoted, other kinds by name.
-std::string shown(const boost::json::value& v) {
-  char buf[32];
-  switch (v.kind()) {
-    case boost::json::kind::int64: return std::to_string(v.get_int64());
-    case boost::json::kind::uint64: return std::to_string(v.get_uint64());
-    case boost::json::kind::double_:
-      std::snprintf(buf, sizeof(buf), "%.15g", v.get_double());
-      return buf;
-    case boost::json::kind::string: return quote_for_error(v.get_string());
-    case boost::json::kind::bool_: return v.get_bool() ? "true" : "false";
-    case boost::json::kind::null: return "null";
-    case boost::json::kind::array: return "an array";
-    case boost::json::kind::object: return "an object";
-  }
-  return "?";
-}
 
 /// The count `v` of field `f` (a double with an integral value is
 /// accepted): an integer in [f.lo, f.hi], else a config_error naming
@@ -174,7 +158,8 @@ std::size_t as_count(const boost::json::value& v, const count_field& f,
         && d < 0x1p64 && d <= static_cast<double>(f.hi))
       return static_cast<std::size_t>(d);
   }
-  throw config_error(field, count_range(f) + ", got " + shown(v));
+  throw config_error(field,
+                     count_range(f) + ", got " + json_value_for_error(v));
 }
 
 std::string as_string(const boost::json::value& v, const std::string& field) {
@@ -455,6 +440,23 @@ std::string quote_for_error(std::string_view s, std::size_t max) {
   if (i < s.size())
     out += "... (" + std::to_string(s.size()) + " bytes)";
   return out;
+}
+
+std::string json_value_for_error(const boost::json::value& v) {
+  char buf[32];
+  switch (v.kind()) {
+    case boost::json::kind::int64: return std::to_string(v.get_int64());
+    case boost::json::kind::uint64: return std::to_string(v.get_uint64());
+    case boost::json::kind::double_:
+      std::snprintf(buf, sizeof(buf), "%.15g", v.get_double());
+      return buf;
+    case boost::json::kind::string: return quote_for_error(v.get_string());
+    case boost::json::kind::bool_: return v.get_bool() ? "true" : "false";
+    case boost::json::kind::null: return "null";
+    case boost::json::kind::array: return "an array";
+    case boost::json::kind::object: return "an object";
+  }
+  return "?";
 }
 
 void validate_group_feed_ids(const std::vector<std::string>& ids) {

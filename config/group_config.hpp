@@ -13,6 +13,8 @@
 #include "config/config_error.hpp"
 #include "core/group_state.hpp"
 
+#include <boost/json/fwd.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -163,6 +165,11 @@ void validate_group_feed_ids(const std::vector<std::string>& ids);
 /// `s` quoted for an error text: '"', '\\', control characters and bytes
 /// that are not UTF-8 escaped as \xNN, cut after `max` bytes ("...").
 std::string quote_for_error(std::string_view s, std::size_t max = 40);
+
+/// A JSON value as an error text shows it after "got ": a number or
+/// boolean or null as written, a string through quote_for_error, "an
+/// array" or "an object".
+std::string json_value_for_error(const boost::json::value& v);
 
 /// Builds a validated config from OUTBOUND_GROUP_NAME, _MEMBER_NAME,
 /// _LEASE_TTL, _RENEW_INTERVAL, _FENCE_MARGIN, _POLL_INTERVAL,

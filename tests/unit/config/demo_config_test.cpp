@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <string>
+
+#include <unistd.h>
 
 using namespace outbound;
 
@@ -206,6 +209,50 @@ TEST(DemoConfig, ValidateCatchesValuesSetInCode) {
   } catch (const config_error& e) {
     EXPECT_EQ(e.field(), "demo.rate");
   }
+}
+
+TEST(DemoConfig, AWrongValueIsShownAfterItsField) {
+  try {
+    parse_demo_config(R"({"feeds": -3})");
+    FAIL() << "no error";
+  } catch (const config_error& e) {
+    EXPECT_STREQ(e.what(),
+                 "demo.feeds: must be an integer between 0 and 100000, got -3");
+  }
+  try {
+    parse_demo_config(R"({"hub": 8080})");
+    FAIL() << "no error";
+  } catch (const config_error& e) {
+    EXPECT_STREQ(e.what(), "demo.hub: must be a string, got 8080");
+  }
+  try {
+    parse_demo_config(R"({"duration": "long\u0001"})");
+    FAIL() << "no error";
+  } catch (const config_error& e) {
+    EXPECT_STREQ(e.what(),
+                 "demo.duration: must be a number, got \"long\\x01\"");
+  }
+}
+
+TEST(DemoConfig, AnErrorInAFileNamesTheFile) {
+  auto path
+    = std::filesystem::temp_directory_path()
+      / ("outbound-demo-config-" + std::to_string(::getpid()) + ".json");
+  {
+    std::ofstream f{path};
+    f << R"({"feeds": -3})";
+  }
+  try {
+    load_demo_config(path.string());
+    ADD_FAILURE() << "no error";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "demo.feeds");
+    EXPECT_EQ(std::string{e.what()},
+              path.string()
+                + ": demo.feeds: must be an integer between 0 and 100000, "
+                  "got -3");
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(DemoConfig, MissingFileNamesDemo) {
