@@ -436,7 +436,9 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
   cmd->footer(
     "Output: the response body as compact JSON on stdout (null when empty).\n"
     "Failure: one JSON line on stderr {\"error\",\"status\",\"detail\","
-    "\"attempts\",\"request_id\",\"nothing_sent\",\"nothing_billed\"}.\n"
+    "\"attempts\",\"request_id\",\"nothing_sent\",\"nothing_billed\","
+    "\"reason\"}\n"
+    "(reason: why the retries stopped short of the policy, else null).\n"
     "Exit codes: 0 ok, 2 usage/config_error, 3 auth_error, 4 request_error,\n"
     "5 server_error, 6 response_error, 7 service_unavailable or "
     "deadline_exceeded.");
