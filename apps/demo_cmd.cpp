@@ -320,7 +320,8 @@ CLI::App* add_demo_command(CLI::App& app, demo_options& opts) {
           "Only with --hub (the embedded hub runs its own cluster): the "
           "external oracle cluster's host:port list, comma-separated (none: no "
           "oracle traffic)")
-        ->delimiter(',');
+        ->delimiter(',')
+        ->type_name("HOST:PORT[,HOST:PORT...]");
   cmd
     ->add_option("--report", opts.report,
                  "The report: a table, or one JSON document on stdout (the "

@@ -102,10 +102,12 @@ CLI::App* add_hub_command(CLI::App& app, hub_options& opts) {
                   "Drop each wake with this probability (seeded)")
     ->check(CLI::Range(0.0, 1.0))
     ->group(g);
-  cmd->add_option("--wake-script", opts.wake_script,
-                  "Hold wakes until the head reaches the script's maximum, "
-                  "then send exactly these cursors (e.g. 9,6,10,6,8,7,9)")
+  cmd
+    ->add_option("--wake-script", opts.wake_script,
+                 "Hold wakes until the head reaches the script's maximum, "
+                 "then send exactly these cursors (e.g. 9,6,10,6,8,7,9)")
     ->delimiter(',')
+    ->type_name("CURSOR[,CURSOR...]")
     ->group(g);
   cmd->add_option("--visibility-lag", f.visibility_lag_polls,
                   "Replay polls that miss each new event")

@@ -159,7 +159,8 @@ void add_common_options(CLI::App& cmd, oracle_options& o,
                 "http(s)://host:port (any order; the leader is found through "
                 "leader hints)")
     ->required()
-    ->delimiter(',');
+    ->delimiter(',')
+    ->type_name("ENDPOINT[,ENDPOINT...]");
   cmd
     .add_option("--timeout", o.timeout,
                 "Overall budget of the call in seconds (attempts, redirects, "

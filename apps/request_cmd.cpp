@@ -504,7 +504,8 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
   cmd
     ->add_option("--retry-status", cfg.retry.retry_statuses,
                  "Comma-separated HTTP statuses to retry, e.g. 429,503")
-    ->delimiter(',');
+    ->delimiter(',')
+    ->type_name("STATUS[,STATUS...]");
   cmd
     ->add_option("--json-max-depth", cfg.json_max_depth,
                  "Maximum nesting depth of the --json body and of the "
