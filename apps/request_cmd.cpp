@@ -199,6 +199,12 @@ boost::json::object headers_json(const header_list& hs) {
   return o;
 }
 
+/// One observer event as a JSON object with the fields its kind carries
+/// (core/call_types.hpp): every event its kind, request_id, method, path and
+/// attempt; retrying, redialing and failed their cause; retrying and hedging
+/// delay_ns; retrying, answered and failed the status (null: none seen);
+/// answered and failed attempts, outcome and latency_ns, and reason when the
+/// retry loop gave up early.
 std::string event_json(const client_event& ev) {
   boost::json::object o;
   o["event"] = to_string(ev.kind);
@@ -206,14 +212,22 @@ std::string event_json(const client_event& ev) {
   o["method"] = ev.method;
   o["path"] = valid_utf8(ev.path);
   o["attempt"] = ev.attempt;
-  o["cause"] = ev.cause;
-  o["delay_ns"] = ev.delay_ns;
-  o["status"] = nullable_status(ev.status);
-  o["attempts"] = ev.attempts;
-  o["outcome"] = ev.kind == event_kind::answered || ev.kind == event_kind::failed
-                   ? outcome_label(ev)
-                   : "";
-  o["latency_ns"] = ev.latency_ns;
+  const bool ended
+    = ev.kind == event_kind::answered || ev.kind == event_kind::failed;
+  if (ev.kind == event_kind::retrying || ev.kind == event_kind::redialing
+      || ev.kind == event_kind::failed)
+    o["cause"] = ev.cause;
+  if (ev.kind == event_kind::retrying || ev.kind == event_kind::hedging)
+    o["delay_ns"] = ev.delay_ns;
+  if (ev.kind == event_kind::retrying || ended)
+    o["status"] = nullable_status(ev.status);
+  if (ended) {
+    o["attempts"] = ev.attempts;
+    o["outcome"] = outcome_label(ev);
+    if (ev.reason != give_up_reason::none)
+      o["reason"] = to_string(ev.reason);
+    o["latency_ns"] = ev.latency_ns;
+  }
   return boost::json::serialize(o);
 }
 

@@ -10,6 +10,7 @@ const char* to_string(event_kind k) {
     case event_kind::redialing: return "redialing";
     case event_kind::answered: return "answered";
     case event_kind::failed: return "failed";
+    case event_kind::hedging: return "hedging";
   }
   return "unknown";
 }

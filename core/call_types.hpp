@@ -119,6 +119,10 @@ enum class event_kind : uint8_t {
   answered,
   /// The call ends with an error (`error` is its kind).
   failed,
+  /// A hedge of attempt `attempt` is about to be handed to the transport,
+  /// `delay_ns` after the attempt's primary was (hedged calls only; the
+  /// winner shows in the hedging counters, not in an event).
+  hedging,
 };
 
 const char* to_string(event_kind k);
@@ -134,7 +138,8 @@ struct client_event {
   /// retrying / redialing / failed: why, for people ("status 503",
   /// "timeout", ...); labels use cause_kind.
   std::string cause;
-  /// retrying: the delay before the next attempt, in nanoseconds.
+  /// retrying: the delay before the next attempt; hedging: the time since
+  /// the attempt's primary was sent; in nanoseconds.
   int64_t delay_ns = 0;
   /// answered, failed, and retrying after a retryable status: the HTTP
   /// status seen (0: none, e.g. a transport failure).

@@ -73,6 +73,8 @@ void client_metrics::record(const client_event& ev) {
     case event_kind::redialing:
       redials_.Increment();
       break;
+    case event_kind::hedging: // counted by the hedging metrics
+      break;
     case event_kind::answered:
     case event_kind::failed: {
       requests_

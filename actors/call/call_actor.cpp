@@ -73,6 +73,8 @@ struct call_state {
   /// hedges); the stale-id of timers and transport answers.
   uint64_t send_id = 0;
   int attempt = 0;
+  /// When the attempt's primary was sent (a hedging event's delay).
+  caf::actor_clock::time_point attempt_sent;
 
   /// How a leg ended: a transport answer, or the attempt's timer.
   struct leg_end {
@@ -662,6 +664,13 @@ bool fire_hedge(self_ptr self, uint64_t token, std::chrono::nanoseconds budget,
   if (st.retry_count > 0)
     set_retry_count(req.headers, st.retry_count);
   st.hedges_paid.reserve(st.hedges_paid.size() + 1);
+  if (observed(self)) {
+    auto ev = make_event(self, event_kind::hedging);
+    ev.delay_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    self->clock().now() - st.attempt_sent)
+                    .count();
+    emit(self, std::move(ev));
+  }
   auto send_id = send_leg(self, core::race_leg::hedge, std::move(req), budget);
   st.race.on_hedge_sent(send_id, self->clock().now(), probe);
   st.hedges_paid.emplace_back(send_id, paid_at);
@@ -804,7 +813,8 @@ void send_attempt(self_ptr self) {
     emit(self, make_event(self, event_kind::sending));
   auto send_id = send_leg(self, core::race_leg::primary, std::move(req),
                           plan.budget);
-  st.race.begin_attempt(send_id, self->clock().now(), plan.budget);
+  st.attempt_sent = self->clock().now();
+  st.race.begin_attempt(send_id, st.attempt_sent, plan.budget);
   arm_hedge_timer(self);
 }
 

@@ -720,6 +720,52 @@ TEST(CliHedge, HedgeDelayFiresOneBackupThatWins) {
   h.stop();
 }
 
+// --verbose shows the hedge as its own event, and each event carries only
+// the fields of its kind (a sending event has no attempts, outcome or
+// latency to report).
+TEST(CliHedge, VerboseShowsTheHedgeAndEachEventOnlyItsFields) {
+  outbound::hub_config hc;
+  hc.seed = 11;
+  outbound::hub h{hc};
+  h.start();
+  outbound::latency_profile p;
+  p.kind = outbound::latency_profile_kind::flaky;
+  std::string key;
+  for (int i = 0; key.empty(); ++i) {
+    auto k = "k" + std::to_string(i);
+    if (outbound::latency_profile_delay(p, 11, k, 0) == 0.9
+        && outbound::latency_profile_delay(p, 11, k, 1) < 0.02)
+      key = k;
+  }
+  auto r = run_cli({"request", "--hedge", "--hedge-delay", "0.05", "--verbose",
+                    h.base_url() + "/flaky?key=" + key});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto lines = r.err_lines();
+  ASSERT_GE(lines.size(), 4u) << r.err; // sending, hedging, answered, counters
+  std::vector<std::string> kinds;
+  for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
+    auto ev = boost::json::parse(lines[i]).as_object();
+    auto kind = std::string{ev.at("event").as_string()};
+    kinds.push_back(kind);
+    EXPECT_EQ(ev.at("attempt").as_int64(), 1) << lines[i];
+    EXPECT_EQ(ev.contains("attempts"), kind == "answered") << lines[i];
+    EXPECT_EQ(ev.contains("latency_ns"), kind == "answered") << lines[i];
+    EXPECT_EQ(ev.contains("outcome"), kind == "answered") << lines[i];
+    EXPECT_EQ(ev.contains("delay_ns"), kind == "hedging") << lines[i];
+    EXPECT_FALSE(ev.contains("cause")) << lines[i];
+    if (kind == "hedging") // sent after the 50 ms hedge delay, not before
+      EXPECT_GE(ev.at("delay_ns").as_int64(), 50'000'000) << lines[i];
+    if (kind == "answered") {
+      EXPECT_EQ(ev.at("attempts").as_int64(), 1) << lines[i];
+      EXPECT_EQ(ev.at("status").as_int64(), 200) << lines[i];
+      EXPECT_EQ(ev.at("outcome").as_string(), "ok") << lines[i];
+    }
+  }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"sending", "hedging", "answered"}))
+    << r.err;
+  h.stop();
+}
+
 TEST(CliHedge, BadHedgeSettingsAreConfigErrorsNamingTheField) {
   auto r = run_cli(
     {"request", "--hedge", "--percentile", "1.5", "http://127.0.0.1:1/x"});
