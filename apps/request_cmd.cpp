@@ -372,21 +372,7 @@ std::string valid_utf8(const std::string& s) {
   out.reserve(s.size());
   std::size_t i = 0;
   while (i < s.size()) {
-    auto c = static_cast<unsigned char>(s[i]);
-    std::size_t len = c < 0x80                   ? 1
-                      : (c >= 0xC2 && c <= 0xDF) ? 2
-                      : (c >= 0xE0 && c <= 0xEF) ? 3
-                      : (c >= 0xF0 && c <= 0xF4) ? 4
-                                                 : 0;
-    bool ok = len > 0 && i + len <= s.size();
-    for (std::size_t k = 1; ok && k < len; ++k)
-      ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
-    if (ok && len >= 3) {
-      auto c1 = static_cast<unsigned char>(s[i + 1]);
-      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 > 0x9F)
-           && !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 > 0x8F);
-    }
-    if (ok) {
+    if (auto len = core::utf8_sequence_length(s, i)) {
       out.append(s, i, len);
       i += len;
     } else {

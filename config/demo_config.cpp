@@ -2,7 +2,6 @@
 
 #include "config/client_config.hpp"
 #include "config/config_error.hpp"
-#include "config/group_config.hpp"
 #include "core/validate.hpp"
 #include "protocol/json_parse.hpp"
 

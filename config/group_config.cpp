@@ -1,6 +1,7 @@
 #include "config/group_config.hpp"
 
 #include "config/config_error.hpp"
+#include "core/text.hpp"
 #include "protocol/json_parse.hpp"
 
 #include <algorithm>
@@ -45,42 +46,6 @@ bool all_of_len(const std::string& s, std::size_t max, Pred ok) {
     if (!ok(c))
       return false;
   return true;
-}
-
-/// The length of the UTF-8 sequence at s[i] (1 to 4), or 0 when the bytes
-/// there are not one (RFC 3629: no overlong forms, no surrogates, nothing
-/// above U+10FFFF).
-std::size_t utf8_length(std::string_view s, std::size_t i) {
-  auto b = [&](std::size_t k) {
-    return static_cast<unsigned char>(s[i + k]);
-  };
-  auto cont = [&](std::size_t k) {
-    return i + k < s.size() && (b(k) & 0xC0) == 0x80;
-  };
-  auto c = b(0);
-  if (c < 0x80)
-    return 1;
-  if (c >= 0xC2 && c <= 0xDF)
-    return cont(1) ? 2 : 0;
-  if (c >= 0xE0 && c <= 0xEF) {
-    if (!cont(1) || !cont(2) || (c == 0xE0 && b(1) < 0xA0)
-        || (c == 0xED && b(1) > 0x9F))
-      return 0;
-    return 3;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    if (!cont(1) || !cont(2) || !cont(3) || (c == 0xF0 && b(1) < 0x90)
-        || (c == 0xF4 && b(1) > 0x8F))
-      return 0;
-    return 4;
-  }
-  return 0;
-}
-
-/// A C1 control character (U+0080..U+009F, encoded C2 80..C2 9F).
-bool is_c1(std::string_view s, std::size_t i) {
-  return static_cast<unsigned char>(s[i]) == 0xC2 && i + 1 < s.size()
-         && static_cast<unsigned char>(s[i + 1]) <= 0x9F;
 }
 
 // -- JSON reading (the shapes of config/demo_config.cpp) ----------------------
@@ -380,11 +345,6 @@ group_config parse_group_config(std::string_view json_text, group_names names) {
   return c;
 }
 
-config_file_error::config_file_error(std::string file, const config_error& e)
-  : config_error(e), file_(std::move(file)) {
-  what_ = file_ + ": " + config_error::what();
-}
-
 group_config load_group_config(const std::string& path, group_names names) {
   // A directory opens as a stream on Linux and fails only on reading,
   // with a text that does not say why.
@@ -408,57 +368,6 @@ group_config load_group_config(const std::string& path, group_names names) {
   }
 }
 
-std::string quote_for_error(std::string_view s, std::size_t max) {
-  static const char hex[] = "0123456789abcdef";
-  std::string out = "\"";
-  auto escape = [&](unsigned char c) {
-    out += "\\x";
-    out += hex[c >> 4];
-    out += hex[c & 0xF];
-  };
-  std::size_t i = 0;
-  while (i < s.size() && i < max) {
-    auto c = static_cast<unsigned char>(s[i]);
-    auto n = utf8_length(s, i);
-    if (n == 0 || c < 0x20 || c == 0x7F) {
-      escape(c);
-      ++i;
-    } else if (is_c1(s, i)) {
-      escape(c);
-      escape(static_cast<unsigned char>(s[i + 1]));
-      i += 2;
-    } else if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-      ++i;
-    } else {
-      out.append(s.substr(i, n));
-      i += n;
-    }
-  }
-  out += '"';
-  if (i < s.size())
-    out += "... (" + std::to_string(s.size()) + " bytes)";
-  return out;
-}
-
-std::string json_value_for_error(const boost::json::value& v) {
-  char buf[32];
-  switch (v.kind()) {
-    case boost::json::kind::int64: return std::to_string(v.get_int64());
-    case boost::json::kind::uint64: return std::to_string(v.get_uint64());
-    case boost::json::kind::double_:
-      std::snprintf(buf, sizeof(buf), "%.15g", v.get_double());
-      return buf;
-    case boost::json::kind::string: return quote_for_error(v.get_string());
-    case boost::json::kind::bool_: return v.get_bool() ? "true" : "false";
-    case boost::json::kind::null: return "null";
-    case boost::json::kind::array: return "an array";
-    case boost::json::kind::object: return "an object";
-  }
-  return "?";
-}
-
 void validate_group_feed_ids(const std::vector<std::string>& ids) {
   std::set<std::string_view> seen;
   for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -472,10 +381,10 @@ void validate_group_feed_ids(const std::vector<std::string>& ids) {
                                   + " bytes, got " + quote_for_error(id));
     for (std::size_t k = 0; k < id.size();) {
       auto c = static_cast<unsigned char>(id[k]);
-      auto n = utf8_length(id, k);
+      auto n = utf8_sequence_length(id, k);
       if (n == 0)
         throw config_error(field, "must be UTF-8, got " + quote_for_error(id));
-      if (c < 0x20 || c == 0x7F || is_c1(id, k))
+      if (c < 0x20 || c == 0x7F || is_c1_control(id, k))
         throw config_error(field, "must not contain control characters, got "
                                     + quote_for_error(id));
       k += n;

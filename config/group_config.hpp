@@ -124,26 +124,6 @@ enum class group_names : uint8_t {
 group_config parse_group_config(std::string_view json_text,
                                 group_names names = group_names::required);
 
-/// A config_error raised by a config file: field() is the field as in
-/// parse_group_config ("group.lease_ttl"), file() the path, and what()
-/// is "<path>: <field>: <why>", so the message says where to look.
-class config_file_error : public config_error {
-public:
-  config_file_error(std::string file, const config_error& e);
-
-  /// The path of the file, as given.
-  const std::string& file() const noexcept {
-    return file_;
-  }
-
-  const char* what() const noexcept override {
-    return what_.c_str();
-  }
-
-private:
-  std::string file_, what_;
-};
-
 /// Reads the file at `path` and parses it like parse_group_config. Throws
 /// config_file_error: field "group" when the file cannot be read ("cannot
 /// read: <strerror>") or is a directory ("<path>: group: is a directory"),
@@ -161,15 +141,6 @@ inline constexpr std::size_t max_feed_id_bytes = 200;
 /// and escaped (a control character or a byte that is not UTF-8 as \xNN;
 /// a long id cut to its first 40 bytes) in the message.
 void validate_group_feed_ids(const std::vector<std::string>& ids);
-
-/// `s` quoted for an error text: '"', '\\', control characters and bytes
-/// that are not UTF-8 escaped as \xNN, cut after `max` bytes ("...").
-std::string quote_for_error(std::string_view s, std::size_t max = 40);
-
-/// A JSON value as an error text shows it after "got ": a number or
-/// boolean or null as written, a string through quote_for_error, "an
-/// array" or "an object".
-std::string json_value_for_error(const boost::json::value& v);
 
 /// Builds a validated config from OUTBOUND_GROUP_NAME, _MEMBER_NAME,
 /// _LEASE_TTL, _RENEW_INTERVAL, _FENCE_MARGIN, _POLL_INTERVAL,

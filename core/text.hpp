@@ -8,6 +8,7 @@
 // parsers. Locale-independent on purpose: std::tolower follows the C locale,
 // and a host's locale must never change how a header name compares. Pure.
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -194,6 +195,45 @@ split_field_line(std::string_view line) {
     return std::nullopt;
   return std::pair{std::string{name},
                    std::string{trim_ows(line.substr(colon + 1))}};
+}
+
+/// The length of the UTF-8 sequence at s[i] (1 to 4), or 0 when the bytes
+/// there are not one (RFC 3629 §4: no overlong forms, no surrogates,
+/// nothing above U+10FFFF, no sequence cut by the end of `s`). `i` <
+/// s.size().
+constexpr std::size_t utf8_sequence_length(std::string_view s,
+                                           std::size_t i) noexcept {
+  auto b = [&](std::size_t k) {
+    return static_cast<unsigned char>(s[i + k]);
+  };
+  auto cont = [&](std::size_t k) {
+    return i + k < s.size() && (b(k) & 0xC0) == 0x80;
+  };
+  auto c = b(0);
+  if (c < 0x80)
+    return 1;
+  if (c >= 0xC2 && c <= 0xDF)
+    return cont(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    if (!cont(1) || !cont(2) || (c == 0xE0 && b(1) < 0xA0)
+        || (c == 0xED && b(1) > 0x9F))
+      return 0;
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    if (!cont(1) || !cont(2) || !cont(3) || (c == 0xF0 && b(1) < 0x90)
+        || (c == 0xF4 && b(1) > 0x8F))
+      return 0;
+    return 4;
+  }
+  return 0;
+}
+
+/// Whether s[i] starts a C1 control character (U+0080..U+009F, encoded
+/// C2 80..C2 9F). `i` < s.size().
+constexpr bool is_c1_control(std::string_view s, std::size_t i) noexcept {
+  return static_cast<unsigned char>(s[i]) == 0xC2 && i + 1 < s.size()
+         && static_cast<unsigned char>(s[i + 1]) <= 0x9F;
 }
 
 } // namespace core

@@ -93,3 +93,35 @@ TEST(CoreText, FieldLineSplitsAtTheFirstColonAndTrimsOws) {
 }
 
 } // namespace
+
+TEST(CoreText, Utf8SequenceLengthFollowsRfc3629) {
+  using outbound::core::utf8_sequence_length;
+  EXPECT_EQ(utf8_sequence_length("a", 0), 1u);
+  EXPECT_EQ(utf8_sequence_length("\xC3\xA9", 0), 2u);         // é
+  EXPECT_EQ(utf8_sequence_length("\xE2\x82\xAC", 0), 3u);     // €
+  EXPECT_EQ(utf8_sequence_length("\xF0\x9F\x98\x80", 0), 4u); // U+1F600
+  EXPECT_EQ(utf8_sequence_length("x\xC3\xA9", 1), 2u);        // at an index
+  // Not UTF-8: a stray continuation byte, overlong forms, a surrogate,
+  // beyond U+10FFFF, a sequence cut by the end, a missing continuation.
+  EXPECT_EQ(utf8_sequence_length("\x80", 0), 0u);
+  EXPECT_EQ(utf8_sequence_length("\xC0\xAF", 0), 0u);
+  EXPECT_EQ(utf8_sequence_length("\xE0\x80\xAF", 0), 0u);
+  EXPECT_EQ(utf8_sequence_length("\xF0\x80\x80\xAF", 0), 0u);
+  EXPECT_EQ(utf8_sequence_length("\xED\xA0\x80", 0), 0u);
+  EXPECT_EQ(utf8_sequence_length("\xF4\x90\x80\x80", 0), 0u);
+  EXPECT_EQ(utf8_sequence_length("\xF5\x80\x80\x80", 0), 0u);
+  EXPECT_EQ(utf8_sequence_length("\xE2\x82", 0), 0u);
+  EXPECT_EQ(utf8_sequence_length("\xC3"
+                                 "a",
+                                 0),
+            0u);
+}
+
+TEST(CoreText, C1ControlsAreC2x80ToC2x9F) {
+  using outbound::core::is_c1_control;
+  EXPECT_TRUE(is_c1_control("\xC2\x80", 0));
+  EXPECT_TRUE(is_c1_control("\xC2\x9F", 0));
+  EXPECT_FALSE(is_c1_control("\xC2\xA0", 0)); // NBSP is not a control
+  EXPECT_FALSE(is_c1_control("\xC2", 0));     // cut by the end
+  EXPECT_FALSE(is_c1_control("\x85", 0));     // a bare byte is not UTF-8
+}
