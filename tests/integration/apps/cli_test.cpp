@@ -684,20 +684,27 @@ TEST_F(CliNginx, TlsWithoutTheCaFailsWithoutRetryAsServiceUnavailable) {
 // Hedging from the CLI: `outbound request --hedge` against the hub's /flaky
 // profile, with a key whose primary straggles (900 ms) and whose hedge
 // (the key's second arrival) is fast.
+
+/// A key of the hub's /flaky profile whose first arrival (the primary)
+/// straggles 900 ms and whose second (the hedge) answers within 20 ms, on
+/// a hub with `seed`.
+std::string straggling_flaky_key(uint64_t seed) {
+  outbound::latency_profile p;
+  p.kind = outbound::latency_profile_kind::flaky;
+  for (int i = 0;; ++i) {
+    auto k = "k" + std::to_string(i);
+    if (outbound::latency_profile_delay(p, seed, k, 0) == 0.9
+        && outbound::latency_profile_delay(p, seed, k, 1) < 0.02)
+      return k;
+  }
+}
+
 TEST(CliHedge, HedgeDelayFiresOneBackupThatWins) {
   outbound::hub_config hc;
   hc.seed = 11;
   outbound::hub h{hc};
   h.start();
-  outbound::latency_profile p;
-  p.kind = outbound::latency_profile_kind::flaky;
-  std::string key;
-  for (int i = 0; key.empty(); ++i) {
-    auto k = "k" + std::to_string(i);
-    if (outbound::latency_profile_delay(p, 11, k, 0) == 0.9
-        && outbound::latency_profile_delay(p, 11, k, 1) < 0.02)
-      key = k;
-  }
+  auto key = straggling_flaky_key(11);
   auto r = run_cli({"request", "--hedge", "--hedge-delay", "0.05", "--verbose",
                     h.base_url() + "/flaky?key=" + key});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -728,15 +735,7 @@ TEST(CliHedge, VerboseShowsTheHedgeAndEachEventOnlyItsFields) {
   hc.seed = 11;
   outbound::hub h{hc};
   h.start();
-  outbound::latency_profile p;
-  p.kind = outbound::latency_profile_kind::flaky;
-  std::string key;
-  for (int i = 0; key.empty(); ++i) {
-    auto k = "k" + std::to_string(i);
-    if (outbound::latency_profile_delay(p, 11, k, 0) == 0.9
-        && outbound::latency_profile_delay(p, 11, k, 1) < 0.02)
-      key = k;
-  }
+  auto key = straggling_flaky_key(11);
   auto r = run_cli({"request", "--hedge", "--hedge-delay", "0.05", "--verbose",
                     h.base_url() + "/flaky?key=" + key});
   ASSERT_EQ(r.exit_code, 0) << r.err;
