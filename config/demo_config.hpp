@@ -189,7 +189,7 @@ demo_config parse_demo_config(std::string_view json_text);
 
 /// Reads the file at `path` and parses it like parse_demo_config. Throws
 /// config_error (field `demo`) when the file cannot be read, and
-/// config_file_error (config/group_config.hpp: the field as
+/// config_file_error (config/config_error.hpp: the field as
 /// parse_demo_config names it, what() "<path>: <field>: <why>") when its
 /// text is not a valid demo config.
 demo_config load_demo_config(const std::string& path);

@@ -13,8 +13,6 @@
 #include "config/config_error.hpp"
 #include "core/group_state.hpp"
 
-#include <boost/json/fwd.hpp>
-
 #include <cstddef>
 #include <cstdint>
 #include <map>

@@ -120,8 +120,10 @@ enum class event_kind : uint8_t {
   /// The call ends with an error (`error` is its kind).
   failed,
   /// A hedge of attempt `attempt` is about to be handed to the transport,
-  /// `delay_ns` after the attempt's primary was (hedged calls only; the
-  /// winner shows in the hedging counters, not in an event).
+  /// `delay_ns` after the attempt's primary was sent (hedged calls only).
+  /// The pool may still refuse it when no connection is free (a hedge
+  /// never queues): then nothing is sent and the hedging counters do not
+  /// count it. The winner shows in the hedging counters, not in an event.
   hedging,
 };
 
@@ -138,8 +140,9 @@ struct client_event {
   /// retrying / redialing / failed: why, for people ("status 503",
   /// "timeout", ...); labels use cause_kind.
   std::string cause;
-  /// retrying: the delay before the next attempt; hedging: the time since
-  /// the attempt's primary was sent; in nanoseconds.
+  /// retrying: the delay still to wait before the next attempt; hedging:
+  /// the time already passed since the attempt's primary was sent; in
+  /// nanoseconds.
   int64_t delay_ns = 0;
   /// answered, failed, and retrying after a retryable status: the HTTP
   /// status seen (0: none, e.g. a transport failure).

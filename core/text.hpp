@@ -1,12 +1,14 @@
 #pragma once
 
-// The ASCII text helpers of the request path: HTTP field names, tokens,
-// schemes and hosts are case-insensitive ASCII (RFC 9110 §5.1, §5.6.2,
-// RFC 3986 §3.1 and §3.2.2), and optional whitespace is SP / HTAB (RFC 9110
-// §5.6.3). One copy for the request builder, the transport's serializer, the
-// WebSocket handshake, leader hints, Retry-After and the CLI's option
-// parsers. Locale-independent on purpose: std::tolower follows the C locale,
-// and a host's locale must never change how a header name compares. Pure.
+// The text helpers of the request path: ASCII, and below UTF-8 (RFC 3629)
+// for what must be checked or escaped before it is printed. ASCII first: HTTP
+// field names, tokens, schemes and hosts are case-insensitive ASCII (RFC 9110
+// §5.1, §5.6.2, RFC 3986 §3.1 and §3.2.2), and optional whitespace is SP / HTAB
+// (RFC 9110 §5.6.3). One copy for the request builder, the transport's
+// serializer, the WebSocket handshake, leader hints, Retry-After and the CLI's
+// option parsers. Locale-independent on purpose: std::tolower follows the C
+// locale, and a host's locale must never change how a header name compares.
+// Pure.
 
 #include <cstddef>
 #include <optional>
@@ -233,6 +235,7 @@ constexpr std::size_t utf8_sequence_length(std::string_view s,
 /// C2 80..C2 9F). `i` < s.size().
 constexpr bool is_c1_control(std::string_view s, std::size_t i) noexcept {
   return static_cast<unsigned char>(s[i]) == 0xC2 && i + 1 < s.size()
+         && static_cast<unsigned char>(s[i + 1]) >= 0x80
          && static_cast<unsigned char>(s[i + 1]) <= 0x9F;
 }
 

@@ -57,7 +57,8 @@ public:
 
   /// Applies one event: sending → attempts, retrying → retries{reason},
   /// redialing → redials, answered / failed → requests{outcome} and the
-  /// duration histogram. Thread-safe.
+  /// duration histogram; hedging → nothing (the hedging metrics count
+  /// hedges). Thread-safe.
   void record(const client_event& ev);
 
   /// "1xx" .. "5xx" for an HTTP status in [100, 599], else "other".

@@ -1,6 +1,8 @@
 #include "actors/coalesce/batcher.hpp"
+
 #include "actors/coalesce/detail/batcher_impl.hpp"
 
+#include "core/text.hpp"
 #include "core/time.hpp"
 
 #include <algorithm>
@@ -96,41 +98,11 @@ std::string check_seq_response(const seq_response& r, uint32_t requested) {
 bool valid_seq_key(const std::string& key, std::size_t max_bytes) {
   if (key.empty() || key.size() > max_bytes)
     return false;
-  const auto* p = reinterpret_cast<const unsigned char*>(key.data());
-  std::size_t n = key.size();
-  std::size_t i = 0;
-  while (i < n) {
-    unsigned char c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t len;
-    uint32_t cp;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
+  for (std::size_t i = 0; i < key.size();) {
+    auto n = utf8_sequence_length(key, i);
+    if (n == 0)
       return false;
-    }
-    if (i + len > n)
-      return false;
-    for (std::size_t k = 1; k < len; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80)
-        return false;
-      cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800)
-        || (len == 4 && cp < 0x10000) || cp > 0x10FFFF
-        || (cp >= 0xD800 && cp <= 0xDFFF))
-      return false;
-    i += len;
+    i += n;
   }
   return true;
 }

@@ -688,7 +688,7 @@ TEST_F(CliNginx, TlsWithoutTheCaFailsWithoutRetryAsServiceUnavailable) {
 /// A key of the hub's /flaky profile whose first arrival (the primary)
 /// straggles 900 ms and whose second (the hedge) answers within 20 ms, on
 /// a hub with `seed`.
-std::string straggling_flaky_key(uint64_t seed) {
+static std::string straggling_flaky_key(uint64_t seed) {
   outbound::latency_profile p;
   p.kind = outbound::latency_profile_kind::flaky;
   for (int i = 0;; ++i) {

@@ -124,4 +124,8 @@ TEST(CoreText, C1ControlsAreC2x80ToC2x9F) {
   EXPECT_FALSE(is_c1_control("\xC2\xA0", 0)); // NBSP is not a control
   EXPECT_FALSE(is_c1_control("\xC2", 0));     // cut by the end
   EXPECT_FALSE(is_c1_control("\x85", 0));     // a bare byte is not UTF-8
+  EXPECT_FALSE(is_c1_control("\xC2"
+                             "A",
+                             0)); // no continuation byte
+  EXPECT_FALSE(is_c1_control(std::string_view{"\xC2\0", 2}, 0));
 }

@@ -18,10 +18,13 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 using namespace outbound;
 using namespace outbound::testing;
@@ -60,6 +63,8 @@ protected:
       caf::anon_send_exit(ctx_->transport, caf::exit_reason::kill);
     if (watcher)
       caf::anon_send_exit(watcher, caf::exit_reason::kill);
+    if (ctx_ && ctx_->observer)
+      caf::anon_send_exit(ctx_->observer, caf::exit_reason::kill);
     run();
   }
 
@@ -73,6 +78,14 @@ protected:
       ctx->hedging = make_hedging_context(sys(), hedging);
       ctx->wall_clock = wall_clock;
       ctx->cfg = cfg;
+      if (observe) {
+        auto evs = events;
+        ctx->observer = sys().spawn([evs](observer_actor::pointer self) {
+          return observer_actor::behavior_type{[=](const client_event& ev) {
+            evs->emplace_back(ev, self->clock().now());
+          }};
+        });
+      }
       ctx_ = ctx;
     }
     return ctx_;
@@ -193,6 +206,13 @@ protected:
   /// Runs at every fault point (detail/call_actor_testing.hpp).
   std::function<void(fault_point, uint64_t)>& hook = *hook_;
   std::shared_ptr<fake_log> log = std::make_shared<fake_log>();
+  /// With `observe` set before the first start(): the call's observer
+  /// events, each with the virtual time it arrived at.
+  bool observe = false;
+  std::shared_ptr<
+    std::vector<std::pair<client_event, caf::actor_clock::time_point>>>
+    events = std::make_shared<
+      std::vector<std::pair<client_event, caf::actor_clock::time_point>>>();
   std::shared_ptr<call_context> ctx_;
   call_actor call;
   caf::actor watcher;
@@ -509,6 +529,42 @@ TEST_F(CallLifetime,
   EXPECT_TRUE(w->down);
   EXPECT_TRUE(w->reason == caf::exit_reason::normal) << sys().render(w->reason);
   EXPECT_EQ(since_t0(w->down_at), 510ms);
+  EXPECT_EQ(stats().hedged_requests, 1u);
+}
+
+// -- observer events ----------------------------------------------------------
+
+// A hedge is an observer event of its own, numbered with its attempt and
+// timed from that attempt's primary: here attempt 1 answers 503 at once
+// (no hedge), attempt 2 stalls and its hedge goes out 10 ms (the warm-up
+// delay) after attempt 2's primary, not after the call's start.
+TEST_F(CallLifetime, AHedgeEventCarriesItsAttemptAndTheDelaySinceItsPrimary) {
+  observe = true;
+  log->script = {fake_step::status(503), fake_step::stall(),
+                 ok_after(20ms, R"({"who":"hedge"})")};
+  auto w = start();
+  run_to_quiescence();
+  ASSERT_TRUE(w->outcome);
+  ASSERT_TRUE(w->outcome->ok());
+  std::vector<std::pair<event_kind, int>> seen;
+  caf::actor_clock::time_point second_primary, hedge_at;
+  for (const auto& [ev, at] : *events) {
+    seen.emplace_back(ev.kind, ev.attempt);
+    if (ev.kind == event_kind::sending && ev.attempt == 2)
+      second_primary = at;
+    if (ev.kind == event_kind::hedging) {
+      hedge_at = at;
+      EXPECT_EQ(ev.delay_ns, nanoseconds{10ms}.count());
+    }
+  }
+  EXPECT_EQ(
+    seen, (std::vector<std::pair<event_kind, int>>{{event_kind::sending, 1},
+                                                   {event_kind::retrying, 1},
+                                                   {event_kind::sending, 2},
+                                                   {event_kind::hedging, 2},
+                                                   {event_kind::answered, 2}}));
+  EXPECT_EQ(hedge_at - second_primary, 10ms);
+  EXPECT_GE(since_t0(second_primary), 100ms) << "after attempt 1's backoff";
   EXPECT_EQ(stats().hedged_requests, 1u);
 }
 
