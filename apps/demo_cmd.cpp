@@ -1059,6 +1059,10 @@ private:
   }
 
   void restart_hub() {
+    // The restart's time is when it began: the watchers' resets follow the
+    // drop within milliseconds, and the status line that counts them is
+    // the one marked.
+    auto began = demo_clock::now();
     try {
       embedded_->restart();
       embedded_->drop_connections("all");
@@ -1066,9 +1070,8 @@ private:
       return; // the hub stopping
     }
     restarted.store(true);
-    auto now = demo_clock::now();
     std::lock_guard<std::mutex> lock{outage_mu_};
-    restarted_at_ = now;
+    restarted_at_ = began;
   }
 
   const demo_config& cfg_;
@@ -1274,6 +1277,7 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
     // time than dt. The driver's counters can only be asked for, so its
     // rates use the time between its own answers instead.
     auto events = counters.events.load();
+    auto resets = counters.resets.load();
     uint64_t outage_o = 0, outage_n = 0;
     if (side.drill && embedded) {
       outage_o = embedded->profile_requests("outage-outbound");
@@ -1299,8 +1303,8 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
     auto label = double(tick) * cfg.status_interval;
     line << "demo " << fmt_num(label, label == std::floor(label) ? 0 : 1)
          << "s: events " << events << " (+" << rate(events - last_events)
-         << "/s) resets " << counters.resets.load() << " connected "
-         << census.connected << "/" << stack.watchers().size();
+         << "/s) resets " << resets << " connected " << census.connected << "/"
+         << stack.watchers().size();
     if (census.unanswered > 0)
       line << " (" << census.unanswered << " not answering)";
     line << " | requests " << rate(hedged_view.calls + twin_view.calls)

@@ -146,8 +146,18 @@ int main(int argc, char** argv) {
     // --help, --help-all, --version: printed on stdout, exit 0.
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    // Point at the help of the subcommand typed, if any; with none, list
+    // them (as for an unknown one).
     std::string detail = e.what();
-    detail += " (run 'outbound --help')";
+    std::string sub = argc > 1 && argv[1][0] != '-' ? argv[1] : "";
+    if (sub.empty()) {
+      std::string list;
+      for (auto* c : app.get_subcommands([](CLI::App*) { return true; }))
+        list += (list.empty() ? "" : ", ") + c->get_name();
+      detail += " (subcommands: " + list + "; run 'outbound --help')";
+    } else {
+      detail += " (run 'outbound " + sub + " --help')";
+    }
     std::cerr << redact(usage_error_json("usage_error", detail), secrets)
               << '\n';
     return usage_exit_code;

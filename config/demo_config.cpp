@@ -8,7 +8,9 @@
 #include <boost/json/value.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -422,9 +424,12 @@ demo_config parse_demo_config(std::string_view json_text) {
 }
 
 demo_config load_demo_config(const std::string& path) {
+  errno = 0;
   std::ifstream in{path, std::ios::binary};
   if (!in)
-    throw config_error("demo", "cannot read " + path);
+    throw config_error("demo",
+                       "cannot read " + path + ": "
+                         + (errno != 0 ? std::strerror(errno) : "cannot open"));
   std::ostringstream os;
   os << in.rdbuf();
   if (in.bad())

@@ -17,6 +17,13 @@
 namespace outbound {
 inline namespace core {
 
+/// ", got X": the value given, as an error text ends (2, 0.5, nan, inf).
+inline std::string got_value(double x) {
+  std::ostringstream os;
+  os << ", got " << x;
+  return os.str();
+}
+
 /// Finite and >= 0 (NaN and infinities are not).
 inline bool finite_non_negative(double x) noexcept {
   return std::isfinite(x) && x >= 0.0;
@@ -27,35 +34,36 @@ inline bool finite_positive(double x) noexcept {
   return std::isfinite(x) && x > 0.0;
 }
 
-/// Throws config_error(field, "must be a finite number > 0") unless
+/// Throws config_error(field, "must be a finite number > 0, got X") unless
 /// finite_positive(x).
 inline void check_positive(double x, const std::string& field) {
   if (!finite_positive(x))
-    throw config_error(field, "must be a finite number > 0");
+    throw config_error(field, "must be a finite number > 0" + got_value(x));
 }
 
-/// Throws config_error(field, "must be a finite number >= 0") unless
+/// Throws config_error(field, "must be a finite number >= 0, got X") unless
 /// finite_non_negative(x).
 inline void check_non_negative(double x, const std::string& field) {
   if (!finite_non_negative(x))
-    throw config_error(field, "must be a finite number >= 0");
+    throw config_error(field, "must be a finite number >= 0" + got_value(x));
 }
 
-/// Throws config_error(field, "must be strictly between 0 and 1") unless
-/// 0 < x < 1 (a percentile or a fraction that excludes both ends).
+/// Throws config_error(field, "must be strictly between 0 and 1, got X")
+/// unless 0 < x < 1 (a percentile or a fraction that excludes both ends).
 inline void check_fraction_open(double x, const std::string& field) {
   if (!(x > 0.0 && x < 1.0))
-    throw config_error(field, "must be strictly between 0 and 1");
+    throw config_error(field,
+                       "must be strictly between 0 and 1" + got_value(x));
 }
 
-/// Throws config_error(field, "must be between LO and HI") unless x is
-/// finite and lo <= x <= hi.
+/// Throws config_error(field, "must be between LO and HI, got X") unless x
+/// is finite and lo <= x <= hi.
 inline void check_range(double x, double lo, double hi,
                         const std::string& field) {
   if (!(std::isfinite(x) && x >= lo && x <= hi)) {
     std::ostringstream os;
     os << "must be between " << lo << " and " << hi;
-    throw config_error(field, os.str());
+    throw config_error(field, os.str() + got_value(x));
   }
 }
 

@@ -214,6 +214,28 @@ TEST(CliArgs, MissingUrlIsAUsageError) {
   expect_failure(r, "usage_error", 2);
 }
 
+// A usage error points at the help of the subcommand typed; with none
+// typed, it lists them.
+TEST(CliArgs, AUsageErrorPointsAtItsSubcommandsHelpOrListsThem) {
+  auto r = run_cli({"request"});
+  EXPECT_NE(detail_of(r).find("(run 'outbound request --help')"),
+            std::string::npos)
+    << r.err;
+  auto none = run_cli({});
+  EXPECT_NE(detail_of(none).find("(subcommands: request, hub, watch, ts, seq, "
+                                 "group-member, demo; run 'outbound --help')"),
+            std::string::npos)
+    << none.err;
+}
+
+TEST(CliArgs, AnOutOfRangeOptionIsNamedWithTheValueGiven) {
+  auto r = run_cli(
+    {"request", "--hedge", "--percentile", "2", "http://127.0.0.1:1/x"});
+  expect_failure(r, "config_error", 2);
+  EXPECT_EQ(detail_of(r), "hedge.percentile: must be strictly between 0 and "
+                          "1, got 2");
+}
+
 TEST(CliArgs, NonNumericTimeoutIsAUsageError) {
   auto r = run_cli({"request", "--timeout", "soon", refused_url()});
   expect_failure(r, "usage_error", 2);

@@ -195,8 +195,9 @@ TEST(DemoConfig, HedgingErrorsAreNamedInTheDemosFile) {
     parse_demo_config(R"({"hedging": {"percentile": 2}})");
     FAIL() << "no error";
   } catch (const config_error& e) {
-    EXPECT_EQ(std::string{e.what()},
-              "demo.hedging.percentile: must be strictly between 0 and 1");
+    EXPECT_EQ(
+      std::string{e.what()},
+      "demo.hedging.percentile: must be strictly between 0 and 1, got 2");
   }
 }
 
@@ -261,6 +262,10 @@ TEST(DemoConfig, MissingFileNamesDemo) {
     FAIL() << "no error";
   } catch (const config_error& e) {
     EXPECT_EQ(e.field(), "demo");
+    // The path and why it could not be read.
+    EXPECT_EQ(std::string{e.what()},
+              "demo: cannot read /nonexistent/demo.json: No such file or "
+              "directory");
   }
 }
 
