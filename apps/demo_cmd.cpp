@@ -1059,10 +1059,6 @@ private:
   }
 
   void restart_hub() {
-    // The restart's time is when it began: the watchers' resets follow the
-    // drop within milliseconds, and the status line that counts them is
-    // the one marked.
-    auto began = demo_clock::now();
     try {
       embedded_->restart();
       embedded_->drop_connections("all");
@@ -1070,8 +1066,11 @@ private:
       return; // the hub stopping
     }
     restarted.store(true);
+    // Dated under the lock, after the drop: a status line either reads it
+    // or was cut before it (the next line then has it), so the mark is
+    // never lost; the resets follow the drop, as the mark does.
     std::lock_guard<std::mutex> lock{outage_mu_};
-    restarted_at_ = began;
+    restarted_at_ = demo_clock::now();
   }
 
   const demo_config& cfg_;

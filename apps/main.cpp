@@ -149,7 +149,9 @@ int main(int argc, char** argv) {
     // Point at the help of the subcommand typed, if any; with none, list
     // them (as for an unknown one).
     std::string detail = e.what();
-    std::string sub = argc > 1 && argv[1][0] != '-' ? argv[1] : "";
+    std::string sub;
+    if (auto parsed = app.get_subcommands(); !parsed.empty())
+      sub = parsed.front()->get_name();
     if (sub.empty()) {
       std::string list;
       for (auto* c : app.get_subcommands([](CLI::App*) { return true; }))

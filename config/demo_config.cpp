@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -198,18 +199,26 @@ void read_endpoint(const boost::json::value& v, const std::string& p,
                {"hedge_delay", opt_dbl(e.hedge_delay)}});
 }
 
+/// Throws config_error(field, "must be between LO and HI, got V") unless
+/// lo <= v <= hi (an integer setting).
+template <class T>
+void check_count(T v, long long lo, long long hi, const std::string& field) {
+  auto x = static_cast<long double>(v);
+  if (x < lo || x > hi)
+    throw config_error(field, "must be between " + std::to_string(lo) + " and "
+                                + std::to_string(hi) + ", got "
+                                + std::to_string(v));
+}
+
 } // namespace
 
 void demo_config::validate() const {
-  if (feeds > 100000)
-    throw config_error("demo.feeds", "must be between 0 and 100000");
+  check_count(feeds, 0, 100000, "demo.feeds");
   check_range(duration, 0.0, 86400.0, "demo.duration");
   check_positive(duration, "demo.duration");
   check_range(rate, 0.0, 100000.0, "demo.rate");
-  if (subject_groups < 1 || subject_groups > 100000)
-    throw config_error("demo.subject_groups", "must be between 1 and 100000");
-  if (metrics_port < 0 || metrics_port > 65535)
-    throw config_error("demo.metrics_port", "must be between 0 and 65535");
+  check_count(subject_groups, 1, 100000, "demo.subject_groups");
+  check_count(metrics_port, 0, 65535, "demo.metrics_port");
   check_range(status_interval, 0.0, 3600.0, "demo.status_interval");
   check_positive(status_interval, "demo.status_interval");
   if (!hub.empty() && hub.rfind("http://", 0) != 0
@@ -221,15 +230,13 @@ void demo_config::validate() const {
     if (oracle_endpoints[i].empty())
       throw config_error("demo.oracle_endpoints[" + std::to_string(i) + "]",
                          "must not be empty");
-  if (cluster_size < 1 || cluster_size > 16)
-    throw config_error("demo.cluster_size", "must be between 1 and 16");
+  check_count(cluster_size, 1, 16, "demo.cluster_size");
   if (hub_retention < 1000)
     throw config_error("demo.hub_retention", "must be >= 1000");
   // traffic
   check_range(traffic.requests_per_second, 0.0, 100000.0,
               "demo.traffic.requests_per_second");
-  if (traffic.concurrency < 1 || traffic.concurrency > 256)
-    throw config_error("demo.traffic.concurrency", "must be between 1 and 256");
+  check_count(traffic.concurrency, 1, 256, "demo.traffic.concurrency");
   if (traffic.routes.empty())
     throw config_error("demo.traffic.routes", "must name at least one path");
   for (std::size_t i = 0; i < traffic.routes.size(); ++i) {
@@ -265,8 +272,7 @@ void demo_config::validate() const {
   check_range(outage.start, 0.0, 86400.0, "demo.outage.start");
   check_range(outage.seconds, 0.0, 7.0, "demo.outage.seconds");
   check_positive(outage.seconds, "demo.outage.seconds");
-  if (outage.max_attempts < 2 || outage.max_attempts > 10)
-    throw config_error("demo.outage.max_attempts", "must be between 2 and 10");
+  check_count(outage.max_attempts, 2, 10, "demo.outage.max_attempts");
   if (outage.route != "/fast" && outage.route != "/slow"
       && outage.route != "/flaky" && outage.route != "/lognormal"
       && outage.route != "/steady")
@@ -274,17 +280,14 @@ void demo_config::validate() const {
                        "must be one of /fast, /slow, /flaky, /lognormal, "
                        "/steady");
   // bursts
-  if (bursts.size > 100000)
-    throw config_error("demo.bursts.size", "must be between 0 and 100000");
+  check_count(bursts.size, 0, 100000, "demo.bursts.size");
   check_range(bursts.interval, 0.0, 86400.0, "demo.bursts.interval");
   check_positive(bursts.interval, "demo.bursts.interval");
   // oracle
   check_range(oracle.calls_per_second, 0.0, 1000000.0,
               "demo.oracle.calls_per_second");
-  if (oracle.callers < 1 || oracle.callers > 256)
-    throw config_error("demo.oracle.callers", "must be between 1 and 256");
-  if (oracle.count < 1 || oracle.count > 262144)
-    throw config_error("demo.oracle.count", "must be between 1 and 262144");
+  check_count(oracle.callers, 1, 256, "demo.oracle.callers");
+  check_count(oracle.count, 1, 262144, "demo.oracle.count");
   check_positive(oracle.timeout, "demo.oracle.timeout");
   // hedging: hedge_config names its fields `hedge.*`; say where they are in
   // the demo's file instead.
@@ -424,6 +427,10 @@ demo_config parse_demo_config(std::string_view json_text) {
 }
 
 demo_config load_demo_config(const std::string& path) {
+  // A directory opens as a stream on Linux and fails only on reading.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw config_error("demo", "cannot read " + path + ": is a directory");
   errno = 0;
   std::ifstream in{path, std::ios::binary};
   if (!in)

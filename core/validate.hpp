@@ -10,6 +10,7 @@
 
 #include "config/config_error.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -17,11 +18,13 @@
 namespace outbound {
 inline namespace core {
 
-/// ", got X": the value given, as an error text ends (2, 0.5, nan, inf).
+/// ", got X": the value given, as an error text ends, in the shortest form
+/// that reads back as the same double (2, 0.5, 86400.01, nan, inf), so a
+/// value just out of range never prints as the bound.
 inline std::string got_value(double x) {
-  std::ostringstream os;
-  os << ", got " << x;
-  return os.str();
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return ", got " + std::string(buf, r.ptr);
 }
 
 /// Finite and >= 0 (NaN and infinities are not).

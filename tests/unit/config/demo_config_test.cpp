@@ -373,3 +373,22 @@ TEST(DemoConfig, EndpointNamesFollowTheRoutePath) {
   EXPECT_EQ(demo_endpoint_name("/a/b"), "a_b");
   EXPECT_EQ(demo_endpoint_name("/"), "root");
 }
+
+// A range error ends with the value given, in a form that reads back as
+// that value: one just past the bound never prints as the bound.
+TEST(DemoConfig, ARangeErrorShowsTheValueGiven) {
+  auto what = [](const char* json) -> std::string {
+    try {
+      parse_demo_config(json);
+    } catch (const config_error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(what(R"({"duration":86400.01})"),
+            "demo.duration: must be between 0 and 86400, got 86400.01");
+  EXPECT_EQ(what(R"({"feeds":200000})"),
+            "demo.feeds: must be between 0 and 100000, got 200000");
+  EXPECT_EQ(what(R"({"oracle":{"callers":0}})"),
+            "demo.oracle.callers: must be an integer between 1 and 256, got 0");
+}
