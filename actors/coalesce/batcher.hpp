@@ -385,22 +385,6 @@ public:
   }
   /// RPCs in flight of one group (ts: `key` ignored; seq: that key).
   std::size_t in_flight(waiter_kind kind, const std::string& key) const;
-  /// A group's RPC slots as join_call reads them, in one lookup.
-  struct slot_view {
-    /// RPCs of the group in flight.
-    std::size_t in_flight = 0;
-    /// How many more callers could join and still each ride an RPC of
-    /// their own, beside those queued now, if the group were pumped after
-    /// them: its free slots beyond its queued waiters, when
-    /// fill_free_slots is on and the group may start RPCs beside those in
-    /// flight (no multi-chunk batch); 0 otherwise. The driver pumps at
-    /// once instead of after its mailbox when no more messages than this
-    /// are waiting in it: spread over the free slots, each caller among
-    /// them would be sent alone either way.
-    std::size_t room_for_singles = 0;
-  };
-  /// The slots of one group (ts: `key` ignored; seq: that key).
-  slot_view slots(waiter_kind kind, const std::string& key) const;
   /// Groups with waiters queued, pending or in flight (idle ones are not
   /// counted: they are kept for reuse, the ts group always, seq keys' up
   /// to kept_idle_groups groups in all).

@@ -831,15 +831,8 @@ caf::result<coalesce_reply> join_call(self_ptr self, waiter_request w,
   // hop), and so is one with nothing else in the mailbox; with RPCs of its
   // group in flight and messages waiting, the callers among them join
   // first, so those that arrived together form one queue, spread over the
-  // free slots (batcher.hpp) -- unless the slots are enough for all of
-  // them, one each, and no deferred pump is pending (callers of any group
-  // gathering for it): then the queue would be spread one per RPC anyway,
-  // and pumping now saves the message to itself (CAF's mailbox size()
-  // fetches what was enqueued and counts it, without handling anything).
-  auto slots = st.batches->slots(w.kind, w.key);
-  if (slots.in_flight == 0 || self->mailbox().empty()
-      || (!st.pump_queued && slots.room_for_singles > 0
-          && self->mailbox().size() <= slots.room_for_singles))
+  // free slots (batcher.hpp).
+  if (st.batches->in_flight(w.kind, w.key) == 0 || self->mailbox().empty())
     pump(self, now);
   else
     deferred_pump(self);

@@ -307,24 +307,6 @@ std::size_t basic_batcher<Payload>::in_flight(waiter_kind kind,
 }
 
 template <class Payload>
-typename basic_batcher<Payload>::slot_view
-basic_batcher<Payload>::slots(waiter_kind kind, const std::string& key) const {
-  slot_view v;
-  auto it = groups_.find(
-    group_key{kind, kind == waiter_kind::seq ? key : std::string{}});
-  if (it == groups_.end())
-    return v;
-  const auto& g = it->second;
-  v.in_flight = g.flights.size();
-  if (v.in_flight == 0 || !fill_free_slots_ || !g.pending.empty()
-      || !may_pipeline(g))
-    return v;
-  auto free = max_in_flight_ - g.flights.size();
-  v.room_for_singles = free > g.queued_live ? free - g.queued_live : 0;
-  return v;
-}
-
-template <class Payload>
 bool basic_batcher<Payload>::may_pipeline(const group& g) const {
   if (g.flights.size() >= max_in_flight_)
     return false;

@@ -132,9 +132,6 @@ public:
   std::size_t in_flight(waiter_kind kind, const std::string& key) const {
     return b_.in_flight(kind, key);
   }
-  batcher::slot_view slots(waiter_kind kind, const std::string& key) const {
-    return b_.slots(kind, key);
-  }
   std::size_t groups() const {
     return b_.groups();
   }
@@ -445,38 +442,6 @@ TEST(CoalesceBatcher, FreeSlotsTakeTheQueueInEvenShares) {
   ASSERT_EQ(next.size(), 1u) << "one free slot: one batch of the queue";
   EXPECT_EQ(next[0].parts.size(), 2u);
   EXPECT_EQ(next[0].parts[0].waiter_id, 9u);
-}
-
-// slots(): what the driver reads to pump at once rather than after its
-// mailbox. Room for singles is the free slots beyond the queued callers,
-// and none with fill_free_slots off or no RPC in flight (an idle group is
-// pumped at once anyway).
-TEST(CoalesceBatcher, SlotsSayHowManyMoreCallersWouldEachRideAlone) {
-  auto cfg = cfg_with(0);
-  test_batcher b{cfg};
-  ASSERT_EQ(cfg.max_rpcs_in_flight, 4u);
-  auto idle = b.slots(waiter_kind::ts, "");
-  EXPECT_EQ(idle.in_flight, 0u);
-  EXPECT_EQ(idle.room_for_singles, 0u);
-  auto p1 = join_and_take(b, 1, t0);
-  ASSERT_EQ(p1.size(), 1u);
-  auto one = b.slots(waiter_kind::ts, "");
-  EXPECT_EQ(one.in_flight, 1u);
-  EXPECT_EQ(one.room_for_singles, 3u) << "three free slots, none queued";
-  ASSERT_EQ(b.join(ts_waiter(2, 1, t0), t0), join_decision::queued);
-  EXPECT_EQ(b.slots(waiter_kind::ts, "").room_for_singles, 2u);
-  for (uint64_t id = 3; id <= 5; ++id)
-    ASSERT_EQ(b.join(ts_waiter(id, 1, t0), t0), join_decision::queued);
-  EXPECT_EQ(b.slots(waiter_kind::ts, "").room_for_singles, 0u)
-    << "four queued for three slots";
-
-  auto off = cfg_with(0);
-  off.fill_free_slots = false;
-  test_batcher c{off};
-  ASSERT_EQ(join_and_take(c, 1, t0).size(), 1u);
-  EXPECT_EQ(c.slots(waiter_kind::ts, "").in_flight, 1u);
-  EXPECT_EQ(c.slots(waiter_kind::ts, "").room_for_singles, 0u)
-    << "with fill_free_slots off, callers beside an RPC form one batch";
 }
 
 // A batch beside RPCs in flight is one chunk at most: a share of heavy
