@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 #include <caf/actor_system.hpp>
@@ -383,13 +384,58 @@ std::string valid_utf8(const std::string& s) {
   return out;
 }
 
+namespace {
+
+void replace_all(std::string& text, const std::string& what) {
+  if (what.empty())
+    return;
+  for (auto pos = text.find(what); pos != std::string::npos;
+       pos = text.find(what, pos + 3))
+    text.replace(pos, what.size(), "***");
+}
+
+/// Every string value in `v`, however deep; member names are left alone:
+/// they are this program's field names ("request_id"), never a secret.
+void redact_values(boost::json::value& v,
+                   const std::vector<std::string>& secrets) {
+  if (auto* str = v.if_string()) {
+    std::string s{*str};
+    for (auto& secret : secrets)
+      replace_all(s, secret);
+    if (s != *str)
+      *str = s;
+  } else if (auto* arr = v.if_array()) {
+    for (auto& x : *arr)
+      redact_values(x, secrets);
+  } else if (auto* obj = v.if_object()) {
+    for (auto& member : *obj)
+      redact_values(member.value(), secrets);
+  }
+}
+
+} // namespace
+
 std::string redact(std::string text, const std::vector<std::string>& secrets) {
+  if (std::all_of(secrets.begin(), secrets.end(),
+                  [](const std::string& s) { return s.empty(); }))
+    return text;
+  // A JSON line is redacted in its parsed values: a secret that JSON escapes
+  // (a quote, a backslash, a control character) is found as the value it
+  // is, and a secret that happens to spell part of a field name ("request")
+  // leaves the name whole. Serializing boost::json's own output again gives
+  // the same text, so nothing else in the line changes.
+  boost::json::error_code ec;
+  auto v = boost::json::parse(text, ec);
+  if (!ec) {
+    redact_values(v, secrets);
+    return boost::json::serialize(v);
+  }
+  // Not JSON (invalid UTF-8 quoted from a peer, plain text): the secret as
+  // written and as JSON would escape it.
   for (auto& s : secrets) {
-    if (s.empty())
-      continue;
-    for (auto pos = text.find(s); pos != std::string::npos;
-         pos = text.find(s, pos + 3))
-      text.replace(pos, s.size(), "***");
+    replace_all(text, s);
+    auto escaped = boost::json::serialize(boost::json::value(s));
+    replace_all(text, escaped.substr(1, escaped.size() - 2));
   }
   return text;
 }
@@ -555,20 +601,25 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
   return cmd;
 }
 
-// {"hedging":{...}}: the client's global hedging counters, for --verbose.
+// {"hedging":{...}}: the client's global hedging counters, for --verbose;
+// {"hedging":null} when they did not arrive (blocking_client::hedge_stats),
+// rather than an object without its fields.
 std::string hedge_counters_json(blocking_client& client) {
-  boost::json::object o;
-  if (auto s = client.hedge_stats()) {
-    o["total_requests"] = s->total_requests;
-    o["hedged_requests"] = s->hedged_requests;
-    o["hedge_wins"] = s->hedge_wins;
-    o["primary_wins"] = s->primary_wins;
-    o["budget_exhausted"] = s->budget_exhausted;
-    o["warmup_requests"] = s->warmup_requests;
-    o["circuit_blocked"] = s->circuit_blocked;
-    o["errors"] = s->errors;
-  }
   boost::json::object line;
+  auto s = client.hedge_stats();
+  if (!s) {
+    line["hedging"] = nullptr;
+    return boost::json::serialize(line);
+  }
+  boost::json::object o;
+  o["total_requests"] = s->total_requests;
+  o["hedged_requests"] = s->hedged_requests;
+  o["hedge_wins"] = s->hedge_wins;
+  o["primary_wins"] = s->primary_wins;
+  o["budget_exhausted"] = s->budget_exhausted;
+  o["warmup_requests"] = s->warmup_requests;
+  o["circuit_blocked"] = s->circuit_blocked;
+  o["errors"] = s->errors;
   line["hedging"] = std::move(o);
   return boost::json::serialize(line);
 }

@@ -199,14 +199,15 @@ void read_endpoint(const boost::json::value& v, const std::string& p,
                {"hedge_delay", opt_dbl(e.hedge_delay)}});
 }
 
-/// Throws config_error(field, "must be between LO and HI, got V") unless
-/// lo <= v <= hi (an integer setting).
+/// Throws config_error(field, "must be an integer between LO and HI, got
+/// V") unless lo <= v <= hi: an integer setting set in code (the CLI's
+/// --feeds) is told in the words as_int() uses for one read from a file.
 template <class T>
 void check_count(T v, long long lo, long long hi, const std::string& field) {
   auto x = static_cast<long double>(v);
   if (x < lo || x > hi)
-    throw config_error(field, "must be between " + std::to_string(lo) + " and "
-                                + std::to_string(hi) + ", got "
+    throw config_error(field, "must be an integer between " + std::to_string(lo)
+                                + " and " + std::to_string(hi) + ", got "
                                 + std::to_string(v));
 }
 

@@ -449,6 +449,26 @@ TEST(CliSecrets, TokenNeverAppearsInAnUnknownSubcommandError) {
   EXPECT_EQ(r.err.find(token), std::string::npos) << r.err;
 }
 
+TEST(CliSecrets, ATokenThatSpellsPartOfAFieldNameLeavesTheNameWhole) {
+  auto r = run_cli({"request", "--verbose", "--token", "request",
+                    "--max-attempts", "1", refused_url()});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  auto lines = r.err_lines();
+  ASSERT_GE(lines.size(), 2u) << r.err;
+  for (auto& line : lines) {
+    auto v = boost::json::parse(line).as_object();
+    EXPECT_TRUE(v.contains("request_id")) << line;
+  }
+}
+
+TEST(CliSecrets, ATokenThatJsonEscapesNeverAppearsEscaped) {
+  const std::string quoted = "s3cr3t\"quote\\back";
+  auto r = run_cli({quoted, "--token", quoted});
+  expect_failure(r, "usage_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("unknown subcommand '***'", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find("s3cr3t"), std::string::npos) << r.err;
+}
+
 TEST(CliSecrets, TokenNeverAppearsInAConfigError) {
   auto r = run_cli(
     {"request", "--token", std::string{token} + "\x01", refused_url()});

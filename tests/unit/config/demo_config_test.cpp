@@ -389,7 +389,8 @@ TEST(DemoConfig, ARangeErrorShowsTheValueGiven) {
             "demo.duration: must be between 0 and 86400, got 86400.01");
   EXPECT_EQ(what(R"({"feeds":200000})"),
             "demo.feeds: must be an integer between 0 and 100000, got 200000");
-  // The same rule on a config built in code (the CLI's --feeds).
+  // The same rule, in the same words, on a config built in code (the CLI's
+  // --feeds).
   demo_config c;
   c.feeds = 200000;
   try {
@@ -397,7 +398,8 @@ TEST(DemoConfig, ARangeErrorShowsTheValueGiven) {
     ADD_FAILURE() << "no error";
   } catch (const config_error& e) {
     EXPECT_EQ(std::string{e.what()},
-              "demo.feeds: must be between 0 and 100000, got 200000");
+              "demo.feeds: must be an integer between 0 and 100000, got "
+              "200000");
   }
   EXPECT_EQ(what(R"({"oracle":{"callers":0}})"),
             "demo.oracle.callers: must be an integer between 1 and 256, got 0");
