@@ -70,6 +70,7 @@ drain_action ledger_drain::start() {
   state_ = state::fetching;
   pending_ = false;
   pending_request_ = false;
+  pending_connect_only_ = false;
   pending_news_ = false;
   armed_ = false;
   armed_start_over_ = false;
@@ -100,6 +101,8 @@ drain_action ledger_drain::start() {
 
 drain_action ledger_drain::request(drain_trigger why) {
   if (state_ != state::idle) {
+    pending_connect_only_ = why == drain_trigger::connect
+                            && (!pending_request_ || pending_connect_only_);
     pending_ = true;
     pending_request_ = true;
     return drain_action::queued;
@@ -264,6 +267,14 @@ drain_action ledger_drain::on_hello(const std::optional<std::string>& epoch,
   note_target(head);
   if (*head > cursor_ && state_ == state::idle)
     return request(drain_trigger::wake);
+  if (*head == cursor_ && pending_connect_only_) {
+    // The session's own drain is owed no more (see the declaration): a
+    // connect while the first page of a start is in flight costs one
+    // replay call, not two.
+    pending_request_ = false;
+    pending_connect_only_ = false;
+    pending_ = pending_news_;
+  }
   return drain_action::none;
 }
 
@@ -275,6 +286,7 @@ void ledger_drain::quiesce() {
   state_ = state::idle;
   pending_ = false;
   pending_request_ = false;
+  pending_connect_only_ = false;
   pending_news_ = false;
   armed_ = false;
   armed_start_over_ = false;
@@ -650,6 +662,7 @@ drain_next ledger_drain::arm_redrain(int& attempt) {
   drain_next next;
   pending_ = false;
   pending_request_ = false;
+  pending_connect_only_ = false;
   pending_news_ = false;
   armed_ = true;
   armed_delay_ = redrain_backoff_.step(attempt);
@@ -707,6 +720,7 @@ drain_next ledger_drain::finish(bool failed) {
     // at once.
     news_retried_ = true;
     pending_request_ = true;
+    pending_connect_only_ = false;
   }
   if (pending_ && (pending_request_ || (pending_news_ && moved))) {
     start();
@@ -719,6 +733,7 @@ drain_next ledger_drain::finish(bool failed) {
   }
   pending_ = false;
   pending_request_ = false;
+  pending_connect_only_ = false;
   pending_news_ = false;
   if (below)
     return arm_redrain(redrain_attempt_);

@@ -276,9 +276,13 @@ public:
 
   /// A ledger hello: `epoch` (null: the hub has none) and `head` (its
   /// cursor). A new epoch decides a rewind; a head below the cursor asks
-  /// the replay to confirm one; a head above it is a wake target. Returns
-  /// fetch when a drain should start now (a rewind, a head off the cursor),
-  /// queued when one is remembered, none otherwise.
+  /// the replay to confirm one; a head above it is a wake target. A head
+  /// at the cursor settles a drain that only a new session queued behind
+  /// the page in flight: nothing past the cursor existed when the session
+  /// subscribed, that page reads what came before, and the session's wakes
+  /// announce what comes after (a hello without a head settles nothing).
+  /// Returns fetch when a drain should start now (a rewind, a head off the
+  /// cursor), queued when one is remembered, none otherwise.
   drain_action on_hello(const std::optional<std::string>& epoch,
                         std::optional<int64_t> head);
 
@@ -576,6 +580,9 @@ private:
   bool moved_ = false;
   /// The pending drain was asked by request() (not only by wakes).
   bool pending_request_ = false;
+  /// ... and only by new sessions (drain_trigger::connect): a hello of the
+  /// session whose head the cursor already covers settles it (on_hello).
+  bool pending_connect_only_ = false;
   /// A pending wake brought news (no hint, a raised target above the
   /// cursor, a low hint).
   bool pending_news_ = false;

@@ -478,6 +478,79 @@ TEST(LedgerDrain, WakeWhileBusyIsRememberedOnceAndRunsAfter) {
   EXPECT_EQ(d.cursor(), 5);
 }
 
+TEST(LedgerDrain, AHelloAtTheCursorSettlesTheDrainANewSessionQueued) {
+  // A watcher starts its first page, then its WebSocket opens (a connect)
+  // while that page is in flight: the session's hello says nothing lay
+  // past the cursor when it subscribed, so the page in flight reads all
+  // there is and the session's wakes announce the rest: one replay call.
+  ledger_drain d{0, 10, 30s};
+  EXPECT_EQ(d.request(drain_trigger::start), drain_action::fetch);
+  EXPECT_EQ(d.request(drain_trigger::connect), drain_action::queued);
+  EXPECT_EQ(d.on_hello(std::string{"e1"}, int64_t{0}), drain_action::none);
+  EXPECT_EQ(deliver_all(d, page({}, 0)).what, drain_next::kind::idle);
+  EXPECT_FALSE(d.busy());
+
+  // Without a hello (or one without a head) the connect's drain runs.
+  for (bool hello : {false, true}) {
+    ledger_drain e{0, 10, 30s};
+    e.request(drain_trigger::start);
+    e.request(drain_trigger::connect);
+    if (hello)
+      e.on_hello(std::string{"e1"}, std::nullopt);
+    EXPECT_EQ(deliver_all(e, page({}, 0)).what, drain_next::kind::fetch)
+      << (hello ? "a hello without a head" : "no hello");
+  }
+}
+
+TEST(LedgerDrain, AHelloSettlesNothingButTheConnectsOwnDrain) {
+  // A head past the cursor: events the page in flight may have missed.
+  {
+    ledger_drain d{0, 10, 30s};
+    d.request(drain_trigger::start);
+    d.request(drain_trigger::connect);
+    EXPECT_EQ(d.on_hello(std::string{"e1"}, int64_t{4}), drain_action::none);
+    auto n = deliver_all(d, page({1, 2}, 2));
+    EXPECT_EQ(n.what, drain_next::kind::fetch);
+    EXPECT_EQ(deliver_all(d, page({3, 4}, 4)).what, drain_next::kind::idle);
+  }
+  // A poll tick queued beside the connect is its own request.
+  {
+    ledger_drain d{0, 10, 30s};
+    d.request(drain_trigger::start);
+    d.request(drain_trigger::connect);
+    d.request(drain_trigger::poll);
+    d.on_hello(std::string{"e1"}, int64_t{0});
+    EXPECT_EQ(deliver_all(d, page({}, 0)).what, drain_next::kind::fetch);
+  }
+  // ... also when it came first.
+  {
+    ledger_drain d{0, 10, 30s};
+    d.request(drain_trigger::start);
+    d.request(drain_trigger::poll);
+    d.request(drain_trigger::connect);
+    d.on_hello(std::string{"e1"}, int64_t{0});
+    EXPECT_EQ(deliver_all(d, page({}, 0)).what, drain_next::kind::fetch);
+  }
+  // A wake without a hint is news the hello does not answer.
+  {
+    ledger_drain d{0, 10, 30s};
+    d.request(drain_trigger::start);
+    d.request(drain_trigger::connect);
+    EXPECT_EQ(d.on_wake(std::nullopt), drain_action::queued);
+    d.on_hello(std::string{"e1"}, int64_t{0});
+    EXPECT_EQ(deliver_all(d, page({}, 0)).what, drain_next::kind::fetch);
+  }
+  // A new incarnation rewinds whatever the head says.
+  {
+    ledger_drain d{0, 10, 30s};
+    d.request(drain_trigger::start);
+    d.on_hello(std::string{"e1"}, int64_t{0});
+    d.request(drain_trigger::connect);
+    d.on_hello(std::string{"e2"}, int64_t{0});
+    EXPECT_EQ(deliver_all(d, page({}, 0)).what, drain_next::kind::fetch);
+  }
+}
+
 TEST(LedgerDrain, UnreachedTargetReDrainsWithDoublingBackoffToTheCap) {
   ledger_drain d{0, 10, 30s};
   d.on_wake(10);
