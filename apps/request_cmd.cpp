@@ -10,7 +10,6 @@
 
 #include <CLI/CLI.hpp>
 #include <boost/json/object.hpp>
-#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 #include <caf/actor_system.hpp>
@@ -394,49 +393,58 @@ void replace_all(std::string& text, const std::string& what) {
     text.replace(pos, what.size(), "***");
 }
 
+/// Each secret as written and as JSON escapes it (json_escaped_forms): a
+/// JSON text quoted in a string value (a server's non-string error
+/// `detail`, serialized into the error's `detail`) holds it escaped once,
+/// and the serialized line once more.
+std::vector<std::string> secret_forms(const std::vector<std::string>& secrets) {
+  std::vector<std::string> forms;
+  for (auto& s : secrets)
+    for (auto& form : json_escaped_forms(s, 3))
+      if (std::find(forms.begin(), forms.end(), form) == forms.end())
+        forms.push_back(form);
+  return forms;
+}
+
 /// Every string value in `v`, however deep; member names are left alone:
 /// they are this program's field names ("request_id"), never a secret.
 void redact_values(boost::json::value& v,
-                   const std::vector<std::string>& secrets) {
+                   const std::vector<std::string>& forms) {
   if (auto* str = v.if_string()) {
     std::string s{*str};
-    for (auto& secret : secrets)
-      replace_all(s, secret);
+    for (auto& form : forms)
+      replace_all(s, form);
     if (s != *str)
       *str = s;
   } else if (auto* arr = v.if_array()) {
     for (auto& x : *arr)
-      redact_values(x, secrets);
+      redact_values(x, forms);
   } else if (auto* obj = v.if_object()) {
     for (auto& member : *obj)
-      redact_values(member.value(), secrets);
+      redact_values(member.value(), forms);
   }
 }
 
 } // namespace
 
 std::string redact(std::string text, const std::vector<std::string>& secrets) {
-  if (std::all_of(secrets.begin(), secrets.end(),
-                  [](const std::string& s) { return s.empty(); }))
+  auto forms = secret_forms(secrets);
+  if (forms.empty())
     return text;
   // A JSON line is redacted in its parsed values: a secret that JSON escapes
   // (a quote, a backslash, a control character) is found as the value it
   // is, and a secret that happens to spell part of a field name ("request")
-  // leaves the name whole. Serializing boost::json's own output again gives
-  // the same text, so nothing else in the line changes.
-  boost::json::error_code ec;
-  auto v = boost::json::parse(text, ec);
-  if (!ec) {
-    redact_values(v, secrets);
-    return boost::json::serialize(v);
+  // leaves the name whole. The line is serialized again: parse_json rounds
+  // every number exactly (protocol/json_parse.hpp), so whatever is not a
+  // secret comes back byte for byte.
+  if (auto parsed = parse_json(text)) {
+    redact_values(parsed.value, forms);
+    return boost::json::serialize(parsed.value);
   }
-  // Not JSON (invalid UTF-8 quoted from a peer, plain text): the secret as
-  // written and as JSON would escape it.
-  for (auto& s : secrets) {
-    replace_all(text, s);
-    auto escaped = boost::json::serialize(boost::json::value(s));
-    replace_all(text, escaped.substr(1, escaped.size() - 2));
-  }
+  // Not JSON (invalid UTF-8 quoted from a peer, plain text): every form
+  // in the text as it stands.
+  for (auto& form : forms)
+    replace_all(text, form);
   return text;
 }
 

@@ -118,9 +118,9 @@ void end_actors(caf::actor_system& sys, std::vector<caf::actor> actors);
 
 /// Replaces every occurrence of each non-empty secret in `text` with "***".
 /// A JSON `text` (every line this program prints to stderr) is redacted in
-/// its string values, where an escaped secret is found too; member names
-/// are left whole. Any other text is redacted as written and as JSON would
-/// escape each secret.
+/// its string values, each secret as written and as JSON escapes it (a
+/// server's JSON quoted in a `detail`); member names are left whole. Any
+/// other text is redacted in the same forms as it stands.
 std::string redact(std::string text, const std::vector<std::string>& secrets);
 
 /// The values given to `--token` on a command line (`--token X`,

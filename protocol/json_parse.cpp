@@ -3,6 +3,7 @@
 #include <boost/container/small_vector.hpp>
 #include <boost/json/basic_parser_impl.hpp>
 #include <boost/json/error.hpp>
+#include <boost/json/serialize.hpp>
 #include <boost/json/value_stack.hpp>
 
 #include <algorithm>
@@ -473,6 +474,19 @@ json_parse_result parse_json(std::string_view text, const json_limits& limits,
     return r;
   auto traced = parse_pass(text, limits, std::move(sp), true, false);
   return traced.error == r.error ? traced : r;
+}
+
+std::vector<std::string> json_escaped_forms(const std::string& s, int levels) {
+  std::vector<std::string> forms;
+  auto form = s;
+  for (int level = 0; level <= levels && !form.empty(); ++level) {
+    if (!forms.empty() && forms.back() == form)
+      break; // nothing to escape: every further level is the same
+    forms.push_back(form);
+    auto quoted = json::serialize(json::value(form));
+    form = quoted.substr(1, quoted.size() - 2);
+  }
+  return forms;
 }
 
 std::size_t json_depth(const json::value& v) {

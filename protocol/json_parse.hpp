@@ -38,6 +38,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace outbound {
 inline namespace protocol {
@@ -245,6 +246,15 @@ inline void move_into(boost::json::value& dst,
 /// Nesting depth of `v`: 0 for a scalar, 1 for `[]` or `{}`, one more per
 /// level (the same count as json_limits::max_depth).
 std::size_t json_depth(const boost::json::value& v);
+
+/// `s` as written and as JSON escapes it inside a string (RFC 8259 section
+/// 7), once, twice, ... up to `levels` times, without repeats (escaping
+/// changes only a text with a quote, a backslash or a control character);
+/// empty for an empty `s`. What a redaction must look for: a secret a
+/// server echoes inside a JSON text that is then quoted as a string (an
+/// error's non-string `detail`, serialized) is there only escaped.
+std::vector<std::string> json_escaped_forms(const std::string& s,
+                                            int levels = 2);
 
 } // namespace protocol
 } // namespace outbound

@@ -78,8 +78,12 @@ std::string path_without_query(const std::string& path) {
 void redact(const client_config& cfg, std::string& s) {
   if (cfg.token.empty() || s.empty())
     return;
-  replace_all(s, credential_value(cfg), "[redacted]");
-  replace_all(s, cfg.token, "[redacted]");
+  // As written and as JSON escapes it: a server's non-string `detail`
+  // reaches the error serialized (extract_detail, protocol/errors.cpp), a
+  // token with a quote or a backslash in it escaped.
+  for (auto& secret : {credential_value(cfg), cfg.token})
+    for (auto& form : json_escaped_forms(secret))
+      replace_all(s, form, "[redacted]");
 }
 
 call_outcome response_outcome(const client_config& cfg,

@@ -22,9 +22,10 @@ inline namespace call {
 /// events and metrics show of a call's path.
 std::string path_without_query(const std::string& path);
 
-/// Replaces the client's credential (the token and its header value) in `s`
-/// with "[redacted]": whatever a server or a transport echoes, the
-/// credential never leaves a call inside a text.
+/// Replaces the client's credential (the token and its header value, as
+/// written and as JSON escapes them: json_escaped_forms) in `s` with
+/// "[redacted]": whatever a server or a transport echoes, the credential
+/// never leaves a call inside a text.
 void redact(const client_config& cfg, std::string& s);
 
 /// The outcome of a call that ends with the response `resp` after

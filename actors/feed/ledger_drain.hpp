@@ -281,6 +281,12 @@ public:
   /// the page in flight: nothing past the cursor existed when the session
   /// subscribed, that page reads what came before, and the session's wakes
   /// announce what comes after (a hello without a head settles nothing).
+  /// The one case it reads later: an event appended before the session
+  /// subscribed, announced to other sessions then, and still invisible to
+  /// replay when that page ran (a replay ceiling that lags the wakes,
+  /// hub_faults::visibility_lag_polls) comes with the next wake or poll
+  /// tick; the second read it saves would have found it had it become
+  /// visible in the meantime.
   /// Returns fetch when a drain should start now (a rewind, a head off the
   /// cursor), queued when one is remembered, none otherwise.
   drain_action on_hello(const std::optional<std::string>& epoch,

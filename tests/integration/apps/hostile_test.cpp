@@ -994,6 +994,21 @@ TEST_F(Hostile, HalfMegabyteDetailIsKeptWhole) {
   EXPECT_EQ(err->detail, big);
 }
 
+// A credential with a quote and a backslash, echoed inside a detail that is
+// an object: the error's detail is that object serialized, where the
+// credential stands only escaped.
+TEST_F(Hostile, AnEchoedTokenThatJsonEscapesIsRedactedFromAnObjectDetail) {
+  auto srv = server(
+    {{step::read_request(), step::send(scripted_server::json_response(
+                              401, R"({"detail":{"msg":"bad T\"OK\\EN"}})"))}});
+  auto cfg = one_shot(srv->base_url());
+  cfg.token = R"(T"OK\EN)";
+  auto c = client(cfg);
+  auto e = expect_throw<auth_error>([&] { return c->request("GET", "/v1/t"); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->detail, R"({"msg":"bad [redacted]"})");
+}
+
 // A server that echoes the credential into its error detail (literally or
 // JSON-escaped) or into a redirect's Location: never shown.
 TEST_F(Hostile, EchoedTokenIsRedactedFromDetailAndLocation) {

@@ -602,3 +602,12 @@ TEST(JsonParse, TopLevelMembersCountARepeatedKeyEachTime) {
   EXPECT_EQ(parse_json(R"({"a":1,"a":)").top_level_members, 0u)
     << "did not parse";
 }
+
+TEST(JsonParse, EscapedFormsOfASecret) {
+  using v = std::vector<std::string>;
+  EXPECT_EQ(json_escaped_forms(""), v{});
+  EXPECT_EQ(json_escaped_forms("plain-token"), v{"plain-token"});
+  EXPECT_EQ(json_escaped_forms(R"(a"b\c)"),
+            (v{R"(a"b\c)", R"(a\"b\\c)", R"(a\\\"b\\\\c)"}));
+  EXPECT_EQ(json_escaped_forms("a\x01", 1), (v{"a\x01", "a\\u0001"}));
+}
