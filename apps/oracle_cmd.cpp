@@ -28,6 +28,7 @@
 #include <ostream>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace outbound::apps {
 
@@ -207,30 +208,36 @@ void add_common_options(CLI::App& cmd, oracle_options& o,
     "spent; it was not retried).");
 }
 
-/// Runs `body` and turns what it throws into the error line and exit code.
+/// Runs `body` and turns what it throws into the error line and exit code,
+/// the credential redacted as every line of the request command is.
 template <class F>
-int guarded(std::ostream& err, F body) {
+int guarded(std::ostream& err, const oracle_options& o, F body) {
+  const std::vector<std::string> secrets{o.cfg.token};
   try {
     return body();
   } catch (const config_error& e) {
-    err << usage_error_json("config_error", e.what()) << '\n';
+    err << redact(usage_error_json("config_error", e.what()), secrets) << '\n';
     return exit_code(error_kind::config_error);
   } catch (const std::exception& e) {
-    err << usage_error_json("internal_error", e.what()) << '\n';
+    err << redact(usage_error_json("internal_error", e.what()), secrets)
+        << '\n';
     return internal_exit_code;
   }
 }
 
 int print_failure(const std::optional<coalesce_reply>& r,
-                  const std::string& caf_error, std::ostream& err) {
+                  const std::string& caf_error, const oracle_options& o,
+                  std::ostream& err) {
+  const std::vector<std::string> secrets{o.cfg.token};
   if (!r) {
-    err << usage_error_json("internal_error",
-                            "the coalescing driver did not answer: "
-                              + caf_error)
+    err << redact(
+      usage_error_json("internal_error",
+                       "the coalescing driver did not answer: " + caf_error),
+      secrets)
         << '\n';
     return internal_exit_code;
   }
-  err << error_json(*r->error) << '\n';
+  err << redact(error_json(*r->error), secrets) << '\n';
   return exit_code(r->error->kind);
 }
 
@@ -263,7 +270,7 @@ CLI::App* add_seq_command(CLI::App& app, oracle_options& opts) {
 
 int run_ts(caf::actor_system& sys, const oracle_options& opts,
            std::ostream& out, std::ostream& err) {
-  return guarded(err, [&] {
+  return guarded(err, opts, [&] {
     auto c = make_config(opts);
     if (opts.count < 1 || opts.count > c.max_ts_per_rpc)
       throw config_error("--count", "must be 1.."
@@ -275,7 +282,7 @@ int run_ts(caf::actor_system& sys, const oracle_options& opts,
     call.count = opts.count;
     auto r = call_once(sys, opts, c, call, err, caf_error);
     if (!r || r->error)
-      return print_failure(r, caf_error, err);
+      return print_failure(r, caf_error, opts, err);
     boost::json::object o;
     o["physical_ms"] = r->ts.physical_ms;
     o["logical_start"] = r->ts.logical_start;
@@ -295,7 +302,7 @@ int run_ts(caf::actor_system& sys, const oracle_options& opts,
 
 int run_seq(caf::actor_system& sys, const oracle_options& opts,
             std::ostream& out, std::ostream& err) {
-  return guarded(err, [&] {
+  return guarded(err, opts, [&] {
     auto c = make_config(opts);
     if (!valid_seq_key(opts.key, c.max_seq_key_bytes))
       throw config_error("--key", "must be 1.."
@@ -312,7 +319,7 @@ int run_seq(caf::actor_system& sys, const oracle_options& opts,
     call.count = opts.count;
     auto r = call_once(sys, opts, c, call, err, caf_error);
     if (!r || r->error)
-      return print_failure(r, caf_error, err);
+      return print_failure(r, caf_error, opts, err);
     boost::json::object o;
     o["key"] = opts.key;
     o["start"] = r->seq.start;
