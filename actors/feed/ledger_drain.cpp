@@ -71,6 +71,7 @@ drain_action ledger_drain::start() {
   pending_ = false;
   pending_request_ = false;
   pending_connect_only_ = false;
+  settle_head_.reset();
   pending_news_ = false;
   armed_ = false;
   armed_start_over_ = false;
@@ -103,6 +104,7 @@ drain_action ledger_drain::request(drain_trigger why) {
   if (state_ != state::idle) {
     pending_connect_only_ = why == drain_trigger::connect
                             && (!pending_request_ || pending_connect_only_);
+    settle_head_.reset(); // its own hello may settle it
     pending_ = true;
     pending_request_ = true;
     return drain_action::queued;
@@ -267,14 +269,12 @@ drain_action ledger_drain::on_hello(const std::optional<std::string>& epoch,
   note_target(head);
   if (*head > cursor_ && state_ == state::idle)
     return request(drain_trigger::wake);
-  if (*head == cursor_ && pending_connect_only_) {
-    // The session's own drain is owed no more (see the declaration): a
-    // connect while the first page of a start is in flight costs one
-    // replay call, not two.
-    pending_request_ = false;
-    pending_connect_only_ = false;
-    pending_ = pending_news_;
-  }
+  // Where the ledger stood when the session subscribed: once the page in
+  // flight has brought the cursor there, the session's own drain is owed
+  // no more (see the declaration), so a connect while the first page of a
+  // start is in flight costs one replay call, not two.
+  if (pending_connect_only_)
+    settle_head_ = head;
   return drain_action::none;
 }
 
@@ -287,6 +287,7 @@ void ledger_drain::quiesce() {
   pending_ = false;
   pending_request_ = false;
   pending_connect_only_ = false;
+  settle_head_.reset();
   pending_news_ = false;
   armed_ = false;
   armed_start_over_ = false;
@@ -663,6 +664,7 @@ drain_next ledger_drain::arm_redrain(int& attempt) {
   pending_ = false;
   pending_request_ = false;
   pending_connect_only_ = false;
+  settle_head_.reset();
   pending_news_ = false;
   armed_ = true;
   armed_delay_ = redrain_backoff_.step(attempt);
@@ -704,6 +706,16 @@ drain_next ledger_drain::finish(bool failed) {
   // wakes meanwhile wait for it rather than hammer a failing endpoint.
   if (failed)
     return arm_redrain(retry_attempt_);
+  // A new session's drain is dropped when the cursor has reached the head
+  // its hello gave (on_hello), unless a wake brought news meanwhile: then
+  // it runs at once, as it did before the hello, and serves the news too.
+  if (settle_head_ && pending_connect_only_ && !pending_news_
+      && cursor_ >= *settle_head_) {
+    pending_ = false;
+    pending_request_ = false;
+    pending_connect_only_ = false;
+  }
+  settle_head_.reset();
   bool below = target_ && cursor_ < *target_;
   // A drain was requested meanwhile (a new session, a hello, a poll tick:
   // at most one per connection or poll interval), or a wake brought news
@@ -721,6 +733,7 @@ drain_next ledger_drain::finish(bool failed) {
     news_retried_ = true;
     pending_request_ = true;
     pending_connect_only_ = false;
+    settle_head_.reset();
   }
   if (pending_ && (pending_request_ || (pending_news_ && moved))) {
     start();
@@ -734,6 +747,7 @@ drain_next ledger_drain::finish(bool failed) {
   pending_ = false;
   pending_request_ = false;
   pending_connect_only_ = false;
+  settle_head_.reset();
   pending_news_ = false;
   if (below)
     return arm_redrain(redrain_attempt_);

@@ -276,11 +276,12 @@ public:
 
   /// A ledger hello: `epoch` (null: the hub has none) and `head` (its
   /// cursor). A new epoch decides a rewind; a head below the cursor asks
-  /// the replay to confirm one; a head above it is a wake target. A head
-  /// at the cursor settles a drain that only a new session queued behind
-  /// the page in flight: nothing past the cursor existed when the session
-  /// subscribed, that page reads what came before, and the session's wakes
-  /// announce what comes after (a hello without a head settles nothing).
+  /// the replay to confirm one; a head above it is a wake target. A drain
+  /// that only a new session queued behind the page in flight is settled
+  /// when that page ends with the cursor at or past the hello's head: the
+  /// page read all that existed when the session subscribed, and the
+  /// session's wakes announce what comes after (a hello without a head
+  /// settles nothing; news from a wake meanwhile keeps the drain).
   /// The one case it reads later: an event appended before the session
   /// subscribed, announced to other sessions then, and still invisible to
   /// replay when that page ran (a replay ceiling that lags the wakes,
@@ -589,6 +590,10 @@ private:
   /// ... and only by new sessions (drain_trigger::connect): a hello of the
   /// session whose head the cursor already covers settles it (on_hello).
   bool pending_connect_only_ = false;
+  /// ... and the head the session's hello gave: the drain is dropped when
+  /// the page in flight ends with the cursor there or past it, unless news
+  /// came.
+  std::optional<int64_t> settle_head_;
   /// A pending wake brought news (no hint, a raised target above the
   /// cursor, a low hint).
   bool pending_news_ = false;

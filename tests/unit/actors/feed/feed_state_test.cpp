@@ -478,7 +478,7 @@ TEST(LedgerDrain, WakeWhileBusyIsRememberedOnceAndRunsAfter) {
   EXPECT_EQ(d.cursor(), 5);
 }
 
-TEST(LedgerDrain, AHelloAtTheCursorSettlesTheDrainANewSessionQueued) {
+TEST(LedgerDrain, AHelloTheFirstPageReachesSettlesTheDrainANewSessionQueued) {
   // A watcher starts its first page, then its WebSocket opens (a connect)
   // while that page is in flight: the session's hello says nothing lay
   // past the cursor when it subscribed, so the page in flight reads all
@@ -489,6 +489,16 @@ TEST(LedgerDrain, AHelloAtTheCursorSettlesTheDrainANewSessionQueued) {
   EXPECT_EQ(d.on_hello(std::string{"e1"}, int64_t{0}), drain_action::none);
   EXPECT_EQ(deliver_all(d, page({}, 0)).what, drain_next::kind::idle);
   EXPECT_FALSE(d.busy());
+
+  // A backlog the page in flight reads up to the hello's head: the same.
+  {
+    ledger_drain b{0, 10, 30s};
+    b.request(drain_trigger::start);
+    b.request(drain_trigger::connect);
+    b.on_hello(std::string{"e1"}, int64_t{2});
+    EXPECT_EQ(deliver_all(b, page({1, 2}, 2)).what, drain_next::kind::idle);
+    EXPECT_EQ(b.cursor(), 2);
+  }
 
   // Without a hello (or one without a head) the connect's drain runs.
   for (bool hello : {false, true}) {
@@ -538,6 +548,30 @@ TEST(LedgerDrain, AHelloSettlesNothingButTheConnectsOwnDrain) {
     d.request(drain_trigger::connect);
     EXPECT_EQ(d.on_wake(std::nullopt), drain_action::queued);
     d.on_hello(std::string{"e1"}, int64_t{0});
+    EXPECT_EQ(deliver_all(d, page({}, 0)).what, drain_next::kind::fetch);
+  }
+  // ... nor when it comes after the hello, before the page ends: the read
+  // runs at once, as the connect's did, and serves it, even where news
+  // alone would wait a floor (its one immediate re-read since the cursor
+  // last moved is spent).
+  {
+    ledger_drain d{0, 10, 30s};
+    d.request(drain_trigger::start);
+    d.on_wake(std::nullopt);
+    ASSERT_EQ(deliver_all(d, page({}, 0)).what, drain_next::kind::fetch);
+    d.request(drain_trigger::connect);
+    d.on_hello(std::string{"e1"}, int64_t{0});
+    EXPECT_EQ(d.on_wake(std::nullopt), drain_action::queued);
+    EXPECT_EQ(deliver_all(d, page({}, 0)).what, drain_next::kind::fetch);
+  }
+  // A session that ended and another that opened before the page ended:
+  // the new session's drain stands until its own hello.
+  {
+    ledger_drain d{0, 10, 30s};
+    d.request(drain_trigger::start);
+    d.request(drain_trigger::connect);
+    d.on_hello(std::string{"e1"}, int64_t{0});
+    d.request(drain_trigger::connect);
     EXPECT_EQ(deliver_all(d, page({}, 0)).what, drain_next::kind::fetch);
   }
   // A new incarnation rewinds whatever the head says.
