@@ -1265,6 +1265,13 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
     auto now = demo_clock::now();
     if (now >= end)
       return false;
+    // Behind (a loaded machine, or probes that waited, held the last line
+    // past this tick's time): the line is labelled with the tick it has
+    // reached and the ticks in between are skipped, so the lines never lag
+    // the run (and the last seconds' lines are not lost at its end).
+    tick = std::max(tick, static_cast<int>(std::floor(
+                            std::chrono::duration<double>(now - t0).count()
+                            / cfg.status_interval)));
     auto dt = std::chrono::duration<double>(now - last_tick).count();
     auto happened = traffic.interval_events_between(last_tick, now);
     last_tick = now;
@@ -1298,7 +1305,7 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
     auto census = probe.connected_feeds(end);
     std::ostringstream line;
     // Labelled with its tick (the second it covers ends there), not the
-    // time it is printed, which a loaded machine delays.
+    // time it is printed, which a loaded machine delays a little.
     auto label = double(tick) * cfg.status_interval;
     line << "demo " << fmt_num(label, label == std::floor(label) ? 0 : 1)
          << "s: events " << events << " (+" << rate(events - last_events)
@@ -1886,7 +1893,9 @@ int run_on_system(const demo_config& cfg, const hub_site& site,
   traffic.start();
   r.signalled = status_lines(cfg, traffic, stack, probe, *counters, side,
                              site.embedded.get(), sigs, err);
-  r.run_seconds = seconds_since(traffic.t0);
+  // The paced traffic is due before t0 + duration (demo_traffic::end): the
+  // report's rates are over that time, not over a late last status line.
+  r.run_seconds = std::min(seconds_since(traffic.t0), cfg.duration);
   // A second Ctrl-C while stopping ends the process the default way.
   pthread_sigmask(SIG_UNBLOCK, &sigs, nullptr);
   traffic.join();
@@ -1963,6 +1972,16 @@ int run_demo(const demo_options& opts, std::ostream& out, std::ostream& err) {
     try {
       exposer = std::make_unique<metrics_exposer>(
         registry, static_cast<uint16_t>(cfg.metrics_port));
+    } catch (const config_error& e) {
+      // The exposer names its own field; here it is the demo's, with what
+      // to do about a port in use.
+      std::string why = e.what();
+      why.erase(0, std::min(why.size(), e.field().size() + 2));
+      rc = fail("metrics_error",
+                config_error("demo.metrics_port",
+                             why
+                               + " (--metrics-port P listens on another "
+                                 "port, --metrics-port 0 on a free one)"));
     } catch (const std::exception& e) {
       rc = fail("metrics_error", e);
     }

@@ -65,8 +65,7 @@ bool starts_with_https(const std::string& s) {
 std::pair<std::string, std::string> split_header(const std::string& h) {
   auto kv = core::split_field_line(h);
   if (!kv)
-    throw config_error("--header", "expects 'Name: value' (got an argument "
-                                   "without a name before ':')");
+    throw config_error("--header", header_argument_problem(h));
   if (core::iequals(kv->first, "x-request-id"))
     throw config_error("--header", "x-request-id is set by the coalescing "
                                    "driver, one per RPC");

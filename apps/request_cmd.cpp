@@ -156,8 +156,7 @@ bool has_scheme(const std::string& url) {
 std::pair<std::string, std::string> split_header(const std::string& h) {
   auto kv = core::split_field_line(h);
   if (!kv)
-    throw usage_error("--header expects 'Name: value' (got an argument "
-                      "without a name before ':')");
+    throw usage_error("--header " + header_argument_problem(h));
   return std::move(*kv);
 }
 
@@ -338,6 +337,14 @@ int print_outcome(const request_options& opts, const call_outcome& res,
 }
 
 } // namespace
+
+std::string header_argument_problem(const std::string& h) {
+  return "expects 'Name: value' (got an argument "
+         + std::string{h.find(':') == std::string::npos
+                         ? "without a ':'"
+                         : "without a name before ':'"}
+         + ")";
+}
 
 std::string usage_error_json(const std::string& type,
                              const std::string& detail) {
@@ -586,7 +593,8 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
       "BYTES"));
   cmd->add_flag("--raw", opts.raw,
                 "Print {\"status\",\"headers\",\"body\"} and exit 0 for any "
-                "HTTP status");
+                "HTTP status (the response as received: a server that echoes "
+                "--token shows it)");
   opts.env_opt = cmd->add_option(
     "--env", opts.env_prefix,
     "Read PREFIX_URL, PREFIX_TOKEN, PREFIX_CA_FILE, PREFIX_CLIENT_CERT, "
@@ -595,7 +603,8 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
                 "Observer events as JSON lines on stderr (with --hedge, also "
                 "the hedging counters at the end)");
   cmd->add_flag("--hedge", opts.hedge,
-                "Hedge a GET/HEAD/OPTIONS call: one backup request after the "
+                "Hedge an idempotent call (GET/HEAD/OPTIONS, or any method "
+                "with --idempotency-key): one backup request after the "
                 "hedge delay (the warmup delay, 10 ms, unless --hedge-delay)");
   cmd->add_option("--percentile", opts.percentile,
                   "Latency quantile that triggers the hedge, in (0, 1)")

@@ -116,6 +116,12 @@ std::string valid_utf8(const std::string& s);
 /// LeakSanitizer reports.
 void end_actors(caf::actor_system& sys, std::vector<caf::actor> actors);
 
+/// Why `h` is not a `--header` argument (core::split_field_line refused
+/// it): "expects 'Name: value' (got an argument without a ':')" or "...
+/// without a name before ':')". The value is never quoted: it may carry a
+/// credential.
+std::string header_argument_problem(const std::string& h);
+
 /// Replaces every occurrence of each non-empty secret in `text` with "***".
 /// A JSON `text` (every line this program prints to stderr) is redacted in
 /// its string values, each secret as written and as JSON escapes it (a

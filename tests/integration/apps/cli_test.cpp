@@ -308,6 +308,15 @@ TEST(CliArgs, IdempotentAndNotIdempotentExcludeEachOther) {
 TEST(CliArgs, HeaderWithoutColonIsAUsageError) {
   auto r = run_cli({"request", "--header", "novalue", refused_url()});
   expect_failure(r, "usage_error", 2);
+  EXPECT_EQ(detail_of(r).rfind("--header expects 'Name: value' (got an "
+                               "argument without a ':')",
+                               0),
+            0u)
+    << r.err;
+  r = run_cli({"request", "--header", " : v", refused_url()});
+  expect_failure(r, "usage_error", 2);
+  EXPECT_NE(detail_of(r).find("without a name before ':'"), std::string::npos)
+    << r.err;
 }
 
 // -- configuration errors name the field
@@ -958,6 +967,30 @@ TEST(CliDemo, OracleEndpointsWithoutHubIsAUsageErrorNamingTheOption) {
   expect_failure(r, "usage_error", 2);
   EXPECT_EQ(detail_of(r).rfind("--oracle-endpoints needs --hub", 0), 0u)
     << r.err;
+}
+
+TEST(CliDemo, AMetricsPortInUseSaysWhichOptionPicksAnother) {
+  // A listener of our own holds the port for the whole run.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  auto port = std::to_string(ntohs(a.sin_port));
+  auto r = run_cli(
+    {"demo", "--duration", "1", "--feeds", "0", "--metrics-port", port});
+  ::close(fd);
+  expect_failure(r, "config_error", 2);
+  auto d = detail_of(r);
+  EXPECT_EQ(d.rfind("demo.metrics_port: cannot listen on 127.0.0.1:" + port, 0),
+            0u)
+    << r.err;
+  EXPECT_NE(d.find("--metrics-port 0"), std::string::npos) << r.err;
 }
 
 TEST(CliDemo, ADeadHubIsExit7AfterTheReport) {
