@@ -1789,6 +1789,10 @@ boost::json::object report_json(const demo_config& cfg, const hub_site& site,
   }
   json::object f;
   f["watchers"] = cfg.feeds;
+  // The text report's split of the watchers over the hub's tiers.
+  f["tiers"] = json::object{{"ledger", r.per_tier[0]},
+                            {"catchup", r.per_tier[1]},
+                            {"ephemeral", r.per_tier[2]}};
   f["published"] = r.published;
   f["delivered"] = r.audit.delivered;
   f["foreign"] = r.audit.foreign;

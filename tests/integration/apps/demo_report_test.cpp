@@ -116,6 +116,13 @@ TEST(DemoReport, TheJsonReportShowsEveryComparisonHolding) {
   EXPECT_GT(num(f.at("delivered")), 0) << out[0];
   EXPECT_EQ(num(f.at("foreign")), 0) << out[0];
   EXPECT_EQ(num(f.at("connected_at_end")), 60) << out[0];
+  // The watchers' split over the tiers, as the text report's feeds row.
+  const auto& tiers = f.at("tiers").as_object();
+  EXPECT_EQ(num(tiers.at("ledger")) + num(tiers.at("catchup"))
+              + num(tiers.at("ephemeral")),
+            num(f.at("watchers")))
+    << out[0];
+  EXPECT_EQ(num(tiers.at("ledger")), 20) << out[0];
   EXPECT_EQ(num(f.at("lost")), 0) << out[0];
   EXPECT_EQ(num(f.at("duplicated")), 0) << out[0];
   EXPECT_EQ(num(f.at("pending")), 0) << out[0];
