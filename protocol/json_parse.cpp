@@ -448,7 +448,9 @@ json_parse_result parse_pass(std::string_view text, const json_limits& limits,
       r.detail = "duplicate key " + r.field;
       break;
     default:
-      r.detail = ec.message();
+      // Where it stopped: the offset of the first byte the parser could
+      // not take (the text's length when it ended too early).
+      r.detail = ec.message() + " at byte " + std::to_string(n);
       break;
   }
   return r;

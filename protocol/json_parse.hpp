@@ -141,7 +141,8 @@ struct json_parse_result {
   /// The parsed document (null when error != none).
   boost::json::value value;
   json_parse_error error = json_parse_error::none;
-  /// One-line reason when error != none, e.g. "nesting deeper than 64
+  /// One-line reason when error != none, e.g. "syntax error at byte 1"
+  /// (the offset of the first byte not taken), "nesting deeper than 64
   /// levels", "number out of range (IEEE 754 binary64) at metadata.n[2]",
   /// "number out of range (underflows IEEE 754 binary64 to zero) at x",
   /// "integer of 30

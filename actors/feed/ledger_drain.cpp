@@ -706,17 +706,19 @@ drain_next ledger_drain::finish(bool failed) {
   // wakes meanwhile wait for it rather than hammer a failing endpoint.
   if (failed)
     return arm_redrain(retry_attempt_);
+  bool below = target_ && cursor_ < *target_;
   // A new session's drain is dropped when the cursor has reached the head
-  // its hello gave (on_hello), unless a wake brought news meanwhile: then
-  // it runs at once, as it did before the hello, and serves the news too.
-  if (settle_head_ && pending_connect_only_ && !pending_news_
+  // its hello gave (on_hello) and every target known (an earlier session's
+  // hello, a wake's hint: a hub replica that answers lower does not hide
+  // them), unless a wake brought news meanwhile: then it runs at once, as
+  // it did before the hello, and serves the news too.
+  if (settle_head_ && pending_connect_only_ && !pending_news_ && !below
       && cursor_ >= *settle_head_) {
     pending_ = false;
     pending_request_ = false;
     pending_connect_only_ = false;
   }
   settle_head_.reset();
-  bool below = target_ && cursor_ < *target_;
   // A drain was requested meanwhile (a new session, a hello, a poll tick:
   // at most one per connection or poll interval), or a wake brought news
   // after a drain that moved the cursor (events are flowing): read again

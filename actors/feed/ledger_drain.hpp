@@ -278,7 +278,8 @@ public:
   /// cursor). A new epoch decides a rewind; a head below the cursor asks
   /// the replay to confirm one; a head above it is a wake target. A drain
   /// that only a new session queued behind the page in flight is settled
-  /// when that page ends with the cursor at or past the hello's head: the
+  /// when that page ends with the cursor at or past the hello's head (and
+  /// every target known: an earlier hello's, a wake's hint): the
   /// page read all that existed when the session subscribed, and the
   /// session's wakes announce what comes after (a hello without a head
   /// settles nothing; news from a wake meanwhile keeps the drain).

@@ -611,3 +611,15 @@ TEST(JsonParse, EscapedFormsOfASecret) {
             (v{R"(a"b\c)", R"(a\"b\\c)", R"(a\\\"b\\\\c)"}));
   EXPECT_EQ(json_escaped_forms("a\x01", 1), (v{"a\x01", "a\\u0001"}));
 }
+
+TEST(JsonParse, ASyntaxErrorSaysWhereItStopped) {
+  auto r = parse_json("{a");
+  EXPECT_EQ(r.error, json_parse_error::syntax);
+  EXPECT_EQ(r.detail, "syntax error at byte 1");
+  r = parse_json(R"({"a":)");
+  EXPECT_EQ(r.error, json_parse_error::syntax);
+  EXPECT_EQ(r.detail.substr(r.detail.size() - 10), " at byte 5") << r.detail;
+  r = parse_json("[1] x");
+  EXPECT_EQ(r.error, json_parse_error::syntax);
+  EXPECT_NE(r.detail.find(" at byte 4"), std::string::npos) << r.detail;
+}

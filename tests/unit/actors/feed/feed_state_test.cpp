@@ -574,6 +574,18 @@ TEST(LedgerDrain, AHelloSettlesNothingButTheConnectsOwnDrain) {
     d.request(drain_trigger::connect);
     EXPECT_EQ(deliver_all(d, page({}, 0)).what, drain_next::kind::fetch);
   }
+  // A target the cursor has not reached (an earlier session's hello, here
+  // higher than the last one's, as from a lagging replica; or a wake's
+  // hint) keeps the drain: those events are known to exist.
+  {
+    ledger_drain d{0, 10, 30s};
+    d.request(drain_trigger::start);
+    d.request(drain_trigger::connect);
+    d.on_hello(std::string{"e1"}, int64_t{5});
+    d.request(drain_trigger::connect);
+    d.on_hello(std::string{"e1"}, int64_t{2});
+    EXPECT_EQ(deliver_all(d, page({1, 2}, 2)).what, drain_next::kind::fetch);
+  }
   // A new incarnation rewinds whatever the head says.
   {
     ledger_drain d{0, 10, 30s};
