@@ -286,8 +286,17 @@ void print_to(const std::shared_ptr<watch_sink>& sink,
     std::lock_guard<std::mutex> lock{sink->mu};
     if (sink->done())
       return;
+    // One shape in every tier: the model that delivered it and its
+    // position (ledger: the event's id; in-frame: the frame's seq), then the
+    // event as the hub sent it (a replay page's element, or the whole event
+    // frame: feed_event::event).
     boost::json::object o;
     o["type"] = "event";
+    o["mode"] = to_string(e.mode);
+    if (e.mode == feed_mode::ledger)
+      o["id"] = opt_json(e.id);
+    else
+      o["seq"] = opt_json(e.seq);
     o["event"] = e.event;
     *sink->out << boost::json::serialize(o) << '\n' << std::flush;
     ++sink->events;
@@ -397,9 +406,14 @@ boost::json::object by_reason(const std::array<uint64_t, N>& counts) {
 
 /// The summary line's object, but for the failures and the outcome.
 boost::json::object summary_of(const feed_stats& st, uint64_t events,
-                               uint64_t resets) {
+                               uint64_t resets, bool has_replay) {
   boost::json::object sum;
-  sum["cursor"] = st.cursor;
+  // Without a replay path there is no ledger cursor (null, as last_seq is
+  // without in-frame events).
+  if (has_replay)
+    sum["cursor"] = st.cursor;
+  else
+    sum["cursor"] = nullptr;
   sum["last_seq"] = opt_json(st.last_seq);
   sum["events"] = events;
   sum["resets"] = resets;
@@ -441,7 +455,7 @@ feed_failure gave_up_failure(const watch_options& opts, error_kind kind,
 
 /// Writes the summary (and the give-up reason) to `err`; the exit code.
 int report(const watch_options& opts, const feed_stats& st, watch_sink& sink,
-           bool gave_up, std::ostream& err) {
+           bool gave_up, bool has_replay, std::ostream& err) {
   std::optional<error_kind> last_error;
   int last_status = 0;
   std::string last_failure;
@@ -449,7 +463,7 @@ int report(const watch_options& opts, const feed_stats& st, watch_sink& sink,
   {
     std::lock_guard<std::mutex> lock{sink.mu};
     sink.closed = true;
-    sum = summary_of(st, sink.events, sink.resets);
+    sum = summary_of(st, sink.events, sink.resets, has_replay);
     sum["failures"] = sink.failures;
     sum["failures_suppressed"] = sink.throttle.suppressed();
     last_failure = sink.last_failure;
@@ -518,7 +532,7 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     w = nullptr;
     wo = {};
     end_actors(sys, {caf::actor_cast<caf::actor>(client)});
-    return report(opts, st, *sink, gave_up, err);
+    return report(opts, st, *sink, gave_up, fc.has_replay(), err);
   } catch (const config_error& e) {
     err << redact(usage_error_json("config_error", e.what()), secrets) << '\n';
     return usage_exit_code;

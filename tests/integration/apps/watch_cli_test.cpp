@@ -89,6 +89,9 @@ std::vector<int64_t> event_ids(const std::string& out) {
   for (auto& l : lines_of(out)) {
     auto v = json::parse(l).as_object();
     EXPECT_EQ(v.at("type").as_string(), "event") << l;
+    // A ledger line says its model and carries the event's id beside it.
+    EXPECT_EQ(v.at("mode").as_string(), "ledger") << l;
+    EXPECT_EQ(v.at("id"), v.at("event").at("id")) << l;
     ids.push_back(v.at("event").at("id").as_int64());
   }
   return ids;
@@ -859,8 +862,16 @@ TEST(WatchCliFrames, AFrameTooDeepIsAResetCountedByReasonInTheSummary) {
   auto r = json::parse(lines[0]).as_object();
   EXPECT_EQ(r.at("cause"), "undeliverable") << lines[0];
   EXPECT_EQ(r.at("event_id").as_int64(), 1);
-  EXPECT_EQ(json::parse(lines[1]).at("event").at("seq").as_int64(), 2);
+  // The same line shape as a ledger event: model, position, the frame.
+  auto e = json::parse(lines[1]).as_object();
+  EXPECT_EQ(e.at("type").as_string(), "event") << lines[1];
+  EXPECT_EQ(e.at("mode").as_string(), "catchup") << lines[1];
+  EXPECT_EQ(e.at("seq").as_int64(), 2) << lines[1];
+  EXPECT_FALSE(e.contains("id")) << lines[1];
+  EXPECT_EQ(e.at("event").at("seq").as_int64(), 2);
   auto sum = summary_of(w.err());
+  // No replay path: no ledger cursor (null, not a cursor of 0).
+  EXPECT_TRUE(sum.at("cursor").is_null()) << w.err();
   EXPECT_EQ(sum.at("unreadable_frames").as_int64(), 1) << w.err();
   EXPECT_EQ(sum.at("unreadable_frames_by_reason"),
             json::parse(R"({"too_deep":1})"))
@@ -882,8 +893,16 @@ TEST(WatchCliFrames, JsonMaxDepthLetsADeeperFrameThrough) {
   deep_ok.max_depth = 256; // Boost.JSON's default is 32
   EXPECT_EQ(json::parse(lines[0], {}, deep_ok).at("event").at("seq").as_int64(),
             1);
-  EXPECT_EQ(json::parse(lines[1]).at("event").at("seq").as_int64(), 2);
+  // The same line shape as a ledger event: model, position, the frame.
+  auto e = json::parse(lines[1]).as_object();
+  EXPECT_EQ(e.at("type").as_string(), "event") << lines[1];
+  EXPECT_EQ(e.at("mode").as_string(), "catchup") << lines[1];
+  EXPECT_EQ(e.at("seq").as_int64(), 2) << lines[1];
+  EXPECT_FALSE(e.contains("id")) << lines[1];
+  EXPECT_EQ(e.at("event").at("seq").as_int64(), 2);
   auto sum = summary_of(w.err());
+  // No replay path: no ledger cursor (null, not a cursor of 0).
+  EXPECT_TRUE(sum.at("cursor").is_null()) << w.err();
   EXPECT_EQ(sum.at("unreadable_frames").as_int64(), 0) << w.err();
   EXPECT_TRUE(sum.at("unreadable_frames_by_reason").as_object().empty());
 }
