@@ -32,12 +32,13 @@ CAF_BEGIN_TYPE_ID_BLOCK(outbound, caf::first_custom_type_id)
   CAF_ADD_ATOM(outbound, outbound, retry_atom, "retry")
   CAF_ADD_ATOM(outbound, outbound, stats_atom, "stats")
   // Feed watcher (actors/feed/): stop request, subscriber acknowledgement,
-  // and its own timers (each carries a token; stale ones are dropped).
+  // and its own timers (a token or, for tick_atom, the fire time: stale
+  // ones are dropped).
   CAF_ADD_ATOM(outbound, outbound, stop_atom, "stop")
   CAF_ADD_ATOM(outbound, outbound, ack_atom, "ack")
   CAF_ADD_ATOM(outbound, outbound, poll_atom, "feed_poll")
   CAF_ADD_ATOM(outbound, outbound, redrain_atom, "redrain")
-  CAF_ADD_ATOM(outbound, outbound, keepalive_atom, "keepalive")
+  CAF_ADD_ATOM(outbound, outbound, tick_atom, "feed_tick")
   CAF_ADD_ATOM(outbound, outbound, reconnect_atom, "reconnect")
   // Feed watcher hooks of a feed group: a new fence deadline
   // (feed_watcher_actor) and the watcher's progress-report timer.

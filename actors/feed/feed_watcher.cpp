@@ -6,6 +6,7 @@
 #include "actors/feed/ledger_drain.hpp"
 #include "actors/feed/mode_negotiator.hpp"
 #include "actors/feed/reconnect_backoff.hpp"
+#include "actors/feed/timer_slots.hpp"
 #include "actors/feed/wake_intake.hpp"
 #include "config/config_error.hpp"
 #include "core/request_builder.hpp"
@@ -232,7 +233,9 @@ struct watcher_state {
   caf::actor_clock::time_point opened_at;
   uint64_t messages = 0;
   bool connected = false;
-  uint64_t ka_token = 0;
+  /// The keepalive check (the handshake guard while connecting) and the
+  /// poll tick, served by one clock timer (timer_slots.hpp).
+  timer_slots timers;
   uint64_t reconnect_token = 0;
   bool dialled_before = false;
 
@@ -250,7 +253,6 @@ struct watcher_state {
   std::size_t in_flight = 0;
   std::size_t frames_queued = 0;
   std::size_t frames_bytes = 0;
-  uint64_t poll_token = 0;
   uint64_t frame_resets = 0;
   std::array<uint64_t, reset_cause_count> frame_resets_by_cause{};
   /// The feed was reached (feed_stats::reached).
@@ -300,13 +302,13 @@ struct watcher_state {
 
 /// The watcher's own interface: the public one plus `ws_event` (a report of
 /// its WebSocket session, sent by the session's handler; events of an old
-/// session are dropped) and its timers `(poll_atom | redrain_atom |
-/// keepalive_atom | reconnect_atom, token)` (stale tokens are dropped).
+/// session are dropped) and its timers: `(tick_atom, fire time)` for the
+/// keepalive check and the poll tick (timer_slots), `(redrain_atom |
+/// reconnect_atom | progress_atom, token)` (stale tokens are dropped).
 /// Spawned with this one, handed out as feed_watcher_actor.
 using watcher_impl_actor = feed_watcher_actor::extend<
   caf::reacts_to<ws_event>, caf::reacts_to<ahead_ready>,
-  caf::reacts_to<poll_atom, uint64_t>, caf::reacts_to<redrain_atom, uint64_t>,
-  caf::reacts_to<keepalive_atom, uint64_t>,
+  caf::reacts_to<tick_atom, uint64_t>, caf::reacts_to<redrain_atom, uint64_t>,
   caf::reacts_to<reconnect_atom, uint64_t>,
   caf::reacts_to<progress_atom, uint64_t>>;
 
@@ -826,10 +828,36 @@ void send_fetch(self_ptr self, uint64_t token) {
           });
 }
 
+// Arms the one clock timer of timer_slots when no pending one fires by the
+// earliest deadline; the message carries its fire time (nanoseconds of the
+// actor clock), so that the firing is known for the one it is.
+void arm_timer(self_ptr self) {
+  auto& st = self->state;
+  auto at = st.timers.arm();
+  if (!at)
+    return;
+  auto now = self->clock().now();
+  auto delay = *at > now ? *at - now : caf::actor_clock::duration_type{0};
+  self->delayed_send(self, delay, tick_atom_v,
+                     static_cast<uint64_t>(at->time_since_epoch().count()));
+}
+
 void schedule_poll(self_ptr self) {
   auto& st = self->state;
-  self->delayed_send(self, feed_seconds(st.cfg.poll_interval), poll_atom_v,
-                     ++st.poll_token);
+  st.timers.set(timer_slot::poll,
+                self->clock().now() + feed_seconds(st.cfg.poll_interval));
+  arm_timer(self);
+}
+
+// The poll tick: a replay read in case a wake was lost.
+void on_poll(self_ptr self) {
+  auto& st = self->state;
+  if (st.phase == ws_phase::stopped || st.draining)
+    return; // and no further tick
+  schedule_poll(self);
+  fold_wakes(self);
+  request_drain(self, drain_trigger::poll);
+  refresh_gate(self);
 }
 
 // -- delivery ----------------------------------------------------------------------
@@ -1052,10 +1080,8 @@ void enqueue_frame_event(self_ptr self, parsed_message& m,
 // -- WebSocket ---------------------------------------------------------------------
 
 void arm_keepalive(self_ptr self, caf::actor_clock::time_point at) {
-  auto& st = self->state;
-  auto now = self->clock().now();
-  auto delay = at > now ? at - now : caf::actor_clock::duration_type{0};
-  self->delayed_send(self, delay, keepalive_atom_v, ++st.ka_token);
+  self->state.timers.set(timer_slot::keepalive, at);
+  arm_timer(self);
 }
 
 void schedule_reconnect(self_ptr self) {
@@ -1073,7 +1099,7 @@ void end_session(self_ptr self, bool close_it) {
   if (close_it && *st.session)
     (*st.session)->close();
   st.session->reset();
-  ++st.ka_token; // disarm the keepalive / handshake guard
+  st.timers.clear(timer_slot::keepalive); // the keepalive / handshake guard
   if (st.opened)
     ++st.counters.disconnects;
   st.connected = false;
@@ -1232,7 +1258,7 @@ void on_ws_opened(self_ptr self, caf::actor_clock::time_point now) {
   if (auto first = st.ka->on_open(now))
     arm_keepalive(self, *first);
   else
-    ++st.ka_token; // no keepalive: disarm the handshake guard
+    st.timers.clear(timer_slot::keepalive); // no keepalive: no guard either
   if (st.neg->on_open() == open_decision::enter_ledger) {
     st.connected = true;
     request_drain(self, drain_trigger::connect);
@@ -1466,10 +1492,8 @@ void dial(self_ptr self) {
                         + std::chrono::seconds{1});
 }
 
-void on_keepalive(self_ptr self, uint64_t token) {
+void on_keepalive(self_ptr self) {
   auto& st = self->state;
-  if (token != st.ka_token)
-    return;
   if (st.phase == ws_phase::connecting) {
     end_session(self, true);
     return;
@@ -1569,10 +1593,14 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
   });
   if (st.drain) {
     request_drain(self, drain_trigger::start);
-    schedule_poll(self);
+    // The first poll tick: one timer is armed below, or by the dial for
+    // whichever of the tick and the handshake guard comes first.
+    st.timers.set(timer_slot::poll,
+                  self->clock().now() + feed_seconds(st.cfg.poll_interval));
   }
   if (st.cfg.has_ws())
     dial(self);
+  arm_timer(self);
   return {
     [self](stats_atom) { return make_stats(self); },
     [self](stop_atom) {
@@ -1602,15 +1630,17 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
       st.ahead.reset();
       on_fetch_answer(self, r.fetch_token, o);
     },
-    [self](poll_atom, uint64_t token) {
+    [self](tick_atom, uint64_t fired_at) {
       auto& st = self->state;
-      if (token != st.poll_token || st.phase == ws_phase::stopped
-          || st.draining)
-        return;
-      schedule_poll(self);
-      fold_wakes(self);
-      request_drain(self, drain_trigger::poll);
-      refresh_gate(self);
+      auto at = caf::actor_clock::time_point{
+        caf::actor_clock::duration_type{static_cast<int64_t>(fired_at)}};
+      for (auto slot : st.timers.due(at, self->clock().now())) {
+        if (slot == timer_slot::keepalive)
+          on_keepalive(self);
+        else
+          on_poll(self);
+      }
+      arm_timer(self);
     },
     [self](redrain_atom, uint64_t id) {
       fold_wakes(self);
@@ -1618,7 +1648,6 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
         act(self, self->state.drain->on_redrain_timer(id));
       refresh_gate(self);
     },
-    [self](keepalive_atom, uint64_t token) { on_keepalive(self, token); },
     [self](progress_atom, uint64_t token) {
       auto& st = self->state;
       if (token != st.progress_token)

@@ -8,6 +8,7 @@
 #include "actors/feed/ledger_drain.hpp"
 #include "actors/feed/mode_negotiator.hpp"
 #include "actors/feed/reconnect_backoff.hpp"
+#include "actors/feed/timer_slots.hpp"
 #include "config/config_error.hpp"
 
 #include <boost/json/parse.hpp>
@@ -733,6 +734,104 @@ TEST(ReconnectBackoff, SessionHealthClassification) {
 
 // -- keepalive
 // --------------------------------------------------------------------
+
+// -- timer_slots
+// ----------------------------------------------------------------
+
+namespace {
+
+feed_time at_s(int64_t s) {
+  return feed_time{std::chrono::seconds{s}};
+}
+
+std::vector<timer_slot> slots_of(const due_slots& d) {
+  return {d.begin(), d.end()};
+}
+
+} // namespace
+
+TEST(TimerSlots, AConnectArmsOneTimerForTheGuardTheKeepaliveAndThePoll) {
+  // The default watcher: poll tick at 30 s, handshake guard at 6 s, the
+  // session opens and its first keepalive check is due at 20 s.
+  timer_slots t;
+  t.set(timer_slot::poll, at_s(30));
+  t.set(timer_slot::keepalive, at_s(6));
+  EXPECT_EQ(t.arm(), at_s(6));
+  t.set(timer_slot::keepalive, at_s(20)); // opened: the guard is replaced
+  EXPECT_EQ(t.arm(), std::nullopt) << "the 6 s timer fires first";
+  EXPECT_EQ(t.pending(), 1u);
+  // At 6 s nothing is due: one timer for the earliest left.
+  EXPECT_TRUE(slots_of(t.due(at_s(6), at_s(6))).empty());
+  EXPECT_EQ(t.arm(), at_s(20));
+  EXPECT_EQ(slots_of(t.due(at_s(20), at_s(20))),
+            std::vector<timer_slot>{timer_slot::keepalive});
+  t.set(timer_slot::keepalive, at_s(40));
+  EXPECT_EQ(t.arm(), at_s(30));
+  EXPECT_EQ(slots_of(t.due(at_s(30), at_s(30))),
+            std::vector<timer_slot>{timer_slot::poll});
+  t.set(timer_slot::poll, at_s(60));
+  EXPECT_EQ(t.arm(), at_s(40));
+  EXPECT_EQ(t.pending(), 1u);
+}
+
+TEST(TimerSlots, AnEarlierDeadlineArmsItsOwnTimerAndTheLaterOneStillServes) {
+  timer_slots t;
+  t.set(timer_slot::poll, at_s(30));
+  EXPECT_EQ(t.arm(), at_s(30));
+  t.set(timer_slot::keepalive, at_s(6));
+  EXPECT_EQ(t.arm(), at_s(6));
+  EXPECT_EQ(t.pending(), 2u);
+  EXPECT_EQ(slots_of(t.due(at_s(6), at_s(6))),
+            std::vector<timer_slot>{timer_slot::keepalive});
+  // The poll's own timer is still pending: nothing more to arm.
+  EXPECT_EQ(t.arm(), std::nullopt);
+  EXPECT_EQ(slots_of(t.due(at_s(30), at_s(30))),
+            std::vector<timer_slot>{timer_slot::poll});
+  EXPECT_EQ(t.pending(), 0u);
+  EXPECT_EQ(t.arm(), std::nullopt) << "nothing set";
+}
+
+TEST(TimerSlots, ADeadlineIsDueOnlyByItsCurrentValue) {
+  timer_slots t;
+  t.set(timer_slot::keepalive, at_s(10));
+  EXPECT_EQ(t.arm(), at_s(10));
+  t.set(timer_slot::keepalive, at_s(15)); // moved later
+  EXPECT_TRUE(slots_of(t.due(at_s(10), at_s(10))).empty());
+  EXPECT_EQ(t.arm(), at_s(15));
+  t.clear(timer_slot::keepalive); // a session ended
+  EXPECT_TRUE(slots_of(t.due(at_s(15), at_s(15))).empty());
+  EXPECT_EQ(t.arm(), std::nullopt);
+  EXPECT_EQ(t.deadline(timer_slot::keepalive), std::nullopt);
+  EXPECT_EQ(t.pending(), 0u);
+}
+
+TEST(TimerSlots, ALateFiringReportsEveryDeadlinePassedEarliestFirst) {
+  timer_slots t;
+  t.set(timer_slot::poll, at_s(5));
+  t.set(timer_slot::keepalive, at_s(7));
+  EXPECT_EQ(t.arm(), at_s(5));
+  // Fired late (a virtual clock moved past both, a busy clock thread).
+  EXPECT_EQ(slots_of(t.due(at_s(5), at_s(9))),
+            (std::vector<timer_slot>{timer_slot::poll, timer_slot::keepalive}));
+  EXPECT_EQ(t.deadline(timer_slot::poll), std::nullopt);
+  // Reversed deadlines, and a tie (the keepalive first).
+  t.set(timer_slot::poll, at_s(12));
+  t.set(timer_slot::keepalive, at_s(11));
+  EXPECT_EQ(t.arm(), at_s(11));
+  EXPECT_EQ(slots_of(t.due(at_s(11), at_s(20))),
+            (std::vector<timer_slot>{timer_slot::keepalive, timer_slot::poll}));
+  t.set(timer_slot::poll, at_s(25));
+  t.set(timer_slot::keepalive, at_s(25));
+  EXPECT_EQ(t.arm(), at_s(25));
+  EXPECT_EQ(slots_of(t.due(at_s(25), at_s(25))),
+            (std::vector<timer_slot>{timer_slot::keepalive, timer_slot::poll}));
+  // A deadline not yet reached stays.
+  t.set(timer_slot::poll, at_s(40));
+  EXPECT_EQ(t.arm(), at_s(40));
+  EXPECT_TRUE(slots_of(t.due(at_s(40), at_s(39))).empty());
+  EXPECT_EQ(t.deadline(timer_slot::poll), at_s(40));
+  EXPECT_EQ(t.arm(), at_s(40)) << "the early firing is no longer pending";
+}
 
 TEST(Keepalive, PingsEveryIntervalAndDeclaresDeadAfterThreeSilentOnes) {
   keepalive_state k{20s, 0s};

@@ -14,6 +14,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <caf/actor_cast.hpp>
+#include <caf/detail/simple_actor_clock.hpp>
 #include <caf/event_based_actor.hpp>
 
 #include <gtest/gtest.h>
@@ -157,6 +158,18 @@ protected:
     return sub_;
   }
 
+  /// Delayed messages the clock holds for the watcher (its timers).
+  std::size_t watcher_timers() {
+    using clock = caf::detail::simple_actor_clock;
+    auto self = caf::actor_cast<caf::strong_actor_ptr>(w);
+    std::size_t n = 0;
+    for (auto& entry : sched_->clock().schedule())
+      if (entry.second->subtype == clock::actor_msg_type
+          && static_cast<clock::actor_msg&>(*entry.second).receiver == self)
+        ++n;
+    return n;
+  }
+
   feed_config cfg;
   client_config ccfg;
   std::shared_ptr<fake_ledger> ledger = std::make_shared<fake_ledger>();
@@ -294,6 +307,30 @@ TEST_F(FeedWatcher, LostWakeIsHealedByThePollTickAtExactlyPollInterval) {
   advance_to(t0_ + 30s);
   ASSERT_EQ(subs->ids(), (ids{1, 2, 3}));
   EXPECT_EQ(subs->got.back().at - t0_, 30s);
+}
+
+TEST_F(FeedWatcher, AConnectArmsOneClockTimerForGuardKeepaliveAndPoll) {
+  // Defaults: handshake guard at 5 s + 1 s, first keepalive check at 20 s
+  // after the open, poll tick at 30 s. One clock timer serves all three
+  // (timer_slots.hpp); each of them used to arm its own.
+  ledger->append_to(2);
+  start();
+  EXPECT_EQ(watcher_timers(), 1u) << "the guard's";
+  ws->last().open();
+  run();
+  EXPECT_EQ(subs->ids(), (ids{1, 2}));
+  EXPECT_EQ(watcher_timers(), 1u) << "still the guard's";
+  // Each deadline still comes at its own time.
+  advance_to(t0_ + 20s - 1ns);
+  EXPECT_EQ(ws->last().pings, 0);
+  advance_to(t0_ + 20s);
+  EXPECT_EQ(ws->last().pings, 1);
+  ledger->append_to(3); // its wake is lost: the poll tick reads it
+  advance_to(t0_ + 30s - 1ns);
+  EXPECT_EQ(subs->ids(), (ids{1, 2}));
+  advance_to(t0_ + 30s);
+  EXPECT_EQ(subs->ids(), (ids{1, 2, 3}));
+  EXPECT_EQ(watcher_timers(), 1u) << "the 40 s keepalive's";
 }
 
 TEST_F(FeedWatcher, WakeTargetNotYetVisibleReDrainsOnADoublingBackoff) {
