@@ -163,8 +163,9 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
     "watch", "Follow a change feed: one JSON line per event or reset on "
              "stdout, a summary line on stderr on exit");
   cmd->footer(
-    "Output: {\"type\":\"event\",\"event\":{...}} or {\"type\":\"reset\","
-    "...} per line.\nEnds after --count events, after --duration seconds, "
+    "Output: {\"type\":\"event\",\"mode\":...,\"id\"|\"seq\":...,"
+    "\"event\":{...}} or {\"type\":\"reset\",...} per line.\nEnds after "
+    "--count events, after --duration seconds, "
     "or on SIGINT/SIGTERM: the watcher stops, the summary goes to stderr.\n"
     "Failures (replay errors, unreadable pages, WebSocket failures) are "
     "JSON lines on stderr as they happen, one per distinct cause (a "

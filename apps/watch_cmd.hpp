@@ -1,8 +1,9 @@
 #pragma once
 
 // `outbound watch [options] BASE_URL`: one feed watcher against a
-// hub, one JSON line per delivery on stdout (`{"type":"event","event":...}`
-// or `{"type":"reset",...}`), one summary line on stderr on exit.
+// hub, one JSON line per delivery on stdout (`{"type":"event","mode",
+// "id"|"seq","event"}` or `{"type":"reset",...}`), one summary line on
+// stderr on exit.
 
 #include "actors/feed/feed_config.hpp"
 #include "config/client_config.hpp"

@@ -1634,7 +1634,12 @@ watcher_impl(self_ptr self, feed_config cfg, feed_watcher_options opts,
       auto& st = self->state;
       auto at = caf::actor_clock::time_point{
         caf::actor_clock::duration_type{static_cast<int64_t>(fired_at)}};
-      for (auto slot : st.timers.due(at, self->clock().now())) {
+      // Only what was due when the timer fired: a deadline passed while
+      // this message waited in the mailbox comes with a timer of its own,
+      // behind what arrived before it (an open, a pong), as when each
+      // deadline had its own timer.
+      auto cutoff = std::min(at, self->clock().now());
+      for (auto slot : st.timers.due(at, cutoff)) {
         if (slot == timer_slot::keepalive)
           on_keepalive(self);
         else

@@ -333,6 +333,46 @@ TEST_F(FeedWatcher, AConnectArmsOneClockTimerForGuardKeepaliveAndPoll) {
   EXPECT_EQ(watcher_timers(), 1u) << "the 40 s keepalive's";
 }
 
+// A late timer handles only what was due when it fired: what arrived before
+// a deadline that passed meanwhile is handled first, as when each deadline
+// had its own timer (both found by a reviewer of the shared timer).
+TEST_F(FeedWatcher, AnOpenQueuedBeforeTheGuardDeadlineIsNotKilledByALateTick) {
+  cfg.poll_interval = 2.0;
+  ledger->append_to(1);
+  start();
+  auto& clk = sched_->clock();
+  ASSERT_TRUE(clk.has_pending_timeout());
+  ASSERT_EQ(clk.schedule().begin()->first, t0_ + 2s);
+  clk.trigger_timeout(); // the 2 s tick is queued, not run
+  clk.current_time = t0_ + 5900ms;
+  ws->last().open(); // queued behind the tick, before the 6 s guard
+  clk.current_time = t0_ + 6100ms;
+  run();
+  EXPECT_EQ(ws->sessions.size(), 1u);
+  EXPECT_FALSE(ws->last().closed) << "an open in time was killed by the guard";
+  auto s = stats();
+  EXPECT_EQ(s.connects, 1u);
+  EXPECT_EQ(s.disconnects, 0u);
+}
+
+TEST_F(FeedWatcher, ActivityQueuedBeforeTheSilenceDeadlineKeepsTheSession) {
+  cfg.poll_interval = 59.999;
+  ledger->append_to(1);
+  start();
+  ws->last().open();
+  run();
+  auto& clk = sched_->clock();
+  advance_to(t0_ + 59998ms); // pings at 20 s and 40 s, no pongs
+  ASSERT_EQ(clk.schedule().begin()->first, t0_ + 59999ms);
+  clk.trigger_timeout(); // the poll tick, queued
+  clk.current_time = t0_ + 59999500us;
+  ws->last().activity(); // proof of life, queued behind the tick
+  clk.current_time = t0_ + 60001ms;
+  run();
+  EXPECT_FALSE(ws->last().closed);
+  EXPECT_EQ(stats().peer_timeouts, 0u);
+}
+
 TEST_F(FeedWatcher, WakeTargetNotYetVisibleReDrainsOnADoublingBackoff) {
   cfg.limit = 10;
   ledger->append_to(5);
