@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <random>
 #include <set>
 
 using namespace outbound;
@@ -831,6 +833,75 @@ TEST(TimerSlots, ALateFiringReportsEveryDeadlinePassedEarliestFirst) {
   EXPECT_TRUE(slots_of(t.due(at_s(40), at_s(39))).empty());
   EXPECT_EQ(t.deadline(timer_slot::poll), at_s(40));
   EXPECT_EQ(t.arm(), at_s(40)) << "the early firing is no longer pending";
+}
+
+// Randomized against the model it replaces, one timer per deadline: at
+// every step each deadline set has a timer pending at or before it (no
+// stall), the pending count is the timers really armed, a firing hands out
+// only deadlines it reached (none early), and with timers handled on time
+// no deadline passes unhandled (none late). Seeded: the same runs each
+// time.
+TEST(TimerSlots, RandomSequencesNeverStallFireEarlyOrLate) {
+  using std::chrono::milliseconds;
+  auto T = [](int64_t ms) {
+    return feed_time{milliseconds{ms}};
+  };
+  for (uint64_t seed = 1; seed <= 400; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng{seed};
+    auto rnd = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>{lo, hi}(rng);
+    };
+    bool lag = seed % 2 == 0; // firings handled up to 500 ms late
+    timer_slots sut;
+    std::multiset<int64_t> timers; // the clock's pending fire times
+    std::array<std::optional<int64_t>, timer_slot_count> model{};
+    int64_t now = 0;
+    auto arm = [&] {
+      if (auto a = sut.arm())
+        timers.insert(a->time_since_epoch() / milliseconds{1});
+    };
+    for (int step = 0; step < 300; ++step) {
+      for (std::size_t k = 0; k < timer_slot_count; ++k)
+        if (model[k])
+          ASSERT_TRUE(!timers.empty() && *timers.begin() <= *model[k])
+            << "slot " << k << " due at " << *model[k] << " has no timer";
+      ASSERT_EQ(sut.pending(), timers.size());
+      auto next_op = now + rnd(0, 3000);
+      if (!timers.empty() && *timers.begin() <= next_op) {
+        auto fired = *timers.begin();
+        timers.erase(timers.begin());
+        now = std::max(now, fired) + (lag ? rnd(0, 500) : 0);
+        // As the watcher: only what was due when the timer fired.
+        for (auto s : sut.due(T(fired), T(std::min(fired, now)))) {
+          auto k = static_cast<std::size_t>(s);
+          ASSERT_TRUE(model[k] && *model[k] <= fired) << "early, slot " << k;
+          model[k].reset();
+          if (rnd(0, 3) != 0) {
+            model[k] = now + rnd(0, 4000);
+            sut.set(s, T(*model[k]));
+          }
+        }
+        arm();
+      } else {
+        now = next_op;
+        for (std::size_t k = 0; k < timer_slot_count; ++k)
+          if (!lag && model[k])
+            ASSERT_GE(*model[k], now) << "late, slot " << k;
+        auto s = static_cast<timer_slot>(rnd(0, 1));
+        auto k = static_cast<std::size_t>(s);
+        if (rnd(0, 4) == 0) {
+          sut.clear(s);
+          model[k].reset();
+        } else {
+          model[k] = now + rnd(0, 5000);
+          sut.set(s, T(*model[k]));
+        }
+        arm();
+      }
+      ASSERT_LE(sut.pending(), 8u) << "pending timers pile up";
+    }
+  }
 }
 
 TEST(Keepalive, PingsEveryIntervalAndDeclaresDeadAfterThreeSilentOnes) {
