@@ -835,6 +835,17 @@ bool starts_with(const std::string& s, const std::string& prefix) {
   return s.rfind(prefix, 0) == 0;
 }
 
+/// An in-frame event line has a ledger event's shape: the model, the
+/// position beside the event (`seq`, no `id`), then the frame itself.
+void expect_catchup_line(const std::string& line, int64_t seq) {
+  auto e = json::parse(line).as_object();
+  EXPECT_EQ(e.at("type").as_string(), "event") << line;
+  EXPECT_EQ(e.at("mode").as_string(), "catchup") << line;
+  EXPECT_EQ(e.at("seq").as_int64(), seq) << line;
+  EXPECT_FALSE(e.contains("id")) << line;
+  EXPECT_EQ(e.at("event").at("seq").as_int64(), seq) << line;
+}
+
 /// A catchup hub that sends event 1 nested `depth` deep, then event 2.
 std::vector<script> deep_catchup(int depth) {
   auto frames
@@ -862,13 +873,7 @@ TEST(WatchCliFrames, AFrameTooDeepIsAResetCountedByReasonInTheSummary) {
   auto r = json::parse(lines[0]).as_object();
   EXPECT_EQ(r.at("cause"), "undeliverable") << lines[0];
   EXPECT_EQ(r.at("event_id").as_int64(), 1);
-  // The same line shape as a ledger event: model, position, the frame.
-  auto e = json::parse(lines[1]).as_object();
-  EXPECT_EQ(e.at("type").as_string(), "event") << lines[1];
-  EXPECT_EQ(e.at("mode").as_string(), "catchup") << lines[1];
-  EXPECT_EQ(e.at("seq").as_int64(), 2) << lines[1];
-  EXPECT_FALSE(e.contains("id")) << lines[1];
-  EXPECT_EQ(e.at("event").at("seq").as_int64(), 2);
+  expect_catchup_line(lines[1], 2);
   auto sum = summary_of(w.err());
   // No replay path: no ledger cursor (null, not a cursor of 0).
   EXPECT_TRUE(sum.at("cursor").is_null()) << w.err();
@@ -893,13 +898,7 @@ TEST(WatchCliFrames, JsonMaxDepthLetsADeeperFrameThrough) {
   deep_ok.max_depth = 256; // Boost.JSON's default is 32
   EXPECT_EQ(json::parse(lines[0], {}, deep_ok).at("event").at("seq").as_int64(),
             1);
-  // The same line shape as a ledger event: model, position, the frame.
-  auto e = json::parse(lines[1]).as_object();
-  EXPECT_EQ(e.at("type").as_string(), "event") << lines[1];
-  EXPECT_EQ(e.at("mode").as_string(), "catchup") << lines[1];
-  EXPECT_EQ(e.at("seq").as_int64(), 2) << lines[1];
-  EXPECT_FALSE(e.contains("id")) << lines[1];
-  EXPECT_EQ(e.at("event").at("seq").as_int64(), 2);
+  expect_catchup_line(lines[1], 2);
   auto sum = summary_of(w.err());
   // No replay path: no ledger cursor (null, not a cursor of 0).
   EXPECT_TRUE(sum.at("cursor").is_null()) << w.err();
