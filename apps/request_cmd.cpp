@@ -124,7 +124,10 @@ std::pair<std::string, path_and_query> split_url(const std::string& url) {
                               ? "'" + url + "'"
                               : std::string{"(not shown: it may carry user "
                                             "info)"})
-                         + " (use --env PREFIX to give only a path)");
+                         + (url.empty() || url[0] == '/'
+                              ? " (use --env PREFIX to give only a path)"
+                              : " (begin it with http:// or https://, or use "
+                                "--env PREFIX to give only a path)"));
   // User info is refused before the authority is cut at '?' or '#': in
   // "http://u:pw?x@host/" the text up to the first '/' is what the user meant
   // as the authority, and its password must not end up as a "port" in an
@@ -266,7 +269,12 @@ void drain(caf::actor_system& sys, const verbose_observer_actor& obs) {
 call_request make_request(const request_options& opts, path_and_query target,
                           const client_config& cfg) {
   call_request req;
-  req.method = core::ascii_upper(opts.method);
+  // As curl's --json: a body without -X is a POST, not a GET with a body.
+  bool json_without_method = opts.json_opt && opts.json_opt->count() > 0
+                             && opts.method_opt
+                             && opts.method_opt->count() == 0;
+  req.method = json_without_method ? std::string{"POST"}
+                                   : core::ascii_upper(opts.method);
   if (req.method.empty()
       || !std::all_of(req.method.begin(), req.method.end(),
                       [](char c) { return core::is_alpha(c); }))
@@ -508,11 +516,16 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
     ->add_option("url", opts.url,
                  "Absolute http(s) URL (with --env: a path below PREFIX_URL)")
     ->required();
-  cmd->add_option("-X,--method", opts.method, "HTTP method")
-    ->capture_default_str();
+  opts.method_opt
+    = cmd
+        ->add_option("-X,--method", opts.method,
+                     "HTTP method (POST when --json is given without it, as "
+                     "curl's --json)")
+        ->capture_default_str();
   opts.json_opt = cmd->add_option(
     "--json", opts.json_body,
-    "JSON request body (sent with Content-Type: application/json)");
+    "JSON request body (sent with Content-Type: application/json; the "
+    "method is POST unless -X says otherwise)");
   cmd
     ->add_option("--param", opts.params,
                  "Query parameter k=v, appended after the URL's query "

@@ -67,6 +67,9 @@ struct request_options {
 
   /// Set by add_request_command: tells whether --json / --env were given.
   CLI::Option* json_opt = nullptr;
+  /// Set by add_request_command: whether -X was given (else a `--json`
+  /// call is a POST, as curl's --json).
+  CLI::Option* method_opt = nullptr;
   CLI::Option* env_opt = nullptr;
 };
 

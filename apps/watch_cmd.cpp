@@ -131,6 +131,17 @@ struct watch_sink {
   failure_throttle throttle{failure_repeat_after};
   /// Set on exit: nothing more is printed.
   bool closed = false;
+  /// A callback holds a delivery it did not print (park) until the
+  /// watcher is stopped: returning would acknowledge it, and the cursor
+  /// would pass an event never printed (a resume from the summary's cursor
+  /// would skip it).
+  bool parked = false;
+  bool released = false;
+  /// The id of the last ledger event printed since the last ledger reset
+  /// printed: the summary's cursor is at least this (a page delivered as
+  /// one batch is acknowledged only whole, and its printed part may be
+  /// unacknowledged when a callback parks).
+  std::optional<int64_t> last_printed_id;
 
   /// The failure that decides the exit code and the give-up line: the last
   /// replay failure when there was one (replay is the source of the
@@ -146,6 +157,20 @@ struct watch_sink {
 
   bool done() const {
     return closed || (limit > 0 && events >= limit);
+  }
+
+  /// Holds the calling callback (under `lock`) until release().
+  void park(std::unique_lock<std::mutex>& lock) {
+    parked = true;
+    cv.notify_all();
+    cv.wait(lock, [this] { return released; });
+  }
+
+  /// The watcher is stopped (or the command ends): parked callbacks return.
+  void release() {
+    std::lock_guard<std::mutex> lock{mu};
+    released = true;
+    cv.notify_all();
   }
 };
 
@@ -227,7 +252,16 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
   cmd->add_option("--param", opts.params,
                   "Extra replay query parameter k=v (repeatable)");
   add_token_tls_options(*cmd, opts.cfg);
+  // Not listed: a user who knows the hub's --mode tries it here first.
+  cmd->add_option("--mode", opts.mode)->group("");
   cmd->add_option("--count", opts.count, "Exit after N events (0: never)")
+    ->check(CLI::Validator(
+      [](std::string& v) -> std::string {
+        // CLI11 reads "-1" into the unsigned count as 2^64 - 1.
+        return v.find('-') != std::string::npos ? "must be >= 0, got " + v
+                                                : std::string{};
+      },
+      "N>=0"))
     ->capture_default_str();
   cmd
     ->add_option("--duration", opts.duration, "Exit after S seconds (0: never)")
@@ -258,6 +292,13 @@ namespace {
 /// usage_error for a bad --duration, --fail-after or --param, config_error
 /// for a bad feed setting.
 std::pair<client_config, feed_config> resolve_watch(const watch_options& opts) {
+  if (!opts.mode.empty())
+    throw usage_error(
+      "watch has no --mode (the hub's option): the watcher follows the "
+      "model the hub's hello names; to follow one tier alone, give its "
+      "path: --ws-path /ws/catchup --replay-path '' (catch-up), --ws-path "
+      "/ws/ephemeral --replay-path '' (ephemeral); the defaults follow the "
+      "ledger");
   if (opts.duration < 0)
     throw usage_error("--duration must be >= 0");
   if (!(opts.fail_after >= 0))
@@ -284,9 +325,9 @@ std::pair<client_config, feed_config> resolve_watch(const watch_options& opts) {
 void print_to(const std::shared_ptr<watch_sink>& sink,
               feed_watcher_options& wo) {
   wo.callbacks.on_event = [sink](const feed_event& e) {
-    std::lock_guard<std::mutex> lock{sink->mu};
+    std::unique_lock<std::mutex> lock{sink->mu};
     if (sink->done())
-      return;
+      return sink->park(lock);
     // One shape in every tier: the model that delivered it and its
     // position (ledger: the event's id; in-frame: the frame's seq), then the
     // event as the hub sent it (a replay page's element, or the whole event
@@ -301,14 +342,18 @@ void print_to(const std::shared_ptr<watch_sink>& sink,
     o["event"] = e.event;
     *sink->out << boost::json::serialize(o) << '\n' << std::flush;
     ++sink->events;
+    if (e.mode == feed_mode::ledger && e.id)
+      sink->last_printed_id = e.id;
     sink->cv.notify_all();
   };
   wo.callbacks.on_reset = [sink](const feed_reset& r) {
-    std::lock_guard<std::mutex> lock{sink->mu};
+    std::unique_lock<std::mutex> lock{sink->mu};
     if (sink->done())
-      return;
+      return sink->park(lock);
     *sink->out << reset_line(r) << '\n' << std::flush;
     ++sink->resets;
+    if (r.mode == feed_mode::ledger)
+      sink->last_printed_id.reset(); // the cursor moves where it says
   };
   // Runs on the watcher's thread: a quick, locked write.
   wo.on_failure = [sink](const feed_failure& f) {
@@ -369,7 +414,9 @@ bool wait_for_the_end(caf::actor_system& sys, const feed_watcher_actor& w,
 /// Closes the sink and stops the watcher, answering its final stats. The
 /// last printed event is acknowledged just after its callback returns: the
 /// watcher gets a moment (bounded) so that the summary's cursor covers
-/// every printed event.
+/// every printed event; a delivery that came after the last printed one is
+/// held unacknowledged by its callback (watch_sink::park) and dropped with
+/// the watcher, so that the cursor never passes an event not printed.
 feed_stats stop_printing(caf::actor_system& sys, const feed_watcher_actor& w,
                          watch_sink& sink) {
   feed_stats st;
@@ -381,6 +428,7 @@ feed_stats stop_printing(caf::actor_system& sys, const feed_watcher_actor& w,
     printed = sink.events;
   }
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  int parked_polls = 0;
   while (std::chrono::steady_clock::now() < until) {
     feed_stats cur;
     self->request(w, std::chrono::seconds(1), stats_atom_v)
@@ -388,10 +436,18 @@ feed_stats stop_printing(caf::actor_system& sys, const feed_watcher_actor& w,
                [&](const caf::error&) {});
     if (cur.events_delivered >= printed)
       break;
+    {
+      // A parked callback: nothing more is acknowledged than what is in
+      // flight now (a batch whose rest parked never is).
+      std::lock_guard<std::mutex> lock{sink.mu};
+      if (sink.parked && ++parked_polls > 4)
+        break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   self->request(w, std::chrono::seconds(5), stop_atom_v)
     .receive([&](const feed_stats& s) { st = s; }, [&](const caf::error&) {});
+  sink.release(); // the watcher is gone: nothing it held is acknowledged
   return st;
 }
 
@@ -407,14 +463,17 @@ boost::json::object by_reason(const std::array<uint64_t, N>& counts) {
 
 /// The summary line's object, but for the failures and the outcome.
 boost::json::object summary_of(const feed_stats& st, uint64_t events,
-                               uint64_t resets, bool has_replay) {
+                               uint64_t resets, bool has_replay,
+                               std::optional<int64_t> last_printed_id) {
   boost::json::object sum;
   // Without a replay path there is no ledger cursor (null, as last_seq is
   // without in-frame events).
-  if (has_replay)
-    sum["cursor"] = st.cursor;
-  else
+  if (!has_replay)
     sum["cursor"] = nullptr;
+  else if (last_printed_id && *last_printed_id > st.cursor)
+    sum["cursor"] = *last_printed_id; // printed, its batch unacknowledged
+  else
+    sum["cursor"] = st.cursor;
   sum["last_seq"] = opt_json(st.last_seq);
   sum["events"] = events;
   sum["resets"] = resets;
@@ -464,7 +523,8 @@ int report(const watch_options& opts, const feed_stats& st, watch_sink& sink,
   {
     std::lock_guard<std::mutex> lock{sink.mu};
     sink.closed = true;
-    sum = summary_of(st, sink.events, sink.resets, has_replay);
+    sum = summary_of(st, sink.events, sink.resets, has_replay,
+                     sink.last_printed_id);
     sum["failures"] = sink.failures;
     sum["failures_suppressed"] = sink.throttle.suppressed();
     last_failure = sink.last_failure;
@@ -515,6 +575,13 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
       wo.connector = make_ws_connector(io, std::move(tls));
     }
     print_to(sink, wo);
+    // However the command ends, a callback parked on a delivery it did not
+    // print returns (after stop_printing's stop, or on an exception).
+    auto release_parked = [](watch_sink* s) {
+      s->release();
+    };
+    std::unique_ptr<watch_sink, decltype(release_parked)> releaser{
+      sink.get(), release_parked};
     stop_signal = 0;
     auto old_int = std::signal(SIGINT, on_stop_signal);
     auto old_term = std::signal(SIGTERM, on_stop_signal);

@@ -44,6 +44,9 @@ struct watch_options {
   /// replay pages (client_config::json_max_depth) and WebSocket messages
   /// (feed_config::json_max_depth) alike (1 .. 1024). [64]
   std::size_t json_max_depth = 64;
+  /// `--mode` (hidden): the hub's option, not the watcher's; given, it is
+  /// a usage error that says how a watcher picks a tier.
+  std::string mode;
   feed_config feed;
   client_config cfg;
 

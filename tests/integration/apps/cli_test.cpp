@@ -287,6 +287,37 @@ TEST(CliArgs, ValidJsonBeyondTheLimitsCannotBeSentButIsNotCalledInvalid) {
   EXPECT_EQ(detail_of(bad).rfind("json_max_depth: ", 0), 0u) << bad.err;
 }
 
+// As curl's --json: a body without -X is a POST (a new user's publish went
+// out as a GET with a body and printed the replay page); -X still decides.
+TEST(CliJson, AJsonBodyWithoutAMethodIsAPost) {
+  scripted_server srv{
+    {{step::read_request(),
+      step::send(scripted_server::json_response(200, "{}"))},
+     {step::read_request(),
+      step::send(scripted_server::json_response(200, "{}"))}}};
+  auto r
+    = run_cli({"request", "--json", R"({"a":1})", srv.base_url() + "/v1/x"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto put = run_cli(
+    {"request", "-X", "put", "--json", "[]", srv.base_url() + "/v1/x"});
+  EXPECT_EQ(put.exit_code, 0) << put.err;
+  ASSERT_TRUE(srv.wait_for_requests(2, 5000ms));
+  EXPECT_EQ(srv.requests().at(0).method, "POST");
+  EXPECT_EQ(srv.requests().at(0).body, R"({"a":1})");
+  EXPECT_EQ(srv.requests().at(1).method, "PUT");
+}
+
+TEST(CliArgs, AUrlWithoutASchemeIsToldToBeginWithOne) {
+  auto r = run_cli({"request", "127.0.0.1:1/fast"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("begin it with http:// or https://"), std::string::npos)
+    << r.err;
+  auto path = run_cli({"request", "/fast"});
+  EXPECT_EQ(path.exit_code, 2) << path.err;
+  EXPECT_EQ(path.err.find("begin it with"), std::string::npos) << path.err;
+  EXPECT_NE(path.err.find("--env PREFIX"), std::string::npos) << path.err;
+}
+
 TEST(CliJson, JsonMaxDepthRaisesTheLimitOfTheJsonBody) {
   std::string deep65 = std::string(65, '[') + std::string(65, ']');
   scripted_server srv{

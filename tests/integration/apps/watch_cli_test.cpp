@@ -186,6 +186,50 @@ TEST_F(WatchCli, DurationEndsItByItselfWithTheSummary) {
   EXPECT_EQ(sum.at("reconnects").as_int64(), 0);
 }
 
+// --count ends the run inside a replay page: the events of the page after
+// the last printed one are never acknowledged, so the summary's cursor is
+// where a resume picks up the first event not printed (a new user found
+// the cursor at 11 after one printed event: a resume skipped 2..11).
+TEST_F(WatchCli, CountEndsItWithTheCursorAtTheLastPrintedEvent) {
+  publish(11);
+  cli_child w{{"watch", "--count", "1", "--duration", "20", hub_->base_url()}};
+  auto code = w.wait_exit(30s);
+  ASSERT_TRUE(code) << w.err();
+  EXPECT_EQ(*code, 0) << w.err();
+  EXPECT_EQ(event_ids(w.out()), (std::vector<int64_t>{1}));
+  auto sum = summary_of(w.err());
+  EXPECT_EQ(sum.at("events").as_int64(), 1);
+  EXPECT_EQ(sum.at("cursor").as_int64(), 1) << w.err();
+  // Resumed there, the rest come, none skipped.
+  cli_child r{{"watch", "--cursor", "1", "--count", "10", "--duration", "20",
+               hub_->base_url()}};
+  code = r.wait_exit(30s);
+  ASSERT_TRUE(code) << r.err();
+  EXPECT_EQ(*code, 0) << r.err();
+  EXPECT_EQ(event_ids(r.out()),
+            (std::vector<int64_t>{2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(summary_of(r.err()).at("cursor").as_int64(), 11);
+}
+
+TEST_F(WatchCli, ModeIsTheHubsOptionAndTheErrorSaysHowToPickATier) {
+  cli_child w{{"watch", "--mode", "catchup", hub_->base_url()}};
+  auto code = w.wait_exit(15s);
+  ASSERT_TRUE(code);
+  EXPECT_EQ(*code, 2) << w.err();
+  EXPECT_NE(w.err().find("--ws-path /ws/catchup --replay-path ''"),
+            std::string::npos)
+    << w.err();
+  EXPECT_TRUE(w.out().empty()) << w.out();
+}
+
+TEST_F(WatchCli, ANegativeCountIsAUsageError) {
+  cli_child w{{"watch", "--count", "-1", hub_->base_url()}};
+  auto code = w.wait_exit(15s);
+  ASSERT_TRUE(code) << "a negative --count ran on";
+  EXPECT_EQ(*code, 2) << w.err();
+  EXPECT_NE(w.err().find("--count"), std::string::npos) << w.err();
+}
+
 TEST_F(WatchCli, DurationEndsItEvenWhenNothingArrives) {
   cli_child w{{"watch", "--duration", "0.5", hub_->base_url()}};
   auto code = w.wait_exit(15s);
