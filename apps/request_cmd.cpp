@@ -346,6 +346,23 @@ int print_outcome(const request_options& opts, const call_outcome& res,
 
 } // namespace
 
+CLI::Validator whole_number(const std::string& unit, const std::string& name) {
+  static_assert(sizeof(std::size_t) == sizeof(unsigned long long));
+  return CLI::Validator(
+    [unit](std::string& v) -> std::string {
+      errno = 0;
+      char* end = nullptr;
+      std::strtoull(v.c_str(), &end, 10);
+      if (v.empty()
+          || !std::all_of(v.begin(), v.end(),
+                          [](char c) { return core::is_digit(c); })
+          || errno == ERANGE || *end != '\0')
+        return "must be a whole number of " + unit + ", got '" + v + "'";
+      return {};
+    },
+    name);
+}
+
 std::string header_argument_problem(const std::string& h) {
   return "expects 'Name: value' (got an argument "
          + std::string{h.find(':') == std::string::npos
@@ -591,19 +608,7 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
     ->capture_default_str()
     // CLI11 turns "-1" and out-of-range numbers into a huge size_t (no cap
     // at all): accept only a decimal number that fits.
-    ->check(CLI::Validator(
-      [](std::string& v) -> std::string {
-        errno = 0;
-        char* end = nullptr;
-        auto n = std::strtoull(v.c_str(), &end, 10);
-        if (v.empty() || !std::all_of(v.begin(), v.end(), [](char c) {
-              return core::is_digit(c);
-            }) || errno == ERANGE || *end != '\0'
-            || n > std::numeric_limits<std::size_t>::max())
-          return "must be a whole number of bytes, got '" + v + "'";
-        return {};
-      },
-      "BYTES"));
+    ->check(whole_number("bytes", "BYTES"));
   cmd->add_flag("--raw", opts.raw,
                 "Print {\"status\",\"headers\",\"body\"} and exit 0 for any "
                 "HTTP status (the response as received: a server that echoes "

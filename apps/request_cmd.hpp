@@ -16,6 +16,7 @@
 namespace CLI {
 class App;
 class Option;
+class Validator;
 } // namespace CLI
 
 namespace outbound::apps {
@@ -124,6 +125,12 @@ void end_actors(caf::actor_system& sys, std::vector<caf::actor> actors);
 /// without a name before ':')". The value is never quoted: it may carry a
 /// credential.
 std::string header_argument_problem(const std::string& h);
+
+/// A CLI11 check that accepts only a decimal whole number that fits in 64
+/// bits ("must be a whole number of <unit>, got '-1'"): CLI11 reads "-1"
+/// and out-of-range numbers into an unsigned option as a huge value.
+/// `name` is the validator's name in --help.
+CLI::Validator whole_number(const std::string& unit, const std::string& name);
 
 /// Replaces every occurrence of each non-empty secret in `text` with "***".
 /// A JSON `text` (every line this program prints to stderr) is redacted in

@@ -137,11 +137,6 @@ struct watch_sink {
   /// would skip it).
   bool parked = false;
   bool released = false;
-  /// The id of the last ledger event printed since the last ledger reset
-  /// printed: the summary's cursor is at least this (a page delivered as
-  /// one batch is acknowledged only whole, and its printed part may be
-  /// unacknowledged when a callback parks).
-  std::optional<int64_t> last_printed_id;
 
   /// The failure that decides the exit code and the give-up line: the last
   /// replay failure when there was one (replay is the source of the
@@ -253,15 +248,11 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
                   "Extra replay query parameter k=v (repeatable)");
   add_token_tls_options(*cmd, opts.cfg);
   // Not listed: a user who knows the hub's --mode tries it here first.
-  cmd->add_option("--mode", opts.mode)->group("");
+  cmd->add_option("--mode", opts.mode)
+    ->group("")
+    ->each([&opts](const std::string&) { opts.mode_given = true; });
   cmd->add_option("--count", opts.count, "Exit after N events (0: never)")
-    ->check(CLI::Validator(
-      [](std::string& v) -> std::string {
-        // CLI11 reads "-1" into the unsigned count as 2^64 - 1.
-        return v.find('-') != std::string::npos ? "must be >= 0, got " + v
-                                                : std::string{};
-      },
-      "N>=0"))
+    ->check(whole_number("events", "N"))
     ->capture_default_str();
   cmd
     ->add_option("--duration", opts.duration, "Exit after S seconds (0: never)")
@@ -292,7 +283,7 @@ namespace {
 /// usage_error for a bad --duration, --fail-after or --param, config_error
 /// for a bad feed setting.
 std::pair<client_config, feed_config> resolve_watch(const watch_options& opts) {
-  if (!opts.mode.empty())
+  if (opts.mode_given)
     throw usage_error(
       "watch has no --mode (the hub's option): the watcher follows the "
       "model the hub's hello names; to follow one tier alone, give its "
@@ -342,8 +333,6 @@ void print_to(const std::shared_ptr<watch_sink>& sink,
     o["event"] = e.event;
     *sink->out << boost::json::serialize(o) << '\n' << std::flush;
     ++sink->events;
-    if (e.mode == feed_mode::ledger && e.id)
-      sink->last_printed_id = e.id;
     sink->cv.notify_all();
   };
   wo.callbacks.on_reset = [sink](const feed_reset& r) {
@@ -352,8 +341,6 @@ void print_to(const std::shared_ptr<watch_sink>& sink,
       return sink->park(lock);
     *sink->out << reset_line(r) << '\n' << std::flush;
     ++sink->resets;
-    if (r.mode == feed_mode::ledger)
-      sink->last_printed_id.reset(); // the cursor moves where it says
   };
   // Runs on the watcher's thread: a quick, locked write.
   wo.on_failure = [sink](const feed_failure& f) {
@@ -411,12 +398,15 @@ bool wait_for_the_end(caf::actor_system& sys, const feed_watcher_actor& w,
   }
 }
 
-/// Closes the sink and stops the watcher, answering its final stats. The
-/// last printed event is acknowledged just after its callback returns: the
-/// watcher gets a moment (bounded) so that the summary's cursor covers
-/// every printed event; a delivery that came after the last printed one is
-/// held unacknowledged by its callback (watch_sink::park) and dropped with
-/// the watcher, so that the cursor never passes an event not printed.
+/// Closes the sink and stops the watcher, answering its final stats. A
+/// delivery after the last printed event is held unacknowledged by its
+/// callback (watch_sink::park) and dropped with the watcher, so the
+/// summary's cursor never passes an event not printed. The last printed
+/// delivery is acknowledged just after its callback returns: the watcher
+/// gets a moment (bounded) for it. With --count every event is a delivery
+/// of its own, so the cursor is the last printed event; otherwise a page
+/// cut short by the end is not acknowledged, and a resume repeats its
+/// printed part (at least once, never a gap).
 feed_stats stop_printing(caf::actor_system& sys, const feed_watcher_actor& w,
                          watch_sink& sink) {
   feed_stats st;
@@ -463,17 +453,14 @@ boost::json::object by_reason(const std::array<uint64_t, N>& counts) {
 
 /// The summary line's object, but for the failures and the outcome.
 boost::json::object summary_of(const feed_stats& st, uint64_t events,
-                               uint64_t resets, bool has_replay,
-                               std::optional<int64_t> last_printed_id) {
+                               uint64_t resets, bool has_replay) {
   boost::json::object sum;
   // Without a replay path there is no ledger cursor (null, as last_seq is
   // without in-frame events).
-  if (!has_replay)
-    sum["cursor"] = nullptr;
-  else if (last_printed_id && *last_printed_id > st.cursor)
-    sum["cursor"] = *last_printed_id; // printed, its batch unacknowledged
-  else
+  if (has_replay)
     sum["cursor"] = st.cursor;
+  else
+    sum["cursor"] = nullptr;
   sum["last_seq"] = opt_json(st.last_seq);
   sum["events"] = events;
   sum["resets"] = resets;
@@ -523,8 +510,7 @@ int report(const watch_options& opts, const feed_stats& st, watch_sink& sink,
   {
     std::lock_guard<std::mutex> lock{sink.mu};
     sink.closed = true;
-    sum = summary_of(st, sink.events, sink.resets, has_replay,
-                     sink.last_printed_id);
+    sum = summary_of(st, sink.events, sink.resets, has_replay);
     sum["failures"] = sink.failures;
     sum["failures_suppressed"] = sink.throttle.suppressed();
     last_failure = sink.last_failure;
@@ -575,6 +561,13 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
       wo.connector = make_ws_connector(io, std::move(tls));
     }
     print_to(sink, wo);
+    // A page's events go to the callbacks as one batch, acknowledged whole;
+    // with --count each goes alone, so that the last printed one is
+    // acknowledged and the next one is not (it parks): the summary's cursor
+    // is then exactly the last printed event. Ended otherwise (--duration,
+    // a signal), a batch cut short is not acknowledged at all.
+    if (opts.count > 0)
+      wo.max_delivery_batch = 1;
     // However the command ends, a callback parked on a delivery it did not
     // print returns (after stop_printing's stop, or on an exception).
     auto release_parked = [](watch_sink* s) {

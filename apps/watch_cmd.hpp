@@ -47,6 +47,7 @@ struct watch_options {
   /// `--mode` (hidden): the hub's option, not the watcher's; given, it is
   /// a usage error that says how a watcher picks a tier.
   std::string mode;
+  bool mode_given = false;
   feed_config feed;
   client_config cfg;
 

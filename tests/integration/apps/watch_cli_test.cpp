@@ -212,22 +212,31 @@ TEST_F(WatchCli, CountEndsItWithTheCursorAtTheLastPrintedEvent) {
 }
 
 TEST_F(WatchCli, ModeIsTheHubsOptionAndTheErrorSaysHowToPickATier) {
-  cli_child w{{"watch", "--mode", "catchup", hub_->base_url()}};
-  auto code = w.wait_exit(15s);
-  ASSERT_TRUE(code);
-  EXPECT_EQ(*code, 2) << w.err();
-  EXPECT_NE(w.err().find("--ws-path /ws/catchup --replay-path ''"),
-            std::string::npos)
-    << w.err();
-  EXPECT_TRUE(w.out().empty()) << w.out();
+  for (std::string mode : {"catchup", ""}) {
+    cli_child w{{"watch", "--mode", mode, hub_->base_url()}};
+    auto code = w.wait_exit(15s);
+    ASSERT_TRUE(code);
+    EXPECT_EQ(*code, 2) << w.err();
+    EXPECT_NE(w.err().find("--ws-path /ws/catchup --replay-path ''"),
+              std::string::npos)
+      << w.err();
+    EXPECT_TRUE(w.out().empty()) << w.out();
+  }
 }
 
-TEST_F(WatchCli, ANegativeCountIsAUsageError) {
-  cli_child w{{"watch", "--count", "-1", hub_->base_url()}};
-  auto code = w.wait_exit(15s);
-  ASSERT_TRUE(code) << "a negative --count ran on";
-  EXPECT_EQ(*code, 2) << w.err();
-  EXPECT_NE(w.err().find("--count"), std::string::npos) << w.err();
+TEST_F(WatchCli, ACountThatIsNotAWholeNumberIsAUsageError) {
+  // CLI11 reads "-1" and numbers past 64 bits into the unsigned count as
+  // 2^64 - 1: the run never ended.
+  for (std::string bad : {"-1", "18446744073709551616", "+3", "1e3"}) {
+    cli_child w{{"watch", "--count", bad, hub_->base_url()}};
+    auto code = w.wait_exit(15s);
+    ASSERT_TRUE(code) << "--count " << bad << " ran on";
+    EXPECT_EQ(*code, 2) << bad << ": " << w.err();
+    EXPECT_NE(w.err().find("--count: must be a whole number of events, got '"
+                           + bad + "'"),
+              std::string::npos)
+      << w.err();
+  }
 }
 
 TEST_F(WatchCli, DurationEndsItEvenWhenNothingArrives) {
