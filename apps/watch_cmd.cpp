@@ -137,6 +137,10 @@ struct watch_sink {
   /// would skip it).
   bool parked = false;
   bool released = false;
+  /// The paths the replay calls and the WebSocket ask for (BASE_URL's path
+  /// and --replay-path / --ws-path), named when the server answers 404.
+  std::string replay_target;
+  std::string ws_target;
 
   /// The failure that decides the exit code and the give-up line: the last
   /// replay failure when there was one (replay is the source of the
@@ -343,8 +347,17 @@ void print_to(const std::shared_ptr<watch_sink>& sink,
     ++sink->resets;
   };
   // Runs on the watcher's thread: a quick, locked write.
-  wo.on_failure = [sink](const feed_failure& f) {
+  wo.on_failure = [sink](feed_failure f) {
     std::lock_guard<std::mutex> lock{sink->mu};
+    // A 404 is most often a BASE_URL given with the feed's path in it.
+    if (f.status == 404) {
+      auto& target
+        = f.source == "websocket" ? sink->ws_target : sink->replay_target;
+      if (!target.empty())
+        f.detail += " (asked " + target + ": BASE_URL's path followed by --"
+                    + (f.source == "websocket" ? "ws" : "replay")
+                    + "-path; BASE_URL is the hub's root)";
+    }
     ++sink->failures;
     sink->last_failure = f.source + ": " + f.kind
                          + (f.status ? " " + std::to_string(f.status) : "")
@@ -551,6 +564,24 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     sink->err = &err;
     sink->secrets = secrets;
     sink->limit = opts.count;
+    {
+      // BASE_URL's path (no query), then each side's own path.
+      auto scheme = opts.base_url.find("://");
+      auto slash = scheme == std::string::npos
+                     ? std::string::npos
+                     : opts.base_url.find('/', scheme + 3);
+      auto base_path
+        = slash == std::string::npos
+            ? std::string{}
+            : opts.base_url.substr(
+              slash, opts.base_url.find_first_of("?#", slash) - slash);
+      while (!base_path.empty() && base_path.back() == '/')
+        base_path.pop_back();
+      if (fc.has_replay())
+        sink->replay_target = base_path + fc.replay_path;
+      if (fc.has_ws())
+        sink->ws_target = base_path + fc.ws_path;
+    }
     feed_watcher_options wo;
     wo.client = client;
     if (fc.has_ws()) {

@@ -211,6 +211,25 @@ TEST_F(WatchCli, CountEndsItWithTheCursorAtTheLastPrintedEvent) {
   EXPECT_EQ(summary_of(r.err()).at("cursor").as_int64(), 11);
 }
 
+// A new user passed the replay endpoint as BASE_URL and got two 404s that
+// did not say which path was asked.
+TEST_F(WatchCli, A404SaysWhichPathWasAskedAndThatBaseUrlIsTheRoot) {
+  cli_child w{{"watch", "--fail-after", "1", "--duration", "20",
+               hub_->base_url() + "/v1/events"}};
+  auto code = w.wait_exit(30s);
+  ASSERT_TRUE(code) << w.err();
+  EXPECT_EQ(*code, 4) << w.err();
+  EXPECT_NE(w.err().find("(asked /v1/events/v1/events: BASE_URL's path "
+                         "followed by --replay-path; BASE_URL is the hub's "
+                         "root)"),
+            std::string::npos)
+    << w.err();
+  EXPECT_NE(w.err().find("(asked /v1/events/ws/feed: BASE_URL's path "
+                         "followed by --ws-path"),
+            std::string::npos)
+    << w.err();
+}
+
 TEST_F(WatchCli, ModeIsTheHubsOptionAndTheErrorSaysHowToPickATier) {
   for (std::string mode : {"catchup", ""}) {
     cli_child w{{"watch", "--mode", mode, hub_->base_url()}};
