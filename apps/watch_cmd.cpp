@@ -188,7 +188,12 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
              "stdout, a summary line on stderr on exit");
   cmd->footer(
     "Output: {\"type\":\"event\",\"mode\":...,\"id\"|\"seq\":...,"
-    "\"event\":{...}} or {\"type\":\"reset\",...} per line.\nEnds after "
+    "\"event\":{...}} or {\"type\":\"reset\",\"mode\",\"cause\",...} per "
+    "line. A reset says what can no longer be delivered: the events after "
+    "lost_from up to and including lost_to (lost_from null: from the "
+    "feed's start; lost_to null: the end is unknown; equal: an empty "
+    "range, nothing missed); its cause is in the README's reset table.\nEnds "
+    "after "
     "--count events, after --duration seconds, "
     "or on SIGINT/SIGTERM: the watcher stops, the summary goes to stderr.\n"
     "Failures (replay errors, unreadable pages, WebSocket failures) are "
