@@ -192,10 +192,9 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
     "line. A reset says what can no longer be delivered: the events after "
     "lost_from up to and including lost_to (lost_from null: from the "
     "feed's start; lost_to null: the end is unknown; equal: an empty "
-    "range, nothing missed); its cause is in the README's reset table.\nEnds "
-    "after "
-    "--count events, after --duration seconds, "
-    "or on SIGINT/SIGTERM: the watcher stops, the summary goes to stderr.\n"
+    "range, nothing missed); its cause is in the README's reset table.\n"
+    "Ends after --count events, after --duration seconds, or on "
+    "SIGINT/SIGTERM: the watcher stops, the summary goes to stderr.\n"
     "Failures (replay errors, unreadable pages, WebSocket failures) are "
     "JSON lines on stderr as they happen, one per distinct cause (a "
     "repeat again after 60 s).\nNot reached within --fail-after seconds "
@@ -569,24 +568,12 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     sink->err = &err;
     sink->secrets = secrets;
     sink->limit = opts.count;
-    {
-      // BASE_URL's path (no query), then each side's own path.
-      auto scheme = opts.base_url.find("://");
-      auto slash = scheme == std::string::npos
-                     ? std::string::npos
-                     : opts.base_url.find('/', scheme + 3);
-      auto base_path
-        = slash == std::string::npos
-            ? std::string{}
-            : opts.base_url.substr(
-              slash, opts.base_url.find_first_of("?#", slash) - slash);
-      while (!base_path.empty() && base_path.back() == '/')
-        base_path.pop_back();
-      if (fc.has_replay())
-        sink->replay_target = base_path + fc.replay_path;
-      if (fc.has_ws())
-        sink->ws_target = base_path + fc.ws_path;
-    }
+    // BASE_URL's path (the client accepted the URL), then each side's own.
+    auto base_path = url_parts::parse(cfg.base_url).path;
+    if (fc.has_replay())
+      sink->replay_target = base_path + fc.replay_path;
+    if (fc.has_ws())
+      sink->ws_target = base_path + fc.ws_path;
     feed_watcher_options wo;
     wo.client = client;
     if (fc.has_ws()) {
