@@ -364,8 +364,20 @@ struct latency_sink {
   std::atomic<uint64_t> count{0};
 };
 
+/// CPU seconds of `who` (RUSAGE_THREAD: the calling thread; RUSAGE_SELF:
+/// every thread of the process), user + system.
+double cpu_seconds(int who) {
+  rusage ru{};
+  ::getrusage(who, &ru);
+  auto tv = [](const timeval& t) {
+    return double(t.tv_sec) + double(t.tv_usec) / 1e6;
+  };
+  return tv(ru.ru_utime) + tv(ru.ru_stime);
+}
+
 void phase_latency(caf::actor_system& sys, std::size_t watchers, double rate,
-                   double seconds, double max_seconds, int limit) {
+                   double seconds, double max_seconds, int limit,
+                   int64_t publish_tick_us) {
   std::printf("\n== 2. wake-to-delivery latency (ledger tier, in-process hub, "
               "%zu watchers, one prefix each) ==\n",
               watchers);
@@ -420,21 +432,40 @@ void phase_latency(caf::actor_system& sys, std::size_t watchers, double rate,
     h.stop();
     return;
   }
-  // Publish at `rate` events/s total, round-robin over the prefixes.
+  // Publish at `rate` events/s total, round-robin over the prefixes. The
+  // publisher stands for publishers in other processes, yet shares the 2
+  // cores with the hub and the watchers: with a tick it wakes once per tick
+  // and publishes every event due by then (bursts of rate x tick events);
+  // with 0 it sleeps until each event's own due time (50 us naps, one
+  // wake-up or more per event). Latency runs from each event's actual
+  // publish, so the pacing moves no event's figure by itself.
   auto total = static_cast<uint64_t>(rate * seconds);
+  auto tick = std::chrono::microseconds(publish_tick_us);
   auto p0 = clk::now();
+  auto pub_cpu0 = cpu_seconds(RUSAGE_THREAD);
+  auto all_cpu0 = cpu_seconds(RUSAGE_SELF);
   uint64_t published = 0;
   for (; published < total; ++published) {
     auto due = p0 + std::chrono::nanoseconds(
                       static_cast<int64_t>(double(published) * 1e9 / rate));
-    while (clk::now() < due)
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (tick.count() > 0) {
+      // The end of the tick this event falls in.
+      auto ticks = (due - p0 + tick - std::chrono::nanoseconds(1)) / tick;
+      auto wake = p0 + ticks * tick;
+      if (clk::now() < due)
+        std::this_thread::sleep_until(wake);
+    } else {
+      while (clk::now() < due)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
     h.publish("l" + std::to_string(published % watchers) + "/x", "tick",
               "{\"t\":" + std::to_string(now_ns()) + "}");
     if (seconds_since(p0) > max_seconds)
       break;
   }
   auto pub_s = seconds_since(p0);
+  auto pub_cpu = (cpu_seconds(RUSAGE_THREAD) - pub_cpu0) / pub_s;
+  auto all_cpu = (cpu_seconds(RUSAGE_SELF) - all_cpu0) / pub_s;
   auto achieved = double(published) / pub_s;
   auto w0 = clk::now();
   while (sink->count.load() < published && seconds_since(w0) < max_seconds)
@@ -464,11 +495,21 @@ void phase_latency(caf::actor_system& sys, std::size_t watchers, double rate,
               : lat.size() != published ? "MISSED (not all delivered)"
               : p99 <= 10.0             ? "met"
                                         : "MISSED");
+  std::printf(
+    "  publisher: %s; its thread %.0f%% of a core, the whole "
+    "process %.0f%% (of %u cores x 100%%) while publishing\n",
+    publish_tick_us > 0 ? ("one wake-up per " + std::to_string(publish_tick_us)
+                           + " us tick, publishing what is due")
+                            .c_str()
+                        : "a sleep until each event's due time",
+    pub_cpu * 100, all_cpu * 100, std::thread::hardware_concurrency());
   std::ostringstream js;
   js << "\"figure\":\"wake_to_delivery\",\"watchers\":" << watchers
      << ",\"target_rate\":" << rate << ",\"achieved_rate\":" << achieved
      << ",\"published\":" << published << ",\"delivered\":" << lat.size()
      << ",\"p50_ms\":" << p50 << ",\"p99_ms\":" << p99 << ",\"max_ms\":" << mx
+     << ",\"publish_tick_us\":" << publish_tick_us
+     << ",\"publisher_cpu\":" << pub_cpu << ",\"process_cpu\":" << all_cpu
      << ",\"goal_p99_ms\":10,\"goal_rate\":10000";
   json_line(js.str());
 }
@@ -671,6 +712,7 @@ int main(int argc, char** argv) {
   double max_seconds = 120;
   std::string phases = "123";
   double surplus_idle_time = client_config{}.surplus_idle_time;
+  int64_t publish_tick_us = 0;
   app.add_option("--watchers", watchers_list,
                  "watcher counts for the memory phase (space separated)");
   app.add_option("--rate", rate, "total publish rate, events/s")
@@ -692,6 +734,13 @@ int main(int argc, char** argv) {
     .add_option("--catchup-clients", catchup_clients,
                 "both, or one of them alone (for profiling one side)")
     ->check(CLI::IsMember({"both", "watcher", "raw"}));
+  app
+    .add_option("--publish-tick-us", publish_tick_us,
+                "latency phase, us: the publisher wakes once per tick and "
+                "publishes every event due by then (bursts of rate x tick); "
+                "0 (default): it sleeps until each event's own due time, so "
+                "events arrive evenly spaced")
+    ->check(CLI::Range(int64_t{0}, int64_t{100000}));
   app.add_option("--limit", limit, "replay page size")
     ->check(CLI::Range(1, 100000));
   app.add_option("--max-seconds", max_seconds, "bound of each wait / phase")
@@ -749,7 +798,7 @@ int main(int argc, char** argv) {
   }
   if (phases.find('2') != std::string::npos)
     phase_latency(sys, latency_watchers, rate, latency_seconds, max_seconds,
-                  limit);
+                  limit, publish_tick_us);
   if (phases.find('3') != std::string::npos)
     phase_catchup(sys, catchup_events, limit, max_seconds, catchup_rounds,
                   catchup_clients);
