@@ -194,7 +194,9 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
     "feed's start; lost_to null: the end is unknown; equal: an empty "
     "range, nothing missed); its cause is in the README's reset table.\n"
     "Ends after --count events, after --duration seconds, or on "
-    "SIGINT/SIGTERM: the watcher stops, the summary goes to stderr.\n"
+    "SIGINT/SIGTERM: the watcher stops, the summary goes to stderr. To "
+    "resume, pass its cursor and ledger_epoch as --cursor and "
+    "--ledger-epoch.\n"
     "Failures (replay errors, unreadable pages, WebSocket failures) are "
     "JSON lines on stderr as they happen, one per distinct cause (a "
     "repeat again after 60 s).\nNot reached within --fail-after seconds "
@@ -217,6 +219,11 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
                   "Subject prefix to follow (repeatable; none: all)");
   cmd->add_option("--cursor", f.cursor, "Ledger cursor to start after")
     ->capture_default_str();
+  cmd->add_option("--ledger-epoch", opts.ledger_epoch,
+                  "Ledger epoch --cursor was read in (a summary's "
+                  "ledger_epoch): a hub in another epoch is a rewind reset "
+                  "from the new ledger's start, not a cursor that skips "
+                  "its first events");
   cmd->add_option("--limit", f.limit, "Replay page size")
     ->capture_default_str();
   cmd
@@ -303,6 +310,12 @@ std::pair<client_config, feed_config> resolve_watch(const watch_options& opts) {
   if (!(opts.fail_after >= 0))
     throw usage_error("--fail-after must be >= 0");
   auto fc = opts.feed;
+  if (!opts.ledger_epoch.empty()) {
+    if (!fc.has_replay())
+      throw usage_error("--ledger-epoch needs the replay path (--replay-path "
+                        "is empty: there is no ledger cursor to resume)");
+    fc.resume_ledger_epoch = opts.ledger_epoch;
+  }
   for (auto& p : opts.params) {
     auto eq = p.find('=');
     if (eq == std::string::npos || eq == 0)
@@ -478,6 +491,10 @@ boost::json::object summary_of(const feed_stats& st, uint64_t events,
     sum["cursor"] = st.cursor;
   else
     sum["cursor"] = nullptr;
+  // The incarnation the cursor belongs to: resume with both (--cursor,
+  // --ledger-epoch), or a replaced ledger whose head passed the cursor would
+  // be followed from there, its first events skipped.
+  sum["ledger_epoch"] = opt_json(st.ledger_epoch);
   sum["last_seq"] = opt_json(st.last_seq);
   sum["events"] = events;
   sum["resets"] = resets;

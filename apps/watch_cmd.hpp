@@ -48,6 +48,11 @@ struct watch_options {
   /// a usage error that says how a watcher picks a tier.
   std::string mode;
   bool mode_given = false;
+  /// `--ledger-epoch E`: the ledger epoch `--cursor` was read in (a
+  /// summary's `ledger_epoch`); a hub in another epoch is then a rewind
+  /// reset (feed_config::resume_ledger_epoch), not a cursor followed into
+  /// a ledger where it means other events. Empty: not given.
+  std::string ledger_epoch;
   feed_config feed;
   client_config cfg;
 

@@ -169,6 +169,12 @@ struct feed_stats {
   feed_mode mode = feed_mode::none;
   std::string client_id;
   std::optional<std::string> epoch;
+  /// Watchers with a replay path: the ledger epoch `cursor` belongs to (the
+  /// replay pages', else the ledger hellos'; before either, the resumed
+  /// feed_config::resume_ledger_epoch). A checkpoint is the pair: resumed
+  /// with the cursor alone, a replaced ledger whose head passed it would be
+  /// followed from there. nullopt: none known (the hub sends none).
+  std::optional<std::string> ledger_epoch;
   /// WebSocket sessions opened.
   uint64_t connects = 0;
   /// Opened sessions that ended.

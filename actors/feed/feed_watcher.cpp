@@ -335,6 +335,8 @@ feed_stats make_stats(self_ptr self) {
   s.epoch = st.neg->epoch();
   if (st.drain && s.mode == feed_mode::ledger)
     s.epoch = st.drain->epoch();
+  if (st.drain)
+    s.ledger_epoch = st.drain->epoch();
   s.resets = st.frame_resets;
   s.resets_by_cause = st.frame_resets_by_cause;
   if (st.drain) {

@@ -77,8 +77,8 @@ json::object summary_of(const std::string& err) {
   if (ec || !v.is_object())
     return {};
   auto o = v.as_object();
-  for (auto key : {"cursor", "last_seq", "events", "resets", "drain_errors",
-                   "reconnects", "peer_timeouts"})
+  for (auto key : {"cursor", "ledger_epoch", "last_seq", "events", "resets",
+                   "drain_errors", "reconnects", "peer_timeouts"})
     EXPECT_TRUE(o.contains(key)) << "summary without '" << key << "': " << err;
   return o;
 }
@@ -538,6 +538,64 @@ TEST_F(WatchCli, AHubRestartedWithAShorterLedgerIsOneRewindThenItsEvents) {
   EXPECT_EQ(sum.at("events").as_int64(), 11);
   EXPECT_EQ(sum.at("resets").as_int64(), 1);
   EXPECT_EQ(sum.at("cursor").as_int64(), 3);
+}
+
+// A checkpoint is a cursor and the ledger epoch it was read in. Resumed
+// with both against a hub whose ledger was replaced since (and whose head
+// is already past the cursor), the watch starts with a rewind reset and
+// delivers the new ledger from its start: with the cursor alone it would
+// have taken up the new ledger after id 2, its first two events unseen.
+TEST_F(WatchCli, AResumeWithTheSummarysLedgerEpochSeesAReplacedLedger) {
+  publish(3);
+  cli_child w{{"watch", "--count", "2", "--duration", "20", hub_->base_url()}};
+  auto code = w.wait_exit(30s);
+  ASSERT_TRUE(code) << w.err();
+  ASSERT_EQ(*code, 0) << w.err();
+  auto sum = summary_of(w.err());
+  ASSERT_EQ(sum.at("cursor").as_int64(), 2) << w.err();
+  ASSERT_TRUE(sum.at("ledger_epoch").is_string()) << w.err();
+  std::string epoch{sum.at("ledger_epoch").as_string()};
+  auto port = hub_->port();
+  hub_.reset(); // the process's ledger is gone
+  hub_config c;
+  c.seed = 42;
+  c.port = port;
+  hub_ = std::make_unique<hub>(c);
+  hub_->start();
+  publish(5);
+  cli_child r{{"watch", "--cursor", "2", "--ledger-epoch", epoch, "--count",
+               "5", "--duration", "20", hub_->base_url()}};
+  code = r.wait_exit(30s);
+  ASSERT_TRUE(code) << r.err();
+  EXPECT_EQ(*code, 0) << r.err();
+  auto lines = lines_of(r.out());
+  ASSERT_EQ(lines.size(), 6u) << r.out();
+  auto reset = json::parse(lines[0]).as_object();
+  EXPECT_EQ(reset.at("type").as_string(), "reset") << lines[0];
+  EXPECT_EQ(reset.at("cause").as_string(), "rewind") << lines[0];
+  EXPECT_EQ(reset.at("old_epoch").as_string(), epoch) << lines[0];
+  EXPECT_EQ(reset.at("lost_from").as_int64(), 2) << lines[0];
+  lines.erase(lines.begin());
+  std::string rest;
+  for (auto& l : lines)
+    rest += l + "\n";
+  EXPECT_EQ(event_ids(rest), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  auto after = summary_of(r.err());
+  EXPECT_EQ(after.at("cursor").as_int64(), 5);
+  EXPECT_TRUE(after.at("ledger_epoch").is_string());
+  EXPECT_NE(after.at("ledger_epoch").as_string(), epoch);
+}
+
+TEST_F(WatchCli, ALedgerEpochWithoutAReplayPathIsAUsageError) {
+  cli_child w{{"watch", "--ledger-epoch", "e1", "--replay-path", "",
+               "--duration", "5", hub_->base_url()}};
+  auto code = w.wait_exit(20s);
+  ASSERT_TRUE(code) << w.err();
+  EXPECT_EQ(*code, 2) << w.err();
+  EXPECT_NE(w.err().find("--ledger-epoch needs the replay path"),
+            std::string::npos)
+    << w.err();
+  EXPECT_TRUE(w.out().empty()) << w.out();
 }
 
 // The same restart with the ledger kept in a file: the same incarnation
