@@ -619,8 +619,20 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
     auto old_int = std::signal(SIGINT, on_stop_signal);
     auto old_term = std::signal(SIGTERM, on_stop_signal);
     auto w = spawn_feed_watcher(sys, fc, std::move(wo));
-    bool gave_up = wait_for_the_end(sys, w, *sink, opts);
-    auto st = stop_printing(sys, w, *sink);
+    bool gave_up = false;
+    feed_stats st;
+    try {
+      gave_up = wait_for_the_end(sys, w, *sink, opts);
+      st = stop_printing(sys, w, *sink);
+    } catch (...) {
+      // Left running, the watcher and the client would keep the actor
+      // system (and so the process) alive for ever.
+      caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+      std::signal(SIGINT, old_int);
+      std::signal(SIGTERM, old_term);
+      throw;
+    }
     std::signal(SIGINT, old_int);
     std::signal(SIGTERM, old_term);
     // The watcher is gone; the client may still have a replay call in
