@@ -7,8 +7,9 @@
 #include "actors/feed/feed_messages.hpp"
 #include "actors/feed/feed_watcher.hpp"
 #include "actors/messages.hpp"
-#include "config/config_error.hpp"
 #include "actors/system/system_setup.hpp"
+#include "config/config_error.hpp"
+#include "core/text.hpp"
 #include "protocol/io_runner.hpp"
 #include "protocol/tls_context.hpp"
 #include "protocol/ws_session.hpp"
@@ -219,11 +220,13 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
                   "Subject prefix to follow (repeatable; none: all)");
   cmd->add_option("--cursor", f.cursor, "Ledger cursor to start after")
     ->capture_default_str();
-  cmd->add_option("--ledger-epoch", opts.ledger_epoch,
-                  "Ledger epoch --cursor was read in (a summary's "
-                  "ledger_epoch): a hub in another epoch is a rewind reset "
-                  "from the new ledger's start, not a cursor that skips "
-                  "its first events");
+  cmd
+    ->add_option("--ledger-epoch", opts.ledger_epoch,
+                 "Ledger epoch --cursor was read in (a summary's "
+                 "ledger_epoch): a hub in another epoch is a rewind reset "
+                 "from the new ledger's start, not a cursor that skips "
+                 "its first events")
+    ->each([&opts](const std::string&) { opts.ledger_epoch_given = true; });
   cmd->add_option("--limit", f.limit, "Replay page size")
     ->capture_default_str();
   cmd
@@ -310,10 +313,13 @@ std::pair<client_config, feed_config> resolve_watch(const watch_options& opts) {
   if (!(opts.fail_after >= 0))
     throw usage_error("--fail-after must be >= 0");
   auto fc = opts.feed;
-  if (!opts.ledger_epoch.empty()) {
+  if (opts.ledger_epoch_given) {
     if (!fc.has_replay())
       throw usage_error("--ledger-epoch needs the replay path (--replay-path "
                         "is empty: there is no ledger cursor to resume)");
+    if (opts.ledger_epoch.empty() || core::has_ctl(opts.ledger_epoch))
+      throw usage_error("--ledger-epoch must be a summary's ledger_epoch: "
+                        "not empty, no control characters");
     fc.resume_ledger_epoch = opts.ledger_epoch;
   }
   for (auto& p : opts.params) {

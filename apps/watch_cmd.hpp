@@ -51,8 +51,9 @@ struct watch_options {
   /// `--ledger-epoch E`: the ledger epoch `--cursor` was read in (a
   /// summary's `ledger_epoch`); a hub in another epoch is then a rewind
   /// reset (feed_config::resume_ledger_epoch), not a cursor followed into
-  /// a ledger where it means other events. Empty: not given.
+  /// a ledger where it means other events.
   std::string ledger_epoch;
+  bool ledger_epoch_given = false;
   feed_config feed;
   client_config cfg;
 

@@ -586,16 +586,26 @@ TEST_F(WatchCli, AResumeWithTheSummarysLedgerEpochSeesAReplacedLedger) {
   EXPECT_NE(after.at("ledger_epoch").as_string(), epoch);
 }
 
-TEST_F(WatchCli, ALedgerEpochWithoutAReplayPathIsAUsageError) {
-  cli_child w{{"watch", "--ledger-epoch", "e1", "--replay-path", "",
-               "--duration", "5", hub_->base_url()}};
-  auto code = w.wait_exit(20s);
-  ASSERT_TRUE(code) << w.err();
-  EXPECT_EQ(*code, 2) << w.err();
-  EXPECT_NE(w.err().find("--ledger-epoch needs the replay path"),
-            std::string::npos)
-    << w.err();
-  EXPECT_TRUE(w.out().empty()) << w.out();
+TEST_F(WatchCli, ALedgerEpochThatCannotBeOneIsAUsageErrorNamingTheFlag) {
+  struct bad {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  for (const auto& b : std::vector<bad>{
+         {{"--ledger-epoch", "e1", "--replay-path", ""},
+          "--ledger-epoch needs the replay path"},
+         {{"--ledger-epoch", ""}, "--ledger-epoch must be"},
+         {{"--ledger-epoch", "e\x01"}, "--ledger-epoch must be"}}) {
+    auto args = std::vector<std::string>{"watch", "--duration", "5"};
+    args.insert(args.end(), b.args.begin(), b.args.end());
+    args.push_back(hub_->base_url());
+    cli_child w{args};
+    auto code = w.wait_exit(20s);
+    ASSERT_TRUE(code) << w.err();
+    EXPECT_EQ(*code, 2) << w.err();
+    EXPECT_NE(w.err().find(b.says), std::string::npos) << w.err();
+    EXPECT_TRUE(w.out().empty()) << w.out();
+  }
 }
 
 // The same restart with the ledger kept in a file: the same incarnation
