@@ -197,7 +197,8 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
     "Ends after --count events, after --duration seconds, or on "
     "SIGINT/SIGTERM: the watcher stops, the summary goes to stderr. To "
     "resume, pass its cursor and ledger_epoch as --cursor and "
-    "--ledger-epoch.\n"
+    "--ledger-epoch (ledger), or its client_id, last_seq and epoch as "
+    "--client-id, --last-seq and --epoch (catch-up).\n"
     "Failures (replay errors, unreadable pages, WebSocket failures) are "
     "JSON lines on stderr as they happen, one per distinct cause (a "
     "repeat again after 60 s).\nNot reached within --fail-after seconds "
@@ -234,7 +235,19 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
                  "Ledger poll tick, seconds")
     ->capture_default_str();
   cmd->add_option("--client-id", f.client_id,
-                  "Stable catch-up client id (default: generated)");
+                  "Stable catch-up client id (default: generated; the "
+                  "summary's client_id)");
+  cmd
+    ->add_option("--last-seq", opts.last_seq,
+                 "Catch-up resume: the last seq printed before (a summary's "
+                 "last_seq; needs its --client-id): the hub replays what "
+                 "follows it instead of a resync")
+    ->each([&opts](const std::string&) { opts.last_seq_given = true; });
+  cmd
+    ->add_option("--epoch", opts.epoch,
+                 "Hub epoch --last-seq was read in (a summary's epoch): a hub "
+                 "in another epoch answers with an epoch_changed reset")
+    ->each([&opts](const std::string&) { opts.epoch_given = true; });
   cmd
     ->add_option("--ping-interval", f.ws_ping_interval,
                  "WebSocket keepalive ping period, seconds (0: off)")
@@ -321,6 +334,24 @@ std::pair<client_config, feed_config> resolve_watch(const watch_options& opts) {
       throw usage_error("--ledger-epoch must be a summary's ledger_epoch: "
                         "not empty, no control characters");
     fc.resume_ledger_epoch = opts.ledger_epoch;
+  }
+  if (opts.last_seq_given) {
+    if (opts.last_seq < 0)
+      throw usage_error("--last-seq must be >= 0, got "
+                        + std::to_string(opts.last_seq));
+    if (fc.client_id.empty())
+      throw usage_error("--last-seq needs --client-id, the summary's "
+                        "client_id: the hub keeps its replay window per "
+                        "client id");
+    fc.resume_last_seq = opts.last_seq;
+  }
+  if (opts.epoch_given) {
+    if (!opts.last_seq_given)
+      throw usage_error("--epoch needs --last-seq (the seq it was read in)");
+    if (opts.epoch.empty() || core::has_ctl(opts.epoch))
+      throw usage_error("--epoch must be a summary's epoch: not empty, no "
+                        "control characters");
+    fc.resume_epoch = opts.epoch;
   }
   for (auto& p : opts.params) {
     auto eq = p.find('=');
@@ -493,15 +524,20 @@ boost::json::object summary_of(const feed_stats& st, uint64_t events,
   boost::json::object sum;
   // Without a replay path there is no ledger cursor (null, as last_seq is
   // without in-frame events).
+  // The acknowledged (printed) position and the incarnation it belongs to:
+  // resume with both (--cursor, --ledger-epoch), or a replaced ledger whose
+  // head passed the cursor would be followed from there, its first events
+  // skipped. While a rewind's reset is unprinted, still the old ledger's.
   if (has_replay)
-    sum["cursor"] = st.cursor;
+    sum["cursor"] = opt_json(st.acked_cursor);
   else
     sum["cursor"] = nullptr;
-  // The incarnation the cursor belongs to: resume with both (--cursor,
-  // --ledger-epoch), or a replaced ledger whose head passed the cursor would
-  // be followed from there, its first events skipped.
-  sum["ledger_epoch"] = opt_json(st.ledger_epoch);
-  sum["last_seq"] = opt_json(st.last_seq);
+  sum["ledger_epoch"] = opt_json(st.acked_ledger_epoch);
+  // In-frame: the last printed (acknowledged) seq, its hub epoch and the
+  // client id, catchup's resume key (--client-id, --last-seq, --epoch).
+  sum["last_seq"] = opt_json(st.acked_seq);
+  sum["epoch"] = opt_json(st.acked_epoch);
+  sum["client_id"] = st.client_id;
   sum["events"] = events;
   sum["resets"] = resets;
   sum["drain_errors"] = st.drain_errors;
@@ -634,9 +670,10 @@ int run_watch(caf::actor_system& sys, const watch_options& opts,
       // Left running, the watcher and the client would keep the actor
       // system (and so the process) alive for ever.
       caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
-      caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
       std::signal(SIGINT, old_int);
       std::signal(SIGTERM, old_term);
+      w = nullptr;
+      end_actors(sys, {caf::actor_cast<caf::actor>(client)});
       throw;
     }
     std::signal(SIGINT, old_int);

@@ -54,6 +54,13 @@ struct watch_options {
   /// a ledger where it means other events.
   std::string ledger_epoch;
   bool ledger_epoch_given = false;
+  /// `--last-seq N` and `--epoch E`: catchup's resume key, a summary's
+  /// `last_seq` and `epoch` (feed_config::resume_last_seq, resume_epoch;
+  /// with the summary's `client_id` as `--client-id`).
+  int64_t last_seq = 0;
+  bool last_seq_given = false;
+  std::string epoch;
+  bool epoch_given = false;
   feed_config feed;
   client_config cfg;
 

@@ -158,7 +158,8 @@ feed_duration feed_seconds(double seconds);
 struct feed_stats {
   /// Ledger cursor (the id of the last delivered event).
   int64_t cursor = 0;
-  /// Last in-frame seq received (catchup's resume key).
+  /// Last in-frame seq received, acknowledged or not (a resume takes
+  /// `acked_seq`).
   std::optional<int64_t> last_seq;
   /// Ledger: the highest event id the hub announced (a ledger hello's
   /// cursor, wake hints); nullopt before the first. max(head - cursor, 0) is
@@ -169,12 +170,26 @@ struct feed_stats {
   feed_mode mode = feed_mode::none;
   std::string client_id;
   std::optional<std::string> epoch;
-  /// Watchers with a replay path: the ledger epoch `cursor` belongs to (the
-  /// replay pages', else the ledger hellos'; before either, the resumed
-  /// feed_config::resume_ledger_epoch). A checkpoint is the pair: resumed
-  /// with the cursor alone, a replaced ledger whose head passed it would be
-  /// followed from there. nullopt: none known (the hub sends none).
-  std::optional<std::string> ledger_epoch;
+  /// Watchers with a replay path: the acknowledged ledger position and the
+  /// ledger epoch it belongs to (the replay pages', else the ledger
+  /// hellos'), a progress report's `cursor` and `ledger_epoch`: the
+  /// feed_config::cursor / resume_ledger_epoch of a watcher that goes on
+  /// from here. A checkpoint is the pair: resumed with the cursor alone, a
+  /// replaced ledger whose head passed it would be followed from there.
+  /// Unlike `cursor`, while a rewind waits for its reset to be
+  /// acknowledged it is still the old ledger's. Before any
+  /// acknowledgement: feed_config::cursor and resume_ledger_epoch.
+  /// nullopt: no replay path (the epoch also when the hub sends none).
+  std::optional<int64_t> acked_cursor;
+  std::optional<std::string> acked_ledger_epoch;
+  /// In-frame: the last seq the subscriber acknowledged and the hub epoch
+  /// it was read in (an acknowledged reset moves it where delivery
+  /// continues; before any delivery, feed_config::resume_last_seq and
+  /// resume_epoch). With `client_id` they are catchup's resume key, the
+  /// feed_config::resume_last_seq / resume_epoch of a watcher that goes
+  /// on from here. nullopt: none yet.
+  std::optional<int64_t> acked_seq;
+  std::optional<std::string> acked_epoch;
   /// WebSocket sessions opened.
   uint64_t connects = 0;
   /// Opened sessions that ended.

@@ -153,7 +153,7 @@ struct queued_delivery {
   /// Set exactly for a reset (kept out of line: an event's entry stays
   /// small, and a page's thousand entries pack into few deque blocks).
   std::unique_ptr<feed_reset> rs;
-  /// In-frame, with progress reports: its acknowledgement moves the
+  /// In-frame: its acknowledgement moves the
   /// acknowledged seq to `commit_seq` (an event: its seq; a reset: where
   /// delivery continues), in `epoch`.
   bool moves_seq = false;
@@ -335,8 +335,10 @@ feed_stats make_stats(self_ptr self) {
   s.epoch = st.neg->epoch();
   if (st.drain && s.mode == feed_mode::ledger)
     s.epoch = st.drain->epoch();
-  if (st.drain)
-    s.ledger_epoch = st.drain->epoch();
+  s.acked_cursor = st.acked.cursor;
+  s.acked_ledger_epoch = st.acked.ledger_epoch;
+  s.acked_seq = st.acked.last_seq;
+  s.acked_epoch = st.acked.epoch;
   s.resets = st.frame_resets;
   s.resets_by_cause = st.frame_resets_by_cause;
   if (st.drain) {
@@ -421,10 +423,11 @@ void final_progress(self_ptr self) {
 /// The ledger cursor after an acknowledged ledger delivery (or a page that
 /// moved it without one). Not while a rewind waits for its reset: the
 /// cursor is then already the new ledger's, and the application has not
-/// been told yet.
+/// been told yet. Kept with or without progress reports: the stats'
+/// acked_cursor is the resume key too.
 void note_ledger_progress(self_ptr self) {
   auto& st = self->state;
-  if (!st.opts.progress_to || !st.drain || st.drain->rewinding())
+  if (!st.drain || st.drain->rewinding())
     return;
   auto c = st.drain->cursor();
   const auto& e = st.drain->epoch();
@@ -1032,9 +1035,11 @@ void enqueue_frame_reset(self_ptr self, const frame_reset_info& info,
   d.rs->lost_from = info.lost_from;
   d.rs->lost_to = info.lost_to;
   d.rs->detail = std::move(detail);
-  if (st.opts.progress_to) {
+  {
     // Where the negotiator's last_seq went with this reset: its
-    // acknowledgement commits that (delivery continues after it).
+    // acknowledgement commits that (delivery continues after it). Kept
+    // with or without progress reports: the stats' acked_seq is the resume
+    // key too.
     switch (info.cause) {
       case reset_cause::resync:
       case reset_cause::epoch_changed:
@@ -1070,7 +1075,7 @@ void enqueue_frame_event(self_ptr self, parsed_message& m,
   d.ev.mode = st.neg->mode();
   d.ev.seq = m.frame.seq;
   d.ev.event = std::move(m.json);
-  if (st.opts.progress_to && d.ev.seq) {
+  if (d.ev.seq) {
     d.moves_seq = true;
     d.commit_seq = d.ev.seq;
     d.epoch = st.neg->epoch();

@@ -77,8 +77,9 @@ json::object summary_of(const std::string& err) {
   if (ec || !v.is_object())
     return {};
   auto o = v.as_object();
-  for (auto key : {"cursor", "ledger_epoch", "last_seq", "events", "resets",
-                   "drain_errors", "reconnects", "peer_timeouts"})
+  for (auto key :
+       {"cursor", "ledger_epoch", "last_seq", "epoch", "client_id", "events",
+        "resets", "drain_errors", "reconnects", "peer_timeouts"})
     EXPECT_TRUE(o.contains(key)) << "summary without '" << key << "': " << err;
   return o;
 }
@@ -586,6 +587,53 @@ TEST_F(WatchCli, AResumeWithTheSummarysLedgerEpochSeesAReplacedLedger) {
   EXPECT_NE(after.at("ledger_epoch").as_string(), epoch);
 }
 
+// A watch that ends while a rewind waits for its reset (the new ledger's
+// first page unreadable) has not told its reader about the new ledger: its
+// summary is still the old ledger's position, so that a resume from it
+// delivers the rewind reset from there (not from cursor 0 of either
+// ledger, which would hide the reset or misstate its range).
+TEST_F(WatchCli, ASummaryDuringAPendingRewindIsStillTheOldLedgersPosition) {
+  publish(3);
+  cli_child w{{"watch", "--count", "3", "--duration", "20", hub_->base_url()}};
+  auto code = w.wait_exit(30s);
+  ASSERT_TRUE(code) << w.err();
+  ASSERT_EQ(*code, 0) << w.err();
+  auto sum = summary_of(w.err());
+  ASSERT_EQ(sum.at("cursor").as_int64(), 3) << w.err();
+  ASSERT_TRUE(sum.at("ledger_epoch").is_string()) << w.err();
+  std::string epoch{sum.at("ledger_epoch").as_string()};
+  auto port = hub_->port();
+  hub_.reset(); // the process's ledger is gone
+  hub_config c;
+  c.seed = 42;
+  c.port = port;
+  c.faults.non_object_pages = -1; // no page of the new ledger is readable
+  hub_ = std::make_unique<hub>(c);
+  hub_->start();
+  publish(5);
+  cli_child r{{"watch", "--cursor", "3", "--ledger-epoch", epoch, "--duration",
+               "2", hub_->base_url()}};
+  code = r.wait_exit(30s);
+  ASSERT_TRUE(code) << r.err();
+  EXPECT_TRUE(r.out().empty())
+    << "nothing readable, nothing printed: " << r.out();
+  auto pending = summary_of(r.err());
+  EXPECT_EQ(pending.at("cursor").as_int64(), 3) << r.err();
+  EXPECT_EQ(pending.at("ledger_epoch").as_string(), epoch) << r.err();
+  // Resumed from it once the pages are readable: the rewind from 3.
+  hub_->set_faults(R"({"non_object_pages":0})");
+  cli_child again{{"watch", "--cursor", "3", "--ledger-epoch", epoch, "--count",
+                   "5", "--duration", "20", hub_->base_url()}};
+  code = again.wait_exit(30s);
+  ASSERT_TRUE(code) << again.err();
+  EXPECT_EQ(*code, 0) << again.err();
+  auto lines = lines_of(again.out());
+  ASSERT_EQ(lines.size(), 6u) << again.out();
+  auto reset = json::parse(lines[0]).as_object();
+  EXPECT_EQ(reset.at("cause").as_string(), "rewind") << lines[0];
+  EXPECT_EQ(reset.at("lost_from").as_int64(), 3) << lines[0];
+}
+
 TEST_F(WatchCli, ALedgerEpochThatCannotBeOneIsAUsageErrorNamingTheFlag) {
   struct bad {
     std::vector<std::string> args;
@@ -596,6 +644,70 @@ TEST_F(WatchCli, ALedgerEpochThatCannotBeOneIsAUsageErrorNamingTheFlag) {
           "--ledger-epoch needs the replay path"},
          {{"--ledger-epoch", ""}, "--ledger-epoch must be"},
          {{"--ledger-epoch", "e\x01"}, "--ledger-epoch must be"}}) {
+    auto args = std::vector<std::string>{"watch", "--duration", "5"};
+    args.insert(args.end(), b.args.begin(), b.args.end());
+    args.push_back(hub_->base_url());
+    cli_child w{args};
+    auto code = w.wait_exit(20s);
+    ASSERT_TRUE(code) << w.err();
+    EXPECT_EQ(*code, 2) << w.err();
+    EXPECT_NE(w.err().find(b.says), std::string::npos) << w.err();
+    EXPECT_TRUE(w.out().empty()) << w.out();
+  }
+}
+
+// Catch-up's resume key is the summary's client_id, last_seq and epoch.
+// The first run ends by --count after seq 4 with seq 5 already on its way
+// (received, not printed): the summary says 4, and a resume from it prints
+// 5 from the hub's ring, without a resync reset.
+TEST_F(WatchCli, ACatchupResumeFromTheSummaryPrintsWhatFollowsWithoutAReset) {
+  publish(3);
+  cli_child w{{"watch", "--ws-path", "/ws/catchup", "--replay-path", "",
+               "--count", "1", "--duration", "20", hub_->base_url()}};
+  // A new client id: a resync reset at the head (3), then live events.
+  ASSERT_TRUE(w.wait_out_lines(1, 10s)) << w.err();
+  publish(2);
+  auto code = w.wait_exit(30s);
+  ASSERT_TRUE(code) << w.err();
+  ASSERT_EQ(*code, 0) << w.err();
+  auto lines = lines_of(w.out());
+  ASSERT_EQ(lines.size(), 2u) << w.out();
+  EXPECT_EQ(json::parse(lines[0]).at("cause").as_string(), "resync");
+  EXPECT_EQ(json::parse(lines[1]).at("seq").as_int64(), 4) << lines[1];
+  auto sum = summary_of(w.err());
+  ASSERT_EQ(sum.at("last_seq").as_int64(), 4) << w.err();
+  ASSERT_TRUE(sum.at("epoch").is_string()) << w.err();
+  ASSERT_TRUE(sum.at("client_id").is_string()) << w.err();
+  std::string id{sum.at("client_id").as_string()};
+  std::string epoch{sum.at("epoch").as_string()};
+  cli_child r{{"watch", "--ws-path", "/ws/catchup", "--replay-path", "",
+               "--client-id", id, "--last-seq", "4", "--epoch", epoch,
+               "--count", "1", "--duration", "20", hub_->base_url()}};
+  code = r.wait_exit(30s);
+  ASSERT_TRUE(code) << r.err();
+  EXPECT_EQ(*code, 0) << r.err();
+  lines = lines_of(r.out());
+  ASSERT_EQ(lines.size(), 1u) << r.out();
+  auto ev = json::parse(lines[0]).as_object();
+  EXPECT_EQ(ev.at("type").as_string(), "event") << lines[0];
+  EXPECT_EQ(ev.at("seq").as_int64(), 5) << lines[0];
+  auto after = summary_of(r.err());
+  EXPECT_EQ(after.at("last_seq").as_int64(), 5);
+  EXPECT_EQ(after.at("resets").as_int64(), 0);
+  EXPECT_EQ(after.at("client_id").as_string(), id);
+}
+
+TEST_F(WatchCli, ACatchupResumeKeyThatCannotBeOneIsAUsageErrorNamingTheFlag) {
+  struct bad {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  for (const auto& b : std::vector<bad>{
+         {{"--last-seq", "4"}, "--last-seq needs --client-id"},
+         {{"--last-seq", "-1", "--client-id", "c"}, "--last-seq must be"},
+         {{"--epoch", "e", "--client-id", "c"}, "--epoch needs --last-seq"},
+         {{"--epoch", "", "--last-seq", "4", "--client-id", "c"},
+          "--epoch must be"}}) {
     auto args = std::vector<std::string>{"watch", "--duration", "5"};
     args.insert(args.end(), b.args.begin(), b.args.end());
     args.push_back(hub_->base_url());
