@@ -435,7 +435,7 @@ void note_ledger_progress(self_ptr self) {
       && (!e || st.acked.ledger_epoch == e))
     return;
   st.acked.cursor = c;
-  if (e)
+  if (e && st.acked.ledger_epoch != e)
     st.acked.ledger_epoch = e;
   st.acked.mode = feed_mode::ledger;
   st.progress_dirty = true;
