@@ -79,8 +79,10 @@ struct feed_config {
   /// hello or replay page of the hub in another epoch is then a rewind
   /// (the ledger was replaced since; the cursor means nothing there) with
   /// its reset, instead of a cursor followed into the new ledger. Needs a
-  /// replay_path. nullopt: the first epoch seen is taken as the cursor's.
-  /// [nullopt]
+  /// replay_path. Compared with the hellos' and the pages' epochs alike: a
+  /// server that names one ledger differently in the two sees a rewind on
+  /// every resume (the ledger again from its start, never a gap). nullopt:
+  /// the first epoch seen is taken as the cursor's. [nullopt]
   std::optional<std::string> resume_ledger_epoch;
   /// Replay page size (>= 1). [500]
   int limit = 500;
