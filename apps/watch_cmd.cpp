@@ -198,7 +198,10 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
     "SIGINT/SIGTERM: the watcher stops, the summary goes to stderr. To "
     "resume, pass its cursor and ledger_epoch as --cursor and "
     "--ledger-epoch (ledger), or its client_id, last_seq and epoch as "
-    "--client-id, --last-seq and --epoch (catch-up).\n"
+    "--client-id, --last-seq and --epoch (catch-up; its mode says which). "
+    "After --count they are the last printed event; after --duration or a "
+    "signal, a batch cut short is not acknowledged and a resume prints it "
+    "again (never a gap).\n"
     "Failures (replay errors, unreadable pages, WebSocket failures) are "
     "JSON lines on stderr as they happen, one per distinct cause (a "
     "repeat again after 60 s).\nNot reached within --fail-after seconds "
@@ -236,12 +239,14 @@ CLI::App* add_watch_command(CLI::App& app, watch_options& opts) {
     ->capture_default_str();
   cmd->add_option("--client-id", f.client_id,
                   "Stable catch-up client id (default: generated; the "
-                  "summary's client_id)");
+                  "summary's client_id): the hub keeps a replay window per "
+                  "client id");
   cmd
     ->add_option("--last-seq", opts.last_seq,
-                 "Catch-up resume: the last seq printed before (a summary's "
-                 "last_seq; needs its --client-id): the hub replays what "
-                 "follows it instead of a resync")
+                 "Catch-up resume: a summary's last_seq, with its "
+                 "--client-id and --epoch (unless the summary's epoch is "
+                 "null): the hub replays what follows it instead of a "
+                 "resync")
     ->each([&opts](const std::string&) { opts.last_seq_given = true; });
   cmd
     ->add_option("--epoch", opts.epoch,
@@ -538,6 +543,8 @@ boost::json::object summary_of(const feed_stats& st, uint64_t events,
   sum["last_seq"] = opt_json(st.acked_seq);
   sum["epoch"] = opt_json(st.acked_epoch);
   sum["client_id"] = st.client_id;
+  // The tier the watch ended in: which resume key applies.
+  sum["mode"] = to_string(st.mode);
   sum["events"] = events;
   sum["resets"] = resets;
   sum["drain_errors"] = st.drain_errors;

@@ -88,8 +88,9 @@ struct hub_config {
   std::size_t event_max_bytes = 5120;
   /// Keep the ledger in this file (JSON lines, hub/ledger_file.hpp), so a
   /// restarted hub serves the same ledger with the same ids and ledger
-  /// epoch (its watchers go on without a reset). Empty: the ledger lives
-  /// in memory and each process is a new ledger incarnation. [""]
+  /// epoch (its ledger watchers go on without a reset; the catch-up and
+  /// ephemeral tiers restart with a new epoch). Empty: the ledger lives in
+  /// memory and each process is a new ledger incarnation. [""]
   std::string ledger_file;
   /// Largest HTTP request body in bytes. [1 MiB]
   std::size_t max_request_body = 1024 * 1024;

@@ -158,7 +158,10 @@ struct queued_delivery {
   /// delivery continues), in `epoch`.
   bool moves_seq = false;
   std::optional<int64_t> commit_seq;
-  std::optional<std::string> epoch;
+  /// The hub epoch in force when it was queued, shared by every delivery
+  /// of that epoch (a copy per event would allocate: an epoch of 16 hex
+  /// digits is past std::string's inline capacity).
+  std::shared_ptr<const std::optional<std::string>> epoch;
 };
 
 /// The acknowledged position a progress report carries (feed_progress).
@@ -283,10 +286,13 @@ struct watcher_state {
   feed_mode last_hello_mode = feed_mode::none;
   /// The fence gate (`fence_atom`): no delivery starts past its deadline.
   fence_gate fence;
-  /// Progress reports (opts.progress_to): the acknowledged position, whether
-  /// it moved since the last report, when that was sent, and the report
-  /// timer (armed, its token).
+  /// The acknowledged position (the stats' acked_*, and the progress
+  /// reports of opts.progress_to), whether it moved since the last report,
+  /// when that was sent, and the report timer (armed, its token).
   acked_position acked;
+  /// The hub epoch the in-frame deliveries queued now are tagged with
+  /// (epoch_in_force).
+  std::shared_ptr<const std::optional<std::string>> epoch_tag;
   bool progress_dirty = false;
   std::optional<caf::actor_clock::time_point> progress_sent_at;
   bool progress_armed = false;
@@ -881,7 +887,8 @@ void settle(self_ptr self, bool ok) {
   if (d.moves_seq) {
     st.acked.mode = d.is_reset ? d.rs->mode : d.ev.mode;
     st.acked.last_seq = d.commit_seq;
-    st.acked.epoch = std::move(d.epoch);
+    if (d.epoch && *d.epoch != st.acked.epoch)
+      st.acked.epoch = *d.epoch;
     st.progress_dirty = true;
   }
   if (d.is_reset) {
@@ -1019,6 +1026,16 @@ void pump(self_ptr self) {
   }
 }
 
+/// The negotiator's epoch as a tag shared by the deliveries queued in it:
+/// a new one only when the epoch changed.
+std::shared_ptr<const std::optional<std::string>>
+epoch_in_force(watcher_state& st) {
+  const auto& e = st.neg->epoch();
+  if (!st.epoch_tag || *st.epoch_tag != e)
+    st.epoch_tag = std::make_shared<const std::optional<std::string>>(e);
+  return st.epoch_tag;
+}
+
 void enqueue_frame_reset(self_ptr self, const frame_reset_info& info,
                          boost::json::value detail, bool completes_connect) {
   auto& st = self->state;
@@ -1058,7 +1075,7 @@ void enqueue_frame_reset(self_ptr self, const frame_reset_info& info,
       case reset_cause::inferred:
       case reset_cause::wake: break; // ledger, or no position known
     }
-    d.epoch = st.neg->epoch();
+    d.epoch = epoch_in_force(st);
   }
   st.queue.push_back(std::move(d));
   ++st.frames_queued;
@@ -1078,7 +1095,7 @@ void enqueue_frame_event(self_ptr self, parsed_message& m,
   if (d.ev.seq) {
     d.moves_seq = true;
     d.commit_seq = d.ev.seq;
-    d.epoch = st.neg->epoch();
+    d.epoch = epoch_in_force(st);
   }
   st.queue.push_back(std::move(d));
   ++st.frames_queued;

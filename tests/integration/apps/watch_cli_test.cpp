@@ -78,8 +78,8 @@ json::object summary_of(const std::string& err) {
     return {};
   auto o = v.as_object();
   for (auto key :
-       {"cursor", "ledger_epoch", "last_seq", "epoch", "client_id", "events",
-        "resets", "drain_errors", "reconnects", "peer_timeouts"})
+       {"cursor", "ledger_epoch", "last_seq", "epoch", "client_id", "mode",
+        "events", "resets", "drain_errors", "reconnects", "peer_timeouts"})
     EXPECT_TRUE(o.contains(key)) << "summary without '" << key << "': " << err;
   return o;
 }
@@ -582,6 +582,7 @@ TEST_F(WatchCli, AResumeWithTheSummarysLedgerEpochSeesAReplacedLedger) {
     rest += l + "\n";
   EXPECT_EQ(event_ids(rest), (std::vector<int64_t>{1, 2, 3, 4, 5}));
   auto after = summary_of(r.err());
+  EXPECT_EQ(after.at("mode").as_string(), "ledger");
   EXPECT_EQ(after.at("cursor").as_int64(), 5);
   EXPECT_TRUE(after.at("ledger_epoch").is_string());
   EXPECT_NE(after.at("ledger_epoch").as_string(), epoch);
@@ -692,6 +693,7 @@ TEST_F(WatchCli, ACatchupResumeFromTheSummaryPrintsWhatFollowsWithoutAReset) {
   EXPECT_EQ(ev.at("type").as_string(), "event") << lines[0];
   EXPECT_EQ(ev.at("seq").as_int64(), 5) << lines[0];
   auto after = summary_of(r.err());
+  EXPECT_EQ(after.at("mode").as_string(), "catchup");
   EXPECT_EQ(after.at("last_seq").as_int64(), 5);
   EXPECT_EQ(after.at("resets").as_int64(), 0);
   EXPECT_EQ(after.at("client_id").as_string(), id);
