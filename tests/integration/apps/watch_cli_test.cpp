@@ -151,6 +151,20 @@ protected:
       hub_->publish("orders/" + std::to_string(i), "created");
   }
 
+  /// A new hub process on the same port: its ledger (in memory) is gone,
+  /// so it is a new incarnation, with a new ledger epoch even for the same
+  /// seed.
+  void restart_without_the_ledger(hub_faults faults = {}) {
+    auto port = hub_->port();
+    hub_.reset();
+    hub_config c;
+    c.seed = 42;
+    c.port = port;
+    c.faults = std::move(faults);
+    hub_ = std::make_unique<hub>(c);
+    hub_->start();
+  }
+
   std::unique_ptr<hub> hub_;
 };
 
@@ -502,13 +516,7 @@ TEST_F(WatchCli, AHubRestartedWithAShorterLedgerIsOneRewindThenItsEvents) {
   cli_child w{
     {"watch", "--poll-interval", "30", "--count", "11", hub_->base_url()}};
   ASSERT_TRUE(w.wait_out_lines(8, 10s)) << w.err();
-  auto port = hub_->port();
-  hub_.reset(); // the process's ledger is gone
-  hub_config c;
-  c.seed = 42; // the same seed: the ledger epoch still differs
-  c.port = port;
-  hub_ = std::make_unique<hub>(c);
-  hub_->start();
+  restart_without_the_ledger();
   publish(3);
   auto code = w.wait_exit(20s);
   ASSERT_TRUE(code) << "the new ledger's events never came: " << w.out()
@@ -556,13 +564,7 @@ TEST_F(WatchCli, AResumeWithTheSummarysLedgerEpochSeesAReplacedLedger) {
   ASSERT_EQ(sum.at("cursor").as_int64(), 2) << w.err();
   ASSERT_TRUE(sum.at("ledger_epoch").is_string()) << w.err();
   std::string epoch{sum.at("ledger_epoch").as_string()};
-  auto port = hub_->port();
-  hub_.reset(); // the process's ledger is gone
-  hub_config c;
-  c.seed = 42;
-  c.port = port;
-  hub_ = std::make_unique<hub>(c);
-  hub_->start();
+  restart_without_the_ledger();
   publish(5);
   cli_child r{{"watch", "--cursor", "2", "--ledger-epoch", epoch, "--count",
                "5", "--duration", "20", hub_->base_url()}};
@@ -603,14 +605,9 @@ TEST_F(WatchCli, ASummaryDuringAPendingRewindIsStillTheOldLedgersPosition) {
   ASSERT_EQ(sum.at("cursor").as_int64(), 3) << w.err();
   ASSERT_TRUE(sum.at("ledger_epoch").is_string()) << w.err();
   std::string epoch{sum.at("ledger_epoch").as_string()};
-  auto port = hub_->port();
-  hub_.reset(); // the process's ledger is gone
-  hub_config c;
-  c.seed = 42;
-  c.port = port;
-  c.faults.non_object_pages = -1; // no page of the new ledger is readable
-  hub_ = std::make_unique<hub>(c);
-  hub_->start();
+  hub_faults unreadable;
+  unreadable.non_object_pages = -1; // no page of the new ledger is readable
+  restart_without_the_ledger(unreadable);
   publish(5);
   cli_child r{{"watch", "--cursor", "3", "--ledger-epoch", epoch, "--duration",
                "2", hub_->base_url()}};
@@ -633,28 +630,6 @@ TEST_F(WatchCli, ASummaryDuringAPendingRewindIsStillTheOldLedgersPosition) {
   auto reset = json::parse(lines[0]).as_object();
   EXPECT_EQ(reset.at("cause").as_string(), "rewind") << lines[0];
   EXPECT_EQ(reset.at("lost_from").as_int64(), 3) << lines[0];
-}
-
-TEST_F(WatchCli, ALedgerEpochThatCannotBeOneIsAUsageErrorNamingTheFlag) {
-  struct bad {
-    std::vector<std::string> args;
-    std::string says;
-  };
-  for (const auto& b : std::vector<bad>{
-         {{"--ledger-epoch", "e1", "--replay-path", ""},
-          "--ledger-epoch needs the replay path"},
-         {{"--ledger-epoch", ""}, "--ledger-epoch must be"},
-         {{"--ledger-epoch", "e\x01"}, "--ledger-epoch must be"}}) {
-    auto args = std::vector<std::string>{"watch", "--duration", "5"};
-    args.insert(args.end(), b.args.begin(), b.args.end());
-    args.push_back(hub_->base_url());
-    cli_child w{args};
-    auto code = w.wait_exit(20s);
-    ASSERT_TRUE(code) << w.err();
-    EXPECT_EQ(*code, 2) << w.err();
-    EXPECT_NE(w.err().find(b.says), std::string::npos) << w.err();
-    EXPECT_TRUE(w.out().empty()) << w.out();
-  }
 }
 
 // Catch-up's resume key is the summary's client_id, last_seq and epoch.
@@ -699,12 +674,16 @@ TEST_F(WatchCli, ACatchupResumeFromTheSummaryPrintsWhatFollowsWithoutAReset) {
   EXPECT_EQ(after.at("client_id").as_string(), id);
 }
 
-TEST_F(WatchCli, ACatchupResumeKeyThatCannotBeOneIsAUsageErrorNamingTheFlag) {
+TEST_F(WatchCli, AResumeKeyThatCannotBeOneIsAUsageErrorNamingTheFlag) {
   struct bad {
     std::vector<std::string> args;
     std::string says;
   };
   for (const auto& b : std::vector<bad>{
+         {{"--ledger-epoch", "e1", "--replay-path", ""},
+          "--ledger-epoch needs the replay path"},
+         {{"--ledger-epoch", ""}, "--ledger-epoch must be"},
+         {{"--ledger-epoch", "e\x01"}, "--ledger-epoch must be"},
          {{"--last-seq", "4"}, "--last-seq needs --client-id"},
          {{"--last-seq", "-1", "--client-id", "c"}, "--last-seq must be"},
          {{"--epoch", "e", "--client-id", "c"}, "--epoch needs --last-seq"},
