@@ -527,12 +527,12 @@ boost::json::object by_reason(const std::array<uint64_t, N>& counts) {
 boost::json::object summary_of(const feed_stats& st, uint64_t events,
                                uint64_t resets, bool has_replay) {
   boost::json::object sum;
-  // Without a replay path there is no ledger cursor (null, as last_seq is
-  // without in-frame events).
-  // The acknowledged (printed) position and the incarnation it belongs to:
-  // resume with both (--cursor, --ledger-epoch), or a replaced ledger whose
-  // head passed the cursor would be followed from there, its first events
-  // skipped. While a rewind's reset is unprinted, still the old ledger's.
+  // The acknowledged (printed) ledger position and the incarnation it
+  // belongs to: resume with both (--cursor, --ledger-epoch), or a replaced
+  // ledger whose head passed the cursor would be followed from there, its
+  // first events skipped. While a rewind's reset is unprinted, still the
+  // old ledger's. Without a replay path there is no ledger cursor (null, as
+  // last_seq is without in-frame events).
   if (has_replay)
     sum["cursor"] = opt_json(st.acked_cursor);
   else

@@ -153,9 +153,9 @@ struct queued_delivery {
   /// Set exactly for a reset (kept out of line: an event's entry stays
   /// small, and a page's thousand entries pack into few deque blocks).
   std::unique_ptr<feed_reset> rs;
-  /// In-frame: its acknowledgement moves the
-  /// acknowledged seq to `commit_seq` (an event: its seq; a reset: where
-  /// delivery continues), in `epoch`.
+  /// In-frame: its acknowledgement moves the acknowledged seq to
+  /// `commit_seq` (an event: its seq; a reset: where delivery continues),
+  /// in `epoch`.
   bool moves_seq = false;
   std::optional<int64_t> commit_seq;
   /// The hub epoch in force when it was queued, shared by every delivery
@@ -1052,31 +1052,29 @@ void enqueue_frame_reset(self_ptr self, const frame_reset_info& info,
   d.rs->lost_from = info.lost_from;
   d.rs->lost_to = info.lost_to;
   d.rs->detail = std::move(detail);
-  {
-    // Where the negotiator's last_seq went with this reset: its
-    // acknowledgement commits that (delivery continues after it). Kept
-    // with or without progress reports: the stats' acked_seq is the resume
-    // key too.
-    switch (info.cause) {
-      case reset_cause::resync:
-      case reset_cause::epoch_changed:
-      case reset_cause::reconnect:
-      case reset_cause::takeover:
-      case reset_cause::gap:
-        d.moves_seq = true;
-        d.commit_seq = info.new_seq;
-        break;
-      case reset_cause::undeliverable:
-        d.moves_seq = info.lost_to.has_value();
-        d.commit_seq = info.lost_to;
-        break;
-      case reset_cause::retention:
-      case reset_cause::rewind:
-      case reset_cause::inferred:
-      case reset_cause::wake: break; // ledger, or no position known
-    }
-    d.epoch = epoch_in_force(st);
+  // Where the negotiator's last_seq went with this reset: its
+  // acknowledgement commits that (delivery continues after it). Kept
+  // with or without progress reports: the stats' acked_seq is the resume
+  // key too.
+  switch (info.cause) {
+    case reset_cause::resync:
+    case reset_cause::epoch_changed:
+    case reset_cause::reconnect:
+    case reset_cause::takeover:
+    case reset_cause::gap:
+      d.moves_seq = true;
+      d.commit_seq = info.new_seq;
+      break;
+    case reset_cause::undeliverable:
+      d.moves_seq = info.lost_to.has_value();
+      d.commit_seq = info.lost_to;
+      break;
+    case reset_cause::retention:
+    case reset_cause::rewind:
+    case reset_cause::inferred:
+    case reset_cause::wake: break; // ledger, or no position known
   }
+  d.epoch = epoch_in_force(st);
   st.queue.push_back(std::move(d));
   ++st.frames_queued;
   ++st.frame_resets;
