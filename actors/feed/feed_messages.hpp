@@ -89,6 +89,10 @@ struct feed_reset {
   std::optional<int64_t> last_seq;
   /// catchup / ephemeral: the hub's seq after the reset (hello.seq).
   std::optional<int64_t> new_seq;
+  /// The old and the new incarnation's epochs, where known (nullopt:
+  /// the hub sent none, or, for a ledger rewind, the cursor was resumed
+  /// without feed_config::resume_ledger_epoch and had not moved: the
+  /// watcher cannot tell which incarnation it came from).
   std::optional<std::string> old_epoch;
   std::optional<std::string> new_epoch;
   /// What was lost, in the feed's own positions (ledger ids for a ledger

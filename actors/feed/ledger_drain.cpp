@@ -11,6 +11,7 @@ ledger_drain::ledger_drain(int64_t cursor, int limit,
                            feed_duration poll_interval,
                            std::optional<std::string> epoch)
   : cursor_(cursor), limit_(std::max(limit, 1)),
+    epoch_is_cursors_(epoch.has_value() || cursor <= 0),
     redrain_backoff_(
       core::jitter::none, redrain_floor,
       std::max<feed_duration>(std::chrono::seconds{3}, poll_interval)),
@@ -59,6 +60,7 @@ void ledger_drain::advance_to(int64_t id) {
   if (id <= cursor_)
     return;
   cursor_ = id;
+  epoch_is_cursors_ = true; // read in the epoch in force
   // Real progress: the next isolation attempt that ends without any starts
   // from the floor again.
   start_over_attempt_ = 0;
@@ -86,6 +88,7 @@ drain_action ledger_drain::start() {
     pending_old_epoch_.reset();
     last_rewind_.emplace(cursor_, std::move(pending_key_));
     cursor_ = 0;
+    epoch_is_cursors_ = true; // the new ledger's start: its epoch is adopted
     moved_ = true; // a rewind is progress: the new ledger is read at once
     news_retried_ = false;
     target_ = low_head_;
@@ -205,8 +208,11 @@ bool ledger_drain::decide_rewind(epoch_source src,
       *slot = new_epoch;
     return false;
   }
-  auto old = epoch();
-  auto key = new_epoch ? new_epoch : old;
+  // The old incarnation's epoch is reported only where it is known to be
+  // the cursor's: a cursor resumed without its epoch took the first epoch
+  // the hub named, which may be the new ledger's own.
+  auto old = epoch_is_cursors_ ? epoch() : std::nullopt;
+  auto key = new_epoch ? new_epoch : epoch();
   if (last_rewind_ && last_rewind_->first == cursor_
       && last_rewind_->second == key) {
     // The same evidence as the last rewind, after its replay: a server

@@ -203,6 +203,9 @@ struct page_plan {
   /// else (no event has an id) the page cursor; nullopt if neither says.
   std::optional<int64_t> reset_to;
   /// rewind: the epochs of the old and the new incarnation, where known.
+  /// old_epoch is nullopt when the cursor was resumed without its epoch
+  /// (feed_config::resume_ledger_epoch) and rewound before it moved: the
+  /// first epoch the hub named may have been the new ledger's own.
   std::optional<std::string> old_epoch;
   std::optional<std::string> new_epoch;
   /// Indices into the page's events array, in delivery order (events whose
@@ -507,6 +510,11 @@ private:
 
   int64_t cursor_;
   int limit_;
+  /// The epoch in force is the incarnation cursor_ was read in: given at
+  /// construction (a resume with its epoch), or cursor_ was 0, moved, or
+  /// rewound since. False for a cursor resumed without its epoch until it
+  /// moves: a rewind then reports old_epoch unknown.
+  bool epoch_is_cursors_;
   /// The re-drain backoff: redrain_floor doubling up to max(3 s,
   /// poll_interval), no jitter (hyperdjango's serviceclient "Wake targets
   /// and re-drain"). Each backoff below counts its own attempts into it;

@@ -165,6 +165,31 @@ protected:
     hub_->start();
   }
 
+  /// A checkpoint: the summary's cursor and ledger epoch after a watch of
+  /// the first `n` events of `n` published ones.
+  struct checkpoint {
+    int64_t cursor = 0;
+    std::string ledger_epoch;
+  };
+
+  checkpoint checkpoint_after(int n) {
+    publish(n);
+    cli_child w{{"watch", "--count", std::to_string(n), "--duration", "20",
+                 hub_->base_url()}};
+    auto code = w.wait_exit(30s);
+    checkpoint c;
+    EXPECT_TRUE(code && *code == 0) << w.err();
+    if (!code || *code != 0)
+      return c;
+    auto sum = summary_of(w.err());
+    EXPECT_EQ(sum.at("cursor").as_int64(), n) << w.err();
+    EXPECT_TRUE(sum.at("ledger_epoch").is_string()) << w.err();
+    if (sum.at("ledger_epoch").is_string())
+      c.ledger_epoch = std::string{sum.at("ledger_epoch").as_string()};
+    c.cursor = sum.at("cursor").as_int64();
+    return c;
+  }
+
   std::unique_ptr<hub> hub_;
 };
 
@@ -555,20 +580,14 @@ TEST_F(WatchCli, AHubRestartedWithAShorterLedgerIsOneRewindThenItsEvents) {
 // delivers the new ledger from its start: with the cursor alone it would
 // have taken up the new ledger after id 2, its first two events unseen.
 TEST_F(WatchCli, AResumeWithTheSummarysLedgerEpochSeesAReplacedLedger) {
-  publish(3);
-  cli_child w{{"watch", "--count", "2", "--duration", "20", hub_->base_url()}};
-  auto code = w.wait_exit(30s);
-  ASSERT_TRUE(code) << w.err();
-  ASSERT_EQ(*code, 0) << w.err();
-  auto sum = summary_of(w.err());
-  ASSERT_EQ(sum.at("cursor").as_int64(), 2) << w.err();
-  ASSERT_TRUE(sum.at("ledger_epoch").is_string()) << w.err();
-  std::string epoch{sum.at("ledger_epoch").as_string()};
+  auto cp = checkpoint_after(2);
+  ASSERT_FALSE(HasFailure());
+  const auto& epoch = cp.ledger_epoch;
   restart_without_the_ledger();
   publish(5);
   cli_child r{{"watch", "--cursor", "2", "--ledger-epoch", epoch, "--count",
                "5", "--duration", "20", hub_->base_url()}};
-  code = r.wait_exit(30s);
+  auto code = r.wait_exit(30s);
   ASSERT_TRUE(code) << r.err();
   EXPECT_EQ(*code, 0) << r.err();
   auto lines = lines_of(r.out());
@@ -596,22 +615,16 @@ TEST_F(WatchCli, AResumeWithTheSummarysLedgerEpochSeesAReplacedLedger) {
 // delivers the rewind reset from there (not from cursor 0 of either
 // ledger, which would hide the reset or misstate its range).
 TEST_F(WatchCli, ASummaryDuringAPendingRewindIsStillTheOldLedgersPosition) {
-  publish(3);
-  cli_child w{{"watch", "--count", "3", "--duration", "20", hub_->base_url()}};
-  auto code = w.wait_exit(30s);
-  ASSERT_TRUE(code) << w.err();
-  ASSERT_EQ(*code, 0) << w.err();
-  auto sum = summary_of(w.err());
-  ASSERT_EQ(sum.at("cursor").as_int64(), 3) << w.err();
-  ASSERT_TRUE(sum.at("ledger_epoch").is_string()) << w.err();
-  std::string epoch{sum.at("ledger_epoch").as_string()};
+  auto cp = checkpoint_after(3);
+  ASSERT_FALSE(HasFailure());
+  const auto& epoch = cp.ledger_epoch;
   hub_faults unreadable;
   unreadable.non_object_pages = -1; // no page of the new ledger is readable
   restart_without_the_ledger(unreadable);
   publish(5);
   cli_child r{{"watch", "--cursor", "3", "--ledger-epoch", epoch, "--duration",
                "2", hub_->base_url()}};
-  code = r.wait_exit(30s);
+  auto code = r.wait_exit(30s);
   ASSERT_TRUE(code) << r.err();
   EXPECT_TRUE(r.out().empty())
     << "nothing readable, nothing printed: " << r.out();
@@ -630,6 +643,35 @@ TEST_F(WatchCli, ASummaryDuringAPendingRewindIsStillTheOldLedgersPosition) {
   auto reset = json::parse(lines[0]).as_object();
   EXPECT_EQ(reset.at("cause").as_string(), "rewind") << lines[0];
   EXPECT_EQ(reset.at("lost_from").as_int64(), 3) << lines[0];
+}
+
+// Resumed with the cursor alone against a replaced ledger shorter than the
+// cursor: the rewind is seen (the head is below the cursor), but which
+// ledger the cursor came from is not known, so the reset says so
+// (old_epoch null) instead of naming the new ledger's epoch twice.
+TEST_F(WatchCli,
+       ARewindOfACursorResumedWithoutItsEpochLeavesTheOldEpochUnknown) {
+  checkpoint_after(5);
+  ASSERT_FALSE(HasFailure());
+  restart_without_the_ledger();
+  publish(2);
+  cli_child r{{"watch", "--cursor", "5", "--count", "2", "--duration", "20",
+               hub_->base_url()}};
+  auto code = r.wait_exit(30s);
+  ASSERT_TRUE(code) << r.err();
+  EXPECT_EQ(*code, 0) << r.err();
+  auto lines = lines_of(r.out());
+  ASSERT_EQ(lines.size(), 3u) << r.out();
+  auto reset = json::parse(lines[0]).as_object();
+  EXPECT_EQ(reset.at("cause").as_string(), "rewind") << lines[0];
+  EXPECT_EQ(reset.at("lost_from").as_int64(), 5) << lines[0];
+  EXPECT_TRUE(reset.at("old_epoch").is_null()) << lines[0];
+  EXPECT_TRUE(reset.at("new_epoch").is_string()) << lines[0];
+  lines.erase(lines.begin());
+  std::string rest;
+  for (auto& l : lines)
+    rest += l + "\n";
+  EXPECT_EQ(event_ids(rest), (std::vector<int64_t>{1, 2}));
 }
 
 // Catch-up's resume key is the summary's client_id, last_seq and epoch.

@@ -103,6 +103,41 @@ TEST(LedgerIncarnation, FirstEpochSeenIsAdoptedNotARewind) {
   EXPECT_EQ(d.epoch(), "e7");
 }
 
+TEST(LedgerIncarnation,
+     ACursorResumedWithoutItsEpochRewindsWithTheOldEpochUnknown) {
+  // Resumed at 40 with no epoch: the hub was restarted on a new ledger of
+  // two events, so the first epoch it names ("e8") is the new ledger's,
+  // not the cursor's.
+  ledger_drain d{40, 10, 30s};
+  EXPECT_EQ(d.on_hello(std::string{"e8"}, 2), drain_action::fetch);
+  drain_next next;
+  auto stale = serve(d, page({}, 2, "e8"), nullptr, &next);
+  EXPECT_FALSE(stale.reset);
+  EXPECT_EQ(next.what, drain_next::kind::fetch);
+  std::vector<int64_t> got;
+  auto plan = serve(d, page({1, 2}, 2, "e8"), &got);
+  ASSERT_TRUE(plan.reset);
+  EXPECT_EQ(plan.cause, reset_cause::rewind);
+  EXPECT_EQ(plan.reset_from, 40);
+  EXPECT_EQ(plan.old_epoch, std::nullopt) << "never the new ledger's own";
+  EXPECT_EQ(plan.new_epoch, "e8");
+  EXPECT_EQ(got, (std::vector<int64_t>{1, 2}));
+}
+
+TEST(LedgerIncarnation, AResumedCursorThatMovedKnowsItsEpochAtTheNextRewind) {
+  ledger_drain d{40, 10, 30s};
+  EXPECT_EQ(d.on_hello(std::string{"e7"}, 42), drain_action::fetch);
+  serve(d, page({41, 42}, 42, "e7"));
+  EXPECT_EQ(d.cursor(), 42);
+  EXPECT_EQ(d.on_hello(std::string{"e8"}, 1), drain_action::fetch);
+  auto plan = serve(d, page({1}, 1, "e8"));
+  ASSERT_TRUE(plan.reset);
+  EXPECT_EQ(plan.cause, reset_cause::rewind);
+  EXPECT_EQ(plan.reset_from, 42);
+  EXPECT_EQ(plan.old_epoch, "e7") << "42 was read in e7";
+  EXPECT_EQ(plan.new_epoch, "e8");
+}
+
 TEST(LedgerIncarnation, NewEpochOnAReplayPageDropsThatPageAndRefetches) {
   auto d = at_five();
   EXPECT_EQ(d.request(drain_trigger::poll), drain_action::fetch);
