@@ -566,8 +566,8 @@ CLI::App* add_request_command(CLI::App& app, request_options& opts) {
                  "generates one; any other value is sent as is. The call "
                  "is then retried like an idempotent one")
     ->check([](const std::string& v) -> std::string {
-      if (v.empty())
-        return "must not be empty";
+      if (v.find_first_not_of(" \t") == std::string::npos)
+        return "must not be empty or blank";
       for (unsigned char c : v)
         if (c < 0x20 || c == 0x7f)
           return "must not contain control characters";

@@ -3,6 +3,7 @@
 #include "config/config_error.hpp"
 #include "core/backoff.hpp"
 #include "core/text.hpp"
+#include "core/time.hpp"
 #include "core/validate.hpp"
 
 #include <algorithm>
@@ -209,10 +210,10 @@ void client_config::validate() const {
   if (base_url.empty())
     throw config_error("base_url", "must not be empty");
   auto url = url_parts::parse(base_url);
-  if (!std::isfinite(timeout) || timeout <= 0)
-    throw config_error("timeout", "must be > 0 seconds");
-  if (!std::isfinite(deadline) || deadline <= 0)
-    throw config_error("deadline", "must be > 0 seconds");
+  // Also refused: a positive value under half a nanosecond (it would round
+  // to an instant timeout or deadline).
+  core::validate_seconds(timeout, "timeout", false);
+  core::validate_seconds(deadline, "deadline", false);
   retry.validate();
   retry_budget.validate();
   tls.validate();

@@ -62,10 +62,11 @@ struct retry_budget_config {
   /// budget allows is sent (the behaviour before the budget). [true]
   bool enabled = true;
   /// Extra attempts allowed per 100 primary requests in the window
-  /// ([0, 100]). [20, as Finagle]
+  /// ([0, 100]; counted to the millionth). [20, as Finagle]
   double percent = 20.0;
   /// Extra attempts per second allowed whatever the traffic, so a client
-  /// with few calls still retries ([0, 1e9]). [10, as Finagle]
+  /// with few calls still retries ([0, 1e9]; min_per_second × window is
+  /// counted to the millionth, up to 1e12 attempts). [10, as Finagle]
   double min_per_second = 10.0;
   /// Length of the sliding window in seconds ([1e-6, 3600]); kept as 10
   /// slices, so a deposit or withdrawal ages out between 0.9 and 1 window

@@ -205,7 +205,7 @@ bool carries_idempotency_key(const client_config& cfg,
   for (const auto& r : cfg.idempotency_routes) {
     if (!core::iequals(r.method, call.method))
       continue;
-    bool prefix = r.path.size() > 1 && r.path.back() == '/';
+    bool prefix = r.path.back() == '/'; // "/" covers every path
     if (path == r.path || (prefix && path.substr(0, r.path.size()) == r.path))
       return r.mode == idempotency_key_mode::auto_key;
   }
@@ -221,6 +221,8 @@ void assign_idempotency_key(const client_config& cfg, call_request& call) {
   // A key the caller put in a header is the call's key (it keeps its
   // value; the header is sent once, from the key).
   if (auto h = find_header(call.headers, cfg.idempotency_key_header)) {
+    if (core::trim_ows(*h).empty())
+      return; // no key: build_request refuses the blank header
     call.idempotency_key = *h;
     erase_header(call.headers, cfg.idempotency_key_header);
     return;
@@ -310,11 +312,20 @@ built_request build_request_impl(const client_config& cfg,
   for (auto& [k, v] : call_headers) {
     if (auto err = check_header(k, v, "the call's headers"); !err.empty())
       return fail(err, request_id);
+    // A blank key would make the call retryable (it carries a key) while
+    // the server sees none: a retried POST applied twice.
+    if (core::trim_ows(v).empty()
+        && core::iequals(k, cfg.idempotency_key_header))
+      return fail("the call's " + cfg.idempotency_key_header
+                    + " header is blank (an idempotency key must not be)",
+                  request_id);
     set_header(hs, k, v);
   }
   if (!call.idempotency_key.empty()) {
     if (core::has_ctl(call.idempotency_key))
       return fail("idempotency key contains control characters", request_id);
+    if (core::trim_ows(call.idempotency_key).empty())
+      return fail("idempotency key is blank", request_id);
     set_header(hs, cfg.idempotency_key_header, call.idempotency_key);
   }
   set_header(hs, "x-request-id", request_id);

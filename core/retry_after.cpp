@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 namespace outbound {
 inline namespace core {
@@ -115,11 +116,15 @@ std::optional<nanoseconds> parse_retry_after(const std::string& value,
     return std::nullopt;
   if (std::all_of(v.begin(), v.end(),
                   [](char c) { return core::is_digit(c); })) {
-    // delay-seconds; saturate absurd values instead of overflowing.
+    // delay-seconds (1*DIGIT, RFC 9110 section 10.2.3: leading zeros
+    // allowed); saturate absurd values instead of overflowing.
     auto limit = static_cast<long long>(max_retry_after_seconds);
-    if (v.size() > 10)
+    auto first = std::min(v.find_first_not_of('0'), v.size() - 1);
+    std::string_view digits{v.data() + first, v.size() - first};
+    if (digits.size() > 10)
       return std::chrono::seconds{limit};
-    return std::chrono::seconds{std::min(std::stoll(v), limit)};
+    return std::chrono::seconds{
+      std::min(std::stoll(std::string{digits}), limit)};
   }
   auto at = parse_http_date(v);
   if (!at)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace outbound {
 inline namespace core {
@@ -16,9 +17,23 @@ const char* to_string(extra_kind k) {
   return "unknown";
 }
 
+namespace {
+
+/// `v` in millionths, rounded to the nearest: the decimal a user wrote
+/// (0.57, 0.29 × 100) is exact there, where its double is a hair below.
+int64_t millionths(double v) {
+  return static_cast<int64_t>(std::llround(v * 1e6));
+}
+
+/// 100 % in millionths of a per cent.
+constexpr __int128 hundred_percent = 100'000'000;
+
+} // namespace
+
 retry_budget::retry_budget(const retry_budget_config& cfg, time_point now)
-  : enabled_(cfg.enabled), percent_(cfg.percent),
-    reserve_(cfg.min_per_second * cfg.window),
+  : enabled_(cfg.enabled), percent_(millionths(cfg.percent)),
+    reserve_(
+      millionths(std::min(cfg.min_per_second * cfg.window, max_reserve))),
     slice_len_(
       std::max(std::chrono::nanoseconds{1}, from_seconds(cfg.window / slices))),
     origin_(now) {
@@ -52,14 +67,14 @@ void retry_budget::advance(time_point now) {
   current_ = index;
 }
 
-bool retry_budget::fits_one() const {
-  return 100.0 * static_cast<double>(window_withdrawals_ + 1)
-         <= percent_ * static_cast<double>(window_deposits_) + 100.0 * reserve_;
+__int128 retry_budget::headroom() const {
+  return static_cast<__int128>(percent_) * window_deposits_
+         + 100 * static_cast<__int128>(reserve_)
+         - hundred_percent * window_withdrawals_;
 }
 
-double retry_budget::headroom() const {
-  return percent_ * static_cast<double>(window_deposits_) / 100.0 + reserve_
-         - static_cast<double>(window_withdrawals_);
+bool retry_budget::fits_one() const {
+  return headroom() >= hundred_percent;
 }
 
 void retry_budget::deposit(time_point now) {
@@ -97,13 +112,12 @@ void retry_budget::refund(extra_kind k, time_point made_at, time_point now) {
 
 uint64_t retry_budget::balance(time_point now) {
   advance(now);
-  auto h = enabled_ ? headroom() : std::max(headroom(), reserve_);
-  if (h < 1.0)
+  auto h = headroom();
+  if (!enabled_)
+    h = std::max(h, 100 * static_cast<__int128>(reserve_));
+  if (h < hundred_percent)
     return 0;
-  // The whole part, without the rounding of the product (29 % of 100 is
-  // 29), capped far below uint64's range.
-  auto n = static_cast<uint64_t>(std::floor(std::min(h + 1e-9, 1e15)));
-  return n;
+  return static_cast<uint64_t>(h / hundred_percent);
 }
 
 retry_budget_stats retry_budget::stats(time_point now) {

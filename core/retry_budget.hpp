@@ -16,8 +16,10 @@
 // the extra attempts are at most `percent` % of the primaries plus
 // `min_per_second × window` (the "reserve"); over an outage of T seconds,
 // at most `percent` % of the primaries plus the reserve once per window
-// the outage spans. Counts are integers; the fractions are compared, not
-// accumulated, so no rounding drifts.
+// the outage spans. Counts are integers, and the percentage and the
+// reserve are held in millionths, so the comparison is exact integer
+// arithmetic: nothing is accumulated, no rounding drifts, and a decimal
+// setting (0.57 %, 0.29/s) means what it says.
 //
 // retry_budget is pure (time is an argument). shared_retry_budget is the
 // same under a mutex, for the one budget that a service client and its
@@ -72,6 +74,10 @@ public:
   /// Number of slices of the window.
   static constexpr int slices = 10;
 
+  /// The reserve (min_per_second × window) counts up to this many
+  /// attempts; more is unbounded in practice.
+  static constexpr double max_reserve = 1e12;
+
   /// An empty window starting at `now`; `cfg` validated before.
   retry_budget(const retry_budget_config& cfg, time_point now);
 
@@ -102,18 +108,21 @@ private:
 
   /// Moves the window to `now`: every slice that left it is subtracted.
   void advance(time_point now);
-  /// True if one more withdrawal fits: 100 × (withdrawals + 1) <=
-  /// percent × deposits + 100 × reserve over the window (compared without
-  /// a division, so 29 % of 100 calls is exactly 29).
+  /// percent × deposits + 100 × reserve − 100 × withdrawals over the
+  /// window, in millionths of a per cent (exact integers: 29 % of 100
+  /// calls is 29, 0.57 % of 10,000 is 57, 0.29/s over 100 s is 29).
+  __int128 headroom() const;
+  /// True if one more withdrawal fits: headroom ≥ 100 %.
   bool fits_one() const;
-  /// percent × deposits / 100 + reserve − withdrawals over the window.
-  double headroom() const;
   /// The ring slice of time `t` (0 before the origin).
   int64_t index_of(time_point t) const;
 
   bool enabled_;
-  double percent_;
-  double reserve_;
+  /// retry_budget_config::percent and min_per_second × window in
+  /// millionths (the configured decimals, rounded to 1e-6; the reserve
+  /// capped at max_reserve attempts).
+  int64_t percent_;
+  int64_t reserve_;
   std::chrono::nanoseconds slice_len_;
   time_point origin_;
   int64_t current_ = 0;

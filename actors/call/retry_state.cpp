@@ -171,7 +171,9 @@ retry_step retry_state::end_with(retry_decision d, call_error e,
 
 give_up_reason retry_state::deadline_check(retry_time now,
                                            nanoseconds delay) const {
-  if (now + delay > deadline_at_)
+  // A retry due at the deadline itself would have no time to run
+  // (begin_attempt sends nothing with 0 left).
+  if (now + delay >= deadline_at_)
     return give_up_reason::deadline_exceeded;
   if (expected_latency_ > nanoseconds{0}
       && now + delay + expected_latency_ > deadline_at_)

@@ -279,8 +279,9 @@ private:
                       transport_error_kind cause_kind,
                       give_up_reason reason = give_up_reason::none) const;
   /// give_up_deadline's reason for a retry after `delay` at `now`, or none
-  /// when the retry fits: deadline_exceeded when the wait alone passes the
-  /// deadline, deadline_unreachable when the expected latency does.
+  /// when the retry fits: deadline_exceeded when the wait alone reaches the
+  /// deadline (a retry due at it has no time to run), deadline_unreachable
+  /// when the expected latency passes it.
   give_up_reason deadline_check(retry_time now,
                                 std::chrono::nanoseconds delay) const;
   std::string deadline_text() const;

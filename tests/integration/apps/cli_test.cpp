@@ -318,6 +318,16 @@ TEST(CliArgs, AUrlWithoutASchemeIsToldToBeginWithOne) {
   EXPECT_NE(path.err.find("--env PREFIX"), std::string::npos) << path.err;
 }
 
+// A blank key would make the POST retryable with no key on the wire.
+TEST(CliArgs, ABlankIdempotencyKeyIsAUsageError) {
+  for (std::string blank : {"", " ", "\t "}) {
+    auto r = run_cli({"request", "-X", "POST", "--json", "{}",
+                      "--idempotency-key", blank, refused_url()});
+    EXPECT_EQ(r.exit_code, 2) << "'" << blank << "': " << r.err;
+    EXPECT_NE(r.err.find("--idempotency-key"), std::string::npos) << r.err;
+  }
+}
+
 TEST(CliJson, JsonMaxDepthRaisesTheLimitOfTheJsonBody) {
   std::string deep65 = std::string(65, '[') + std::string(65, ']');
   scripted_server srv{

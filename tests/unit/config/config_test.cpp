@@ -65,6 +65,13 @@ TEST(Config, BadFieldsAreNamed) {
   c = valid();
   c.deadline = -1;
   EXPECT_EQ(field_of(c), "deadline");
+  // Under half a nanosecond: it would round to an instant limit.
+  c = valid();
+  c.timeout = 1e-12;
+  EXPECT_EQ(field_of(c), "timeout");
+  c = valid();
+  c.deadline = 1e-12;
+  EXPECT_EQ(field_of(c), "deadline");
   c = valid();
   c.max_response_bytes = 0;
   EXPECT_EQ(field_of(c), "max_response_bytes");

@@ -122,6 +122,36 @@ TEST(RetryBudget, PercentagesAreExactWithoutAReserve) {
   EXPECT_EQ(drain(b, t0), 29);
 }
 
+// A decimal setting grants what it says, and the balance agrees with the
+// grants: in doubles 0.57 × 10,000 and 0.29 × 100 land a hair below 5,700
+// and 29, which granted one fewer than the balance reported.
+TEST(RetryBudget, DecimalSettingsGrantExactlyWhatTheySay) {
+  retry_budget pct{cfg(0.57, 0, 100), t0};
+  for (int i = 0; i < 10000; ++i)
+    pct.deposit(t0);
+  EXPECT_EQ(pct.balance(t0), 57u);
+  EXPECT_EQ(drain(pct, t0), 57);
+  retry_budget reserve{cfg(0, 0.29, 100), t0};
+  EXPECT_EQ(reserve.balance(t0), 29u);
+  EXPECT_EQ(drain(reserve, t0), 29);
+  // Swept: for every percentage p of 0.01 .. 20.00 (step 0.01) over 10,000
+  // primaries, exactly p × 100 withdrawals, the balance saying the same.
+  for (int hundredths = 1; hundredths <= 2000; ++hundredths) {
+    retry_budget b{cfg(hundredths / 100.0, 0, 100), t0};
+    for (int i = 0; i < 10000; ++i)
+      b.deposit(t0);
+    ASSERT_EQ(b.balance(t0), static_cast<uint64_t>(hundredths))
+      << hundredths / 100.0 << " %";
+    ASSERT_EQ(drain(b, t0), hundredths) << hundredths / 100.0 << " %";
+  }
+}
+
+TEST(RetryBudget, AHugeReserveIsCappedNotOverflowed) {
+  retry_budget b{cfg(100, 1e9, 3600), t0};
+  EXPECT_EQ(b.balance(t0), static_cast<uint64_t>(retry_budget::max_reserve));
+  EXPECT_TRUE(b.try_withdraw(extra_kind::retry, t0));
+}
+
 TEST(RetryBudget, ARefundGivesBackAWithdrawalWhileItsSliceIsInTheWindow) {
   retry_budget b{cfg(0, 1, 10), t0}; // a reserve of 10, slices of 1 s
   EXPECT_EQ(drain(b, t0), 10);

@@ -471,6 +471,33 @@ TEST(RequestBuilderIdempotencyKey, AKeyGivenAsAHeaderIsTheCallsKey) {
   EXPECT_TRUE(call_is_idempotent(cfg_with(), call, "POST"));
 }
 
+// A blank key (empty, or only spaces and tabs, which a server trims away)
+// is refused: taken as the call's key it made a POST retryable while the
+// server saw no key, and a retry through a lost answer applied it twice.
+TEST(RequestBuilderIdempotencyKey, ABlankKeyIsRefusedNeverSentAsNoKey) {
+  auto cfg = cfg_with();
+  for (auto mode : {idempotency_key_mode::off, idempotency_key_mode::auto_key})
+    for (std::string blank : {"", " ", "\t", " \t "}) {
+      cfg.idempotency_keys = mode;
+      auto call = with_method("POST");
+      call.headers = {{"Idempotency-Key", blank}};
+      assign_idempotency_key(cfg, call);
+      EXPECT_TRUE(call.idempotency_key.empty()) << "'" << blank << "'";
+      auto b = build(cfg, call);
+      ASSERT_FALSE(b.ok()) << "'" << blank << "'";
+      EXPECT_EQ(b.error->kind, error_kind::config_error);
+      EXPECT_NE(b.error->detail.find("blank"), std::string::npos)
+        << b.error->detail;
+      if (blank.empty())
+        continue; // an empty idempotency_key field means "none"
+      auto given = with_method("POST");
+      given.idempotency_key = blank;
+      auto g = build(cfg, given);
+      ASSERT_FALSE(g.ok()) << "'" << blank << "'";
+      EXPECT_EQ(g.error->kind, error_kind::config_error);
+    }
+}
+
 TEST(RequestBuilderIdempotencyKey,
      TheHeaderNameIsConfigurableAndTheKeyIsChecked) {
   auto cfg = cfg_with();
@@ -532,6 +559,12 @@ TEST(RequestBuilderIdempotencyKey, AMatchingRouteDecidesBeforeTheClientsMode) {
   EXPECT_FALSE(carries_idempotency_key(cfg, call("GET", "/v1/payments")));
   EXPECT_TRUE(carries_idempotency_key(cfg, call("put", "/v1/files/a")));
   EXPECT_FALSE(carries_idempotency_key(cfg, call("POST", "/v1/other")));
+  // "/" is a prefix too: it covers every path.
+  auto all = cfg;
+  all.idempotency_routes = {{"POST", "/", idempotency_key_mode::auto_key}};
+  EXPECT_TRUE(carries_idempotency_key(all, call("POST", "/")));
+  EXPECT_TRUE(carries_idempotency_key(all, call("POST", "/v1/anything")));
+  EXPECT_FALSE(carries_idempotency_key(all, call("PATCH", "/v1/anything")));
   // Auto client-wide: a route can exempt itself.
   cfg.idempotency_keys = idempotency_key_mode::auto_key;
   cfg.idempotency_routes = {{"POST", "/v1/search", idempotency_key_mode::off}};

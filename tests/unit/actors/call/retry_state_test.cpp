@@ -182,6 +182,19 @@ TEST(RetryAfter, AbsurdValuesSaturateInsteadOfOverflowing) {
   EXPECT_EQ(seconds_to_ns(-1), nanoseconds{0});
 }
 
+// delay-seconds is 1*DIGIT: leading zeros are the same number, not a
+// long one (eleven digits worth 5 s once read as the 31-year cap).
+TEST(RetryAfter, LeadingZerosAreTheSameDelay) {
+  auto now = wall("Sun, 06 Nov 1994 08:49:37 GMT");
+  EXPECT_EQ(parse_retry_after("00000000005", now), nanoseconds{5s});
+  EXPECT_EQ(parse_retry_after("0000000000000000000000000012", now),
+            nanoseconds{12s});
+  EXPECT_EQ(parse_retry_after("0000000000000", now), nanoseconds{0});
+  EXPECT_EQ(parse_retry_after("0", now), nanoseconds{0});
+  EXPECT_EQ(parse_retry_after("000099999999999", now),
+            nanoseconds{std::chrono::seconds{1'000'000'000}});
+}
+
 TEST(RetryAfter, MillisecondHeaderWinsAndAnInvalidOneFallsBack) {
   auto now = wall("Sun, 06 Nov 1994 08:49:37 GMT");
   EXPECT_EQ(
@@ -388,13 +401,25 @@ TEST(RetryState, RetryAfterPastTheDeadlineGivesUpAtOnceWithTheStatus) {
     = st.on_result(response(503, {{"Retry-After", "11"}}), t0 + 1ms, {}, rng);
   EXPECT_EQ(s.decision, retry_decision::give_up_deadline);
   EXPECT_TRUE(s.answer_with_response);
-  // Exactly up to the deadline is still allowed.
+  // A retry that would begin exactly at the deadline has no time to run
+  // (begin_attempt sends nothing with 0 left): it gives up at once with
+  // the status, instead of waiting out the deadline to lose it.
   retry_state edge{cfg, true, t0};
   edge.begin_attempt(t0);
   s = edge.on_result(response(503, {{"retry-after-ms", "9000"}}), t0 + 1s, {},
                      rng);
+  EXPECT_EQ(s.decision, retry_decision::give_up_deadline);
+  EXPECT_TRUE(s.answer_with_response);
+  // A nanosecond before it is still allowed.
+  retry_state inside{cfg, true, t0};
+  inside.begin_attempt(t0);
+  s = inside.on_result(response(503, {{"retry-after-ms", "8999.999999"}}),
+                       t0 + 1s, {}, rng);
   EXPECT_EQ(s.decision, retry_decision::retry_after);
-  EXPECT_EQ(s.delay, 9s);
+  EXPECT_EQ(s.delay, 9s - 1ns);
+  auto plan = inside.begin_attempt(t0 + 1s + s.delay);
+  EXPECT_TRUE(plan.send);
+  EXPECT_EQ(plan.budget, 1ns);
 }
 
 TEST(RetryState, RetryableStatusWithAttemptsSpentIsAnswered) {
