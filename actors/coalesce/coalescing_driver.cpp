@@ -502,6 +502,15 @@ void on_exchange(self_ptr self, uint64_t rpc_id, uint64_t token,
   } else if (rep.cls == attempt_class::success) {
     body = read_success_body(run, r, st.cfg.json_max_depth);
     rep.epoch = std::visit([](auto& b) { return b.epoch; }, *body);
+    // The batcher's own check (on_success): a body it refuses seats no
+    // leader (attempt_report::unusable).
+    if (auto* ts = std::get_if<read_ts_result>(&*body))
+      rep.unusable = !check_ts_response(ts->response, run.plan.count).empty();
+    else
+      rep.unusable
+        = !check_seq_response(std::get<read_seq_result>(*body).response,
+                              run.plan.count)
+             .empty();
   }
   if (r.error != transport_error_kind::none)
     rep.detail = std::string{to_string(r.error)}

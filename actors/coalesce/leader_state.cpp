@@ -152,6 +152,10 @@ bool marks_nothing_committed(std::string_view body, std::size_t max_depth) {
     return false;
   json_limits l;
   l.max_depth = max_depth;
+  // A repeated key is ambiguous ({"committed":true,"committed":false}:
+  // Boost.JSON keeps the last, another reader the first): it proves
+  // nothing, as the oracle body readers refuse it too.
+  l.reject_duplicate_keys = true;
   auto r = parse_json(body, l);
   auto& v = r.value;
   if (!r || !v.is_object())
@@ -669,6 +673,30 @@ discovery_action discovery_call::on_not_leader(leader_state& ls,
   return after_failure(ls, r.cls, now, rng);
 }
 
+discovery_action
+discovery_call::on_deposed_answer(leader_state& ls, const std::string& from,
+                                  uint64_t epoch, uint64_t leader_epoch,
+                                  transport_error_kind cause, coalesce_time now,
+                                  coalesce_rng& rng) {
+  // A 2xx from another node at an epoch below the fresh leader's: a deposed
+  // leader still serving. Its values may repeat the leader's (it has not
+  // seen the leader's allocations), so they are not handed out. It did
+  // process the request: for seq the outcome is uncertain; ts moves on to
+  // the next endpoint.
+  materialize(ls);
+  nothing_committed_ = false;
+  auto detail = from + ": answered at epoch " + std::to_string(epoch)
+                + ", below the leader's " + std::to_string(leader_epoch)
+                + " (a deposed leader); its answer is not used";
+  if (non_idempotent_)
+    return fail(discovery_error::uncertain_outcome,
+                "uncertain outcome: " + detail, cause);
+  last_ = last_non_transport_ = attempt_class::server_error;
+  last_detail_ = last_non_transport_detail_ = detail;
+  last_cause_ = last_non_transport_cause_ = cause;
+  return after_failure(ls, attempt_class::server_error, now, rng);
+}
+
 discovery_action discovery_call::on_result(leader_state& ls,
                                            const attempt_report& r,
                                            coalesce_time now,
@@ -676,13 +704,30 @@ discovery_action discovery_call::on_result(leader_state& ls,
   std::string from = std::move(current_);
   current_.clear();
   if (r.cls == attempt_class::success) {
-    ls.seat(from, r.epoch, seat_source::success, now);
+    auto succeeded = [&] {
+      discovery_action a;
+      a.step = discovery_step::succeeded;
+      a.endpoint = std::move(from);
+      a.attempts = attempts_;
+      return a;
+    };
+    if (r.unusable) {
+      // The RPC ends with it (the batcher fails its callers), but an
+      // answer the client cannot use seats no leader, and a cached leader
+      // that sends one is dropped: otherwise every later RPC would ask it
+      // first, and a 2xx is never retried.
+      ls.forget(from);
+      return succeeded();
+    }
+    const auto* cur = ls.leader(now);
+    // Both known when the seat is refused for a stale epoch.
+    auto leader_epoch = cur && cur->epoch ? *cur->epoch : 0;
+    if (ls.seat(from, r.epoch, seat_source::success, now)
+        == seat_decision::rejected_stale_epoch)
+      return on_deposed_answer(ls, from, r.epoch.value_or(0), leader_epoch,
+                               r.cause, now, rng);
     ls.note_hinted(from);
-    discovery_action a;
-    a.step = discovery_step::succeeded;
-    a.endpoint = std::move(from);
-    a.attempts = attempts_;
-    return a;
+    return succeeded();
   }
   // Anything but the leader's success may need the rest of the pass.
   materialize(ls);

@@ -438,6 +438,11 @@ struct attempt_report {
   std::optional<std::string> hint;
   /// success: the epoch of the response body, if it parsed as a decimal.
   std::optional<uint64_t> epoch;
+  /// success: the body is no answer the client can use (check_ts_response
+  /// / check_seq_response refuse it). The RPC still ends with it (its
+  /// callers get the protocol violation), but it seats no leader, and a
+  /// cached leader that sent it is forgotten.
+  bool unusable = false;
   /// A short description for the final error (e.g. "connect refused").
   std::string detail;
   /// The transport error kind of the exchange (`none` for an HTTP answer).
@@ -501,6 +506,12 @@ private:
   discovery_action on_not_leader(leader_state& ls, const attempt_report& r,
                                  const std::string& from, coalesce_time now,
                                  coalesce_rng& rng);
+  /// A 2xx from `from` at `epoch`, below the fresh leader's
+  /// `leader_epoch`: not used (seq: uncertain; ts: the next endpoint).
+  discovery_action on_deposed_answer(leader_state& ls, const std::string& from,
+                                     uint64_t epoch, uint64_t leader_epoch,
+                                     transport_error_kind cause,
+                                     coalesce_time now, coalesce_rng& rng);
   discovery_action end_pass(leader_state& ls, coalesce_time now,
                             coalesce_rng& rng);
   void begin_pass(leader_state& ls, coalesce_time now);

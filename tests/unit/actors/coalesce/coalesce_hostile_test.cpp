@@ -900,5 +900,131 @@ TEST_F(CoalesceHostile,
   EXPECT_EQ(total_requests(), 1u);
 }
 
+// -- answers that must not be trusted ---------------------------------------
+
+// A 500 whose body repeats "committed" (true, then false) is ambiguous:
+// Boost.JSON keeps the last, another reader the first. It proves nothing,
+// so a seq that may have committed is not sent again.
+TEST_F(CoalesceHostile, ARepeatedPreCommitMarkerProvesNothing) {
+  const std::string twice = R"({"committed":true,"committed":false})";
+  EXPECT_FALSE(marks_nothing_committed(twice));
+  EXPECT_TRUE(marks_nothing_committed(R"({"committed":false})"));
+  node(A).script = always(answer(500, twice));
+  node(B).script = good_leader(1);
+  node(C).script = good_leader(1);
+  auto s = seq("k", 3);
+  ASSERT_TRUE(run_to_quiescence());
+  ASSERT_TRUE(s->reply);
+  EXPECT_EQ(total_requests(), 1u) << "a seq that may have committed went again";
+  EXPECT_EQ(failed(s), error_kind::uncertain_outcome);
+}
+
+// A node whose 2xx the client cannot use (a proxy's 200 page) was seated as
+// the leader by that very answer, and each of its answers refreshed the
+// TTL: every later call failed although B is a healthy leader. Now the
+// answer seats nothing, and the next call starts elsewhere.
+TEST_F(CoalesceHostile, AnUnusable2xxSeatsNoLeader) {
+  node(A).script = always(answer(200, "<html>ok</html>"));
+  node(B).script = good_leader(1);
+  node(C).script = follower("10.0.0.2:7000; epoch=1");
+  int failed_calls = 0;
+  for (int i = 0; i < 30; ++i) {
+    auto b = ts(1);
+    ASSERT_TRUE(run_to_quiescence());
+    ASSERT_TRUE(b->reply);
+    if (b->reply->error) {
+      ++failed_calls;
+      EXPECT_EQ(failed(b), error_kind::response_error);
+    }
+    advance_by(std::chrono::seconds{1});
+  }
+  EXPECT_EQ(failed_calls, 1) << "only the first call asks A";
+  EXPECT_EQ(node(A).seen.size(), 1u);
+  EXPECT_EQ(stats().leader_endpoint, B);
+}
+
+// The same through one 503 of the cached leader: the broken node's
+// unusable 2xx carries a higher epoch, and took the cache for good.
+TEST_F(CoalesceHostile, AnUnusable2xxWithAHigherEpochDoesNotTakeTheCache) {
+  auto leader = good_leader(1);
+  auto n = std::make_shared<int>(0);
+  node(B).script = [leader, n](const http_request& r) {
+    if (++*n == 2)
+      return std::optional{answer(503, "busy")};
+    return leader(r);
+  };
+  node(C).script = always(answer(200, R"({"epoch":"2"})"));
+  node(A).script = follower("10.0.0.2:7000; epoch=1");
+  int failed_calls = 0;
+  for (int i = 0; i < 30; ++i) {
+    auto b = ts(1);
+    ASSERT_TRUE(run_to_quiescence());
+    ASSERT_TRUE(b->reply);
+    if (b->reply->error)
+      ++failed_calls;
+    advance_by(std::chrono::seconds{1});
+  }
+  EXPECT_LE(failed_calls, 1) << "the blip's call at most";
+  EXPECT_EQ(stats().leader_endpoint, B);
+  EXPECT_LE(node(C).seen.size(), 1u);
+}
+
+// A deposed leader (epoch 1) answers while the fresh leader's epoch is 5:
+// its range may be one the leader handed out already, so it is not served;
+// the ts call goes on to the next endpoint (here: through A's hint to B).
+TEST_F(CoalesceHostile, ADeposedLeadersAnswerIsNotServed) {
+  auto n = std::make_shared<int>(0);
+  node(B).script = [n](const http_request&) {
+    if (++*n == 2)
+      return std::optional{answer(503, "busy")};
+    return std::optional{answer(200, R"({"physical_ms":5000,"logical_start":)"
+                                       + std::to_string(*n)
+                                       + R"(,"count":1,"epoch":"5"})")};
+  };
+  node(A).script = follower("10.0.0.2:7000; epoch=5");
+  node(C).script = always(answer(
+    200, R"({"physical_ms":5000,"logical_start":1,"count":1,"epoch":"1"})"));
+  auto first = ts(1);
+  ASSERT_TRUE(run_to_quiescence());
+  ASSERT_TRUE(first->reply && first->reply->ok());
+  auto second = ts(1);
+  ASSERT_TRUE(run_to_quiescence());
+  ASSERT_TRUE(second->reply);
+  EXPECT_EQ(node(C).seen.size(), 1u) << "C was asked (after B's 503)";
+  if (second->reply->ok()) {
+    EXPECT_NE(second->reply->endpoint(), C);
+    EXPECT_EQ(second->reply->epoch(), "5");
+    EXPECT_NE(second->reply->ts.first(), first->reply->ts.first());
+  } else {
+    EXPECT_EQ(failed(second), error_kind::server_error);
+  }
+  EXPECT_EQ(stats().leader_endpoint, B);
+}
+
+// A seq a deposed leader answered may have taken a block there: its values
+// are not used and the outcome is uncertain, never a second send.
+TEST_F(CoalesceHostile, ADeposedLeadersSeqAnswerIsUncertain) {
+  auto n = std::make_shared<int>(0);
+  auto leader = good_leader(5);
+  node(B).script = [n, leader](const http_request& r) {
+    if (++*n == 2) // refused before committing: safe to go on
+      return std::optional{answer(503, R"({"committed":false})")};
+    return leader(r);
+  };
+  node(A).script = follower("10.0.0.2:7000; epoch=5");
+  node(C).script = always(answer(200, R"({"start":1,"count":1,"epoch":"1"})"));
+  auto first = ts(1);
+  ASSERT_TRUE(run_to_quiescence());
+  ASSERT_TRUE(first->reply && first->reply->ok());
+  ASSERT_EQ(stats().leader_endpoint, B);
+  auto before = total_requests();
+  auto s = seq("k", 1);
+  ASSERT_TRUE(run_to_quiescence());
+  ASSERT_TRUE(s->reply);
+  EXPECT_EQ(failed(s), error_kind::uncertain_outcome);
+  EXPECT_EQ(node(C).seen.size(), 1u);
+  EXPECT_EQ(total_requests(), before + 2) << "B's refusal, then C once";
+}
+
 } // namespace
 } // namespace outbound::testing
