@@ -59,8 +59,9 @@ struct retry_budget_stats {
   std::array<uint64_t, 2> withdrawals{};
   /// Refused withdrawals by extra_kind, total.
   std::array<uint64_t, 2> refusals{};
-  /// Granted withdrawals given back by extra_kind, total: a hedge the pool
-  /// refused (it never left) or that could not be sent.
+  /// Granted withdrawals given back by extra_kind, total: a hedge or retry
+  /// the pool refused (it never left) or that could not be sent (a retry
+  /// whose deadline passed during its backoff).
   std::array<uint64_t, 2> returned{};
   /// Extra attempts the budget would grant now, rounded down (>= 0).
   uint64_t balance = 0;
@@ -89,8 +90,8 @@ public:
   bool try_withdraw(extra_kind k, time_point now);
 
   /// Gives back a withdrawal of kind `k` made at `made_at` whose attempt
-  /// never left (a hedge the pool refused): it stops counting against the
-  /// window, if its slice is still in it. Counted in `returned`.
+  /// never left (a hedge or retry the pool refused): it stops counting against
+  /// the window, if its slice is still in it. Counted in `returned`.
   void refund(extra_kind k, time_point made_at, time_point now);
 
   /// Extra attempts grantable at `now`, rounded down (an unbounded budget,

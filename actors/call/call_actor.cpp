@@ -104,6 +104,10 @@ struct call_state {
   /// for each, until the hedge's own first answer settles it: a hedge the
   /// pool refused gives its withdrawal back.
   std::vector<std::pair<uint64_t, caf::actor_clock::time_point>> hedges_paid;
+  /// When the retry budget paid for the retry being made (act), until the
+  /// attempt it paid for ends: one that never left (the deadline passed
+  /// during the backoff, the pool refused it) gives the withdrawal back.
+  std::optional<caf::actor_clock::time_point> retry_paid_at;
   /// Whether it ever asked for a hedge token (then it abandons its lease
   /// when it stops).
   bool asked_token = false;
@@ -322,11 +326,13 @@ void act(self_ptr self, const retry_step& step, http_response* resp) {
     case retry_decision::retry_local: {
       // A counted retry is extra load: the client's budget pays for it or
       // the call ends here (a local retry sent nothing the first time).
-      if (step.decision == retry_decision::retry_after && st.ctx->budget
-          && !st.ctx->budget->try_withdraw(extra_kind::retry,
-                                           self->clock().now())) {
-        act(self, st.retry->refuse_retry(step), resp);
-        return;
+      if (step.decision == retry_decision::retry_after && st.ctx->budget) {
+        auto now = self->clock().now();
+        if (!st.ctx->budget->try_withdraw(extra_kind::retry, now)) {
+          act(self, st.retry->refuse_retry(step), resp);
+          return;
+        }
+        st.retry_paid_at = now;
       }
       if (observed(self)) {
         auto ev = make_event(self, event_kind::retrying);
@@ -423,6 +429,16 @@ void settle_budget(self_ptr self, uint64_t send_id,
 
 // Send `send_id` ended (`a` as the race reads it, `e` as the retry loop
 // does): acts on the race's decision.
+// The retry the budget paid for never left: the withdrawal goes back (as
+// settle_budget does for a hedge).
+void refund_retry(self_ptr self) {
+  auto& st = self->state;
+  if (st.retry_paid_at && st.ctx->budget)
+    st.ctx->budget->refund(extra_kind::retry, *st.retry_paid_at,
+                           self->clock().now());
+  st.retry_paid_at.reset();
+}
+
 void on_answer(self_ptr self, uint64_t send_id, const core::leg_answer& a,
                call_state::leg_end e) {
   auto& st = self->state;
@@ -465,6 +481,13 @@ void on_answer(self_ptr self, uint64_t send_id, const core::leg_answer& a,
     finish_error(self, std::move(err));
     return;
   }
+  if (!outcome.timed_out
+      && outcome.result.error == transport_error_kind::pool_overflow
+      && !outcome.result.request_sent)
+    refund_retry(self);
+  else if (outcome.timed_out || outcome.result.request_sent
+           || outcome.result.error != transport_error_kind::not_sent)
+    st.retry_paid_at.reset(); // it may have left, or the redial is the same
   auto next = outcome.timed_out
                 ? st.retry->on_attempt_timeout(self->clock().now(), st.rng)
                 : st.retry->on_result(outcome.result, self->clock().now(),
@@ -793,6 +816,7 @@ void send_attempt(self_ptr self) {
   auto& st = self->state;
   auto plan = st.retry->begin_attempt(self->clock().now());
   if (!plan.send) {
+    refund_retry(self);
     finish_error(self, plan.error);
     return;
   }
@@ -800,8 +824,10 @@ void send_attempt(self_ptr self) {
   st.retry_count = plan.retry_count;
   st.kept.reset();
   auto built = take_request(self);
-  if (!built)
+  if (!built) {
+    refund_retry(self); // the call ended: nothing of the retry left
     return;
+  }
   auto req = std::move(*built);
   req.max_body_bytes
     = st.call.max_response_bytes.value_or(st.ctx->cfg.max_response_bytes);

@@ -128,6 +128,10 @@ struct fast_call {
   int attempt = 0;
   /// A send is out and its answer not taken yet.
   bool in_flight = false;
+  /// When the retry budget paid for the retry being made (act), until its
+  /// request may have left: one that never leaves (the deadline passed
+  /// during the backoff, the pool refused it) gives the withdrawal back.
+  std::optional<retry_time> retry_paid_at;
   /// Its entry in the watchdog's deadline table while in flight.
   std::multimap<retry_time, uint64_t>::iterator due;
   /// A hedging client's call that is not hedged (actors/call/hedging.hpp,
@@ -375,12 +379,22 @@ auto fault_of(self_ptr self, uint64_t id) {
   };
 }
 
+// The retry `c` paid for never left: its withdrawal goes back (as a hedge
+// the pool refused, actors/call/call_actor.cpp settle_budget).
+void refund_retry(self_ptr self, fast_call& c) {
+  const auto& budget = self->state.ctx->budget;
+  if (c.retry_paid_at && budget)
+    budget->refund(extra_kind::retry, *c.retry_paid_at, self->clock().now());
+  c.retry_paid_at.reset();
+}
+
 void send_attempt(self_ptr self, uint64_t id) {
   auto& st = self->state;
   auto& c = live_call(st, id);
   auto now = self->clock().now();
   auto plan = c.retry->begin_attempt(now);
   if (!plan.send) {
+    refund_retry(self, c);
     finish_error(self, id, plan.error);
     return;
   }
@@ -393,6 +407,7 @@ void send_attempt(self_ptr self, uint64_t id) {
     auto built
       = rebuild_request(st.ctx->cfg, st.ctx->url, c.call, c.request_id, c.rng);
     if (built.error) {
+      refund_retry(self, c);
       finish_error(self, id, *built.error);
       return;
     }
@@ -435,11 +450,13 @@ void act(self_ptr self, uint64_t id, const retry_step& step,
     case retry_decision::retry_local: {
       // A counted retry is extra load: the client's budget pays for it or
       // the call ends here (a local retry sent nothing the first time).
-      if (step.decision == retry_decision::retry_after && st.ctx->budget
-          && !st.ctx->budget->try_withdraw(extra_kind::retry,
-                                           self->clock().now())) {
-        act(self, id, c.retry->refuse_retry(step), resp);
-        return;
+      if (step.decision == retry_decision::retry_after && st.ctx->budget) {
+        auto now = self->clock().now();
+        if (!st.ctx->budget->try_withdraw(extra_kind::retry, now)) {
+          act(self, id, c.retry->refuse_retry(step), resp);
+          return;
+        }
+        c.retry_paid_at = now;
       }
       if (observed(self)) {
         auto ev = event_of(c, event_kind::retrying);
@@ -492,6 +509,12 @@ void record_health(self_ptr self, const fast_call& c, const retry_step& step,
 void on_fast_answer(self_ptr self, uint64_t id, exchange_result& r) {
   auto& c = live_call(self->state, id);
   disarm(self, c);
+  // A paid retry the pool refused never left; one that may have left keeps
+  // its withdrawal; a stale pooled connection's redial is the same retry.
+  if (r.error == transport_error_kind::pool_overflow && !r.request_sent)
+    refund_retry(self, c);
+  else if (r.request_sent || r.error != transport_error_kind::not_sent)
+    c.retry_paid_at.reset();
   auto step = c.retry->on_result(r, self->clock().now(),
                                  self->state.ctx->wall_clock(), c.rng);
   if (!c.key.empty()) {
@@ -524,6 +547,7 @@ void on_watchdog(self_ptr self, retry_time due) {
       "service client",
       [&] {
         self->send(st.ctx->transport, cancel_atom_v, c.exchange_id);
+        c.retry_paid_at.reset(); // it may have left
         auto step = c.retry->on_attempt_timeout(now, c.rng);
         record_health(self, c, step, core::leg_answer::timeout().health());
         act(self, id, step, nullptr);

@@ -197,6 +197,30 @@ TEST_F(RetryBudgetClient, RedialsNeverWithdraw) {
   EXPECT_EQ(b.refusals[0], 0u);
 }
 
+// A retry the pool refused (pool_overflow: it never left the process)
+// gives its withdrawal back, as a refused hedge does; the balance is whole
+// again. A retry that left keeps it.
+TEST_F(RetryBudgetClient, ARetryThePoolRefusedGivesItsWithdrawalBack) {
+  log->script = {fake_step::status(503),
+                 fake_step::fail(ek::pool_overflow, false, "queue full"),
+                 fake_step::status(503), fake_step::status(200, "{}")};
+  start(1);
+  ASSERT_TRUE(run_to_quiescence());
+  ASSERT_EQ(outcomes->size(), 1u);
+  ASSERT_EQ(log->requests.size(), 2u);
+  auto b = budget();
+  EXPECT_EQ(b.withdrawals[0], 1u);
+  EXPECT_EQ(b.returned[0], 1u);
+  EXPECT_EQ(b.balance, 100u) << "10/s x 10 s, nothing owed";
+  outcomes->clear();
+  start(1);
+  ASSERT_TRUE(run_to_quiescence());
+  ASSERT_EQ(outcomes->size(), 1u);
+  b = budget();
+  EXPECT_EQ(b.withdrawals[0], 2u);
+  EXPECT_EQ(b.returned[0], 1u) << "the retry that left keeps its withdrawal";
+}
+
 // With an empty budget the first failure is final: one attempt, the
 // call's last error, reason budget_exhausted.
 TEST_F(RetryBudgetClient, AnEmptyBudgetMakesTheFirstFailureFinal) {
