@@ -709,8 +709,8 @@ std::vector<prometheus::MetricFamily> snapshot_collector::Collect() const {
                   "Retries and hedges the retry budget refused (not made)", lk,
                   as_double(s.refusals[i]));
       out.counter("outbound_retry_budget_returned_total",
-                  "Withdrawals given back: hedges the pool refused (never "
-                  "sent)",
+                  "Withdrawals given back: retries and hedges that never "
+                  "left (the pool refused them, or they were not sent)",
                   lk, as_double(s.returned[i]));
     }
     out.gauge("outbound_retry_budget_balance",
