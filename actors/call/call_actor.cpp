@@ -267,6 +267,16 @@ void record_attempt(self_ptr self, const core::attempt_record& rec) {
 void apply_permit(self_ptr self, core::permit_action a, call_health health);
 void release_held_permits(self_ptr self);
 
+// The retry the budget paid for never left: the withdrawal goes back (as
+// settle_budget does for a hedge).
+void refund_retry(self_ptr self) {
+  auto& st = self->state;
+  if (st.retry_paid_at && st.ctx->budget)
+    st.ctx->budget->refund(extra_kind::retry, *st.retry_paid_at,
+                           self->clock().now());
+  st.retry_paid_at.reset();
+}
+
 void deliver(self_ptr self, call_outcome o) {
   auto& st = self->state;
   if (st.done) {
@@ -276,6 +286,7 @@ void deliver(self_ptr self, call_outcome o) {
     return;
   }
   st.done = true;
+  refund_retry(self); // a paid retry still held never left
   // Settles no token: a hedge still out settles its token by its own
   // answer. A permit still held (the call ended without a conclusion) goes
   // back (core/hedge_race.hpp, R14).
@@ -326,6 +337,9 @@ void act(self_ptr self, const retry_step& step, http_response* resp) {
     case retry_decision::retry_local: {
       // A counted retry is extra load: the client's budget pays for it or
       // the call ends here (a local retry sent nothing the first time).
+      // A retry still paid for here never left (only a redial's not_sent
+      // keeps it): a new counted retry pays anew, that one goes back.
+      refund_retry(self);
       if (step.decision == retry_decision::retry_after && st.ctx->budget) {
         auto now = self->clock().now();
         if (!st.ctx->budget->try_withdraw(extra_kind::retry, now)) {
@@ -429,16 +443,6 @@ void settle_budget(self_ptr self, uint64_t send_id,
 
 // Send `send_id` ended (`a` as the race reads it, `e` as the retry loop
 // does): acts on the race's decision.
-// The retry the budget paid for never left: the withdrawal goes back (as
-// settle_budget does for a hedge).
-void refund_retry(self_ptr self) {
-  auto& st = self->state;
-  if (st.retry_paid_at && st.ctx->budget)
-    st.ctx->budget->refund(extra_kind::retry, *st.retry_paid_at,
-                           self->clock().now());
-  st.retry_paid_at.reset();
-}
-
 void on_answer(self_ptr self, uint64_t send_id, const core::leg_answer& a,
                call_state::leg_end e) {
   auto& st = self->state;

@@ -293,6 +293,15 @@ void arm_watchdog(self_ptr self) {
     caf::delayed_anon_send(st.timer, first - now, call_watchdog{first});
 }
 
+// The retry `c` paid for never left: its withdrawal goes back (as a hedge
+// the pool refused, actors/call/call_actor.cpp settle_budget).
+void refund_retry(self_ptr self, fast_call& c) {
+  const auto& budget = self->state.ctx->budget;
+  if (c.retry_paid_at && budget)
+    budget->refund(extra_kind::retry, *c.retry_paid_at, self->clock().now());
+  c.retry_paid_at.reset();
+}
+
 // Ends call `id` with `o` and forgets it. The entry goes only once the
 // answer is out: if delivering throws (out of memory), the fault path still
 // finds the call and its promise.
@@ -302,6 +311,7 @@ void deliver(self_ptr self, uint64_t id, call_outcome o) {
   if (!c)
     return;
   disarm(self, *c);
+  refund_retry(self, *c); // a paid retry still held never left
   finalize_outcome(st.ctx->cfg, o);
   c->rp.deliver(std::move(o));
   st.fast.erase(id);
@@ -379,15 +389,6 @@ auto fault_of(self_ptr self, uint64_t id) {
   };
 }
 
-// The retry `c` paid for never left: its withdrawal goes back (as a hedge
-// the pool refused, actors/call/call_actor.cpp settle_budget).
-void refund_retry(self_ptr self, fast_call& c) {
-  const auto& budget = self->state.ctx->budget;
-  if (c.retry_paid_at && budget)
-    budget->refund(extra_kind::retry, *c.retry_paid_at, self->clock().now());
-  c.retry_paid_at.reset();
-}
-
 void send_attempt(self_ptr self, uint64_t id) {
   auto& st = self->state;
   auto& c = live_call(st, id);
@@ -450,6 +451,9 @@ void act(self_ptr self, uint64_t id, const retry_step& step,
     case retry_decision::retry_local: {
       // A counted retry is extra load: the client's budget pays for it or
       // the call ends here (a local retry sent nothing the first time).
+      // A retry still paid for here never left (only a redial's not_sent
+      // keeps it): a new counted retry pays anew, that one goes back.
+      refund_retry(self, c);
       if (step.decision == retry_decision::retry_after && st.ctx->budget) {
         auto now = self->clock().now();
         if (!st.ctx->budget->try_withdraw(extra_kind::retry, now)) {

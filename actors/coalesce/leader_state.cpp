@@ -263,8 +263,14 @@ seat_decision leader_state::seat(const std::string& endpoint,
     return replace(seat_decision::seated);
   if (cur->endpoint == endpoint) {
     cache_->refreshed = now;
-    if (epoch && (!cache_->epoch || *epoch > *cache_->epoch))
-      cache_->epoch = epoch; // never lowered, never cleared
+    // The leader's own answer is its word on its epoch, lower too (its
+    // cluster restarted: epochs begin again); a hint naming it only
+    // raises it. Never cleared. Kept high, a stale epoch would make the
+    // next real leader's answers read as a deposed leader's.
+    if (epoch
+        && (!cache_->epoch || *epoch > *cache_->epoch
+            || src == seat_source::success))
+      cache_->epoch = epoch;
     return seat_decision::refreshed;
   }
   if (cur->epoch && epoch)

@@ -189,7 +189,9 @@ enum class seat_source : uint8_t {
 enum class seat_decision : uint8_t {
   /// The cache was empty or expired: seated.
   seated,
-  /// Same endpoint: TTL refreshed, epoch raised (never lowered or cleared).
+  /// Same endpoint: TTL refreshed; epoch raised by a hint, set by the
+  /// leader's own success (lowered too: a restarted cluster), never
+  /// cleared.
   refreshed,
   /// A different endpoint with an epoch >= the cached one: replaced.
   replaced,
@@ -261,7 +263,8 @@ public:
   const cached_leader* leader(coalesce_time now) const;
 
   /// The single writer of the cache (tsoracle channel_pool.rs seat_leader):
-  /// empty/expired ⇒ seat; same endpoint ⇒ refresh TTL, epoch := max;
+  /// empty/expired ⇒ seat; same endpoint ⇒ refresh TTL, epoch := max for
+  /// a hint, the leader's own for a success (unknown: kept);
   /// different endpoint while fresh: both epochs known ⇒ accept iff new >=
   /// cached; cached epoch known, new unknown ⇒ accept only a hint to a
   /// configured endpoint; cached epoch unknown ⇒ accept.

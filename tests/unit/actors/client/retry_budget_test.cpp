@@ -221,6 +221,26 @@ TEST_F(RetryBudgetClient, ARetryThePoolRefusedGivesItsWithdrawalBack) {
   EXPECT_EQ(b.returned[0], 1u) << "the retry that left keeps its withdrawal";
 }
 
+// A paid retry whose every dial found a stale pooled connection (not_sent:
+// nothing left) runs out of redials; the next counted retry pays anew and
+// the first withdrawal goes back (it was overwritten and kept).
+TEST_F(RetryBudgetClient, APaidRetryOutOfRedialsGivesItsWithdrawalBack) {
+  log->script
+    = {fake_step::status(503), fake_step::fail(ek::not_sent, false, "stale"),
+       fake_step::fail(ek::not_sent, false, "stale"),
+       fake_step::fail(ek::not_sent, false, "stale"),
+       fake_step::status(200, "{}")};
+  start(1);
+  ASSERT_TRUE(run_to_quiescence());
+  ASSERT_EQ(outcomes->size(), 1u);
+  EXPECT_TRUE(outcomes->front().ok());
+  EXPECT_EQ(log->requests.size(), 5u);
+  auto b = budget();
+  EXPECT_EQ(b.withdrawals[0], 2u);
+  EXPECT_EQ(b.returned[0], 1u) << "the first paid retry never left";
+  EXPECT_EQ(b.balance, 99u);
+}
+
 // With an empty budget the first failure is final: one attempt, the
 // call's last error, reason budget_exhausted.
 TEST_F(RetryBudgetClient, AnEmptyBudgetMakesTheFirstFailureFinal) {

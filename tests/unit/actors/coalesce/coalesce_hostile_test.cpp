@@ -1026,5 +1026,36 @@ TEST_F(CoalesceHostile, ADeposedLeadersSeqAnswerIsUncertain) {
   EXPECT_EQ(total_requests(), before + 2) << "B's refusal, then C once";
 }
 
+// The oracle cluster restarts (epochs begin again at 1) while A is cached
+// at epoch 5; A leads again at 1, then leadership moves to B at 2. B's
+// answers are the real leader's and are served: the cached epoch followed
+// A's own answer down to 1 (kept at 5, B read as a deposed leader).
+TEST_F(CoalesceHostile, AFailoverAfterAClusterRestartIsServed) {
+  node(A).script = good_leader(5);
+  node(B).script = follower("10.0.0.1:7000; epoch=5");
+  node(C).script = follower("10.0.0.1:7000; epoch=5");
+  auto first = ts(1);
+  ASSERT_TRUE(run_to_quiescence());
+  ASSERT_TRUE(first->reply && first->reply->ok());
+  advance_by(std::chrono::seconds{1});
+  node(A).script = good_leader(1);
+  auto second = ts(1);
+  ASSERT_TRUE(run_to_quiescence());
+  ASSERT_TRUE(second->reply && second->reply->ok());
+  EXPECT_EQ(stats().leader_epoch, 1u);
+  advance_by(std::chrono::seconds{1});
+  node(A).script = follower("10.0.0.2:7000; epoch=2");
+  node(B).script = good_leader(2);
+  node(C).script = follower("10.0.0.2:7000; epoch=2");
+  for (int i = 0; i < 10; ++i) {
+    auto b = ts(1);
+    ASSERT_TRUE(run_to_quiescence());
+    ASSERT_TRUE(b->reply);
+    EXPECT_TRUE(b->reply->ok()) << i << ": " << b->reply->error->detail;
+    advance_by(std::chrono::seconds{1});
+  }
+  EXPECT_EQ(stats().leader_endpoint, B);
+}
+
 } // namespace
 } // namespace outbound::testing

@@ -208,16 +208,24 @@ TEST(LeaderCache, TtlExpiresWithoutSuccessAndEverySuccessRefreshesIt) {
   EXPECT_EQ(ls.leader(t0 + seconds(50))->endpoint, C);
 }
 
-TEST(LeaderCache, RefreshRaisesTheEpochButNeverLowersOrClearsIt) {
+// A hint naming the cached leader only raises its epoch; the leader's own
+// success sets it, lower too (its cluster restarted, epochs begin again:
+// kept at the old height, the next real leader's answers would read as a
+// deposed leader's); nothing clears it.
+TEST(LeaderCache, RefreshTakesTheLeadersOwnEpochAndAHintOnlyRaisesIt) {
   coalesce_rng rng{1};
   leader_state ls{three(), rng};
   ls.seat(A, 5, seat_source::success, t0);
-  ls.seat(A, 3, seat_source::success, t0);
-  EXPECT_EQ(ls.leader(t0)->epoch, 5u);
-  ls.seat(A, std::nullopt, seat_source::success, t0);
+  ls.seat(A, 3, seat_source::hint, t0);
   EXPECT_EQ(ls.leader(t0)->epoch, 5u);
   ls.seat(A, 7, seat_source::hint, t0);
   EXPECT_EQ(ls.leader(t0)->epoch, 7u);
+  ls.seat(A, 3, seat_source::success, t0);
+  EXPECT_EQ(ls.leader(t0)->epoch, 3u);
+  ls.seat(A, std::nullopt, seat_source::success, t0);
+  EXPECT_EQ(ls.leader(t0)->epoch, 3u);
+  // B at epoch 4 now replaces A (4 >= 3).
+  EXPECT_EQ(ls.seat(B, 4, seat_source::success, t0), seat_decision::replaced);
 }
 
 TEST(LeaderCache, EpochGuardOverASequenceOfHints) {
