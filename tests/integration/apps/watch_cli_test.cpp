@@ -190,6 +190,35 @@ protected:
     return c;
   }
 
+  /// A resumed watch run to its end (`--count` = `events`): the rewind
+  /// reset it must print first, the ids of the events after it, and its
+  /// stderr (the summary).
+  struct rewound_run {
+    json::object reset;
+    std::vector<int64_t> ids;
+    std::string err;
+  };
+
+  rewound_run run_rewound(std::vector<std::string> args, std::size_t events) {
+    cli_child r{std::move(args)};
+    auto code = r.wait_exit(30s);
+    rewound_run out;
+    out.err = r.err();
+    EXPECT_TRUE(code && *code == 0) << r.err();
+    auto lines = lines_of(r.out());
+    EXPECT_EQ(lines.size(), events + 1) << r.out();
+    if (lines.empty())
+      return out;
+    out.reset = json::parse(lines[0]).as_object();
+    EXPECT_EQ(out.reset.at("type").as_string(), "reset") << lines[0];
+    EXPECT_EQ(out.reset.at("cause").as_string(), "rewind") << lines[0];
+    std::string rest;
+    for (std::size_t i = 1; i < lines.size(); ++i)
+      rest += lines[i] + "\n";
+    out.ids = event_ids(rest);
+    return out;
+  }
+
   std::unique_ptr<hub> hub_;
 };
 
@@ -585,24 +614,13 @@ TEST_F(WatchCli, AResumeWithTheSummarysLedgerEpochSeesAReplacedLedger) {
   const auto& epoch = cp.ledger_epoch;
   restart_without_the_ledger();
   publish(5);
-  cli_child r{{"watch", "--cursor", "2", "--ledger-epoch", epoch, "--count",
-               "5", "--duration", "20", hub_->base_url()}};
-  auto code = r.wait_exit(30s);
-  ASSERT_TRUE(code) << r.err();
-  EXPECT_EQ(*code, 0) << r.err();
-  auto lines = lines_of(r.out());
-  ASSERT_EQ(lines.size(), 6u) << r.out();
-  auto reset = json::parse(lines[0]).as_object();
-  EXPECT_EQ(reset.at("type").as_string(), "reset") << lines[0];
-  EXPECT_EQ(reset.at("cause").as_string(), "rewind") << lines[0];
-  EXPECT_EQ(reset.at("old_epoch").as_string(), epoch) << lines[0];
-  EXPECT_EQ(reset.at("lost_from").as_int64(), 2) << lines[0];
-  lines.erase(lines.begin());
-  std::string rest;
-  for (auto& l : lines)
-    rest += l + "\n";
-  EXPECT_EQ(event_ids(rest), (std::vector<int64_t>{1, 2, 3, 4, 5}));
-  auto after = summary_of(r.err());
+  auto r = run_rewound({"watch", "--cursor", "2", "--ledger-epoch", epoch,
+                        "--count", "5", "--duration", "20", hub_->base_url()},
+                       5);
+  EXPECT_EQ(r.reset.at("old_epoch").as_string(), epoch);
+  EXPECT_EQ(r.reset.at("lost_from").as_int64(), 2);
+  EXPECT_EQ(r.ids, (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  auto after = summary_of(r.err);
   EXPECT_EQ(after.at("mode").as_string(), "ledger");
   EXPECT_EQ(after.at("cursor").as_int64(), 5);
   EXPECT_TRUE(after.at("ledger_epoch").is_string());
@@ -633,16 +651,12 @@ TEST_F(WatchCli, ASummaryDuringAPendingRewindIsStillTheOldLedgersPosition) {
   EXPECT_EQ(pending.at("ledger_epoch").as_string(), epoch) << r.err();
   // Resumed from it once the pages are readable: the rewind from 3.
   hub_->set_faults(R"({"non_object_pages":0})");
-  cli_child again{{"watch", "--cursor", "3", "--ledger-epoch", epoch, "--count",
-                   "5", "--duration", "20", hub_->base_url()}};
-  code = again.wait_exit(30s);
-  ASSERT_TRUE(code) << again.err();
-  EXPECT_EQ(*code, 0) << again.err();
-  auto lines = lines_of(again.out());
-  ASSERT_EQ(lines.size(), 6u) << again.out();
-  auto reset = json::parse(lines[0]).as_object();
-  EXPECT_EQ(reset.at("cause").as_string(), "rewind") << lines[0];
-  EXPECT_EQ(reset.at("lost_from").as_int64(), 3) << lines[0];
+  auto again
+    = run_rewound({"watch", "--cursor", "3", "--ledger-epoch", epoch, "--count",
+                   "5", "--duration", "20", hub_->base_url()},
+                  5);
+  EXPECT_EQ(again.reset.at("lost_from").as_int64(), 3);
+  EXPECT_EQ(again.ids, (std::vector<int64_t>{1, 2, 3, 4, 5}));
 }
 
 // Resumed with the cursor alone against a replaced ledger shorter than the
@@ -655,23 +669,13 @@ TEST_F(WatchCli,
   ASSERT_FALSE(HasFailure());
   restart_without_the_ledger();
   publish(2);
-  cli_child r{{"watch", "--cursor", "5", "--count", "2", "--duration", "20",
-               hub_->base_url()}};
-  auto code = r.wait_exit(30s);
-  ASSERT_TRUE(code) << r.err();
-  EXPECT_EQ(*code, 0) << r.err();
-  auto lines = lines_of(r.out());
-  ASSERT_EQ(lines.size(), 3u) << r.out();
-  auto reset = json::parse(lines[0]).as_object();
-  EXPECT_EQ(reset.at("cause").as_string(), "rewind") << lines[0];
-  EXPECT_EQ(reset.at("lost_from").as_int64(), 5) << lines[0];
-  EXPECT_TRUE(reset.at("old_epoch").is_null()) << lines[0];
-  EXPECT_TRUE(reset.at("new_epoch").is_string()) << lines[0];
-  lines.erase(lines.begin());
-  std::string rest;
-  for (auto& l : lines)
-    rest += l + "\n";
-  EXPECT_EQ(event_ids(rest), (std::vector<int64_t>{1, 2}));
+  auto r = run_rewound({"watch", "--cursor", "5", "--count", "2", "--duration",
+                        "20", hub_->base_url()},
+                       2);
+  EXPECT_EQ(r.reset.at("lost_from").as_int64(), 5);
+  EXPECT_TRUE(r.reset.at("old_epoch").is_null());
+  EXPECT_TRUE(r.reset.at("new_epoch").is_string());
+  EXPECT_EQ(r.ids, (std::vector<int64_t>{1, 2}));
 }
 
 // Catch-up's resume key is the summary's client_id, last_seq and epoch.
