@@ -1280,8 +1280,7 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
     };
     // Every count of the line is read here, with `now`, before the probes
     // below (which may wait): a count read after them would cover more
-    // time than dt. The driver's counters can only be asked for, so its
-    // rates use the time between its own answers instead.
+    // time than dt.
     auto events = counters.events.load();
     auto resets = counters.resets.load();
     uint64_t outage_o = 0, outage_n = 0;
@@ -1300,6 +1299,24 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
     auto planned = hs.total_requests - last_hedge.total_requests;
     auto hedged = hs.hedged_requests - last_hedge.hedged_requests;
     last_hedge = hs;
+    // The driver's counters can only be asked for: asked first, before the
+    // slower probes below, so that they cover about the line's interval.
+    // Its rates use the time between its own answers, up to the run's end
+    // (no paced call after it: an answer that came later covered less).
+    std::string driver_text;
+    if (auto ds = probe.driver_stats(end)) {
+      auto answered = std::min(demo_clock::now(), end);
+      auto ds_dt
+        = std::chrono::duration<double>(answered - last_driver_read).count();
+      auto ds_rate = [ds_dt](uint64_t n) {
+        return fmt_num(ds_dt > 0 ? double(n) / ds_dt : 0.0, 0);
+      };
+      driver_text = " rpcs " + ds_rate(ds->batches.rpcs - last_rpcs) + "/s for "
+                    + ds_rate(ds->calls - last_calls) + " calls/s";
+      last_rpcs = ds->batches.rpcs;
+      last_calls = ds->calls;
+      last_driver_read = answered;
+    }
     // The probes answer by the run's end at the latest (a loaded machine
     // would otherwise hold the last line, and the run, past it).
     auto census = probe.connected_feeds(end);
@@ -1335,19 +1352,7 @@ bool status_lines(const demo_config& cfg, demo_traffic& traffic,
       line << " | hub restarted";
     line << " | ts " << rate(ts_view.calls) << "/s p99 " << window << " "
          << fmt_ms(ts_view.p99);
-    if (auto ds = probe.driver_stats(end)) {
-      auto answered = demo_clock::now();
-      auto ds_dt
-        = std::chrono::duration<double>(answered - last_driver_read).count();
-      auto ds_rate = [ds_dt](uint64_t n) {
-        return fmt_num(ds_dt > 0 ? double(n) / ds_dt : 0.0, 0);
-      };
-      line << " rpcs " << ds_rate(ds->batches.rpcs - last_rpcs) << "/s for "
-           << ds_rate(ds->calls - last_calls) << " calls/s";
-      last_rpcs = ds->batches.rpcs;
-      last_calls = ds->calls;
-      last_driver_read = answered;
-    }
+    line << driver_text;
     err << line.str() << std::endl;
     last_events = events;
   }
