@@ -637,6 +637,8 @@ discovery_action discovery_call::on_not_leader(leader_state& ls,
                                                const std::string& from,
                                                coalesce_time now,
                                                coalesce_rng& rng) {
+  if (const auto* cur = ls.leader(now); cur && cur->endpoint == from)
+    leader_denied_ = true;
   auto hc = ls.check_hint(r.hint ? &*r.hint : nullptr, from, now);
   if (hc.verdict == hint_verdict::usable && visited(hc.endpoint)) {
     // Points back at a node this pass already tried: leadership is
@@ -728,8 +730,13 @@ discovery_action discovery_call::on_result(leader_state& ls,
     const auto* cur = ls.leader(now);
     // Both known when the seat is refused for a stale epoch.
     auto leader_epoch = cur && cur->epoch ? *cur->epoch : 0;
+    // Below the cached leader's epoch: a deposed leader's answer, unless
+    // the cached leader itself said in this call that it no longer leads
+    // (a cluster restarted with epochs from 1 again: its epoch is no
+    // evidence then; the answer is served, the cache left alone).
     if (ls.seat(from, r.epoch, seat_source::success, now)
-        == seat_decision::rejected_stale_epoch)
+          == seat_decision::rejected_stale_epoch
+        && !leader_denied_)
       return on_deposed_answer(ls, from, r.epoch.value_or(0), leader_epoch,
                                r.cause, now, rng);
     ls.note_hinted(from);

@@ -510,7 +510,9 @@ private:
                                  const std::string& from, coalesce_time now,
                                  coalesce_rng& rng);
   /// A 2xx from `from` at `epoch`, below the fresh leader's
-  /// `leader_epoch`: not used (seq: uncertain; ts: the next endpoint).
+  /// `leader_epoch`, while the cached leader has not said in this call
+  /// that it no longer leads: not used (seq: uncertain; ts: the next
+  /// endpoint).
   discovery_action on_deposed_answer(leader_state& ls, const std::string& from,
                                      uint64_t epoch, uint64_t leader_epoch,
                                      transport_error_kind cause,
@@ -564,6 +566,9 @@ private:
   /// The wait in progress ends a pass: resume() starts a new one.
   bool new_pass_on_resume_ = false;
   bool election_sticky_ = false;
+  /// The cached leader answered 421 in this call: a lower-epoch answer is
+  /// then no longer read as a deposed leader's (on_deposed_answer).
+  bool leader_denied_ = false;
   /// The last failure, for the surfaced error.
   std::optional<attempt_class> last_;
   std::string last_detail_;

@@ -483,8 +483,10 @@ TEST_F(CoalesceHostile, AStaleEpochHintNeverMovesTheCachedLeader) {
   EXPECT_EQ(stats().leader_endpoint, B) << "epoch guard";
   EXPECT_EQ(stats().leader_epoch, std::optional<uint64_t>{5});
   EXPECT_GE(stats().leader.stale_hints, 1u);
-  if (b->reply && !b->reply->error)
-    EXPECT_EQ(b->reply->endpoint(), C); // reached by rotation, not the hint
+  // B's own 421 refutes the cache for this call: C's epoch-3 answer is
+  // served (reached by rotation, not the hint), never read as deposed.
+  ASSERT_TRUE(b->reply);
+  EXPECT_EQ(ok(b).endpoint(), C);
 }
 
 TEST_F(CoalesceHostile, HintsToManyDistinctEndpointsKeepTheTransportsBounded) {
@@ -1049,6 +1051,26 @@ TEST_F(CoalesceHostile, AFailoverAfterAClusterRestartIsServed) {
   node(C).script = follower("10.0.0.2:7000; epoch=2");
   EXPECT_EQ(failed_calls_over(10), 0) << "B's answers read as deposed";
   EXPECT_EQ(stats().leader_endpoint, B);
+}
+
+// The cluster restarts (epochs from 1 again) and leadership moves before
+// the cached leader answers again: A, cached at epoch 5, now says "not
+// leader, B is, epoch 1" (a stale hint by the guard), and B serves at
+// epoch 1. A's own 421 refutes the cache, so B's answer is no deposed
+// leader's: it is served (the cache, by the guard, is left alone).
+TEST_F(CoalesceHostile,
+       AfterTheCachedLeaderSaysItNoLongerLeadsALowerEpochIsServed) {
+  node(A).script = good_leader(5);
+  node(B).script = follower("10.0.0.1:7000; epoch=5");
+  node(C).script = follower("10.0.0.1:7000; epoch=5");
+  auto first = ts(1);
+  ASSERT_TRUE(run_to_quiescence());
+  ASSERT_TRUE(first->reply && first->reply->ok());
+  advance_by(std::chrono::seconds{1});
+  node(A).script = follower("10.0.0.2:7000; epoch=1");
+  node(B).script = good_leader(1);
+  node(C).script = follower("10.0.0.2:7000; epoch=1");
+  EXPECT_EQ(failed_calls_over(5), 0);
 }
 
 } // namespace
