@@ -171,6 +171,19 @@ protected:
     return failed_calls;
   }
 
+  /// A leads at epoch 5 (B and C hint at it); one call caches it, then a
+  /// second passes.
+  void cache_a_at_epoch_5() {
+    node(A).script = good_leader(5);
+    node(B).script = follower("10.0.0.1:7000; epoch=5");
+    node(C).script = follower("10.0.0.1:7000; epoch=5");
+    auto first = ts(1);
+    EXPECT_TRUE(run_to_quiescence());
+    EXPECT_TRUE(first->reply && first->reply->ok());
+    EXPECT_EQ(stats().leader_endpoint, A);
+    advance_by(std::chrono::seconds{1});
+  }
+
   hostile_node& node(const std::string& key) {
     auto& n = net_->nodes[key];
     if (!n) {
@@ -1033,13 +1046,8 @@ TEST_F(CoalesceHostile, ADeposedLeadersSeqAnswerIsUncertain) {
 // answers are the real leader's and are served: the cached epoch followed
 // A's own answer down to 1 (kept at 5, B read as a deposed leader).
 TEST_F(CoalesceHostile, AFailoverAfterAClusterRestartIsServed) {
-  node(A).script = good_leader(5);
-  node(B).script = follower("10.0.0.1:7000; epoch=5");
-  node(C).script = follower("10.0.0.1:7000; epoch=5");
-  auto first = ts(1);
-  ASSERT_TRUE(run_to_quiescence());
-  ASSERT_TRUE(first->reply && first->reply->ok());
-  advance_by(std::chrono::seconds{1});
+  cache_a_at_epoch_5();
+  ASSERT_FALSE(HasFailure());
   node(A).script = good_leader(1);
   auto second = ts(1);
   ASSERT_TRUE(run_to_quiescence());
@@ -1060,13 +1068,8 @@ TEST_F(CoalesceHostile, AFailoverAfterAClusterRestartIsServed) {
 // leader's: it is served (the cache, by the guard, is left alone).
 TEST_F(CoalesceHostile,
        AfterTheCachedLeaderSaysItNoLongerLeadsALowerEpochIsServed) {
-  node(A).script = good_leader(5);
-  node(B).script = follower("10.0.0.1:7000; epoch=5");
-  node(C).script = follower("10.0.0.1:7000; epoch=5");
-  auto first = ts(1);
-  ASSERT_TRUE(run_to_quiescence());
-  ASSERT_TRUE(first->reply && first->reply->ok());
-  advance_by(std::chrono::seconds{1});
+  cache_a_at_epoch_5();
+  ASSERT_FALSE(HasFailure());
   node(A).script = follower("10.0.0.2:7000; epoch=1");
   node(B).script = good_leader(1);
   node(C).script = follower("10.0.0.2:7000; epoch=1");
