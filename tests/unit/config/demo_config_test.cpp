@@ -301,6 +301,7 @@ TEST(DemoConfig, TheComparisonSettingsHaveTheirDefaults) {
   ASSERT_EQ(c.traffic.endpoints.count("flaky"), 1u);
   EXPECT_EQ(c.traffic.endpoints.at("flaky").percentile, 0.85);
   EXPECT_EQ(c.traffic.endpoints.at("flaky").budget_percent, 20.0);
+  EXPECT_EQ(c.traffic.endpoints.at("flaky").warmup_delay, 0.02);
   EXPECT_DOUBLE_EQ(c.outage.calls_per_second, 50.0);
   EXPECT_DOUBLE_EQ(c.outage.start, 20.0);
   EXPECT_DOUBLE_EQ(c.outage.seconds, 7.0);
