@@ -243,6 +243,18 @@ answer_step hedge_race::on_answer(uint64_t send_id, const leg_answer& a,
       kept_ = *which;
       kept_health_ = a.health();
       s.decision = answer_decision::wait;
+      if (*which == race_leg::hedge && permit_held_) {
+        // R10: the probe hedge failed; that is the trial's outcome,
+        // whatever the primary does next. A hedge the transport never
+        // took tried nothing.
+        permit_held_ = false;
+        if (a.what == leg_answer::kind::undelivered) {
+          s.permit = permit_action::release;
+        } else {
+          s.permit = permit_action::complete;
+          s.permit_health = a.health();
+        }
+      }
       return s;
     }
     // R6: the other leg lost.
@@ -281,6 +293,7 @@ void hedge_race::conclude(answer_step& s, race_leg winner, call_health health,
   }
   if (permit_held_) {
     s.permit = hedge_won ? permit_action::complete : permit_action::release;
+    s.permit_health = health;
     permit_held_ = false;
   }
 }

@@ -77,9 +77,14 @@
 //      legs failing has no winner). When the loser is the cancelled hedge,
 //      the count waits for the hedge's own first answer (R11): a refusal
 //      then means there was no race.
-//  R10 The permit of a half-open probe hedge: completed with the winner's
-//      health when the hedge won, released when the primary won, when the
-//      hedge was refused, or when the pool went away.
+//  R10 The permit of a half-open probe hedge: completed with the hedge's
+//      own health when the hedge won, or when it failed while the primary
+//      still ran (the probe's failure is the trial's outcome whatever the
+//      primary does next: counted only as the winner's, a hedge that
+//      failed fast while every primary hung never completed a trial, and
+//      the breaker stayed half-open for good, letting probes through);
+//      released when the primary won, when the hedge was refused or never
+//      taken by the transport, or when the pool went away.
 //  R11 The hedge's token is settled once, by the hedge's own first answer,
 //      even when that answer comes after the race or the call ended: the
 //      pool's refusal, or a transport that never took the request, gives
@@ -195,7 +200,7 @@ enum class permit_action : uint8_t {
   none,
   /// Give the permit back (no trial counted).
   release,
-  /// Complete the trial with the winner's health.
+  /// Complete the trial with the probe hedge's health.
   complete,
 };
 
@@ -311,8 +316,10 @@ struct answer_step {
   std::optional<race_leg> cancel;
   /// The race to count now (R9).
   std::optional<race_result> race;
-  /// The hedge's permit (R10); `complete` uses record.health.
+  /// The hedge's permit (R10), on any decision but stale.
   permit_action permit = permit_action::none;
+  /// What a `complete` permit records: the probe hedge's own health.
+  call_health permit_health = call_health::failure;
   /// conclude: what the attempt records (R13).
   attempt_record record;
   /// conclude: the race reached a state its rules exclude (a refused hedge

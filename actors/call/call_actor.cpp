@@ -458,9 +458,10 @@ void on_answer(self_ptr self, uint64_t send_id, const core::leg_answer& a,
       maybe_quit(self); // the last owed token may just have settled
       return;
     case core::answer_decision::refused:
-      apply_permit(self, step.permit, step.record.health);
+      apply_permit(self, step.permit, step.permit_health);
       return; // the primary runs alone, as if never hedged
     case core::answer_decision::wait:
+      apply_permit(self, step.permit, step.permit_health);
       st.kept = std::move(e);
       return; // the other leg may still succeed: let it run
     case core::answer_decision::conclude:
@@ -470,7 +471,7 @@ void on_answer(self_ptr self, uint64_t send_id, const core::leg_answer& a,
     cancel_leg(self, *step.cancel);
   if (step.race)
     count_race(self, *step.race);
-  apply_permit(self, step.permit, step.record.health);
+  apply_permit(self, step.permit, step.permit_health);
   auto outcome = step.outcome_is_kept ? std::move(*st.kept) : std::move(e);
   st.kept.reset();
   if (step.invariant_broken) {

@@ -93,6 +93,8 @@ std::string describe(const answer_step& s) {
            + (s.race->hedge_won ? "hedge_won" : "primary_won");
   if (s.permit != permit_action::none)
     out += std::string{" permit="} + to_string(s.permit);
+  if (s.permit == permit_action::complete)
+    out += std::string{"/"} + outbound::to_string(s.permit_health);
   if (s.decision == answer_decision::conclude) {
     out += " rec=" + ms(s.record.latency) + "/"
            + outbound::to_string(s.record.health);
@@ -449,7 +451,7 @@ const race_case cases[] = {
    true,
    {begin(1, 0ms), delay(10ms), hedge(2, 10ms, true), answer(2, s500, 20ms)},
    {"fire 990ms", "conclude of=hedge cancel=primary token=fired race=hedge_won "
-                  "permit=complete rec=20ms/server_error/sketch"}},
+                  "permit=complete/server_error rec=20ms/server_error/sketch"}},
   {"AProbeHedgeThatLosesReleasesItsPermit",
    true,
    {begin(1, 0ms), delay(10ms), hedge(2, 10ms, true), answer(1, ok, 20ms),
@@ -458,6 +460,27 @@ const race_case cases[] = {
     "conclude of=primary cancel=hedge permit=release "
     "rec=20ms/success/sketch",
     "stale token=fired held=primary_won"}},
+  // A probe that fails while the primary runs is a failed trial, whatever
+  // the primary does next (the primary's later failure or success is the
+  // call's, not the probe's).
+  {"AProbeHedgeThatFailsFirstCompletesItsPermitWithItsFailure",
+   true,
+   {begin(1, 0ms), delay(10ms), hedge(2, 10ms, true), answer(2, s503, 15ms),
+    answer(1, ok, 40ms)},
+   {"fire 990ms", "wait token=fired permit=complete/server_error",
+    "conclude of=primary rec=40ms/success/sketch"}},
+  {"AProbeHedgeThatTimesOutBeforeAFailingPrimaryIsAFailedTrial",
+   true,
+   {begin(1, 0ms), delay(10ms), hedge(2, 10ms, true), timeout(2, 500ms),
+    answer(1, broken, 900ms)},
+   {"fire 990ms", "wait token=fired permit=complete/failure",
+    "conclude of=primary rec=900ms/failure/sketch"}},
+  {"AProbeHedgeTheTransportNeverTookReleasesItsPermit",
+   true,
+   {begin(1, 0ms), delay(10ms), hedge(2, 10ms, true), undelivered(2, 10ms),
+    answer(1, ok, 30ms)},
+   {"fire 990ms", "wait token=returned permit=release",
+    "conclude of=primary rec=30ms/success/sketch"}},
   // -- R11: the token is settled by the hedge's own first answer -----------
   {"AnUndeliveredHedgeReturnsItsTokenAndCountsAsAFailedLeg",
    true,

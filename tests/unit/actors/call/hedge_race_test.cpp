@@ -599,6 +599,31 @@ TEST_F(HedgeRace, AHalfOpenProbeCancelledByItsPrimaryReleasesThePermit) {
   EXPECT_EQ(b->trials, 0);
 }
 
+// Half-open: a probe hedge that fails while its primary still runs is a
+// failed trial, whatever the primary does next. Counted only as the
+// winner's outcome it was never a trial (the primary, failing later, won),
+// and a host whose hedges fail fast while its primaries hang kept its
+// breaker half-open for good, letting probe hedges through.
+TEST_F(HedgeRace, AHalfOpenProbeThatFailsFirstReopensTheBreaker) {
+  hedging.config.breaker.min_samples = 2;
+  hedging.config.breaker.cooldown = 1.0;
+  hedging.config.breaker.half_open_max_trial = 1;
+  cfg.retry.max_attempts = 1;
+  log->script = {fake_step::status(500), fake_step::status(500),
+                 fake_step::status(503).delayed(300ms), fake_step::status(503)};
+  ASSERT_FALSE(run_call(get("/x")).ok());
+  ASSERT_FALSE(run_call(get("/x")).ok());
+  advance(2s); // past the cooldown: the next allow() half-opens
+  EXPECT_FALSE(run_call(get("/x")).ok());
+  ASSERT_EQ(log->requests.size(), 4u); // the probe hedge went out
+  auto b = breaker(breaker_scope::host, host_key);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->phase, breaker_phase::open) << "the failed probe reopens it";
+  EXPECT_EQ(b->opens, 2u);
+  EXPECT_EQ(b->half_opens, 1u);
+  EXPECT_EQ(b->permits_out, 0);
+}
+
 // Breakers and error counters learn from every attempt (the winner of each
 // race), not only from the call's final outcome: a backend that fails half
 // of its attempts opens its breaker even though each call's retry hides the
