@@ -13,6 +13,7 @@ namespace {
 using core::check_fraction_open;
 using core::check_non_negative;
 using core::check_positive;
+using core::got_value;
 
 struct fields {
   std::optional<double> percentile;
@@ -48,9 +49,12 @@ void check(const fields& f, const std::string& p) {
 } // namespace
 
 void breaker_config::validate(const std::string& prefix) const {
-  if (!(error_rate_threshold >= 0.0 && error_rate_threshold <= 1.0))
+  // 0 would trip on any window of min_samples calls, all successes
+  // included, and reopen at every trial: hedging off for good.
+  if (!(error_rate_threshold > 0.0 && error_rate_threshold <= 1.0))
     throw config_error(prefix + ".error_rate_threshold",
-                       "must be between 0 and 1");
+                       "must be greater than 0 and at most 1"
+                         + got_value(error_rate_threshold));
   if (min_samples < 1)
     throw config_error(prefix + ".min_samples", "must be >= 1");
   check_positive(window, prefix + ".window");

@@ -18,8 +18,8 @@ inline namespace config {
 /// sick host or endpoint (closed → open → half-open; see
 /// actors/hedge/breaker_state.hpp).
 struct breaker_config {
-  /// Failure fraction of the window that trips the breaker open, in [0, 1].
-  /// [0.5]
+  /// Failure fraction of the window that trips the breaker open, in
+  /// (0, 1] (0 would trip on successes). [0.5]
   double error_rate_threshold = 0.5;
   /// Samples the window must hold before the breaker can trip (>= 1). [20]
   int min_samples = 20;

@@ -933,11 +933,16 @@ void start(self_ptr self, call_request call) {
         .then(
           [self](hedge_plan& p) {
             auto& st = self->state;
-            st.race.set_delay(core::from_seconds(p.delay));
-            // The learned latency at the hedge percentile: no retry
-            // starts that it says cannot end inside the deadline.
-            if (!p.warmup && !p.hardcoded)
-              st.retry->set_expected_latency(core::from_seconds(p.delay));
+            // At most a year: a delay of 9e9 s and more saturates at
+            // duration::max, and the race adds it to the send time.
+            st.race.set_delay(
+              core::from_seconds(p.delay, std::chrono::hours{24 * 365}));
+            // The learned latency at the hedge percentile (not the delay:
+            // min_delay's floor and the delay search are the hedge's, not
+            // what an attempt takes): no retry starts that it says cannot
+            // end inside the deadline.
+            if (p.learned > 0.0)
+              st.retry->set_expected_latency(core::from_seconds(p.learned));
             arm_hedge_timer(self);
           },
           [](caf::error&) { /* no plan: no hedge */ });

@@ -21,6 +21,15 @@ hedging_context::config_for(const route_result& r) const {
 std::shared_ptr<const hedging_context>
 make_hedging_context(caf::actor_system& sys, const hedging_options& opts) {
   opts.config.validate();
+  // Every route is a key of the stats and of the endpoint breakers, and
+  // the host one more: with fewer, the client's own keys evict each other
+  // and never leave warmup nor reach a breaker's min_samples.
+  const auto needed = opts.routes.entries().size() + 1;
+  if (opts.config.max_keys < needed)
+    throw config_error("hedge.max_keys",
+                       "must be at least the routes registered + 1 ("
+                         + std::to_string(needed) + "), got "
+                         + std::to_string(opts.config.max_keys));
   auto ctx = std::make_shared<hedging_context>();
   ctx->config = opts.config;
   ctx->routes = opts.routes;

@@ -1,5 +1,7 @@
 #include "actors/hedge/breaker_state.hpp"
 
+#include <chrono>
+
 namespace outbound {
 inline namespace hedge {
 
@@ -49,11 +51,14 @@ void breaker_state::rotate(hedge_time now) {
   if (elapsed < 2.0 * cfg_.window) {
     prev_samples_ = cur_samples_;
     prev_failures_ = cur_failures_;
+    // Back to back windows: an outcome counts for less than 2 windows.
+    window_start_ += std::chrono::round<hedge_time::duration>(
+      std::chrono::duration<double>(cfg_.window));
   } else {
     prev_samples_ = prev_failures_ = 0;
+    window_start_ = now;
   }
   cur_samples_ = cur_failures_ = 0;
-  window_start_ = now;
 }
 
 void breaker_state::open(hedge_time now) {

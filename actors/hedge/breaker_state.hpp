@@ -16,7 +16,9 @@
 //
 // Window: failures and samples in a current and a previous window of
 // `window` seconds, rotated lazily (elapsed < W: none; [W, 2W): current →
-// previous; >= 2W: both cleared); the error rate is over both. While OPEN
+// previous, the new window starting where the old one ended; >= 2W: both
+// cleared): the error rate is over both, so an outcome counts for at
+// least W and less than 2W. While OPEN
 // (and HALF_OPEN) the recorded outcomes keep feeding the window.
 //
 // Half-open probes: allow() hands out at most half_open_max_trial permits

@@ -1,6 +1,7 @@
 #include "actors/hedge/ddsketch.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 
@@ -256,11 +257,16 @@ void windowed_sketch::rotate(hedge_time now) {
   if (elapsed < 2.0 * window_) {
     previous_ = std::move(current_);
     current_ = ddsketch(previous_.alpha(), previous_.bin_limit());
+    // The new window starts where the old one ended, not at `now`: from
+    // `now` a previous window spanning up to 2W was kept another W, so a
+    // sample lived up to 3W.
+    start_ += std::chrono::round<hedge_time::duration>(
+      std::chrono::duration<double>(window_));
   } else {
     current_.clear();
     previous_.clear();
+    start_ = now;
   }
-  start_ = now;
 }
 
 bool windowed_sketch::insert(double x, hedge_time now) {

@@ -145,9 +145,11 @@ private:
 /// Two DDSketches over a sliding window (current + previous), rotated
 /// lazily with an explicit `now`: when the current window started
 /// `elapsed` ago, elapsed < W keeps both; W <= elapsed < 2W moves current
-/// to previous (and starts a new current window at `now`); elapsed >= 2W
-/// clears both (two idle windows). Quantiles are taken over the merge of
-/// both, so the estimate covers between W and 2W of history.
+/// to previous (and starts a new current window where the old one ended,
+/// W after its start); elapsed >= 2W clears both (two idle windows) and
+/// starts the current one at `now`. Quantiles are taken over the merge of
+/// both, so the estimate covers between W and 2W of history: a sample
+/// counts for at least W and less than 2W.
 class windowed_sketch {
 public:
   /// `window` in seconds (> 0), starting at `start`; the sketch parameters

@@ -42,7 +42,9 @@ hedge_plan endpoint_stats_state::plan(const std::string& key,
   k.cfg = cfg;
   if (created && !imported_.empty()) {
     if (auto i = imported_.find(key); i != imported_.end()) {
-      seed(k, std::move(i->second), now);
+      // Its window started at the import: aged out after two windows.
+      if (seconds_between(imported_at_, now) < 2.0 * cfg.window_duration)
+        seed(k, std::move(i->second), imported_at_);
       imported_.erase(i);
     }
   }
@@ -75,18 +77,23 @@ hedge_plan endpoint_stats_state::delay_of(key_state& k,
     p.warmup = true;
   } else {
     std::optional<double> q;
+    double learned = 0.0;
     if (cfg.delay_search) {
       delay_search search;
       search.max_share = std::min(1.5 * (1.0 - cfg.percentile),
                                   0.75 * cfg.budget_percent / 100.0);
       if (auto c
-          = choose_hedge_delay(k.sketch.merged(now), cfg.percentile, search))
+          = choose_hedge_delay(k.sketch.merged(now), cfg.percentile, search)) {
         q = c->delay;
+        learned = c->quantile;
+      }
     } else {
       q = k.sketch.quantile(cfg.percentile, now);
+      learned = q.value_or(0.0);
     }
     if (q && *q > 0.0 && std::isfinite(*q)) {
       p.delay = *q;
+      p.learned = std::isfinite(learned) && learned > 0.0 ? learned : 0.0;
     } else {
       p.delay = cfg.warmup_delay;
       p.warmup = true;
@@ -204,22 +211,34 @@ void endpoint_stats_state::seed(key_state& k, ddsketch sketch, hedge_time now) {
 }
 
 hedge_snapshot endpoint_stats_state::export_snapshot(hedge_time now) {
+  // What import_snapshot accepts: at most max_keys keys, none too long
+  // (the tracked keys and the ones set aside may add up to twice
+  // max_keys, and a route's name has no length limit of its own).
   hedge_snapshot out;
+  auto fits = [&](const std::string& key) {
+    return out.keys.size() < defaults_.max_keys
+           && key.size() <= hedge_snapshot_max_key_bytes;
+  };
   std::vector<std::string> keys;
   for (auto& entry : keys_.entries())
     keys.push_back(entry.first);
   for (auto& key : keys) {
+    if (!fits(key))
+      continue;
     auto merged = keys_.peek(key)->sketch.merged(now);
     if (merged.count() == 0)
       continue;
     out.keys.push_back({key, to_sketch_data(merged)});
   }
+  if (seconds_between(imported_at_, now) >= 2.0 * defaults_.window_duration)
+    return out; // what was set aside has aged out
   std::vector<std::string> pending;
   for (auto& entry : imported_)
     pending.push_back(entry.first);
   std::sort(pending.begin(), pending.end());
   for (auto& key : pending)
-    out.keys.push_back({key, to_sketch_data(imported_.at(key))});
+    if (fits(key))
+      out.keys.push_back({key, to_sketch_data(imported_.at(key))});
   return out;
 }
 
@@ -260,6 +279,7 @@ std::size_t endpoint_stats_state::import_snapshot(const hedge_snapshot& s,
     if (auto* k = keys_.peek(key))
       seed(*k, std::move(sketch), now);
   imported_ = std::move(pending);
+  imported_at_ = now;
   return parsed.size();
 }
 

@@ -48,6 +48,11 @@ struct hedge_plan {
   bool warmup = false;
   /// The delay is the endpoint's hardcoded hedge_delay.
   bool hardcoded = false;
+  /// The key's learned latency at its `percentile`, in seconds: the
+  /// sketch's quantile before the delay search lowers it and before the
+  /// min_delay floor (what the retry loop's deadline rule expects an
+  /// attempt to take). 0 when nothing is learned (warmup, hardcoded).
+  double learned = 0.0;
 };
 
 /// The per-key state (see the header comment).
@@ -130,8 +135,12 @@ public:
 
   /// The latency sketch of every tracked key with samples in its window
   /// at `now` (current ∪ previous, most recently used first), then the
-  /// imported sketches no request has used yet (by key). Counts nothing,
-  /// changes no LRU order (actors/hedge/hedge_snapshot.hpp).
+  /// imported sketches no request has used yet (by key) that are younger
+  /// than two window_durations; at most max_keys in all, and no key
+  /// longer than hedge_snapshot_max_key_bytes (a route named that long is
+  /// not persisted), so that the next start's import_snapshot accepts
+  /// what this one wrote. Counts nothing, changes no LRU order
+  /// (actors/hedge/hedge_snapshot.hpp).
   hedge_snapshot export_snapshot(hedge_time now);
 
   /// Imports the sketches of `s` and returns how many keys it held. All or
@@ -146,8 +155,10 @@ public:
   /// key not tracked yet keeps its sketch aside (replacing what an earlier
   /// import left aside) until its first request creates it with its own
   /// config, which then starts warm from the sketch. Imported samples age
-  /// out of the window like live ones (after one to two window_durations);
-  /// hardcoded endpoints keep their hedge_delay.
+  /// out of the window like live ones, counted from the import (after one
+  /// to two window_durations), also while set aside: a key first used two
+  /// window_durations after the import starts cold, and an export leaves
+  /// it out; hardcoded endpoints keep their hedge_delay.
   std::size_t import_snapshot(const hedge_snapshot& s, hedge_time now);
 
   /// Imported sketches waiting for their key's first request (tests).
@@ -181,6 +192,8 @@ private:
   lru_map<key_state> keys_;
   /// Imported sketches of keys not tracked yet (at most max_keys).
   std::unordered_map<std::string, ddsketch> imported_;
+  /// When imported_ was imported: its sketches' window starts there.
+  hedge_time imported_at_{};
   hedge_stats_snapshot global_;
 };
 

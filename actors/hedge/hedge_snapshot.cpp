@@ -18,6 +18,8 @@
 #include <iterator>
 #include <sstream>
 
+#include <unistd.h>
+
 namespace outbound {
 inline namespace hedge {
 
@@ -286,18 +288,40 @@ read_hedge_snapshot_file(const std::string& path) {
 void write_hedge_snapshot_file(const hedge_snapshot& s,
                                const std::string& path) {
   const auto text = to_json(s);
-  const auto tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      throw config_error("hedging.snapshot_file",
-                         tmp + ": cannot create: " + std::strerror(errno));
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw config_error("hedging.snapshot_file", tmp + ": write failed");
-    }
+  // A temporary file of this writer's own (mkstemp, in the same directory
+  // so that rename replaces atomically): two clients saving to one path
+  // at the same stop each rename a whole file, and the last one wins. A
+  // shared "<path>.tmp" interleaved their bytes.
+  std::string tmp = path + ".tmp.XXXXXX";
+  int fd = ::mkstemp(tmp.data());
+  if (fd < 0)
+    throw config_error("hedging.snapshot_file",
+                       tmp + ": cannot create: " + std::strerror(errno));
+  auto fail = [&](const std::string& what, int err) {
+    ::close(fd);
+    std::remove(tmp.c_str());
+    throw config_error("hedging.snapshot_file",
+                       tmp + ": " + what + ": " + std::strerror(err));
+  };
+  const char* p = text.data();
+  std::size_t left = text.size();
+  while (left > 0) {
+    auto n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      fail("write failed", n < 0 ? errno : EIO);
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  // On disk before the rename, so a crash leaves the old file or the new.
+  if (::fsync(fd) != 0)
+    fail("write failed", errno);
+  if (::close(fd) != 0) {
+    auto err = errno;
+    std::remove(tmp.c_str());
+    throw config_error("hedging.snapshot_file",
+                       tmp + ": write failed: " + std::strerror(err));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     auto err = errno;

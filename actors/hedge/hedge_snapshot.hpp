@@ -116,8 +116,10 @@ hedge_snapshot parse_hedge_snapshot(std::string_view text);
 /// larger than hedge_snapshot_max_file_bytes or does not parse.
 std::optional<hedge_snapshot> read_hedge_snapshot_file(const std::string& path);
 
-/// Writes `s` to `path` atomically (a sibling temporary file, then
-/// rename): a reader sees the old file or the new one, never half of it.
+/// Writes `s` to `path` atomically (a sibling temporary file of this
+/// call's own, flushed to disk, then renamed): a reader sees the old file
+/// or the new one, never half of it, also when several writers save to
+/// one path at once (the last rename wins).
 /// Throws config_error with field `hedging.snapshot_file` naming the file
 /// when it cannot be written.
 void write_hedge_snapshot_file(const hedge_snapshot& s,

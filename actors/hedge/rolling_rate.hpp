@@ -3,8 +3,9 @@
 // Rolling requests-per-second estimate of one key (httpx-hedged 0.5.0
 // _rate.py): counts in a current and a previous window of W
 // seconds, rotated lazily like windowed_sketch (elapsed < W: none;
-// [W, 2W): current → previous, new window starts at `now`; >= 2W: both
-// cleared), and
+// [W, 2W): current → previous, the new window starts where the old one
+// ended — httpx-hedged starts it at `now`, so one window could span up to
+// 2W; >= 2W: both cleared, the new one starts at `now`), and
 //
 //   rps = (previous × max(0, 1 − elapsed/W) + current) / W
 //
@@ -29,6 +30,7 @@
 #include "core/hedge_types.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 
 namespace outbound {
@@ -71,7 +73,12 @@ public:
     cold_ = elapsed >= 2.0 * window_;
     previous_ = cold_ ? 0 : current_;
     current_ = 0;
-    start_ = now;
+    // Back to back windows (the new one starts where the old one ended)
+    // unless two were idle.
+    start_ = cold_ ? now
+                   : start_
+                       + std::chrono::round<hedge_time::duration>(
+                         std::chrono::duration<double>(window_));
   }
 
   uint64_t current() const {

@@ -99,7 +99,8 @@ TEST(HedgeConfig, EveryBadTransportFieldIsRejectedByName) {
 }
 
 TEST(HedgeConfig, EveryBadBreakerFieldIsRejectedByName) {
-  for (double bad : {-0.01, 1.01, nan_v})
+  // 0 is refused too: the breaker would open on successes.
+  for (double bad : {-0.01, 0.0, 1.01, nan_v})
     EXPECT_EQ(
       hedge_field([&](auto& c) { c.breaker.error_rate_threshold = bad; }),
       "hedge.breaker.error_rate_threshold");
@@ -114,9 +115,11 @@ TEST(HedgeConfig, EveryBadBreakerFieldIsRejectedByName) {
   EXPECT_EQ(hedge_field([](auto& c) { c.breaker.half_open_max_trial = 0; }),
             "hedge.breaker.half_open_max_trial");
   EXPECT_EQ(hedge_field([](auto& c) {
-              c.breaker.error_rate_threshold = 0.0;
+              c.breaker.error_rate_threshold = 1.0;
               c.breaker.cooldown = 0.0;
             }),
+            "<valid>");
+  EXPECT_EQ(hedge_field([](auto& c) { c.breaker.error_rate_threshold = 1e-9; }),
             "<valid>");
   breaker_config b;
   b.min_samples = 0;

@@ -490,6 +490,22 @@ TEST_F(HedgeRaceLearned, ARetryThatFitsInTheDeadlineIsMade) {
   EXPECT_EQ(log->requests.size(), 32u);
 }
 
+// The learned latency is the sketch's, not the hedge delay: a min_delay
+// above it (50 ms against 20 ms) floors when the hedge goes out, not what
+// an attempt is expected to take. Read as the delay, it refused this retry
+// (75 + 50 > 100 ms) that fits (75 + 20 < 100).
+TEST_F(HedgeRaceLearned, AMinDelayAboveTheLearnedLatencyDoesNotRefuseARetry) {
+  hedging.config.min_delay = 0.05;
+  log->script.push_back(fake_step::status(503).delayed(75ms));
+  log->script.push_back(ok_after(5ms));
+  warm_up();
+  auto start = now();
+  auto o = run_call(get("/x"));
+  ASSERT_TRUE(o.ok()) << o.error->message();
+  EXPECT_EQ(finished_at - start, 80ms);
+  EXPECT_EQ(log->requests.size(), 32u);
+}
+
 TEST_F(HedgeRace, AnUnknownExplicitEndpointIsAnErrorAndSendsNothing) {
   hedging.routes.register_route("GET", "/users/{id}", {}, "user");
   log->script = {ok_after(1ms)};

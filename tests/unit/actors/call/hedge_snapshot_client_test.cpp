@@ -231,3 +231,22 @@ TEST_F(HedgeSnapshotClient,
   }
   std::remove(path.c_str());
 }
+
+// Every route is a key of the stats and of the endpoint breakers, and the
+// host one more: a max_keys below that is a config error at construction.
+// Accepted, the client's own keys evicted each other and never left their
+// warmup nor reached a breaker's min_samples.
+TEST_F(HedgeSnapshotClient, MaxKeysBelowTheRoutesPlusTheHostIsAConfigError) {
+  hedging.routes.register_route("GET", "/a");
+  hedging.routes.register_route("GET", "/b");
+  hedging.config.max_keys = 2;
+  try {
+    client();
+    ADD_FAILURE() << "max_keys 2 accepted for 2 routes and a host";
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.field(), "hedge.max_keys");
+    EXPECT_NE(std::string{e.what()}.find("(3)"), std::string::npos) << e.what();
+  }
+  hedging.config.max_keys = 3;
+  EXPECT_NO_THROW(client());
+}

@@ -71,6 +71,17 @@ TEST(BreakerState, OldFailuresAgeOutOfTheWindow) {
   EXPECT_EQ(b.snapshot(t0 + seconds(60)).samples, 1u);
 }
 
+// Back to back windows: failures recorded at 0 s and seen at 59 s (the
+// first rotation) are gone at 60 s, two windows after them, not kept
+// until 89 s.
+TEST(BreakerState, AnOutcomeCountsForLessThanTwoWindows) {
+  breaker_state b{small_breaker(), t0};
+  feed(b, 3, call_health::failure, t0);
+  EXPECT_EQ(b.snapshot(t0 + seconds(59)).samples, 3u); // previous window
+  EXPECT_EQ(b.snapshot(t0 + seconds(60)).samples, 0u);
+  EXPECT_EQ(b.snapshot(t0 + seconds(89)).samples, 0u);
+}
+
 TEST(BreakerState, HalfOpensLazilyAfterCooldownAndClosesOnGoodTrials) {
   breaker_state b{small_breaker(), t0};
   feed(b, 4, call_health::failure, t0);

@@ -100,6 +100,20 @@ TEST(RollingRate, ColdStartDividesByTheTimeObservedNeverLessThanOneSecond) {
   EXPECT_DOUBLE_EQ(w.rps(t0), 10.0); // 5 / 0.5 s
 }
 
+// Back to back windows: rotated late (at 19 s), the new window still
+// starts at 10 s, so the previous window's weight has faded to 0.1 by
+// 19 s and the next rotation comes at 20 s, not 29 s.
+TEST(RollingRate, WindowsAreBackToBack) {
+  rolling_rate r{10.0, t0};
+  r.record(t0, 100);
+  r.record(t0 + seconds(5), 100); // leaves the cold start at 10 s
+  EXPECT_NEAR(r.rps(t0 + seconds(19)), 2.0, 1e-9); // (200 × 0.1 + 0) / 10
+  r.record(t0 + seconds(19), 10);
+  r.rotate(t0 + seconds(20));
+  EXPECT_EQ(r.previous(), 10u);
+  EXPECT_EQ(r.current(), 0u);
+}
+
 TEST(RollingRate, RotatesExactlyAtTheBoundary) {
   rolling_rate r{10.0, t0};
   r.record(t0, 10);

@@ -276,6 +276,19 @@ TEST(DDSketchWindow, TwoIdleWindowsClearBoth) {
   EXPECT_FALSE(v.quantile(0.5, t0 + seconds(60)));
 }
 
+// Windows are back to back: a rotation late in [W, 2W) starts the new
+// window where the old one ended, not at the rotation, so a sample counts
+// for less than 2W. (From the rotation's `now`, a sample of 0 s rotated at
+// 19.9 s was kept until 29.9 s: up to 3W.)
+TEST(DDSketchWindow, ASampleCountsForLessThanTwoWindows) {
+  windowed_sketch w{10.0, t0};
+  w.insert(0.5, t0);
+  EXPECT_EQ(w.count(t0 + milliseconds(19900)), 1u); // rotated: previous
+  EXPECT_EQ(w.count(t0 + seconds(20) - nanoseconds(1)), 1u);
+  EXPECT_EQ(w.count(t0 + seconds(20)), 0u); // 2W after it
+  EXPECT_EQ(w.count(t0 + milliseconds(29800)), 0u);
+}
+
 TEST(DDSketchWindow, QuantileMergesCurrentAndPrevious) {
   windowed_sketch w{10.0, t0};
   for (int i = 1; i <= 50; ++i)

@@ -87,6 +87,30 @@ TEST(HedgeStats, WarmupAndHardcodedDelaysAreFlooredAtMinDelay) {
   p = st.plan("c", eff(learned), t0);
   EXPECT_FALSE(p.warmup);
   EXPECT_DOUBLE_EQ(p.delay, 0.02);
+  // What the key learned stays what it learned (the deadline rule's).
+  EXPECT_NEAR(p.learned, 0.005, 0.0001);
+}
+
+// `learned` is the sketch's quantile at the percentile: 0 while nothing is
+// learned (warmup, hardcoded), and the quantile itself, not the lowered
+// delay, when the delay search moves the hedge earlier.
+TEST(HedgeStats, TheLearnedLatencyIsThePercentilesQuantileOrNothing) {
+  endpoint_stats_state st{hedge_config{}};
+  EXPECT_EQ(st.plan("w", eff(), t0).learned, 0.0); // warmup
+  endpoint_config hard;
+  hard.hedge_delay = 0.05;
+  EXPECT_EQ(st.plan("h", eff(hard), t0).learned, 0.0);
+  endpoint_config ep;
+  ep.warmup_requests = 0;
+  ep.delay_search = true;
+  st.plan("k", eff(ep), t0);
+  for (int i = 1; i <= 940; ++i)
+    st.observe("k", i / 100000.0, call_health::success, t0);
+  for (int i = 0; i < 60; ++i)
+    st.observe("k", 0.030 + i / 1000.0, call_health::success, t0);
+  auto p = st.plan("k", eff(ep), t0);
+  EXPECT_NEAR(p.delay, 0.0094, 0.0002); // lowered across the gap
+  EXPECT_NEAR(p.learned, 0.039, 0.001); // the p95 itself
 }
 
 TEST(HedgeStats, HardcodedEndpointStillRecordsLatency) {
