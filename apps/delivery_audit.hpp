@@ -22,6 +22,14 @@
 //               ledger's beginning also when it delivered nothing yet.
 //               A live feed whose current incarnation delivered nothing
 //               has no known position: nothing is pending for it.
+//   announced   numbers of the group a reset forgave and no later
+//               delivery brought: from the last delivery before the
+//               reset to the first delivery after it, or, when nothing
+//               was delivered after it, up to the last published (a
+//               watcher that resets and stays silent). Not lost — the
+//               reset said these may be gone — but counted, so that a
+//               reset that hides a larger gap than it should shows up as
+//               a number next to lost 0, not as nothing.
 //
 // Pure and single-threaded: the demo keeps one per watcher behind a mutex
 // (its callbacks run on the watcher's actor, the report reads at the end).
@@ -43,6 +51,7 @@ struct delivery_totals {
   /// events without a number.
   uint64_t foreign = 0;
   uint64_t resets = 0;
+  uint64_t announced = 0;
 
   delivery_totals& operator+=(const delivery_totals& o) {
     delivered += o.delivered;
@@ -51,6 +60,7 @@ struct delivery_totals {
     pending += o.pending;
     foreign += o.foreign;
     resets += o.resets;
+    announced += o.announced;
     return *this;
   }
 };
@@ -76,6 +86,14 @@ public:
       return;
     }
     ++totals_.delivered;
+    if (!has_last_ && has_base_) {
+      // The first delivery after a reset: what lies between the last
+      // delivery before it and this one was forgiven by the reset.
+      has_base_ = false;
+      for (int64_t m = base_ + static_cast<int64_t>(groups_); m < n;
+           m += static_cast<int64_t>(groups_))
+        keep(announced_, announced_overflow_, m);
+    }
     if (has_last_ && n <= last_) {
       ++totals_.duplicated;
       return;
@@ -91,6 +109,10 @@ public:
   /// A reset: a new incarnation starts (what it skips is announced).
   void on_reset() {
     ++totals_.resets;
+    if (has_last_) {
+      has_base_ = true;
+      base_ = last_;
+    }
     has_last_ = false;
   }
 
@@ -106,6 +128,15 @@ public:
     for (auto m : skipped_)
       if (!failed(m))
         ++t.lost;
+    t.announced = announced_overflow_;
+    for (auto m : announced_)
+      if (!failed(m))
+        ++t.announced;
+    if (!has_last_ && has_base_)
+      for (int64_t m = base_ + static_cast<int64_t>(groups_);
+           m <= last_published; m += static_cast<int64_t>(groups_))
+        if (!failed(m))
+          ++t.announced;
     if (has_last_)
       for (int64_t m = last_ + static_cast<int64_t>(groups_);
            m <= last_published; m += static_cast<int64_t>(groups_))
@@ -120,10 +151,14 @@ public:
 
 private:
   void skip(int64_t m) {
-    if (skipped_.size() < max_skipped)
-      skipped_.push_back(m);
+    keep(skipped_, skipped_overflow_, m);
+  }
+
+  static void keep(std::vector<int64_t>& list, uint64_t& overflow, int64_t m) {
+    if (list.size() < max_skipped)
+      list.push_back(m);
     else
-      ++skipped_overflow_;
+      ++overflow;
   }
 
   uint64_t group_;
@@ -134,6 +169,11 @@ private:
   delivery_totals totals_;
   std::vector<int64_t> skipped_;
   uint64_t skipped_overflow_ = 0;
+  /// The last delivery before the latest reset, until a delivery follows.
+  bool has_base_ = false;
+  int64_t base_ = 0;
+  std::vector<int64_t> announced_;
+  uint64_t announced_overflow_ = 0;
 };
 
 } // namespace outbound::apps

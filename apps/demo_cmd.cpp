@@ -183,9 +183,15 @@ public:
   /// after the end.
   std::optional<uint64_t> next_turn(const std::atomic<bool>& stop) {
     auto n = next_.fetch_add(1);
+    // Compared in seconds first: a tiny rate's n / rate overflows the
+    // clock's integer duration (it wrapped into the past, and every turn
+    // came at once).
+    const double at = static_cast<double>(n) / rate_;
+    if (!(at < std::chrono::duration<double>(end_ - start_).count()))
+      return std::nullopt;
     auto due = start_
                + std::chrono::duration_cast<demo_clock::duration>(
-                 std::chrono::duration<double>(static_cast<double>(n) / rate_));
+                 std::chrono::duration<double>(at));
     if (due >= end_)
       return std::nullopt;
     while (!stop.load()) {
@@ -1506,7 +1512,9 @@ void report_feed_rows(std::ostream& out, const demo_config& cfg,
       std::to_string(r.events) + " (" + per_s(r.events) + "/s)");
   row(out, "feed_lost",
       std::to_string(r.audit.lost) + " (not announced by a reset; "
-        + std::to_string(r.audit.pending) + " still in flight at the stop)");
+        + std::to_string(r.audit.pending) + " still in flight at the stop; "
+        + std::to_string(r.audit.announced)
+        + " announced by resets and not delivered)");
   row(out, "feed_duplicated",
       std::to_string(r.audit.duplicated) + " (within an incarnation)");
   if (r.audit.foreign > 0)
@@ -1804,6 +1812,7 @@ boost::json::object report_json(const demo_config& cfg, const hub_site& site,
   f["lost"] = r.audit.lost;
   f["duplicated"] = r.audit.duplicated;
   f["pending"] = r.audit.pending;
+  f["announced_lost"] = r.audit.announced;
   f["resets"] = r.resets;
   json::object causes;
   for (const auto& [name, n] : r.resets_by_cause)

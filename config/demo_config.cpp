@@ -262,7 +262,11 @@ void demo_config::validate() const {
                                 "endpoint name");
     ep.validate(field);
   }
+  // At most a day: the demo adds them to clock times (above ~9e9 s they
+  // overflowed and every call failed at once).
+  check_range(traffic.timeout, 0.0, 86400.0, "demo.traffic.timeout");
   check_positive(traffic.timeout, "demo.traffic.timeout");
+  check_range(traffic.deadline, 0.0, 86400.0, "demo.traffic.deadline");
   check_positive(traffic.deadline, "demo.traffic.deadline");
   if (!(traffic.deadline >= traffic.timeout))
     throw config_error("demo.traffic.deadline", "must be >= traffic.timeout");
@@ -280,6 +284,14 @@ void demo_config::validate() const {
     throw config_error("demo.outage.route",
                        "must be one of /fast, /slow, /flaky, /lognormal, "
                        "/steady");
+  // The drill's outage would fail the hedged and unhedged clients' calls
+  // of that route too and mix into their comparison.
+  if (outage.calls_per_second > 0 && traffic.requests_per_second > 0)
+    for (const auto& r : traffic.routes)
+      if (r.substr(0, r.find('?')) == outage.route)
+        throw config_error("demo.outage.route",
+                           "must not be a route of traffic.routes ('" + r
+                             + "'): its outage would fail their calls too");
   // bursts
   check_count(bursts.size, 0, 100000, "demo.bursts.size");
   check_range(bursts.interval, 0.0, 86400.0, "demo.bursts.interval");
@@ -289,6 +301,7 @@ void demo_config::validate() const {
               "demo.oracle.calls_per_second");
   check_count(oracle.callers, 1, 256, "demo.oracle.callers");
   check_count(oracle.count, 1, 262144, "demo.oracle.count");
+  check_range(oracle.timeout, 0.0, 86400.0, "demo.oracle.timeout");
   check_positive(oracle.timeout, "demo.oracle.timeout");
   // hedging: hedge_config names its fields `hedge.*`; say where they are in
   // the demo's file instead.

@@ -51,9 +51,10 @@ struct demo_traffic_config {
   /// /fast, /lognormal (5 % stragglers x10), /flaky]
   std::vector<std::string> routes = {
     "/fast", "/lognormal?mean_ms=5&sd_ms=2&straggler=0.05&mult=10", "/flaky"};
-  /// Per-attempt timeout, seconds (> 0). [2]
+  /// Per-attempt timeout, seconds (> 0, at most 86400). [2]
   double timeout = 2.0;
-  /// Overall deadline of one call, seconds (>= timeout). [5]
+  /// Overall deadline of one call, seconds (>= timeout, at most
+  /// 86400). [5]
   double deadline = 5.0;
   /// Per-endpoint hedging overrides, by endpoint name ("flaky" for
   /// "/flaky?..."; see hedge_config.hpp's endpoint_config: percentile,
@@ -102,7 +103,8 @@ struct demo_outage_config {
   /// makes the report's ceiling a bound the budget guarantees). [7]
   double seconds = 7.0;
   /// The route: a latency route of the hub ("/fast", "/slow", "/flaky",
-  /// "/lognormal", "/steady"). ["/steady"]
+  /// "/lognormal", "/steady"; not one of traffic.routes, whose calls
+  /// its outage would fail too). ["/steady"]
   std::string route = "/steady";
   /// Attempts per call of both clients (2..10). [4]
   int max_attempts = 4;
@@ -125,7 +127,7 @@ struct demo_oracle_config {
   std::size_t callers = 8;
   /// Timestamps per call (1..262144). [1]
   uint32_t count = 1;
-  /// A caller's own timeout per call, seconds (> 0). [2]
+  /// A caller's own timeout per call, seconds (> 0, at most 86400). [2]
   double timeout = 2.0;
 };
 

@@ -8,7 +8,12 @@
 // (apps/demo_cmd.cpp, outage_loop), lost and duplicated are 0 by the feed
 // contract, RPCs < calls because each burst rides few RPCs, and the hedged
 // p99 is below the unhedged one because 3 % of the unhedged calls take
-// 900 ms (/flaky) and a hedge after ~15 ms rescues nearly all of them.
+// 900 ms (/flaky) and a hedge after ~15 ms rescues nearly all of them: the
+// hedged calls left slow are those whose hedge straggles too (10 % of
+// /flaky's hedges, 0.33 % of the calls) and the few hedges refused in a
+// key's first seconds. At 100 calls/s (1,300 a client) 13 slow calls put
+// the p99 at 900 ms, and runs left 6-9, once (under ASan) 13; at 200/s
+// (2,600) it takes 26 (three ASan runs: hedged p99 34-37 ms).
 
 #include "tests/support/child_process.hpp"
 #include "tests/support/test_certs.hpp"
@@ -45,7 +50,7 @@ TEST(DemoReport, TheJsonReportShowsEveryComparisonHolding) {
     cfg << R"({"duration": 26, "feeds": 60, "rate": 100,
                "subject_groups": 10, "metrics_port": 0,
                "status_interval": 2,
-               "traffic": {"requests_per_second": 100},
+               "traffic": {"requests_per_second": 200},
                "outage": {"calls_per_second": 40, "start": 5, "seconds": 7},
                "hub_restart_at": 17,
                "bursts": {"size": 300, "interval": 3}})";
@@ -68,8 +73,8 @@ TEST(DemoReport, TheJsonReportShowsEveryComparisonHolding) {
   // Hedged vs unhedged, same routes, same run.
   const auto& h = doc.at("hedging").at("hedged").as_object();
   const auto& u = doc.at("hedging").at("unhedged").as_object();
-  EXPECT_GT(num(h.at("calls")), 900) << out[0];
-  EXPECT_GT(num(u.at("calls")), 900) << out[0];
+  EXPECT_GT(num(h.at("calls")), 1800) << out[0];
+  EXPECT_GT(num(u.at("calls")), 1800) << out[0];
   EXPECT_LT(num(h.at("p99_ms")), num(u.at("p99_ms"))) << out[0];
   EXPECT_GT(num(h.at("extra_load")), 0.0) << out[0];
   EXPECT_LT(num(h.at("extra_load")), 0.3) << out[0];
@@ -110,7 +115,8 @@ TEST(DemoReport, TheJsonReportShowsEveryComparisonHolding) {
   ASSERT_GT(out_rpcs, 0) << out[0];
   EXPECT_GT(in_calls / in_rpcs, out_calls / out_rpcs) << out[0];
 
-  // Feeds through the hub's restart: nothing lost, nothing repeated.
+  // Feeds through the hub's restart: nothing lost that no reset announced,
+  // nothing repeated within an incarnation.
   const auto& f = doc.at("feeds").as_object();
   EXPECT_TRUE(f.at("hub_restarted").as_bool()) << out[0];
   EXPECT_GT(num(f.at("delivered")), 0) << out[0];
@@ -126,6 +132,9 @@ TEST(DemoReport, TheJsonReportShowsEveryComparisonHolding) {
   EXPECT_EQ(num(f.at("lost")), 0) << out[0];
   EXPECT_EQ(num(f.at("duplicated")), 0) << out[0];
   EXPECT_EQ(num(f.at("pending")), 0) << out[0];
+  // What the resets forgave is reported, not hidden (how many depends on
+  // the timing of the restart: only its presence is asserted).
+  EXPECT_TRUE(f.at("announced_lost").is_number()) << out[0];
   const auto& causes = f.at("resets_by_cause").as_object();
   EXPECT_TRUE(causes.contains("epoch_changed")) << out[0]; // the restart
   EXPECT_GT(num(f.at("resets")), 0) << out[0];

@@ -60,6 +60,37 @@ TEST(DeliveryAudit, AResetStartsANewIncarnationWhoseGapIsAnnounced) {
   EXPECT_EQ(t.lost, 0u);
   EXPECT_EQ(t.duplicated, 1u); // 2 after 8 in the second incarnation
   EXPECT_EQ(t.resets, 2u);
+  EXPECT_EQ(t.announced, 2u); // 4 and 6; the replay from 2 forgives none
+}
+
+// What a reset forgave is counted apart from lost: the gap it opened up to
+// the next delivery, or up to the last published when nothing followed
+// (a watcher that resets and stays silent), publish failures excepted.
+// Before, both read as nothing: lost 0, pending 0.
+TEST(DeliveryAudit, WhatAResetForgaveIsCountedAsAnnounced) {
+  delivery_audit gap{0, 1, false};
+  for (int n = 0; n < 10; ++n)
+    gap.on_event(n);
+  gap.on_reset();
+  for (int n = 50; n < 100; ++n)
+    gap.on_event(n);
+  auto t = gap.finish({}, 99);
+  EXPECT_EQ(t.lost, 0u);
+  EXPECT_EQ(t.announced, 40u); // 10..49
+
+  delivery_audit silent{0, 1, false};
+  for (int n = 0; n < 10; ++n)
+    silent.on_event(n);
+  silent.on_reset();
+  t = silent.finish({20, 30}, 99);
+  EXPECT_EQ(t.lost, 0u);
+  EXPECT_EQ(t.pending, 0u);
+  EXPECT_EQ(t.announced, 88u); // 10..99 but the two failed publishes
+
+  delivery_audit none{0, 1, false}; // a reset before any delivery
+  none.on_reset();
+  none.on_event(5);
+  EXPECT_EQ(none.finish({}, 5).announced, 0u); // no position to count from
 }
 
 TEST(DeliveryAudit, TheLedgerTailNotYetDeliveredIsPendingNotLost) {

@@ -319,7 +319,7 @@ TEST(DemoConfig, TheComparisonSettingsAreRead) {
                 "endpoints": {"lognormal": {"percentile": 0.9,
                                             "hedge_delay": 0.02}}},
     "outage": {"calls_per_second": 10, "start": 3, "seconds": 4,
-               "route": "/fast", "max_attempts": 3},
+               "route": "/slow", "max_attempts": 3},
     "bursts": {"size": 0, "interval": 2},
     "hub_restart_at": 0})");
   EXPECT_FALSE(c.traffic.compare_unhedged);
@@ -329,7 +329,7 @@ TEST(DemoConfig, TheComparisonSettingsAreRead) {
   EXPECT_DOUBLE_EQ(c.outage.calls_per_second, 10.0);
   EXPECT_DOUBLE_EQ(c.outage.start, 3.0);
   EXPECT_DOUBLE_EQ(c.outage.seconds, 4.0);
-  EXPECT_EQ(c.outage.route, "/fast");
+  EXPECT_EQ(c.outage.route, "/slow");
   EXPECT_EQ(c.outage.max_attempts, 3);
   EXPECT_EQ(c.bursts.size, 0u);
   EXPECT_DOUBLE_EQ(c.bursts.interval, 2.0);
@@ -367,6 +367,30 @@ TEST(DemoConfig, BadComparisonSettingsAreNamed) {
   EXPECT_EQ(
     failing_field(R"({"traffic": {"endpoints": {"flaky": {"nope": 2}}}})"),
     "demo.traffic.endpoints.flaky.nope");
+  // The drill's route may not be a traffic route: its outage would fail
+  // the compared clients' calls too. Without either side it may.
+  EXPECT_EQ(failing_field(R"({"outage": {"route": "/fast"}})"),
+            "demo.outage.route");
+  EXPECT_EQ(failing_field(R"({"outage": {"route": "/lognormal"}})"),
+            "demo.outage.route");
+  EXPECT_EQ(failing_field(R"({"outage": {"route": "/fast",
+                                          "calls_per_second": 0}})"),
+            "(valid)");
+  EXPECT_EQ(failing_field(R"({"outage": {"route": "/fast"},
+                              "traffic": {"requests_per_second": 0}})"),
+            "(valid)");
+  // Times the demo adds to clock times: at most a day (1e12 s overflowed
+  // and every call failed at once).
+  EXPECT_EQ(
+    failing_field(R"({"traffic": {"timeout": 1e12, "deadline": 1e12}})"),
+    "demo.traffic.timeout");
+  EXPECT_EQ(failing_field(R"({"traffic": {"deadline": 86401}})"),
+            "demo.traffic.deadline");
+  EXPECT_EQ(failing_field(R"({"oracle": {"timeout": 1e12}})"),
+            "demo.oracle.timeout");
+  EXPECT_EQ(failing_field(R"({"traffic": {"timeout": 86400,
+                                           "deadline": 86400}})"),
+            "(valid)");
 }
 
 TEST(DemoConfig, EndpointNamesFollowTheRoutePath) {
