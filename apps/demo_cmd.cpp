@@ -622,10 +622,11 @@ side_clients make_side_clients(caf::actor_system& sys, const demo_config& cfg,
 
 /// The client's retry budget counters now (nullopt when it does not
 /// answer within 2 s).
-std::optional<retry_budget_stats>
-budget_of(caf::scoped_actor& self, const service_client_actor& client) {
+std::optional<retry_budget_stats> budget_of(caf::scoped_actor& self,
+                                            const service_client_actor& client,
+                                            caf::timespan timeout = 2s) {
   std::optional<retry_budget_stats> r;
-  self->request(client, 2s, retry_budget_request{})
+  self->request(client, timeout, retry_budget_request{})
     .receive([&](retry_budget_stats& s) { r = s; }, [](caf::error&) {});
   return r;
 }
@@ -646,6 +647,10 @@ struct outage_result {
   double ceiling = 0;
   /// Retries and hedges the budget refused during the outage.
   uint64_t refusals = 0;
+  /// Why a drill that was due measured nothing ("": it ran, or it was
+  /// not configured to run): the run stopped first, the hub refused the
+  /// outage, or the drill client did not answer a budget sample.
+  std::string unmeasured;
 };
 
 /// The demo's load: a publisher at cfg.rate, request workers at
@@ -1002,23 +1007,39 @@ private:
     retry_budget_config rb; // the drill client's: the defaults
     constexpr double lead_in = 1.5;
     caf::scoped_actor self{sys_};
+    // Why the drill measured nothing, for the report (not a generic
+    // "skipped"); the budget samples wait up to 5 s on a loaded machine.
+    bool stopped = false;
+    auto unmeasured = [&](const char* why) {
+      std::lock_guard<std::mutex> lock{outage_mu_};
+      outage_.unmeasured = stopped ? "the run stopped first" : why;
+    };
+    const char* no_sample
+      = "the drill client did not answer a retry-budget sample within 5 s";
+    auto sample = [&] {
+      return budget_of(self, side_.outage->client(), 5s);
+    };
     auto sample_at = [&](double at) -> std::optional<retry_budget_stats> {
       if (at < 0)
         return retry_budget_stats{}; // before the start: nothing yet
-      if (!sleep_until(at))
+      if (!sleep_until(at)) {
+        stopped = true;
         return std::nullopt;
-      return budget_of(self, side_.outage->client());
+      }
+      return sample();
     };
     auto early = sample_at(u.start - lead_in - rb.window);
     auto pre = early ? sample_at(u.start - lead_in) : std::nullopt;
-    if (!pre || !sleep_until(u.start))
-      return;
-    auto at_start = budget_of(self, side_.outage->client());
+    if (pre && !sleep_until(u.start))
+      stopped = true;
+    if (!pre || stopped)
+      return unmeasured(no_sample);
+    auto at_start = sample();
     auto o0 = embedded_->profile_requests("outage-outbound");
     auto n0 = embedded_->profile_requests("outage-naive");
     auto down_at = demo_clock::now();
     if (!set_outage(u.route))
-      return;
+      return unmeasured("the hub refused the outage");
     auto ran = sleep_until(u.start + u.seconds);
     set_outage("");
     // The hub's counts first, the deposits after: a call that starts in
@@ -1026,9 +1047,10 @@ private:
     auto o1 = embedded_->profile_requests("outage-outbound");
     auto n1 = embedded_->profile_requests("outage-naive");
     auto up_at = demo_clock::now();
-    auto end = budget_of(self, side_.outage->client());
+    auto end = sample();
+    stopped = !ran;
     if (!ran || !at_start || !end)
-      return; // stopped early, or the client did not answer: unmeasured
+      return unmeasured(no_sample);
     outage_result r;
     r.ran = true;
     r.seconds = std::chrono::duration<double>(up_at - down_at).count();
@@ -1583,6 +1605,8 @@ void report_call_rows(std::ostream& out, const demo_config& cfg,
         "opened " + std::to_string(r.outage_breakers[0]) + ", half-open "
           + std::to_string(r.outage_breakers[1]) + ", closed "
           + std::to_string(r.outage_breakers[2]));
+  } else if (!r.outage.unmeasured.empty()) {
+    row(out, "outage", "not measured: " + r.outage.unmeasured);
   } else {
     row(out, "outage",
         "skipped (needs the embedded hub and an outage that "
@@ -1767,6 +1791,8 @@ boost::json::object report_json(const demo_config& cfg, const hub_site& site,
     doc["outage"] = std::move(out);
   } else {
     doc["outage"] = nullptr;
+    if (!o.unmeasured.empty())
+      doc["outage_unmeasured"] = o.unmeasured;
   }
   if (r.oracle) {
     json::object c;

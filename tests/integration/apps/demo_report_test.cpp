@@ -23,10 +23,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace outbound::testing;
@@ -160,4 +162,38 @@ TEST(DemoReport, ABadReportFormatIsAUsageError) {
   ASSERT_FALSE(c.timed_out);
   EXPECT_EQ(c.exit_code, 2) << c.err;
   EXPECT_EQ(c.out, "");
+}
+
+// A drill the run stops in the middle of says why it measured nothing
+// (it said "skipped (needs the embedded hub ...)", which was not why).
+TEST(DemoReport, ADrillTheRunStopsInSaysItWasNotMeasuredAndWhy) {
+  temp_dir dir{"outbound-demo-report-"};
+  auto cfg_path = dir.file("demo.json");
+  {
+    std::ofstream cfg{cfg_path};
+    cfg << R"({"duration": 40, "feeds": 4, "rate": 10, "metrics_port": 0,
+               "status_interval": 1,
+               "traffic": {"requests_per_second": 10},
+               "outage": {"calls_per_second": 10, "start": 2, "seconds": 7},
+               "hub_restart_at": 0, "bursts": {"size": 0}})";
+  }
+  running_child demo{
+    {OUTBOUND_CLI, "demo", "--config", cfg_path, "--report", "json"}};
+  // Until a status line shows the route down (bounded: 60 s).
+  auto until = std::chrono::steady_clock::now() + 60s;
+  while (demo.err().find("[route down]") == std::string::npos && !demo.exited()
+         && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(100ms);
+  ASSERT_NE(demo.err().find("[route down]"), std::string::npos) << demo.err();
+  demo.signal(SIGINT);
+  auto code = demo.wait_exit(60s);
+  ASSERT_TRUE(code);
+  EXPECT_EQ(*code, 0) << demo.err();
+  auto out = lines_of(demo.out());
+  ASSERT_EQ(out.size(), 1u) << demo.out();
+  auto doc = boost::json::parse(out[0]).as_object();
+  EXPECT_TRUE(doc.at("outage").is_null()) << out[0];
+  ASSERT_TRUE(doc.contains("outage_unmeasured")) << out[0];
+  EXPECT_EQ(doc.at("outage_unmeasured").as_string(), "the run stopped first")
+    << out[0];
 }
