@@ -463,6 +463,19 @@ protected:
       ASSERT_TRUE(run_call(get("/x")).ok());
     ASSERT_EQ(log->requests.size(), 30u);
   }
+
+  /// After the warm-up, a 503 at 75 ms is retried (75 + 20 < 100 ms) and
+  /// the retry's answer at 80 ms ends the call.
+  void expect_a_retry_at_75ms_is_made() {
+    log->script.push_back(fake_step::status(503).delayed(75ms));
+    log->script.push_back(ok_after(5ms));
+    warm_up();
+    auto start = now();
+    auto o = run_call(get("/x"));
+    ASSERT_TRUE(o.ok()) << o.error->message();
+    EXPECT_EQ(finished_at - start, 80ms);
+    EXPECT_EQ(log->requests.size(), 32u);
+  }
 };
 
 TEST_F(HedgeRaceLearned, ARetryThatCannotFinishInTheDeadlineEndsTheCallNow) {
@@ -480,14 +493,7 @@ TEST_F(HedgeRaceLearned, ARetryThatCannotFinishInTheDeadlineEndsTheCallNow) {
 }
 
 TEST_F(HedgeRaceLearned, ARetryThatFitsInTheDeadlineIsMade) {
-  log->script.push_back(fake_step::status(503).delayed(75ms));
-  log->script.push_back(ok_after(5ms));
-  warm_up();
-  auto start = now();
-  auto o = run_call(get("/x"));
-  ASSERT_TRUE(o.ok()) << o.error->message();
-  EXPECT_EQ(finished_at - start, 80ms);
-  EXPECT_EQ(log->requests.size(), 32u);
+  expect_a_retry_at_75ms_is_made();
 }
 
 // The learned latency is the sketch's, not the hedge delay: a min_delay
@@ -496,14 +502,7 @@ TEST_F(HedgeRaceLearned, ARetryThatFitsInTheDeadlineIsMade) {
 // (75 + 50 > 100 ms) that fits (75 + 20 < 100).
 TEST_F(HedgeRaceLearned, AMinDelayAboveTheLearnedLatencyDoesNotRefuseARetry) {
   hedging.config.min_delay = 0.05;
-  log->script.push_back(fake_step::status(503).delayed(75ms));
-  log->script.push_back(ok_after(5ms));
-  warm_up();
-  auto start = now();
-  auto o = run_call(get("/x"));
-  ASSERT_TRUE(o.ok()) << o.error->message();
-  EXPECT_EQ(finished_at - start, 80ms);
-  EXPECT_EQ(log->requests.size(), 32u);
+  expect_a_retry_at_75ms_is_made();
 }
 
 TEST_F(HedgeRace, AnUnknownExplicitEndpointIsAnErrorAndSendsNothing) {
